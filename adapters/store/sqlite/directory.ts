@@ -1,0 +1,233 @@
+// DirectoryStore on SQLite.
+import { DuplicateError, type DirectoryStore } from '../../../lib/directory/store.ts';
+import type {
+  Grant,
+  Inbox,
+  InboxMode,
+  Member,
+  Project,
+  SessionRecord,
+  TokenRecord,
+} from '../../../lib/directory/types.ts';
+import type { Db } from './db.ts';
+
+interface InboxRow {
+  id: string;
+  project_id: string;
+  imap_user: string;
+  mode: InboxMode;
+  created_at: number;
+  addresses: string;
+}
+
+interface TokenRow {
+  id: string;
+  project_id: string;
+  member_id: string;
+  scopes: string;
+  secret_hash: Buffer;
+  created_at: number;
+  expires_at: number | null;
+  revoked_at: number | null;
+  inboxes: string | null;
+}
+
+interface SessionRow {
+  id: string;
+  member_id: string;
+  secret_hash: Buffer;
+  created_at: number;
+  expires_at: number;
+  revoked_at: number | null;
+}
+
+const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
+  (SELECT group_concat(address, ' ') FROM (SELECT address FROM inbox_addresses a
+     WHERE a.inbox_id = i.id ORDER BY position)) AS addresses
+  FROM inboxes i`;
+
+// Addresses never contain spaces (they are validated as e-mail addresses at the edge).
+const toInbox = (r: InboxRow): Inbox => ({
+  id: r.id,
+  projectId: r.project_id,
+  imapUser: r.imap_user,
+  mode: r.mode,
+  createdAt: r.created_at,
+  addresses: r.addresses ? r.addresses.split(' ') : [],
+});
+
+const toToken = (r: TokenRow): TokenRecord => ({
+  id: r.id,
+  projectId: r.project_id,
+  memberId: r.member_id,
+  scopes: r.scopes ? r.scopes.split(' ') : [],
+  inboxes: r.inboxes === null ? null : r.inboxes.split(' '),
+  secretHash: r.secret_hash,
+  createdAt: r.created_at,
+  expiresAt: r.expires_at,
+  revokedAt: r.revoked_at,
+});
+
+const toSession = (r: SessionRow): SessionRecord => ({
+  id: r.id,
+  memberId: r.member_id,
+  secretHash: r.secret_hash,
+  createdAt: r.created_at,
+  expiresAt: r.expires_at,
+  revokedAt: r.revoked_at,
+});
+
+function isUniqueViolation(err: unknown): boolean {
+  const code = err instanceof Error ? (err as Error & { code?: string }).code : undefined;
+  return code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === 'SQLITE_CONSTRAINT_UNIQUE';
+}
+
+export class SqliteDirectoryStore implements DirectoryStore {
+  private readonly q;
+
+  constructor(private readonly db: Db) {
+    this.q = {
+      insertProject: db.prepare('INSERT INTO projects (id, name, created_at) VALUES (?, ?, ?)'),
+      getProject: db.prepare('SELECT id, name, created_at AS createdAt FROM projects WHERE id = ?'),
+      insertMember: db.prepare(
+        'INSERT INTO members (id, project_id, email, created_at) VALUES (?, ?, ?, ?)',
+      ),
+      getMember: db.prepare(
+        'SELECT id, project_id AS projectId, email, created_at AS createdAt FROM members WHERE id = ?',
+      ),
+      insertInbox: db.prepare(
+        'INSERT INTO inboxes (id, project_id, imap_user, mode, created_at) VALUES (?, ?, ?, ?, ?)',
+      ),
+      insertAddress: db.prepare(
+        'INSERT INTO inbox_addresses (address, inbox_id, position) VALUES (?, ?, ?)',
+      ),
+      getInbox: db.prepare(`${INBOX_SELECT} WHERE i.id = ?`),
+      setMode: db.prepare('UPDATE inboxes SET mode = ? WHERE id = ?'),
+      putGrant: db.prepare(`INSERT INTO grants (member_id, inbox_id, role, created_at) VALUES (?, ?, ?, ?)
+        ON CONFLICT (member_id, inbox_id) DO UPDATE SET role = excluded.role`),
+      deleteGrant: db.prepare('DELETE FROM grants WHERE member_id = ? AND inbox_id = ?'),
+      getGrant: db.prepare(`SELECT member_id AS memberId, inbox_id AS inboxId, role, created_at AS createdAt
+        FROM grants WHERE member_id = ? AND inbox_id = ?`),
+      listGrants: db.prepare(`SELECT g.role, g.created_at AS grant_created_at, x.*
+        FROM grants g JOIN (${INBOX_SELECT}) x ON x.id = g.inbox_id
+        WHERE g.member_id = ? ORDER BY g.created_at, x.id`),
+      insertToken: db.prepare(`INSERT INTO tokens
+        (id, project_id, member_id, scopes, secret_hash, created_at, expires_at, revoked_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+      insertTokenInbox: db.prepare('INSERT INTO token_inboxes (token_id, inbox_id) VALUES (?, ?)'),
+      getToken: db.prepare(`SELECT t.*, CASE WHEN EXISTS (SELECT 1 FROM token_inboxes WHERE token_id = t.id)
+          THEN (SELECT group_concat(inbox_id, ' ') FROM token_inboxes WHERE token_id = t.id) END AS inboxes
+        FROM tokens t WHERE t.id = ?`),
+      revokeToken: db.prepare('UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
+      insertSession: db.prepare(`INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at)
+        VALUES (?, ?, ?, ?, ?, ?)`),
+      getSession: db.prepare('SELECT * FROM sessions WHERE id = ?'),
+    };
+  }
+
+  async createProject(p: Project): Promise<void> {
+    this.q.insertProject.run(p.id, p.name, p.createdAt);
+  }
+
+  async getProject(id: string): Promise<Project | null> {
+    return (this.q.getProject.get(id) as Project | undefined) ?? null;
+  }
+
+  async createMember(m: Member): Promise<void> {
+    try {
+      this.q.insertMember.run(m.id, m.projectId, m.email, m.createdAt);
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new DuplicateError('member with this email');
+      throw err;
+    }
+  }
+
+  async getMember(id: string): Promise<Member | null> {
+    return (this.q.getMember.get(id) as Member | undefined) ?? null;
+  }
+
+  async createInbox(inbox: Inbox): Promise<void> {
+    const insert = this.db.transaction(() => {
+      try {
+        this.q.insertInbox.run(inbox.id, inbox.projectId, inbox.imapUser, inbox.mode, inbox.createdAt);
+      } catch (err) {
+        if (isUniqueViolation(err)) throw new DuplicateError('inbox for this IMAP user');
+        throw err;
+      }
+      inbox.addresses.forEach((address, position) => {
+        try {
+          this.q.insertAddress.run(address, inbox.id, position);
+        } catch (err) {
+          if (isUniqueViolation(err)) throw new DuplicateError(`address ${address}`);
+          throw err;
+        }
+      });
+    });
+    insert();
+  }
+
+  async getInbox(id: string): Promise<Inbox | null> {
+    const row = this.q.getInbox.get(id) as InboxRow | undefined;
+    return row ? toInbox(row) : null;
+  }
+
+  async setInboxMode(id: string, mode: InboxMode): Promise<void> {
+    this.q.setMode.run(mode, id);
+  }
+
+  async putGrant(g: Grant): Promise<void> {
+    this.q.putGrant.run(g.memberId, g.inboxId, g.role, g.createdAt);
+  }
+
+  async deleteGrant(memberId: string, inboxId: string): Promise<boolean> {
+    return this.q.deleteGrant.run(memberId, inboxId).changes > 0;
+  }
+
+  async getGrant(memberId: string, inboxId: string): Promise<Grant | null> {
+    return (this.q.getGrant.get(memberId, inboxId) as Grant | undefined) ?? null;
+  }
+
+  async listGrants(memberId: string): Promise<Array<{ grant: Grant; inbox: Inbox }>> {
+    const rows = this.q.listGrants.all(memberId) as Array<
+      InboxRow & { role: string; grant_created_at: number }
+    >;
+    return rows.map((r) => ({
+      grant: { memberId, inboxId: r.id, role: r.role, createdAt: r.grant_created_at },
+      inbox: toInbox(r),
+    }));
+  }
+
+  async createToken(t: TokenRecord): Promise<void> {
+    this.db.transaction(() => {
+      this.q.insertToken.run(
+        t.id,
+        t.projectId,
+        t.memberId,
+        t.scopes.join(' '),
+        t.secretHash,
+        t.createdAt,
+        t.expiresAt,
+        t.revokedAt,
+      );
+      for (const inboxId of t.inboxes ?? []) this.q.insertTokenInbox.run(t.id, inboxId);
+    })();
+  }
+
+  async getToken(id: string): Promise<TokenRecord | null> {
+    const row = this.q.getToken.get(id) as TokenRow | undefined;
+    return row ? toToken(row) : null;
+  }
+
+  async revokeToken(id: string, at: number): Promise<boolean> {
+    return this.q.revokeToken.run(at, id).changes > 0;
+  }
+
+  async createSession(s: SessionRecord): Promise<void> {
+    this.q.insertSession.run(s.id, s.memberId, s.secretHash, s.createdAt, s.expiresAt, s.revokedAt);
+  }
+
+  async getSession(id: string): Promise<SessionRecord | null> {
+    const row = this.q.getSession.get(id) as SessionRow | undefined;
+    return row ? toSession(row) : null;
+  }
+}

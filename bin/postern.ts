@@ -1,0 +1,199 @@
+// The `postern` command: the service, the staff CLI and the demo. Every command prints one JSON
+// object on stdout; failures print {"error": "..."} and exit non-zero.
+import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { ConfigError, describeSettings, loadConfig } from '../lib/config.ts';
+import { Admin } from '../lib/directory/admin.ts';
+import { ApiError } from '../lib/errors.ts';
+import { openDb } from '../adapters/store/sqlite/db.ts';
+import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { createPostern } from '../lib/server.ts';
+
+class UsageError extends Error {}
+
+const USAGE = `usage:
+  postern serve                      run the service (configured by environment variables; --help lists them)
+  postern demo                       start the mail environment, seed a demo project and run the service
+  postern admin project create --name NAME
+  postern admin member add --project PRJ --email EMAIL
+  postern admin inbox add --project PRJ --imap-user USER --address ADDR [--address ADDR...]
+                          [--mode compatible|zero-access] [--create-imap-user [--imap-password PW]]
+  postern admin grant --member MEM --inbox IBX --role owner|member|reader
+  postern admin revoke --member MEM --inbox IBX
+  postern admin token create --member MEM --scopes a,b,c [--inboxes IBX,IBX] [--expires-in SECONDS]
+  postern admin token revoke --id TOK
+  postern admin session create --member MEM [--expires-in SECONDS]`;
+
+type Options = NonNullable<ParseArgsConfig['options']>;
+
+function flags<const O extends Options>(args: string[], options: O) {
+  try {
+    return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+function required(values: Record<string, unknown>, name: string): string {
+  const v = values[name];
+  if (typeof v !== 'string' || v === '') throw new UsageError(`--${name} is required`);
+  return v;
+}
+
+function seconds(value: string | undefined, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (!/^\d+$/.test(value)) throw new UsageError(`--${name} must be a whole number of seconds`);
+  return Number(value);
+}
+
+const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
+
+function adminFromEnv(): { admin: Admin; close: () => void } {
+  const config = loadConfig();
+  const db = openDb(config.dbFile);
+  const admin = new Admin(new SqliteDirectoryStore(db), {
+    tokenTtlSeconds: config.tokenTtlSeconds,
+    sessionTtlSeconds: config.sessionTtlSeconds,
+  });
+  return { admin, close: () => db.close() };
+}
+
+const ADMIN_COMMANDS = ['project create', 'member add', 'inbox add', 'token create', 'token revoke', 'session create'];
+
+async function admin(args: string[]): Promise<unknown> {
+  // Commands are one word (grant, revoke) or a noun and a verb (token create).
+  const twoWords = args.slice(0, 2).join(' ');
+  const [command, tail] = ADMIN_COMMANDS.includes(twoWords) ? [twoWords, args.slice(2)] : [args[0] ?? '', args.slice(1)];
+  const { admin, close } = adminFromEnv();
+  try {
+    switch (command) {
+      case 'project create': {
+        const v = flags(tail, { name: { type: 'string' } });
+        return await admin.createProject(required(v, 'name'));
+      }
+      case 'member add': {
+        const v = flags(tail, { project: { type: 'string' }, email: { type: 'string' } });
+        return await admin.addMember(required(v, 'project'), required(v, 'email'));
+      }
+      case 'inbox add': {
+        const v = flags(tail, {
+          project: { type: 'string' },
+          'imap-user': { type: 'string' },
+          address: { type: 'string', multiple: true },
+          mode: { type: 'string' },
+          'create-imap-user': { type: 'boolean' },
+          'imap-password': { type: 'string' },
+        });
+        const imapUser = required(v, 'imap-user');
+        const created = await admin.addInbox({
+          projectId: required(v, 'project'),
+          imapUser,
+          addresses: v.address ?? [],
+          ...(v.mode ? { mode: v.mode } : {}),
+        });
+        if (!v['create-imap-user']) {
+          if (v['imap-password']) throw new UsageError('--imap-password goes with --create-imap-user');
+          return created;
+        }
+        const { createBundledImapUser } = await import('../scripts/mailenv-user.ts');
+        const password = await createBundledImapUser(imapUser, v['imap-password']);
+        return { ...created, imapUser, imapPassword: password };
+      }
+      case 'grant': {
+        const v = flags(tail, { member: { type: 'string' }, inbox: { type: 'string' }, role: { type: 'string' } });
+        return await admin.grant(required(v, 'member'), required(v, 'inbox'), required(v, 'role'));
+      }
+      case 'revoke': {
+        const v = flags(tail, { member: { type: 'string' }, inbox: { type: 'string' } });
+        return await admin.revoke(required(v, 'member'), required(v, 'inbox'));
+      }
+      case 'token create': {
+        const v = flags(tail, {
+          member: { type: 'string' },
+          scopes: { type: 'string' },
+          inboxes: { type: 'string' },
+          'expires-in': { type: 'string' },
+        });
+        if (v.scopes === undefined) throw new UsageError('--scopes is required (it may be empty: --scopes "")');
+        return await admin.createToken({
+          memberId: required(v, 'member'),
+          scopes: list(v.scopes),
+          ...(v.inboxes !== undefined ? { inboxes: list(v.inboxes) } : {}),
+          ...(v['expires-in'] !== undefined ? { expiresInSeconds: seconds(v['expires-in'], 'expires-in')! } : {}),
+        });
+      }
+      case 'token revoke': {
+        const v = flags(tail, { id: { type: 'string' } });
+        return await admin.revokeToken(required(v, 'id'));
+      }
+      case 'session create': {
+        const v = flags(tail, { member: { type: 'string' }, 'expires-in': { type: 'string' } });
+        return await admin.createSession(required(v, 'member'), seconds(v['expires-in'], 'expires-in'));
+      }
+      default:
+        throw new UsageError(`unknown admin command: ${args.join(' ')}`);
+    }
+  } finally {
+    close();
+  }
+}
+
+async function serve(args: string[]): Promise<void> {
+  const v = flags(args, { help: { type: 'boolean' } });
+  if (v.help) {
+    process.stdout.write(`postern serve: runs the Mailbox Content and Events API.\n\nEnvironment variables:\n${describeSettings()}\n`);
+    return;
+  }
+  const postern = createPostern(loadConfig());
+  const { url } = await postern.listen();
+  process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1` })}\n`);
+  await untilSignal();
+  await postern.close();
+}
+
+export function untilSignal(): Promise<void> {
+  return new Promise((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case 'serve':
+        await serve(rest);
+        return 0;
+      case 'demo': {
+        const { runDemo } = await import('../scripts/demo.ts');
+        await runDemo(rest);
+        return 0;
+      }
+      case 'admin':
+        process.stdout.write(`${JSON.stringify(await admin(rest))}\n`);
+        return 0;
+      case undefined:
+      case 'help':
+      case '--help':
+      case '-h':
+        process.stdout.write(`${USAGE}\n`);
+        return command === undefined ? 2 : 0;
+      default:
+        throw new UsageError(`unknown command: ${command}`);
+    }
+  } catch (err) {
+    const known = err instanceof UsageError || err instanceof ApiError || err instanceof ConfigError;
+    const message = known ? (err as Error).message : `unexpected failure: ${(err as Error).message ?? String(err)}`;
+    process.stdout.write(`${JSON.stringify({ error: message })}\n`);
+    if (err instanceof UsageError) process.stderr.write(`${USAGE}\n`);
+    else if (!known) process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
+    return err instanceof UsageError ? 2 : 1;
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,123 @@
+// The one place that decides who the caller is and what they may do. Every endpoint goes
+// through `authenticate*`, then `authorize` for its operation, then `inboxAccess` for a path
+// inbox. Grants are read at every request, so a revoked grant takes effect at once.
+import type { DirectoryStore } from '../directory/store.ts';
+import type { Inbox } from '../directory/types.ts';
+import { forbidden, notFound, unauthorized } from '../errors.ts';
+import { isId } from '../ids.ts';
+import { parseSession, parseToken, secretMatches } from './credentials.ts';
+import { isScope, roleAllows, type MailScope, type Scope } from './scopes.ts';
+
+export interface Principal {
+  kind: 'token' | 'session';
+  /** tok_… or ses_… */
+  credentialId: string;
+  /** Who acts, as events record it: the token for tokens, the member for sessions. */
+  actor: string;
+  projectId: string;
+  memberId: string;
+  /** A token's scopes; empty for sessions, whose reach is set per operation. */
+  scopes: ReadonlySet<Scope>;
+  /** Inboxes a token is narrowed to; null when not narrowed. */
+  inboxes: ReadonlySet<string> | null;
+}
+
+/** What an operation requires (spec 4.1): a token scope (or any token), and whether sessions may call it. */
+export interface AccessRule {
+  token: Scope | 'any';
+  session: boolean;
+}
+
+export class Access {
+  constructor(
+    private readonly store: DirectoryStore,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** `Authorization: Bearer svc_…` on {base_url}. */
+  async authenticateToken(authorization: string | undefined): Promise<Principal> {
+    if (!authorization) throw unauthorized('missing credential: send Authorization: Bearer <API token>');
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+    if (!m) throw unauthorized('malformed Authorization header: expected Bearer <API token>');
+    const parsed = parseToken(m[1]!);
+    if (!parsed) throw unauthorized('malformed API token');
+    const token = await this.store.getToken(parsed.id);
+    if (!token || !secretMatches(parsed.secret, token.secretHash)) throw unauthorized('invalid API token');
+    if (token.revokedAt !== null) throw unauthorized('API token revoked');
+    if (token.expiresAt !== null && token.expiresAt <= this.now()) throw unauthorized('API token expired');
+    return {
+      kind: 'token',
+      credentialId: token.id,
+      actor: token.id,
+      projectId: token.projectId,
+      memberId: token.memberId,
+      scopes: new Set(token.scopes.filter(isScope)),
+      inboxes: token.inboxes ? new Set(token.inboxes) : null,
+    };
+  }
+
+  /** `x-svc-token: <session token>` on {app_url}. */
+  async authenticateSession(header: string | undefined): Promise<Principal> {
+    if (!header) throw unauthorized('missing credential: send x-svc-token: <session access token>');
+    const parsed = parseSession(header.trim());
+    if (!parsed) throw unauthorized('malformed session token');
+    const session = await this.store.getSession(parsed.id);
+    if (!session || !secretMatches(parsed.secret, session.secretHash)) throw unauthorized('invalid session token');
+    if (session.revokedAt !== null) throw unauthorized('session ended');
+    if (session.expiresAt <= this.now()) throw unauthorized('session expired');
+    const member = await this.store.getMember(session.memberId);
+    if (!member) throw unauthorized('invalid session token');
+    return {
+      kind: 'session',
+      credentialId: session.id,
+      actor: member.id,
+      projectId: member.projectId,
+      memberId: member.id,
+      scopes: new Set(),
+      inboxes: null,
+    };
+  }
+
+  /** 403 unless the caller's kind of credential and scopes allow the operation. */
+  authorize(p: Principal, rule: AccessRule): void {
+    if (p.kind === 'session') {
+      if (!rule.session) throw forbidden('this operation is for API tokens only');
+      return;
+    }
+    if (rule.token !== 'any' && !p.scopes.has(rule.token)) {
+      throw forbidden(`token lacks the ${rule.token} scope`);
+    }
+  }
+
+  /** True when the caller holds the scope (sessions hold none). */
+  hasScope(p: Principal, scope: Scope): boolean {
+    return p.kind === 'token' && p.scopes.has(scope);
+  }
+
+  /**
+   * The inbox behind a path id, if the caller may use it; 404 otherwise, whether it does not
+   * exist or is someone else's. `need` is the mail capability the operation uses; the caller's
+   * role in the inbox must allow it (403 when it does not).
+   */
+  async inboxAccess(p: Principal, inboxId: string, need: MailScope): Promise<{ inbox: Inbox; role: string }> {
+    const hidden = notFound('inbox not found');
+    if (!isId('ibx', inboxId)) throw hidden;
+    if (p.inboxes && !p.inboxes.has(inboxId)) throw hidden;
+    const grant = await this.store.getGrant(p.memberId, inboxId);
+    if (!grant) throw hidden;
+    const inbox = await this.store.getInbox(inboxId);
+    if (!inbox || inbox.projectId !== p.projectId) throw hidden;
+    if (!roleAllows(grant.role, need)) {
+      throw forbidden(`your role in this inbox (${grant.role}) does not allow ${need}`);
+    }
+    return { inbox, role: grant.role };
+  }
+
+  /** The inboxes the caller may use, with its role in each (GET /inboxes). */
+  async grantedInboxes(p: Principal): Promise<Array<{ inbox: Inbox; role: string }>> {
+    const all = await this.store.listGrants(p.memberId);
+    return all
+      .filter(({ inbox }) => inbox.projectId === p.projectId && (!p.inboxes || p.inboxes.has(inbox.id)))
+      .map(({ grant, inbox }) => ({ inbox, role: grant.role }));
+  }
+}

@@ -1,0 +1,160 @@
+// Staff operations: what `postern admin …` does. Tokens are issued by staff for now (spec 5.4).
+import { mintSession, mintToken } from '../auth/credentials.ts';
+import { isRole, isScope, ROLES, SCOPES } from '../auth/scopes.ts';
+import { ApiError, badRequest, notFound } from '../errors.ts';
+import { isId, newId } from '../ids.ts';
+import { DuplicateError, type DirectoryStore } from './store.ts';
+import { INBOX_MODES, type InboxMode } from './types.ts';
+
+const EMAIL = /^[^\s@<>()",;:\\[\]]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
+
+export function isEmail(value: string): boolean {
+  return value.length <= 254 && EMAIL.test(value);
+}
+
+export interface AdminOptions {
+  tokenTtlSeconds: number;
+  sessionTtlSeconds: number;
+  now?: () => number;
+}
+
+export class Admin {
+  private readonly now: () => number;
+
+  constructor(
+    private readonly store: DirectoryStore,
+    private readonly options: AdminOptions,
+  ) {
+    this.now = options.now ?? Date.now;
+  }
+
+  async createProject(name: string): Promise<{ id: string }> {
+    const trimmed = name.trim();
+    if (!trimmed || trimmed.length > 200) throw badRequest('project name must be 1 to 200 characters');
+    const id = newId('prj');
+    await this.store.createProject({ id, name: trimmed, createdAt: this.now() });
+    return { id };
+  }
+
+  async addMember(projectId: string, email: string): Promise<{ id: string }> {
+    await this.project(projectId);
+    if (!isEmail(email)) throw badRequest(`not an e-mail address: ${email}`);
+    const id = newId('mem');
+    await this.unique(() => this.store.createMember({ id, projectId, email: email.toLowerCase(), createdAt: this.now() }));
+    return { id };
+  }
+
+  async addInbox(input: {
+    projectId: string;
+    imapUser: string;
+    addresses: string[];
+    mode?: string;
+  }): Promise<{ id: string }> {
+    await this.project(input.projectId);
+    if (!input.imapUser.trim() || /\s/.test(input.imapUser)) throw badRequest('IMAP user must be a non-empty name without spaces');
+    if (input.addresses.length === 0) throw badRequest('an inbox needs at least one address');
+    const addresses = input.addresses.map((a) => a.trim().toLowerCase());
+    for (const a of addresses) if (!isEmail(a)) throw badRequest(`not an e-mail address: ${a}`);
+    if (new Set(addresses).size !== addresses.length) throw badRequest('addresses repeat');
+    const mode = (input.mode ?? 'compatible') as InboxMode;
+    if (!INBOX_MODES.includes(mode)) throw badRequest(`mode must be one of ${INBOX_MODES.join(', ')}`);
+    const id = newId('ibx');
+    await this.unique(() =>
+      this.store.createInbox({ id, projectId: input.projectId, imapUser: input.imapUser, addresses, mode, createdAt: this.now() }),
+    );
+    return { id };
+  }
+
+  async grant(memberId: string, inboxId: string, role: string): Promise<{ memberId: string; inboxId: string; role: string }> {
+    if (!isRole(role)) throw badRequest(`role must be one of ${ROLES.join(', ')}`);
+    await this.sameProject(memberId, inboxId);
+    await this.store.putGrant({ memberId, inboxId, role, createdAt: this.now() });
+    return { memberId, inboxId, role };
+  }
+
+  async revoke(memberId: string, inboxId: string): Promise<{ revoked: boolean }> {
+    await this.sameProject(memberId, inboxId);
+    return { revoked: await this.store.deleteGrant(memberId, inboxId) };
+  }
+
+  async createToken(input: {
+    memberId: string;
+    scopes: string[];
+    inboxes?: string[];
+    expiresInSeconds?: number;
+  }): Promise<{ id: string; token: string; expiresAt: string | null }> {
+    const member = await this.member(input.memberId);
+    const unknown = input.scopes.filter((s) => !isScope(s));
+    if (unknown.length) throw badRequest(`unknown scope ${unknown.join(', ')}; scopes are ${SCOPES.join(', ')}`);
+    if (input.inboxes) {
+      if (input.inboxes.length === 0) throw badRequest('--inboxes needs at least one inbox id');
+      for (const inboxId of input.inboxes) {
+        const inbox = isId('ibx', inboxId) ? await this.store.getInbox(inboxId) : null;
+        if (!inbox || inbox.projectId !== member.projectId) throw notFound(`no inbox ${inboxId} in the member's project`);
+      }
+    }
+    const ttl = input.expiresInSeconds ?? this.options.tokenTtlSeconds;
+    if (!Number.isSafeInteger(ttl) || ttl < 0) throw badRequest('expiry must be a whole number of seconds');
+    const now = this.now();
+    const minted = mintToken();
+    const expiresAt = ttl === 0 ? null : now + ttl * 1000;
+    await this.store.createToken({
+      id: minted.id,
+      projectId: member.projectId,
+      memberId: member.id,
+      scopes: [...new Set(input.scopes)],
+      inboxes: input.inboxes ? [...new Set(input.inboxes)] : null,
+      secretHash: minted.secretHash,
+      createdAt: now,
+      expiresAt,
+      revokedAt: null,
+    });
+    return { id: minted.id, token: minted.credential, expiresAt: expiresAt === null ? null : new Date(expiresAt).toISOString() };
+  }
+
+  async revokeToken(id: string): Promise<{ id: string; revoked: boolean }> {
+    const token = isId('tok', id) ? await this.store.getToken(id) : null;
+    if (!token) throw notFound(`no token ${id}`);
+    return { id, revoked: await this.store.revokeToken(id, this.now()) };
+  }
+
+  async createSession(memberId: string, expiresInSeconds?: number): Promise<{ token: string; expiresAt: string }> {
+    const member = await this.member(memberId);
+    const ttl = expiresInSeconds ?? this.options.sessionTtlSeconds;
+    if (!Number.isSafeInteger(ttl) || ttl <= 0) throw badRequest('expiry must be a positive whole number of seconds');
+    const now = this.now();
+    const minted = mintSession();
+    const expiresAt = now + ttl * 1000;
+    await this.store.createSession({ id: minted.id, memberId: member.id, secretHash: minted.secretHash, createdAt: now, expiresAt, revokedAt: null });
+    return { token: minted.credential, expiresAt: new Date(expiresAt).toISOString() };
+  }
+
+  private async project(id: string) {
+    const project = isId('prj', id) ? await this.store.getProject(id) : null;
+    if (!project) throw notFound(`no project ${id}`);
+    return project;
+  }
+
+  private async member(id: string) {
+    const member = isId('mem', id) ? await this.store.getMember(id) : null;
+    if (!member) throw notFound(`no member ${id}`);
+    return member;
+  }
+
+  private async sameProject(memberId: string, inboxId: string) {
+    const member = await this.member(memberId);
+    const inbox = isId('ibx', inboxId) ? await this.store.getInbox(inboxId) : null;
+    if (!inbox) throw notFound(`no inbox ${inboxId}`);
+    if (inbox.projectId !== member.projectId) throw badRequest('member and inbox belong to different projects');
+    return { member, inbox };
+  }
+
+  private async unique(write: () => Promise<void>): Promise<void> {
+    try {
+      await write();
+    } catch (err) {
+      if (err instanceof DuplicateError) throw new ApiError(409, err.message);
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,40 @@
+// The port the directory needs from storage. Asynchronous so a PostgreSQL adapter can implement
+// it without changing the domain; the SQLite adapter answers synchronously underneath.
+import type { Grant, Inbox, InboxMode, Member, Project, SessionRecord, TokenRecord } from './types.ts';
+
+export interface DirectoryStore {
+  createProject(project: Project): Promise<void>;
+  getProject(id: string): Promise<Project | null>;
+
+  createMember(member: Member): Promise<void>;
+  getMember(id: string): Promise<Member | null>;
+
+  /** Fails with a DuplicateError when the IMAP user or an address is already taken. */
+  createInbox(inbox: Inbox): Promise<void>;
+  getInbox(id: string): Promise<Inbox | null>;
+  setInboxMode(id: string, mode: InboxMode): Promise<void>;
+
+  /** Creates or replaces the member's role in the inbox. */
+  putGrant(grant: Grant): Promise<void>;
+  /** True when a grant existed. */
+  deleteGrant(memberId: string, inboxId: string): Promise<boolean>;
+  getGrant(memberId: string, inboxId: string): Promise<Grant | null>;
+  /** The member's grants joined with their inboxes, in grant order. */
+  listGrants(memberId: string): Promise<Array<{ grant: Grant; inbox: Inbox }>>;
+
+  createToken(token: TokenRecord): Promise<void>;
+  getToken(id: string): Promise<TokenRecord | null>;
+  /** True when a live token was revoked now. */
+  revokeToken(id: string, at: number): Promise<boolean>;
+
+  createSession(session: SessionRecord): Promise<void>;
+  getSession(id: string): Promise<SessionRecord | null>;
+}
+
+/** A unique constraint refused the write; `what` names the field in the caller's terms. */
+export class DuplicateError extends Error {
+  constructor(readonly what: string) {
+    super(`${what} already exists`);
+    this.name = 'DuplicateError';
+  }
+}

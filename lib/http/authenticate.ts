@@ -1,0 +1,28 @@
+// Authentication per base address and authorization per operation, as Koa middleware over the
+// one access module (lib/auth/access.ts).
+import type { Next } from 'koa';
+import type { Access, AccessRule } from '../auth/access.ts';
+import type { AppContext, Surface } from './context.ts';
+
+/** Tokens are accepted only on {base_url}, sessions only on {app_url} (spec 5, rule 8). */
+export function authenticate(access: Access, surface: Surface) {
+  return async function authenticateRequest(ctx: AppContext, next: Next): Promise<void> {
+    ctx.state.surface = surface;
+    ctx.state.principal =
+      surface === 'token'
+        ? await access.authenticateToken(ctx.get('authorization') || undefined)
+        : await access.authenticateSession(ctx.get('x-svc-token') || undefined);
+    await next();
+  };
+}
+
+/** 403 unless the caller's credential kind and scopes allow this operation. */
+export function allow(access: Access, rule: AccessRule) {
+  return async function authorizeRequest(ctx: AppContext, next: Next): Promise<void> {
+    access.authorize(ctx.state.principal, rule);
+    await next();
+  };
+}
+
+/** Spec 4.1: operations with no requirement of their own need T(messages:read) or S. */
+export const DEFAULT_RULE: AccessRule = { token: 'messages:read', session: true };

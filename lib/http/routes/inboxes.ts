@@ -1,0 +1,19 @@
+// GET /inboxes: the inboxes the caller has been granted, with the caller's role.
+import type { Access } from '../../auth/access.ts';
+import { allow, DEFAULT_RULE } from '../authenticate.ts';
+import type { AppRouter } from '../context.ts';
+
+export function inboxRoutes(access: Access) {
+  return (router: AppRouter): void => {
+    router.get('/inboxes', allow(access, DEFAULT_RULE), async (ctx) => {
+      const granted = await access.grantedInboxes(ctx.state.principal);
+      ctx.body = {
+        inboxes: granted.map(({ inbox, role }) => ({
+          inboxId: inbox.id,
+          role,
+          ...(inbox.addresses[0] ? { label: inbox.addresses[0] } : {}),
+        })),
+      };
+    });
+  };
+}

@@ -1,0 +1,91 @@
+// The one id codec. Every public id is a prefix plus 26 Crockford base32 characters encoding
+// 128 bits: minted ids are ULIDs (time-ordered), mailbox and message ids encode Dovecot GUIDs,
+// so they decode back to what IMAP knows.
+import { randomBytes } from 'node:crypto';
+
+const ALPHABET = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
+const DECODE = new Map([...ALPHABET].map((c, i) => [c, i]));
+
+export const ID_PREFIXES = ['prj', 'mem', 'ibx', 'lbl', 'msg', 'tok', 'ses', 'evt', 'sys'] as const;
+export type IdPrefix = (typeof ID_PREFIXES)[number];
+
+const BODY = /^[0-9A-Z]{26}$/;
+
+/** 16 bytes → 26 characters (the top two of 130 bits are zero). */
+export function encode128(bytes: Uint8Array): string {
+  if (bytes.length !== 16) throw new TypeError('encode128 needs 16 bytes');
+  let n = 0n;
+  for (const b of bytes) n = (n << 8n) | BigInt(b);
+  let out = '';
+  for (let i = 0; i < 26; i++) {
+    out = ALPHABET[Number(n & 31n)] + out;
+    n >>= 5n;
+  }
+  return out;
+}
+
+/** 26 characters → 16 bytes, or null when the text is not a canonical encoding. */
+export function decode128(text: string): Buffer | null {
+  if (!BODY.test(text)) return null;
+  let n = 0n;
+  for (const c of text) {
+    const v = DECODE.get(c);
+    if (v === undefined) return null;
+    n = (n << 5n) | BigInt(v);
+  }
+  if (n >> 128n) return null;
+  const out = Buffer.alloc(16);
+  for (let i = 15; i >= 0; i--) {
+    out[i] = Number(n & 0xffn);
+    n >>= 8n;
+  }
+  return out;
+}
+
+export function formatId(prefix: IdPrefix, bytes: Uint8Array): string {
+  return `${prefix}_${encode128(bytes)}`;
+}
+
+/** The 16 bytes behind an id of the given prefix, or null for anything malformed. */
+export function parseId(prefix: IdPrefix, id: unknown): Buffer | null {
+  if (typeof id !== 'string' || !id.startsWith(`${prefix}_`)) return null;
+  return decode128(id.slice(prefix.length + 1));
+}
+
+export function isId(prefix: IdPrefix, id: unknown): id is string {
+  return parseId(prefix, id) !== null;
+}
+
+let lastTime = 0;
+let lastRandom: Buffer = Buffer.alloc(10);
+
+/** A new ULID-style id: 48 bits of milliseconds, 80 random bits, monotonic within a millisecond. */
+export function newId(prefix: IdPrefix, now = Date.now()): string {
+  let random: Buffer;
+  if (now <= lastTime) {
+    now = lastTime;
+    random = Buffer.from(lastRandom);
+    for (let i = 9; i >= 0; i--) {
+      random[i] = (random[i]! + 1) & 0xff;
+      if (random[i] !== 0) break;
+    }
+  } else {
+    random = randomBytes(10);
+  }
+  lastTime = now;
+  lastRandom = random;
+  const bytes = Buffer.alloc(16);
+  bytes.writeUIntBE(now, 0, 6);
+  random.copy(bytes, 6);
+  return formatId(prefix, bytes);
+}
+
+/** A GUID in the hex form Dovecot prints (32 hex digits) → id. */
+export function idFromGuid(prefix: 'lbl' | 'msg', guidHex: string): string {
+  return formatId(prefix, Buffer.from(guidHex, 'hex'));
+}
+
+/** id → the hex GUID Dovecot knows, or null. */
+export function guidFromId(prefix: 'lbl' | 'msg', id: unknown): string | null {
+  return parseId(prefix, id)?.toString('hex') ?? null;
+}

@@ -1,0 +1,113 @@
+// What every test needs: the mail environment this run uses, a Postern instance on its own
+// SQLite file, and fresh projects, members, inboxes and credentials so tests never share data.
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { addUser, type MailEnv } from '../scripts/mailenv.ts';
+import { loadConfig, type Config } from '../lib/config.ts';
+import { createPostern, type Postern } from '../lib/server.ts';
+
+export function mailEnv(): MailEnv {
+  const raw = process.env.POSTERN_TEST_ENV;
+  if (!raw) throw new Error('the mail environment is not up: run the tests through mocha (test/setup.ts)');
+  return JSON.parse(raw) as MailEnv;
+}
+
+/** Environment variables that point Postern at this run's mail environment. */
+export function envVars(env: MailEnv, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    POSTERN_PORT: '0',
+    POSTERN_IMAP_HOST: env.imap.host,
+    POSTERN_IMAP_PORT: String(env.imap.port),
+    POSTERN_IMAP_MASTER_USER: env.master.user,
+    POSTERN_IMAP_MASTER_PASSWORD: env.master.password,
+    POSTERN_SMTP_HOST: env.smtp.host,
+    POSTERN_SMTP_PORT: String(env.smtp.port),
+    POSTERN_LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'warn',
+    ...extra,
+  };
+}
+
+export interface TestServer {
+  postern: Postern;
+  url: string;
+  /** {base_url}: …/v1 */
+  base: string;
+  /** {app_url}: …/api/v1 */
+  app: string;
+  dir: string;
+  close(): Promise<void>;
+}
+
+export async function startPostern(extra: Record<string, string> = {}): Promise<TestServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'postern-test-'));
+  const config: Config = loadConfig(envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), ...extra }));
+  const postern = createPostern(config, pino({ level: config.logLevel }));
+  const { url } = await postern.listen();
+  return {
+    postern,
+    url,
+    base: `${url}/v1`,
+    app: `${url}/api/v1`,
+    dir,
+    async close() {
+      await postern.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export const unique = (label = 'u') => `${label}-${randomBytes(5).toString('hex')}`;
+
+export interface TestInbox {
+  id: string;
+  address: string;
+  imapUser: string;
+  imapPassword: string;
+}
+
+/** A project with one member; helpers to add inboxes (with real Dovecot users) and credentials. */
+export async function newProject(s: TestServer) {
+  const { admin } = s.postern;
+  const project = await admin.createProject(unique('project'));
+  const member = await admin.addMember(project.id, `${unique('member')}@example.org`);
+  return {
+    projectId: project.id,
+    memberId: member.id,
+    async inbox(options: { mode?: 'compatible' | 'zero-access'; role?: string; memberId?: string } = {}): Promise<TestInbox> {
+      const imapUser = `${unique('box')}@${mailEnv().domain}`;
+      const imapPassword = randomBytes(12).toString('hex');
+      await addUser(mailEnv(), imapUser, imapPassword);
+      const { id } = await admin.addInbox({ projectId: project.id, imapUser, addresses: [imapUser], mode: options.mode ?? 'compatible' });
+      await admin.grant(options.memberId ?? member.id, id, options.role ?? 'owner');
+      return { id, address: imapUser, imapUser, imapPassword };
+    },
+    async member(): Promise<string> {
+      return (await admin.addMember(project.id, `${unique('member')}@example.org`)).id;
+    },
+    async token(scopes: string[], options: { inboxes?: string[]; expiresInSeconds?: number; memberId?: string } = {}): Promise<string> {
+      const t = await admin.createToken({
+        memberId: options.memberId ?? member.id,
+        scopes,
+        ...(options.inboxes ? { inboxes: options.inboxes } : {}),
+        ...(options.expiresInSeconds !== undefined ? { expiresInSeconds: options.expiresInSeconds } : {}),
+      });
+      return t.token;
+    },
+    async session(options: { expiresInSeconds?: number; memberId?: string } = {}): Promise<string> {
+      return (await admin.createSession(options.memberId ?? member.id, options.expiresInSeconds)).token;
+    },
+  };
+}
+
+export type TestProject = Awaited<ReturnType<typeof newProject>>;
+
+/** fetch with a bearer token or a session header. */
+export function call(url: string, init: RequestInit & { token?: string; session?: string } = {}) {
+  const headers = new Headers(init.headers);
+  if (init.token) headers.set('authorization', `Bearer ${init.token}`);
+  if (init.session) headers.set('x-svc-token', init.session);
+  return fetch(url, { ...init, headers });
+}
