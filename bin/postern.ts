@@ -7,6 +7,7 @@ import { ApiError } from '../lib/errors.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { createPostern } from '../lib/server.ts';
+import { untilSignal } from './signals.ts';
 
 class UsageError extends Error {}
 
@@ -148,18 +149,6 @@ async function serve(args: string[]): Promise<void> {
   process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1` })}\n`);
   await untilSignal();
   await postern.close();
-}
-
-export function untilSignal(): Promise<void> {
-  return new Promise((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      resolve();
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
 }
 
 async function main(argv: string[]): Promise<number> {

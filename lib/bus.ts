@@ -1,0 +1,11 @@
+// The port for fan-out between the parts of one process and, with Redis, between processes.
+// Messages are strings (already-serialized JSON) so one serialization serves every receiver.
+
+export type Unsubscribe = () => Promise<void>;
+
+export interface Bus {
+  publish(channel: string, message: string): Promise<void>;
+  /** Delivery is at most once; receivers heal gaps from the store. */
+  subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe>;
+  close(): Promise<void>;
+}

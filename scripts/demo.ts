@@ -1,0 +1,151 @@
+// `postern demo`: the mail environment, a seeded project and the running service, in one command.
+// Seeds a compatible inbox with a few realistic messages in several labels (one delivered through
+// Postfix, the rest appended as a mail app would) and an empty zero-access inbox, then prints how
+// to call the API. Ctrl-C stops the service and whatever part of the environment it started.
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { ImapFlow } from 'imapflow';
+import nodemailer from 'nodemailer';
+import { pino } from 'pino';
+import { untilSignal } from '../bin/signals.ts';
+import { loadConfig } from '../lib/config.ts';
+import { createPostern } from '../lib/server.ts';
+import { addUser, down, up, type MailEnv } from './mailenv.ts';
+
+const DEMO_PASSWORD = 'demo-password';
+
+interface SeedMessage {
+  folder: string;
+  flags: string[];
+  from: string;
+  to: string;
+  subject: string;
+  date: string;
+  text: string;
+}
+
+function seedMessages(address: string): SeedMessage[] {
+  const day = (n: number) => new Date(Date.now() - n * 86_400_000).toUTCString().replace('GMT', '+0000');
+  return [
+    { folder: 'INBOX', flags: [], from: 'Maria Lopez <maria@example.com>', to: address, subject: 'Quarterly report draft', date: day(0), text: 'Hi,\n\nThe draft of the Q3 report is ready for review. Could you look at the revenue table by Friday?\n\nThanks,\nMaria\n' },
+    { folder: 'INBOX', flags: ['\\Seen', '\\Flagged'], from: 'Build bot <ci@example.net>', to: address, subject: 'Build #4821 passed', date: day(1), text: 'All 1,204 tests passed on main (8m 12s).\n' },
+    { folder: 'INBOX', flags: ['\\Seen'], from: 'Jonas Berg <jonas@example.org>', to: address, subject: 'Re: Lunch on Thursday?', date: day(2), text: 'Thursday works. 12:30 at the usual place?\n\n> Are you free for lunch on Thursday?\n' },
+    { folder: 'Archive', flags: ['\\Seen'], from: 'Accounts <billing@example.com>', to: address, subject: 'Your invoice for October', date: day(20), text: 'Invoice INV-2041 for October is attached to your account page. Amount due: EUR 120.00.\n' },
+    { folder: 'Projects', flags: ['\\Seen', '$label1'], from: 'Priya Shah <priya@example.com>', to: address, subject: 'Kick-off notes', date: day(6), text: 'Notes from the kick-off:\n- scope agreed\n- first milestone in two weeks\n' },
+    { folder: 'Sent', flags: ['\\Seen'], from: address, to: 'Maria Lopez <maria@example.com>', subject: 'Re: Quarterly report draft', date: day(0), text: 'Thanks Maria, I will review it tomorrow morning.\n' },
+  ];
+}
+
+function rfc5322(m: SeedMessage, n: number): string {
+  return [
+    `From: ${m.from}`,
+    `To: ${m.to}`,
+    `Subject: ${m.subject}`,
+    `Date: ${m.date}`,
+    `Message-ID: <demo-${n}-${Date.now()}@postern.test>`,
+    'MIME-Version: 1.0',
+    'Content-Type: text/plain; charset=utf-8',
+    '',
+    m.text.replace(/\n/g, '\r\n'),
+  ].join('\r\n');
+}
+
+async function countInbox(client: ImapFlow): Promise<number> {
+  const status = await client.status('INBOX', { messages: true });
+  return status ? (status.messages ?? 0) : 0;
+}
+
+async function seedMailbox(env: MailEnv, user: string): Promise<void> {
+  const client = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user, pass: DEMO_PASSWORD }, logger: false });
+  await client.connect();
+  try {
+    if ((await countInbox(client)) > 0) return; // seeded by an earlier demo run
+    const list = await client.list();
+    if (!list.some((f) => f.path === 'Projects')) await client.mailboxCreate('Projects');
+    const messages = seedMessages(user);
+    // The newest INBOX message arrives the way mail really does: through Postfix into Dovecot.
+    const [delivered, ...appended] = messages;
+    const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true });
+    await transport.sendMail({ envelope: { from: 'maria@example.com', to: [user] }, raw: rfc5322(delivered!, 0) });
+    transport.close();
+    for (const [i, m] of appended.entries()) await client.append(m.folder, rfc5322(m, i + 1), m.flags, new Date(m.date));
+    // Wait for the delivered message so the first listing shows it.
+    for (let i = 0; i < 50; i++) {
+      if ((await countInbox(client)) >= 3) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  } finally {
+    await client.logout();
+  }
+}
+
+const TOKEN_SETS: Record<string, string[]> = {
+  read: ['messages:read'],
+  content: ['messages:read', 'content:read'],
+  flags: ['messages:read', 'flags:write'],
+  send: ['messages:read', 'send'],
+  events: ['events:read', 'events:write', 'project:read'],
+  all: ['messages:read', 'content:read', 'flags:write', 'send', 'events:read', 'events:write', 'project:read', 'audit:read'],
+};
+
+export async function runDemo(_args: string[]): Promise<void> {
+  process.stderr.write('Starting the mail environment (the first run installs Dovecot, Postfix and Redis)…\n');
+  const env = await up();
+  const dir = join(env.dir, 'demo');
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+
+  const demoUser = `demo@${env.domain}`;
+  const vaultUser = `vault@${env.domain}`;
+  await addUser(env, demoUser, DEMO_PASSWORD);
+  await addUser(env, vaultUser, DEMO_PASSWORD);
+  await seedMailbox(env, demoUser);
+
+  const config = loadConfig({
+    ...process.env,
+    POSTERN_PORT: process.env.POSTERN_PORT ?? '8787',
+    POSTERN_DB: join(dir, 'postern.db'),
+    POSTERN_IMAP_HOST: env.imap.host,
+    POSTERN_IMAP_PORT: String(env.imap.port),
+    POSTERN_IMAP_MASTER_USER: env.master.user,
+    POSTERN_IMAP_MASTER_PASSWORD: env.master.password,
+    POSTERN_SMTP_HOST: env.smtp.host,
+    POSTERN_SMTP_PORT: String(env.smtp.port),
+  });
+  const postern = createPostern(config, pino({ level: process.env.POSTERN_LOG_LEVEL ?? 'warn' }));
+  const { admin } = postern;
+  const project = await admin.createProject('Demo');
+  const member = await admin.addMember(project.id, 'you@example.com');
+  const inbox = await admin.addInbox({ projectId: project.id, imapUser: demoUser, addresses: [demoUser] });
+  const vault = await admin.addInbox({ projectId: project.id, imapUser: vaultUser, addresses: [vaultUser], mode: 'zero-access' });
+  await admin.grant(member.id, inbox.id, 'owner');
+  await admin.grant(member.id, vault.id, 'owner');
+  const tokens: Record<string, string> = {};
+  for (const [name, scopes] of Object.entries(TOKEN_SETS)) tokens[name] = (await admin.createToken({ memberId: member.id, scopes })).token;
+  const session = await admin.createSession(member.id);
+
+  const { url } = await postern.listen();
+  const base = `${url}/v1`;
+  const app = `${url}/api/v1`;
+  const summary = {
+    baseUrl: base,
+    appUrl: app,
+    project: project.id,
+    member: member.id,
+    inboxes: { compatible: { id: inbox.id, address: demoUser }, zeroAccess: { id: vault.id, address: vaultUser } },
+    tokens: Object.fromEntries(Object.entries(TOKEN_SETS).map(([name, scopes]) => [name, { scopes, token: tokens[name] }])),
+    session: session.token,
+    mailApp: { imap: `${env.imap.host}:${env.imap.port}`, users: [demoUser, vaultUser], password: DEMO_PASSWORD, smtp: `${env.smtp.host}:${env.smtp.port}` },
+    try: [
+      `curl -s -H 'Authorization: Bearer ${tokens.read}' ${base}/inboxes`,
+      `curl -s -H 'Authorization: Bearer ${tokens.read}' ${base}/inboxes/${inbox.id}/labels`,
+      `curl -s -H 'x-svc-token: ${session.token}' ${app}/inboxes`,
+    ],
+  };
+  process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
+  process.stderr.write(`\nPostern is running at ${base} — try the curl lines above. Ctrl-C stops it.\n`);
+
+  await untilSignal();
+  await postern.close();
+  if (env.startedNow.length > 0) await down();
+}

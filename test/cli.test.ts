@@ -1,0 +1,174 @@
+// The staff CLI is a contract: commands, flags, one JSON object on stdout, exit codes.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { expect } from 'chai';
+import { ImapFlow } from 'imapflow';
+import { ROOT } from '../lib/paths.ts';
+import { envVars, mailEnv, unique } from './harness.ts';
+
+const BIN = join(ROOT, 'bin', 'postern');
+
+interface Run {
+  code: number;
+  out: Record<string, unknown>;
+  stdout: string;
+  stderr: string;
+}
+
+describe('staff CLI', function () {
+  this.timeout(60_000);
+  let dir: string;
+  let env: Record<string, string>;
+
+  const run = (...args: string[]): Promise<Run> =>
+    new Promise((resolve, reject) => {
+      const child = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (d: Buffer) => (stdout += d));
+      child.stderr.on('data', (d: Buffer) => (stderr += d));
+      child.on('error', reject);
+      child.on('close', (code) => {
+        const lines = stdout.trim().split('\n');
+        let out: Record<string, unknown> = {};
+        try {
+          out = JSON.parse(lines.at(-1) ?? '') as Record<string, unknown>;
+        } catch {
+          // Left empty: the assertion on `out` reports it.
+        }
+        resolve({ code: code ?? -1, out, stdout, stderr });
+      });
+    });
+
+  const ok = async (...args: string[]) => {
+    const r = await run(...args);
+    expect(r.code, `${args.join(' ')}\n${r.stdout}${r.stderr}`).to.equal(0);
+    expect(r.stdout.trim().split('\n'), 'exactly one line of JSON').to.have.length(1);
+    return r.out;
+  };
+
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'postern-cli-'));
+    env = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db') });
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('issues everything a caller needs, and `serve` honours it; revocations work at once', async () => {
+    const project = (await ok('admin', 'project', 'create', '--name', 'CLI test')).id as string;
+    expect(project).to.match(/^prj_[0-9A-Z]{26}$/);
+    const member = (await ok('admin', 'member', 'add', '--project', project, '--email', `${unique('ops')}@example.org`)).id as string;
+    expect(member).to.match(/^mem_[0-9A-Z]{26}$/);
+
+    const user = `${unique('cli')}@${mailEnv().domain}`;
+    const alias = `${unique('alias')}@${mailEnv().domain}`;
+    const inbox = await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user, '--address', alias, '--create-imap-user');
+    expect(inbox.id).to.match(/^ibx_[0-9A-Z]{26}$/);
+    expect(inbox.imapUser).to.equal(user);
+    // The created Dovecot user is real: a mail app can log in with the printed password.
+    const imap = new ImapFlow({ host: mailEnv().imap.host, port: mailEnv().imap.port, secure: false, auth: { user, pass: inbox.imapPassword as string }, logger: false });
+    await imap.connect();
+    await imap.logout();
+
+    const vaultAddress = `${unique('vault')}@${mailEnv().domain}`;
+    const vault = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', vaultAddress, '--address', vaultAddress, '--mode', 'zero-access')).id as string;
+
+    expect(await ok('admin', 'grant', '--member', member, '--inbox', inbox.id as string, '--role', 'owner')).to.deep.equal({ memberId: member, inboxId: inbox.id, role: 'owner' });
+    await ok('admin', 'grant', '--member', member, '--inbox', vault, '--role', 'reader');
+    const token = await ok('admin', 'token', 'create', '--member', member, '--scopes', 'messages:read,send', '--expires-in', '3600');
+    expect(token.id).to.match(/^tok_[0-9A-Z]{26}$/);
+    expect(token.token).to.match(new RegExp(`^svc_${token.id as string}_[A-Za-z0-9_-]{43}$`));
+    const narrowed = await ok('admin', 'token', 'create', '--member', member, '--scopes', 'messages:read', '--inboxes', vault);
+    const session = await ok('admin', 'session', 'create', '--member', member, '--expires-in', '600');
+    expect(session.token).to.match(/^ses_[0-9A-Z]{26}_[A-Za-z0-9_-]{43}$/);
+
+    const server = await serve(env);
+    try {
+      const list = async (headers: Record<string, string>, base = server.base) => {
+        const res = await fetch(`${base}/inboxes`, { headers });
+        return { status: res.status, body: (await res.json()) as { inboxes?: Array<{ inboxId: string; role: string; label?: string }> } };
+      };
+      const bearer = (t: unknown) => ({ authorization: `Bearer ${t as string}` });
+      const all = await list(bearer(token.token));
+      expect(all.status).to.equal(200);
+      expect(all.body.inboxes).to.deep.equal([
+        { inboxId: inbox.id, role: 'owner', label: user },
+        { inboxId: vault, role: 'reader', label: vaultAddress },
+      ]);
+      expect((await list(bearer(narrowed.token))).body.inboxes!.map((i) => i.inboxId)).to.deep.equal([vault]);
+      expect((await list({ 'x-svc-token': session.token as string }, server.app)).status).to.equal(200);
+
+      expect(await ok('admin', 'revoke', '--member', member, '--inbox', vault)).to.deep.equal({ revoked: true });
+      expect((await list(bearer(token.token))).body.inboxes!.map((i) => i.inboxId)).to.deep.equal([inbox.id]);
+
+      expect(await ok('admin', 'token', 'revoke', '--id', token.id as string)).to.deep.equal({ id: token.id, revoked: true });
+      expect((await list(bearer(token.token))).status).to.equal(401);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('serve --help lists the configuration', async () => {
+    const r = await run('serve', '--help');
+    expect(r.code).to.equal(0);
+    for (const name of ['POSTERN_DB', 'POSTERN_IMAP_MASTER_PASSWORD', 'REDIS_URL', 'POSTERN_TOKEN_TTL']) expect(r.stdout).to.contain(name);
+  });
+
+  const failures: Array<[string, string[], number, RegExp]> = [
+    ['a missing flag is a usage error', ['admin', 'project', 'create'], 2, /--name is required/],
+    ['an unknown flag is a usage error', ['admin', 'project', 'create', '--name', 'x', '--colour', 'red'], 2, /colour/],
+    ['an unknown command is a usage error', ['admin', 'project', 'delete', '--name', 'x'], 2, /unknown admin command/],
+    ['an unknown project', ['admin', 'member', 'add', '--project', 'prj_01M80W1F3RD7BV8C61QAP73X5Y', '--email', 'a@b.example'], 1, /no project/],
+    ['a bad e-mail', ['admin', 'member', 'add', '--project', 'prj_nope', '--email', 'nope'], 1, /no project|e-mail/],
+    ['an unknown member', ['admin', 'token', 'create', '--member', 'mem_01M80W1F3RD7BV8C61QAP73X5Y', '--scopes', 'send'], 1, /no member/],
+    ['a non-numeric expiry', ['admin', 'session', 'create', '--member', 'mem_x', '--expires-in', 'soon'], 2, /whole number/],
+    ['an unknown token', ['admin', 'token', 'revoke', '--id', 'tok_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no token/],
+  ];
+  for (const [what, args, code, message] of failures) {
+    it(`fails cleanly: ${what}`, async () => {
+      const r = await run(...args);
+      expect(r.code).to.equal(code);
+      expect(Object.keys(r.out)).to.deep.equal(['error']);
+      expect(r.out.error).to.match(message);
+    });
+  }
+
+  it('refuses bad scopes, roles, modes and duplicate inboxes with a clear error', async () => {
+    const project = (await ok('admin', 'project', 'create', '--name', 'errors')).id as string;
+    const member = (await ok('admin', 'member', 'add', '--project', project, '--email', 'x@example.org')).id as string;
+    const dup = await run('admin', 'member', 'add', '--project', project, '--email', 'X@example.org');
+    expect([dup.code, dup.out.error]).to.deep.equal([1, 'member with this email already exists']);
+    const badScope = await run('admin', 'token', 'create', '--member', member, '--scopes', 'messages:read,root');
+    expect(badScope.code).to.equal(1);
+    expect(badScope.out.error).to.match(/unknown scope root/);
+    const user = `${unique('d')}@${mailEnv().domain}`;
+    const badMode = await run('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user, '--mode', 'open');
+    expect(badMode.out.error).to.match(/mode must be one of/);
+    const inbox = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user)).id as string;
+    const again = await run('admin', 'inbox', 'add', '--project', project, '--imap-user', `${unique('e')}@x.example`, '--address', user);
+    expect(again.out.error).to.match(/address .* already exists/);
+    const badRole = await run('admin', 'grant', '--member', member, '--inbox', inbox, '--role', 'god');
+    expect(badRole.out.error).to.match(/role must be one of owner, member, reader/);
+  });
+});
+
+async function serve(env: Record<string, string>): Promise<{ base: string; app: string; stop(): Promise<void> }> {
+  const child: ChildProcess = spawn(BIN, ['serve'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const lines = createInterface({ input: child.stdout! });
+  const first = await new Promise<string>((resolve, reject) => {
+    lines.once('line', resolve);
+    child.once('exit', (code) => reject(new Error(`serve exited with ${code}`)));
+  });
+  const { baseUrl, appUrl } = JSON.parse(first) as { baseUrl: string; appUrl: string };
+  return {
+    base: baseUrl,
+    app: appUrl,
+    stop: () =>
+      new Promise((resolve) => {
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}
