@@ -5,12 +5,18 @@ import type { Server } from 'node:http';
 import { pino, type Logger } from 'pino';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
+import { ImapMailSource } from '../adapters/imap/source.ts';
 import { Access } from './auth/access.ts';
 import type { Config } from './config.ts';
 import { Admin } from './directory/admin.ts';
 import { createApp } from './http/app.ts';
 import { healthRoutes } from './http/routes/health.ts';
 import { inboxRoutes } from './http/routes/inboxes.ts';
+import { inboxEventRoutes } from './http/routes/inbox-events.ts';
+import { labelRoutes } from './http/routes/labels.ts';
+import { messageRoutes } from './http/routes/messages.ts';
+import { MailService } from './mail/service.ts';
 import { Validator } from './http/validate.ts';
 
 export interface Postern {
@@ -20,6 +26,9 @@ export interface Postern {
   access: Access;
   admin: Admin;
   validator: Validator;
+  /** The mail read API's domain, and the IMAP side behind it (pool, sync, watchers). */
+  mail: MailService;
+  mailSource: ImapMailSource;
   /** Starts listening; resolves with the bound address. */
   listen(): Promise<{ url: string; port: number }>;
   close(): Promise<void>;
@@ -31,13 +40,21 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const access = new Access(directory);
   const admin = new Admin(directory, { tokenTtlSeconds: config.tokenTtlSeconds, sessionTtlSeconds: config.sessionTtlSeconds });
   const validator = new Validator();
+  const mailIndex = new SqliteMailIndex(db);
+  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }) });
+  const mail = new MailService(mailIndex, mailSource);
 
   const app = createApp({
     access,
     log,
     trustProxy: config.http.trustProxy,
     publicRoutes: [healthRoutes(() => void db.prepare('SELECT 1').get())],
-    routes: [inboxRoutes(access)],
+    routes: [
+      inboxRoutes(access),
+      labelRoutes(access, mail),
+      messageRoutes(access, mail, validator),
+      inboxEventRoutes(access, mail, config.stream),
+    ],
   });
 
   let server: Server | null = null;
@@ -48,6 +65,8 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     access,
     admin,
     validator,
+    mail,
+    mailSource,
     async listen() {
       server = app.listen(config.http.port, config.http.host);
       await once(server, 'listening');
@@ -66,6 +85,8 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
         await closing;
         server = null;
       }
+      // Every IMAP connection and watcher, before the store they write to closes.
+      await mailSource.close();
       db.close();
     },
   };

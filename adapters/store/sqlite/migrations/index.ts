@@ -1,5 +1,6 @@
 // Every migration, in order. A migration is never edited once released: add the next one.
 import directory from './001_directory.ts';
+import mailIndex from './003_mail_index.ts';
 
 export interface Migration {
   version: number;
@@ -7,4 +8,7 @@ export interface Migration {
   sql: string;
 }
 
-export const migrations: Migration[] = [{ version: 1, name: 'directory', sql: directory }];
+export const migrations: Migration[] = [
+  { version: 1, name: 'directory', sql: directory },
+  { version: 3, name: 'mail_index', sql: mailIndex },
+];

@@ -1,0 +1,295 @@
+// IMAP connections to Dovecot, as the master user on behalf of each inbox's user (DESIGN.md 2).
+//
+// - Bounded per inbox (maxPerInbox) and in all (maxTotal). Each inbox has its own connections
+//   and queue, so work for one inbox never waits behind another's; at the global cap an idle
+//   connection of another inbox is closed to make room.
+// - A connection serves one task at a time (imapflow would queue commands on it, and a command
+//   issued from inside a running fetch deadlocks). Tasks never share a connection.
+// - Long work (downloads) runs in the "bulk" lane, which may use all but one connection of an
+//   inbox, so a listing or sync always finds one.
+// - Opening retries with backoff (Dovecot restarting); a task that fails because its connection
+//   died is retried once on a fresh one (every task here is idempotent).
+import { ImapFlow } from 'imapflow';
+import type { Logger } from 'pino';
+import { unavailable } from '../../lib/errors.ts';
+
+export interface ImapSettings {
+  host: string;
+  port: number;
+  secure: boolean;
+  masterUser: string;
+  masterPassword: string;
+  masterSeparator: string;
+  maxPerInbox: number;
+  maxTotal: number;
+}
+
+export type Lane = 'interactive' | 'bulk';
+
+interface Conn {
+  user: string;
+  client: ImapFlow;
+  idleTimer: NodeJS.Timeout | null;
+  lane: Lane | null;
+  /** Still counted in `total`: cleared exactly once, whichever way the connection goes. */
+  counted: boolean;
+}
+
+interface Slot {
+  idle: Conn[];
+  busy: Set<Conn>;
+  opening: number;
+  bulk: number;
+  waiters: Array<() => void>;
+}
+
+const IDLE_CLOSE_MS = 60_000;
+const OPEN_ATTEMPTS = 6; // 100 ms doubling: about 3 s of retries before giving up
+
+export class ImapPool {
+  private readonly slots = new Map<string, Slot>();
+  /** Woken when a connection closes anywhere: a task waiting at the global cap may proceed. */
+  private capWaiters: Array<() => void> = [];
+  private total = 0;
+  private closed = false;
+  private readonly dedicated = new Set<ImapFlow>();
+
+  constructor(
+    private readonly settings: ImapSettings,
+    private readonly log: Logger,
+  ) {}
+
+  /** Connections open now, in all. */
+  get size(): number {
+    return this.total;
+  }
+
+  async use<T>(user: string, task: (client: ImapFlow) => Promise<T>, lane: Lane = 'interactive'): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      const conn = await this.acquire(user, lane);
+      try {
+        const result = await task(conn.client);
+        this.release(conn);
+        return result;
+      } catch (err) {
+        const dead = !conn.client.usable;
+        if (dead) this.discard(conn);
+        else this.release(conn);
+        if (dead && attempt === 0 && !this.closed) {
+          this.log.debug({ err, user }, 'imap connection died during a task; retrying on a new one');
+          continue;
+        }
+        throw err;
+      }
+    }
+  }
+
+  /**
+   * A connection outside the pool's queues (the watcher's), counted against the global cap.
+   * The caller closes it; it is closed with the pool otherwise.
+   */
+  async openDedicated(user: string): Promise<ImapFlow> {
+    if (this.closed) throw unavailable('mail server connections are closed');
+    this.total++;
+    try {
+      const client = await this.connect(user);
+      this.dedicated.add(client);
+      client.once('close', () => {
+        if (this.dedicated.delete(client)) this.onClosed();
+      });
+      return client;
+    } catch (err) {
+      this.total--;
+      throw err;
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const all: ImapFlow[] = [...this.dedicated];
+    for (const slot of this.slots.values()) {
+      for (const c of [...slot.idle, ...slot.busy]) {
+        if (c.idleTimer) clearTimeout(c.idleTimer);
+        all.push(c.client);
+      }
+      for (const wake of slot.waiters.splice(0)) wake();
+    }
+    for (const wake of this.capWaiters.splice(0)) wake();
+    this.slots.clear();
+    this.dedicated.clear();
+    for (const client of all) client.close();
+    this.total = 0;
+  }
+
+  private slot(user: string): Slot {
+    let slot = this.slots.get(user);
+    if (!slot) this.slots.set(user, (slot = { idle: [], busy: new Set(), opening: 0, bulk: 0, waiters: [] }));
+    return slot;
+  }
+
+  private async acquire(user: string, lane: Lane): Promise<Conn> {
+    const { maxPerInbox, maxTotal } = this.settings;
+    for (;;) {
+      if (this.closed) throw unavailable('mail server connections are closed');
+      const slot = this.slot(user);
+      const laneOpen = lane === 'interactive' || maxPerInbox === 1 || slot.bulk < maxPerInbox - 1;
+      if (laneOpen) {
+        let conn: Conn | undefined;
+        while ((conn = slot.idle.pop())) {
+          if (conn.idleTimer) clearTimeout(conn.idleTimer);
+          conn.idleTimer = null;
+          if (conn.client.usable) return this.take(slot, conn, lane);
+          this.forget(slot, conn);
+        }
+        if (slot.busy.size + slot.opening < maxPerInbox) {
+          if (this.total >= maxTotal) this.evictIdle(user);
+          if (this.total < maxTotal) {
+            slot.opening++;
+            this.total++;
+            let client: ImapFlow;
+            try {
+              client = await this.connect(user);
+            } catch (err) {
+              slot.opening--;
+              this.total--;
+              this.wake(slot);
+              throw err;
+            }
+            slot.opening--;
+            const fresh: Conn = { user, client, idleTimer: null, lane: null, counted: true };
+            client.once('close', () => this.onConnClosed(fresh));
+            return this.take(slot, fresh, lane);
+          }
+          await new Promise<void>((resolve) => this.capWaiters.push(resolve));
+          continue;
+        }
+      }
+      await new Promise<void>((resolve) => slot.waiters.push(resolve));
+    }
+  }
+
+  private take(slot: Slot, conn: Conn, lane: Lane): Conn {
+    slot.busy.add(conn);
+    conn.lane = lane;
+    if (lane === 'bulk') slot.bulk++;
+    return conn;
+  }
+
+  private untake(slot: Slot, conn: Conn): boolean {
+    if (!slot.busy.delete(conn)) return false;
+    if (conn.lane === 'bulk') slot.bulk--;
+    conn.lane = null;
+    return true;
+  }
+
+  private release(conn: Conn): void {
+    const slot = this.slots.get(conn.user);
+    if (!slot || !this.untake(slot, conn)) return;
+    if (this.closed || !conn.client.usable) {
+      this.discard(conn);
+      return;
+    }
+    conn.idleTimer = setTimeout(() => {
+      const i = slot.idle.indexOf(conn);
+      if (i >= 0) {
+        slot.idle.splice(i, 1);
+        conn.client.close();
+      }
+    }, IDLE_CLOSE_MS);
+    conn.idleTimer.unref();
+    slot.idle.push(conn);
+    this.wake(slot);
+    // A task of another inbox waiting at the cap may close this one now that it is idle.
+    if (this.capWaiters.length > 0) this.capWaiters.shift()!();
+  }
+
+  private discard(conn: Conn): void {
+    const slot = this.slots.get(conn.user);
+    if (slot) this.forget(slot, conn);
+    conn.client.close();
+  }
+
+  private forget(slot: Slot, conn: Conn): void {
+    this.untake(slot, conn);
+    const i = slot.idle.indexOf(conn);
+    if (i >= 0) slot.idle.splice(i, 1);
+  }
+
+  private onConnClosed(conn: Conn): void {
+    if (this.closed) return;
+    if (conn.idleTimer) clearTimeout(conn.idleTimer);
+    const slot = this.slots.get(conn.user);
+    if (slot) {
+      const i = slot.idle.indexOf(conn);
+      if (i >= 0) slot.idle.splice(i, 1);
+      // A busy connection that closed is discarded by its task when it fails.
+    }
+    this.uncount(conn);
+    if (slot) this.wake(slot);
+  }
+
+  private uncount(conn: Conn): void {
+    if (!conn.counted) return;
+    conn.counted = false;
+    this.onClosed();
+  }
+
+  private onClosed(): void {
+    this.total = Math.max(0, this.total - 1);
+    if (this.capWaiters.length > 0) this.capWaiters.shift()!();
+  }
+
+  private wake(slot: Slot): void {
+    // Every waiter re-checks: a bulk waiter may not use what an interactive one can.
+    for (const wake of slot.waiters.splice(0)) wake();
+  }
+
+  /** At the global cap: close the longest-idle connection of another inbox. */
+  private evictIdle(exceptUser: string): void {
+    for (const [user, slot] of this.slots) {
+      if (user === exceptUser) continue;
+      const conn = slot.idle.shift();
+      if (conn) {
+        if (conn.idleTimer) clearTimeout(conn.idleTimer);
+        this.uncount(conn);
+        conn.client.close();
+        return;
+      }
+    }
+  }
+
+  private async connect(user: string): Promise<ImapFlow> {
+    const s = this.settings;
+    let delay = 100;
+    for (let attempt = 1; ; attempt++) {
+      const client = new ImapFlow({
+        host: s.host,
+        port: s.port,
+        secure: s.secure,
+        auth: { user: `${user}${s.masterSeparator}${s.masterUser}`, pass: s.masterPassword },
+        logger: false,
+        // Pool connections never idle: the watcher has its own connection (DESIGN.md 2).
+        disableAutoIdle: true,
+        qresync: true,
+        connectionTimeout: 10_000,
+        greetingTimeout: 5_000,
+        socketTimeout: 5 * 60_000,
+      });
+      // An 'error' event without a listener would crash the process; failures surface on commands.
+      client.on('error', (err: unknown) => this.log.debug({ err, user }, 'imap connection error'));
+      try {
+        await client.connect();
+        return client;
+      } catch (err) {
+        client.close();
+        const authFailed = (err as { authenticationFailed?: boolean }).authenticationFailed === true;
+        if (authFailed || this.closed || attempt >= OPEN_ATTEMPTS) {
+          this.log.warn({ err, user, attempt }, 'cannot open an imap connection');
+          throw unavailable('the mail server is not reachable; try again later');
+        }
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(delay * 2, 2000);
+      }
+    }
+  }
+}

@@ -1,0 +1,303 @@
+// What imapflow (pinned at 2.10.2) does not expose: Dovecot's X-GUID in FETCH and STATUS, LIST
+// with RETURN (STATUS ...), and NOTIFY. They go through imapflow's internal `exec`, the same
+// function its own commands use (see node_modules/imapflow/dist/esm/commands/fetch.js); the
+// internal shape is declared once here so nothing else reaches into the library.
+//
+// Rules of `exec`: the untagged handlers given with a command see that command's untagged
+// responses first; handler errors are only logged by imapflow, so they are kept and rethrown
+// here; the tagged result must be released with `next()` or the connection stalls. A handler
+// must never issue another command (the reader is parked until it returns).
+import type { ImapAttribute, ImapAttributeList, ImapFlow, ImapResponse } from 'imapflow';
+import type { ImapCompileNode } from 'imapflow/lib/handler/types.js';
+import { decodePath, parseEnvelope } from 'imapflow/lib/tools.js';
+import { normalizeImapFlags } from '../../lib/mail/flags.ts';
+import { specialUseOf, type SpecialUse } from '../../lib/mail/labels.ts';
+import type { MessageRecord } from '../../lib/mail/types.ts';
+import { createHash } from 'node:crypto';
+
+export type Untagged = (response: ImapResponse) => void | Promise<void>;
+
+interface ImapFlowInternals {
+  exec(command: string, attributes: ImapCompileNode[] | undefined, options?: { untagged?: Record<string, Untagged> }): Promise<{ next(): void }>;
+  untaggedHandlers: Record<string, Untagged | null | undefined>;
+  run(command: 'CLOSE', options: { unselect: boolean }): Promise<unknown>;
+}
+
+const internals = (client: ImapFlow): ImapFlowInternals => client as unknown as ImapFlowInternals;
+
+/** Runs one raw command; resolves when it completed, rejects with the first handler error. */
+export async function rawCommand(client: ImapFlow, command: string, attributes: ImapCompileNode[], untagged: Record<string, Untagged> = {}): Promise<void> {
+  let failure: unknown = null;
+  const guarded: Record<string, Untagged> = {};
+  for (const [name, handler] of Object.entries(untagged)) {
+    guarded[name] = async (response) => {
+      if (failure) return;
+      try {
+        await handler(response);
+      } catch (err) {
+        failure = err;
+      }
+    };
+  }
+  const result = await internals(client).exec(command, attributes, { untagged: guarded });
+  result.next();
+  if (failure) throw failure;
+}
+
+/** Handles untagged responses that arrive outside any command (NOTIFY's STATUS and LIST). */
+export function onUnsolicited(client: ImapFlow, name: string, handler: Untagged): void {
+  internals(client).untaggedHandlers[name] = handler;
+}
+
+/**
+ * Leaves the selected mailbox without expunging (UNSELECT, RFC 3691). Dovecot answers STATUS
+ * and LIST-STATUS for the selected mailbox from the session's own view, which does not see other
+ * sessions' changes until it syncs: a connection that keeps a mailbox selected would report it
+ * unchanged (verified on 2.3.19). Syncs therefore start unselected.
+ */
+export async function unselect(client: ImapFlow): Promise<void> {
+  if (client.mailbox) await internals(client).run('CLOSE', { unselect: true });
+}
+
+export const atom = (value: string): ImapCompileNode => ({ type: 'ATOM', value });
+export const str = (value: string): ImapCompileNode => ({ type: 'STRING', value });
+
+function isList(a: ImapAttribute | undefined): a is ImapAttributeList {
+  return Array.isArray(a);
+}
+
+/** The text of a token (atom, quoted string or literal); null for NIL or a list. */
+export function text(a: ImapAttribute | undefined): string | null {
+  if (!a || isList(a)) return null;
+  if (typeof a.value === 'string') return a.value;
+  if (Buffer.isBuffer(a.value)) return a.value.toString('utf8');
+  if (typeof a.value === 'number') return String(a.value);
+  return null;
+}
+
+function int(a: ImapAttribute | undefined): number | null {
+  const t = isList(a) ? text(a[0]) : text(a);
+  return t !== null && /^\d{1,19}$/.test(t) ? Number(t) : null;
+}
+
+/** Dovecot prints GUIDs as 32 hex digits (128 bits, dbox). Anything else (maildir) is hashed to 128 bits. */
+export function guid128(raw: string): string {
+  const lower = raw.toLowerCase();
+  return /^[0-9a-f]{32}$/.test(lower) ? lower : createHash('sha256').update(raw).digest('hex').slice(0, 32);
+}
+
+// ---------------------------------------------------------------------------------------------
+// LIST "" "*" RETURN (SPECIAL-USE STATUS (...X-GUID))
+
+export interface ListedMailbox {
+  path: string;
+  guid: string;
+  specialUse: SpecialUse | null;
+  selectable: boolean;
+  uidValidity: number;
+  uidNext: number;
+  highestModseq: number;
+  messages: number;
+}
+
+const STATUS_ITEMS = ['MESSAGES', 'UIDNEXT', 'UIDVALIDITY', 'HIGHESTMODSEQ', 'X-GUID'];
+
+export interface StatusValues {
+  messages?: number;
+  uidNext?: number;
+  uidValidity?: number;
+  highestModseq?: number;
+  guid?: string;
+}
+
+export function parseStatus(client: ImapFlow, response: ImapResponse): { path: string; values: StatusValues } | null {
+  const attrs = response.attributes ?? [];
+  const name = text(attrs[0]);
+  const list = attrs[1];
+  if (name === null || !isList(list)) return null;
+  const values: StatusValues = {};
+  for (let i = 0; i + 1 < list.length; i += 2) {
+    const key = text(list[i])?.toUpperCase();
+    const v = list[i + 1];
+    if (key === 'MESSAGES') values.messages = int(v) ?? 0;
+    else if (key === 'UIDNEXT') values.uidNext = int(v) ?? 0;
+    else if (key === 'UIDVALIDITY') values.uidValidity = int(v) ?? 0;
+    else if (key === 'HIGHESTMODSEQ') values.highestModseq = int(v) ?? 0;
+    else if (key === 'X-GUID') {
+      const g = text(v);
+      if (g) values.guid = guid128(g);
+    }
+  }
+  return { path: decodePath(client, name), values };
+}
+
+export async function listStatus(client: ImapFlow): Promise<ListedMailbox[]> {
+  const listed = new Map<string, { attributes: string[] }>();
+  const status = new Map<string, StatusValues>();
+  await rawCommand(
+    client,
+    'LIST',
+    [str(''), str('*'), atom('RETURN'), [atom('SPECIAL-USE'), atom('STATUS'), STATUS_ITEMS.map(atom)]],
+    {
+      LIST: (r) => {
+        const attrs = r.attributes ?? [];
+        const flags = isList(attrs[0]) ? attrs[0].map(text).filter((t): t is string => t !== null) : [];
+        const name = text(attrs[2]);
+        if (name !== null) listed.set(decodePath(client, name), { attributes: flags });
+      },
+      STATUS: (r) => {
+        const parsed = parseStatus(client, r);
+        if (parsed) status.set(parsed.path, parsed.values);
+      },
+    },
+  );
+  const out: ListedMailbox[] = [];
+  for (const [path, { attributes }] of listed) {
+    const lower = attributes.map((a) => a.toLowerCase());
+    const s = status.get(path);
+    const selectable = !lower.includes('\\noselect') && !lower.includes('\\nonexistent') && s?.guid !== undefined;
+    out.push({
+      path,
+      guid: s?.guid ?? '',
+      specialUse: specialUseOf(attributes),
+      selectable,
+      uidValidity: s?.uidValidity ?? 0,
+      uidNext: s?.uidNext ?? 0,
+      highestModseq: s?.highestModseq ?? 0,
+      messages: s?.messages ?? 0,
+    });
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// UID FETCH with X-GUID
+
+export interface FetchedRow {
+  uid: number;
+  modseq: number;
+  flags: string[] | null;
+  /** Present when X-GUID and the metadata items were asked for. */
+  message: MessageRecord | null;
+}
+
+export const FULL_ITEMS = ['UID', 'FLAGS', 'MODSEQ', 'X-GUID', 'RFC822.SIZE', 'INTERNALDATE', 'ENVELOPE'];
+export const FLAG_ITEMS = ['UID', 'FLAGS', 'MODSEQ'];
+
+type Address = { name?: string | undefined; address?: string | undefined };
+
+function formatAddresses(list: Address[] | undefined): string | null {
+  if (!list || list.length === 0) return null;
+  const parts = list.map((a) => (a.name ? (a.address ? `${a.name} <${a.address}>` : a.name) : (a.address ?? ''))).filter((s) => s !== '');
+  return parts.length > 0 ? parts.join(', ') : null;
+}
+
+function parseFetch(response: ImapResponse): FetchedRow | null {
+  const list = response.attributes?.[1];
+  if (!isList(list)) return null;
+  let uid: number | null = null;
+  let modseq = 0;
+  let flags: string[] | null = null;
+  let guid: string | null = null;
+  let size = 0;
+  let internalDate: number | null = null;
+  let envelope: ImapAttributeList | null = null;
+  for (let i = 0; i + 1 < list.length; i += 2) {
+    const key = text(list[i])?.toUpperCase();
+    const v = list[i + 1];
+    switch (key) {
+      case 'UID':
+        uid = int(v);
+        break;
+      case 'MODSEQ':
+        modseq = int(v) ?? 0;
+        break;
+      case 'FLAGS':
+        flags = isList(v) ? normalizeImapFlags(v.map(text).filter((t): t is string => t !== null)) : [];
+        break;
+      case 'X-GUID': {
+        const g = text(v);
+        guid = g ? guid128(g) : null;
+        break;
+      }
+      case 'RFC822.SIZE':
+        size = int(v) ?? 0;
+        break;
+      case 'INTERNALDATE': {
+        const t = Date.parse(text(v) ?? '');
+        internalDate = Number.isNaN(t) ? null : t;
+        break;
+      }
+      case 'ENVELOPE':
+        envelope = isList(v) ? v : null;
+        break;
+    }
+  }
+  if (uid === null) return null;
+  let message: MessageRecord | null = null;
+  if (guid) {
+    const env = envelope ? parseEnvelope(envelope) : {};
+    const date = env.date instanceof Date ? env.date.toISOString() : (env.date ?? null);
+    const from = formatAddresses(env.from);
+    const replyTo = formatAddresses(env.replyTo);
+    message = {
+      guid,
+      size,
+      receivedAt: internalDate ?? 0,
+      date: date || null,
+      from,
+      to: formatAddresses(env.to),
+      cc: formatAddresses(env.cc),
+      // IMAP fills an absent Reply-To with From (RFC 3501 7.4.2): only a different one is news.
+      replyTo: replyTo !== from ? replyTo : null,
+      subject: env.subject ?? null,
+      messageId: env.messageId ?? null,
+      inReplyTo: env.inReplyTo ?? null,
+      fromAddress: env.from?.[0]?.address?.toLowerCase() || null,
+    };
+  }
+  return { uid, modseq, flags, message };
+}
+
+export interface FetchOptions {
+  changedSince?: number;
+  /** Expunged UIDs (QRESYNC VANISHED), EARLIER or not. */
+  onVanished?: (ranges: Array<[number, number]>) => void;
+}
+
+/**
+ * UID FETCH of a range, one row at a time to `onRow` as the server sends them (bounded memory:
+ * imapflow does not read on while a handler runs).
+ */
+export async function uidFetch(client: ImapFlow, range: string, items: string[], onRow: (row: FetchedRow) => void, options: FetchOptions = {}): Promise<void> {
+  const attributes: ImapCompileNode[] = [{ type: 'SEQUENCE', value: range }, items.map(atom)];
+  if (options.changedSince !== undefined) {
+    attributes.push([atom('CHANGEDSINCE'), atom(String(options.changedSince)), ...(options.onVanished ? [atom('VANISHED')] : [])]);
+  }
+  const untagged: Record<string, Untagged> = {
+    FETCH: (r) => {
+      const row = parseFetch(r);
+      if (row) onRow(row);
+    },
+  };
+  if (options.onVanished) {
+    const onVanished = options.onVanished;
+    untagged.VANISHED = (r) => onVanished(parseVanished(r));
+  }
+  await rawCommand(client, 'UID FETCH', attributes, untagged);
+}
+
+/** `* VANISHED (EARLIER) 1:3,7` → [[1, 3], [7, 7]] */
+export function parseVanished(response: ImapResponse): Array<[number, number]> {
+  const attrs = response.attributes ?? [];
+  const set = text(attrs.find((a) => !isList(a)) ?? null);
+  const out: Array<[number, number]> = [];
+  for (const part of (set ?? '').split(',')) {
+    const m = /^(\d+)(?::(\d+))?$/.exec(part);
+    if (!m) continue;
+    const a = Number(m[1]);
+    const b = m[2] ? Number(m[2]) : a;
+    out.push([Math.min(a, b), Math.max(a, b)]);
+  }
+  return out;
+}

@@ -1,0 +1,254 @@
+// The index sync (DESIGN.md 4). One pass: LIST-STATUS says which labels changed; for each,
+// EXAMINE, then `UID FETCH 1:<known> (FLAGS) (CHANGEDSINCE m VANISHED)` for flag changes and
+// expunges, then `UID FETCH <uidnext>:*` with X-GUID for additions. A new UIDVALIDITY re-seeds
+// the label, emitting only what really differs by GUID. A count that still disagrees with the
+// server is reconciled with UID SEARCH ALL.
+//
+// Every diff is applied in a transaction and only then published as LiveChanges: what the stream
+// says is exactly what the index now holds. Passes of one inbox never overlap (see source.ts).
+import type { ImapFlow } from 'imapflow';
+import type { Logger } from 'pino';
+import { idFromGuid } from '../../lib/ids.ts';
+import { fromImapFlags } from '../../lib/mail/flags.ts';
+import type { IndexOp, LabelState, LiveChange, Location, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
+import { FLAG_ITEMS, FULL_ITEMS, listStatus, uidFetch, unselect, type FetchedRow, type ListedMailbox } from './raw.ts';
+
+const BATCH = 500;
+
+export type Publish = (inboxId: string, changes: LiveChange[]) => void;
+
+/** Collects ops and their live changes; flushes both every BATCH ops. */
+class Batch {
+  private ops: IndexOp[] = [];
+  private changes: LiveChange[] = [];
+
+  constructor(
+    private readonly store: MailIndexStore,
+    private readonly inboxId: string,
+    private readonly publish: Publish | null,
+  ) {}
+
+  add(op: IndexOp, change: LiveChange | null): void {
+    this.ops.push(op);
+    if (change && this.publish) this.changes.push(change);
+    if (this.ops.length >= BATCH) this.flush();
+  }
+
+  /** Changes already in the index. */
+  announce(changes: LiveChange[]): void {
+    this.flush();
+    if (this.publish) this.publish(this.inboxId, changes);
+  }
+
+  flush(label?: LabelState): void {
+    if (this.ops.length === 0 && !label) return;
+    this.store.apply(this.inboxId, this.ops, label);
+    const changes = this.changes;
+    this.ops = [];
+    this.changes = [];
+    if (changes.length > 0) this.publish?.(this.inboxId, changes);
+  }
+}
+
+const added = (msgGuid: string, labelGuid: string, uid: number): LiveChange => ({
+  type: 'message.added',
+  msgId: idFromGuid('msg', msgGuid),
+  labelId: idFromGuid('lbl', labelGuid),
+  uid,
+});
+const removed = (l: Pick<Location, 'msgGuid' | 'labelGuid'>): LiveChange => ({
+  type: 'message.removed',
+  msgId: idFromGuid('msg', l.msgGuid),
+  labelId: idFromGuid('lbl', l.labelGuid),
+});
+const flagsChanged = (l: Pick<Location, 'msgGuid' | 'labelGuid'>, flags: string[]): LiveChange => ({
+  type: 'message.flags',
+  msgId: idFromGuid('msg', l.msgGuid),
+  labelId: idFromGuid('lbl', l.labelGuid),
+  flags: fromImapFlags(flags).flags,
+});
+
+const sameFlags = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((f, i) => f === b[i]);
+
+export interface SyncStats {
+  labelsChecked: number;
+  labelsSynced: number;
+}
+
+export class IndexSync {
+  constructor(
+    private readonly store: MailIndexStore,
+    private readonly publish: Publish,
+    private readonly log: Logger,
+  ) {}
+
+  /** One full pass over the inbox on the given connection. */
+  async run(client: ImapFlow, inbox: MailInbox): Promise<SyncStats> {
+    // A first fill (a new inbox, or a lost index) is silent: nothing changed, the index was empty.
+    const seeded = this.store.isSeeded(inbox.id);
+    const publish = seeded ? this.publish : null;
+    await unselect(client);
+    const listed = await listStatus(client);
+    const known = new Map(this.store.labels(inbox.id).map((l) => [l.guid, l]));
+    const stats: SyncStats = { labelsChecked: 0, labelsSynced: 0 };
+    for (const box of listed) {
+      if (!box.selectable) continue;
+      stats.labelsChecked++;
+      const state = known.get(box.guid) ?? null;
+      known.delete(box.guid);
+      if (await this.syncLabel(client, inbox, box, state, publish)) stats.labelsSynced++;
+    }
+    // Labels deleted on the server: their messages left them.
+    for (const gone of known.values()) {
+      const locations = this.store.dropLabel(inbox.id, gone.guid);
+      if (publish && locations.length > 0) publish(inbox.id, locations.map(removed));
+    }
+    if (!seeded) this.store.markSeeded(inbox.id, true);
+    await unselect(client);
+    return stats;
+  }
+
+  private async syncLabel(client: ImapFlow, inbox: MailInbox, box: ListedMailbox, state: LabelState | null, publish: Publish | null): Promise<boolean> {
+    const renamed = state !== null && (state.path !== box.path || state.specialUse !== box.specialUse);
+    if (
+      state &&
+      state.uidValidity === box.uidValidity &&
+      state.uidNext === box.uidNext &&
+      state.highestModseq === box.highestModseq &&
+      this.store.countIn(inbox.id, box.guid) === box.messages
+    ) {
+      if (renamed) this.store.apply(inbox.id, [], { ...state, path: box.path, specialUse: box.specialUse });
+      return false;
+    }
+    const mailbox = await client.mailboxOpen(box.path, { readOnly: true });
+    // Every value below comes from this mailbox's own EXAMINE (never another folder's: see the
+    // EmailEngine warning in DESIGN.md 2).
+    const uidValidity = Number(mailbox.uidValidity);
+    const modseqAtOpen = Number(mailbox.highestModseq ?? 0n);
+    const uidNextAtOpen = mailbox.uidNext;
+    const labelGuid = box.guid;
+    const batch = new Batch(this.store, inbox.id, publish);
+
+    if (!state || state.uidValidity !== uidValidity) {
+      // A new label in a seeded inbox reports its messages as added: a mail app made it and
+      // filled it. A new UIDVALIDITY re-seeds, reporting only what differs by GUID.
+      await this.reseed(client, inbox, labelGuid, state !== null, batch);
+    } else {
+      if (state.uidNext > 1 && modseqAtOpen > state.highestModseq) {
+        await uidFetch(
+          client,
+          `1:${state.uidNext - 1}`,
+          FLAG_ITEMS,
+          (row) => this.flagRow(inbox.id, labelGuid, row, batch),
+          { changedSince: state.highestModseq, onVanished: (ranges) => this.vanished(inbox.id, labelGuid, ranges, batch) },
+        );
+      }
+      if (uidNextAtOpen > state.uidNext) {
+        await uidFetch(client, `${state.uidNext}:*`, FULL_ITEMS, (row) => {
+          if (row.uid >= state.uidNext) this.newRow(labelGuid, row, batch);
+        });
+      }
+    }
+    batch.flush();
+    let uidNext = Math.max(uidNextAtOpen, state?.uidValidity === uidValidity ? state.uidNext : 1);
+    const maxIndexed = this.maxUid(inbox.id, labelGuid);
+    uidNext = Math.max(uidNext, maxIndexed + 1);
+
+    // The safety net: the server's count must match the index. A difference left after the
+    // incremental steps (an expunge reported outside our commands) is settled by the UID list.
+    const status = await client.status(box.path, { messages: true });
+    const serverCount = status && typeof status.messages === 'number' ? status.messages : null;
+    if (serverCount !== null && serverCount !== this.store.countIn(inbox.id, labelGuid)) {
+      await this.reconcile(client, inbox.id, labelGuid, uidNext, batch);
+    }
+    batch.flush({ guid: labelGuid, path: box.path, specialUse: box.specialUse, uidValidity, uidNext, highestModseq: modseqAtOpen });
+    return true;
+  }
+
+  private maxUid(inboxId: string, labelGuid: string): number {
+    const [top] = this.store.page(inboxId, labelGuid, null, 1);
+    return top?.location.uid ?? 0;
+  }
+
+  private newRow(labelGuid: string, row: FetchedRow, batch: Batch): void {
+    if (!row.message || !row.flags) return;
+    const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
+    batch.add({ op: 'put', message: row.message, location }, added(row.message.guid, labelGuid, row.uid));
+  }
+
+  private flagRow(inboxId: string, labelGuid: string, row: FetchedRow, batch: Batch): void {
+    if (!row.flags) return;
+    const [known] = this.store.locations(inboxId, labelGuid, [row.uid]);
+    if (!known || sameFlags(known.flags, row.flags)) return;
+    batch.add({ op: 'flags', labelGuid, uid: row.uid, modseq: row.modseq, flags: row.flags }, flagsChanged(known, row.flags));
+  }
+
+  private vanished(inboxId: string, labelGuid: string, ranges: Array<[number, number]>, batch: Batch): void {
+    for (const [from, to] of ranges) {
+      // The server may name UIDs we never had; only what the index holds is removed.
+      for (let after = from - 1; ; ) {
+        const rows = this.store.uidsOf(inboxId, labelGuid, after, 1000).filter((r) => r.uid <= to);
+        for (const r of rows) batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid }));
+        if (rows.length < 1000) break;
+        after = rows.at(-1)!.uid;
+      }
+    }
+  }
+
+  /** Fills a label from scratch in batches; with `diff`, publishes only GUID-level differences. */
+  private async reseed(client: ImapFlow, inbox: MailInbox, labelGuid: string, diff: boolean, batch: Batch): Promise<void> {
+    const before = new Set<string>();
+    if (diff) {
+      for (let after = 0; ; ) {
+        const rows = this.store.uidsOf(inbox.id, labelGuid, after, 5000);
+        for (const r of rows) before.add(r.msgGuid);
+        if (rows.length < 5000) break;
+        after = rows.at(-1)!.uid;
+      }
+      // The old UIDs mean nothing now: clear them without reporting, then report by GUID.
+      this.dropLocationsSilently(inbox.id, labelGuid);
+    }
+    const after = new Set<string>();
+    await uidFetch(client, '1:*', FULL_ITEMS, (row) => {
+      if (!row.message || !row.flags) return;
+      if (diff) after.add(row.message.guid);
+      const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
+      const isNew = !before.has(row.message.guid);
+      batch.add({ op: 'put', message: row.message, location }, isNew ? added(row.message.guid, labelGuid, row.uid) : null);
+    });
+    batch.flush();
+    if (diff) {
+      // Already out of the index (the old locations were cleared above): only the news is left.
+      const gone = [...before].filter((g) => !after.has(g)).map((msgGuid) => removed({ msgGuid, labelGuid }));
+      if (gone.length > 0) batch.announce(gone);
+    }
+  }
+
+  private dropLocationsSilently(inboxId: string, labelGuid: string): void {
+    const state = this.store.label(inboxId, labelGuid);
+    this.store.dropLabel(inboxId, labelGuid);
+    if (state) this.store.apply(inboxId, [], { ...state, uidNext: 1, highestModseq: 0 });
+  }
+
+  /** Settles the index against the server's full UID list of the label. */
+  private async reconcile(client: ImapFlow, inboxId: string, labelGuid: string, uidNext: number, batch: Batch): Promise<void> {
+    const found = await client.search({ all: true }, { uid: true });
+    const onServer = new Set(found || []);
+    this.log.debug({ inboxId, labelGuid, server: onServer.size }, 'reconciling a label by its UID list');
+    const missing: number[] = [];
+    for (let after = 0; ; ) {
+      const rows = this.store.uidsOf(inboxId, labelGuid, after, 5000);
+      for (const r of rows) {
+        if (!onServer.has(r.uid)) batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid }));
+        else onServer.delete(r.uid);
+      }
+      if (rows.length < 5000) break;
+      after = rows.at(-1)!.uid;
+    }
+    // UIDs the index lacks below uidNext (at or above it, the next pass fetches them).
+    for (const uid of onServer) if (uid < uidNext) missing.push(uid);
+    if (missing.length > 0) {
+      await uidFetch(client, missing.join(','), FULL_ITEMS, (row) => this.newRow(labelGuid, row, batch));
+    }
+  }
+}

@@ -1,0 +1,104 @@
+// The watcher of one inbox (DESIGN.md 4): its own IMAP connection that only listens. INBOX is
+// EXAMINEd so its changes arrive at once (EXISTS / FETCH / VANISHED under IDLE); NOTIFY (RFC
+// 5465) reports every other folder as `* STATUS` (Dovecot coalesces them, ~0.5 s) and folder
+// creation, deletion and renames as `* LIST`. The watcher does not interpret any of it: each
+// signal asks for a sync, and the sync's diffs are the live changes. A poll every `pollMs` and
+// every reconnect ask for one too, so a lost signal or a dropped connection delays a change but
+// never loses it.
+import type { ImapFlow } from 'imapflow';
+import type { Logger } from 'pino';
+import { atom, onUnsolicited, rawCommand } from './raw.ts';
+
+export interface WatcherOptions {
+  open: () => Promise<ImapFlow>;
+  /** Something may have changed: sync. */
+  onSignal: () => void;
+  log: Logger;
+  pollMs: number;
+}
+
+const EVENTS = ['MessageNew', 'MessageExpunge', 'FlagChange'];
+
+export class Watcher {
+  private client: ImapFlow | null = null;
+  private stopped = false;
+  private backoff = 100;
+  private retryTimer: NodeJS.Timeout | null = null;
+  private readonly poll: NodeJS.Timeout;
+  /** Connected and listening: reads may trust the index without a sync of their own. */
+  live = false;
+  /** Settles after the first attempt to connect, whether it worked or not. */
+  readonly started: Promise<void>;
+
+  constructor(private readonly o: WatcherOptions) {
+    this.poll = setInterval(() => o.onSignal(), o.pollMs);
+    this.poll.unref();
+    this.started = this.connect();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.live = false;
+    clearInterval(this.poll);
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    const client = this.client;
+    this.client = null;
+    client?.close();
+  }
+
+  private async connect(): Promise<void> {
+    if (this.stopped) return;
+    let client: ImapFlow | null = null;
+    try {
+      client = await this.o.open();
+      if (this.stopped) {
+        client.close();
+        return;
+      }
+      this.client = client;
+      const signal = () => this.o.onSignal();
+      client.on('close', () => this.dropped(client!));
+      for (const event of ['exists', 'expunge', 'flags']) client.on(event, signal);
+      onUnsolicited(client, 'STATUS', signal);
+      onUnsolicited(client, 'LIST', signal);
+      await client.mailboxOpen('INBOX', { readOnly: true });
+      await rawCommand(client, 'NOTIFY', [
+        atom('SET'),
+        atom('STATUS'),
+        [atom('SELECTED'), [atom('MessageNew'), [atom('UID'), atom('FLAGS')], atom('MessageExpunge'), atom('FlagChange')]],
+        [atom('PERSONAL'), [...EVENTS.map(atom), atom('MailboxName')]],
+      ]);
+      // imapflow re-enters IDLE every maxIdleTime on its own; the returned promise ends with it.
+      client.idle().catch((err: unknown) => this.o.log.debug({ err }, 'watcher idle ended'));
+      this.live = true;
+      this.backoff = 100;
+      // Whatever happened while no one was listening (first start, or a reconnect).
+      this.o.onSignal();
+    } catch (err) {
+      this.o.log.warn({ err }, 'inbox watcher could not connect; retrying');
+      client?.close();
+      this.retry();
+    }
+  }
+
+  private dropped(client: ImapFlow): void {
+    if (this.client !== client) return;
+    this.client = null;
+    this.live = false;
+    if (!this.stopped) {
+      this.o.log.info('inbox watcher lost its connection; reconnecting');
+      this.retry();
+    }
+  }
+
+  private retry(): void {
+    if (this.stopped || this.retryTimer) return;
+    const delay = this.backoff;
+    this.backoff = Math.min(this.backoff * 2, 5000);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      void this.connect();
+    }, delay);
+    this.retryTimer.unref();
+  }
+}

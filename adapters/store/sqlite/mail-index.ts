@@ -1,0 +1,208 @@
+// The mailbox index in SQLite (DESIGN.md 4). Statements are prepared once; every write goes
+// through one transaction per batch so a label's sync state never runs ahead of its rows.
+import type { Statement } from 'better-sqlite3';
+import type { SpecialUse } from '../../../lib/mail/labels.ts';
+import type { IndexOp, LabelState, Location, MailIndexStore, MessageRecord, PageRow } from '../../../lib/mail/types.ts';
+import type { Db } from './db.ts';
+
+interface LabelRow {
+  guid: string;
+  path: string;
+  special_use: string | null;
+  uid_validity: number;
+  uid_next: number;
+  highest_modseq: number;
+}
+
+interface MessageRow {
+  guid: string;
+  size: number;
+  received_at: number;
+  date: string | null;
+  from_text: string | null;
+  to_text: string | null;
+  cc_text: string | null;
+  reply_to_text: string | null;
+  subject: string | null;
+  message_id: string | null;
+  in_reply_to: string | null;
+  from_address: string | null;
+}
+
+interface LocationRow {
+  label_guid: string;
+  uid: number;
+  msg_guid: string;
+  modseq: number;
+  flags: string;
+}
+
+const toLabel = (r: LabelRow): LabelState => ({
+  guid: r.guid,
+  path: r.path,
+  specialUse: r.special_use as SpecialUse | null,
+  uidValidity: r.uid_validity,
+  uidNext: r.uid_next,
+  highestModseq: r.highest_modseq,
+});
+
+const toMessage = (r: MessageRow): MessageRecord => ({
+  guid: r.guid,
+  size: r.size,
+  receivedAt: r.received_at,
+  date: r.date,
+  from: r.from_text,
+  to: r.to_text,
+  cc: r.cc_text,
+  replyTo: r.reply_to_text,
+  subject: r.subject,
+  messageId: r.message_id,
+  inReplyTo: r.in_reply_to,
+  fromAddress: r.from_address,
+});
+
+const toLocation = (r: LocationRow): Location => ({
+  labelGuid: r.label_guid,
+  uid: r.uid,
+  msgGuid: r.msg_guid,
+  modseq: r.modseq,
+  flags: JSON.parse(r.flags) as string[],
+});
+
+const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() === '\\seen') ? 1 : 0);
+
+const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
+
+export class SqliteMailIndex implements MailIndexStore {
+  private readonly s: Record<string, Statement>;
+  private readonly applyTx: (inboxId: string, ops: readonly IndexOp[], label?: LabelState) => void;
+  private readonly dropTx: (inboxId: string, guid: string) => Location[];
+
+  constructor(private readonly db: Db) {
+    const p = (sql: string) => db.prepare(sql);
+    this.s = {
+      seeded: p('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck(),
+      markSeeded: p('INSERT INTO mail_inboxes (inbox_id, seeded) VALUES (?, ?) ON CONFLICT (inbox_id) DO UPDATE SET seeded = excluded.seeded'),
+      labels: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq FROM mail_labels WHERE inbox_id = ?'),
+      label: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
+      putLabel: p(`INSERT INTO mail_labels (inbox_id, guid, path, special_use, uid_validity, uid_next, highest_modseq)
+        VALUES (@inboxId, @guid, @path, @specialUse, @uidValidity, @uidNext, @highestModseq)
+        ON CONFLICT (inbox_id, guid) DO UPDATE SET path = excluded.path, special_use = excluded.special_use,
+          uid_validity = excluded.uid_validity, uid_next = excluded.uid_next, highest_modseq = excluded.highest_modseq`),
+      counts: p('SELECT label_guid, count(*) AS total, count(*) - sum(seen) AS unread FROM mail_locations WHERE inbox_id = ? GROUP BY label_guid'),
+      putMessage: p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address)
+        VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress)
+        ON CONFLICT (inbox_id, guid) DO NOTHING`),
+      putLocation: p(`INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
+        VALUES (?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (inbox_id, label_guid, uid) DO UPDATE SET msg_guid = excluded.msg_guid, modseq = excluded.modseq, flags = excluded.flags, seen = excluded.seen`),
+      setFlags: p('UPDATE mail_locations SET modseq = ?, flags = ?, seen = ? WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
+      locationAt: p('SELECT msg_guid FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?').pluck(),
+      removeLocation: p('DELETE FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
+      // A message lives as long as some label holds it.
+      gcMessage: p(`DELETE FROM mail_messages WHERE inbox_id = ? AND guid = ?
+        AND NOT EXISTS (SELECT 1 FROM mail_locations WHERE inbox_id = ? AND msg_guid = ?)`),
+      labelLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND label_guid = ?'),
+      dropLocations: p('DELETE FROM mail_locations WHERE inbox_id = ? AND label_guid = ?'),
+      dropLabel: p('DELETE FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
+      locationByUid: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
+      uidsOf: p('SELECT uid, msg_guid AS msgGuid FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid > ? ORDER BY uid LIMIT ?'),
+      countIn: p('SELECT count(*) FROM mail_locations WHERE inbox_id = ? AND label_guid = ?').pluck(),
+      page: p(`SELECT l.label_guid, l.uid, l.msg_guid, l.modseq, l.flags, ${MESSAGE_COLUMNS}
+        FROM mail_locations l JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
+        WHERE l.inbox_id = ? AND l.label_guid = ? AND l.uid < ? ORDER BY l.uid DESC LIMIT ?`),
+      message: p(`SELECT ${MESSAGE_COLUMNS} FROM mail_messages m WHERE m.inbox_id = ? AND m.guid = ?`),
+      messageLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND msg_guid = ?'),
+    };
+
+    this.applyTx = db.transaction((inboxId: string, ops: readonly IndexOp[], label?: LabelState) => {
+      const orphans = new Set<string>();
+      for (const op of ops) {
+        if (op.op === 'put') {
+          const m = op.message;
+          this.s.putMessage!.run({ inboxId, ...m });
+          const l = op.location;
+          const previous = this.s.locationAt!.get(inboxId, l.labelGuid, l.uid) as string | undefined;
+          if (previous !== undefined && previous !== l.msgGuid) orphans.add(previous);
+          this.s.putLocation!.run(inboxId, l.labelGuid, l.uid, l.msgGuid, l.modseq, JSON.stringify(l.flags), isSeen(l.flags));
+        } else if (op.op === 'flags') {
+          this.s.setFlags!.run(op.modseq, JSON.stringify(op.flags), isSeen(op.flags), inboxId, op.labelGuid, op.uid);
+        } else {
+          const guid = this.s.locationAt!.get(inboxId, op.labelGuid, op.uid) as string | undefined;
+          if (guid === undefined) continue;
+          this.s.removeLocation!.run(inboxId, op.labelGuid, op.uid);
+          orphans.add(guid);
+        }
+      }
+      for (const guid of orphans) this.s.gcMessage!.run(inboxId, guid, inboxId, guid);
+      if (label) this.s.putLabel!.run({ inboxId, ...label });
+    });
+
+    this.dropTx = db.transaction((inboxId: string, guid: string) => {
+      const removed = (this.s.labelLocations!.all(inboxId, guid) as LocationRow[]).map(toLocation);
+      this.s.dropLocations!.run(inboxId, guid);
+      this.s.dropLabel!.run(inboxId, guid);
+      for (const g of new Set(removed.map((l) => l.msgGuid))) this.s.gcMessage!.run(inboxId, g, inboxId, g);
+      return removed;
+    });
+  }
+
+  isSeeded(inboxId: string): boolean {
+    return this.s.seeded!.get(inboxId) === 1;
+  }
+
+  markSeeded(inboxId: string, seeded: boolean): void {
+    this.s.markSeeded!.run(inboxId, seeded ? 1 : 0);
+  }
+
+  labels(inboxId: string): LabelState[] {
+    return (this.s.labels!.all(inboxId) as LabelRow[]).map(toLabel);
+  }
+
+  label(inboxId: string, guid: string): LabelState | null {
+    const row = this.s.label!.get(inboxId, guid) as LabelRow | undefined;
+    return row ? toLabel(row) : null;
+  }
+
+  counts(inboxId: string): Map<string, { total: number; unread: number }> {
+    const rows = this.s.counts!.all(inboxId) as Array<{ label_guid: string; total: number; unread: number }>;
+    return new Map(rows.map((r) => [r.label_guid, { total: r.total, unread: r.unread }]));
+  }
+
+  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): void {
+    this.applyTx(inboxId, ops, label);
+  }
+
+  dropLabel(inboxId: string, guid: string): Location[] {
+    return this.dropTx(inboxId, guid);
+  }
+
+  locations(inboxId: string, labelGuid: string, uids: readonly number[]): Location[] {
+    const out: Location[] = [];
+    for (const uid of uids) {
+      const row = this.s.locationByUid!.get(inboxId, labelGuid, uid) as LocationRow | undefined;
+      if (row) out.push(toLocation(row));
+    }
+    return out;
+  }
+
+  uidsOf(inboxId: string, labelGuid: string, afterUid: number, limit: number): Array<{ uid: number; msgGuid: string }> {
+    return this.s.uidsOf!.all(inboxId, labelGuid, afterUid, limit) as Array<{ uid: number; msgGuid: string }>;
+  }
+
+  countIn(inboxId: string, labelGuid: string): number {
+    return this.s.countIn!.get(inboxId, labelGuid) as number;
+  }
+
+  page(inboxId: string, labelGuid: string, before: number | null, limit: number): PageRow[] {
+    // UIDs are 32-bit: 2^32 is above every UID.
+    const rows = this.s.page!.all(inboxId, labelGuid, before ?? 2 ** 32, limit) as Array<LocationRow & MessageRow>;
+    return rows.map((r) => ({ message: toMessage(r), location: toLocation(r) }));
+  }
+
+  message(inboxId: string, msgGuid: string): { message: MessageRecord; locations: Location[] } | null {
+    const row = this.s.message!.get(inboxId, msgGuid) as MessageRow | undefined;
+    if (!row) return null;
+    return { message: toMessage(row), locations: (this.s.messageLocations!.all(inboxId, msgGuid) as LocationRow[]).map(toLocation) };
+  }
+}

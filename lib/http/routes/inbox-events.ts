@@ -1,0 +1,38 @@
+// GET /inboxes/{inbox}/events (spec 6.1): the inbox's live changes as Server-Sent Events.
+import type { Access } from '../../auth/access.ts';
+import type { Config } from '../../config.ts';
+import type { MailService } from '../../mail/service.ts';
+import type { LiveChange } from '../../mail/types.ts';
+import { allow, DEFAULT_RULE } from '../authenticate.ts';
+import type { AppRouter } from '../context.ts';
+import { formatFrame, SseStream } from '../sse.ts';
+
+// Every subscriber of an inbox receives the same change object: serialize it once for all.
+const frames = new WeakMap<LiveChange, string>();
+function frameOf(change: LiveChange): string {
+  let text = frames.get(change);
+  if (text === undefined) frames.set(change, (text = formatFrame({ event: change.type, data: JSON.stringify(change) })));
+  return text;
+}
+
+export function inboxEventRoutes(access: Access, mail: MailService, stream: Config['stream']) {
+  return (router: AppRouter): void => {
+    router.get('/inboxes/:inbox/events', allow(access, DEFAULT_RULE), async (ctx) => {
+      // Access is settled before anything is streamed: errors are still plain JSON responses.
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
+      const pending: string[] = [];
+      let sse: SseStream | null = null;
+      const unwatch = await mail.watch(inbox, (change) => {
+        if (sse) sse.write(frameOf(change));
+        else pending.push(frameOf(change));
+      });
+      if (ctx.req.destroyed) {
+        await unwatch();
+        return;
+      }
+      sse = new SseStream(ctx, { heartbeatMs: stream.heartbeatMs, maxDurationMs: stream.maxDurationMs });
+      sse.onClose(() => void unwatch());
+      for (const text of pending) sse.write(text);
+    });
+  };
+}

@@ -1,0 +1,51 @@
+// Message listing, detail and flags (spec 4.3, 3.1).
+import type { Access } from '../../auth/access.ts';
+import { badRequest } from '../../errors.ts';
+import type { WebFlag } from '../../mail/flags.ts';
+import type { MailService } from '../../mail/service.ts';
+import { allow, DEFAULT_RULE } from '../authenticate.ts';
+import { readJson } from '../body.ts';
+import type { AppRouter } from '../context.ts';
+import type { Validator } from '../validate.ts';
+
+const LIST_QUERY = 'https://postern.dev/schemas/mail.json#/$defs/MessageListQuery';
+const FLAG_CHANGE = 'https://postern.dev/schemas/mail.json#/$defs/FlagChange';
+
+/** If-None-Match holds one or more ETags (or *); weak ones compare by their opaque part. */
+function matches(header: string, etag: string): boolean {
+  if (header.trim() === '*') return true;
+  const bare = etag.replace(/^W\//, '');
+  return header.split(',').some((t) => t.trim().replace(/^W\//, '') === bare);
+}
+
+export function messageRoutes(access: Access, mail: MailService, validator: Validator) {
+  return (router: AppRouter): void => {
+    router.get('/inboxes/:inbox/labels/:label/messages', allow(access, DEFAULT_RULE), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
+      const query = validator.query<{ limit: number; before?: number }>(LIST_QUERY, ctx.query);
+      ctx.body = await mail.messages(inbox, ctx.params.label!, query);
+    });
+
+    router.get('/inboxes/:inbox/messages/:msg', allow(access, DEFAULT_RULE), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
+      const { detail, etag } = await mail.message(inbox, ctx.params.msg!);
+      // Private: a browser may keep it, but must ask each time (the ETag makes that cheap).
+      ctx.set('Cache-Control', 'private, no-cache');
+      ctx.set('ETag', etag);
+      const ifNoneMatch = ctx.get('if-none-match');
+      if (ifNoneMatch && matches(ifNoneMatch, etag)) {
+        ctx.status = 304;
+        return;
+      }
+      ctx.body = detail;
+    });
+
+    router.post('/inboxes/:inbox/messages/:msg/flags', allow(access, { token: 'flags:write', session: true }), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'flags:write');
+      const body = validator.body<{ add?: WebFlag[]; remove?: WebFlag[] }>(FLAG_CHANGE, await readJson(ctx));
+      const both = (body.add ?? []).filter((f) => body.remove?.includes(f));
+      if (both.length > 0) throw badRequest(`a flag cannot be added and removed at once: ${both.join(', ')}`);
+      ctx.body = { flags: await mail.changeFlags(inbox, ctx.params.msg!, body.add ?? [], body.remove ?? []) };
+    });
+  };
+}

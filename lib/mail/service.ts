@@ -1,0 +1,149 @@
+// The mail read API's domain: labels, pages, message detail, flag changes and the live stream,
+// served from the index after the mail source has brought it up to date.
+import { createHash } from 'node:crypto';
+import { notFound } from '../errors.ts';
+import { guidFromId, idFromGuid } from '../ids.ts';
+import { fromImapFlags, toImapFlag, type Flag, type WebFlag } from './flags.ts';
+import { compareLabels } from './labels.ts';
+import type {
+  Label,
+  LabelState,
+  LiveChange,
+  Location,
+  MailIndexStore,
+  MailInbox,
+  MailSource,
+  MessageDetail,
+  MessageRecord,
+  MessageSummary,
+  Unwatch,
+} from './types.ts';
+
+export interface Page {
+  messages: MessageSummary[];
+  before?: number;
+}
+
+export class MailService {
+  constructor(
+    private readonly index: MailIndexStore,
+    private readonly source: MailSource,
+  ) {}
+
+  async labels(inbox: MailInbox): Promise<Label[]> {
+    await this.source.refresh(inbox);
+    const counts = this.index.counts(inbox.id);
+    return this.index
+      .labels(inbox.id)
+      .sort(compareLabels)
+      .map((l) => {
+        const c = counts.get(l.guid) ?? { total: 0, unread: 0 };
+        return {
+          id: idFromGuid('lbl', l.guid),
+          name: l.path,
+          total: c.total,
+          unread: c.unread,
+          ...(l.specialUse ? { specialUse: l.specialUse } : {}),
+        };
+      });
+  }
+
+  async messages(inbox: MailInbox, labelId: string, options: { limit: number; before?: number }): Promise<Page> {
+    const guid = guidFromId('lbl', labelId);
+    if (!guid) throw notFound('label not found');
+    await this.source.refresh(inbox);
+    const label = this.index.label(inbox.id, guid);
+    if (!label) throw notFound('label not found');
+    // One more than asked tells whether a next page exists without a count.
+    const rows = this.index.page(inbox.id, guid, options.before ?? null, options.limit + 1);
+    const more = rows.length > options.limit;
+    const shown = rows.slice(0, options.limit);
+    const sent = new Set(this.index.labels(inbox.id).filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
+    const messages = shown.map(({ message, location }) => summarize(message, location, location.uid, directionOf(inbox, message, [location], sent)));
+    const last = shown.at(-1);
+    return more && last ? { messages, before: last.location.uid } : { messages };
+  }
+
+  /** The detail and its ETag, which changes with any change to what the detail says. */
+  async message(inbox: MailInbox, msgId: string): Promise<{ detail: MessageDetail; etag: string }> {
+    await this.source.refresh(inbox);
+    const found = this.find(inbox, msgId);
+    const labels = this.index.labels(inbox.id);
+    const primary = primaryLocation(found.locations, labels);
+    const sent = new Set(labels.filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
+    const m = found.message;
+    const detail: MessageDetail = {
+      message: summarize(m, primary, 0, directionOf(inbox, m, found.locations, sent)),
+      ...(m.cc ? { cc: m.cc } : {}),
+      ...(m.replyTo ? { replyTo: m.replyTo } : {}),
+      ...(m.messageId ? { messageId: m.messageId } : {}),
+      ...(m.inReplyTo ? { inReplyTo: m.inReplyTo } : {}),
+    };
+    // Derived from the body itself, so no change (flags, data added later) can leave it stale.
+    const etag = `"${createHash('sha256').update(JSON.stringify(detail)).digest('base64url').slice(0, 27)}"`;
+    return { detail, etag };
+  }
+
+  /** Spec 3.1: an IMAP STORE on every label the message is in; returns the flags after it. */
+  async changeFlags(inbox: MailInbox, msgId: string, add: readonly WebFlag[], remove: readonly WebFlag[]): Promise<Flag[]> {
+    await this.source.refresh(inbox);
+    const found = this.find(inbox, msgId);
+    const removing = remove.filter((f) => !add.includes(f));
+    if (add.length > 0 || removing.length > 0) {
+      await this.source.storeFlags(
+        inbox,
+        found.locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid })),
+        add.map(toImapFlag),
+        removing.map(toImapFlag),
+      );
+    }
+    const after = this.find(inbox, msgId);
+    return fromImapFlags(primaryLocation(after.locations, this.index.labels(inbox.id)).flags).flags;
+  }
+
+  watch(inbox: MailInbox, listener: (change: LiveChange) => void): Promise<Unwatch> {
+    return this.source.watch(inbox, listener);
+  }
+
+  private find(inbox: MailInbox, msgId: string): { message: MessageRecord; locations: [Location, ...Location[]] } {
+    const guid = guidFromId('msg', msgId);
+    const found = guid ? this.index.message(inbox.id, guid) : null;
+    const [first, ...rest] = found?.locations ?? [];
+    if (!found || !first) throw notFound('message not found');
+    return { message: found.message, locations: [first, ...rest] };
+  }
+}
+
+/** The location whose flags a message shows outside a label: the first in label order. */
+function primaryLocation(locations: [Location, ...Location[]], labels: LabelState[]): Location {
+  const byGuid = new Map(labels.map((l) => [l.guid, l]));
+  return [...locations].sort((a, b) => {
+    const la = byGuid.get(a.labelGuid);
+    const lb = byGuid.get(b.labelGuid);
+    return (la && lb ? compareLabels(la, lb) : 0) || a.uid - b.uid;
+  })[0]!;
+}
+
+/** `out` when the message is in Sent or comes from one of the inbox's own addresses. */
+function directionOf(inbox: MailInbox, m: MessageRecord, locations: readonly Location[], sent: ReadonlySet<string>): 'in' | 'out' {
+  if (locations.some((l) => sent.has(l.labelGuid))) return 'out';
+  if (m.fromAddress && inbox.addresses.some((a) => a.toLowerCase() === m.fromAddress)) return 'out';
+  return 'in';
+}
+
+function summarize(m: MessageRecord, at: Location, uid: number, direction: 'in' | 'out'): MessageSummary {
+  const { flags, keywords } = fromImapFlags(at.flags);
+  return {
+    id: idFromGuid('msg', m.guid),
+    uid,
+    receivedAt: new Date(m.receivedAt).toISOString(),
+    flags,
+    size: m.size,
+    ...(m.date ? { date: m.date } : {}),
+    ...(m.from ? { from: m.from } : {}),
+    ...(m.to ? { to: m.to } : {}),
+    ...(m.subject !== null ? { subject: m.subject } : {}),
+    ...(keywords.length > 0 ? { keywords } : {}),
+    direction,
+  };
+}

@@ -1,0 +1,146 @@
+// The mail domain's shapes and ports. Routes talk to MailService (service.ts); the service talks
+// to the index (MailIndexStore, implemented in adapters/store/sqlite) and to the mail server
+// (MailSource, implemented in adapters/imap). No I/O library is imported here.
+import type { Flag } from './flags.ts';
+import type { SpecialUse } from './labels.ts';
+
+/** What the mail side needs to know about an inbox. */
+export interface MailInbox {
+  id: string;
+  imapUser: string;
+  addresses: readonly string[];
+}
+
+/** Spec 2.4 */
+export interface Label {
+  id: string;
+  name: string;
+  total: number;
+  unread: number;
+  specialUse?: SpecialUse;
+}
+
+/** Spec 2.6 */
+export interface MessageSummary {
+  id: string;
+  uid: number;
+  receivedAt: string;
+  flags: Flag[];
+  size: number;
+  date?: string;
+  from?: string;
+  to?: string;
+  subject?: string;
+  keywords?: string[];
+  direction?: 'in' | 'out';
+}
+
+/** Spec 2.7, without keyEpoch and wrappedDek until the encryption work adds them. */
+export interface MessageDetail {
+  message: MessageSummary;
+  cc?: string;
+  replyTo?: string;
+  messageId?: string;
+  inReplyTo?: string;
+}
+
+/** Spec 2.12. `labelId` also rides on message.flags: IMAP flags belong to a message in a label. */
+export interface LiveChange {
+  type: 'message.added' | 'message.removed' | 'message.flags';
+  msgId: string;
+  labelId?: string;
+  uid?: number;
+  flags?: Flag[];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The index (DESIGN.md 4): what the API lists, mirrored from IMAP.
+
+/** A label's row. GUIDs are the 32 hex digits behind lbl_/msg_ ids. */
+export interface LabelState {
+  guid: string;
+  path: string;
+  specialUse: SpecialUse | null;
+  uidValidity: number;
+  /** Every UID below this has been fetched. */
+  uidNext: number;
+  /** Every change up to this modseq has been applied. */
+  highestModseq: number;
+}
+
+/** Per message, the same in every label it is in. */
+export interface MessageRecord {
+  guid: string;
+  size: number;
+  /** INTERNALDATE, ms since the epoch. */
+  receivedAt: number;
+  date: string | null;
+  from: string | null;
+  to: string | null;
+  cc: string | null;
+  replyTo: string | null;
+  subject: string | null;
+  messageId: string | null;
+  inReplyTo: string | null;
+  /** The bare From address, lower case, for `direction`. */
+  fromAddress: string | null;
+}
+
+/** A message in one label: IMAP flags are per mailbox. */
+export interface Location {
+  labelGuid: string;
+  uid: number;
+  msgGuid: string;
+  modseq: number;
+  /** IMAP flags and keywords as stored, normalized (normalizeImapFlags). */
+  flags: string[];
+}
+
+export type IndexOp =
+  | { op: 'put'; message: MessageRecord; location: Location }
+  | { op: 'flags'; labelGuid: string; uid: number; modseq: number; flags: string[] }
+  | { op: 'remove'; labelGuid: string; uid: number };
+
+export interface PageRow {
+  message: MessageRecord;
+  location: Location;
+}
+
+export interface MailIndexStore {
+  /** True once the inbox's index was filled completely at least once. */
+  isSeeded(inboxId: string): boolean;
+  markSeeded(inboxId: string, seeded: boolean): void;
+  labels(inboxId: string): LabelState[];
+  label(inboxId: string, guid: string): LabelState | null;
+  /** total and unread per label guid. */
+  counts(inboxId: string): Map<string, { total: number; unread: number }>;
+  /** Applies the ops and (optionally) a label's new state in one transaction. */
+  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): void;
+  /** Removes a label and every location in it; returns the locations removed. */
+  dropLabel(inboxId: string, guid: string): Location[];
+  locations(inboxId: string, labelGuid: string, uids: readonly number[]): Location[];
+  /** Every (uid, msgGuid) of a label, in UID order, in pages. */
+  uidsOf(inboxId: string, labelGuid: string, afterUid: number, limit: number): Array<{ uid: number; msgGuid: string }>;
+  countIn(inboxId: string, labelGuid: string): number;
+  /** Newest first: UIDs below `before`, at most `limit`. */
+  page(inboxId: string, labelGuid: string, before: number | null, limit: number): PageRow[];
+  message(inboxId: string, msgGuid: string): { message: MessageRecord; locations: Location[] } | null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The mail server side.
+
+export type Unwatch = () => Promise<void>;
+
+export interface MailSource {
+  /**
+   * Makes the index reflect every change made before this call (one LIST-STATUS when nothing
+   * changed; nothing when a live watcher keeps the inbox current).
+   */
+  refresh(inbox: MailInbox): Promise<void>;
+  /** Adds and removes IMAP flags on the message in the given labels (an IMAP STORE), then refreshes. */
+  storeFlags(inbox: MailInbox, at: ReadonlyArray<{ labelGuid: string; uid: number }>, add: string[], remove: string[]): Promise<void>;
+  /** Live changes of the inbox, from the same diffs the index applies. Resolves once watching. */
+  watch(inbox: MailInbox, listener: (change: LiveChange) => void): Promise<Unwatch>;
+  close(): Promise<void>;
+}

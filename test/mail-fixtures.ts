@@ -1,0 +1,138 @@
+// Shared by the mail tests: a mail app (a separate imapflow client logged in as the inbox's own
+// user), test messages, delivery through Postfix, and a small SSE reader.
+import { ImapFlow } from 'imapflow';
+import nodemailer from 'nodemailer';
+import { mailEnv, type TestInbox } from './harness.ts';
+
+export async function mailApp(inbox: TestInbox): Promise<ImapFlow> {
+  const env = mailEnv();
+  const client = new ImapFlow({
+    host: env.imap.host,
+    port: env.imap.port,
+    secure: false,
+    auth: { user: inbox.imapUser, pass: inbox.imapPassword },
+    logger: false,
+    disableAutoIdle: true,
+  });
+  client.on('error', () => undefined);
+  await client.connect();
+  return client;
+}
+
+let counter = 0;
+
+export function rfc822(options: { subject?: string; from?: string; to?: string; body?: string } = {}): string {
+  counter++;
+  return [
+    `From: ${options.from ?? 'Sender Person <sender@example.org>'}`,
+    `To: ${options.to ?? 'someone@postern.test'}`,
+    `Subject: ${options.subject ?? `test message ${counter}`}`,
+    `Date: ${new Date().toUTCString()}`,
+    `Message-ID: <t${Date.now()}.${counter}@example.org>`,
+    '',
+    options.body ?? `body ${counter}`,
+    '',
+  ].join('\r\n');
+}
+
+/** APPENDs and returns the new UID. */
+export async function append(client: ImapFlow, path: string, options: Parameters<typeof rfc822>[0] & { flags?: string[] } = {}): Promise<number> {
+  const res = await client.append(path, rfc822(options), options.flags ?? []);
+  if (!res || !res.uid) throw new Error('APPEND gave no UID');
+  return res.uid;
+}
+
+/** Through Postfix SMTP, so the real delivery path (Postfix → LMTP → Dovecot) is exercised. */
+export async function deliver(to: string, options: { subject: string; from?: string }): Promise<void> {
+  const env = mailEnv();
+  const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true });
+  try {
+    await transport.sendMail({ from: options.from ?? 'sender@example.org', to, subject: options.subject, text: 'delivered' });
+  } finally {
+    transport.close();
+  }
+}
+
+export async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+export interface SseEvent {
+  event: string;
+  data: string;
+  at: number;
+}
+
+/** Reads an SSE response: events as they come, comments counted, the end noticed. */
+export class SseReader {
+  readonly events: SseEvent[] = [];
+  comments = 0;
+  ended = false;
+  private waiters: Array<() => void> = [];
+  private readonly done: Promise<void>;
+
+  constructor(readonly res: Response) {
+    this.done = this.pump();
+  }
+
+  private async pump(): Promise<void> {
+    const decoder = new TextDecoder();
+    let buf = '';
+    try {
+      for await (const chunk of this.res.body as unknown as AsyncIterable<Uint8Array>) {
+        buf += decoder.decode(chunk, { stream: true });
+        let i: number;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          let event = 'message';
+          const data: string[] = [];
+          let comment = false;
+          for (const line of block.split('\n')) {
+            if (line.startsWith(':')) comment = true;
+            else if (line.startsWith('event: ')) event = line.slice(7);
+            else if (line.startsWith('data: ')) data.push(line.slice(6));
+          }
+          if (data.length > 0) this.events.push({ event, data: data.join('\n'), at: Date.now() });
+          else if (comment) this.comments++;
+          for (const w of this.waiters.splice(0)) w();
+        }
+      }
+    } catch {
+      // aborted
+    }
+    this.ended = true;
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  /** The first event (from `from` on) matching, within the timeout. */
+  async next(match: (e: SseEvent) => boolean, timeoutMs = 10_000, from = 0): Promise<SseEvent> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const found = this.events.slice(from).find(match);
+      if (found) return found;
+      if (this.ended) throw new Error(`stream ended; events: ${JSON.stringify(this.events.map((e) => e.data))}`);
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`no matching event; events: ${JSON.stringify(this.events.map((e) => e.data))}`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+  }
+
+  async closed(): Promise<void> {
+    await this.done;
+  }
+}
+
+export const json = async <T>(res: Response): Promise<T> => (await res.json()) as T;

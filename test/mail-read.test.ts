@@ -1,0 +1,333 @@
+// The mail read API against the real Dovecot: labels, listing and paging, identity across
+// COPY/MOVE, ETag/304, flags both ways, delivery through Postfix, and the 400/404/403 cases.
+import { expect } from 'chai';
+import type { ImapFlow } from 'imapflow';
+import { idFromGuid } from '../lib/ids.ts';
+import { call, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { append, deliver, json, mailApp, until } from './mail-fixtures.ts';
+
+interface Label { id: string; name: string; total: number; unread: number; specialUse?: string }
+interface Summary { id: string; uid: number; receivedAt: string; flags: string[]; size: number; subject?: string; from?: string; to?: string; date?: string; keywords?: string[]; direction?: string }
+interface Page { messages: Summary[]; before?: number }
+
+describe('mail read API', function () {
+  this.timeout(60_000);
+  let s: TestServer;
+  let p: TestProject;
+  let inbox: TestInbox;
+  let app: ImapFlow;
+  let token: string;
+
+  const labels = async (i = inbox) => (await json<{ labels: Label[] }>(await call(`${s.base}/inboxes/${i.id}/labels`, { token }))).labels;
+  const labelId = async (name: string, i = inbox) => (await labels(i)).find((l) => l.name === name)!.id;
+  const page = async (label: string, query = '', i = inbox) => {
+    const res = await call(`${s.base}/inboxes/${i.id}/labels/${label}/messages${query}`, { token });
+    expect(res.status, await res.clone().text()).to.equal(200);
+    return json<Page>(res);
+  };
+  const all = async (label: string, i = inbox) => {
+    const out: Summary[] = [];
+    let before: number | undefined;
+    do {
+      const pg = await page(label, `?limit=100${before ? `&before=${before}` : ''}`, i);
+      out.push(...pg.messages);
+      before = pg.before;
+    } while (before);
+    return out;
+  };
+  const detail = (msg: string, headers: Record<string, string> = {}, i = inbox) =>
+    call(`${s.base}/inboxes/${i.id}/messages/${msg}`, { token, headers });
+  const byUid = async (label: string, uid: number) => (await all(label)).find((m) => m.uid === uid)!;
+
+  before(async () => {
+    s = await startPostern();
+    p = await newProject(s);
+    inbox = await p.inbox();
+    token = await p.token(['messages:read', 'flags:write']);
+    app = await mailApp(inbox);
+  });
+  after(async () => {
+    await app?.logout();
+    await s?.close();
+  });
+
+  it('lists labels: INBOX, the special-use ones, then the rest by name, with counts', async () => {
+    for (const name of ['zeta', 'Alpha', 'beta']) await app.mailboxCreate(name);
+    await append(app, 'INBOX', { flags: ['\\Seen'] });
+    await append(app, 'INBOX');
+    await append(app, 'beta');
+    const res = await call(`${s.base}/inboxes/${inbox.id}/labels`, { token });
+    expect(res.status).to.equal(200);
+    expect(res.headers.get('cache-control')).to.equal('no-store');
+    const list = (await json<{ labels: Label[] }>(res)).labels;
+    expect(list.map((l) => l.name)).to.deep.equal(['INBOX', 'Sent', 'Drafts', 'Trash', 'Junk', 'Archive', 'Alpha', 'beta', 'zeta']);
+    expect(list.map((l) => l.specialUse ?? null)).to.deep.equal([null, '\\Sent', '\\Drafts', '\\Trash', '\\Junk', '\\Archive', null, null, null]);
+    expect(list[0]).to.include({ total: 2, unread: 1 });
+    expect(list.find((l) => l.name === 'beta')).to.include({ total: 1, unread: 1 });
+    for (const l of list) expect(l.id).to.match(/^lbl_[0-9A-Z]{26}$/);
+  });
+
+  it('a label id is the mailbox GUID and survives a rename', async () => {
+    await app.mailboxCreate('renameme');
+    const before = await labelId('renameme');
+    await app.mailboxRename('renameme', 'renamed');
+    const after = (await labels()).find((l) => l.name === 'renamed');
+    expect(after?.id).to.equal(before);
+    expect((await labels()).some((l) => l.name === 'renameme')).to.equal(false);
+  });
+
+  it('pages newest first with a before cursor; no message skipped or repeated while mail arrives', async () => {
+    await app.mailboxCreate('paging');
+    const uids: number[] = [];
+    for (let i = 0; i < 23; i++) uids.push(await append(app, 'paging', { subject: `page ${i}` }));
+    const label = await labelId('paging');
+    const seen: number[] = [];
+    const first = await page(label, '?limit=10');
+    expect(first.messages.map((m) => m.uid)).to.deep.equal(uids.slice(-10).reverse());
+    seen.push(...first.messages.map((m) => m.uid));
+    let before = first.before;
+    expect(before).to.equal(uids.at(-10));
+    let arrived = 0;
+    while (before) {
+      // Mail keeps arriving between pages: it is newer than the cursor, so it never shifts it.
+      await append(app, 'paging', { subject: `late ${arrived++}` });
+      const next = await page(label, `?limit=10&before=${before}`);
+      seen.push(...next.messages.map((m) => m.uid));
+      before = next.before;
+    }
+    expect(seen).to.deep.equal([...uids].reverse());
+    expect(new Set(seen).size).to.equal(seen.length);
+    // The last page had no cursor; the late mail is on top now.
+    expect(arrived).to.equal(2);
+    const top = await page(label, '?limit=3');
+    expect(top.messages.map((m) => m.subject)).to.deep.equal(['late 1', 'late 0', 'page 22']);
+    const d = await page(label);
+    expect(d.messages).to.have.length(23 + arrived > 50 ? 50 : 23 + arrived);
+    expect(d.before).to.equal(undefined);
+  });
+
+  it('summarizes a message: envelope, size, dates, direction', async () => {
+    await app.mailboxCreate('summary');
+    const uid = await append(app, 'summary', { subject: 'Grüße =?', from: '"Ann Example" <ann@example.org>', to: 'Bob <bob@example.org>, carol@example.org' });
+    const m = await byUid(await labelId('summary'), uid);
+    expect(m.id).to.match(/^msg_[0-9A-Z]{26}$/);
+    expect(m.subject).to.equal('Grüße =?');
+    expect(m.from).to.equal('Ann Example <ann@example.org>');
+    expect(m.to).to.equal('Bob <bob@example.org>, carol@example.org');
+    expect(m.size).to.be.a('number').above(50);
+    expect(Date.parse(m.receivedAt)).to.be.closeTo(Date.now(), 120_000);
+    expect(m.date).to.be.a('string');
+    expect(m.direction).to.equal('in');
+    expect(m.flags).to.deep.equal([]);
+    expect(m).to.not.have.property('keywords');
+    // Its id is Dovecot's X-GUID.
+    await app.mailboxOpen('summary');
+    const fetched = await app.fetchOne(String(uid), { uid: true, emailId: true }, { uid: true });
+    expect(fetched).to.be.ok;
+  });
+
+  it('mail delivered through Postfix appears; mail from the inbox itself and in Sent is "out"', async () => {
+    await deliver(inbox.address, { subject: 'via smtp' });
+    const inboxLabel = await labelId('INBOX');
+    const got = await until('the delivered message', async () => (await all(inboxLabel)).find((m) => m.subject === 'via smtp'));
+    expect(got.direction).to.equal('in');
+    const ownUid = await append(app, 'INBOX', { from: inbox.address, subject: 'from myself' });
+    expect((await byUid(inboxLabel, ownUid)).direction).to.equal('out');
+    const sentUid = await append(app, 'Sent', { subject: 'sent copy' });
+    expect((await byUid(await labelId('Sent'), sentUid)).direction).to.equal('out');
+  });
+
+  it('one id for a message in every label, across COPY and MOVE', async () => {
+    await app.mailboxCreate('copies');
+    const uid = await append(app, 'INBOX', { subject: 'travelling' });
+    const inboxLabel = await labelId('INBOX');
+    const original = await byUid(inboxLabel, uid);
+    await app.mailboxOpen('INBOX');
+    const copied = await app.messageCopy(String(uid), 'copies', { uid: true });
+    const copyUid = copied && copied.uidMap ? copied.uidMap.get(uid)! : 0;
+    const inCopies = await byUid(await labelId('copies'), copyUid);
+    expect(inCopies.id).to.equal(original.id);
+    const moved = await app.messageMove(String(uid), 'Archive', { uid: true });
+    const movedUid = moved && moved.uidMap ? moved.uidMap.get(uid)! : 0;
+    const inArchive = await byUid(await labelId('Archive'), movedUid);
+    expect(inArchive.id).to.equal(original.id);
+    expect((await all(inboxLabel)).some((m) => m.id === original.id)).to.equal(false);
+    const res = await detail(original.id);
+    expect(res.status).to.equal(200);
+    const body = await json<{ message: Summary }>(res);
+    expect(body.message).to.include({ id: original.id, uid: 0, subject: 'travelling' });
+    // A new APPEND of the same bytes is a new message.
+    const again = await append(app, 'INBOX', { subject: 'travelling' });
+    expect((await byUid(inboxLabel, again)).id).to.not.equal(original.id);
+  });
+
+  it('message detail: ETag, If-None-Match → 304, a new ETag after any change', async () => {
+    const uid = await append(app, 'INBOX', { subject: 'etag me' });
+    const m = await byUid(await labelId('INBOX'), uid);
+    const first = await detail(m.id);
+    expect(first.status).to.equal(200);
+    expect(first.headers.get('cache-control')).to.equal('private, no-cache');
+    const etag = first.headers.get('etag')!;
+    expect(etag).to.match(/^"[\w-]+"$/);
+    const body = await json<Record<string, unknown>>(first);
+    expect(body).to.not.have.any.keys('keyEpoch', 'wrappedDek');
+    expect(body).to.have.property('messageId').that.match(/^<t\d+/);
+
+    const cached = await detail(m.id, { 'if-none-match': etag });
+    expect(cached.status).to.equal(304);
+    expect(await cached.text()).to.equal('');
+    expect(cached.headers.get('etag')).to.equal(etag);
+    expect((await detail(m.id, { 'if-none-match': `"other", W/${etag}` })).status).to.equal(304);
+    expect((await detail(m.id, { 'if-none-match': '"other"' })).status).to.equal(200);
+
+    // A flag set by a mail app changes it.
+    await app.mailboxOpen('INBOX');
+    await app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
+    const changed = await detail(m.id, { 'if-none-match': etag });
+    expect(changed.status).to.equal(200);
+    const etag2 = changed.headers.get('etag')!;
+    expect(etag2).to.not.equal(etag);
+    expect((await json<{ message: Summary }>(changed)).message.flags).to.deep.equal(['flagged']);
+    // …and one made through the API too.
+    await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ add: ['seen'] }) });
+    const again = await detail(m.id, { 'if-none-match': etag2 });
+    expect(again.status).to.equal(200);
+    expect(again.headers.get('etag')).to.not.equal(etag2);
+  });
+
+  describe('flags', () => {
+    const cases: Array<[string, { flags?: string[]; keywords?: string[] }]> = [
+      ['\\Seen', { flags: ['seen'] }],
+      ['\\Answered', { flags: ['answered'] }],
+      ['\\Flagged', { flags: ['flagged'] }],
+      ['\\Draft', { flags: ['draft'] }],
+      ['$Forwarded', { flags: ['forwarded'] }],
+      ['$Junk', { flags: ['junk'] }],
+      ['Junk', { flags: ['junk'] }],
+      ['$NotJunk', { flags: ['not_junk'] }],
+      ['NonJunk', { flags: ['not_junk'] }],
+      ['$label1', { flags: [], keywords: ['$label1'] }],
+    ];
+    for (const [imap, expected] of cases) {
+      it(`IMAP ${imap} reads as ${JSON.stringify(expected)}`, async () => {
+        const uid = await append(app, 'INBOX', { subject: `flag ${imap}` });
+        await app.mailboxOpen('INBOX');
+        await app.messageFlagsAdd(String(uid), [imap], { uid: true });
+        const m = await byUid(await labelId('INBOX'), uid);
+        expect(m.flags).to.deep.equal(expected.flags ?? []);
+        if (expected.keywords) expect(m.keywords).to.deep.equal(expected.keywords);
+        else expect(m).to.not.have.property('keywords');
+        // \Recent (set on new mail) never shows.
+        expect(m.flags).to.not.include('recent');
+        await app.messageFlagsRemove(String(uid), [imap], { uid: true });
+        const cleared = await byUid(await labelId('INBOX'), uid);
+        expect(cleared.flags).to.deep.equal([]);
+      });
+    }
+
+    for (const [flag, imap] of [['seen', '\\Seen'], ['flagged', '\\Flagged'], ['answered', '\\Answered']] as const) {
+      it(`POST flags add/remove ${flag} is an IMAP STORE of ${imap} (mail apps see it)`, async () => {
+        await app.mailboxCreate(`both-${flag}`);
+        const uid = await append(app, 'INBOX', { subject: `api ${flag}` });
+        const m = await byUid(await labelId('INBOX'), uid);
+        // In two labels: the STORE reaches both.
+        await app.mailboxOpen('INBOX');
+        const copy = await app.messageCopy(String(uid), `both-${flag}`, { uid: true });
+        const copyUid = copy && copy.uidMap ? copy.uidMap.get(uid)! : 0;
+        const post = (body: unknown) =>
+          call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        const added = await post({ add: [flag] });
+        expect(added.status).to.equal(200);
+        expect(await json(added)).to.deep.equal({ flags: [flag] });
+        const imapFlags = async (box: string, u: number) => {
+          await app.mailboxOpen(box);
+          const msg = await app.fetchOne(String(u), { flags: true }, { uid: true });
+          return msg ? [...(msg.flags ?? [])] : [];
+        };
+        expect(await imapFlags('INBOX', uid)).to.include(imap);
+        expect(await imapFlags(`both-${flag}`, copyUid)).to.include(imap);
+        const removed = await post({ remove: [flag] });
+        expect(await json(removed)).to.deep.equal({ flags: [] });
+        expect(await imapFlags('INBOX', uid)).to.not.include(imap);
+        expect(await imapFlags(`both-${flag}`, copyUid)).to.not.include(imap);
+      });
+    }
+
+    it('the response lists every flag after the change, including ones set by mail apps', async () => {
+      const uid = await append(app, 'INBOX', { flags: ['$Junk', '\\Draft', '$custom'] });
+      const m = await byUid(await labelId('INBOX'), uid);
+      const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ add: ['seen', 'flagged'] }) });
+      expect(await json(res)).to.deep.equal({ flags: ['seen', 'flagged', 'draft', 'junk'] });
+    });
+
+    for (const [what, body] of [
+      ['draft', { add: ['draft'] }],
+      ['junk', { remove: ['junk'] }],
+      ['a non-array', { add: 'seen' }],
+      ['an unknown field', { add: ['seen'], set: ['seen'] }],
+      ['the same flag added and removed', { add: ['seen'], remove: ['seen'] }],
+      ['a non-object', ['seen']],
+    ] as const) {
+      it(`400 for ${what}`, async () => {
+        const uid = await append(app, 'INBOX');
+        const m = await byUid(await labelId('INBOX'), uid);
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        expect(res.status).to.equal(400);
+        expect(Object.keys(await json<object>(res))).to.deep.equal(['error']);
+      });
+    }
+
+    it('400 for a body that is not JSON; 403 without flags:write or for a reader', async () => {
+      const uid = await append(app, 'INBOX');
+      const m = await byUid(await labelId('INBOX'), uid);
+      const url = `${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`;
+      const bad = await call(url, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{nope' });
+      expect(bad.status).to.equal(400);
+      const readOnly = await p.token(['messages:read']);
+      expect((await call(url, { method: 'POST', token: readOnly, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' })).status).to.equal(403);
+      const session = await p.session();
+      const viaSession = await call(`${s.app}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', session, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      expect(viaSession.status).to.equal(200);
+    });
+  });
+
+  describe('400 and 404', () => {
+    for (const q of ['?limit=0', '?limit=101', '?limit=abc', '?limit=1.5', '?before=0', '?before=-3', '?before=x', '?limit=5&limit=6', '?unknown=1']) {
+      it(`400 for ${q}`, async () => {
+        const res = await call(`${s.base}/inboxes/${inbox.id}/labels/${await labelId('INBOX')}/messages${q}`, { token });
+        expect(res.status).to.equal(400);
+        expect(Object.keys(await json<object>(res))).to.deep.equal(['error']);
+      });
+    }
+
+    it("404 for labels and messages not in the inbox, including another inbox's well-formed ids", async () => {
+      const other = await p.inbox();
+      const otherApp = await mailApp(other);
+      const otherUid = await append(otherApp, 'INBOX');
+      await otherApp.logout();
+      const otherLabel = await labelId('INBOX', other);
+      const otherMsg = (await all(otherLabel, other)).find((m) => m.uid === otherUid)!.id;
+      const own = await labelId('INBOX');
+      for (const label of [otherLabel, 'lbl_00000000000000000000000000', 'lbl_nope', idFromGuid('lbl', 'ff'.repeat(16))]) {
+        const res = await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages`, { token });
+        expect(res.status, label).to.equal(404);
+      }
+      for (const msg of [otherMsg, 'msg_00000000000000000000000000', 'msg_x', 'ZZZ']) {
+        expect((await detail(msg)).status, msg).to.equal(404);
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${msg}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+        expect(res.status, msg).to.equal(404);
+      }
+      // The other inbox's own ids work there.
+      expect((await call(`${s.base}/inboxes/${other.id}/labels/${otherLabel}/messages`, { token })).status).to.equal(200);
+      expect(own).to.not.equal(otherLabel);
+    });
+
+    it('403 without messages:read; 404 for an inbox the caller may not use', async () => {
+      const noRead = await p.token(['send']);
+      expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: noRead })).status).to.equal(403);
+      const stranger = await newProject(s);
+      const strangerToken = await stranger.token(['messages:read']);
+      expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: strangerToken })).status).to.equal(404);
+    });
+  });
+});
