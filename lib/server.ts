@@ -5,6 +5,12 @@ import type { Server } from 'node:http';
 import { pino, type Logger } from 'pino';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
+import { MemoryBus } from '../adapters/bus/memory.ts';
+import { RedisBus } from '../adapters/bus/redis.ts';
+import type { Bus } from './bus.ts';
+import { EventLog } from './events/log.ts';
+import { eventRoutes } from './http/routes/events.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import { ImapMailSource } from '../adapters/imap/source.ts';
 import { Access } from './auth/access.ts';
@@ -26,6 +32,10 @@ export interface Postern {
   access: Access;
   admin: Admin;
   validator: Validator;
+  /** The project event log: `events.record(...)` is how every part of Postern emits an event. */
+  events: EventLog;
+  /** Fan-out between the parts of this process and, with REDIS_URL, between processes. */
+  bus: Bus;
   /** The mail read API's domain, and the IMAP side behind it (pool, sync, watchers). */
   mail: MailService;
   mailSource: ImapMailSource;
@@ -40,6 +50,13 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const access = new Access(directory);
   const admin = new Admin(directory, { tokenTtlSeconds: config.tokenTtlSeconds, sessionTtlSeconds: config.sessionTtlSeconds });
   const validator = new Validator();
+  // The live feed heals from the store on a Redis reconnect; `events` is assigned just below.
+  let events: EventLog | null = null;
+  const bus: Bus = config.redisUrl
+    ? new RedisBus(config.redisUrl, { onReconnect: () => events?.live.heal(), log: log.child({ part: 'bus' }) })
+    : new MemoryBus();
+  events = new EventLog(new SqliteEventStore(db), bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }) });
+  const eventLog = events;
   const mailIndex = new SqliteMailIndex(db);
   const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }) });
   const mail = new MailService(mailIndex, mailSource);
@@ -51,6 +68,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     publicRoutes: [healthRoutes(() => void db.prepare('SELECT 1').get())],
     routes: [
       inboxRoutes(access),
+      eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, log }),
       labelRoutes(access, mail),
       messageRoutes(access, mail, validator),
       inboxEventRoutes(access, mail, config.stream),
@@ -65,9 +83,12 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     access,
     admin,
     validator,
+    events: eventLog,
+    bus,
     mail,
     mailSource,
     async listen() {
+      await eventLog.start();
       server = app.listen(config.http.port, config.http.host);
       await once(server, 'listening');
       // Long-lived event streams must not be cut by Node's request timeouts.
@@ -87,6 +108,8 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       }
       // Every IMAP connection and watcher, before the store they write to closes.
       await mailSource.close();
+      await eventLog.close();
+      await bus.close();
       db.close();
     },
   };

@@ -1,5 +1,6 @@
 // Every migration, in order. A migration is never edited once released: add the next one.
 import directory from './001_directory.ts';
+import events from './002_events.ts';
 import mailIndex from './003_mail_index.ts';
 
 export interface Migration {
@@ -10,5 +11,6 @@ export interface Migration {
 
 export const migrations: Migration[] = [
   { version: 1, name: 'directory', sql: directory },
+  { version: 2, name: 'events', sql: events },
   { version: 3, name: 'mail_index', sql: mailIndex },
 ];

@@ -1,0 +1,251 @@
+// EventStore on SQLite. Appends run as IMMEDIATE transactions: SQLite has one writer at a time
+// (across processes too), so the position AUTOINCREMENT assigns, the stream counter, the recorded
+// time and the idempotency key are decided together and commit order is position order.
+import type { Statement } from 'better-sqlite3';
+import {
+  formatSequence,
+  type AppendRequest,
+  type AppendResult,
+  type EventStore,
+  type ReadQuery,
+  type ReadResult,
+  type StoredEventType,
+} from '../../../lib/events/store.ts';
+import type { DataField, StoredEvent, Visibility } from '../../../lib/events/types.ts';
+import type { Db } from './db.ts';
+
+interface EventRow {
+  position: number;
+  event_id: string;
+  project_id: string;
+  inbox_id: string | null;
+  type: string;
+  visibility: Visibility;
+  recorded_at: number;
+  body: string;
+}
+
+interface TypeRow {
+  project_id: string;
+  name: string;
+  version: number;
+  description: string;
+  fields: string;
+  created_at: number;
+  updated_at: number;
+}
+
+interface KeyRow {
+  fingerprint: string;
+  event_id: string;
+  position: number;
+  created_at: number;
+}
+
+const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
+
+const toEvent = (r: EventRow): StoredEvent => ({
+  position: r.position,
+  eventId: r.event_id,
+  projectId: r.project_id,
+  inboxId: r.inbox_id,
+  type: r.type,
+  visibility: r.visibility,
+  recordedAt: r.recorded_at,
+  json: r.body,
+});
+
+const toType = (r: TypeRow): StoredEventType => ({
+  projectId: r.project_id,
+  name: r.name,
+  version: r.version,
+  description: r.description,
+  fields: JSON.parse(r.fields) as DataField[],
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+});
+
+export class SqliteEventStore implements EventStore {
+  private readonly s: {
+    getKey: Statement<[string, string], KeyRow>;
+    dropKey: Statement<[string, string]>;
+    putKey: Statement<[string, string, string, string, number, number]>;
+    lastTime: Statement<[], { recorded_at: number }>;
+    bump: Statement<[string], { seq: number }>;
+    insert: Statement<[string, string, string | null, string, string, number, string]>;
+    horizon: Statement<[number], { position: number }>;
+    last: Statement<[], { position: number | null }>;
+    readAll: Statement<[number, number], EventRow>;
+    read: Statement<Record<string, string | number | null>, EventRow>;
+    positionOf: Statement<[string, string], { position: number }>;
+    getType: Statement<[string, string, number], TypeRow>;
+    latestType: Statement<[string, string], TypeRow>;
+    listTypes: Statement<[string], TypeRow>;
+    putType: Statement<[string, string, number, string, string, number, number]>;
+    purge: Statement<[number]>;
+  };
+  private readonly appendTx: (req: AppendRequest) => AppendResult;
+  private readonly upsertTx: (
+    projectId: string,
+    name: string,
+    version: number,
+    decide: (existing: StoredEventType | null) => StoredEventType,
+  ) => StoredEventType;
+
+  constructor(private readonly db: Db) {
+    this.s = {
+      getKey: db.prepare('SELECT fingerprint, event_id, position, created_at FROM event_idempotency WHERE project_id = ? AND key = ?'),
+      dropKey: db.prepare('DELETE FROM event_idempotency WHERE project_id = ? AND key = ?'),
+      putKey: db.prepare(
+        'INSERT INTO event_idempotency (project_id, key, fingerprint, event_id, position, created_at) VALUES (?, ?, ?, ?, ?, ?)',
+      ),
+      lastTime: db.prepare('SELECT recorded_at FROM events ORDER BY position DESC LIMIT 1'),
+      bump: db.prepare(
+        'INSERT INTO event_streams (stream, seq) VALUES (?, 1) ON CONFLICT (stream) DO UPDATE SET seq = seq + 1 RETURNING seq',
+      ),
+      insert: db.prepare(
+        'INSERT INTO events (event_id, project_id, inbox_id, type, visibility, recorded_at, body) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      ),
+      horizon: db.prepare('SELECT position FROM events WHERE recorded_at <= ? ORDER BY recorded_at DESC, position DESC LIMIT 1'),
+      last: db.prepare('SELECT MAX(position) AS position FROM events'),
+      readAll: db.prepare(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`),
+      // Lists travel as JSON arrays so one prepared statement serves every filter.
+      read: db.prepare(`SELECT ${COLUMNS} FROM events
+        WHERE project_id = @project AND position > @after AND position <= @upTo
+          AND visibility IN (SELECT value FROM json_each(@visibilities))
+          AND (CASE WHEN inbox_id IS NULL THEN @only IS NULL
+                    ELSE inbox_id IN (SELECT value FROM json_each(@allowed))
+                         AND (@only IS NULL OR inbox_id IN (SELECT value FROM json_each(@only))) END)
+          AND (@exact IS NULL
+               OR type IN (SELECT value FROM json_each(@exact))
+               OR EXISTS (SELECT 1 FROM json_each(@globs) g WHERE events.type GLOB g.value))
+        ORDER BY position LIMIT @limit`),
+      positionOf: db.prepare('SELECT position FROM events WHERE project_id = ? AND event_id = ?'),
+      getType: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? AND version = ?'),
+      latestType: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? ORDER BY version DESC LIMIT 1'),
+      listTypes: db.prepare('SELECT * FROM event_types WHERE project_id = ? ORDER BY name, version'),
+      putType: db.prepare(`INSERT INTO event_types (project_id, name, version, description, fields, created_at, updated_at)
+        VALUES (?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (project_id, name, version) DO UPDATE SET
+          description = excluded.description, fields = excluded.fields, updated_at = excluded.updated_at`),
+      purge: db.prepare('DELETE FROM event_idempotency WHERE created_at < ?'),
+    };
+
+    const append = db.transaction((req: AppendRequest): AppendResult => {
+      const s = this.s;
+      if (req.idempotency) {
+        const { key, fingerprint, ttlMs } = req.idempotency;
+        const prior = s.getKey.get(req.projectId, key);
+        if (prior && prior.created_at > req.now - ttlMs) {
+          return { kind: 'duplicate', eventId: prior.event_id, position: prior.position, sameRequest: prior.fingerprint === fingerprint };
+        }
+        // An expired key is free again.
+        if (prior) s.dropKey.run(req.projectId, key);
+      }
+      const previous = s.lastTime.get()?.recorded_at ?? 0;
+      const recordedAt = Math.max(req.now, previous);
+      const seq = s.bump.get(req.stream)!.seq;
+      const body = req.build({ sequence: formatSequence(seq), recordedAt });
+      const info = s.insert.run(req.eventId, req.projectId, req.inboxId, req.type, req.visibility, recordedAt, body);
+      const position = Number(info.lastInsertRowid);
+      if (req.idempotency) {
+        s.putKey.run(req.projectId, req.idempotency.key, req.idempotency.fingerprint, req.eventId, position, req.now);
+      }
+      return {
+        kind: 'appended',
+        event: {
+          position,
+          eventId: req.eventId,
+          projectId: req.projectId,
+          inboxId: req.inboxId,
+          type: req.type,
+          visibility: req.visibility,
+          recordedAt,
+          json: body,
+        },
+      };
+    });
+    // IMMEDIATE: take the write lock before reading the key and the counters, so two
+    // processes cannot both decide on the same ones.
+    this.appendTx = (req) => append.immediate(req);
+
+    const upsert = db.transaction(
+      (projectId: string, name: string, version: number, decide: (existing: StoredEventType | null) => StoredEventType) => {
+        const row = this.s.getType.get(projectId, name, version);
+        const next = decide(row ? toType(row) : null);
+        this.s.putType.run(projectId, name, version, next.description, JSON.stringify(next.fields), next.createdAt, next.updatedAt);
+        return next;
+      },
+    );
+    this.upsertTx = (projectId, name, version, decide) => upsert.immediate(projectId, name, version, decide);
+  }
+
+  async append(req: AppendRequest): Promise<AppendResult> {
+    return this.appendTx(req);
+  }
+
+  async read(q: ReadQuery): Promise<ReadResult> {
+    let upTo = q.after + q.maxScan;
+    if (q.recordedBefore !== null) {
+      upTo = Math.min(upTo, this.s.horizon.get(q.recordedBefore)?.position ?? 0);
+    } else {
+      upTo = Math.min(upTo, this.s.last.get()?.position ?? 0);
+    }
+    if (upTo <= q.after) return { events: [], scannedTo: q.after };
+    const exact = q.types ? q.types.filter((t) => !t.endsWith('*')) : null;
+    const globs = q.types ? q.types.filter((t) => t.endsWith('*')) : [];
+    const rows = this.s.read.all({
+      project: q.projectId,
+      after: q.after,
+      upTo,
+      limit: q.limit,
+      visibilities: JSON.stringify(q.visibilities),
+      allowed: JSON.stringify(q.allowedInboxes),
+      only: q.inboxes ? JSON.stringify(q.inboxes) : null,
+      exact: exact ? JSON.stringify(exact) : null,
+      globs: JSON.stringify(globs),
+    });
+    // A full page stops at its last event; otherwise everything up to the horizon was scanned.
+    const scannedTo = rows.length === q.limit ? rows[rows.length - 1]!.position : upTo;
+    return { events: rows.map(toEvent), scannedTo };
+  }
+
+  async readAll(after: number, limit: number): Promise<StoredEvent[]> {
+    return this.s.readAll.all(after, limit).map(toEvent);
+  }
+
+  async lastPosition(): Promise<number> {
+    return this.s.last.get()?.position ?? 0;
+  }
+
+  async positionOf(projectId: string, eventId: string): Promise<number | null> {
+    return this.s.positionOf.get(projectId, eventId)?.position ?? null;
+  }
+
+  async upsertType(
+    projectId: string,
+    name: string,
+    version: number,
+    decide: (existing: StoredEventType | null) => StoredEventType,
+  ): Promise<StoredEventType> {
+    return this.upsertTx(projectId, name, version, decide);
+  }
+
+  async getType(projectId: string, name: string, version: number): Promise<StoredEventType | null> {
+    const row = this.s.getType.get(projectId, name, version);
+    return row ? toType(row) : null;
+  }
+
+  async latestType(projectId: string, name: string): Promise<StoredEventType | null> {
+    const row = this.s.latestType.get(projectId, name);
+    return row ? toType(row) : null;
+  }
+
+  async listTypes(projectId: string): Promise<StoredEventType[]> {
+    return this.s.listTypes.all(projectId).map(toType);
+  }
+
+  async purgeIdempotency(olderThan: number): Promise<number> {
+    return this.s.purge.run(olderThan).changes;
+  }
+}

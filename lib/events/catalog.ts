@@ -1,0 +1,214 @@
+// The built-in event types Postern records, and how a list of data fields becomes a JSON Schema.
+// A part of Postern that starts emitting a new built-in type adds it here first: record()
+// refuses a type that is not in the catalog, and data that does not match its schema.
+import type { DataField, EventClass, EventType, JsonSchemaObject, TypeStatus, Visibility } from './types.ts';
+
+export const SCHEMA_BASE = 'https://postern.dev/schemas/events';
+
+const FLAG_ENUM = ['seen', 'answered', 'flagged', 'draft', 'forwarded', 'junk', 'not_junk'];
+
+/** Extra constraints a built-in field carries beyond its type (ids have a fixed form). */
+interface BuiltinField extends DataField {
+  pattern?: string;
+  enum?: string[];
+  minimum?: number;
+}
+
+/** A data field list → the JSON Schema its data must match (no other fields allowed). */
+export function schemaForFields(fields: readonly (DataField | BuiltinField)[]): JsonSchemaObject {
+  const properties: Record<string, JsonSchemaObject> = {};
+  for (const f of fields) {
+    const extra = f as BuiltinField;
+    let s: JsonSchemaObject;
+    switch (f.type) {
+      case 'string':
+        s = { type: 'string' };
+        if (extra.pattern) s.pattern = extra.pattern;
+        if (extra.enum) s.enum = extra.enum;
+        break;
+      case 'integer':
+        s = { type: 'integer' };
+        if (extra.minimum !== undefined) s.minimum = extra.minimum;
+        break;
+      case 'boolean':
+        s = { type: 'boolean' };
+        break;
+      case 'string[]':
+        s = { type: 'array', items: { type: 'string' } };
+        break;
+      case 'Flag[]':
+        s = { type: 'array', items: { type: 'string', enum: FLAG_ENUM }, uniqueItems: true };
+        break;
+    }
+    if (f.description) s.description = f.description;
+    properties[f.name] = s;
+  }
+  const required = fields.filter((f) => f.required).map((f) => f.name);
+  return {
+    type: 'object',
+    properties,
+    ...(required.length ? { required } : {}),
+    additionalProperties: false,
+  };
+}
+
+/** The public form of a field: name, type, description, required (no internal constraints). */
+const publicField = (f: BuiltinField): DataField => ({
+  name: f.name,
+  type: f.type,
+  ...(f.description ? { description: f.description } : {}),
+  required: f.required === true,
+});
+
+interface BuiltinSpec {
+  name: string;
+  description: string;
+  class: EventClass;
+  visibility: Visibility;
+  status: TypeStatus;
+  subject?: string;
+  fields: BuiltinField[];
+}
+
+const MSG = '^msg_[0-9A-Z]{26}$';
+const LBL = '^lbl_[0-9A-Z]{26}$';
+const SOURCES: Record<EventClass, string> = {
+  mail: '/postern/mail',
+  delivery: '/postern/delivery',
+  access: '/postern/access',
+  ext: '/postern/projects',
+};
+
+const BUILTINS: BuiltinSpec[] = [
+  {
+    name: 'message.received',
+    description: 'A message arrived in the inbox from outside (delivered by the mail server).',
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the message id (msg_…)',
+    fields: [
+      { name: 'msgId', type: 'string', pattern: MSG, required: true, description: 'The message.' },
+      { name: 'labelId', type: 'string', pattern: LBL, description: 'The label it was filed in.' },
+      { name: 'size', type: 'integer', minimum: 0, description: 'Bytes.' },
+    ],
+  },
+  {
+    name: 'message.added',
+    description: 'A message was added to a label (new mail, a copy or a move).',
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the message id (msg_…)',
+    fields: [
+      { name: 'msgId', type: 'string', pattern: MSG, required: true },
+      { name: 'labelId', type: 'string', pattern: LBL, description: 'The label it was added to.' },
+      { name: 'uid', type: 'integer', minimum: 1, description: 'Its number in that label.' },
+    ],
+  },
+  {
+    name: 'message.removed',
+    description: 'A message was removed from a label (expunged or moved away).',
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the message id (msg_…)',
+    fields: [
+      { name: 'msgId', type: 'string', pattern: MSG, required: true },
+      { name: 'labelId', type: 'string', pattern: LBL, description: 'The label it was removed from.' },
+    ],
+  },
+  {
+    name: 'message.flags',
+    description: "A message's flags changed (through the API or a mail app); read state is the seen flag.",
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the message id (msg_…)',
+    fields: [
+      { name: 'msgId', type: 'string', pattern: MSG, required: true },
+      { name: 'flags', type: 'Flag[]', required: true, description: 'The flags now.' },
+      { name: 'labelId', type: 'string', pattern: LBL },
+    ],
+  },
+  {
+    name: 'mail.delivery.accepted',
+    description: 'The mail relay accepted a message sent from the inbox for delivery.',
+    class: 'delivery',
+    visibility: 'project',
+    status: 'stable',
+    subject: 'the Message-ID header of the sent message',
+    fields: [
+      { name: 'from', type: 'string', required: true, description: 'The envelope sender.' },
+      { name: 'recipients', type: 'integer', minimum: 1, required: true, description: 'How many envelope recipients.' },
+      { name: 'size', type: 'integer', minimum: 0, description: 'Bytes relayed.' },
+      { name: 'messageId', type: 'string', description: 'The Message-ID header.' },
+      { name: 'draftId', type: 'string', description: 'The draft id of a /send request.' },
+      { name: 'msgId', type: 'string', pattern: MSG, description: 'The copy filed in Sent, once filed.' },
+    ],
+  },
+  {
+    name: 'mail.delivery.failed',
+    description: 'Sending a message from the inbox failed: refused by the relay or a policy, or bounced later.',
+    class: 'delivery',
+    visibility: 'project',
+    status: 'stable',
+    subject: 'the Message-ID header of the message',
+    fields: [
+      { name: 'from', type: 'string', required: true },
+      { name: 'reason', type: 'string', required: true, description: 'Why, in words.' },
+      { name: 'permanent', type: 'boolean', required: true, description: 'False for a temporary failure worth retrying.' },
+      { name: 'status', type: 'string', description: 'Enhanced status code, e.g. 5.1.1.' },
+      { name: 'recipients', type: 'string[]', description: 'The recipients the failure concerns.' },
+      { name: 'messageId', type: 'string' },
+      { name: 'draftId', type: 'string' },
+    ],
+  },
+  {
+    name: 'access.content.read',
+    description: 'Decrypted content of a message was read through /content, /source or /attachments/{n}. Audit-only.',
+    class: 'access',
+    visibility: 'audit',
+    status: 'stable',
+    subject: 'the message id (msg_…)',
+    fields: [
+      { name: 'msgId', type: 'string', pattern: MSG, required: true },
+      { name: 'part', type: 'string', enum: ['content', 'source', 'attachment'], required: true, description: 'Which read.' },
+      { name: 'attachment', type: 'integer', minimum: 0, description: 'The attachment index, for part = attachment.' },
+    ],
+  },
+];
+
+export function builtinSchemaId(name: string, version: number): string {
+  return `${SCHEMA_BASE}/${name}/v${version}.json`;
+}
+
+export function extSchemaId(projectId: string, name: string, version: number): string {
+  return `${SCHEMA_BASE}/${projectId}/${name}/v${version}.json`;
+}
+
+export const BUILTIN_TYPES: readonly EventType[] = BUILTINS.map((b) => ({
+  name: b.name,
+  version: 1,
+  description: b.description,
+  source: SOURCES[b.class],
+  class: b.class,
+  visibility: b.visibility,
+  status: b.status,
+  data: b.fields.map(publicField),
+  dataSchema: { $id: builtinSchemaId(b.name, 1), ...schemaForFields(b.fields) },
+  ...(b.subject ? { subject: b.subject } : {}),
+}));
+
+const BY_NAME = new Map(BUILTIN_TYPES.map((t) => [t.name, t]));
+
+export function builtinType(name: string): EventType | undefined {
+  return BY_NAME.get(name);
+}
+
+/** The source of a project's own events: the project, as a URI reference. */
+export function extSource(projectId: string): string {
+  return `${SOURCES.ext}/${projectId}`;
+}
+
+export const EXT_NAME = /^ext\.[a-z][a-z0-9_]*\.[a-z][a-z0-9_]*$/;

@@ -1,0 +1,363 @@
+// The project event log: the one way any part of Postern records an event, the catalog, and the
+// project's own (`ext.*`) types. Storage is behind EventStore, fan-out behind Bus.
+//
+// ── How to record an event (for every part of Postern) ──────────────────────────────────────
+//
+//   const stored = await postern.events.record({
+//     type: 'access.content.read',       // a built-in type from catalog.ts (add new ones there)
+//     projectId: inbox.projectId,        // prj_…
+//     inboxId: inbox.id,                 // ibx_…: the inbox it concerns, if any
+//     actor: principal.actor,            // tok_… / mem_… who acted, or SYSTEM_ACTOR
+//     subject: msgId,                    // optional, ≤ 256 characters: what it is about
+//     data: { msgId, part: 'content' },  // must match the type's data schema
+//     causationId, correlationId,        // optional, ≤ 256 characters each
+//   });
+//   stored.eventId    // evt_…
+//   stored.cursor     // where a reader resumes after it
+//
+// Contract:
+// - Resolves once the event is committed: it has its place in the log (position, per-stream
+//   sequence, recorded time) and will be seen by every paged read after the settle delay and by
+//   every live stream at once (this instance and, with Redis, the others).
+// - Rejects with an EventLogError (a bug in the caller, served as 500) when the type is unknown
+//   or the data does not match its schema; nothing is stored then.
+// - Visibility, class and source come from the type: callers never choose who can read it.
+// - Never call it inside another store transaction; it opens its own.
+import { createHash } from 'node:crypto';
+import type { Bus } from '../bus.ts';
+import { unprocessable } from '../errors.ts';
+import { isId, newId } from '../ids.ts';
+import { BUILTIN_TYPES, builtinType, EXT_NAME, extSchemaId, extSource, schemaForFields } from './catalog.ts';
+import { encodeCursor } from './cursor.ts';
+import { EVENTS_CHANNEL, LiveFeed } from './live.ts';
+import type { EventFilter } from './query.ts';
+import { checkData } from './schemas.ts';
+import type { EventStore, StoredEventType } from './store.ts';
+import type { CloudEvent, DataField, EventData, EventType, StoredEvent, Visibility } from './types.ts';
+
+/** The service itself as an actor (a sync, a watcher, the sending outbox). */
+export const SYSTEM_ACTOR = 'sys_postern';
+
+export const MAX_DATA_BYTES = 4096;
+export const MAX_SUBJECT = 256;
+export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
+/** One page reads at most this many positions past its cursor, so a sparse filter stays cheap. */
+export const MAX_SCAN = 50_000;
+
+export interface RecordInput {
+  type: string;
+  projectId: string;
+  inboxId?: string | null;
+  actor: string;
+  subject?: string;
+  data?: EventData;
+  causationId?: string;
+  correlationId?: string;
+}
+
+export interface Recorded extends StoredEvent {
+  cursor: string;
+}
+
+/** A bug in a caller of record(): it is not the client's fault, so it becomes a 500. */
+export class EventLogError extends Error {
+  override name = 'EventLogError';
+}
+
+/** A request to publish an `ext.*` event (POST /events), already checked for shape. */
+export interface PublishInput {
+  projectId: string;
+  actor: string;
+  type: string;
+  subject?: string;
+  inboxId?: string;
+  data?: EventData;
+  idempotencyKey?: string;
+}
+
+export type PublishResult = { duplicate: false; id: string; cursor: string } | { duplicate: true; id: string };
+
+/** NewEventType (spec 2.14), already checked for shape. */
+export interface NewEventType {
+  name: string;
+  description: string;
+  version?: number;
+  data?: DataField[];
+}
+
+export interface Page {
+  events: StoredEvent[];
+  cursor: string;
+}
+
+export interface EventLogOptions {
+  now?: () => number;
+  /** Paged reads return only events at least this old (ms). */
+  settleMs: number;
+  log?: { warn(obj: object, msg: string): void };
+}
+
+const ACTOR = /^(?:(?:mem|tok)_[0-9A-Z]{26}|sys_[A-Za-z0-9_-]{1,64})$/;
+
+/** JSON with object keys sorted, so the same request always has the same fingerprint. */
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value !== null && typeof value === 'object') {
+    const obj = value as Record<string, unknown>;
+    return `{${Object.keys(obj)
+      .sort()
+      .filter((k) => obj[k] !== undefined)
+      .map((k) => `${JSON.stringify(k)}:${canonical(obj[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(value);
+}
+
+function extType(t: StoredEventType): EventType {
+  return {
+    name: t.name,
+    version: t.version,
+    description: t.description,
+    source: extSource(t.projectId),
+    class: 'ext',
+    // Listed as project-level; an event published with an `inbox` is an inbox event (docs/events.md).
+    visibility: 'project',
+    status: 'stable',
+    data: t.fields,
+    dataSchema: { $id: extSchemaId(t.projectId, t.name, t.version), ...schemaForFields(t.fields) },
+  };
+}
+
+export class EventLog {
+  readonly live: LiveFeed;
+  private readonly now: () => number;
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly bus: Bus,
+    private readonly options: EventLogOptions,
+    live?: LiveFeed,
+  ) {
+    this.now = options.now ?? Date.now;
+    this.live = live ?? new LiveFeed(store, bus, options.log ? { log: options.log } : {});
+  }
+
+  /** Records one built-in event. See the contract at the top of this file. */
+  async record(input: RecordInput): Promise<Recorded> {
+    const type = builtinType(input.type);
+    if (!type) throw new EventLogError(`record(): unknown event type ${input.type}; add it to lib/events/catalog.ts`);
+    if (!isId('prj', input.projectId)) throw new EventLogError(`record(): projectId must be a prj_ id, got ${input.projectId}`);
+    const inboxId = input.inboxId ?? null;
+    if (inboxId !== null && !isId('ibx', inboxId)) throw new EventLogError(`record(): inboxId must be an ibx_ id, got ${inboxId}`);
+    if (!ACTOR.test(input.actor)) throw new EventLogError(`record(): actor must be a mem_, tok_ or sys_ id, got ${input.actor}`);
+    for (const [name, v] of [['subject', input.subject], ['causationId', input.causationId], ['correlationId', input.correlationId]] as const) {
+      if (v !== undefined && (typeof v !== 'string' || v.length > MAX_SUBJECT)) {
+        throw new EventLogError(`record(): ${name} must be a string of at most ${MAX_SUBJECT} characters`);
+      }
+    }
+    const data = input.data ?? {};
+    const wrong = checkData(type.dataSchema, data);
+    if (wrong) throw new EventLogError(`record(): ${input.type}: ${wrong}`);
+    const result = await this.append({
+      type,
+      projectId: input.projectId,
+      inboxId,
+      visibility: type.visibility,
+      actor: input.actor,
+      subject: input.subject,
+      data: input.data,
+      causationId: input.causationId,
+      correlationId: input.correlationId,
+    });
+    if (result.duplicate) throw new EventLogError('record(): unexpected duplicate');
+    return result.stored;
+  }
+
+  /**
+   * POST /events: one event of a registered `ext.*` type. 422 for an unregistered type, data
+   * that does not match, or an idempotency key reused with another request.
+   * The caller has checked the inbox (404) and the data size (413).
+   */
+  async publish(input: PublishInput): Promise<PublishResult> {
+    if (!EXT_NAME.test(input.type)) throw unprocessable(`type ${input.type} is not a registered ext.* type`);
+    const stored = await this.store.latestType(input.projectId, input.type);
+    if (!stored) throw unprocessable(`type ${input.type} is not registered: register it with POST /event-types`);
+    const type = extType(stored);
+    const wrong = checkData(type.dataSchema, input.data ?? {});
+    if (wrong) throw unprocessable(`${input.type} v${type.version}: ${wrong}`);
+    const fingerprint = createHash('sha256')
+      .update(canonical({ type: input.type, subject: input.subject, inbox: input.inboxId, data: input.data }))
+      .digest('base64url');
+    const result = await this.append({
+      type,
+      projectId: input.projectId,
+      inboxId: input.inboxId ?? null,
+      visibility: input.inboxId ? 'inbox' : 'project',
+      actor: input.actor,
+      subject: input.subject,
+      data: input.data,
+      ...(input.idempotencyKey ? { idempotency: { key: input.idempotencyKey, fingerprint } } : {}),
+    });
+    if (!result.duplicate) return { duplicate: false, id: result.stored.eventId, cursor: result.stored.cursor };
+    if (!result.sameRequest) {
+      throw unprocessable('Idempotency-Key was already used with a different request in the last 24 hours');
+    }
+    return { duplicate: true, id: result.eventId };
+  }
+
+  private async append(e: {
+    type: EventType;
+    projectId: string;
+    inboxId: string | null;
+    visibility: Visibility;
+    actor: string;
+    subject?: string | undefined;
+    data?: EventData | undefined;
+    causationId?: string | undefined;
+    correlationId?: string | undefined;
+    idempotency?: { key: string; fingerprint: string };
+  }): Promise<{ duplicate: false; stored: Recorded } | { duplicate: true; eventId: string; sameRequest: boolean }> {
+    const now = this.now();
+    const eventId = newId('evt', now);
+    const result = await this.store.append({
+      eventId,
+      projectId: e.projectId,
+      inboxId: e.inboxId,
+      type: e.type.name,
+      visibility: e.visibility,
+      stream: e.inboxId ?? e.projectId,
+      now,
+      ...(e.idempotency ? { idempotency: { ...e.idempotency, ttlMs: IDEMPOTENCY_TTL_MS } } : {}),
+      build: ({ sequence, recordedAt }) => {
+        // Key order is fixed: `actor` comes before anything a caller wrote (see redactActor).
+        const event: CloudEvent = {
+          specversion: '1.0',
+          id: eventId,
+          type: e.type.name,
+          source: e.type.source,
+          time: new Date(recordedAt).toISOString(),
+          scope: e.projectId,
+          sequence,
+          actor: e.actor,
+          class: e.type.class,
+          visibility: e.visibility,
+          ...(e.inboxId ? { containerid: e.inboxId } : {}),
+          ...(e.subject !== undefined ? { subject: e.subject } : {}),
+          ...(e.causationId !== undefined ? { causationid: e.causationId } : {}),
+          ...(e.correlationId !== undefined ? { correlationid: e.correlationId } : {}),
+          datacontenttype: 'application/json',
+          dataschema: String(e.type.dataSchema.$id),
+          ...(e.data !== undefined ? { data: e.data } : {}),
+        };
+        return JSON.stringify(event);
+      },
+    });
+    if (result.kind === 'duplicate') return { duplicate: true, eventId: result.eventId, sameRequest: result.sameRequest };
+    // Publish after the commit. A lost message is healed by every receiver from the store.
+    this.bus.publish(EVENTS_CHANNEL, LiveFeed.message(result.event)).catch(() => this.live.heal());
+    return { duplicate: false, stored: { ...result.event, cursor: encodeCursor(result.event.position) } };
+  }
+
+  /** The catalog: built-in types, and the project's own types when `projectId` is given. */
+  async catalog(projectId: string | null): Promise<EventType[]> {
+    if (projectId === null) return [...BUILTIN_TYPES];
+    const own = await this.store.listTypes(projectId);
+    return [...BUILTIN_TYPES, ...own.map(extType)];
+  }
+
+  /**
+   * POST /event-types: registers a version of a project type, or updates it compatibly:
+   * within one version, fields may only be added, and only as optional. Descriptions may change.
+   */
+  async registerType(projectId: string, input: NewEventType): Promise<EventType> {
+    if (!EXT_NAME.test(input.name)) {
+      throw unprocessable('name must be ext.<thing>.<past-tense verb>: lowercase letters, digits and _');
+    }
+    const version = input.version ?? 1;
+    const fields: DataField[] = (input.data ?? []).map((f) => ({
+      name: f.name,
+      type: f.type,
+      ...(f.description !== undefined ? { description: f.description } : {}),
+      required: f.required === true,
+    }));
+    const seen = new Set<string>();
+    for (const f of fields) {
+      if (seen.has(f.name)) throw unprocessable(`data field ${f.name} is declared twice`);
+      seen.add(f.name);
+    }
+    const now = this.now();
+    const stored = await this.store.upsertType(projectId, input.name, version, (existing) => {
+      if (!existing) return { projectId, name: input.name, version, description: input.description, fields, createdAt: now, updatedAt: now };
+      const next = new Map(fields.map((f) => [f.name, f]));
+      for (const old of existing.fields) {
+        const f = next.get(old.name);
+        if (!f) throw unprocessable(`${input.name} v${version}: data field ${old.name} cannot be removed within a version; register version ${version + 1}`);
+        if (f.type !== old.type || (f.required === true) !== (old.required === true)) {
+          throw unprocessable(`${input.name} v${version}: data field ${old.name} cannot change its type or whether it is required within a version; register version ${version + 1}`);
+        }
+      }
+      const known = new Set(existing.fields.map((f) => f.name));
+      for (const f of fields) {
+        if (!known.has(f.name) && f.required) {
+          throw unprocessable(`${input.name} v${version}: a field added within a version must be optional (${f.name}); register version ${version + 1}`);
+        }
+      }
+      // Existing fields keep their place; new ones follow, so the schema only ever grows.
+      const merged = [...existing.fields.map((f) => next.get(f.name)!), ...fields.filter((f) => !known.has(f.name))];
+      return { ...existing, description: input.description, fields: merged, updatedAt: now };
+    });
+    return extType(stored);
+  }
+
+  /** One page of a paged read: events older than the settle delay, after `after`. */
+  async page(filter: EventFilter, after: number, limit: number): Promise<Page> {
+    const { events, scannedTo } = await this.store.read({
+      projectId: filter.projectId,
+      after,
+      limit,
+      recordedBefore: this.now() - this.options.settleMs,
+      inboxes: filter.inboxes,
+      allowedInboxes: filter.allowedInboxes,
+      visibilities: filter.visibilities,
+      types: filter.types,
+      maxScan: MAX_SCAN,
+    });
+    return { events, cursor: encodeCursor(scannedTo) };
+  }
+
+  /** Events for a live stream's backfill: no settle delay, since live streams may repeat. */
+  async backfill(filter: EventFilter, after: number, limit: number): Promise<{ events: StoredEvent[]; scannedTo: number }> {
+    return this.store.read({
+      projectId: filter.projectId,
+      after,
+      limit,
+      recordedBefore: null,
+      inboxes: filter.inboxes,
+      allowedInboxes: filter.allowedInboxes,
+      visibilities: filter.visibilities,
+      types: filter.types,
+      maxScan: MAX_SCAN,
+    });
+  }
+
+  lastPosition(): Promise<number> {
+    return this.store.lastPosition();
+  }
+
+  positionOf(projectId: string, eventId: string): Promise<number | null> {
+    return this.store.positionOf(projectId, eventId);
+  }
+
+  /** Forgets idempotency keys past their 24 hours. */
+  purgeIdempotency(): Promise<number> {
+    return this.store.purgeIdempotency(this.now() - IDEMPOTENCY_TTL_MS);
+  }
+
+  start(): Promise<void> {
+    return this.live.start();
+  }
+
+  close(): Promise<void> {
+    return this.live.close();
+  }
+}

@@ -1,0 +1,48 @@
+// Who sees which events (spec 4.6), as one filter used by paged reads (in SQL, by the store) and
+// by live streams (in memory, by `matches`), so the two can never disagree.
+import type { StoredEvent, Visibility } from './types.ts';
+
+export interface EventFilter {
+  projectId: string;
+  /** null: every inbox and project-level events; otherwise only events of these inboxes. */
+  inboxes: readonly string[] | null;
+  /** Inboxes the caller may use; an event naming any other inbox is never shown. */
+  allowedInboxes: readonly string[];
+  visibilities: readonly Visibility[];
+  /** null: all types; otherwise exact names and `prefix.*` patterns. */
+  types: readonly string[] | null;
+  /** Web sessions see events without who acted (`actor` emptied). */
+  redactActor: boolean;
+}
+
+/** A compiled form of the filter for the hot path of live delivery. */
+export function compileFilter(f: EventFilter): (e: StoredEvent) => boolean {
+  const allowed = new Set(f.allowedInboxes);
+  const only = f.inboxes ? new Set(f.inboxes) : null;
+  const vis = new Set(f.visibilities);
+  const exact = f.types ? new Set(f.types.filter((t) => !t.endsWith('*'))) : null;
+  const prefixes = f.types ? f.types.filter((t) => t.endsWith('*')).map((t) => t.slice(0, -1)) : [];
+  return (e) => {
+    if (e.projectId !== f.projectId || !vis.has(e.visibility)) return false;
+    if (e.inboxId === null) {
+      if (only) return false;
+    } else if (!allowed.has(e.inboxId) || (only && !only.has(e.inboxId))) {
+      return false;
+    }
+    if (exact && !exact.has(e.type) && !prefixes.some((p) => e.type.startsWith(p))) return false;
+    return true;
+  };
+}
+
+/** Empties `actor` in an event's JSON (the store writes `actor` before any caller-supplied text). */
+export function redactActor(json: string): string {
+  return json.replace(/"actor":"[^"]*"/, '"actor":""');
+}
+
+/** The `types` parameter: comma-separated names or `prefix.*`; null when it is not well formed. */
+export function parseTypes(raw: string): string[] | null {
+  const items = raw.split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+  if (items.length === 0 || items.length > 50) return null;
+  const ok = /^(?:[a-z][a-z0-9_]*)(?:\.[a-z][a-z0-9_]*)*(?:\.\*)?$/;
+  return items.every((t) => ok.test(t) || t === '*') ? [...new Set(items)] : null;
+}

@@ -1,0 +1,49 @@
+// Compiles event data schemas once and caches them by content, so a registered type's schema is
+// compiled the first time it is used in this process and never again (DESIGN.md 6). Keyed by a
+// hash of the schema itself: another instance updating a type compatibly changes the key, so a
+// stale compiled schema is never used.
+import { createHash } from 'node:crypto';
+import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import type { JsonSchemaObject } from './types.ts';
+
+const ajv = new Ajv2020({ allErrors: false, strict: true, coerceTypes: false, useDefaults: false, addUsedSchema: false });
+const cache = new Map<string, ValidateFunction>();
+const MAX_CACHED = 10_000;
+
+function compile(schema: JsonSchemaObject): ValidateFunction {
+  const { $id: _ignored, ...rest } = schema;
+  const key = createHash('sha256').update(JSON.stringify(rest)).digest('base64url');
+  let fn = cache.get(key);
+  if (!fn) {
+    // Bounded: a pathological number of distinct types evicts the oldest, it is not a leak.
+    if (cache.size >= MAX_CACHED) cache.delete(cache.keys().next().value!);
+    fn = ajv.compile(rest);
+    cache.set(key, fn);
+  }
+  return fn;
+}
+
+function describe(e: ErrorObject): string {
+  const at = `data${e.instancePath.replace(/\/(\d+)/g, '[$1]').replace(/\//g, '.')}`;
+  switch (e.keyword) {
+    case 'additionalProperties':
+      return `${at} has a field the type does not define: "${(e.params as { additionalProperty: string }).additionalProperty}"`;
+    case 'required':
+      return `${at} is missing the required field "${(e.params as { missingProperty: string }).missingProperty}"`;
+    case 'enum':
+      return `${at} must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`;
+    default:
+      return `${at} ${e.message ?? 'is invalid'}`;
+  }
+}
+
+/** null when `data` matches the schema, otherwise what is wrong, in words. */
+export function checkData(schema: JsonSchemaObject, data: unknown): string | null {
+  const fn = compile(schema);
+  return fn(data) ? null : describe(fn.errors![0]!);
+}
+
+/** How many schemas are compiled (tests check the cache). */
+export function compiledCount(): number {
+  return cache.size;
+}

@@ -1,0 +1,99 @@
+// The port the event log needs from storage. Asynchronous so a PostgreSQL adapter can implement
+// it later; the SQLite adapter (adapters/store/sqlite/events.ts) answers synchronously beneath.
+import type { DataField, StoredEvent, Visibility } from './types.ts';
+
+/** A stream's counter as `sequence`: zero-padded so it also sorts as text. */
+export const formatSequence = (n: number): string => String(n).padStart(20, '0');
+
+/** What the store assigns inside the write transaction, handed to `build`. */
+export interface Assigned {
+  /** Per-stream counter value, already zero-padded. */
+  sequence: string;
+  /** Recorded time, ms since the epoch, never earlier than the previous row's. */
+  recordedAt: number;
+}
+
+export interface AppendRequest {
+  eventId: string;
+  projectId: string;
+  inboxId: string | null;
+  type: string;
+  visibility: Visibility;
+  /** The counter bumped for `sequence`: the inbox id for inbox events, the project id otherwise. */
+  stream: string;
+  now: number;
+  /** Serializes the event once its sequence and time are known (runs inside the transaction). */
+  build(assigned: Assigned): string;
+  /** Store the key with the event, in the same transaction; an existing live key wins. */
+  idempotency?: { key: string; fingerprint: string; ttlMs: number };
+}
+
+export type AppendResult =
+  | { kind: 'appended'; event: StoredEvent }
+  /** The key was used within its lifetime: the first event, and whether the request matched it. */
+  | { kind: 'duplicate'; eventId: string; position: number; sameRequest: boolean };
+
+/** One page of a read: which rows, and how far the scan got (the next cursor). */
+export interface ReadQuery {
+  projectId: string;
+  /** Only positions after this one. */
+  after: number;
+  limit: number;
+  /** Only events recorded at or before this time (the settle delay); null: no bound. */
+  recordedBefore: number | null;
+  /** null: events of any inbox and none; otherwise only events of these inboxes (none without one). */
+  inboxes: readonly string[] | null;
+  /** Inboxes the caller may use: events naming any other inbox are never returned. */
+  allowedInboxes: readonly string[];
+  visibilities: readonly Visibility[];
+  /** null: every type; otherwise exact names and `prefix.*` patterns. */
+  types: readonly string[] | null;
+  /** Scan no further than this many positions past `after` in one read. */
+  maxScan: number;
+}
+
+export interface ReadResult {
+  events: StoredEvent[];
+  /** The highest position the read looked at (≥ after): where the next read starts. */
+  scannedTo: number;
+}
+
+export interface StoredEventType {
+  projectId: string;
+  name: string;
+  version: number;
+  description: string;
+  fields: DataField[];
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface EventStore {
+  append(req: AppendRequest): Promise<AppendResult>;
+  read(q: ReadQuery): Promise<ReadResult>;
+  /** Every project's events after a position, in order: heals gaps in the live feed. */
+  readAll(after: number, limit: number): Promise<StoredEvent[]>;
+  /** The last position written (0 for an empty log). */
+  lastPosition(): Promise<number>;
+  /** The position of one of the project's events, by its id. */
+  positionOf(projectId: string, eventId: string): Promise<number | null>;
+
+  /**
+   * Registers or updates one version of a type in one transaction: `decide` sees the stored
+   * row (or null) and returns what to store, or throws to refuse; so two registrations racing
+   * cannot slip an incompatible change past each other.
+   */
+  upsertType(
+    projectId: string,
+    name: string,
+    version: number,
+    decide: (existing: StoredEventType | null) => StoredEventType,
+  ): Promise<StoredEventType>;
+  getType(projectId: string, name: string, version: number): Promise<StoredEventType | null>;
+  /** The highest registered version of a name. */
+  latestType(projectId: string, name: string): Promise<StoredEventType | null>;
+  listTypes(projectId: string): Promise<StoredEventType[]>;
+
+  /** Forgets idempotency keys older than the cutoff; returns how many. */
+  purgeIdempotency(olderThan: number): Promise<number>;
+}

@@ -1,0 +1,249 @@
+// The project event log over HTTP (spec 4.6, 6.2): GET/POST /event-types, POST /events, and
+// GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
+import type { Access, Principal } from '../../auth/access.ts';
+import { ApiError, badRequest, forbidden, tooLarge, unprocessable } from '../../errors.ts';
+import { decodeCursor, encodeCursor } from '../../events/cursor.ts';
+import { MAX_DATA_BYTES, MAX_SCAN, type EventLog, type NewEventType } from '../../events/log.ts';
+import { compileFilter, parseTypes, redactActor, type EventFilter } from '../../events/query.ts';
+import type { EventData, StoredEvent, Visibility } from '../../events/types.ts';
+import { isId } from '../../ids.ts';
+import { allow } from '../authenticate.ts';
+import { readJson } from '../body.ts';
+import type { AppContext, AppRouter } from '../context.ts';
+import { formatFrame, SseStream } from '../sse.ts';
+import type { Validator } from '../validate.ts';
+
+const SCHEMA = 'https://postern.dev/schemas/events.json';
+/** A POST /events body: 4 KB of data plus room for the other fields and JSON escapes. */
+const EVENT_BODY_LIMIT = 16 * 1024;
+const TYPE_BODY_LIMIT = 64 * 1024;
+const MAX_INBOX_FILTER = 100;
+/** Live events held while a stream backfills; more than this and the client is too far behind. */
+const MAX_PENDING = 10_000;
+const BACKFILL_PAGE = 500;
+
+export interface EventRouteOptions {
+  access: Access;
+  events: EventLog;
+  validator: Validator;
+  heartbeatMs: number;
+  maxDurationMs: number;
+  /** Bytes a live client may fall behind before it is cut off (it resumes from the log). */
+  maxBufferedBytes?: number;
+  log?: { warn(obj: object, msg: string): void };
+}
+
+interface EventsQuery {
+  after?: string;
+  types?: string;
+  inboxes?: string;
+  audit?: boolean;
+  limit: number;
+}
+
+interface NewEventBody {
+  type: string;
+  subject?: string;
+  inbox?: string;
+  data?: EventData;
+}
+
+/** Shape errors in a request body are 422 on the event operations (spec 4.6 lists no 400 there). */
+function bodyAs<T>(validator: Validator, ref: string, value: unknown): T {
+  try {
+    return validator.body<T>(ref, value);
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 400) throw unprocessable(err.message);
+    throw err;
+  }
+}
+
+function wantsStream(ctx: AppContext): boolean {
+  return /(^|,)\s*text\/event-stream\s*(;|,|$)/i.test(ctx.get('accept'));
+}
+
+// One serialization of each live frame for all its clients (two forms: with and without actor).
+const fullFrames = new WeakMap<StoredEvent, string>();
+const redactedFrames = new WeakMap<StoredEvent, string>();
+
+function frameOf(e: StoredEvent, redact: boolean): string {
+  const cache = redact ? redactedFrames : fullFrames;
+  let text = cache.get(e);
+  if (text === undefined) {
+    text = formatFrame({ id: encodeCursor(e.position), event: e.type, data: redact ? redactActor(e.json) : e.json });
+    cache.set(e, text);
+  }
+  return text;
+}
+
+export function eventRoutes(o: EventRouteOptions) {
+  const { access, events, validator } = o;
+
+  /** Who sees what on GET /events (spec 4.6); 400/403/404 for a request that cannot be served. */
+  async function filterFor(p: Principal, q: EventsQuery): Promise<EventFilter> {
+    const session = p.kind === 'session';
+    if (q.audit === true && !access.hasScope(p, 'audit:read')) throw forbidden('audit=true needs the audit:read scope');
+    if (session && q.inboxes === undefined) throw badRequest('the web app must name its inboxes: add ?inboxes=ibx_…');
+    let types: string[] | null = null;
+    if (q.types !== undefined) {
+      types = parseTypes(q.types);
+      if (!types) throw badRequest('types must be comma-separated event types or prefixes ending in .* (for example message.*)');
+    }
+    let named: string[] | null = null;
+    let allowed: string[];
+    if (q.inboxes !== undefined) {
+      named = [...new Set(q.inboxes.split(',').map((s) => s.trim()))];
+      if (named.length > MAX_INBOX_FILTER) throw badRequest(`inboxes names at most ${MAX_INBOX_FILTER} inboxes`);
+      // Each must be one the caller may use: 404 otherwise, whether it exists or not.
+      for (const id of named) await access.inboxAccess(p, id, 'messages:read');
+      allowed = named;
+    } else {
+      allowed = (await access.grantedInboxes(p)).map((g) => g.inbox.id);
+    }
+    const visibilities: Visibility[] = ['inbox'];
+    if (access.hasScope(p, 'project:read')) visibilities.push('project');
+    if (q.audit === true) visibilities.push('audit');
+    return { projectId: p.projectId, inboxes: named, allowedInboxes: allowed, visibilities, types, redactActor: session };
+  }
+
+  /** A cursor, or an event id of the project; null when none was given. */
+  async function startPosition(p: Principal, raw: string | undefined): Promise<number | null> {
+    if (raw === undefined || raw === '') return null;
+    const position = decodeCursor(raw);
+    if (position !== null) return position;
+    if (isId('evt', raw)) {
+      const found = await events.positionOf(p.projectId, raw);
+      if (found === null) throw badRequest('after names an event that is not in this project');
+      return found;
+    }
+    throw badRequest('after must be a cursor from this API or an event id');
+  }
+
+  function page(ctx: AppContext, filter: EventFilter, after: number, limit: number) {
+    return events.page(filter, after, limit).then(({ events: rows, cursor }) => {
+      // The stored JSON is served as is: no parse and re-serialize per event.
+      const items = rows.map((e) => (filter.redactActor ? redactActor(e.json) : e.json));
+      ctx.type = 'application/json';
+      ctx.body = `{"events":[${items.join(',')}],"cursor":${JSON.stringify(cursor)}}`;
+    });
+  }
+
+  function live(ctx: AppContext, filter: EventFilter, after: number | null): void {
+    const matches = compileFilter(filter);
+    const sse = new SseStream(ctx, {
+      heartbeatMs: o.heartbeatMs,
+      maxDurationMs: o.maxDurationMs,
+      ...(o.maxBufferedBytes !== undefined ? { maxBufferedBytes: o.maxBufferedBytes } : {}),
+    });
+    // Subscribe first, so nothing committed from now on can fall between backfill and live.
+    let lastSent = after ?? events.live.position;
+    let pending: StoredEvent[] | null = after === null ? null : [];
+    const unsubscribe = events.live.subscribe(filter.projectId, (e) => {
+      if (!matches(e)) return;
+      if (pending) {
+        pending.push(e);
+        if (pending.length > MAX_PENDING) sse.close('slow');
+        return;
+      }
+      if (e.position <= lastSent) return;
+      lastSent = e.position;
+      sse.write(frameOf(e, filter.redactActor));
+    });
+    sse.onClose(() => unsubscribe());
+    if (after === null) return;
+
+    // Backfill runs after this handler returns: Koa only starts piping the stream then.
+    const backfill = async () => {
+      for (;;) {
+        const from = lastSent;
+        const { events: rows, scannedTo } = await events.backfill(filter, from, BACKFILL_PAGE);
+        if (sse.closed) return;
+        for (const e of rows) {
+          if (!sse.write(formatFrame({ id: encodeCursor(e.position), event: e.type, data: filter.redactActor ? redactActor(e.json) : e.json }))) return;
+        }
+        lastSent = Math.max(lastSent, scannedTo);
+        // A short page that was not cut by the scan bound reached the end of the log as it was:
+        // what came later is in `pending` or still on its way.
+        if (rows.length < BACKFILL_PAGE && scannedTo - from < MAX_SCAN) break;
+        // Let the socket drain before the next page, so a resume does not look like a slow client.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        if (ctx.res.writableNeedDrain) await new Promise<void>((resolve) => ctx.res.once('drain', resolve).once('close', resolve));
+      }
+      const held = pending ?? [];
+      pending = null;
+      for (const e of held) {
+        if (e.position <= lastSent) continue;
+        lastSent = e.position;
+        if (!sse.write(frameOf(e, filter.redactActor))) return;
+      }
+    };
+    backfill().catch((err: unknown) => {
+      o.log?.warn({ err }, 'event stream backfill failed');
+      sse.close('server');
+    });
+  }
+
+  return (router: AppRouter): void => {
+    router.get('/event-types', allow(access, { token: 'any', session: true }), async (ctx) => {
+      const p = ctx.state.principal;
+      // Tokens also get their project's own ext.* types (spec 4.6).
+      ctx.body = { eventTypes: await events.catalog(p.kind === 'token' ? p.projectId : null) };
+    });
+
+    router.post('/event-types', allow(access, { token: 'events:write', session: false }), async (ctx) => {
+      const body = bodyAs<NewEventType>(validator, `${SCHEMA}#/$defs/NewEventType`, await readJson(ctx, TYPE_BODY_LIMIT));
+      ctx.status = 201;
+      ctx.body = await events.registerType(ctx.state.principal.projectId, body);
+    });
+
+    router.post('/events', allow(access, { token: 'events:write', session: false }), async (ctx) => {
+      const p = ctx.state.principal;
+      const key = ctx.get('idempotency-key');
+      if (ctx.headers['idempotency-key'] !== undefined && (key.length === 0 || key.length > 255 || !/^[\x21-\x7e]+$/.test(key))) {
+        throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
+      }
+      // The byte limit refuses an oversized body while it streams in, before any parsing.
+      let raw: unknown;
+      try {
+        raw = await readJson(ctx, EVENT_BODY_LIMIT);
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 413) throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes`);
+        throw err;
+      }
+      const body = bodyAs<NewEventBody>(validator, `${SCHEMA}#/$defs/NewEvent`, raw);
+      if (body.data !== undefined && Buffer.byteLength(JSON.stringify(body.data)) > MAX_DATA_BYTES) {
+        throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes (measured as compact JSON)`);
+      }
+      if (body.inbox !== undefined) await access.inboxAccess(p, body.inbox, 'messages:read');
+      const result = await events.publish({
+        projectId: p.projectId,
+        actor: p.actor,
+        type: body.type,
+        ...(body.subject !== undefined ? { subject: body.subject } : {}),
+        ...(body.inbox !== undefined ? { inboxId: body.inbox } : {}),
+        ...(body.data !== undefined ? { data: body.data } : {}),
+        ...(key ? { idempotencyKey: key } : {}),
+      });
+      if (result.duplicate) {
+        ctx.status = 200;
+        ctx.body = { id: result.id, duplicate: true };
+      } else {
+        ctx.status = 201;
+        ctx.body = { id: result.id, cursor: result.cursor };
+      }
+    });
+
+    router.get('/events', allow(access, { token: 'events:read', session: true }), async (ctx) => {
+      const p = ctx.state.principal;
+      const q = validator.query<EventsQuery>(`${SCHEMA}#/$defs/EventsQuery`, ctx.query);
+      const filter = await filterFor(p, q);
+      if (wantsStream(ctx)) {
+        // EventSource resends the original URL on reconnect, so Last-Event-ID wins over `after`.
+        const resume = ctx.get('last-event-id') || q.after;
+        live(ctx, filter, await startPosition(p, resume));
+        return;
+      }
+      await page(ctx, filter, (await startPosition(p, q.after)) ?? 0, q.limit);
+    });
+  };
+}
