@@ -7,7 +7,8 @@ import type { Bus, Unsubscribe } from '../bus.ts';
 import type { EventStore } from './store.ts';
 import type { StoredEvent, Visibility } from './types.ts';
 
-export const EVENTS_CHANNEL = 'postern:events';
+/** The bus channel of one log: instances sharing a store share it, other deployments do not. */
+export const eventsChannel = (logId: string): string => `postern:events:${logId}`;
 
 export type LiveListener = (event: StoredEvent) => void;
 
@@ -52,6 +53,8 @@ export class LiveFeed {
   private busy = false;
   private healWanted = false;
   private closed = false;
+  /** Set by start(); publishers use it too. */
+  channel: string | null = null;
 
   constructor(
     private readonly store: EventStore,
@@ -60,8 +63,9 @@ export class LiveFeed {
   ) {}
 
   async start(): Promise<void> {
+    this.channel = eventsChannel(await this.store.logId());
     this.delivered = await this.store.lastPosition();
-    this.unsubscribe = await this.bus.subscribe(EVENTS_CHANNEL, (m) => this.arrive(m));
+    this.unsubscribe = await this.bus.subscribe(this.channel, (m) => this.arrive(m));
     this.timer = setInterval(() => this.heal(), this.options.healIntervalMs ?? 1000);
     this.timer.unref();
   }

@@ -29,7 +29,7 @@ import { unprocessable } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
 import { BUILTIN_TYPES, builtinType, EXT_NAME, extSchemaId, extSource, schemaForFields } from './catalog.ts';
 import { encodeCursor } from './cursor.ts';
-import { EVENTS_CHANNEL, LiveFeed } from './live.ts';
+import { eventsChannel, LiveFeed } from './live.ts';
 import type { EventFilter } from './query.ts';
 import { checkData } from './schemas.ts';
 import type { EventStore, StoredEventType } from './store.ts';
@@ -254,7 +254,8 @@ export class EventLog {
     });
     if (result.kind === 'duplicate') return { duplicate: true, eventId: result.eventId, sameRequest: result.sameRequest };
     // Publish after the commit. A lost message is healed by every receiver from the store.
-    this.bus.publish(EVENTS_CHANNEL, LiveFeed.message(result.event)).catch(() => this.live.heal());
+    const channel = this.live.channel ?? eventsChannel(await this.store.logId());
+    this.bus.publish(channel, LiveFeed.message(result.event)).catch(() => this.live.heal());
     return { duplicate: false, stored: { ...result.event, cursor: encodeCursor(result.event.position) } };
   }
 

@@ -69,6 +69,8 @@ export interface StoredEventType {
 }
 
 export interface EventStore {
+  /** A random id fixed when the log was created: instances sharing this store share it. */
+  logId(): Promise<string>;
   append(req: AppendRequest): Promise<AppendResult>;
   read(q: ReadQuery): Promise<ReadResult>;
   /** Every project's events after a position, in order: heals gaps in the live feed. */

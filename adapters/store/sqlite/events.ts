@@ -180,6 +180,10 @@ export class SqliteEventStore implements EventStore {
     this.upsertTx = (projectId, name, version, decide) => upsert.immediate(projectId, name, version, decide);
   }
 
+  async logId(): Promise<string> {
+    return (this.db.prepare('SELECT id FROM event_log').get() as { id: string }).id;
+  }
+
   async append(req: AppendRequest): Promise<AppendResult> {
     return this.appendTx(req);
   }

@@ -39,6 +39,12 @@ CREATE TABLE event_idempotency (
 ) WITHOUT ROWID;
 CREATE INDEX event_idempotency_created ON event_idempotency(created_at);
 
+-- Names this log on a shared bus: deployments with different stores may share one Redis.
+CREATE TABLE event_log (
+  id          TEXT NOT NULL
+);
+INSERT INTO event_log (id) VALUES (lower(hex(randomblob(16))));
+
 CREATE TABLE event_types (
   project_id  TEXT NOT NULL REFERENCES projects(id) ON DELETE CASCADE,
   name        TEXT NOT NULL,
