@@ -77,8 +77,17 @@ export class SseReader {
   private waiters: Array<() => void> = [];
   private readonly done: Promise<void>;
 
-  constructor(readonly res: Response) {
+  constructor(
+    readonly res: Response,
+    private readonly abort: AbortController | null = null,
+  ) {
     this.done = this.pump();
+  }
+
+  /** The client goes away. */
+  async close(): Promise<void> {
+    this.abort?.abort();
+    await this.done;
   }
 
   private async pump(): Promise<void> {
