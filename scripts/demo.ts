@@ -91,7 +91,7 @@ const TOKEN_SETS: Record<string, string[]> = {
 export async function runDemo(_args: string[]): Promise<void> {
   process.stderr.write('Starting the mail environment (the first run installs Dovecot, Postfix and Redis)…\n');
   const env = await up();
-  const dir = join(env.dir, 'demo');
+  const dir = process.env.POSTERN_DEMO_DIR ?? join(env.dir, 'demo');
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
 
@@ -133,7 +133,8 @@ export async function runDemo(_args: string[]): Promise<void> {
     project: project.id,
     member: member.id,
     inboxes: { compatible: { id: inbox.id, address: demoUser }, zeroAccess: { id: vault.id, address: vaultUser } },
-    tokens: Object.fromEntries(Object.entries(TOKEN_SETS).map(([name, scopes]) => [name, { scopes, token: tokens[name] }])),
+    // Keyed by the scopes each token holds, so the reader can pick one without a lookup.
+    tokens: Object.fromEntries(Object.entries(TOKEN_SETS).map(([name, scopes]) => [scopes.join(','), tokens[name]])),
     session: session.token,
     mailApp: { imap: `${env.imap.host}:${env.imap.port}`, users: [demoUser, vaultUser], password: DEMO_PASSWORD, smtp: `${env.smtp.host}:${env.smtp.port}` },
     try: [

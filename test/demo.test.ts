@@ -1,0 +1,65 @@
+// The README's first command: `postern demo` gives a running service whose printed curl lines work.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { ROOT } from '../lib/paths.ts';
+
+interface DemoSummary {
+  baseUrl: string;
+  appUrl: string;
+  inboxes: { compatible: { id: string; address: string }; zeroAccess: { id: string; address: string } };
+  tokens: Record<string, string>;
+  session: string;
+  try: string[];
+}
+
+describe('postern demo', function () {
+  this.timeout(90_000);
+
+  it('starts a seeded service and prints curl lines that work', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'postern-demo-'));
+    const child = spawn(join(ROOT, 'bin', 'postern'), ['demo'], {
+      env: { ...process.env, POSTERN_PORT: '0', POSTERN_DEMO_DIR: dir },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      let out = '';
+      const summary = await new Promise<DemoSummary>((resolve, reject) => {
+        child.stdout.on('data', (d: Buffer) => {
+          out += d;
+          try {
+            resolve(JSON.parse(out) as DemoSummary);
+          } catch {
+            // The object is not complete yet.
+          }
+        });
+        child.once('exit', (code) => reject(new Error(`demo exited with ${code}: ${out}`)));
+      });
+      expect(summary.try).to.have.length(3);
+      // Run each printed curl line as a user would.
+      const results = summary.try.map((line) => {
+        const m = /^curl -s -H '([^:]+): ([^']+)' (\S+)$/.exec(line);
+        expect(m, line).to.not.equal(null);
+        return fetch(m![3]!, { headers: { [m![1]!]: m![2]! } }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }));
+      });
+      const [inboxes, labels, sessionInboxes] = await Promise.all(results);
+      expect(inboxes!.status).to.equal(200);
+      const ids = (inboxes!.body.inboxes as Array<{ inboxId: string }>).map((i) => i.inboxId);
+      expect(ids).to.deep.equal([summary.inboxes.compatible.id, summary.inboxes.zeroAccess.id]);
+      expect(sessionInboxes!.body).to.deep.equal(inboxes!.body);
+      expect(labels!.status).to.equal(200);
+      const names = (labels!.body.labels as Array<{ name: string; total: number }>).map((l) => l.name);
+      expect(names).to.include.members(['INBOX', 'Sent', 'Archive', 'Projects']);
+      const inbox = (labels!.body.labels as Array<{ name: string; total: number }>).find((l) => l.name === 'INBOX');
+      expect(inbox!.total).to.be.at.least(3);
+      expect(Object.keys(summary.tokens)).to.include('messages:read');
+    } finally {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      expect(await exited).to.equal(0);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
