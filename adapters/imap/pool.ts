@@ -146,19 +146,23 @@ export class ImapPool {
           if (this.total < maxTotal) {
             slot.opening++;
             this.total++;
+            // The lane is taken now, not once connected, or two bulk tasks could both get in.
+            if (lane === 'bulk') slot.bulk++;
             let client: ImapFlow;
             try {
               client = await this.connect(user);
             } catch (err) {
-              slot.opening--;
               this.total--;
+              if (lane === 'bulk') slot.bulk--;
               this.wake(slot);
               throw err;
+            } finally {
+              slot.opening--;
             }
-            slot.opening--;
-            const fresh: Conn = { user, client, idleTimer: null, lane: null, counted: true };
+            const fresh: Conn = { user, client, idleTimer: null, lane, counted: true };
             client.once('close', () => this.onConnClosed(fresh));
-            return this.take(slot, fresh, lane);
+            slot.busy.add(fresh);
+            return fresh;
           }
           await new Promise<void>((resolve) => this.capWaiters.push(resolve));
           continue;

@@ -1,0 +1,200 @@
+// The index sync and the IMAP pool against the real Dovecot: silent re-seed on a new
+// UIDVALIDITY, recovery of a lost index, label deletion, and the pool's isolation and bounds.
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { expect } from 'chai';
+import { pino } from 'pino';
+import { ImapPool } from '../adapters/imap/pool.ts';
+import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { append, json, mailApp, SseReader } from './mail-fixtures.ts';
+
+const run = promisify(execFile);
+
+interface Summary { id: string; uid: number; subject?: string }
+
+describe('index sync', function () {
+  this.timeout(60_000);
+  let s: TestServer;
+  let p: TestProject;
+  let token: string;
+
+  const labels = async (inbox: TestInbox) =>
+    Object.fromEntries((await json<{ labels: Array<{ id: string; name: string; total: number }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }))).labels.map((l) => [l.name, l]));
+  const list = async (inbox: TestInbox, label: string) =>
+    (await json<{ messages: Summary[] }>(await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages?limit=100`, { token }))).messages;
+  const stream = async (inbox: TestInbox) => {
+    const abort = new AbortController();
+    const res = await call(`${s.base}/inboxes/${inbox.id}/events`, { token, signal: abort.signal });
+    expect(res.status).to.equal(200);
+    return new SseReader(res, abort);
+  };
+
+  before(async () => {
+    s = await startPostern();
+    p = await newProject(s);
+    token = await p.token(['messages:read']);
+  });
+  after(() => s?.close());
+
+  it('a new UIDVALIDITY re-seeds the label silently: only real differences are reported', async () => {
+    const inbox = await p.inbox();
+    const app = await mailApp(inbox);
+    try {
+      await app.mailboxCreate('reseed');
+      for (let i = 0; i < 3; i++) await append(app, 'reseed', { subject: `old ${i}` });
+      const label = (await labels(inbox)).reseed!.id;
+      const before = await list(inbox, label);
+      const sse = await stream(inbox);
+      const conf = join(mailEnv().dir, 'dovecot', 'dovecot.conf');
+      await run('doveadm', ['-c', conf, 'mailbox', 'update', '-u', inbox.imapUser, '--uid-validity', String(Math.floor(Date.now() / 1000) % 1_000_000_000), 'reseed']);
+      const uid = await append(app, 'reseed', { subject: 'new one' });
+      const added = JSON.parse((await sse.next((e) => e.event === 'message.added')).data) as { uid: number; labelId: string };
+      expect(added).to.include({ uid, labelId: label });
+      const after = await list(inbox, label);
+      expect(after.slice(1).map((m) => m.id)).to.deep.equal(before.map((m) => m.id));
+      await new Promise((r) => setTimeout(r, 300));
+      expect(sse.events.map((e) => e.event)).to.deep.equal(['message.added']);
+      await sse.close();
+    } finally {
+      await app.logout();
+    }
+  });
+
+  it('a lost index is rebuilt silently with the same ids', async () => {
+    const inbox = await p.inbox();
+    const app = await mailApp(inbox);
+    try {
+      for (let i = 0; i < 4; i++) await append(app, 'INBOX', { subject: `kept ${i}` });
+      const inboxLabel = (await labels(inbox)).INBOX!.id;
+      const before = await list(inbox, inboxLabel);
+      const sse = await stream(inbox);
+      const db = s.postern.db;
+      for (const table of ['mail_locations', 'mail_messages', 'mail_labels', 'mail_inboxes']) {
+        db.prepare(`DELETE FROM ${table} WHERE inbox_id = ?`).run(inbox.id);
+      }
+      // The stream's own watcher keeps reads from syncing; a flag change makes it sync now.
+      await app.mailboxOpen('INBOX');
+      await app.messageFlagsAdd('1', ['\\Seen'], { uid: true });
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(await list(inbox, inboxLabel)).to.deep.equal(before.map((m) => (m.uid === 1 ? { ...m, flags: ['seen'] } : m)));
+      expect(sse.events).to.deep.equal([]);
+      await sse.close();
+    } finally {
+      await app.logout();
+    }
+  });
+
+  it('a deleted label disappears, and its messages are reported removed', async () => {
+    const inbox = await p.inbox();
+    const app = await mailApp(inbox);
+    try {
+      await app.mailboxCreate('doomed');
+      await append(app, 'doomed');
+      const id = (await labels(inbox)).doomed!.id;
+      const sse = await stream(inbox);
+      await app.mailboxDelete('doomed');
+      const removed = JSON.parse((await sse.next((e) => e.event === 'message.removed')).data) as { labelId: string };
+      expect(removed.labelId).to.equal(id);
+      expect(await labels(inbox)).to.not.have.property('doomed');
+      expect((await call(`${s.base}/inboxes/${inbox.id}/labels/${id}/messages`, { token })).status).to.equal(404);
+      await sse.close();
+    } finally {
+      await app.logout();
+    }
+  });
+});
+
+describe('IMAP pool', function () {
+  this.timeout(30_000);
+  let s: TestServer;
+  let p: TestProject;
+  before(async () => {
+    s = await startPostern();
+    p = await newProject(s);
+  });
+  after(() => s?.close());
+
+  const settings = (maxPerInbox: number, maxTotal: number) => {
+    const env = mailEnv();
+    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal };
+  };
+  const gate = () => {
+    let open!: () => void;
+    const opened = new Promise<void>((r) => (open = r));
+    return { open, opened };
+  };
+
+  it('an inbox with every connection busy never delays another inbox', async () => {
+    const [a, b] = [await p.inbox(), await p.inbox()];
+    const pool = new ImapPool(settings(2, 10), pino({ level: 'silent' }));
+    try {
+      const hold = gate();
+      const busy = [pool.use(a.imapUser, () => hold.opened), pool.use(a.imapUser, () => hold.opened)];
+      const started = Date.now();
+      const other = await pool.use(b.imapUser, async (c) => { const st = await c.status('INBOX', { messages: true }); return st ? st.messages : -1; });
+      expect(other).to.equal(0);
+      expect(Date.now() - started).to.be.below(2000);
+      let third = false;
+      const queued = pool.use(a.imapUser, async () => {
+        third = true;
+      });
+      await new Promise((r) => setTimeout(r, 200));
+      expect(third, 'a third task of a waits for one of its two connections').to.equal(false);
+      hold.open();
+      await Promise.all([...busy, queued]);
+      expect(third).to.equal(true);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('the bulk lane (downloads) leaves one connection for listings and syncs', async () => {
+    const a = await p.inbox();
+    const pool = new ImapPool(settings(2, 10), pino({ level: 'silent' }));
+    try {
+      const hold = gate();
+      const download = pool.use(a.imapUser, () => hold.opened, 'bulk');
+      let secondBulk = false;
+      const bulk2 = pool.use(a.imapUser, async () => {
+        secondBulk = true;
+      }, 'bulk');
+      const listing = await pool.use(a.imapUser, async (c) => { const st = await c.status('INBOX', { messages: true }); return st ? st.messages : -1; });
+      expect(listing).to.equal(0);
+      expect(secondBulk).to.equal(false);
+      hold.open();
+      await Promise.all([download, bulk2]);
+      expect(secondBulk).to.equal(true);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('stays within the global cap by closing idle connections of other inboxes', async () => {
+    const inboxes = [await p.inbox(), await p.inbox(), await p.inbox()];
+    const pool = new ImapPool(settings(2, 2), pino({ level: 'silent' }));
+    try {
+      for (const i of inboxes) {
+        await pool.use(i.imapUser, async (c) => c.status('INBOX', { messages: true }));
+        expect(pool.size).to.be.at.most(2);
+      }
+    } finally {
+      await pool.close();
+    }
+    expect(pool.size).to.equal(0);
+  });
+
+  it('Postern.close() closes every IMAP connection and watcher', async () => {
+    const own = await startPostern();
+    const op = await newProject(own);
+    const inbox = await op.inbox();
+    const t = await op.token(['messages:read']);
+    const abort = new AbortController();
+    const res = await call(`${own.base}/inboxes/${inbox.id}/events`, { token: t, signal: abort.signal });
+    expect(res.status).to.equal(200);
+    expect(own.postern.mailSource.pool.size).to.be.at.least(2);
+    await own.close();
+    expect(own.postern.mailSource.pool.size).to.equal(0);
+    abort.abort();
+  });
+});
