@@ -967,6 +967,13 @@ export async function down(opts: MailEnvOptions = {}): Promise<{ stopped: string
   });
 }
 
+/** True when none of the env's ports is taken by anything (this env included). */
+export async function portsFree(opts: MailEnvOptions = {}): Promise<boolean> {
+  const l = layout(opts);
+  for (const probe of probes(l)) if (await portOpen(probe.port)) return false;
+  return true;
+}
+
 export async function status(opts: MailEnvOptions = {}): Promise<{ running: Record<ServiceName, boolean>; env: MailEnv }> {
   const l = layout(opts);
   const running = {} as Record<ServiceName, boolean>;
