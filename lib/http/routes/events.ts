@@ -76,6 +76,30 @@ function frameOf(e: StoredEvent, redact: boolean): string {
   return text;
 }
 
+/**
+ * Live frames are queued per stream and written once per turn of the event loop: idle, that is
+ * one frame as soon as it comes; under load (many events arriving in one turn, as group commit
+ * and Redis both deliver them), one socket write carries several frames instead of one each.
+ */
+const outboxes = new Map<SseStream, string[]>();
+let flushScheduled = false;
+
+function enqueue(sse: SseStream, frame: string): void {
+  const box = outboxes.get(sse);
+  if (box) box.push(frame);
+  else outboxes.set(sse, [frame]);
+  if (!flushScheduled) {
+    flushScheduled = true;
+    setImmediate(flushOutboxes);
+  }
+}
+
+function flushOutboxes(): void {
+  flushScheduled = false;
+  for (const [sse, frames] of outboxes) sse.write(frames.length === 1 ? frames[0]! : frames.join(''));
+  outboxes.clear();
+}
+
 export function eventRoutes(o: EventRouteOptions) {
   const { access, events, validator } = o;
 
@@ -147,9 +171,12 @@ export function eventRoutes(o: EventRouteOptions) {
       }
       if (e.position <= lastSent) return;
       lastSent = e.position;
-      sse.write(frameOf(e, filter.redactActor));
+      enqueue(sse, frameOf(e, filter.redactActor));
     });
-    sse.onClose(() => unsubscribe());
+    sse.onClose(() => {
+      unsubscribe();
+      outboxes.delete(sse);
+    });
     if (after === null) return;
 
     // Backfill runs after this handler returns: Koa only starts piping the stream then.

@@ -1,0 +1,453 @@
+// Event log benchmarks (issue 3), each next to a baseline measured in the same run:
+//   1. POST /events, 1 KB data, an Idempotency-Key each, 32 concurrent clients: events/s, p99.
+//      Baseline: raw SQLite one-row transactions of the same size on the same disk.
+//   2. GET /events?limit=500: events/s read. Baseline: the raw SELECT behind it.
+//   3. 1,000 live SSE clients, 100 events/s: delivery latency p50/p99, in one process and across
+//      two processes through Redis. Baseline: a bare Node SSE broadcaster (events-sse-baseline.ts).
+//      And the server's RSS holding 10,000 idle streams.
+// Servers run as separate processes (`bin/postern serve`) so the load generator does not share
+// their event loop. Loopback only.
+//
+//   npm run bench:events                 # prints the results as Markdown
+//   npm run bench:events -- --write      # also replaces the events section of bench/RESULTS.md
+//   npm run bench:events -- --quick      # shorter rounds, for a smoke run
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { Agent, request } from 'node:http';
+import { connect, createServer, type Socket } from 'node:net';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { MemoryBus } from '../adapters/bus/memory.ts';
+import { openDb } from '../adapters/store/sqlite/db.ts';
+import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
+import { Admin } from '../lib/directory/admin.ts';
+import { encodeCursor } from '../lib/events/cursor.ts';
+import { EventLog } from '../lib/events/log.ts';
+import { ROOT } from '../lib/paths.ts';
+
+const args = new Set(process.argv.slice(2));
+const QUICK = args.has('--quick');
+const ROUNDS = QUICK ? 1 : 3;
+const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split(',') ?? null;
+const want = (part: 'post' | 'get' | 'live' | 'rss') => !ONLY || ONLY.includes(part);
+const SECONDS = QUICK ? 2 : 5;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const pct = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? NaN;
+};
+const nowUs = () => Math.round((performance.timeOrigin + performance.now()) * 1000);
+const log = (msg: string) => process.stderr.write(`${msg}\n`);
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+async function spawnListening(cmd: string, argv: string[], env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
+  const child = spawn(cmd, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const line = out.split('\n').find((l) => l.includes('"listening"'));
+      if (line) resolve((JSON.parse(line) as { listening: string }).listening);
+    });
+    child.once('exit', (code) => reject(new Error(`${cmd} exited with ${code}: ${out}`)));
+  });
+  return { child, url };
+}
+
+async function stop(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.kill('SIGTERM');
+  await once(child, 'exit');
+}
+
+/** CPU seconds a process has used (user + system), from /proc. */
+function cpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+function rssMb(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : NaN;
+}
+
+/** One HTTP request on a keep-alive agent; resolves with status and body. */
+function send(agent: Agent, url: string, method: string, headers: Record<string, string>, body?: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const req = request({ agent, host: u.hostname, port: u.port, path: u.pathname + u.search, method, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', reject);
+    if (body !== undefined) req.end(body);
+    else req.end();
+  });
+}
+
+interface Setup {
+  dir: string;
+  dbFile: string;
+  projectId: string;
+  writer: string;
+  reader: string;
+}
+
+async function setup(): Promise<Setup> {
+  const dir = mkdtempSync(join(tmpdir(), 'postern-bench-'));
+  const dbFile = join(dir, 'postern.db');
+  const db = openDb(dbFile);
+  const admin = new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 3600 });
+  const { id: projectId } = await admin.createProject('bench');
+  const { id: memberId } = await admin.addMember(projectId, 'bench@example.org');
+  const writer = (await admin.createToken({ memberId, scopes: ['events:write'] })).token;
+  const reader = (await admin.createToken({ memberId, scopes: ['events:read', 'project:read'] })).token;
+  const events = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
+  await events.registerType(projectId, {
+    name: 'ext.bench.happened',
+    description: 'benchmark event',
+    data: [
+      { name: 'payload', type: 'string' },
+      { name: 't', type: 'integer' },
+    ],
+  });
+  db.close();
+  return { dir, dbFile, projectId, writer, reader };
+}
+
+function serverEnv(dbFile: string, extra: Record<string, string> = {}): Record<string, string> {
+  return { POSTERN_PORT: '0', POSTERN_DB: dbFile, POSTERN_LOG_LEVEL: 'warn', POSTERN_IMAP_MASTER_PASSWORD: 'unused', ...extra };
+}
+
+async function startPostern(env: Record<string, string>): Promise<{ child: ChildProcess; base: string }> {
+  const { child, url } = await spawnListening(join(ROOT, 'bin/postern'), ['serve'], env);
+  return { child, base: `${url}/v1` };
+}
+
+// ── 1. POST /events ─────────────────────────────────────────────────────────────────────────
+
+function rawInsertRate(dir: string, seconds: number): number {
+  const db = new Database(join(dir, `raw-${Date.now()}.db`));
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  db.exec('CREATE TABLE t (position INTEGER PRIMARY KEY AUTOINCREMENT, k TEXT UNIQUE, body TEXT NOT NULL)');
+  const insert = db.prepare('INSERT INTO t (k, body) VALUES (?, ?)');
+  const body = 'x'.repeat(1400);
+  const tx = db.transaction((k: string) => insert.run(k, body));
+  let n = 0;
+  const end = performance.now() + seconds * 1000;
+  while (performance.now() < end) {
+    for (let i = 0; i < 100; i++) tx.immediate(`k${n++}`);
+  }
+  db.close();
+  return n / seconds;
+}
+
+async function benchPost(s: Setup, base: string): Promise<{ rate: number; p50: number; p99: number }> {
+  const agent = new Agent({ keepAlive: true, maxSockets: 32 });
+  const payload = 'p'.repeat(1000); // with the other field, data is just over 1 KB serialized
+  const headers = { authorization: `Bearer ${s.writer}`, 'content-type': 'application/json' };
+  const latencies: number[] = [];
+  let done = 0;
+  let failed = 0;
+  const end = performance.now() + SECONDS * 1000;
+  let key = 0;
+  const run = `${Date.now()}`;
+  await Promise.all(
+    Array.from({ length: 32 }, async () => {
+      while (performance.now() < end) {
+        const t0 = performance.now();
+        const r = await send(agent, `${base}/events`, 'POST', { ...headers, 'idempotency-key': `${run}-${key++}` }, JSON.stringify({ type: 'ext.bench.happened', data: { payload, t: 1 } }));
+        latencies.push(performance.now() - t0);
+        if (r.status === 201) done++;
+        else failed++;
+      }
+    }),
+  );
+  agent.destroy();
+  if (failed) log(`POST /events: ${failed} requests failed`);
+  return { rate: done / SECONDS, p50: pct(latencies, 0.5), p99: pct(latencies, 0.99) };
+}
+
+// ── 2. GET /events?limit=500 ────────────────────────────────────────────────────────────────
+
+async function prefill(s: Setup, count: number): Promise<{ first: number; last: number }> {
+  const db = openDb(s.dbFile);
+  const events = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
+  const payload = 'p'.repeat(1000);
+  const first = (await events.lastPosition()) + 1;
+  for (let i = 0; i < count; i++) {
+    await events.publish({ projectId: s.projectId, actor: 'sys_bench', type: 'ext.bench.happened', data: { payload, t: i } });
+  }
+  const last = await events.lastPosition();
+  db.close();
+  return { first, last };
+}
+
+function rawSelectRate(s: Setup, range: { first: number; last: number }, seconds: number): number {
+  const db = new Database(s.dbFile, { readonly: true });
+  const select = db.prepare('SELECT body FROM events WHERE project_id = ? AND position > ? ORDER BY position LIMIT 500');
+  let rows = 0;
+  const end = performance.now() + seconds * 1000;
+  while (performance.now() < end) {
+    const after = range.first + Math.floor(Math.random() * (range.last - range.first - 500));
+    const got = select.all(s.projectId, after) as Array<{ body: string }>;
+    // Build the response text too, as the API does: the rows joined into one JSON document.
+    const text = `{"events":[${got.map((r) => r.body).join(',')}]}`;
+    if (text.length === 0) throw new Error('unreachable');
+    rows += got.length;
+  }
+  db.close();
+  return rows / seconds;
+}
+
+async function benchGet(s: Setup, base: string, range: { first: number; last: number }, clients: number): Promise<number> {
+  const agent = new Agent({ keepAlive: true, maxSockets: clients });
+  const headers = { authorization: `Bearer ${s.reader}` };
+  let events = 0;
+  const end = performance.now() + SECONDS * 1000;
+  await Promise.all(
+    Array.from({ length: clients }, async () => {
+      while (performance.now() < end) {
+        const after = range.first + Math.floor(Math.random() * (range.last - range.first - 500));
+        const r = await send(agent, `${base}/events?limit=500&after=${encodeCursor(after)}`, 'GET', headers);
+        if (r.status !== 200) throw new Error(`GET /events: ${r.status} ${r.body}`);
+        // Count without parsing 500 events: each event has exactly one "specversion".
+        events += r.body.split('"specversion"').length - 1;
+      }
+    }),
+  );
+  agent.destroy();
+  return events / SECONDS;
+}
+
+// ── 3. Live delivery ────────────────────────────────────────────────────────────────────────
+
+interface Streams {
+  latencies: number[];
+  received: number;
+  close(): void;
+}
+
+/**
+ * Opens `n` SSE connections as raw sockets (no HTTP parser: the load generator shares the
+ * machine's two cores with the servers, so it must cost as little as possible). Every frame
+ * whose data holds "t":<µs> records its latency; the timestamp is read from the raw bytes.
+ */
+async function openStreams(url: string, headers: Record<string, string>, n: number, record = true): Promise<Streams> {
+  const st: Streams = { latencies: [], received: 0, close: () => undefined };
+  const sockets: Socket[] = [];
+  const u = new URL(url);
+  const head = `GET ${u.pathname}${u.search} HTTP/1.1\r\nHost: ${u.host}\r\nAccept: text/event-stream\r\n${Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('')}\r\n`;
+  const openOne = () =>
+    new Promise<void>((resolve, reject) => {
+      const sock = connect(Number(u.port), u.hostname);
+      sockets.push(sock);
+      let started = false;
+      sock.setNoDelay(true);
+      sock.on('connect', () => sock.write(head));
+      sock.on('error', (err) => (started ? undefined : reject(err)));
+      sock.on('data', (chunk: Buffer) => {
+        if (!started) {
+          if (!chunk.toString('latin1', 0, 12).startsWith('HTTP/1.1 200')) return reject(new Error(`stream: ${chunk.toString('latin1', 0, 40)}`));
+          started = true;
+          resolve();
+        }
+        if (!record) return;
+        const at = performance.timeOrigin + performance.now();
+        // Frames are small and written whole, so a chunk holds whole "t":… values.
+        let i = chunk.indexOf('"t":');
+        while (i >= 0) {
+          let v = 0;
+          for (let j = i + 4; j < chunk.length; j++) {
+            const c = chunk[j]!;
+            if (c < 48 || c > 57) break;
+            v = v * 10 + (c - 48);
+          }
+          st.received++;
+          st.latencies.push(at - v / 1000);
+          i = chunk.indexOf('"t":', i + 4);
+        }
+      });
+    });
+  for (let i = 0; i < n; i += 200) await Promise.all(Array.from({ length: Math.min(200, n - i) }, openOne));
+  st.close = () => {
+    for (const s of sockets) s.destroy();
+  };
+  return st;
+}
+
+async function publishAt(rate: number, seconds: number, sendOne: (t: number) => Promise<void>): Promise<void> {
+  const total = rate * seconds;
+  const start = performance.now();
+  const pending: Array<Promise<void>> = [];
+  for (let i = 0; i < total; i++) {
+    const due = start + (i * 1000) / rate;
+    const wait = due - performance.now();
+    if (wait > 0) await sleep(wait);
+    pending.push(sendOne(nowUs()));
+  }
+  await Promise.all(pending);
+}
+
+async function benchLive(streamUrl: string, streamHeaders: Record<string, string>, publish: (t: number) => Promise<void>, clients: number, servers: number[]) {
+  const st = await openStreams(streamUrl, streamHeaders, clients);
+  await sleep(500);
+  const cpu0 = servers.map(cpuSeconds);
+  const own0 = process.cpuUsage();
+  const t0 = performance.now();
+  await publishAt(100, SECONDS, publish);
+  await sleep(500);
+  const wall = (performance.now() - t0) / 1000;
+  const serverCores = servers.map((pid, i) => (cpuSeconds(pid) - cpu0[i]!) / wall);
+  const own = process.cpuUsage(own0);
+  st.close();
+  return {
+    p50: pct(st.latencies, 0.5),
+    p99: pct(st.latencies, 0.99),
+    delivered: st.received,
+    expected: 100 * SECONDS * clients,
+    serverCores: serverCores.reduce((a, b) => a + b, 0),
+    clientCores: (own.user + own.system) / 1e6 / wall,
+  };
+}
+
+// ── Run ─────────────────────────────────────────────────────────────────────────────────────
+
+async function main(): Promise<void> {
+  const s = await setup();
+  const redisPort = await freePort();
+  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const children: ChildProcess[] = [redis];
+  try {
+    const one = await startPostern(serverEnv(s.dbFile));
+    children.push(one.child);
+    const results: Record<string, number[]> = {};
+    const add = (k: string, v: number) => (results[k] ??= []).push(v);
+
+    for (let r = 0; r < ROUNDS && want('post'); r++) {
+      log(`round ${r + 1}/${ROUNDS}: POST /events`);
+      add('rawInsert', rawInsertRate(s.dir, 2));
+      const post = await benchPost(s, one.base);
+      add('postRate', post.rate);
+      add('postP50', post.p50);
+      add('postP99', post.p99);
+    }
+
+    log('prefill for GET /events');
+    const range = await prefill(s, want('get') ? (QUICK ? 20_000 : 100_000) : 1000);
+    for (let r = 0; r < ROUNDS && want('get'); r++) {
+      log(`round ${r + 1}/${ROUNDS}: GET /events`);
+      add('rawSelect', rawSelectRate(s, range, 2));
+      add('get1', await benchGet(s, one.base, range, 1));
+      add('get8', await benchGet(s, one.base, range, 8));
+    }
+
+    const writerHeaders = { authorization: `Bearer ${s.writer}`, 'content-type': 'application/json' };
+    const pubAgent = new Agent({ keepAlive: true, maxSockets: 8 });
+    const publishTo = (base: string) => async (t: number) => {
+      const r = await send(pubAgent, `${base}/events`, 'POST', writerHeaders, JSON.stringify({ type: 'ext.bench.happened', data: { t } }));
+      if (r.status !== 201) throw new Error(`publish: ${r.status} ${r.body}`);
+    };
+    const baseline = await spawnListening(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/events-sse-baseline.ts')], {});
+    children.push(baseline.child);
+    const two = await startPostern(serverEnv(s.dbFile, { REDIS_URL: `redis://127.0.0.1:${redisPort}` }));
+    const three = await startPostern(serverEnv(s.dbFile, { REDIS_URL: `redis://127.0.0.1:${redisPort}` }));
+    children.push(two.child, three.child);
+    const readerHeaders = { authorization: `Bearer ${s.reader}` };
+    const types = '?types=ext.bench.happened';
+    for (let r = 0; r < ROUNDS && want('live'); r++) {
+      log(`round ${r + 1}/${ROUNDS}: live delivery, 1,000 clients`);
+      const base = await benchLive(`${baseline.url}/sse`, {}, async (t) => {
+        await send(pubAgent, `${baseline.url}/pub`, 'POST', {}, JSON.stringify({ t }));
+      }, 1000, [baseline.child.pid!]);
+      add('liveBaseP50', base.p50);
+      add('liveBaseP99', base.p99);
+      add('liveBaseCores', base.serverCores);
+      add('liveBaseClient', base.clientCores);
+      const local = await benchLive(`${one.base}/events${types}`, readerHeaders, publishTo(one.base), 1000, [one.child.pid!]);
+      add('liveP50', local.p50);
+      add('liveP99', local.p99);
+      add('liveLoss', local.expected - local.delivered);
+      add('liveCores', local.serverCores);
+      add('liveClient', local.clientCores);
+      const cross = await benchLive(`${three.base}/events${types}`, readerHeaders, publishTo(two.base), 1000, [two.child.pid!, three.child.pid!]);
+      add('crossP50', cross.p50);
+      add('crossP99', cross.p99);
+      add('crossLoss', cross.expected - cross.delivered);
+      add('crossCores', cross.serverCores);
+      add('crossClient', cross.clientCores);
+    }
+    pubAgent.destroy();
+
+    let [idle, held, baseIdle, baseHeld] = [NaN, NaN, NaN, NaN];
+    if (want('rss')) {
+      log('RSS with 10,000 idle streams');
+      await sleep(1000);
+      idle = rssMb(one.child.pid!);
+      const many = await openStreams(`${one.base}/events${types}`, readerHeaders, 10_000, false);
+      await sleep(2000);
+      held = rssMb(one.child.pid!);
+      many.close();
+      baseIdle = rssMb(baseline.child.pid!);
+      const baseMany = await openStreams(`${baseline.url}/sse`, {}, 10_000, false);
+      await sleep(2000);
+      baseHeld = rssMb(baseline.child.pid!);
+      baseMany.close();
+    }
+
+    const m = (k: string) => (results[k] ? median(results[k]) : NaN);
+    const f0 = (n: number) => Math.round(n).toLocaleString('en-US');
+    const f1 = (n: number) => n.toFixed(1);
+    const md = `## Events (issue 3)
+
+Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, ${Math.round(totalmem() / 2 ** 30)} GB RAM, Node ${process.version}, SQLite WAL on ${tmpdir()}.
+Command: \`npm run bench:events\` (${ROUNDS} rounds of ${SECONDS} s; medians of the rounds). Servers are \`bin/postern serve\` processes; load comes from another process over loopback. Run ${new Date().toISOString().slice(0, 10)}.
+
+| Benchmark | Postern (median) | Baseline, same run (median) | Ratio | Target |
+|---|---|---|---|---|
+| POST /events, 1 KB data + Idempotency-Key, 32 clients | ${f0(m('postRate'))} events/s; p50 ${f1(m('postP50'))} ms, p99 ${f1(m('postP99'))} ms | raw SQLite one-row transactions of 1.4 KB: ${f0(m('rawInsert'))} rows/s | ${(m('postRate') / m('rawInsert')).toFixed(2)} | ≥ 5,000/s on 2 cores |
+| GET /events?limit=500, 1 client | ${f0(m('get1'))} events/s | raw SELECT of 500 rows + join: ${f0(m('rawSelect'))} rows/s | ${(m('get1') / m('rawSelect')).toFixed(2)} | ≥ 100,000/s |
+| GET /events?limit=500, 8 clients | ${f0(m('get8'))} events/s | (same) | ${(m('get8') / m('rawSelect')).toFixed(2)} | ≥ 100,000/s |
+| Live, 1,000 SSE clients, 100 events/s, one process | p50 ${f1(m('liveP50'))} ms, p99 ${f1(m('liveP99'))} ms; ${f0(m('liveLoss'))} frames missing; server ${f1(m('liveCores'))} cores, load generator ${f1(m('liveClient'))} | bare Node SSE broadcaster: p50 ${f1(m('liveBaseP50'))} ms, p99 ${f1(m('liveBaseP99'))} ms; server ${f1(m('liveBaseCores'))} cores, load generator ${f1(m('liveBaseClient'))} | p99 ×${(m('liveP99') / m('liveBaseP99')).toFixed(2)} | p99 < 50 ms |
+| Live, same, published on A, streamed from B via Redis | p50 ${f1(m('crossP50'))} ms, p99 ${f1(m('crossP99'))} ms; ${f0(m('crossLoss'))} frames missing; servers ${f1(m('crossCores'))} cores, load generator ${f1(m('crossClient'))} | (same baseline) | p99 ×${(m('crossP99') / m('liveBaseP99')).toFixed(2)} | p99 < 100 ms |
+| RSS holding 10,000 idle streams | ${f0(held)} MB (idle ${f0(idle)} MB: ${f1(((held - idle) * 1024) / 10_000)} KB/stream) | bare broadcaster: ${f0(baseHeld)} MB (idle ${f0(baseIdle)} MB: ${f1(((baseHeld - baseIdle) * 1024) / 10_000)} KB/stream) | ×${((held - idle) / (baseHeld - baseIdle)).toFixed(2)} per stream | — |
+`;
+    process.stdout.write(`${md}\n`);
+    if (args.has('--write')) {
+      const file = join(ROOT, 'bench/RESULTS.md');
+      const start = '<!-- events:start -->';
+      const end = '<!-- events:end -->';
+      const section = `${start}\n${md}${end}`;
+      const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmark results\n';
+      const next = current.includes(start)
+        ? current.slice(0, current.indexOf(start)) + section + current.slice(current.indexOf(end) + end.length)
+        : `${current.trimEnd()}\n\n${section}\n`;
+      writeFileSync(file, next);
+      log(`wrote ${file}`);
+    }
+  } finally {
+    for (const c of children.reverse()) await stop(c).catch(() => undefined);
+    rmSync(s.dir, { recursive: true, force: true });
+  }
+}
+
+await main();
