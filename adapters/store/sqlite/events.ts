@@ -16,7 +16,7 @@ import {
   type ReadResult,
   type StoredEventType,
 } from '../../../lib/events/store.ts';
-import type { DataField, StoredEvent, Visibility } from '../../../lib/events/types.ts';
+import { VISIBILITIES, type DataField, type StoredEvent, type Visibility } from '../../../lib/events/types.ts';
 import type { Db } from './db.ts';
 
 interface EventRow {
@@ -55,6 +55,8 @@ interface Pending {
   error?: unknown;
 }
 
+const VISIBILITY_SET: ReadonlySet<string> = new Set(VISIBILITIES);
+
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
 
 const toEvent = (r: EventRow): StoredEvent => ({
@@ -89,7 +91,6 @@ export class SqliteEventStore implements EventStore {
     horizon: Statement<[number], { position: number }>;
     last: Statement<[], { position: number | null }>;
     readAll: Statement<[number, number], EventRow>;
-    read: Statement<Record<string, string | number | null>, EventRow>;
     positionOf: Statement<[string, string], { position: number }>;
     getType: Statement<[string, string, number], TypeRow>;
     latestType: Statement<[string, string], TypeRow>;
@@ -99,6 +100,7 @@ export class SqliteEventStore implements EventStore {
   };
   private readonly appendBatch: (batch: Pending[]) => void;
   private queue: Pending[] = [];
+  private readonly reads = new Map<string, Statement<unknown[], EventRow>>();
   private readonly upsertTx: (
     projectId: string,
     name: string,
@@ -123,17 +125,6 @@ export class SqliteEventStore implements EventStore {
       horizon: db.prepare('SELECT position FROM events WHERE recorded_at <= ? ORDER BY recorded_at DESC, position DESC LIMIT 1'),
       last: db.prepare('SELECT MAX(position) AS position FROM events'),
       readAll: db.prepare(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`),
-      // Lists travel as JSON arrays so one prepared statement serves every filter.
-      read: db.prepare(`SELECT ${COLUMNS} FROM events
-        WHERE project_id = @project AND position > @after AND position <= @upTo
-          AND visibility IN (SELECT value FROM json_each(@visibilities))
-          AND (CASE WHEN inbox_id IS NULL THEN @only IS NULL
-                    ELSE inbox_id IN (SELECT value FROM json_each(@allowed))
-                         AND (@only IS NULL OR inbox_id IN (SELECT value FROM json_each(@only))) END)
-          AND (@exact IS NULL
-               OR type IN (SELECT value FROM json_each(@exact))
-               OR EXISTS (SELECT 1 FROM json_each(@globs) g WHERE events.type GLOB g.value))
-        ORDER BY position LIMIT @limit`),
       positionOf: db.prepare('SELECT position FROM events WHERE project_id = ? AND event_id = ?'),
       getType: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? AND version = ?'),
       latestType: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? ORDER BY version DESC LIMIT 1'),
@@ -238,22 +229,44 @@ export class SqliteEventStore implements EventStore {
       upTo = Math.min(upTo, this.s.last.get()?.position ?? 0);
     }
     if (upTo <= q.after) return { events: [], scannedTo: q.after };
-    const exact = q.types ? q.types.filter((t) => !t.endsWith('*')) : null;
+    const inboxes = q.inboxes ?? q.allowedInboxes;
+    const exact = q.types ? q.types.filter((t) => !t.endsWith('*')) : [];
     const globs = q.types ? q.types.filter((t) => t.endsWith('*')) : [];
-    const rows = this.s.read.all({
-      project: q.projectId,
-      after: q.after,
-      upTo,
-      limit: q.limit,
-      visibilities: JSON.stringify(q.visibilities),
-      allowed: JSON.stringify(q.allowedInboxes),
-      only: q.inboxes ? JSON.stringify(q.inboxes) : null,
-      exact: exact ? JSON.stringify(exact) : null,
-      globs: JSON.stringify(globs),
-    });
+    const stmt = this.readStatement(q.visibilities, q.inboxes !== null, inboxes.length, q.types !== null, exact.length, globs.length);
+    // With an inbox filter, only its inboxes (each one the caller may use: the route checked).
+    const rows = stmt.all(q.projectId, q.after, upTo, ...inboxes, ...exact, ...globs, q.limit);
     // A full page stops at its last event; otherwise everything up to the horizon was scanned.
     const scannedTo = rows.length === q.limit ? rows[rows.length - 1]!.position : upTo;
     return { events: rows.map(toEvent), scannedTo };
+  }
+
+  /**
+   * The SELECT for one shape of filter, prepared once: lists become placeholders (never JSON
+   * unpacked per row), visibilities are literals from the closed enum.
+   */
+  private readStatement(visibilities: readonly Visibility[], only: boolean, inboxes: number, typed: boolean, exact: number, globs: number): Statement<unknown[], EventRow> {
+    const vis = visibilities.filter((v) => VISIBILITY_SET.has(v));
+    const key = `${vis.join(',')}|${only}|${inboxes}|${typed}|${exact}|${globs}`;
+    let stmt = this.reads.get(key);
+    if (!stmt) {
+      const marks = (n: number) => Array.from({ length: n }, () => '?').join(', ');
+      const inboxCond = only
+        ? `inbox_id IN (${marks(inboxes)})`
+        : inboxes > 0
+          ? `(inbox_id IS NULL OR inbox_id IN (${marks(inboxes)}))`
+          : 'inbox_id IS NULL';
+      const typeParts = [...(exact > 0 ? [`type IN (${marks(exact)})`] : []), ...Array.from({ length: globs }, () => 'type GLOB ?')];
+      const typeCond = typed ? `AND (${typeParts.length ? typeParts.join(' OR ') : '0'})` : '';
+      stmt = this.db.prepare(`SELECT ${COLUMNS} FROM events
+        WHERE project_id = ? AND position > ? AND position <= ?
+          AND visibility IN (${vis.length ? vis.map((v) => `'${v}'`).join(', ') : "''"})
+          AND ${inboxCond} ${typeCond}
+        ORDER BY position LIMIT ?`) as Statement<unknown[], EventRow>;
+      // Bounded: shapes vary with the number of inboxes; the oldest shape goes first.
+      if (this.reads.size >= 256) this.reads.delete(this.reads.keys().next().value!);
+      this.reads.set(key, stmt);
+    }
+    return stmt;
   }
 
   async readAll(after: number, limit: number): Promise<StoredEvent[]> {
