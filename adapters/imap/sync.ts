@@ -110,13 +110,9 @@ export class IndexSync {
 
   private async syncLabel(client: ImapFlow, inbox: MailInbox, box: ListedMailbox, state: LabelState | null, publish: Publish | null): Promise<boolean> {
     const renamed = state !== null && (state.path !== box.path || state.specialUse !== box.specialUse);
-    if (
-      state &&
-      state.uidValidity === box.uidValidity &&
-      state.uidNext === box.uidNext &&
-      state.highestModseq === box.highestModseq &&
-      this.store.countIn(inbox.id, box.guid) === box.messages
-    ) {
+    // Same UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ: nothing was added, changed or expunged (every
+    // expunge raises HIGHESTMODSEQ under CONDSTORE). This is the whole cost of an idle read.
+    if (state && state.uidValidity === box.uidValidity && state.uidNext === box.uidNext && state.highestModseq === box.highestModseq) {
       if (renamed) this.store.apply(inbox.id, [], { ...state, path: box.path, specialUse: box.specialUse });
       return false;
     }

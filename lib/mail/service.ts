@@ -19,6 +19,17 @@ import type {
   Unwatch,
 } from './types.ts';
 
+// Encoding a GUID as an id is BigInt arithmetic; a page repeats the same few thousand often.
+const ids = new Map<string, string>();
+function messageId(guid: string): string {
+  let id = ids.get(guid);
+  if (id === undefined) {
+    if (ids.size >= 100_000) ids.clear();
+    ids.set(guid, (id = idFromGuid('msg', guid)));
+  }
+  return id;
+}
+
 export interface Page {
   messages: MessageSummary[];
   before?: number;
@@ -134,7 +145,7 @@ function directionOf(inbox: MailInbox, m: MessageRecord, locations: readonly Loc
 function summarize(m: MessageRecord, at: Location, uid: number, direction: 'in' | 'out'): MessageSummary {
   const { flags, keywords } = fromImapFlags(at.flags);
   return {
-    id: idFromGuid('msg', m.guid),
+    id: messageId(m.guid),
     uid,
     receivedAt: new Date(m.receivedAt).toISOString(),
     flags,
