@@ -10,7 +10,7 @@ import { pino } from 'pino';
 import { untilSignal } from '../bin/signals.ts';
 import { loadConfig } from '../lib/config.ts';
 import { createPostern } from '../lib/server.ts';
-import { addUser, down, up, type MailEnv } from './mailenv.ts';
+import { addUser, down, posternEnv, up, type MailEnv } from './mailenv.ts';
 
 const DEMO_PASSWORD = 'demo-password';
 
@@ -105,12 +105,7 @@ export async function runDemo(_args: string[]): Promise<void> {
     ...process.env,
     POSTERN_PORT: process.env.POSTERN_PORT ?? '8787',
     POSTERN_DB: join(dir, 'postern.db'),
-    POSTERN_IMAP_HOST: env.imap.host,
-    POSTERN_IMAP_PORT: String(env.imap.port),
-    POSTERN_IMAP_MASTER_USER: env.master.user,
-    POSTERN_IMAP_MASTER_PASSWORD: env.master.password,
-    POSTERN_SMTP_HOST: env.smtp.host,
-    POSTERN_SMTP_PORT: String(env.smtp.port),
+    ...posternEnv(env),
   });
   const postern = createPostern(config, pino({ level: process.env.POSTERN_LOG_LEVEL ?? 'warn' }));
   const { admin } = postern;

@@ -35,6 +35,18 @@ export interface MailEnv {
   passwdFile: string;
 }
 
+/** The POSTERN_* variables that point a Postern process at this environment. */
+export function posternEnv(env: MailEnv): Record<string, string> {
+  return {
+    POSTERN_IMAP_HOST: env.imap.host,
+    POSTERN_IMAP_PORT: String(env.imap.port),
+    POSTERN_IMAP_MASTER_USER: env.master.user,
+    POSTERN_IMAP_MASTER_PASSWORD: env.master.password,
+    POSTERN_SMTP_HOST: env.smtp.host,
+    POSTERN_SMTP_PORT: String(env.smtp.port),
+  };
+}
+
 export interface SinkMessage { id: string; mailFrom: string; rcptTo: string[]; envid?: string; receivedAt: string; raw: Buffer }
 
 export type ServiceName = 'dovecot' | 'postfix' | 'sink' | 'redis';

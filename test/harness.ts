@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { addUser, type MailEnv } from '../scripts/mailenv.ts';
+import { addUser, posternEnv, type MailEnv } from '../scripts/mailenv.ts';
 import { loadConfig, type Config } from '../lib/config.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
 
@@ -19,12 +19,7 @@ export function mailEnv(): MailEnv {
 export function envVars(env: MailEnv, extra: Record<string, string> = {}): Record<string, string> {
   return {
     POSTERN_PORT: '0',
-    POSTERN_IMAP_HOST: env.imap.host,
-    POSTERN_IMAP_PORT: String(env.imap.port),
-    POSTERN_IMAP_MASTER_USER: env.master.user,
-    POSTERN_IMAP_MASTER_PASSWORD: env.master.password,
-    POSTERN_SMTP_HOST: env.smtp.host,
-    POSTERN_SMTP_PORT: String(env.smtp.port),
+    ...posternEnv(env),
     POSTERN_LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'warn',
     ...extra,
   };
