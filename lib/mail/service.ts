@@ -35,7 +35,29 @@ export interface Page {
   before?: number;
 }
 
+/**
+ * Results derived from the index, kept until the inbox's index version changes. Hot pages and
+ * details are then one map lookup after the freshness check.
+ */
+class DerivedCache<T> {
+  private readonly entries = new Map<string, { version: number; value: T }>();
+  constructor(private readonly max: number) {}
+
+  get(key: string, version: number, make: () => T): T {
+    const hit = this.entries.get(key);
+    if (hit && hit.version === version) return hit.value;
+    const value = make();
+    this.entries.delete(key);
+    if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!);
+    this.entries.set(key, { version, value });
+    return value;
+  }
+}
+
 export class MailService {
+  private readonly pages = new DerivedCache<Page | null>(2000);
+  private readonly details = new DerivedCache<{ detail: MessageDetail; etag: string } | null>(5000);
+
   constructor(
     private readonly index: MailIndexStore,
     private readonly source: MailSource,
@@ -63,8 +85,15 @@ export class MailService {
     const guid = guidFromId('lbl', labelId);
     if (!guid) throw notFound('label not found');
     await this.source.refresh(inbox);
-    const label = this.index.label(inbox.id, guid);
-    if (!label) throw notFound('label not found');
+    // The addresses decide `direction`: a change to them must not serve an old page.
+    const key = `${inbox.id} ${guid} ${options.before ?? ''} ${options.limit} ${inbox.addresses.join(',')}`;
+    const page = this.pages.get(key, this.index.version(inbox.id), () => this.page(inbox, guid, options));
+    if (!page) throw notFound('label not found');
+    return page;
+  }
+
+  private page(inbox: MailInbox, guid: string, options: { limit: number; before?: number }): Page | null {
+    if (!this.index.label(inbox.id, guid)) return null;
     // One more than asked tells whether a next page exists without a count.
     const rows = this.index.page(inbox.id, guid, options.before ?? null, options.limit + 1);
     const more = rows.length > options.limit;
@@ -78,6 +107,15 @@ export class MailService {
   /** The detail and its ETag, which changes with any change to what the detail says. */
   async message(inbox: MailInbox, msgId: string): Promise<{ detail: MessageDetail; etag: string }> {
     await this.source.refresh(inbox);
+    const found = this.details.get(`${inbox.id} ${msgId} ${inbox.addresses.join(',')}`, this.index.version(inbox.id), () => this.detail(inbox, msgId));
+    if (!found) throw notFound('message not found');
+    return found;
+  }
+
+  private detail(inbox: MailInbox, msgId: string): { detail: MessageDetail; etag: string } | null {
+    const guid = guidFromId('msg', msgId);
+    const stored = guid ? this.index.message(inbox.id, guid) : null;
+    if (!stored || stored.locations.length === 0) return null;
     const found = this.find(inbox, msgId);
     const labels = this.index.labels(inbox.id);
     const primary = primaryLocation(found.locations, labels);

@@ -107,6 +107,8 @@ export interface PageRow {
 }
 
 export interface MailIndexStore {
+  /** Changes whenever anything of the inbox's index changes (this process's writes). */
+  version(inboxId: string): number;
   /** True once the inbox's index was filled completely at least once. */
   isSeeded(inboxId: string): boolean;
   markSeeded(inboxId: string, seeded: boolean): void;

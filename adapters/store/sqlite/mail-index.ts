@@ -75,6 +75,9 @@ const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.t
 
 export class SqliteMailIndex implements MailIndexStore {
   private readonly s: Record<string, Statement>;
+  // Bumped on every write: lets readers keep derived results until the index changes. The index
+  // is written by this process's sync only (one watcher owner per inbox, DESIGN.md 6).
+  private readonly versions = new Map<string, number>();
   private readonly applyTx: (inboxId: string, ops: readonly IndexOp[], label?: LabelState) => void;
   private readonly dropTx: (inboxId: string, guid: string) => Location[];
 
@@ -147,12 +150,21 @@ export class SqliteMailIndex implements MailIndexStore {
     });
   }
 
+  version(inboxId: string): number {
+    return this.versions.get(inboxId) ?? 0;
+  }
+
+  private bump(inboxId: string): void {
+    this.versions.set(inboxId, this.version(inboxId) + 1);
+  }
+
   isSeeded(inboxId: string): boolean {
     return this.s.seeded!.get(inboxId) === 1;
   }
 
   markSeeded(inboxId: string, seeded: boolean): void {
     this.s.markSeeded!.run(inboxId, seeded ? 1 : 0);
+    this.bump(inboxId);
   }
 
   labels(inboxId: string): LabelState[] {
@@ -171,10 +183,13 @@ export class SqliteMailIndex implements MailIndexStore {
 
   apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): void {
     this.applyTx(inboxId, ops, label);
+    this.bump(inboxId);
   }
 
   dropLabel(inboxId: string, guid: string): Location[] {
-    return this.dropTx(inboxId, guid);
+    const removed = this.dropTx(inboxId, guid);
+    this.bump(inboxId);
+    return removed;
   }
 
   locations(inboxId: string, labelGuid: string, uids: readonly number[]): Location[] {
