@@ -428,6 +428,15 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
     }
   });
 
+  it('a page is JSON, never cached, with events and a cursor', async () => {
+    const res = await call(`${s.base}/events`, { token: await token(['events:read']) });
+    expect(res.status).to.equal(200);
+    expect(res.headers.get('cache-control')).to.equal('no-store');
+    const body = await json<{ events: unknown[]; cursor: string }>(res);
+    expect(Object.keys(body)).to.deep.equal(['events', 'cursor']);
+    expect(body.cursor).to.match(/^[A-Za-z0-9_-]{12}$/);
+  });
+
   it('events:read alone: the inbox events of granted inboxes, oldest first', async () => {
     expect(await seen('', { token: await token(['events:read']) })).to.deep.equal(['recvA', 'flagsA', 'recvB', 'extA']);
   });

@@ -148,7 +148,8 @@ export function eventRoutes(o: EventRouteOptions) {
       // The stored JSON is served as is: no parse and re-serialize per event.
       const items = rows.map((e) => (filter.redactActor ? redactActor(e.json) : e.json));
       ctx.type = 'application/json';
-      ctx.body = `{"events":[${items.join(',')}],"cursor":${JSON.stringify(cursor)}}`;
+      // One Buffer: a string body would be scanned once for Content-Length and again to send.
+      ctx.body = Buffer.from(`{"events":[${items.join(',')}],"cursor":${JSON.stringify(cursor)}}`);
     });
   }
 
