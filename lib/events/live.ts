@@ -24,9 +24,16 @@ export interface LiveFeedOptions {
 
 const HEAL_BATCH = 1000;
 
+/** The position a message starts with, so an echo of something already delivered is skipped unparsed. */
+function positionOf(message: string): number | null {
+  const space = message.indexOf(' ');
+  const n = space > 0 ? Number(message.slice(0, space)) : NaN;
+  return Number.isSafeInteger(n) && n > 0 ? n : null;
+}
+
 function parseMessage(message: string): StoredEvent | null {
   try {
-    const m = JSON.parse(message) as Partial<StoredEvent>;
+    const m = JSON.parse(message.slice(message.indexOf(' ') + 1)) as Partial<StoredEvent>;
     if (typeof m.position !== 'number' || typeof m.json !== 'string' || typeof m.projectId !== 'string') return null;
     return {
       position: m.position,
@@ -72,7 +79,13 @@ export class LiveFeed {
 
   /** What an instance publishes after its commit. */
   static message(event: StoredEvent): string {
-    return JSON.stringify(event);
+    return `${event.position} ${JSON.stringify(event)}`;
+  }
+
+  /** An event this instance just committed: delivered here at once, without the bus round trip. */
+  local(event: StoredEvent): void {
+    if (this.closed || this.channel === null) return;
+    this.accept(event);
   }
 
   /** The highest position delivered to subscribers so far. */
@@ -104,11 +117,18 @@ export class LiveFeed {
   }
 
   private arrive(message: string): void {
-    const event = parseMessage(message);
+    const position = positionOf(message);
+    // Our own events come back from the bus after local() delivered them.
+    if (position !== null && position <= this.delivered && !this.busy) return;
+    const event = position === null ? null : parseMessage(message);
     if (!event) {
       this.options.log?.warn({ message: message.slice(0, 200) }, 'malformed live event message ignored');
       return;
     }
+    this.accept(event);
+  }
+
+  private accept(event: StoredEvent): void {
     // The common case, in order and nothing pending: deliver at once, no promise in the path.
     if (!this.busy && this.queue.length === 0 && event.position === this.delivered + 1) {
       this.deliver(event);

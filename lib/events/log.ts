@@ -113,7 +113,22 @@ function canonical(value: unknown): string {
   return JSON.stringify(value);
 }
 
+// Registered types as EventTypes, by the stored row's project, name, version and update time:
+// the same schema object comes back, so its compiled validator is found without hashing.
+const extTypes = new Map<string, EventType>();
+
 function extType(t: StoredEventType): EventType {
+  const key = `${t.projectId} ${t.name} ${t.version} ${t.updatedAt} ${t.fields.length}`;
+  let type = extTypes.get(key);
+  if (!type) {
+    if (extTypes.size >= 10_000) extTypes.delete(extTypes.keys().next().value!);
+    type = buildExtType(t);
+    extTypes.set(key, type);
+  }
+  return type;
+}
+
+function buildExtType(t: StoredEventType): EventType {
   return {
     name: t.name,
     version: t.version,
@@ -253,7 +268,9 @@ export class EventLog {
       },
     });
     if (result.kind === 'duplicate') return { duplicate: true, eventId: result.eventId, sameRequest: result.sameRequest };
-    // Publish after the commit. A lost message is healed by every receiver from the store.
+    // Deliver here at once, and publish for the other instances. A lost message is healed by
+    // every receiver from the store.
+    this.live.local(result.event);
     const channel = this.live.channel ?? eventsChannel(await this.store.logId());
     this.bus.publish(channel, LiveFeed.message(result.event)).catch(() => this.live.heal());
     return { duplicate: false, stored: { ...result.event, cursor: encodeCursor(result.event.position) } };

@@ -10,7 +10,12 @@ const ajv = new Ajv2020({ allErrors: false, strict: true, coerceTypes: false, us
 const cache = new Map<string, ValidateFunction>();
 const MAX_CACHED = 10_000;
 
+const bySchemaObject = new WeakMap<JsonSchemaObject, ValidateFunction>();
+
 function compile(schema: JsonSchemaObject): ValidateFunction {
+  // Catalog entries are built once and reused: found by identity, no hashing on the hot path.
+  const known = bySchemaObject.get(schema);
+  if (known) return known;
   const { $id: _ignored, ...rest } = schema;
   const key = createHash('sha256').update(JSON.stringify(rest)).digest('base64url');
   let fn = cache.get(key);
@@ -20,6 +25,7 @@ function compile(schema: JsonSchemaObject): ValidateFunction {
     fn = ajv.compile(rest);
     cache.set(key, fn);
   }
+  bySchemaObject.set(schema, fn);
   return fn;
 }
 
