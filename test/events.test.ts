@@ -113,6 +113,7 @@ describe('events: registering types (POST /event-types)', () => {
     ['a field without a name', { name: 'ext.a.done', description: 'x', data: [{ type: 'string' }] }],
     ['a field declared twice', { name: 'ext.a.done', description: 'x', data: [{ name: 'n', type: 'string' }, { name: 'n', type: 'integer' }] }],
     ['an unknown top-level field', { name: 'ext.a.done', description: 'x', pattern: '.*' }],
+    ['a field named __proto__', { name: 'ext.a.done', description: 'x', data: [{ name: '__proto__', type: 'string' }] }],
     ['an array body', [{ name: 'ext.a.done', description: 'x' }]],
   ] as const) {
     it(`422 for ${what}`, async () => {
@@ -592,3 +593,49 @@ describe('events: the settle delay of paged reads', () => {
     expect(settled.events.map((e) => e.type)).to.deep.equal(['message.received']);
   });
 });
+
+describe('events: bad input of any shape is a 4xx, never a 500', () => {
+  let s: TestServer;
+  before(async () => {
+    s = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0' });
+  });
+  after(() => s.close());
+
+  it('garbage bodies, queries and headers on every event operation', async () => {
+    const p = await newProject(s);
+    const token = await p.token(['events:write', 'events:read', 'project:read', 'audit:read']);
+    const session = await p.session();
+    await register(s, token, { name: 'ext.fuzz.done', description: 'x', data: [{ name: 'a', type: 'string' }] });
+    const bodies = ['', ' ', 'null', 'true', '1', '"x"', '[]', '{}', '{"type":null}', '{"type":1}', '{"type":"ext.fuzz.done","data":null}',
+      '{"type":"ext.fuzz.done","data":{"a":{"b":1}}}', '{"type":"ext.fuzz.done","inbox":1}', '{"type":"ext.fuzz.done","subject":{}}',
+      `{"type":"ext.fuzz.done","data":${'['.repeat(5000)}${']'.repeat(5000)}}`, '{"name":"ext.a.b","description":"x","data":[{"name":"a","type":"string","required":"yes"}]}',
+      '{"name":"ext.a.b","description":"x","version":"2"}', '{"name":"ext.a.b","description":"x","data":{}}', '\u0000', '{"type":"ext.fuzz.done"', '{"__proto__":{"x":1}}'];
+    const statuses: number[] = [];
+    for (const body of bodies) {
+      for (const path of ['/events', '/event-types']) {
+        const res = await call(`${s.base}${path}`, { method: 'POST', token, body, headers: { 'content-type': 'application/json' } });
+        statuses.push(res.status);
+        expect(res.status, `${path} ${body.slice(0, 60)}`).to.be.within(200, 499);
+        await res.arrayBuffer();
+      }
+    }
+    expect(statuses.filter((x) => x >= 400).length).to.be.above(30);
+    const queries = ['after=%00', 'after=AAAAAAAAAAAA', 'after=' + 'A'.repeat(64), 'after=evt_', 'types=%2C%2C', 'types=*', 'types=a.*.b', 'inboxes=%2C', 'inboxes=' + 'ibx_x,'.repeat(200),
+      'limit=-1', 'limit=1e3', 'limit=', 'audit=', 'audit=1', 'after[]=x', 'a=1&b=2'];
+    for (const q of queries) {
+      for (const auth of [{ token }, { session }]) {
+        const base = auth.token ? s.base : s.app;
+        for (const accept of ['application/json', 'text/event-stream']) {
+          const controller = new AbortController();
+          const res = await call(`${base}/events?${q}`, { ...auth, headers: { accept }, signal: controller.signal });
+          expect(res.status, `${q} ${accept} ${auth.token ? 'token' : 'session'}`).to.be.within(200, 499);
+          controller.abort();
+        }
+      }
+    }
+    const bad = await call(`${s.base}/events`, { token, headers: { accept: 'text/event-stream', 'last-event-id': 'nope' } });
+    expect(bad.status).to.equal(400);
+    await bad.arrayBuffer();
+  });
+});
+

@@ -16,7 +16,8 @@ interface BuiltinField extends DataField {
 
 /** A data field list → the JSON Schema its data must match (no other fields allowed). */
 export function schemaForFields(fields: readonly (DataField | BuiltinField)[]): JsonSchemaObject {
-  const properties: Record<string, JsonSchemaObject> = {};
+  // Field names come from users: no prototype for a name like __proto__ to reach.
+  const properties: Record<string, JsonSchemaObject> = Object.create(null) as Record<string, JsonSchemaObject>;
   for (const f of fields) {
     const extra = f as BuiltinField;
     let s: JsonSchemaObject;
