@@ -106,8 +106,11 @@ function flushOutboxes(): void {
   const started = performance.now();
   for (const [sse, frames] of outboxes) sse.write(frames.length === 1 ? frames[0]! : frames.join(''));
   outboxes.clear();
-  lastFlushEnd = performance.now();
-  lastFlushCost = lastFlushEnd - started;
+  // The sockets are written when each response uncorks, on process.nextTick: measure up to then.
+  process.nextTick(() => {
+    lastFlushEnd = performance.now();
+    lastFlushCost = lastFlushEnd - started;
+  });
 }
 
 export function eventRoutes(o: EventRouteOptions) {
