@@ -354,6 +354,11 @@ describe('events: publishing (POST /events)', () => {
     expect(again.status).to.equal(201);
     expect((await json<{ id: string }>(again)).id).to.not.equal(first.id);
     expect(await s.postern.events.purgeIdempotency()).to.equal(0);
+    // Expired keys are purged; live ones stay.
+    await post(s, writer, { ...body, data: { service: 'older' } }, { 'idempotency-key': 'older-key' });
+    s.postern.db.prepare("UPDATE event_idempotency SET created_at = created_at - 86400001 WHERE key = 'older-key'").run();
+    expect(await s.postern.events.purgeIdempotency()).to.equal(1);
+    expect((await post(s, writer, body, { 'idempotency-key': 'old-key' })).status).to.equal(200);
   });
 });
 

@@ -146,6 +146,7 @@ function buildExtType(t: StoredEventType): EventType {
 export class EventLog {
   readonly live: LiveFeed;
   private readonly now: () => number;
+  private purgeTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly store: EventStore,
@@ -371,11 +372,17 @@ export class EventLog {
     return this.store.purgeIdempotency(this.now() - IDEMPOTENCY_TTL_MS);
   }
 
-  start(): Promise<void> {
-    return this.live.start();
+  /** Starts the live feed, and forgets expired idempotency keys once an hour. */
+  async start(): Promise<void> {
+    await this.live.start();
+    this.purgeTimer = setInterval(() => {
+      this.purgeIdempotency().catch((err: unknown) => this.options.log?.warn({ err }, 'idempotency purge failed'));
+    }, 60 * 60 * 1000);
+    this.purgeTimer.unref();
   }
 
   close(): Promise<void> {
+    if (this.purgeTimer) clearInterval(this.purgeTimer);
     return this.live.close();
   }
 }
