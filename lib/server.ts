@@ -16,7 +16,8 @@ import { ImapMailSource } from '../adapters/imap/source.ts';
 import { Access } from './auth/access.ts';
 import type { Config } from './config.ts';
 import { Admin } from './directory/admin.ts';
-import { createApp } from './http/app.ts';
+import { createApp, listOperations, SURFACES } from './http/app.ts';
+import { buildOpenApi, openApiRoutes } from './http/openapi.ts';
 import { healthRoutes } from './http/routes/health.ts';
 import { inboxRoutes } from './http/routes/inboxes.ts';
 import { inboxEventRoutes } from './http/routes/inbox-events.ts';
@@ -39,6 +40,9 @@ export interface Postern {
   /** The mail read API's domain, and the IMAP side behind it (pool, sync, watchers). */
   mail: MailService;
   mailSource: ImapMailSource;
+  /** Every operation served on each base address, and the OpenAPI document describing them. */
+  operations: Array<{ method: string; path: string }>;
+  openApi: ReturnType<typeof buildOpenApi>;
   /** Starts listening; resolves with the bound address. */
   listen(): Promise<{ url: string; port: number }>;
   close(): Promise<void>;
@@ -61,18 +65,20 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }) });
   const mail = new MailService(mailIndex, mailSource);
 
+  const routes = [
+    inboxRoutes(access),
+    eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, log }),
+    labelRoutes(access, mail),
+    messageRoutes(access, mail, validator),
+    inboxEventRoutes(access, mail, config.stream),
+  ];
+  const openApi = buildOpenApi(validator.schemas);
   const app = createApp({
     access,
     log,
     trustProxy: config.http.trustProxy,
-    publicRoutes: [healthRoutes(() => void db.prepare('SELECT 1').get())],
-    routes: [
-      inboxRoutes(access),
-      eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, log }),
-      labelRoutes(access, mail),
-      messageRoutes(access, mail, validator),
-      inboxEventRoutes(access, mail, config.stream),
-    ],
+    publicRoutes: [healthRoutes(() => void db.prepare('SELECT 1').get()), openApiRoutes(openApi, Object.values(SURFACES))],
+    routes,
   });
 
   let server: Server | null = null;
@@ -87,6 +93,8 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     bus,
     mail,
     mailSource,
+    operations: listOperations(routes),
+    openApi,
     async listen() {
       await eventLog.start();
       server = app.listen(config.http.port, config.http.host);

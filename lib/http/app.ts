@@ -23,6 +23,17 @@ export interface AppOptions {
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
 
+/** Method and path of every operation the route modules define (paths in OpenAPI form). */
+export function listOperations(routes: RouteModule[]): Array<{ method: string; path: string }> {
+  const router: AppRouter = new Router<AppState>();
+  for (const mount of routes) mount(router);
+  return router.stack.flatMap((layer) =>
+    layer.methods
+      .filter((m) => m !== 'HEAD')
+      .map((method) => ({ method: method.toLowerCase(), path: String(layer.path).replace(/:(\w+)/g, '{$1}') })),
+  );
+}
+
 export function createApp(options: AppOptions): Koa<AppState> {
   const app = new Koa<AppState>({ proxy: options.trustProxy ?? false });
   app.silent = true; // the error middleware logs what matters
