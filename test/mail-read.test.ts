@@ -52,7 +52,7 @@ describe('mail read API', function () {
   });
 
   it('lists labels: INBOX, the special-use ones, then the rest by name, with counts', async () => {
-    for (const name of ['zeta', 'Alpha', 'beta']) await app.mailboxCreate(name);
+    for (const name of ['zeta', 'Alpha', 'beta', 'Café']) await app.mailboxCreate(name);
     await append(app, 'INBOX', { flags: ['\\Seen'] });
     await append(app, 'INBOX');
     await append(app, 'beta');
@@ -60,8 +60,8 @@ describe('mail read API', function () {
     expect(res.status).to.equal(200);
     expect(res.headers.get('cache-control')).to.equal('no-store');
     const list = (await json<{ labels: Label[] }>(res)).labels;
-    expect(list.map((l) => l.name)).to.deep.equal(['INBOX', 'Sent', 'Drafts', 'Trash', 'Junk', 'Archive', 'Alpha', 'beta', 'zeta']);
-    expect(list.map((l) => l.specialUse ?? null)).to.deep.equal([null, '\\Sent', '\\Drafts', '\\Trash', '\\Junk', '\\Archive', null, null, null]);
+    expect(list.map((l) => l.name)).to.deep.equal(['INBOX', 'Sent', 'Drafts', 'Trash', 'Junk', 'Archive', 'Alpha', 'beta', 'Café', 'zeta']);
+    expect(list.map((l) => l.specialUse ?? null)).to.deep.equal([null, '\\Sent', '\\Drafts', '\\Trash', '\\Junk', '\\Archive', null, null, null, null]);
     expect(list[0]).to.include({ total: 2, unread: 1 });
     expect(list.find((l) => l.name === 'beta')).to.include({ total: 1, unread: 1 });
     for (const l of list) expect(l.id).to.match(/^lbl_[0-9A-Z]{26}$/);

@@ -1,7 +1,7 @@
 // The mail read API's domain: labels, pages, message detail, flag changes and the live stream,
 // served from the index after the mail source has brought it up to date.
 import { createHash } from 'node:crypto';
-import { notFound } from '../errors.ts';
+import { isApiError, notFound, unavailable } from '../errors.ts';
 import { guidFromId, idFromGuid } from '../ids.ts';
 import { fromImapFlags, toImapFlag, type Flag, type WebFlag } from './flags.ts';
 import { compareLabels } from './labels.ts';
@@ -139,12 +139,20 @@ export class MailService {
     const found = this.find(inbox, msgId);
     const removing = remove.filter((f) => !add.includes(f));
     if (add.length > 0 || removing.length > 0) {
-      await this.source.storeFlags(
-        inbox,
-        found.locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid })),
-        add.map(toImapFlag),
-        removing.map(toImapFlag),
-      );
+      try {
+        await this.source.storeFlags(
+          inbox,
+          found.locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid })),
+          add.map(toImapFlag),
+          removing.map(toImapFlag),
+        );
+      } catch (err) {
+        if (isApiError(err)) throw err;
+        // Refused by the server: most likely the message or its label went away meanwhile.
+        await this.source.refresh(inbox);
+        this.find(inbox, msgId);
+        throw unavailable('the mail server did not accept the change; try again');
+      }
     }
     const after = this.find(inbox, msgId);
     return fromImapFlags(primaryLocation(after.locations, this.index.labels(inbox.id)).flags).flags;
