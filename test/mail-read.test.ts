@@ -195,6 +195,21 @@ describe('mail read API', function () {
     expect(again.headers.get('etag')).to.not.equal(etag2);
   });
 
+  it('every response conforms to the published schemas (schemas/mail.json)', async () => {
+    const ref = (name: string) => `https://postern.dev/schemas/mail.json#/$defs/${name}`;
+    const v = s.postern.validator;
+    const labelList = await json<unknown>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
+    v.body(ref('LabelList'), labelList);
+    const label = await labelId('INBOX');
+    const uid = await append(app, 'INBOX', { subject: 'schema', flags: ['$custom', '\\Answered'] });
+    const pg = await page(label, '?limit=2');
+    v.body(ref('MessageList'), pg);
+    const m = await byUid(label, uid);
+    v.body(ref('MessageDetail'), await json<unknown>(await detail(m.id)));
+    const flags = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+    v.body(ref('FlagsResponse'), await json<unknown>(flags));
+  });
+
   describe('flags', () => {
     const cases: Array<[string, { flags?: string[]; keywords?: string[] }]> = [
       ['\\Seen', { flags: ['seen'] }],

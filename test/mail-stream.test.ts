@@ -82,6 +82,7 @@ describe('inbox change stream', function () {
         await app.messageDelete(String(uid), { uid: true });
         const removed = parse((await sse.next((e) => e.event === 'message.removed')).data);
         expect(removed).to.deep.equal({ type: 'message.removed', msgId: a.msgId, labelId: ids[label] });
+        for (const e of sse.events) s.postern.validator.body('https://postern.dev/schemas/mail.json#/$defs/LiveChange', JSON.parse(e.data));
         // Exactly these three: nothing repeated.
         expect(sse.events.map((e) => e.event)).to.deep.equal(['message.added', 'message.flags', 'message.removed']);
       } finally {
