@@ -40,8 +40,9 @@ export class ImapMailSource implements MailSource {
 
   async refresh(inbox: MailInbox): Promise<void> {
     const rt = this.runtime(inbox);
-    // A live watcher keeps the index current within its latency (DESIGN.md 4).
-    if (rt.watcher?.live) return;
+    // A live watcher keeps the index current within its latency (DESIGN.md 4), as long as its
+    // last pass worked and the index was filled once.
+    if (rt.watcher?.live && rt.lastError === null && this.o.store.isSeeded(inbox.id)) return;
     await this.fresh(rt, true);
   }
 
