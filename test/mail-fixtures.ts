@@ -145,3 +145,33 @@ export class SseReader {
 }
 
 export const json = async <T>(res: Response): Promise<T> => (await res.json()) as T;
+
+/** Fills a mailbox fast with `doveadm import` from an mbox (IMAP APPEND costs ~9 ms a message). */
+export async function importMessages(user: string, mailbox: string, count: number): Promise<void> {
+  const { execFile } = await import('node:child_process');
+  const { chmodSync, chownSync, mkdtempSync, rmSync, statSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const env = mailEnv();
+  const dir = mkdtempSync(join(tmpdir(), 'postern-import-'));
+  try {
+    let text = '';
+    for (let i = 0; i < count; i++) {
+      text += `From sender@example.org Mon Jan  1 00:00:00 2024\nFrom: sender@example.org\nSubject: imported ${i}\nMessage-ID: <imp.${i}@example.org>\n\nbody ${i}\n\n`;
+    }
+    writeFileSync(join(dir, mailbox), text);
+    // doveadm reads (and locks) the mbox as the mail user.
+    const owner = statSync(join(env.dir, 'mail'));
+    chmodSync(dir, 0o755);
+    chownSync(dir, owner.uid, owner.gid);
+    chownSync(join(dir, mailbox), owner.uid, owner.gid);
+    const conf = join(env.dir, 'dovecot', 'dovecot.conf');
+    await new Promise<void>((resolve, reject) =>
+      execFile('doveadm', ['-c', conf, '-o', 'mail_fsync=never', '-o', 'mail_plugins=', 'import', '-u', user, `mbox:${dir}:INDEX=MEMORY`, '', 'mailbox', mailbox, 'all'], (err) =>
+        err ? reject(err) : resolve(),
+      ),
+    );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

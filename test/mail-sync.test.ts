@@ -7,7 +7,7 @@ import { expect } from 'chai';
 import { pino } from 'pino';
 import { ImapPool } from '../adapters/imap/pool.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { append, json, mailApp, SseReader } from './mail-fixtures.ts';
+import { append, importMessages, json, mailApp, SseReader } from './mail-fixtures.ts';
 
 const run = promisify(execFile);
 
@@ -59,6 +59,24 @@ describe('index sync', function () {
     } finally {
       await app.logout();
     }
+  });
+
+  it('fills a big label over several connections at once, every message exactly once', async () => {
+    const inbox = await p.inbox();
+    await importMessages(inbox.imapUser, 'bulk', 4500);
+    const label = (await labels(inbox)).bulk!;
+    expect(label.total).to.equal(4500);
+    const uids: number[] = [];
+    for (let before: number | undefined; ; ) {
+      const res = await call(`${s.base}/inboxes/${inbox.id}/labels/${label.id}/messages?limit=100${before ? `&before=${before}` : ''}`, { token });
+      const pg = await json<{ messages: Summary[]; before?: number }>(res);
+      uids.push(...pg.messages.map((m) => m.uid));
+      if (!pg.before) break;
+      before = pg.before;
+    }
+    expect(uids).to.deep.equal(Array.from({ length: 4500 }, (_, i) => 4500 - i));
+    // It used more than one connection of the inbox, and no more than the per-inbox bound.
+    expect(s.postern.mailSource.pool.connectionsOf(inbox.imapUser), "connections the fill used (idle now)").to.be.within(2, 4);
   });
 
   it('a lost index is rebuilt silently with the same ids', async () => {

@@ -64,6 +64,12 @@ export class ImapPool {
     return this.total;
   }
 
+  /** Connections open for one inbox's user now (busy or idle). */
+  connectionsOf(user: string): number {
+    const slot = this.slots.get(user);
+    return slot ? slot.idle.length + slot.busy.size : 0;
+  }
+
   async use<T>(user: string, task: (client: ImapFlow) => Promise<T>, lane: Lane = 'interactive'): Promise<T> {
     for (let attempt = 0; ; attempt++) {
       const conn = await this.acquire(user, lane);

@@ -35,7 +35,14 @@ export class ImapMailSource implements MailSource {
 
   constructor(private readonly o: ImapSourceOptions) {
     this.pool = new ImapPool(o.imap, o.log);
-    this.sync = new IndexSync(o.store, (inboxId, changes) => this.publish(inboxId, changes), o.log);
+    this.sync = new IndexSync(
+      o.store,
+      (inboxId, changes) => this.publish(inboxId, changes),
+      o.log,
+      // Bulk lane: a fill never takes the connection a read or a STORE needs.
+      (inbox, task) => this.pool.use(inbox.imapUser, task, 'bulk'),
+      Math.min(o.imap.maxPerInbox, 4),
+    );
   }
 
   async refresh(inbox: MailInbox): Promise<void> {

@@ -34,6 +34,11 @@ class Batch {
     if (this.ops.length >= BATCH) this.flush();
   }
 
+  /** Another batch for the same inbox (a parallel fetch fills its own). */
+  sibling(): Batch {
+    return new Batch(this.store, this.inboxId, this.publish);
+  }
+
   /** Changes already in the index. */
   announce(changes: LiveChange[]): void {
     this.flush();
@@ -76,10 +81,18 @@ export interface SyncStats {
 }
 
 export class IndexSync {
+  /**
+   * @param extra runs a task on another connection of the inbox (a big label is filled over
+   *   several at once: Dovecot parses, and with mail_crypt decrypts, each message it has not
+   *   cached, which is CPU work it can spread over cores)
+   * @param parallel how many connections a fill may use in all
+   */
   constructor(
     private readonly store: MailIndexStore,
     private readonly publish: Publish,
     private readonly log: Logger,
+    private readonly extra: <T>(inbox: MailInbox, task: (client: ImapFlow) => Promise<T>) => Promise<T> = () => Promise.reject(new Error('no extra connections')),
+    private readonly parallel = 1,
   ) {}
 
   /** One full pass over the inbox on the given connection. */
@@ -128,7 +141,7 @@ export class IndexSync {
     if (!state || state.uidValidity !== uidValidity) {
       // A new label in a seeded inbox reports its messages as added: a mail app made it and
       // filled it. A new UIDVALIDITY re-seeds, reporting only what differs by GUID.
-      await this.reseed(client, inbox, labelGuid, state !== null, batch);
+      await this.reseed(client, inbox, { guid: labelGuid, path: box.path, uidValidity, uidNext: uidNextAtOpen, messages: mailbox.exists }, state !== null, batch);
     } else {
       if (state.uidNext > 1 && modseqAtOpen > state.highestModseq) {
         await uidFetch(
@@ -192,7 +205,14 @@ export class IndexSync {
   }
 
   /** Fills a label from scratch in batches; with `diff`, publishes only GUID-level differences. */
-  private async reseed(client: ImapFlow, inbox: MailInbox, labelGuid: string, diff: boolean, batch: Batch): Promise<void> {
+  private async reseed(
+    client: ImapFlow,
+    inbox: MailInbox,
+    box: { guid: string; path: string; uidValidity: number; uidNext: number; messages: number },
+    diff: boolean,
+    batch: Batch,
+  ): Promise<void> {
+    const labelGuid = box.guid;
     const before = new Set<string>();
     if (diff) {
       for (let after = 0; ; ) {
@@ -205,13 +225,40 @@ export class IndexSync {
       this.dropLocationsSilently(inbox.id, labelGuid);
     }
     const after = new Set<string>();
-    await uidFetch(client, '1:*', FULL_ITEMS, (row) => {
-      if (!row.message || !row.flags) return;
-      if (diff) after.add(row.message.guid);
-      const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
-      const isNew = !before.has(row.message.guid);
-      batch.add({ op: 'put', message: row.message, location }, isNew ? added(row.message.guid, labelGuid, row.uid) : null);
-    });
+    const fill = (c: ImapFlow, range: string, into: Batch) =>
+      uidFetch(c, range, FULL_ITEMS, (row) => {
+        if (!row.message || !row.flags) return;
+        if (diff) after.add(row.message.guid);
+        const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
+        const isNew = !before.has(row.message.guid);
+        into.add({ op: 'put', message: row.message, location }, isNew ? added(row.message.guid, labelGuid, row.uid) : null);
+      });
+    const parts = box.messages >= 4000 ? Math.max(1, this.parallel) : 1;
+    if (parts === 1) {
+      await fill(client, '1:*', batch);
+    } else {
+      // UID ranges of equal width; the last one is open-ended so mail arriving meanwhile is in it.
+      const width = Math.ceil(box.uidNext / parts);
+      const ranges = Array.from({ length: parts }, (_, i) => (i === parts - 1 ? `${i * width + 1}:*` : `${i * width + 1}:${(i + 1) * width}`));
+      await Promise.all(
+        ranges.map((range, i) =>
+          i === 0
+            ? fill(client, range, batch)
+            : this.extra(inbox, async (c) => {
+                const opened = await c.mailboxOpen(box.path, { readOnly: true });
+                // Another UIDVALIDITY means other UIDs: this pass fails and the next starts over.
+                if (Number(opened.uidValidity) !== box.uidValidity) throw new Error(`UIDVALIDITY of ${box.path} changed during its fill`);
+                const own = batch.sibling();
+                try {
+                  await fill(c, range, own);
+                  own.flush();
+                } finally {
+                  await unselect(c);
+                }
+              }),
+        ),
+      );
+    }
     batch.flush();
     if (diff) {
       // Already out of the index (the old locations were cleared above): only the news is left.
