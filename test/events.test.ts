@@ -262,9 +262,10 @@ describe('events: publishing (POST /events)', () => {
     expect((await post(s, writer, { type: 'ext.deploy.finished', data: { service: 'x' }, subject: 's'.repeat(256) })).status).to.equal(201);
   });
 
-  it('400 for a body that is not JSON', async () => {
+  it('400 for a body that is not JSON; 415 for another content type', async () => {
     await expectError(await post(s, writer, '{"type": '), 400);
     await expectError(await post(s, writer, ''), 400);
+    await expectError(await call(`${s.base}/events`, { method: 'POST', token: writer, body: 'type=x', headers: { 'content-type': 'text/plain' } }), 415);
   });
 
   it('413 for data over 4 KB measured on its serialized bytes; exactly 4 KB is accepted', async () => {
