@@ -100,13 +100,14 @@ export class Access {
    * role in the inbox must allow it (403 when it does not).
    */
   async inboxAccess(p: Principal, inboxId: string, need: MailScope): Promise<{ inbox: Inbox; role: string }> {
-    const hidden = notFound('inbox not found');
-    if (!isId('ibx', inboxId)) throw hidden;
-    if (p.inboxes && !p.inboxes.has(inboxId)) throw hidden;
+    // Built only when thrown: an error's stack trace is costly on the hottest path there is.
+    const hidden = () => notFound('inbox not found');
+    if (!isId('ibx', inboxId)) throw hidden();
+    if (p.inboxes && !p.inboxes.has(inboxId)) throw hidden();
     const grant = await this.store.getGrant(p.memberId, inboxId);
-    if (!grant) throw hidden;
+    if (!grant) throw hidden();
     const inbox = await this.store.getInbox(inboxId);
-    if (!inbox || inbox.projectId !== p.projectId) throw hidden;
+    if (!inbox || inbox.projectId !== p.projectId) throw hidden();
     if (!roleAllows(grant.role, need)) {
       throw forbidden(`your role in this inbox (${grant.role}) does not allow ${need}`);
     }
