@@ -26,7 +26,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
 import { createPostern } from '../lib/server.ts';
-import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
+import { addUser, posternEnv, up, type MailEnv } from '../scripts/mailenv.ts';
 
 const run = promisify(execFile);
 const args = new Set(process.argv.slice(2));
@@ -173,12 +173,7 @@ async function main(): Promise<void> {
   const serverEnv: Record<string, string> = {
     POSTERN_PORT: '0',
     POSTERN_DB: join(dir, 'postern.db'),
-    POSTERN_IMAP_HOST: env.imap.host,
-    POSTERN_IMAP_PORT: String(env.imap.port),
-    POSTERN_IMAP_MASTER_USER: env.master.user,
-    POSTERN_IMAP_MASTER_PASSWORD: env.master.password,
-    POSTERN_SMTP_HOST: env.smtp.host,
-    POSTERN_SMTP_PORT: String(env.smtp.port),
+    ...posternEnv(env),
     POSTERN_LOG_LEVEL: 'warn',
   };
   const results: Record<string, number> = {};
