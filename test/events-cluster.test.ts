@@ -198,3 +198,30 @@ describe('events: a Redis restart is healed from the store', function () {
     }
   });
 });
+
+describe('events: Redis configured but down at start', function () {
+  this.timeout(30_000);
+  it('Postern starts anyway; its own streams are live and other instances catch up from the store', async () => {
+    const port = await freePort(); // nothing listens there
+    const a = await startPostern({ REDIS_URL: `redis://127.0.0.1:${port}`, POSTERN_EVENTS_SETTLE_MS: '0' });
+    const second = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: `redis://127.0.0.1:${port}` })), pino({ level: 'silent' }));
+    try {
+      const { url } = await second.listen();
+      const p = await newProject(a);
+      const inbox = await addInbox(a, p);
+      const reader = await p.token(['events:read']);
+      const onA = await SseClient.open(`${a.base}/events`, { token: reader });
+      const onB = await SseClient.open(`${url}/v1/events`, { token: reader });
+      const r = await a.postern.events.record({ type: 'message.received', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, data: { msgId: `msg_${'0'.repeat(26)}` } });
+      expect(await onA.waitUntil(() => onA.frames.length === 1, 1000)).to.equal(true);
+      expect(await onB.waitUntil(() => onB.frames.length === 1, 3000)).to.equal(true);
+      expect(onB.events()[0]!.id).to.equal(r.eventId);
+      onA.close();
+      onB.close();
+    } finally {
+      await second.close();
+      await a.close();
+    }
+  });
+});
+

@@ -24,12 +24,18 @@ export class RedisBus implements Bus {
     // receivers find it in the store, so fail fast instead of queueing without bound.
     this.pub = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: false });
     this.sub = new Redis(url, { autoResubscribe: true, maxRetriesPerRequest: null });
+    // One warning per outage and connection, not one per reconnect attempt.
+    const down = new Set<string>();
     const warn = (which: string) => (err: Error) => {
-      if (!this.closing) this.options.log?.warn({ err: err.message, which }, 'redis bus connection error');
+      if (this.closing || down.has(which)) return;
+      down.add(which);
+      this.options.log?.warn({ err: err.message, which }, 'redis bus unavailable; live events fall back to reading the store');
     };
     this.pub.on('error', warn('publisher'));
     this.sub.on('error', warn('subscriber'));
+    this.pub.on('ready', () => down.delete('publisher'));
     this.sub.on('ready', () => {
+      down.delete('subscriber');
       if (this.everReady) this.options.onReconnect?.();
       this.everReady = true;
     });
@@ -52,7 +58,9 @@ export class RedisBus implements Bus {
     let set = this.channels.get(channel);
     if (!set) {
       this.channels.set(channel, (set = new Set()));
-      await this.sub.subscribe(channel);
+      // Not awaited: with Redis down, Postern still starts (receivers read the store meanwhile),
+      // and ioredis subscribes once it connects, and again after every reconnect.
+      this.sub.subscribe(channel).catch(() => undefined);
     }
     const entry = (m: string) => handler(m);
     set.add(entry);
@@ -60,7 +68,8 @@ export class RedisBus implements Bus {
       set.delete(entry);
       if (set.size === 0 && this.channels.get(channel) === set) {
         this.channels.delete(channel);
-        if (!this.closing) await this.sub.unsubscribe(channel).catch(() => undefined);
+        // Not awaited either: with Redis down it would wait for the reconnect.
+        if (!this.closing) this.sub.unsubscribe(channel).catch(() => undefined);
       }
     };
   }
@@ -68,6 +77,8 @@ export class RedisBus implements Bus {
   async close(): Promise<void> {
     this.closing = true;
     this.channels.clear();
-    await Promise.all([this.pub.quit().catch(() => this.pub.disconnect()), this.sub.quit().catch(() => this.sub.disconnect())]);
+    // disconnect, not quit: QUIT would wait for a Redis that may be down, and nothing is pending.
+    this.pub.disconnect();
+    this.sub.disconnect();
   }
 }
