@@ -2,6 +2,7 @@
 import directory from './001_directory.ts';
 import events from './002_events.ts';
 import mailIndex from './003_mail_index.ts';
+import eventsInbox from './004_events_inbox.ts';
 
 export interface Migration {
   version: number;
@@ -13,4 +14,5 @@ export const migrations: Migration[] = [
   { version: 1, name: 'directory', sql: directory },
   { version: 2, name: 'events', sql: events },
   { version: 3, name: 'mail_index', sql: mailIndex },
+  { version: 4, name: 'events_inbox', sql: eventsInbox },
 ];
