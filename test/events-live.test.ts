@@ -120,7 +120,7 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
   it('backfills a long history and joins it to live events without a gap', async () => {
     const start = (await recv(A, 1)).cursor;
     const before: string[] = [];
-    for (let i = 0; i < 2500; i++) before.push((await recv(B, i)).eventId);
+    for (let i = 0; i < 6000; i++) before.push((await recv(B, i)).eventId);
     const c = await SseClient.open(`${s.base}/events?after=${start}&types=message.received`, { token: reader });
     const during: string[] = [];
     for (let i = 0; i < 200; i++) {

@@ -1,5 +1,6 @@
 // The project event log over HTTP (spec 4.6, 6.2): GET/POST /event-types, POST /events, and
 // GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
+import type { ServerResponse } from 'node:http';
 import type { Access, Principal } from '../../auth/access.ts';
 import { ApiError, badRequest, forbidden, tooLarge, unprocessable } from '../../errors.ts';
 import { decodeCursor, encodeCursor } from '../../events/cursor.ts';
@@ -113,6 +114,19 @@ function flushOutboxes(): void {
   });
 }
 
+/** Resolves when the response can take more, or is gone; leaves no listener behind. */
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
+}
+
 export function eventRoutes(o: EventRouteOptions) {
   const { access, events, validator } = o;
 
@@ -208,7 +222,7 @@ export function eventRoutes(o: EventRouteOptions) {
         if (rows.length < BACKFILL_PAGE && scannedTo - from < MAX_SCAN) break;
         // Let the socket drain before the next page, so a resume does not look like a slow client.
         await new Promise<void>((resolve) => setImmediate(resolve));
-        if (ctx.res.writableNeedDrain) await new Promise<void>((resolve) => ctx.res.once('drain', resolve).once('close', resolve));
+        if (ctx.res.writableNeedDrain) await drained(ctx.res);
       }
       const held = pending ?? [];
       pending = null;
