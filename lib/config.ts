@@ -57,7 +57,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_SESSION_TTL', default: '43200', description: 'web session lifetime in seconds (12 hours)' },
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
-  { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an inbox stream ends after this long' },
+  { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
   { name: 'POSTERN_LOG_LEVEL', default: 'info', description: 'pino log level (fatal, error, warn, info, debug, trace, silent)' },
 ];
 

@@ -4,7 +4,7 @@ import { isRole, isScope, ROLES, SCOPES } from '../auth/scopes.ts';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
 import { DuplicateError, type DirectoryStore } from './store.ts';
-import { INBOX_MODES, type InboxMode } from './types.ts';
+import { INBOX_MODES, isInboxMode } from './types.ts';
 
 const EMAIL = /^[^\s@<>()",;:\\[\]]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
 
@@ -56,8 +56,8 @@ export class Admin {
     const addresses = input.addresses.map((a) => a.trim().toLowerCase());
     for (const a of addresses) if (!isEmail(a)) throw badRequest(`not an e-mail address: ${a}`);
     if (new Set(addresses).size !== addresses.length) throw badRequest('addresses repeat');
-    const mode = (input.mode ?? 'compatible') as InboxMode;
-    if (!INBOX_MODES.includes(mode)) throw badRequest(`mode must be one of ${INBOX_MODES.join(', ')}`);
+    const mode = input.mode ?? 'compatible';
+    if (!isInboxMode(mode)) throw badRequest(`mode must be one of ${INBOX_MODES.join(', ')}`);
     const id = newId('ibx');
     await this.unique(() =>
       this.store.createInbox({ id, projectId: input.projectId, imapUser: input.imapUser, addresses, mode, createdAt: this.now() }),

@@ -1,6 +1,6 @@
 // The port the directory needs from storage. Asynchronous so a PostgreSQL adapter can implement
 // it without changing the domain; the SQLite adapter answers synchronously underneath.
-import type { Grant, Inbox, InboxMode, Member, Project, SessionRecord, TokenRecord } from './types.ts';
+import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from './types.ts';
 
 export interface DirectoryStore {
   createProject(project: Project): Promise<void>;
@@ -12,7 +12,6 @@ export interface DirectoryStore {
   /** Fails with a DuplicateError when the IMAP user or an address is already taken. */
   createInbox(inbox: Inbox): Promise<void>;
   getInbox(id: string): Promise<Inbox | null>;
-  setInboxMode(id: string, mode: InboxMode): Promise<void>;
 
   /** Creates or replaces the member's role in the inbox. */
   putGrant(grant: Grant): Promise<void>;

@@ -4,6 +4,10 @@
 export type InboxMode = 'compatible' | 'zero-access';
 export const INBOX_MODES: readonly InboxMode[] = ['compatible', 'zero-access'];
 
+export function isInboxMode(value: string): value is InboxMode {
+  return (INBOX_MODES as readonly string[]).includes(value);
+}
+
 export interface Project {
   id: string;
   name: string;

@@ -102,7 +102,6 @@ export class SqliteDirectoryStore implements DirectoryStore {
         'INSERT INTO inbox_addresses (address, inbox_id, position) VALUES (?, ?, ?)',
       ),
       getInbox: db.prepare(`${INBOX_SELECT} WHERE i.id = ?`),
-      setMode: db.prepare('UPDATE inboxes SET mode = ? WHERE id = ?'),
       putGrant: db.prepare(`INSERT INTO grants (member_id, inbox_id, role, created_at) VALUES (?, ?, ?, ?)
         ON CONFLICT (member_id, inbox_id) DO UPDATE SET role = excluded.role`),
       deleteGrant: db.prepare('DELETE FROM grants WHERE member_id = ? AND inbox_id = ?'),
@@ -169,10 +168,6 @@ export class SqliteDirectoryStore implements DirectoryStore {
   async getInbox(id: string): Promise<Inbox | null> {
     const row = this.q.getInbox.get(id) as InboxRow | undefined;
     return row ? toInbox(row) : null;
-  }
-
-  async setInboxMode(id: string, mode: InboxMode): Promise<void> {
-    this.q.setMode.run(mode, id);
   }
 
   async putGrant(g: Grant): Promise<void> {
