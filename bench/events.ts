@@ -519,7 +519,7 @@ Notes:
 - Everything shares 2 cores: the servers, Redis and the load generator, which spends 0.3-0.8 of a core itself. The \`GET /healthz\` row is the ceiling for any authenticated endpoint here: HTTP and Koa alone, with the same 32 clients.
 - POST /events batches the appends of one event-loop turn into one transaction (group commit). That is why it is not bounded by the one-commit-per-row baseline. What is left is HTTP, auth, validation and the fingerprint.
 - GET /events serves the stored JSON without re-serializing it, so throughput is bytes-bound: compare the 1.4 KB and 0.45 KB rows.
-- Live: the bare broadcaster writes one frame per socket write and falls behind at 100,000 frames/s. Postern coalesces the frames that wait while a flush is in progress (at most 20 ms), so it uses fewer writes and stays ahead. That coalescing is also most of its p50.
+- Live: the bare broadcaster writes each frame at once, one socket write per frame per client. That gives it the lowest p50 while it keeps up, and long tails when it does not: p99 in the hundreds of ms, seconds in busier runs. Postern coalesces the frames that wait while a flush is in progress, one write per client per flush, with flushes spaced by their own cost and at most 20 ms apart. That costs it about 20-30 ms of p50 and bounds its tail. A 10 ms spacing was tried too: p50 25 ms but p99 above 200 ms in the same conditions. Short (\`--quick\`) runs show higher p99 than this 3-round run.
 `;
     process.stdout.write(`${md}\n`);
     if (args.has('--write')) {
