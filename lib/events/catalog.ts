@@ -12,6 +12,8 @@ interface BuiltinField extends DataField {
   pattern?: string;
   enum?: string[];
   minimum?: number;
+  /** For string[]: the values items may take (distinct). */
+  itemEnum?: string[];
 }
 
 /** A data field list → the JSON Schema its data must match (no other fields allowed). */
@@ -35,10 +37,9 @@ export function schemaForFields(fields: readonly (DataField | BuiltinField)[]): 
         s = { type: 'boolean' };
         break;
       case 'string[]':
-        s = { type: 'array', items: { type: 'string' } };
-        break;
-      case 'Flag[]':
-        s = { type: 'array', items: { type: 'string', enum: FLAG_ENUM }, uniqueItems: true };
+        s = extra.itemEnum
+          ? { type: 'array', items: { type: 'string', enum: extra.itemEnum }, uniqueItems: true }
+          : { type: 'array', items: { type: 'string' } };
         break;
     }
     if (f.description) s.description = f.description;
@@ -128,7 +129,7 @@ const BUILTINS: BuiltinSpec[] = [
     subject: 'the message id (msg_…)',
     fields: [
       { name: 'msgId', type: 'string', pattern: MSG, required: true },
-      { name: 'flags', type: 'Flag[]', required: true, description: 'The flags now.' },
+      { name: 'flags', type: 'string[]', itemEnum: FLAG_ENUM, required: true, description: 'The flags now (Flag values).' },
       { name: 'labelId', type: 'string', pattern: LBL },
     ],
   },

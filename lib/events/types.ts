@@ -32,7 +32,7 @@ export type FieldType = (typeof FIELD_TYPES)[number];
 /** One data field, as NewEventType declares it and as the catalog lists it (built-ins too). */
 export interface DataField {
   name: string;
-  type: FieldType | 'Flag[]';
+  type: FieldType;
   description?: string;
   required?: boolean;
 }
