@@ -5,9 +5,11 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { pino } from 'pino';
+import type { ImapFlow } from 'imapflow';
 import { ImapPool } from '../adapters/imap/pool.ts';
+import type { IndexOp, MailIndexStore } from '../lib/mail/types.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { append, importMessages, json, mailApp, SseReader } from './mail-fixtures.ts';
+import { append, importMessages, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 
 const run = promisify(execFile);
 
@@ -77,6 +79,105 @@ describe('index sync', function () {
     expect(uids).to.deep.equal(Array.from({ length: 4500 }, (_, i) => 4500 - i));
     // It used more than one connection of the inbox, and no more than the per-inbox bound.
     expect(s.postern.mailSource.pool.connectionsOf(inbox.imapUser), "connections the fill used (idle now)").to.be.within(2, 4);
+  });
+
+  /** The index store behind the running Postern, and its connection pool, for fault injection. */
+  const internals = () => {
+    const source = s.postern.mailSource as unknown as { o: { store: MailIndexStore } };
+    return { store: source.o.store, pool: s.postern.mailSource.pool };
+  };
+  /** Calls `onApply` before each index write of the inbox; undo with the returned function. */
+  const onApply = (inboxId: string, hook: (ops: readonly IndexOp[]) => void) => {
+    const { store } = internals();
+    const apply = store.apply;
+    store.apply = function (id, ops, label) {
+      if (id === inboxId) hook(ops);
+      return apply.call(this, id, ops, label);
+    };
+    return () => {
+      store.apply = apply;
+    };
+  };
+  const allUids = async (inbox: TestInbox, label: string) => {
+    const out: Summary[] = [];
+    for (let before: number | undefined; ; ) {
+      const pg = await json<{ messages: Summary[]; before?: number }>(await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages?limit=100${before ? `&before=${before}` : ''}`, { token }));
+      out.push(...pg.messages);
+      if (!pg.before) break;
+      before = pg.before;
+    }
+    return out;
+  };
+
+  it('a pass whose connection dies mid-fill resumes after its last batch: every message announced once', async () => {
+    const inbox = await p.inbox();
+    await labels(inbox); // seeded (empty): a label filled from now on is news
+    await importMessages(inbox.imapUser, 'midway', 1500);
+    // Close the pass's connection right after the first 500-row batch is written.
+    const { pool } = internals();
+    const use = pool.use;
+    let current: ImapFlow | null = null;
+    pool.use = ((user: string, task: (c: ImapFlow) => Promise<unknown>, lane?: 'interactive' | 'bulk') =>
+      use.call(pool, user, (c) => ((current = c), task(c)), lane)) as typeof pool.use;
+    let killed = 0;
+    const undo = onApply(inbox.id, (ops) => {
+      if (killed === 0 && ops.length >= 500) {
+        killed++;
+        current?.close();
+      }
+    });
+    try {
+      const sse = await stream(inbox);
+      await until('1500 announcements', async () => sse.events.length >= 1500, 20_000);
+      await new Promise((r) => setTimeout(r, 500));
+      expect(killed, 'the injected failure happened').to.equal(1);
+      const ids = sse.events.map((e) => (JSON.parse(e.data) as { msgId: string }).msgId);
+      expect(sse.events.every((e) => e.event === 'message.added')).to.equal(true);
+      expect(ids).to.have.length(1500);
+      expect(new Set(ids).size).to.equal(1500);
+      await sse.close();
+    } finally {
+      undo();
+      pool.use = use;
+    }
+    const label = (await labels(inbox)).midway!;
+    expect(label.total).to.equal(1500);
+    expect((await allUids(inbox, label.id)).map((m) => m.uid)).to.deep.equal(Array.from({ length: 1500 }, (_, i) => 1500 - i));
+  });
+
+  it('a re-seed that fails midway keeps the old rows; the next pass swaps in the refill at once', async () => {
+    const inbox = await p.inbox();
+    await importMessages(inbox.imapUser, 'swap', 1200);
+    const label = (await labels(inbox)).swap!.id;
+    const before = await allUids(inbox, label);
+    expect(before).to.have.length(1200);
+    const conf = join(mailEnv().dir, 'dovecot', 'dovecot.conf');
+    await run('doveadm', ['-c', conf, 'mailbox', 'update', '-u', inbox.imapUser, '--uid-validity', String(Math.floor(Date.now() / 1000) % 1_000_000_000), 'swap']);
+    // The refill fails after its first staged batch (not a dead connection: no retry).
+    let failed = 0;
+    let staged = 0;
+    const undo = onApply(inbox.id, (ops) => {
+      if (!ops.some((o) => o.op === 'stage')) return;
+      staged++;
+      if (failed === 0) {
+        failed++;
+        throw new Error('injected failure during the refill');
+      }
+    });
+    try {
+      // Served from the index: complete, old ids, while the label cannot be refilled.
+      expect(await allUids(inbox, label)).to.deep.equal(before);
+      expect(failed).to.equal(1);
+    } finally {
+      undo();
+    }
+    const sse = await stream(inbox);
+    const after = await allUids(inbox, label);
+    expect(after.map((m) => m.id)).to.deep.equal(before.map((m) => m.id));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(sse.events, 'nothing really changed').to.deep.equal([]);
+    expect(staged, 'the failed batch, then the three of the refill').to.equal(4);
+    await sse.close();
   });
 
   it('a lost index is rebuilt silently with the same ids', async () => {

@@ -17,10 +17,28 @@ const BATCH = 500;
 
 export type Publish = (inboxId: string, changes: LiveChange[]) => void;
 
-/** Collects ops and their live changes; flushes both every BATCH ops. */
+/** Runs a task on another connection of the inbox if one is free now; null when none is. */
+export type Extra = (inbox: MailInbox, task: (client: ImapFlow) => Promise<void>) => Promise<void> | null;
+
+interface FillTarget {
+  guid: string;
+  path: string;
+  uidValidity: number;
+  uidNext: number;
+  messages: number;
+}
+
+type FullRow = FetchedRow & { message: NonNullable<FetchedRow['message']>; flags: NonNullable<FetchedRow['flags']> };
+
+/**
+ * Collects ops and their live changes; flushes both every BATCH ops. `progress`, when set, is the
+ * label's state the rows so far make true: it is saved in the same transaction as each batch, so
+ * a pass that fails after a batch resumes after it instead of fetching (and announcing) it again.
+ */
 class Batch {
   private ops: IndexOp[] = [];
   private changes: LiveChange[] = [];
+  progress: LabelState | null = null;
 
   constructor(
     private readonly store: MailIndexStore,
@@ -28,13 +46,18 @@ class Batch {
     private readonly publish: Publish | null,
   ) {}
 
+  /** Whether changes are announced at all (not during an inbox's first fill). */
+  get publishing(): boolean {
+    return this.publish !== null;
+  }
+
   add(op: IndexOp, change: LiveChange | null): void {
     this.ops.push(op);
     if (change && this.publish) this.changes.push(change);
     if (this.ops.length >= BATCH) this.flush();
   }
 
-  /** Another batch for the same inbox (a parallel fetch fills its own). */
+  /** Another batch for the same inbox (a parallel fetch fills its own; it saves no progress). */
   sibling(): Batch {
     return new Batch(this.store, this.inboxId, this.publish);
   }
@@ -42,12 +65,14 @@ class Batch {
   /** Changes already in the index. */
   announce(changes: LiveChange[]): void {
     this.flush();
-    if (this.publish) this.publish(this.inboxId, changes);
+    if (this.publish && changes.length > 0) this.publish(this.inboxId, changes);
   }
 
   flush(label?: LabelState): void {
+    const state = label ?? this.progress ?? undefined;
     if (this.ops.length === 0 && !label) return;
-    this.store.apply(this.inboxId, this.ops, label);
+    this.store.apply(this.inboxId, this.ops, state);
+    if (label) this.progress = null;
     const changes = this.changes;
     this.ops = [];
     this.changes = [];
@@ -82,16 +107,16 @@ export interface SyncStats {
 
 export class IndexSync {
   /**
-   * @param extra runs a task on another connection of the inbox (a big label is filled over
-   *   several at once: Dovecot parses, and with mail_crypt decrypts, each message it has not
-   *   cached, which is CPU work it can spread over cores)
+   * @param extra runs a task on another connection of the inbox if one is free (a big label is
+   *   filled over several at once: Dovecot parses, and with mail_crypt decrypts, each message it
+   *   has not cached, which is CPU work it can spread over cores)
    * @param parallel how many connections a fill may use in all
    */
   constructor(
     private readonly store: MailIndexStore,
     private readonly publish: Publish,
     private readonly log: Logger,
-    private readonly extra: <T>(inbox: MailInbox, task: (client: ImapFlow) => Promise<T>) => Promise<T> = () => Promise.reject(new Error('no extra connections')),
+    private readonly extra: Extra = () => null,
     private readonly parallel = 1,
   ) {}
 
@@ -137,11 +162,16 @@ export class IndexSync {
     const uidNextAtOpen = mailbox.uidNext;
     const labelGuid = box.guid;
     const batch = new Batch(this.store, inbox.id, publish);
+    const base = { guid: labelGuid, path: box.path, specialUse: box.specialUse, uidValidity };
+    const target = { guid: labelGuid, path: box.path, uidValidity, uidNext: uidNextAtOpen, messages: mailbox.exists };
 
-    if (!state || state.uidValidity !== uidValidity) {
+    if (!state) {
       // A new label in a seeded inbox reports its messages as added: a mail app made it and
-      // filled it. A new UIDVALIDITY re-seeds, reporting only what differs by GUID.
-      await this.reseed(client, inbox, { guid: labelGuid, path: box.path, uidValidity, uidNext: uidNextAtOpen, messages: mailbox.exists }, state !== null, batch);
+      // filled it. Its progress is saved with each batch of the fill's first UID range.
+      await this.fill(client, inbox, target, batch, { ...base, uidNext: 1, highestModseq: 0 });
+    } else if (state.uidValidity !== uidValidity) {
+      // A new UIDVALIDITY re-seeds, reporting only what differs by GUID.
+      await this.reseed(client, inbox, target, { ...base, highestModseq: modseqAtOpen }, batch);
     } else {
       if (state.uidNext > 1 && modseqAtOpen > state.highestModseq) {
         await uidFetch(
@@ -153,8 +183,12 @@ export class IndexSync {
         );
       }
       if (uidNextAtOpen > state.uidNext) {
+        // Flag changes and expunges above are in the same batches, so the old modseq stays until
+        // the end: a retry asks for them again and finds nothing new to say.
         await uidFetch(client, `${state.uidNext}:*`, FULL_ITEMS, (row) => {
-          if (row.uid >= state.uidNext) this.newRow(labelGuid, row, batch);
+          if (row.uid < state.uidNext) return;
+          batch.progress = { ...base, uidNext: row.uid + 1, highestModseq: state.highestModseq };
+          this.newRow(inbox.id, labelGuid, row, batch);
         });
       }
     }
@@ -179,10 +213,16 @@ export class IndexSync {
     return top?.location.uid ?? 0;
   }
 
-  private newRow(labelGuid: string, row: FetchedRow, batch: Batch): void {
+  private newRow(inboxId: string, labelGuid: string, row: FetchedRow, batch: Batch): void {
     if (!row.message || !row.flags) return;
     const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
-    batch.add({ op: 'put', message: row.message, location }, added(row.message.guid, labelGuid, row.uid));
+    batch.add({ op: 'put', message: row.message, location }, this.isNews(inboxId, location) ? added(row.message.guid, labelGuid, row.uid) : null);
+  }
+
+  /** Not already indexed at this label and UID (a retried pass fetches rows it already has). */
+  private isNews(inboxId: string, l: Location): boolean {
+    const [known] = this.store.locations(inboxId, l.labelGuid, [l.uid]);
+    return known?.msgGuid !== l.msgGuid;
   }
 
   private flagRow(inboxId: string, labelGuid: string, row: FetchedRow, batch: Batch): void {
@@ -204,73 +244,100 @@ export class IndexSync {
     }
   }
 
-  /** Fills a label from scratch in batches; with `diff`, publishes only GUID-level differences. */
-  private async reseed(
-    client: ImapFlow,
-    inbox: MailInbox,
-    box: { guid: string; path: string; uidValidity: number; uidNext: number; messages: number },
-    diff: boolean,
-    batch: Batch,
-  ): Promise<void> {
+  /** Fills a label the index has never seen, in batches; `progress` is saved as the first range fills. */
+  private async fill(client: ImapFlow, inbox: MailInbox, box: FillTarget, batch: Batch, progress: LabelState): Promise<void> {
+    const labelGuid = box.guid;
+    await this.fetchAll(client, inbox, box, batch, (row, into, first) => {
+      const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
+      // The first range starts at UID 1 and arrives in UID order: every UID below this row's is in.
+      if (first) into.progress = { ...progress, uidNext: row.uid + 1 };
+      const news = into.publishing && this.isNews(inbox.id, location);
+      into.add({ op: 'put', message: row.message, location }, news ? added(row.message.guid, labelGuid, row.uid) : null);
+    });
+    batch.flush();
+  }
+
+  /**
+   * A new UIDVALIDITY: the old UIDs mean nothing now. The label is refilled beside its old rows
+   * (staged, invisible to reads) and swapped in by one transaction: no read sees it half filled,
+   * and a refill that fails keeps the old rows (and ids) for the next pass to try again. Only
+   * GUID-level differences are announced, once the swap is committed.
+   */
+  private async reseed(client: ImapFlow, inbox: MailInbox, box: FillTarget, state: Omit<LabelState, 'uidNext'>, batch: Batch): Promise<void> {
     const labelGuid = box.guid;
     const before = new Set<string>();
-    if (diff) {
-      for (let after = 0; ; ) {
-        const rows = this.store.uidsOf(inbox.id, labelGuid, after, 5000);
-        for (const r of rows) before.add(r.msgGuid);
-        if (rows.length < 5000) break;
-        after = rows.at(-1)!.uid;
-      }
-      // The old UIDs mean nothing now: clear them without reporting, then report by GUID.
-      this.dropLocationsSilently(inbox.id, labelGuid);
+    for (let after = 0; ; ) {
+      const rows = this.store.uidsOf(inbox.id, labelGuid, after, 5000);
+      for (const r of rows) before.add(r.msgGuid);
+      if (rows.length < 5000) break;
+      after = rows.at(-1)!.uid;
     }
+    this.store.clearStaged(inbox.id, labelGuid);
+    const staged = new Batch(this.store, inbox.id, null);
     const after = new Set<string>();
-    const fill = (c: ImapFlow, range: string, into: Batch) =>
+    const news: LiveChange[] = [];
+    let top = 0;
+    await this.fetchAll(client, inbox, box, staged, (row, into) => {
+      after.add(row.message.guid);
+      top = Math.max(top, row.uid);
+      const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
+      if (batch.publishing && !before.has(row.message.guid)) news.push(added(row.message.guid, labelGuid, row.uid));
+      into.add({ op: 'stage', message: row.message, location }, null);
+    });
+    staged.flush();
+    this.store.commitStaged(inbox.id, { ...state, uidNext: Math.max(box.uidNext, top + 1) });
+    const gone = [...before].filter((g) => !after.has(g)).map((msgGuid) => removed({ msgGuid, labelGuid }));
+    batch.announce([...news, ...gone]);
+  }
+
+  /**
+   * Every message of the label, into `batch` (a big label over several connections at once, the
+   * extra ones only if the pool has them free right now: waiting for more while holding one
+   * could deadlock two inboxes at the cap).
+   */
+  private async fetchAll(client: ImapFlow, inbox: MailInbox, box: FillTarget, batch: Batch, onRow: (row: FullRow, into: Batch, first: boolean) => void): Promise<void> {
+    const fill = (c: ImapFlow, range: string, into: Batch, first = false) =>
       uidFetch(c, range, FULL_ITEMS, (row) => {
-        if (!row.message || !row.flags) return;
-        if (diff) after.add(row.message.guid);
-        const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
-        const isNew = !before.has(row.message.guid);
-        into.add({ op: 'put', message: row.message, location }, isNew ? added(row.message.guid, labelGuid, row.uid) : null);
+        if (row.message && row.flags) onRow(row as FullRow, into, first);
       });
     const parts = box.messages >= 4000 ? Math.max(1, this.parallel) : 1;
     if (parts === 1) {
-      await fill(client, '1:*', batch);
-    } else {
-      // UID ranges of equal width; the last one is open-ended so mail arriving meanwhile is in it.
-      const width = Math.ceil(box.uidNext / parts);
-      const ranges = Array.from({ length: parts }, (_, i) => (i === parts - 1 ? `${i * width + 1}:*` : `${i * width + 1}:${(i + 1) * width}`));
-      await Promise.all(
-        ranges.map((range, i) =>
-          i === 0
-            ? fill(client, range, batch)
-            : this.extra(inbox, async (c) => {
-                const opened = await c.mailboxOpen(box.path, { readOnly: true });
-                // Another UIDVALIDITY means other UIDs: this pass fails and the next starts over.
-                if (Number(opened.uidValidity) !== box.uidValidity) throw new Error(`UIDVALIDITY of ${box.path} changed during its fill`);
-                const own = batch.sibling();
-                try {
-                  await fill(c, range, own);
-                  own.flush();
-                } finally {
-                  await unselect(c);
-                }
-              }),
-        ),
-      );
+      await fill(client, '1:*', batch, true);
+      return;
     }
-    batch.flush();
-    if (diff) {
-      // Already out of the index (the old locations were cleared above): only the news is left.
-      const gone = [...before].filter((g) => !after.has(g)).map((msgGuid) => removed({ msgGuid, labelGuid }));
-      if (gone.length > 0) batch.announce(gone);
+    // UID ranges of equal width; the last one is open-ended so mail arriving meanwhile is in it.
+    const width = Math.ceil(box.uidNext / parts);
+    const ranges = Array.from({ length: parts }, (_, i) => (i === parts - 1 ? `${i * width + 1}:*` : `${i * width + 1}:${(i + 1) * width}`));
+    const leftover: string[] = [];
+    const elsewhere: Array<Promise<void>> = [];
+    for (const range of ranges.slice(1)) {
+      const own = batch.sibling();
+      const started = this.extra(inbox, async (c) => {
+        const opened = await c.mailboxOpen(box.path, { readOnly: true });
+        // Another UIDVALIDITY means other UIDs: this pass fails and the next starts over.
+        if (Number(opened.uidValidity) !== box.uidValidity) throw new Error(`UIDVALIDITY of ${box.path} changed during its fill`);
+        try {
+          await fill(c, range, own);
+          own.flush();
+        } finally {
+          await unselect(c);
+        }
+      });
+      if (started) elsewhere.push(started);
+      else leftover.push(range);
     }
-  }
-
-  private dropLocationsSilently(inboxId: string, labelGuid: string): void {
-    const state = this.store.label(inboxId, labelGuid);
-    this.store.dropLabel(inboxId, labelGuid);
-    if (state) this.store.apply(inboxId, [], { ...state, uidNext: 1, highestModseq: 0 });
+    // The first range, then whatever found no free connection, on the connection this pass holds.
+    const here = (async () => {
+      await fill(client, ranges[0]!, batch, true);
+      for (const range of leftover) {
+        batch.flush();
+        batch.progress = null;
+        await fill(client, range, batch);
+      }
+    })();
+    const results = await Promise.allSettled([here, ...elsewhere]);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 
   /** Settles the index against the server's full UID list of the label. */
@@ -291,7 +358,7 @@ export class IndexSync {
     // UIDs the index lacks below uidNext (at or above it, the next pass fetches them).
     for (const uid of onServer) if (uid < uidNext) missing.push(uid);
     if (missing.length > 0) {
-      await uidFetch(client, missing.join(','), FULL_ITEMS, (row) => this.newRow(labelGuid, row, batch));
+      await uidFetch(client, missing.join(','), FULL_ITEMS, (row) => this.newRow(inboxId, labelGuid, row, batch));
     }
   }
 }

@@ -99,7 +99,9 @@ export interface Location {
 export type IndexOp =
   | { op: 'put'; message: MessageRecord; location: Location }
   | { op: 'flags'; labelGuid: string; uid: number; modseq: number; flags: string[] }
-  | { op: 'remove'; labelGuid: string; uid: number };
+  | { op: 'remove'; labelGuid: string; uid: number }
+  /** A row of a label being re-seeded: invisible to reads until commitStaged swaps it in. */
+  | { op: 'stage'; message: MessageRecord; location: Location };
 
 export interface PageRow {
   message: MessageRecord;
@@ -120,6 +122,13 @@ export interface MailIndexStore {
   apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): void;
   /** Removes a label and every location in it; returns the locations removed. */
   dropLabel(inboxId: string, guid: string): Location[];
+  /** Forgets the staged rows of a label (a refill that did not complete). */
+  clearStaged(inboxId: string, labelGuid: string): void;
+  /**
+   * In one transaction: replaces the label's locations with its staged rows and saves its state.
+   * Messages no label holds any more are dropped.
+   */
+  commitStaged(inboxId: string, label: LabelState): void;
   locations(inboxId: string, labelGuid: string, uids: readonly number[]): Location[];
   /** Every (uid, msgGuid) of a label, in UID order, in pages. */
   uidsOf(inboxId: string, labelGuid: string, afterUid: number, limit: number): Array<{ uid: number; msgGuid: string }>;

@@ -80,6 +80,8 @@ export class SqliteMailIndex implements MailIndexStore {
   private readonly versions = new Map<string, number>();
   private readonly applyTx: (inboxId: string, ops: readonly IndexOp[], label?: LabelState) => void;
   private readonly dropTx: (inboxId: string, guid: string) => Location[];
+  private readonly clearStagedTx: (inboxId: string, labelGuid: string) => void;
+  private readonly commitStagedTx: (inboxId: string, label: LabelState) => void;
 
   constructor(private readonly db: Db) {
     const p = (sql: string) => db.prepare(sql);
@@ -102,9 +104,18 @@ export class SqliteMailIndex implements MailIndexStore {
       setFlags: p('UPDATE mail_locations SET modseq = ?, flags = ?, seen = ? WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
       locationAt: p('SELECT msg_guid FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?').pluck(),
       removeLocation: p('DELETE FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
-      // A message lives as long as some label holds it.
-      gcMessage: p(`DELETE FROM mail_messages WHERE inbox_id = ? AND guid = ?
-        AND NOT EXISTS (SELECT 1 FROM mail_locations WHERE inbox_id = ? AND msg_guid = ?)`),
+      // A message lives as long as some label holds it (or a refill being staged does).
+      gcMessage: p(`DELETE FROM mail_messages WHERE inbox_id = @inboxId AND guid = @guid
+        AND NOT EXISTS (SELECT 1 FROM mail_locations WHERE inbox_id = @inboxId AND msg_guid = @guid)
+        AND NOT EXISTS (SELECT 1 FROM mail_staged_locations WHERE inbox_id = @inboxId AND msg_guid = @guid)`),
+      putStaged: p(`INSERT INTO mail_staged_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
+        VALUES (?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (inbox_id, label_guid, uid) DO UPDATE SET msg_guid = excluded.msg_guid, modseq = excluded.modseq, flags = excluded.flags, seen = excluded.seen`),
+      stagedGuids: p('SELECT DISTINCT msg_guid FROM mail_staged_locations WHERE inbox_id = ? AND label_guid = ?').pluck(),
+      labelGuids: p('SELECT DISTINCT msg_guid FROM mail_locations WHERE inbox_id = ? AND label_guid = ?').pluck(),
+      dropStaged: p('DELETE FROM mail_staged_locations WHERE inbox_id = ? AND label_guid = ?'),
+      unstage: p(`INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
+        SELECT inbox_id, label_guid, uid, msg_guid, modseq, flags, seen FROM mail_staged_locations WHERE inbox_id = ? AND label_guid = ?`),
       labelLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND label_guid = ?'),
       dropLocations: p('DELETE FROM mail_locations WHERE inbox_id = ? AND label_guid = ?'),
       dropLabel: p('DELETE FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
@@ -121,7 +132,11 @@ export class SqliteMailIndex implements MailIndexStore {
     this.applyTx = db.transaction((inboxId: string, ops: readonly IndexOp[], label?: LabelState) => {
       const orphans = new Set<string>();
       for (const op of ops) {
-        if (op.op === 'put') {
+        if (op.op === 'stage') {
+          this.s.putMessage!.run({ inboxId, ...op.message });
+          const l = op.location;
+          this.s.putStaged!.run(inboxId, l.labelGuid, l.uid, l.msgGuid, l.modseq, JSON.stringify(l.flags), isSeen(l.flags));
+        } else if (op.op === 'put') {
           const m = op.message;
           this.s.putMessage!.run({ inboxId, ...m });
           const l = op.location;
@@ -137,16 +152,33 @@ export class SqliteMailIndex implements MailIndexStore {
           orphans.add(guid);
         }
       }
-      for (const guid of orphans) this.s.gcMessage!.run(inboxId, guid, inboxId, guid);
+      for (const guid of orphans) this.s.gcMessage!.run({ inboxId, guid });
       if (label) this.s.putLabel!.run({ inboxId, ...label });
     });
 
     this.dropTx = db.transaction((inboxId: string, guid: string) => {
       const removed = (this.s.labelLocations!.all(inboxId, guid) as LocationRow[]).map(toLocation);
+      const staged = this.s.stagedGuids!.all(inboxId, guid) as string[];
       this.s.dropLocations!.run(inboxId, guid);
+      this.s.dropStaged!.run(inboxId, guid);
       this.s.dropLabel!.run(inboxId, guid);
-      for (const g of new Set(removed.map((l) => l.msgGuid))) this.s.gcMessage!.run(inboxId, g, inboxId, g);
+      for (const g of new Set([...removed.map((l) => l.msgGuid), ...staged])) this.s.gcMessage!.run({ inboxId, guid: g });
       return removed;
+    });
+
+    this.clearStagedTx = db.transaction((inboxId: string, labelGuid: string) => {
+      const staged = this.s.stagedGuids!.all(inboxId, labelGuid) as string[];
+      this.s.dropStaged!.run(inboxId, labelGuid);
+      for (const guid of staged) this.s.gcMessage!.run({ inboxId, guid });
+    });
+
+    this.commitStagedTx = db.transaction((inboxId: string, label: LabelState) => {
+      const old = this.s.labelGuids!.all(inboxId, label.guid) as string[];
+      this.s.dropLocations!.run(inboxId, label.guid);
+      this.s.unstage!.run(inboxId, label.guid);
+      this.s.dropStaged!.run(inboxId, label.guid);
+      for (const guid of old) this.s.gcMessage!.run({ inboxId, guid });
+      this.s.putLabel!.run({ inboxId, ...label });
     });
   }
 
@@ -190,6 +222,15 @@ export class SqliteMailIndex implements MailIndexStore {
     const removed = this.dropTx(inboxId, guid);
     this.bump(inboxId);
     return removed;
+  }
+
+  clearStaged(inboxId: string, labelGuid: string): void {
+    this.clearStagedTx(inboxId, labelGuid);
+  }
+
+  commitStaged(inboxId: string, label: LabelState): void {
+    this.commitStagedTx(inboxId, label);
+    this.bump(inboxId);
   }
 
   locations(inboxId: string, labelGuid: string, uids: readonly number[]): Location[] {

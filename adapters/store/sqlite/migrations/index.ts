@@ -3,6 +3,7 @@ import directory from './001_directory.ts';
 import events from './002_events.ts';
 import mailIndex from './003_mail_index.ts';
 import eventsInbox from './004_events_inbox.ts';
+import mailStaging from './005_mail_staging.ts';
 
 export interface Migration {
   version: number;
@@ -15,4 +16,5 @@ export const migrations: Migration[] = [
   { version: 2, name: 'events', sql: events },
   { version: 3, name: 'mail_index', sql: mailIndex },
   { version: 4, name: 'events_inbox', sql: eventsInbox },
+  { version: 5, name: 'mail_staging', sql: mailStaging },
 ];
