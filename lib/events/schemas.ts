@@ -3,7 +3,8 @@
 // hash of the schema itself: another instance updating a type compatibly changes the key, so a
 // stale compiled schema is never used.
 import { createHash } from 'node:crypto';
-import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
+import { describeSchemaError } from '../schema-errors.ts';
 import type { JsonSchemaObject } from './types.ts';
 
 const ajv = new Ajv2020({ allErrors: false, strict: true, coerceTypes: false, useDefaults: false, addUsedSchema: false });
@@ -29,27 +30,9 @@ function compile(schema: JsonSchemaObject): ValidateFunction {
   return fn;
 }
 
-function describe(e: ErrorObject): string {
-  const at = `data${e.instancePath.replace(/\/(\d+)/g, '[$1]').replace(/\//g, '.')}`;
-  switch (e.keyword) {
-    case 'additionalProperties':
-      return `${at} has a field the type does not define: "${(e.params as { additionalProperty: string }).additionalProperty}"`;
-    case 'required':
-      return `${at} is missing the required field "${(e.params as { missingProperty: string }).missingProperty}"`;
-    case 'enum':
-      return `${at} must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`;
-    default:
-      return `${at} ${e.message ?? 'is invalid'}`;
-  }
-}
-
 /** null when `data` matches the schema, otherwise what is wrong, in words. */
 export function checkData(schema: JsonSchemaObject, data: unknown): string | null {
   const fn = compile(schema);
-  return fn(data) ? null : describe(fn.errors![0]!);
+  return fn(data) ? null : describeSchemaError(fn.errors![0]!, 'data');
 }
 
-/** How many schemas are compiled (tests check the cache). */
-export function compiledCount(): number {
-  return cache.size;
-}

@@ -10,10 +10,16 @@ export async function readRaw(ctx: Context, limit: number): Promise<Buffer> {
   if (declared > limit) throw tooLarge(`request body is over ${limit} bytes`);
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limit) throw tooLarge(`request body is over ${limit} bytes`);
-    chunks.push(chunk);
+  try {
+    for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+      size += chunk.length;
+      if (size > limit) throw tooLarge(`request body is over ${limit} bytes`);
+      chunks.push(chunk);
+    }
+  } catch (err) {
+    if (err instanceof ApiError) throw err;
+    // The client went away mid-body: its fault, and nobody is left to read the answer.
+    throw badRequest('request body was cut off');
   }
   return Buffer.concat(chunks, size);
 }

@@ -2,10 +2,11 @@
 // schemas/ (the same files the OpenAPI document is built from); inside, the shapes are trusted.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Ajv2020, type ErrorObject, type ValidateFunction } from 'ajv/dist/2020.js';
+import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import { badRequest } from '../errors.ts';
 import { SCHEMAS_DIR } from '../paths.ts';
+import { describeSchemaError } from '../schema-errors.ts';
 
 // ajv-formats is CommonJS with a default export.
 const addFormats = addFormatsModule as unknown as (ajv: Ajv2020) => Ajv2020;
@@ -28,22 +29,6 @@ function makeAjv(schemas: JsonSchema[], coerce: boolean): Ajv2020 {
   ajv.addKeyword('x-postern');
   for (const s of schemas) ajv.addSchema(s);
   return ajv;
-}
-
-function describe(e: ErrorObject, what: string): string {
-  const at = e.instancePath
-    ? `${what}${e.instancePath.replace(/\/(\d+)/g, '[$1]').replace(/\//g, '.')}`
-    : what;
-  switch (e.keyword) {
-    case 'enum':
-      return `${at} must be one of ${(e.params as { allowedValues: unknown[] }).allowedValues.join(', ')}`;
-    case 'additionalProperties':
-      return `${at} has an unknown field "${(e.params as { additionalProperty: string }).additionalProperty}"`;
-    case 'required':
-      return `${at} is missing "${(e.params as { missingProperty: string }).missingProperty}"`;
-    default:
-      return `${at} ${e.message ?? 'is invalid'}`;
-  }
 }
 
 export class Validator {
@@ -71,7 +56,7 @@ export class Validator {
   /** The value if it matches the schema `ref` (an $id, optionally with a #/pointer); 400 otherwise. */
   body<T>(ref: string, value: unknown): T {
     const fn = this.fn('body', ref);
-    if (!fn(value)) throw badRequest(describe(fn.errors![0]!, 'body'));
+    if (!fn(value)) throw badRequest(describeSchemaError(fn.errors![0]!, 'body'));
     return value as T;
   }
 
@@ -84,7 +69,7 @@ export class Validator {
       copy[k] = v;
     }
     const fn = this.fn('query', ref);
-    if (!fn(copy)) throw badRequest(describe(fn.errors![0]!, 'query parameter').replace('query parameter.', 'query parameter '));
+    if (!fn(copy)) throw badRequest(describeSchemaError(fn.errors![0]!, 'query parameter').replace('query parameter.', 'query parameter '));
     return copy as T;
   }
 }
