@@ -60,7 +60,10 @@ export class RedisBus implements Bus {
       this.channels.set(channel, (set = new Set()));
       // Not awaited: with Redis down, Postern still starts (receivers read the store meanwhile),
       // and ioredis subscribes once it connects, and again after every reconnect.
-      this.sub.subscribe(channel).catch(() => undefined);
+      // A refusal (ACL, NOAUTH) is not a passing outage: say so, or fan-out silently degrades.
+      this.sub.subscribe(channel).catch((err: Error) => {
+        if (!this.closing) this.options.log?.warn({ err: err.message, channel }, 'redis refused the subscription; live events fall back to reading the store');
+      });
     }
     const entry = (m: string) => handler(m);
     set.add(entry);

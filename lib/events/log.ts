@@ -113,12 +113,13 @@ function canonical(value: unknown): string {
   return JSON.stringify(value);
 }
 
-// Registered types as EventTypes, by the stored row's project, name, version and update time:
-// the same schema object comes back, so its compiled validator is found without hashing.
+// Registered types as EventTypes, keyed by everything the stored row says (two compatible
+// updates within one millisecond still differ in content): the same schema object comes back,
+// so its compiled validator is found without hashing.
 const extTypes = new Map<string, EventType>();
 
 function extType(t: StoredEventType): EventType {
-  const key = `${t.projectId} ${t.name} ${t.version} ${t.updatedAt} ${t.fields.length}`;
+  const key = JSON.stringify(t);
   let type = extTypes.get(key);
   if (!type) {
     if (extTypes.size >= 10_000) extTypes.delete(extTypes.keys().next().value!);
