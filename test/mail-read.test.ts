@@ -268,6 +268,30 @@ describe('mail read API', function () {
       });
     }
 
+    it('503, never the flags from before, when the sync after the STORE fails', async () => {
+      const uid = await append(app, 'INBOX', { subject: 'store then fail' });
+      const m = await byUid(await labelId('INBOX'), uid);
+      // The request's first sync works; the one after its STORE fails.
+      const sync = (s.postern.mailSource as unknown as { sync: { run: (...a: unknown[]) => Promise<unknown> } }).sync;
+      const run = sync.run;
+      let calls = 0;
+      sync.run = function (...a: unknown[]) {
+        if (++calls === 2) return Promise.reject(new Error('injected: the mail server went away'));
+        return run.apply(this, a);
+      };
+      try {
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+        expect(res.status).to.equal(503);
+        expect(res.headers.get('retry-after')).to.match(/^\d+$/);
+        expect(Object.keys(await json<object>(res))).to.deep.equal(['error']);
+        expect(calls).to.equal(2);
+      } finally {
+        sync.run = run;
+      }
+      // The STORE itself went through: the next read shows it.
+      expect((await byUid(await labelId('INBOX'), uid)).flags).to.deep.equal(['flagged']);
+    });
+
     it('the response lists every flag after the change, including ones set by mail apps', async () => {
       const uid = await append(app, 'INBOX', { flags: ['$Junk', '\\Draft', '$custom'] });
       const m = await byUid(await labelId('INBOX'), uid);

@@ -2,7 +2,7 @@
 // watcher while someone listens), changes flags with IMAP STORE, and fans live changes out to
 // the inbox's listeners.
 import type { Logger } from 'pino';
-import { unavailable } from '../../lib/errors.ts';
+import { isApiError, unavailable } from '../../lib/errors.ts';
 import type { LiveChange, MailIndexStore, MailInbox, MailSource, Unwatch } from '../../lib/mail/types.ts';
 import { ImapPool, type ImapSettings } from './pool.ts';
 import { unselect } from './raw.ts';
@@ -67,8 +67,11 @@ export class ImapMailSource implements MailSource {
       }
       await unselect(client);
     });
-    // The change reaches the index (and the stream) through the same sync as any other.
-    await this.fresh(this.runtime(inbox), true);
+    // The change reaches the index (and the stream) through the same sync as any other. Unlike a
+    // read, this one may not fall back on the index: it would answer with the flags from before.
+    await this.fresh(this.runtime(inbox), false).catch((err: unknown) => {
+      throw isApiError(err) && err.status === 503 ? err : unavailable('the change was made but could not be read back from the mail server; try again');
+    });
   }
 
   async watch(inbox: MailInbox, listener: (change: LiveChange) => void): Promise<Unwatch> {

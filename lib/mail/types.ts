@@ -149,7 +149,10 @@ export interface MailSource {
    * changed; nothing when a live watcher keeps the inbox current).
    */
   refresh(inbox: MailInbox): Promise<void>;
-  /** Adds and removes IMAP flags on the message in the given labels (an IMAP STORE), then refreshes. */
+  /**
+   * Adds and removes IMAP flags on the message in the given labels (an IMAP STORE), then
+   * refreshes; a refresh that fails is a 503 (never the index as it was before the STORE).
+   */
   storeFlags(inbox: MailInbox, at: ReadonlyArray<{ labelGuid: string; uid: number }>, add: string[], remove: string[]): Promise<void>;
   /** Live changes of the inbox, from the same diffs the index applies. Resolves once watching. */
   watch(inbox: MailInbox, listener: (change: LiveChange) => void): Promise<Unwatch>;
