@@ -1,6 +1,5 @@
 // The project event log over HTTP (spec 4.6, 6.2): GET/POST /event-types, POST /events, and
 // GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
-import type { ServerResponse } from 'node:http';
 import type { Access, Principal } from '../../auth/access.ts';
 import { ApiError, badRequest, forbidden, tooLarge, unprocessable } from '../../errors.ts';
 import { decodeCursor, encodeCursor } from '../../events/cursor.ts';
@@ -11,7 +10,7 @@ import { isId } from '../../ids.ts';
 import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
-import { formatFrame, SseStream } from '../sse.ts';
+import { formatFrame, framer, SseStream } from '../sse.ts';
 import type { Validator } from '../validate.ts';
 
 const SCHEMA = 'https://postern.dev/schemas/events.json';
@@ -64,68 +63,9 @@ function wantsStream(ctx: AppContext): boolean {
 }
 
 // One serialization of each live frame for all its clients (two forms: with and without actor).
-const fullFrames = new WeakMap<StoredEvent, string>();
-const redactedFrames = new WeakMap<StoredEvent, string>();
-
-function frameOf(e: StoredEvent, redact: boolean): string {
-  const cache = redact ? redactedFrames : fullFrames;
-  let text = cache.get(e);
-  if (text === undefined) {
-    text = formatFrame({ id: encodeCursor(e.position), event: e.type, data: redact ? redactActor(e.json) : e.json });
-    cache.set(e, text);
-  }
-  return text;
-}
-
-/**
- * Live frames are queued per stream and flushed together. A flush writes to every stream with
- * something pending, one write each, and that costs about one syscall per stream whatever the
- * number of frames. With few streams a flush is cheap and runs at once, so each frame goes out as
- * it comes. With many streams, flushes are spaced so that writing takes at most about a third of
- * the process's time: each write then carries every frame that arrived meanwhile, instead of the
- * process falling behind with one write per frame. A frame never waits more than MAX_COALESCE_MS.
- */
-const MAX_COALESCE_MS = 20;
-const outboxes = new Map<SseStream, string[]>();
-let flushScheduled = false;
-let lastFlushEnd = 0;
-let lastFlushCost = 0;
-
-function enqueue(sse: SseStream, frame: string): void {
-  const box = outboxes.get(sse);
-  if (box) box.push(frame);
-  else outboxes.set(sse, [frame]);
-  if (flushScheduled) return;
-  flushScheduled = true;
-  const wait = Math.min(MAX_COALESCE_MS, lastFlushCost * 2) - (performance.now() - lastFlushEnd);
-  if (wait >= 1) setTimeout(flushOutboxes, wait);
-  else setImmediate(flushOutboxes);
-}
-
-function flushOutboxes(): void {
-  flushScheduled = false;
-  const started = performance.now();
-  for (const [sse, frames] of outboxes) sse.write(frames.length === 1 ? frames[0]! : frames.join(''));
-  outboxes.clear();
-  // The sockets are written when each response uncorks, on process.nextTick: measure up to then.
-  process.nextTick(() => {
-    lastFlushEnd = performance.now();
-    lastFlushCost = lastFlushEnd - started;
-  });
-}
-
-/** Resolves when the response can take more, or is gone; leaves no listener behind. */
-function drained(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
-}
+const fullFrame = framer((e: StoredEvent) => ({ id: encodeCursor(e.position), event: e.type, data: e.json }));
+const redactedFrame = framer((e: StoredEvent) => ({ id: encodeCursor(e.position), event: e.type, data: redactActor(e.json) }));
+const frameOf = (e: StoredEvent, redact: boolean): string => (redact ? redactedFrame(e) : fullFrame(e));
 
 export function eventRoutes(o: EventRouteOptions) {
   const { access, events, validator } = o;
@@ -199,12 +139,9 @@ export function eventRoutes(o: EventRouteOptions) {
       }
       if (e.position <= lastSent) return;
       lastSent = e.position;
-      enqueue(sse, frameOf(e, filter.redactActor));
+      sse.enqueue(frameOf(e, filter.redactActor));
     });
-    sse.onClose(() => {
-      unsubscribe();
-      outboxes.delete(sse);
-    });
+    sse.onClose(unsubscribe);
     if (after === null) return;
 
     // Backfill runs after this handler returns: Koa only starts piping the stream then.
@@ -214,6 +151,7 @@ export function eventRoutes(o: EventRouteOptions) {
         const { events: rows, scannedTo } = await events.backfill(filter, from, BACKFILL_PAGE);
         if (sse.closed) return;
         for (const e of rows) {
+          // Backfilled rows are this client's alone: formatted directly, not cached.
           if (!sse.write(formatFrame({ id: encodeCursor(e.position), event: e.type, data: filter.redactActor ? redactActor(e.json) : e.json }))) return;
         }
         lastSent = Math.max(lastSent, scannedTo);
@@ -222,7 +160,7 @@ export function eventRoutes(o: EventRouteOptions) {
         if (rows.length < BACKFILL_PAGE && scannedTo - from < MAX_SCAN) break;
         // Let the socket drain before the next page, so a resume does not look like a slow client.
         await new Promise<void>((resolve) => setImmediate(resolve));
-        if (ctx.res.writableNeedDrain) await drained(ctx.res);
+        if (sse.needsDrain) await sse.drained();
       }
       const held = pending ?? [];
       pending = null;

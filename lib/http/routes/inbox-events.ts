@@ -5,15 +5,10 @@ import type { MailService } from '../../mail/service.ts';
 import type { LiveChange } from '../../mail/types.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import type { AppRouter } from '../context.ts';
-import { formatFrame, SseStream } from '../sse.ts';
+import { framer, SseStream } from '../sse.ts';
 
 // Every subscriber of an inbox receives the same change object: serialize it once for all.
-const frames = new WeakMap<LiveChange, string>();
-function frameOf(change: LiveChange): string {
-  let text = frames.get(change);
-  if (text === undefined) frames.set(change, (text = formatFrame({ event: change.type, data: JSON.stringify(change) })));
-  return text;
-}
+const frameOf = framer((change: LiveChange) => ({ event: change.type, data: JSON.stringify(change) }));
 
 export function inboxEventRoutes(access: Access, mail: MailService, stream: Config['stream']) {
   return (router: AppRouter): void => {
@@ -23,7 +18,7 @@ export function inboxEventRoutes(access: Access, mail: MailService, stream: Conf
       const pending: string[] = [];
       let sse: SseStream | null = null;
       const unwatch = await mail.watch(inbox, (change) => {
-        if (sse) sse.write(frameOf(change));
+        if (sse) sse.enqueue(frameOf(change));
         else pending.push(frameOf(change));
       });
       if (ctx.req.destroyed) {
