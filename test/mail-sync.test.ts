@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import type { ImapFlow } from 'imapflow';
-import { ImapPool } from '../adapters/imap/pool.ts';
+import { ImapPool, PoolBusyError } from '../adapters/imap/pool.ts';
 import type { IndexOp, MailIndexStore } from '../lib/mail/types.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, importMessages, json, mailApp, SseReader, until } from './mail-fixtures.ts';
@@ -234,9 +234,9 @@ describe('IMAP pool', function () {
   });
   after(() => s?.close());
 
-  const settings = (maxPerInbox: number, maxTotal: number) => {
+  const settings = (maxPerInbox: number, maxTotal: number, acquireTimeoutMs = 10_000) => {
     const env = mailEnv();
-    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal };
+    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs };
   };
   const gate = () => {
     let open!: () => void;
@@ -301,6 +301,64 @@ describe('IMAP pool', function () {
       await pool.close();
     }
     expect(pool.size).to.equal(0);
+  });
+
+  it('nothing waits forever: past the deadline a task gets a 503, and a dedicated connection is refused at the cap', async () => {
+    const [a, b] = [await p.inbox(), await p.inbox()];
+    const pool = new ImapPool(settings(1, 1, 300), pino({ level: 'silent' }));
+    try {
+      const hold = gate();
+      const held = pool.use(a.imapUser, () => hold.opened);
+      await new Promise((r) => setTimeout(r, 100)); // connected and busy
+      for (const user of [a.imapUser, b.imapUser]) {
+        const started = Date.now();
+        const err = await pool.use(user, async () => 'never').then(() => null, (e: unknown) => e);
+        expect(err, user).to.be.instanceOf(PoolBusyError);
+        expect((err as PoolBusyError).status).to.equal(503);
+        expect(Date.now() - started).to.be.within(250, 1500);
+      }
+      // A fill's extra connection is only ever tried, never waited for.
+      expect(pool.tryUse(a.imapUser, async () => 'never', 'bulk')).to.equal(null);
+      expect(pool.tryUse(b.imapUser, async () => 'never')).to.equal(null);
+      const started = Date.now();
+      const refused = await pool.openDedicated(b.imapUser).then(() => null, (e: unknown) => e);
+      expect(refused).to.be.instanceOf(PoolBusyError);
+      expect(Date.now() - started).to.be.below(100);
+      hold.open();
+      await held;
+      // Once free (idle), another inbox gets it.
+      expect(await pool.use(b.imapUser, async () => 'ok')).to.equal('ok');
+      expect(pool.size).to.equal(1);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('a request beyond the cap answers 503 within the deadline (a read, and a stream)', async () => {
+    const own = await startPostern({ POSTERN_IMAP_MAX_TOTAL: '1', POSTERN_IMAP_ACQUIRE_TIMEOUT_MS: '400' });
+    try {
+      const op = await newProject(own);
+      const [a, b] = [await op.inbox(), await op.inbox()];
+      const t = await op.token(['messages:read']);
+      const hold = gate();
+      const held = own.postern.mailSource.pool.use(a.imapUser, () => hold.opened);
+      await new Promise((r) => setTimeout(r, 100));
+      for (const path of [`/inboxes/${b.id}/labels`, `/inboxes/${b.id}/events`]) {
+        const started = Date.now();
+        const res = await call(`${own.base}${path}`, { token: t });
+        expect(res.status, path).to.equal(503);
+        expect(res.headers.get('retry-after'), path).to.match(/^\d+$/);
+        expect(res.headers.get('content-type'), path).to.match(/^application\/json/);
+        expect(Object.keys(await json<object>(res)), path).to.deep.equal(['error']);
+        expect(Date.now() - started, path).to.be.below(2000);
+      }
+      expect(own.postern.mailSource.watching(b.id)).to.deep.equal({ listeners: 0, live: false });
+      hold.open();
+      await held;
+      expect((await call(`${own.base}/inboxes/${b.id}/labels`, { token: t })).status).to.equal(200);
+    } finally {
+      await own.close();
+    }
   });
 
   it('Postern.close() closes every IMAP connection and watcher', async () => {

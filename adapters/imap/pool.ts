@@ -9,9 +9,11 @@
 //   inbox, so a listing or sync always finds one.
 // - Opening retries with backoff (Dovecot restarting); a task that fails because its connection
 //   died is retried once on a fresh one (every task here is idempotent).
+// - Nothing waits forever: a task that finds no connection within `acquireTimeoutMs` answers
+//   503, and dedicated connections (watchers) are refused at the cap.
 import { ImapFlow } from 'imapflow';
 import type { Logger } from 'pino';
-import { unavailable } from '../../lib/errors.ts';
+import { ApiError, unavailable } from '../../lib/errors.ts';
 
 export interface ImapSettings {
   host: string;
@@ -22,6 +24,15 @@ export interface ImapSettings {
   masterSeparator: string;
   maxPerInbox: number;
   maxTotal: number;
+  acquireTimeoutMs: number;
+}
+
+/** No connection within the deadline, or none to be had at the cap: the server is busy. */
+export class PoolBusyError extends ApiError {
+  constructor() {
+    super(503, 'the mail server is busy; try again', { 'Retry-After': '5' });
+    this.name = 'PoolBusyError';
+  }
 }
 
 export type Lane = 'interactive' | 'bulk';
@@ -91,11 +102,36 @@ export class ImapPool {
   }
 
   /**
-   * A connection outside the pool's queues (the watcher's), counted against the global cap.
-   * The caller closes it; it is closed with the pool otherwise.
+   * Runs the task only if a connection is free now (idle, or room to open one); null otherwise.
+   * For extra help (a parallel fill) that must never wait while holding another connection.
+   */
+  tryUse<T>(user: string, task: (client: ImapFlow) => Promise<T>, lane: Lane = 'interactive'): Promise<T> | null {
+    if (this.closed) return null;
+    const got = this.tryTake(user, lane);
+    if (!got) return null;
+    return (async () => {
+      const conn = await got;
+      try {
+        const result = await task(conn.client);
+        this.release(conn);
+        return result;
+      } catch (err) {
+        if (conn.client.usable) this.release(conn);
+        else this.discard(conn);
+        throw err;
+      }
+    })();
+  }
+
+  /**
+   * A connection outside the pool's queues (the watcher's), counted against the global cap: at
+   * the cap (and no idle connection to close) it is refused with a PoolBusyError at once. The
+   * caller closes it; it is closed with the pool otherwise.
    */
   async openDedicated(user: string): Promise<ImapFlow> {
     if (this.closed) throw unavailable('mail server connections are closed');
+    if (this.total >= this.settings.maxTotal) this.evictIdle(user);
+    if (this.total >= this.settings.maxTotal) throw new PoolBusyError();
     this.total++;
     try {
       const client = await this.connect(user);
@@ -134,48 +170,80 @@ export class ImapPool {
   }
 
   private async acquire(user: string, lane: Lane): Promise<Conn> {
-    const { maxPerInbox, maxTotal } = this.settings;
+    const deadline = Date.now() + this.settings.acquireTimeoutMs;
     for (;;) {
       if (this.closed) throw unavailable('mail server connections are closed');
+      const got = this.tryTake(user, lane);
+      if (got) return got;
+      // Room in the inbox's own bound but not in the global one: wait for any connection to go.
       const slot = this.slot(user);
-      const laneOpen = lane === 'interactive' || maxPerInbox === 1 || slot.bulk < maxPerInbox - 1;
-      if (laneOpen) {
-        let conn: Conn | undefined;
-        while ((conn = slot.idle.pop())) {
-          if (conn.idleTimer) clearTimeout(conn.idleTimer);
-          conn.idleTimer = null;
-          if (conn.client.usable) return this.take(slot, conn, lane);
-          this.forget(slot, conn);
-        }
-        if (slot.busy.size + slot.opening < maxPerInbox) {
-          if (this.total >= maxTotal) this.evictIdle(user);
-          if (this.total < maxTotal) {
-            slot.opening++;
-            this.total++;
-            // The lane is taken now, not once connected, or two bulk tasks could both get in.
-            if (lane === 'bulk') slot.bulk++;
-            let client: ImapFlow;
-            try {
-              client = await this.connect(user);
-            } catch (err) {
-              this.total--;
-              if (lane === 'bulk') slot.bulk--;
-              this.wake(slot);
-              throw err;
-            } finally {
-              slot.opening--;
-            }
-            const fresh: Conn = { user, client, idleTimer: null, lane, counted: true };
-            client.once('close', () => this.onConnClosed(fresh));
-            slot.busy.add(fresh);
-            return fresh;
-          }
-          await new Promise<void>((resolve) => this.capWaiters.push(resolve));
-          continue;
-        }
-      }
-      await new Promise<void>((resolve) => slot.waiters.push(resolve));
+      const laneOpen = this.laneOpen(slot, lane);
+      const atCap = laneOpen && slot.busy.size + slot.opening < this.settings.maxPerInbox;
+      await this.wait(atCap ? this.capWaiters : slot.waiters, deadline);
     }
+  }
+
+  /** Resolves when woken; a PoolBusyError once the deadline passes. */
+  private wait(list: Array<() => void>, deadline: number): Promise<void> {
+    const left = deadline - Date.now();
+    if (left <= 0) return Promise.reject(new PoolBusyError());
+    return new Promise<void>((resolve, reject) => {
+      const wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        const i = list.indexOf(wake);
+        if (i >= 0) list.splice(i, 1);
+        reject(new PoolBusyError());
+      }, left);
+      list.push(wake);
+    });
+  }
+
+  private laneOpen(slot: Slot, lane: Lane): boolean {
+    const { maxPerInbox } = this.settings;
+    return lane === 'interactive' || maxPerInbox === 1 || slot.bulk < maxPerInbox - 1;
+  }
+
+  /** Without waiting: an idle connection, or a new one if the bounds allow; null when neither. */
+  private tryTake(user: string, lane: Lane): Conn | Promise<Conn> | null {
+    const { maxPerInbox, maxTotal } = this.settings;
+    const slot = this.slot(user);
+    if (!this.laneOpen(slot, lane)) return null;
+    let conn: Conn | undefined;
+    while ((conn = slot.idle.pop())) {
+      if (conn.idleTimer) clearTimeout(conn.idleTimer);
+      conn.idleTimer = null;
+      if (conn.client.usable) return this.take(slot, conn, lane);
+      this.forget(slot, conn);
+    }
+    if (slot.busy.size + slot.opening >= maxPerInbox) return null;
+    if (this.total >= maxTotal) this.evictIdle(user);
+    if (this.total >= maxTotal) return null;
+    slot.opening++;
+    this.total++;
+    // The lane is taken now, not once connected, or two bulk tasks could both get in.
+    if (lane === 'bulk') slot.bulk++;
+    return this.open(slot, user, lane);
+  }
+
+  private async open(slot: Slot, user: string, lane: Lane): Promise<Conn> {
+    let client: ImapFlow;
+    try {
+      client = await this.connect(user);
+    } catch (err) {
+      this.total--;
+      if (lane === 'bulk') slot.bulk--;
+      this.wake(slot);
+      throw err;
+    } finally {
+      slot.opening--;
+    }
+    const fresh: Conn = { user, client, idleTimer: null, lane, counted: true };
+    client.once('close', () => this.onConnClosed(fresh));
+    slot.busy.add(fresh);
+    return fresh;
   }
 
   private take(slot: Slot, conn: Conn, lane: Lane): Conn {

@@ -4,7 +4,7 @@
 import type { Logger } from 'pino';
 import { isApiError, unavailable } from '../../lib/errors.ts';
 import type { LiveChange, MailIndexStore, MailInbox, MailSource, Unwatch } from '../../lib/mail/types.ts';
-import { ImapPool, type ImapSettings } from './pool.ts';
+import { ImapPool, PoolBusyError, type ImapSettings } from './pool.ts';
 import { unselect } from './raw.ts';
 import { IndexSync } from './sync.ts';
 import { Watcher } from './watcher.ts';
@@ -39,8 +39,9 @@ export class ImapMailSource implements MailSource {
       o.store,
       (inboxId, changes) => this.publish(inboxId, changes),
       o.log,
-      // Bulk lane: a fill never takes the connection a read or a STORE needs.
-      (inbox, task) => this.pool.use(inbox.imapUser, task, 'bulk'),
+      // Bulk lane: a fill never takes the connection a read or a STORE needs. Only a connection
+      // free right now: a fill waiting for more while it holds one could deadlock at the cap.
+      (inbox, task) => this.pool.tryUse(inbox.imapUser, task, 'bulk'),
       Math.min(o.imap.maxPerInbox, 4),
     );
   }
@@ -87,6 +88,16 @@ export class ImapMailSource implements MailSource {
     }
     const watcher = rt.watcher;
     await watcher.started;
+    // At the connection cap a watcher is refused (503) rather than left retrying for a stream
+    // that would never be live.
+    if (!watcher.live && watcher.lastError instanceof PoolBusyError) {
+      rt.listeners.delete(listener);
+      if (rt.listeners.size === 0 && rt.watcher === watcher) {
+        rt.watcher = null;
+        await watcher.stop();
+      }
+      throw watcher.lastError;
+    }
     // Caught up to now before the caller tells its client the stream is open.
     await this.fresh(rt, false).catch((err: unknown) => this.o.log.warn({ err, inbox: inbox.id }, 'sync before streaming failed'));
     let done = false;

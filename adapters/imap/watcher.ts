@@ -29,6 +29,8 @@ export class Watcher {
   live = false;
   /** Settles after the first attempt to connect, whether it worked or not. */
   readonly started: Promise<void>;
+  /** Why the last attempt to connect failed (null once connected). */
+  lastError: unknown = null;
 
   constructor(private readonly o: WatcherOptions) {
     this.poll = setInterval(() => o.onSignal(), o.pollMs);
@@ -71,10 +73,12 @@ export class Watcher {
       // imapflow re-enters IDLE every maxIdleTime on its own; the returned promise ends with it.
       client.idle().catch((err: unknown) => this.o.log.debug({ err }, 'watcher idle ended'));
       this.live = true;
+      this.lastError = null;
       this.backoff = 100;
       // Whatever happened while no one was listening (first start, or a reconnect).
       this.o.onSignal();
     } catch (err) {
+      this.lastError = err;
       this.o.log.warn({ err }, 'inbox watcher could not connect; retrying');
       client?.close();
       this.retry();
