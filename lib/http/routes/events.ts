@@ -1,11 +1,11 @@
 // The project event log over HTTP (spec 4.6, 6.2): GET/POST /event-types, POST /events, and
 // GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
 import type { Access, Principal } from '../../auth/access.ts';
-import { ApiError, badRequest, forbidden, tooLarge, unprocessable } from '../../errors.ts';
+import { ApiError, badRequest, tooLarge, unprocessable } from '../../errors.ts';
 import { decodeCursor, encodeCursor } from '../../events/cursor.ts';
 import { MAX_DATA_BYTES, MAX_SCAN, type EventLog, type NewEventType } from '../../events/log.ts';
-import { compileFilter, parseTypes, redactActor, type EventFilter } from '../../events/query.ts';
-import type { EventData, StoredEvent, Visibility } from '../../events/types.ts';
+import { compileFilter, filterFor, redactActor, type EventFilter, type EventsQuery } from '../../events/query.ts';
+import type { EventData, StoredEvent } from '../../events/types.ts';
 import { isId } from '../../ids.ts';
 import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
@@ -17,7 +17,6 @@ const SCHEMA = 'https://postern.dev/schemas/events.json';
 /** A POST /events body: 4 KB of data plus room for the other fields and JSON escapes. */
 const EVENT_BODY_LIMIT = 16 * 1024;
 const TYPE_BODY_LIMIT = 64 * 1024;
-const MAX_INBOX_FILTER = 100;
 /** Live events held while a stream backfills; more than this and the client is too far behind. */
 const MAX_PENDING = 10_000;
 const BACKFILL_PAGE = 500;
@@ -31,14 +30,6 @@ export interface EventRouteOptions {
   /** Bytes a live client may fall behind before it is cut off (it resumes from the log). */
   maxBufferedBytes?: number;
   log?: { warn(obj: object, msg: string): void };
-}
-
-interface EventsQuery {
-  after?: string;
-  types?: string;
-  inboxes?: string;
-  audit?: boolean;
-  limit: number;
 }
 
 interface NewEventBody {
@@ -69,33 +60,6 @@ const frameOf = (e: StoredEvent, redact: boolean): string => (redact ? redactedF
 
 export function eventRoutes(o: EventRouteOptions) {
   const { access, events, validator } = o;
-
-  /** Who sees what on GET /events (spec 4.6); 400/403/404 for a request that cannot be served. */
-  async function filterFor(p: Principal, q: EventsQuery): Promise<EventFilter> {
-    const session = p.kind === 'session';
-    if (q.audit === true && !access.hasScope(p, 'audit:read')) throw forbidden('audit=true needs the audit:read scope');
-    if (session && q.inboxes === undefined) throw badRequest('the web app must name its inboxes: add ?inboxes=ibx_…');
-    let types: string[] | null = null;
-    if (q.types !== undefined) {
-      types = parseTypes(q.types);
-      if (!types) throw badRequest('types must be comma-separated event types or prefixes ending in .* (for example message.*)');
-    }
-    let named: string[] | null = null;
-    let allowed: string[];
-    if (q.inboxes !== undefined) {
-      named = [...new Set(q.inboxes.split(',').map((s) => s.trim()))];
-      if (named.length > MAX_INBOX_FILTER) throw badRequest(`inboxes names at most ${MAX_INBOX_FILTER} inboxes`);
-      // Each must be one the caller may use: 404 otherwise, whether it exists or not.
-      for (const id of named) await access.inboxAccess(p, id, 'messages:read');
-      allowed = named;
-    } else {
-      allowed = (await access.grantedInboxes(p)).map((g) => g.inbox.id);
-    }
-    const visibilities: Visibility[] = ['inbox'];
-    if (access.hasScope(p, 'project:read')) visibilities.push('project');
-    if (q.audit === true) visibilities.push('audit');
-    return { projectId: p.projectId, inboxes: named, allowedInboxes: allowed, visibilities, types, redactActor: session };
-  }
 
   /** A cursor, or an event id of the project; null when none was given. */
   async function startPosition(p: Principal, raw: string | undefined): Promise<number | null> {
@@ -229,7 +193,7 @@ export function eventRoutes(o: EventRouteOptions) {
     router.get('/events', allow(access, { token: 'events:read', session: true }), async (ctx) => {
       const p = ctx.state.principal;
       const q = validator.query<EventsQuery>(`${SCHEMA}#/$defs/EventsQuery`, ctx.query);
-      const filter = await filterFor(p, q);
+      const filter = await filterFor(access, p, q);
       if (wantsStream(ctx)) {
         // EventSource resends the original URL on reconnect, so Last-Event-ID wins over `after`.
         const resume = ctx.get('last-event-id') || q.after;
