@@ -2,8 +2,12 @@
 // COPY/MOVE, ETag/304, flags both ways, delivery through Postfix, and the 400/404/403 cases.
 import { expect } from 'chai';
 import type { ImapFlow } from 'imapflow';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { loadConfig } from '../lib/config.ts';
 import { idFromGuid } from '../lib/ids.ts';
-import { call, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { createPostern } from '../lib/server.ts';
+import { call, envVars, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, deliver, json, mailApp, until } from './mail-fixtures.ts';
 
 interface Label { id: string; name: string; total: number; unread: number; specialUse?: string }
@@ -193,6 +197,29 @@ describe('mail read API', function () {
     const again = await detail(m.id, { 'if-none-match': etag2 });
     expect(again.status).to.equal(200);
     expect(again.headers.get('etag')).to.not.equal(etag2);
+  });
+
+  it("two instances sharing one store: one's cached detail sees the other's flag change", async () => {
+    // A second Postern on the same SQLite file (as several instances behind one balancer).
+    const config = loadConfig(envVars(mailEnv(), { POSTERN_DB: join(s.dir, 'postern.db') }));
+    const second = createPostern(config, pino({ level: config.logLevel }));
+    const { url } = await second.listen();
+    try {
+      const uid = await append(app, 'INBOX', { subject: 'two instances' });
+      const m = await byUid(await labelId('INBOX'), uid);
+      const first = await detail(m.id);
+      const etag = first.headers.get('etag')!;
+      expect((await json<{ message: Summary }>(first)).message.flags).to.deep.equal([]);
+      const changed = await call(`${url}/v1/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+      expect(await json(changed)).to.deep.equal({ flags: ['flagged'] });
+      // The first instance's sync finds the index already current; its cache must not answer.
+      const after = await detail(m.id, { 'if-none-match': etag });
+      expect(after.status).to.equal(200);
+      expect((await json<{ message: Summary }>(after)).message.flags).to.deep.equal(['flagged']);
+      expect((await byUid(await labelId('INBOX'), uid)).flags).to.deep.equal(['flagged']);
+    } finally {
+      await second.close();
+    }
   });
 
   it('every response conforms to the published schemas (schemas/mail.json)', async () => {

@@ -37,7 +37,8 @@ export interface Page {
 
 /**
  * Results derived from the index, kept until the inbox's index version changes. Hot pages and
- * details are then one map lookup after the freshness check.
+ * details are then one map lookup (and the version's one-row read) after the freshness check.
+ * The version comes from the store, so another process's writes to a shared store are seen.
  */
 class DerivedCache<T> {
   private readonly entries = new Map<string, { version: number; value: T }>();

@@ -109,7 +109,10 @@ export interface PageRow {
 }
 
 export interface MailIndexStore {
-  /** Changes whenever anything of the inbox's index changes (this process's writes). */
+  /**
+   * Changes whenever anything of the inbox's index changes, by any process sharing the store: it
+   * is kept in the store and bumped in the same transaction as the write.
+   */
   version(inboxId: string): number;
   /** True once the inbox's index was filled completely at least once. */
   isSeeded(inboxId: string): boolean;

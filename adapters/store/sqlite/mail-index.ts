@@ -75,9 +75,9 @@ const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.t
 
 export class SqliteMailIndex implements MailIndexStore {
   private readonly s: Record<string, Statement>;
-  // Bumped on every write: lets readers keep derived results until the index changes. The index
-  // is written by this process's sync only (one watcher owner per inbox, DESIGN.md 6).
-  private readonly versions = new Map<string, number>();
+  // `mail_inboxes.version` is bumped in the same transaction as every index write: readers keep
+  // derived results until it changes. It lives in the store because nothing stops two processes
+  // sharing it from syncing the same inbox (there is no watcher lease yet, docs/mail.md).
   private readonly applyTx: (inboxId: string, ops: readonly IndexOp[], label?: LabelState) => void;
   private readonly dropTx: (inboxId: string, guid: string) => Location[];
   private readonly clearStagedTx: (inboxId: string, labelGuid: string) => void;
@@ -87,7 +87,13 @@ export class SqliteMailIndex implements MailIndexStore {
     const p = (sql: string) => db.prepare(sql);
     this.s = {
       seeded: p('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck(),
-      markSeeded: p('INSERT INTO mail_inboxes (inbox_id, seeded) VALUES (?, ?) ON CONFLICT (inbox_id) DO UPDATE SET seeded = excluded.seeded'),
+      // A new row starts its version at the clock (microsecond scale), not at 1: an index deleted
+      // and rebuilt never repeats a version a cache may still hold.
+      markSeeded: p(`INSERT INTO mail_inboxes (inbox_id, seeded, version) VALUES (?, ?, ?)
+        ON CONFLICT (inbox_id) DO UPDATE SET seeded = excluded.seeded, version = version + 1`),
+      bump: p(`INSERT INTO mail_inboxes (inbox_id, seeded, version) VALUES (?, 0, ?)
+        ON CONFLICT (inbox_id) DO UPDATE SET version = version + 1`),
+      version: p('SELECT version FROM mail_inboxes WHERE inbox_id = ?').pluck(),
       labels: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq FROM mail_labels WHERE inbox_id = ?'),
       label: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
       putLabel: p(`INSERT INTO mail_labels (inbox_id, guid, path, special_use, uid_validity, uid_next, highest_modseq)
@@ -154,6 +160,7 @@ export class SqliteMailIndex implements MailIndexStore {
       }
       for (const guid of orphans) this.s.gcMessage!.run({ inboxId, guid });
       if (label) this.s.putLabel!.run({ inboxId, ...label });
+      this.bump(inboxId);
     });
 
     this.dropTx = db.transaction((inboxId: string, guid: string) => {
@@ -163,6 +170,7 @@ export class SqliteMailIndex implements MailIndexStore {
       this.s.dropStaged!.run(inboxId, guid);
       this.s.dropLabel!.run(inboxId, guid);
       for (const g of new Set([...removed.map((l) => l.msgGuid), ...staged])) this.s.gcMessage!.run({ inboxId, guid: g });
+      this.bump(inboxId);
       return removed;
     });
 
@@ -179,15 +187,17 @@ export class SqliteMailIndex implements MailIndexStore {
       this.s.dropStaged!.run(inboxId, label.guid);
       for (const guid of old) this.s.gcMessage!.run({ inboxId, guid });
       this.s.putLabel!.run({ inboxId, ...label });
+      this.bump(inboxId);
     });
   }
 
   version(inboxId: string): number {
-    return this.versions.get(inboxId) ?? 0;
+    return (this.s.version!.get(inboxId) as number | undefined) ?? 0;
   }
 
+  /** Inside the write's transaction. */
   private bump(inboxId: string): void {
-    this.versions.set(inboxId, this.version(inboxId) + 1);
+    this.s.bump!.run(inboxId, Date.now() * 1000);
   }
 
   isSeeded(inboxId: string): boolean {
@@ -195,8 +205,7 @@ export class SqliteMailIndex implements MailIndexStore {
   }
 
   markSeeded(inboxId: string, seeded: boolean): void {
-    this.s.markSeeded!.run(inboxId, seeded ? 1 : 0);
-    this.bump(inboxId);
+    this.s.markSeeded!.run(inboxId, seeded ? 1 : 0, Date.now() * 1000);
   }
 
   labels(inboxId: string): LabelState[] {
@@ -215,13 +224,10 @@ export class SqliteMailIndex implements MailIndexStore {
 
   apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): void {
     this.applyTx(inboxId, ops, label);
-    this.bump(inboxId);
   }
 
   dropLabel(inboxId: string, guid: string): Location[] {
-    const removed = this.dropTx(inboxId, guid);
-    this.bump(inboxId);
-    return removed;
+    return this.dropTx(inboxId, guid);
   }
 
   clearStaged(inboxId: string, labelGuid: string): void {
@@ -230,7 +236,6 @@ export class SqliteMailIndex implements MailIndexStore {
 
   commitStaged(inboxId: string, label: LabelState): void {
     this.commitStagedTx(inboxId, label);
-    this.bump(inboxId);
   }
 
   locations(inboxId: string, labelGuid: string, uids: readonly number[]): Location[] {

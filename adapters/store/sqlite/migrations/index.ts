@@ -4,6 +4,7 @@ import events from './002_events.ts';
 import mailIndex from './003_mail_index.ts';
 import eventsInbox from './004_events_inbox.ts';
 import mailStaging from './005_mail_staging.ts';
+import mailVersion from './006_mail_version.ts';
 
 export interface Migration {
   version: number;
@@ -17,4 +18,5 @@ export const migrations: Migration[] = [
   { version: 3, name: 'mail_index', sql: mailIndex },
   { version: 4, name: 'events_inbox', sql: eventsInbox },
   { version: 5, name: 'mail_staging', sql: mailStaging },
+  { version: 6, name: 'mail_version', sql: mailVersion },
 ];
