@@ -13,19 +13,11 @@
 //   503, and dedicated connections (watchers) are refused at the cap.
 import { ImapFlow } from 'imapflow';
 import type { Logger } from 'pino';
+import type { Config } from '../../lib/config.ts';
 import { ApiError, unavailable } from '../../lib/errors.ts';
 
-export interface ImapSettings {
-  host: string;
-  port: number;
-  secure: boolean;
-  masterUser: string;
-  masterPassword: string;
-  masterSeparator: string;
-  maxPerInbox: number;
-  maxTotal: number;
-  acquireTimeoutMs: number;
-}
+/** The pool's settings are the configuration's, one declaration (lib/config.ts). */
+export type ImapSettings = Config['imap'];
 
 /** No connection within the deadline, or none to be had at the cap: the server is busy. */
 export class PoolBusyError extends ApiError {

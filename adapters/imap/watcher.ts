@@ -70,7 +70,9 @@ export class Watcher {
         [atom('SELECTED'), [atom('MessageNew'), [atom('UID'), atom('FLAGS')], atom('MessageExpunge'), atom('FlagChange')]],
         [atom('PERSONAL'), [...EVENTS.map(atom), atom('MailboxName')]],
       ]);
-      // imapflow re-enters IDLE every maxIdleTime on its own; the returned promise ends with it.
+      // No maxIdleTime is set: IDLE lasts until the connection ends (nothing else is ever sent on
+      // it), and the returned promise ends with it. Dovecot's `* OK Still here` during IDLE
+      // (imap_idle_notify_interval) keeps the socket timeout from firing on a quiet inbox.
       client.idle().catch((err: unknown) => this.o.log.debug({ err }, 'watcher idle ended'));
       this.live = true;
       this.lastError = null;

@@ -134,18 +134,20 @@ export class MailService {
     return { detail, etag };
   }
 
-  /** Spec 3.1: an IMAP STORE on every label the message is in; returns the flags after it. */
+  /**
+   * Spec 3.1: an IMAP STORE on every label the message is in; returns the flags after it. A flag
+   * both added and removed is refused by the route (400) before this is called.
+   */
   async changeFlags(inbox: MailInbox, msgId: string, add: readonly WebFlag[], remove: readonly WebFlag[]): Promise<Flag[]> {
     await this.source.refresh(inbox);
     const found = this.find(inbox, msgId);
-    const removing = remove.filter((f) => !add.includes(f));
-    if (add.length > 0 || removing.length > 0) {
+    if (add.length > 0 || remove.length > 0) {
       try {
         await this.source.storeFlags(
           inbox,
           found.locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid })),
           add.map(toImapFlag),
-          removing.map(toImapFlag),
+          remove.map(toImapFlag),
         );
       } catch (err) {
         if (isApiError(err)) throw err;
