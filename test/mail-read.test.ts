@@ -181,6 +181,7 @@ describe('mail read API', function () {
     expect(cached.status).to.equal(304);
     expect(await cached.text()).to.equal('');
     expect(cached.headers.get('etag')).to.equal(etag);
+    expect(cached.headers.get('cache-control'), 'the 304 too').to.equal('private, no-cache');
     expect((await detail(m.id, { 'if-none-match': `"other", W/${etag}` })).status).to.equal(304);
     expect((await detail(m.id, { 'if-none-match': '"other"' })).status).to.equal(200);
 
@@ -343,17 +344,156 @@ describe('mail read API', function () {
       });
     }
 
-    it('400 for a body that is not JSON; 403 without flags:write or for a reader', async () => {
+    it('400 for a body that is not JSON; 403 without flags:write', async () => {
       const uid = await append(app, 'INBOX');
       const m = await byUid(await labelId('INBOX'), uid);
       const url = `${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`;
       const bad = await call(url, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{nope' });
       expect(bad.status).to.equal(400);
       const readOnly = await p.token(['messages:read']);
-      expect((await call(url, { method: 'POST', token: readOnly, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' })).status).to.equal(403);
+      const refused = await call(url, { method: 'POST', token: readOnly, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      expect(refused.status).to.equal(403);
+      expect(Object.keys(await json<object>(refused))).to.deep.equal(['error']);
       const session = await p.session();
       const viaSession = await call(`${s.app}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', session, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
       expect(viaSession.status).to.equal(200);
+    });
+  });
+
+  describe('roles, over HTTP', () => {
+    it('a member with role reader reads, but POST flags is 403 even with a flags:write token or a session', async () => {
+      const readerId = await p.member();
+      const shared = await p.inbox({ role: 'owner' });
+      // The same inbox, granted to a second member as reader.
+      await s.postern.admin.grant(readerId, shared.id, 'reader');
+      const ownerApp = await mailApp(shared);
+      const uid = await append(ownerApp, 'INBOX', { subject: 'for the reader' });
+      await ownerApp.logout();
+      const readerToken = await p.token(['messages:read', 'flags:write'], { memberId: readerId });
+      const inboxLabel = (await json<{ labels: Label[] }>(await call(`${s.base}/inboxes/${shared.id}/labels`, { token: readerToken }))).labels.find((l) => l.name === 'INBOX')!;
+      const listed = await json<Page>(await call(`${s.base}/inboxes/${shared.id}/labels/${inboxLabel.id}/messages`, { token: readerToken }));
+      const m = listed.messages.find((x) => x.uid === uid)!;
+      expect((await call(`${s.base}/inboxes/${shared.id}/messages/${m.id}`, { token: readerToken })).status).to.equal(200);
+      const viaToken = await call(`${s.base}/inboxes/${shared.id}/messages/${m.id}/flags`, { method: 'POST', token: readerToken, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      expect(viaToken.status).to.equal(403);
+      expect(Object.keys(await json<object>(viaToken))).to.deep.equal(['error']);
+      const session = await p.session({ memberId: readerId });
+      const viaSession = await call(`${s.app}/inboxes/${shared.id}/messages/${m.id}/flags`, { method: 'POST', session, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      expect(viaSession.status).to.equal(403);
+      // Nothing was stored.
+      const after = await json<Page>(await call(`${s.base}/inboxes/${shared.id}/labels/${inboxLabel.id}/messages`, { token: readerToken }));
+      expect(after.messages.find((x) => x.uid === uid)!.flags).to.deep.equal([]);
+    });
+
+    it('a reader made with newProject().inbox({ role: "reader" }) cannot change flags', async () => {
+      const rp = await newProject(s);
+      const readerInbox = await rp.inbox({ role: 'reader' });
+      const readerToken = await rp.token(['messages:read', 'flags:write']);
+      const inboxLabel = (await json<{ labels: Label[] }>(await call(`${s.base}/inboxes/${readerInbox.id}/labels`, { token: readerToken }))).labels.find((l) => l.name === 'INBOX')!;
+      expect(inboxLabel).to.be.ok;
+      const res = await call(`${s.base}/inboxes/${readerInbox.id}/messages/msg_00000000000000000000000000/flags`, { method: 'POST', token: readerToken, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      // The role is checked before the message is looked up.
+      expect(res.status).to.equal(403);
+    });
+  });
+
+  describe('never a 5xx', () => {
+    let msg: string;
+    let label: string;
+    before(async () => {
+      const uid = await append(app, 'INBOX', { subject: 'sweep' });
+      label = await labelId('INBOX');
+      msg = (await byUid(label, uid)).id;
+    });
+
+    /** 4xx with a JSON {error} body, or a valid 2xx/304; never 5xx. An open stream is closed. */
+    const sane = async (what: string, res: Response, method = 'GET') => {
+      expect(res.status, `${what}: ${res.status}`).to.be.below(500);
+      if (res.status >= 400) {
+        if (method !== 'HEAD') {
+          expect(res.headers.get('content-type'), what).to.match(/^application\/json/);
+          const body = await res.json() as Record<string, unknown>;
+          expect(Object.keys(body), what).to.deep.equal(['error']);
+          expect(body.error, what).to.be.a('string');
+        }
+      } else {
+        expect([200, 204, 304], what).to.include(res.status);
+        await res.body?.cancel();
+      }
+    };
+    /** A request that is aborted once its headers are in (streams stay open otherwise). */
+    const hit = async (url: string, init: RequestInit & { token?: string; session?: string } = {}) => {
+      const abort = new AbortController();
+      const timer = setTimeout(() => abort.abort(), 15_000);
+      try {
+        return await call(url, { token, ...init, signal: abort.signal });
+      } finally {
+        clearTimeout(timer);
+      }
+    };
+
+    it('POST flags: every JSON type, non-JSON, wrong content types, an oversized body', async () => {
+      const url = `${s.base}/inboxes/${inbox.id}/messages/${msg}/flags`;
+      const deep = '['.repeat(5000) + ']'.repeat(5000);
+      const bodies = [
+        'null', 'true', 'false', '0', '-1', '1.5', '1e309', '"seen"', '""', '[]', '["seen"]', '{}', deep,
+        '{"add":null}', '{"add":true}', '{"add":1}', '{"add":"seen"}', '{"add":{}}', '{"add":[null]}', '{"add":[1]}', '{"add":[[]]}',
+        '{"add":[{}]}', '{"add":["SEEN"]}', '{"add":["\\Seen"]}', '{"add":["seen","seen"]}', '{"add":[]}', '{"remove":[]}',
+        '{"add":["nope"]}', '{"remove":{"0":"seen"}}', '{"__proto__":{"add":["seen"]}}', '{"constructor":{"prototype":{}}}',
+        `{"add":["${'x'.repeat(10_000)}"]}`, '{"add":["seen"],"add":["flagged"]}',
+        '{nope', '', ' ', 'undefined', 'NaN', "{'add':['seen']}", '\u0000', '\ufeff{}', '{"add":["seen"]} trailing', '<xml/>',
+      ];
+      for (const body of bodies) {
+        await sane(`body ${body.slice(0, 40)}`, await hit(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body }));
+      }
+      await sane('invalid UTF-8', await hit(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]) }));
+      for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonx', 'json', ';;;', 'application/json; charset=latin1']) {
+        await sane(`content-type ${type}`, await hit(url, { method: 'POST', headers: { 'content-type': type }, body: '{"add":["seen"]}' }));
+      }
+      await sane('no content-type', await hit(url, { method: 'POST', body: '{"add":["seen"]}' }));
+      const big = await hit(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"add":["seen"],"pad":"${'x'.repeat(300 * 1024)}"}` });
+      expect(big.status).to.equal(413);
+      await sane('over 256 KB', big);
+    });
+
+    it('odd If-None-Match values', async () => {
+      const url = `${s.base}/inboxes/${inbox.id}/messages/${msg}`;
+      for (const value of ['', '*', '""', 'W/', 'W/""', ',,,', '"unterminated', 'no-quotes', 'W/"x", *', '"a","b",', ' "x" ', 'é', 'x'.repeat(8000), '"\t"']) {
+        await sane(`If-None-Match ${value.slice(0, 30)}`, await hit(url, { headers: { 'if-none-match': value } }));
+      }
+    });
+
+    it('percent-encoded and overlong ids in every path position; unknown query parameters; HEAD', async () => {
+      const odd = ['%00', '%2F', '%2e%2e', '%25', '%FF', '%C3%A9', '%E2%80%AE', '%20', 'x'.repeat(5000), `${'ibx_'}${'0'.repeat(4000)}`, 'lbl_%00', 'msg_%ZZ', '%', '..', '~', 'null', '-1'];
+      const paths = (i: string, l: string, m: string) => [
+        ['GET', `/inboxes/${i}/labels`],
+        ['GET', `/inboxes/${i}/labels/${l}/messages`],
+        ['GET', `/inboxes/${i}/messages/${m}`],
+        ['POST', `/inboxes/${i}/messages/${m}/flags`],
+        ['GET', `/inboxes/${i}/events`],
+      ] as const;
+      const requests: Array<readonly [string, string]> = [];
+      for (const x of odd) {
+        requests.push(...paths(x, label, msg), ...paths(inbox.id, x, msg), ...paths(inbox.id, label, x));
+      }
+      for (const [method, path] of paths(inbox.id, label, msg)) {
+        requests.push([method, `${path}?unknown=1`], [method, `${path}?limit=1&limit=2`], [method, `${path}?%FF=%FF`], [method, `${path}?${'a'.repeat(3000)}=1`]);
+      }
+      for (const [method, path] of requests) {
+        const init = method === 'POST' ? { method, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' } : { method };
+        await sane(`${method} ${path.slice(0, 80)}`, await hit(`${s.base}${path}`, init), method);
+      }
+      for (const [, path] of paths(inbox.id, label, msg).filter(([m]) => m === 'GET')) {
+        await sane(`HEAD ${path}`, await hit(`${s.base}${path}`, { method: 'HEAD' }), 'HEAD');
+        await sane(`HEAD ${path} (bad id)`, await hit(`${s.base}${path.replace(inbox.id, '%FF')}`, { method: 'HEAD' }), 'HEAD');
+      }
+    });
+
+    it('Accept variants on /inboxes/{id}/events', async () => {
+      const url = `${s.base}/inboxes/${inbox.id}/events`;
+      for (const accept of ['text/event-stream', 'application/json', 'text/html', '*/*', 'text/event-stream;q=0', 'text/*', ';;;', '', 'x'.repeat(4000), 'application/json, text/event-stream;q=0.5']) {
+        await sane(`Accept ${accept.slice(0, 40)}`, await hit(url, { headers: { accept: accept } }));
+      }
     });
   });
 
