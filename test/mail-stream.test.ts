@@ -6,7 +6,6 @@ import { join } from 'node:path';
 import * as net from 'node:net';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
-import type { ImapFlow } from 'imapflow';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, deliver, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 

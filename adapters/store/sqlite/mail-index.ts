@@ -83,7 +83,7 @@ export class SqliteMailIndex implements MailIndexStore {
   private readonly clearStagedTx: (inboxId: string, labelGuid: string) => void;
   private readonly commitStagedTx: (inboxId: string, label: LabelState) => void;
 
-  constructor(private readonly db: Db) {
+  constructor(db: Db) {
     const p = (sql: string) => db.prepare(sql);
     this.s = {
       seeded: p('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck(),
