@@ -1,20 +1,6 @@
 // Spec section 5 rules 1-8 on GET /inboxes, and the HTTP surface every endpoint shares.
 import { expect } from 'chai';
-import { call, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
-
-async function json(res: Response): Promise<Record<string, unknown>> {
-  expect(res.headers.get('content-type')).to.match(/^application\/json/);
-  return (await res.json()) as Record<string, unknown>;
-}
-
-async function expectError(res: Response, status: number): Promise<string> {
-  expect(res.status, `status of ${res.url}`).to.equal(status);
-  const body = await json(res);
-  expect(Object.keys(body)).to.deep.equal(['error']);
-  expect(body.error).to.be.a('string').and.not.equal('');
-  expect(res.headers.get('cache-control')).to.equal('no-store');
-  return body.error as string;
-}
+import { call, expectError, json, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
 
 describe('authentication and access (GET /inboxes)', () => {
   let s: TestServer;

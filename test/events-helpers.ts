@@ -2,21 +2,9 @@
 // IMAP), JSON checks, and a small Server-Sent Events reader.
 import { expect } from 'chai';
 import { call, unique, type TestProject, type TestServer } from './harness.ts';
+import { sseBlocks } from './sse-frames.ts';
 
-export async function json<T = Record<string, unknown>>(res: Response): Promise<T> {
-  expect(res.headers.get('content-type'), `content type of ${res.url}`).to.match(/^application\/json/);
-  return (await res.json()) as T;
-}
-
-export async function expectError(res: Response, status: number, pattern?: RegExp): Promise<string> {
-  const text = await res.text();
-  expect(res.status, `status of ${res.url}: ${text}`).to.equal(status);
-  const body = JSON.parse(text) as Record<string, unknown>;
-  expect(Object.keys(body)).to.deep.equal(['error']);
-  expect(body.error).to.be.a('string').and.not.equal('');
-  if (pattern) expect(body.error).to.match(pattern);
-  return body.error as string;
-}
+export { expectError, json } from './harness.ts';
 
 /** An inbox in the project's directory only, granted to the project's member (or another). */
 export async function addInbox(s: TestServer, p: TestProject, options: { memberId?: string; role?: string } = {}): Promise<string> {
@@ -83,28 +71,11 @@ export class SseClient {
   }
 
   private async pump(body: ReadableStream<Uint8Array>): Promise<void> {
-    const decoder = new TextDecoder();
-    let buf = '';
     try {
-      for await (const chunk of body as unknown as AsyncIterable<Uint8Array>) {
-        buf += decoder.decode(chunk, { stream: true });
-        let at: number;
-        while ((at = buf.indexOf('\n\n')) >= 0) {
-          const block = buf.slice(0, at);
-          buf = buf.slice(at + 2);
-          const frame: Frame = { data: '' };
-          const data: string[] = [];
-          let isFrame = false;
-          for (const line of block.split('\n')) {
-            if (line.startsWith(':')) this.comments++;
-            else if (line.startsWith('id: ')) (frame.id = line.slice(4)), (isFrame = true);
-            else if (line.startsWith('event: ')) (frame.event = line.slice(7)), (isFrame = true);
-            else if (line.startsWith('data: ')) data.push(line.slice(6)), (isFrame = true);
-          }
-          frame.data = data.join('\n');
-          if (isFrame && frame.event !== undefined) this.frames.push(frame);
-          this.wake();
-        }
+      for await (const block of sseBlocks(body)) {
+        if (block.comment) this.comments++;
+        if (block.event !== undefined) this.frames.push({ ...(block.id !== undefined ? { id: block.id } : {}), event: block.event, data: block.data ?? '' });
+        this.wake();
       }
     } catch {
       // aborted by close(), or cut by the server

@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { expect } from 'chai';
 import { pino } from 'pino';
 import { addUser, posternEnv, type MailEnv } from '../scripts/mailenv.ts';
 import { loadConfig, type Config } from '../lib/config.ts';
@@ -105,4 +106,22 @@ export function call(url: string, init: RequestInit & { token?: string; session?
   if (init.token) headers.set('authorization', `Bearer ${init.token}`);
   if (init.session) headers.set('x-svc-token', init.session);
   return fetch(url, { ...init, headers });
+}
+
+/** The JSON body of a response that must be JSON. */
+export async function json<T = Record<string, unknown>>(res: Response): Promise<T> {
+  expect(res.headers.get('content-type'), `content type of ${res.url}`).to.match(/^application\/json/);
+  return (await res.json()) as T;
+}
+
+/** Asserts an error response: the status, a body of exactly { error }, never cacheable. */
+export async function expectError(res: Response, status: number, pattern?: RegExp): Promise<string> {
+  const text = await res.text();
+  expect(res.status, `status of ${res.url}: ${text}`).to.equal(status);
+  expect(res.headers.get('cache-control'), `cache-control of ${res.url}`).to.equal('no-store');
+  const body = JSON.parse(text) as Record<string, unknown>;
+  expect(Object.keys(body)).to.deep.equal(['error']);
+  expect(body.error).to.be.a('string').and.not.equal('');
+  if (pattern) expect(body.error).to.match(pattern);
+  return body.error as string;
 }

@@ -3,6 +3,7 @@
 import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
 import { mailEnv, type TestInbox } from './harness.ts';
+import { sseBlocks } from './sse-frames.ts';
 
 export async function mailApp(inbox: TestInbox): Promise<ImapFlow> {
   const env = mailEnv();
@@ -91,27 +92,11 @@ export class SseReader {
   }
 
   private async pump(): Promise<void> {
-    const decoder = new TextDecoder();
-    let buf = '';
     try {
-      for await (const chunk of this.res.body as unknown as AsyncIterable<Uint8Array>) {
-        buf += decoder.decode(chunk, { stream: true });
-        let i: number;
-        while ((i = buf.indexOf('\n\n')) >= 0) {
-          const block = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          let event = 'message';
-          const data: string[] = [];
-          let comment = false;
-          for (const line of block.split('\n')) {
-            if (line.startsWith(':')) comment = true;
-            else if (line.startsWith('event: ')) event = line.slice(7);
-            else if (line.startsWith('data: ')) data.push(line.slice(6));
-          }
-          if (data.length > 0) this.events.push({ event, data: data.join('\n'), at: Date.now() });
-          else if (comment) this.comments++;
-          for (const w of this.waiters.splice(0)) w();
-        }
+      for await (const block of sseBlocks(this.res.body!)) {
+        if (block.data !== undefined) this.events.push({ event: block.event ?? 'message', data: block.data, at: Date.now() });
+        else if (block.comment) this.comments++;
+        for (const w of this.waiters.splice(0)) w();
       }
     } catch {
       // aborted
@@ -144,7 +129,7 @@ export class SseReader {
   }
 }
 
-export const json = async <T>(res: Response): Promise<T> => (await res.json()) as T;
+export { json } from './harness.ts';
 
 /** Fills a mailbox fast with `doveadm import` from an mbox (IMAP APPEND costs ~9 ms a message). */
 export async function importMessages(user: string, mailbox: string, count: number): Promise<void> {
