@@ -14,7 +14,7 @@
 //   npm run bench:events -- --only=post,get,live,rss --profile
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { connect, createServer, type Socket } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
@@ -28,6 +28,7 @@ import { Admin } from '../lib/directory/admin.ts';
 import { encodeCursor } from '../lib/events/cursor.ts';
 import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
+import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
@@ -523,15 +524,7 @@ Notes:
 `;
     process.stdout.write(`${md}\n`);
     if (args.has('--write')) {
-      const file = join(ROOT, 'bench/RESULTS.md');
-      const start = '<!-- events:start -->';
-      const end = '<!-- events:end -->';
-      const section = `${start}\n${md}${end}`;
-      const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmark results\n';
-      const next = current.includes(start)
-        ? current.slice(0, current.indexOf(start)) + section + current.slice(current.indexOf(end) + end.length)
-        : `${current.trimEnd()}\n\n${section}\n`;
-      writeFileSync(file, next);
+      const file = writeResults('events', md);
       log(`wrote ${file}`);
     }
   } finally {

@@ -14,7 +14,7 @@
 //   npm run bench:mail -- --only=read,live,index   # some parts only (1-2, 3-4, 5)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync } from 'node:fs';
+import { chownSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
@@ -25,6 +25,7 @@ import nodemailer from 'nodemailer';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
+import { writeResults } from './results.ts';
 import { createPostern } from '../lib/server.ts';
 import { addUser, posternEnv, up, type MailEnv } from '../scripts/mailenv.ts';
 
@@ -400,15 +401,7 @@ Command: \`npm run bench:mail${QUICK ? ' -- --quick' : ''}\`, ${new Date().toISO
 `;
     process.stdout.write(`${md}\n`);
     if (args.has('--write')) {
-      const file = join(ROOT, 'bench/RESULTS.md');
-      const start = '<!-- mail:start -->';
-      const end = '<!-- mail:end -->';
-      const section = `${start}\n${md}${end}`;
-      const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmark results\n';
-      const next = current.includes(start)
-        ? current.slice(0, current.indexOf(start)) + section + current.slice(current.indexOf(end) + end.length)
-        : `${current.trimEnd()}\n\n${section}\n`;
-      writeFileSync(file, next);
+      const file = writeResults('mail', md);
       log(`wrote ${file}`);
     }
   } finally {
