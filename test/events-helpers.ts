@@ -3,6 +3,7 @@
 import { expect } from 'chai';
 import { call, unique, type TestProject, type TestServer } from './harness.ts';
 import { sseBlocks } from './sse-frames.ts';
+import type { CloudEvent } from '../lib/events/types.ts';
 
 export { expectError, json } from './harness.ts';
 
@@ -14,22 +15,8 @@ export async function addInbox(s: TestServer, p: TestProject, options: { memberI
   return id;
 }
 
-export interface WireEvent {
-  specversion: string;
-  id: string;
-  type: string;
-  source: string;
-  time: string;
-  scope: string;
-  sequence: string;
-  actor: string;
-  class: string;
-  visibility: string;
-  containerid?: string;
-  subject?: string;
-  dataschema?: string;
-  data?: Record<string, unknown>;
-}
+/** An event as served: the domain's own CloudEvent shape, so a test cannot drift from it. */
+export type WireEvent = CloudEvent;
 
 export interface Page {
   events: WireEvent[];

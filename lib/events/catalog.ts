@@ -74,6 +74,21 @@ interface BuiltinSpec {
 
 const MSG = '^msg_[0-9A-Z]{26}$';
 const LBL = '^lbl_[0-9A-Z]{26}$';
+/** The mail types share class, visibility, status and subject, and all name their message first. */
+function mailType(name: string, description: string, fields: BuiltinField[]): BuiltinSpec {
+  return {
+    name,
+    description,
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the message id (msg_…)',
+    fields: [{ name: 'msgId', type: 'string', pattern: MSG, required: true, description: 'The message.' }, ...fields],
+  };
+}
+
+const labelField = (description: string): BuiltinField => ({ name: 'labelId', type: 'string', pattern: LBL, description });
+
 const SOURCES: Record<EventClass, string> = {
   mail: '/postern/mail',
   delivery: '/postern/delivery',
@@ -82,57 +97,19 @@ const SOURCES: Record<EventClass, string> = {
 };
 
 const BUILTINS: BuiltinSpec[] = [
-  {
-    name: 'message.received',
-    description: 'A message arrived in the inbox from outside (delivered by the mail server).',
-    class: 'mail',
-    visibility: 'inbox',
-    status: 'stable',
-    subject: 'the message id (msg_…)',
-    fields: [
-      { name: 'msgId', type: 'string', pattern: MSG, required: true, description: 'The message.' },
-      { name: 'labelId', type: 'string', pattern: LBL, description: 'The label it was filed in.' },
-      { name: 'size', type: 'integer', minimum: 0, description: 'Bytes.' },
-    ],
-  },
-  {
-    name: 'message.added',
-    description: 'A message was added to a label (new mail, a copy or a move).',
-    class: 'mail',
-    visibility: 'inbox',
-    status: 'stable',
-    subject: 'the message id (msg_…)',
-    fields: [
-      { name: 'msgId', type: 'string', pattern: MSG, required: true },
-      { name: 'labelId', type: 'string', pattern: LBL, description: 'The label it was added to.' },
-      { name: 'uid', type: 'integer', minimum: 1, description: 'Its number in that label.' },
-    ],
-  },
-  {
-    name: 'message.removed',
-    description: 'A message was removed from a label (expunged or moved away).',
-    class: 'mail',
-    visibility: 'inbox',
-    status: 'stable',
-    subject: 'the message id (msg_…)',
-    fields: [
-      { name: 'msgId', type: 'string', pattern: MSG, required: true },
-      { name: 'labelId', type: 'string', pattern: LBL, description: 'The label it was removed from.' },
-    ],
-  },
-  {
-    name: 'message.flags',
-    description: "A message's flags changed (through the API or a mail app); read state is the seen flag.",
-    class: 'mail',
-    visibility: 'inbox',
-    status: 'stable',
-    subject: 'the message id (msg_…)',
-    fields: [
-      { name: 'msgId', type: 'string', pattern: MSG, required: true },
-      { name: 'flags', type: 'string[]', itemEnum: FLAG_ENUM, required: true, description: 'The flags now (Flag values).' },
-      { name: 'labelId', type: 'string', pattern: LBL },
-    ],
-  },
+  mailType('message.received', 'A message arrived in the inbox from outside (delivered by the mail server).', [
+    labelField('The label it was filed in.'),
+    { name: 'size', type: 'integer', minimum: 0, description: 'Bytes.' },
+  ]),
+  mailType('message.added', 'A message was added to a label (new mail, a copy or a move).', [
+    labelField('The label it was added to.'),
+    { name: 'uid', type: 'integer', minimum: 1, description: 'Its number in that label.' },
+  ]),
+  mailType('message.removed', 'A message was removed from a label (expunged or moved away).', [labelField('The label it was removed from.')]),
+  mailType("message.flags", "A message's flags changed (through the API or a mail app); read state is the seen flag.", [
+    { name: 'flags', type: 'string[]', itemEnum: FLAG_ENUM, required: true, description: 'The flags now (Flag values).' },
+    labelField('The label whose copy changed.'),
+  ]),
   {
     name: 'mail.delivery.accepted',
     description: 'The mail relay accepted a message sent from the inbox for delivery.',
