@@ -13,10 +13,9 @@
 //   npm run bench:events -- --quick      # shorter rounds, for a smoke run
 //   npm run bench:events -- --only=post,get,live,rss --profile
 import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -29,6 +28,7 @@ import { encodeCursor } from '../lib/events/cursor.ts';
 import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
 import { writeResults } from './results.ts';
+import { freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
 
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
@@ -45,37 +45,6 @@ const pct = (xs: number[], q: number) => {
 };
 const nowUs = () => Math.round((performance.timeOrigin + performance.now()) * 1000);
 const log = (msg: string) => process.stderr.write(`${msg}\n`);
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-    srv.on('error', reject);
-  });
-}
-
-async function spawnListening(cmd: string, argv: string[], env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(cmd, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const line = out.split('\n').find((l) => l.includes('"listening"'));
-      if (line) resolve((JSON.parse(line) as { listening: string }).listening);
-    });
-    child.once('exit', (code) => reject(new Error(`${cmd} exited with ${code}: ${out}`)));
-  });
-  return { child, url };
-}
-
-async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  child.kill('SIGTERM');
-  await once(child, 'exit');
-}
 
 /** CPU seconds a process has used (user + system), from /proc. */
 function cpuSeconds(pid: number): number {
@@ -145,7 +114,7 @@ const pidOf = (base: string) => pids.get(base);
 async function startPostern(env: Record<string, string>): Promise<{ child: ChildProcess; base: string }> {
   // --profile: CPU profiles of the servers land in /tmp/postern-bench-profiles.
   const prof = args.has('--profile') ? ['--cpu-prof', '--cpu-prof-dir=/tmp/postern-bench-profiles'] : [];
-  const { child, url } = await spawnListening(process.execPath, [...prof, '--import', 'tsx', join(ROOT, 'bin/postern.ts'), 'serve'], env);
+  const { child, url } = await spawnPostern(env, prof);
   pids.set(`${url}/v1`, child.pid!);
   return { child, base: `${url}/v1` };
 }
@@ -528,7 +497,7 @@ Notes:
       log(`wrote ${file}`);
     }
   } finally {
-    for (const c of children.reverse()) await stop(c).catch(() => undefined);
+    for (const c of children.reverse()) await stopProcess(c).catch(() => undefined);
     rmSync(s.dir, { recursive: true, force: true });
   }
 }

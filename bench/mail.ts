@@ -26,6 +26,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
 import { writeResults } from './results.ts';
+import { spawnPostern } from '../test/processes.ts';
 import { createPostern } from '../lib/server.ts';
 import { addUser, posternEnv, up, type MailEnv } from '../scripts/mailenv.ts';
 
@@ -123,20 +124,6 @@ function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
-async function serve(env: Record<string, string>): Promise<{ child: ChildProcess; url: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bin/postern.ts'), 'serve'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const line = out.split('\n').find((l) => l.includes('"listening"'));
-      if (line) resolve((JSON.parse(line) as { listening: string }).listening);
-    });
-    child.once('exit', (code) => reject(new Error(`postern exited with ${code}: ${out}`)));
-  });
-  return { child, url };
-}
-
 /** A minimal SSE reader recording each event's arrival time. */
 function sse(url: string, headers: Record<string, string>, onEvent: (event: string, data: string, at: number) => void): Promise<() => void> {
   return new Promise((resolve, reject) => {
@@ -197,7 +184,7 @@ async function main(): Promise<void> {
     await admin.close();
     const auth = { authorization: `Bearer ${token}` };
 
-    const server = await serve(serverEnv);
+    const server = await spawnPostern(serverEnv);
     children.push(server.child);
     const base = `${server.url}/v1`;
     let t = now();

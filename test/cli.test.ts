@@ -1,13 +1,13 @@
 // The staff CLI is a contract: commands, flags, one JSON object on stdout, exit codes.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
 import { ROOT } from '../lib/paths.ts';
 import { envVars, mailEnv, unique } from './harness.ts';
+import { spawnListening, stopProcess } from './processes.ts';
 
 const BIN = join(ROOT, 'bin', 'postern');
 
@@ -154,21 +154,8 @@ describe('staff CLI', function () {
   });
 });
 
+/** `bin/postern serve` itself, the wrapper a user runs. */
 async function serve(env: Record<string, string>): Promise<{ base: string; app: string; stop(): Promise<void> }> {
-  const child: ChildProcess = spawn(BIN, ['serve'], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-  const lines = createInterface({ input: child.stdout! });
-  const first = await new Promise<string>((resolve, reject) => {
-    lines.once('line', resolve);
-    child.once('exit', (code) => reject(new Error(`serve exited with ${code}`)));
-  });
-  const { baseUrl, appUrl } = JSON.parse(first) as { baseUrl: string; appUrl: string };
-  return {
-    base: baseUrl,
-    app: appUrl,
-    stop: () =>
-      new Promise((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      }),
-  };
+  const { child, url } = await spawnListening(BIN, ['serve'], env);
+  return { base: `${url}/v1`, app: `${url}/api/v1`, stop: () => stopProcess(child) };
 }

@@ -11,50 +11,12 @@ import { expect } from 'chai';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
-import { ROOT } from '../lib/paths.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
 import { envVars, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
 import { addInbox, json, post, register, SseClient } from './events-helpers.ts';
+import { freePort, spawnPostern, stopProcess } from './processes.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** `postern serve` as a separate process; resolves once it listens. */
-async function spawnPostern(vars: Record<string, string>): Promise<{ child: ChildProcess; base: string }> {
-  const child = spawn(join(ROOT, 'bin/postern'), ['serve'], { env: { ...process.env, ...vars }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const base = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`postern serve did not start: ${out} ${err}`)), 20_000);
-    child.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const line = out.split('\n').find((l) => l.includes('"listening"'));
-      if (line) {
-        clearTimeout(timer);
-        resolve((JSON.parse(line) as { baseUrl: string }).baseUrl);
-      }
-    });
-    child.once('exit', (code) => reject(new Error(`postern serve exited with ${code}: ${out} ${err}`)));
-  });
-  return { child, base };
-}
-
-async function stop(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null) return;
-  child.kill('SIGTERM');
-  await once(child, 'exit');
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => resolve(port));
-    });
-    srv.on('error', reject);
-  });
-}
 
 const percentile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
 
@@ -66,10 +28,11 @@ describe('events: two Postern processes and Redis', function () {
   before(async () => {
     const redis = mailEnv().redis.url;
     a = await startPostern({ REDIS_URL: redis, POSTERN_EVENTS_SETTLE_MS: '100' });
-    b = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: redis, POSTERN_EVENTS_SETTLE_MS: '100' }));
+    const spawned = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: redis, POSTERN_EVENTS_SETTLE_MS: '100' }));
+    b = { child: spawned.child, base: `${spawned.url}/v1` };
   });
   after(async () => {
-    if (b) await stop(b.child);
+    if (b) await stopProcess(b.child);
     if (a) await a.close();
   });
 

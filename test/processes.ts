@@ -1,0 +1,62 @@
+// Child processes for the tests and the benchmarks: a free port, a command that prints a JSON
+// line with "listening" once it serves (as `postern serve` does), and a clean stop.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { ROOT } from '../lib/paths.ts';
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+export interface Listening {
+  child: ChildProcess;
+  /** The URL from the process's {"listening": …} line. */
+  url: string;
+}
+
+/** Starts `cmd` and resolves once it prints its {"listening": url} line. */
+export async function spawnListening(cmd: string, argv: string[], env: Record<string, string>, timeoutMs = 30_000): Promise<Listening> {
+  const child = spawn(cmd, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  // Drained for the life of the child, so a chatty one never blocks on a full pipe.
+  child.stderr!.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4096)));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${cmd} did not start listening: ${out} ${err}`)), timeoutMs);
+    child.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const line = out.split('\n').find((l) => l.includes('"listening"'));
+      if (line) {
+        clearTimeout(timer);
+        resolve((JSON.parse(line) as { listening: string }).listening);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${cmd} exited with ${code}: ${out} ${err}`));
+    });
+  });
+  return { child, url };
+}
+
+/** `postern serve` from the sources, optionally with extra node flags (a profiler, say). */
+export function spawnPostern(env: Record<string, string>, nodeArgs: string[] = []): Promise<Listening> {
+  const loader = join(ROOT, 'node_modules/tsx/dist/loader.mjs');
+  return spawnListening(process.execPath, [...nodeArgs, '--import', loader, join(ROOT, 'bin/postern.ts'), 'serve'], env);
+}
+
+export async function stopProcess(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = once(child, 'exit');
+  child.kill('SIGTERM');
+  await exited;
+}
