@@ -23,6 +23,7 @@ import { inboxRoutes } from './http/routes/inboxes.ts';
 import { inboxEventRoutes } from './http/routes/inbox-events.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
+import { MailChangeRecorder } from './mail/record-changes.ts';
 import { MailService } from './mail/service.ts';
 import { Validator } from './http/validate.ts';
 
@@ -62,7 +63,8 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   events = new EventLog(new SqliteEventStore(db), bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }) });
   const eventLog = events;
   const mailIndex = new SqliteMailIndex(db);
-  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }) });
+  const mailChanges = new MailChangeRecorder(directory, eventLog, log.child({ part: 'mail-events' }));
+  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), onChanges: mailChanges.onChanges });
   const mail = new MailService(mailIndex, mailSource);
 
   const routes = [
@@ -116,6 +118,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       }
       // Every IMAP connection and watcher, before the store they write to closes.
       await mailSource.close();
+      await mailChanges.drain();
       await eventLog.close();
       await bus.close();
       db.close();

@@ -13,6 +13,8 @@ export interface ImapSourceOptions {
   imap: ImapSettings;
   store: MailIndexStore;
   log: Logger;
+  /** Called with every batch of changes the index applies, whoever listens (the event log). */
+  onChanges?: (inboxId: string, changes: readonly LiveChange[]) => void;
   /** The watcher's safety poll (DESIGN.md 4: every 30-60 s). */
   pollMs?: number;
 }
@@ -183,6 +185,11 @@ export class ImapMailSource implements MailSource {
   }
 
   private publish(inboxId: string, changes: LiveChange[]): void {
+    try {
+      this.o.onChanges?.(inboxId, changes);
+    } catch (err) {
+      this.o.log.warn({ err }, 'the change hook failed');
+    }
     const rt = this.inboxes.get(inboxId);
     if (!rt) return;
     for (const change of changes) {
