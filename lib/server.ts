@@ -75,11 +75,12 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     inboxEventRoutes(access, mail, config.stream),
   ];
   const openApi = buildOpenApi(validator.schemas);
+  const healthCheck = db.prepare('SELECT 1');
   const app = createApp({
     access,
     log,
     trustProxy: config.http.trustProxy,
-    publicRoutes: [healthRoutes(() => void db.prepare('SELECT 1').get()), openApiRoutes(openApi, Object.values(SURFACES))],
+    publicRoutes: [healthRoutes(() => void healthCheck.get()), openApiRoutes(openApi, Object.values(SURFACES))],
     routes,
   });
 
