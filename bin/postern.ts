@@ -1,5 +1,6 @@
 // The `postern` command: the service, the staff CLI and the demo. Every command prints one JSON
 // object on stdout; failures print {"error": "..."} and exit non-zero.
+import cluster from 'node:cluster';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, describeSettings, loadConfig } from '../lib/config.ts';
 import { Admin } from '../lib/directory/admin.ts';
@@ -7,6 +8,7 @@ import { ApiError } from '../lib/errors.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { createPostern } from '../lib/server.ts';
+import { runPrimary, type ListeningMessage } from './cluster.ts';
 import { untilSignal } from './signals.ts';
 
 class UsageError extends Error {}
@@ -138,17 +140,33 @@ async function admin(args: string[]): Promise<unknown> {
   }
 }
 
-async function serve(args: string[]): Promise<void> {
+async function serve(args: string[]): Promise<number> {
   const v = flags(args, { help: { type: 'boolean' } });
   if (v.help) {
     process.stdout.write(`postern serve: runs the Mailbox Content and Events API.\n\nEnvironment variables:\n${describeSettings()}\n`);
-    return;
+    return 0;
   }
-  const postern = createPostern(loadConfig());
+  const config = loadConfig();
+  if (config.workers > 1 && cluster.isPrimary) {
+    // Migrate once here, so the workers start on an up-to-date store instead of racing to it.
+    openDb(config.dbFile).close();
+    return runPrimary(config.workers);
+  }
+  const postern = createPostern(config);
   const { url } = await postern.listen();
-  process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1` })}\n`);
-  await untilSignal();
+  if (cluster.isWorker) {
+    const ready: ListeningMessage = { postern: 'listening', url };
+    process.send!(ready);
+    // A worker whose primary is gone stops too, rather than serving on alone.
+    await Promise.race([untilSignal(), new Promise((resolve) => process.once('disconnect', resolve))]);
+  } else {
+    process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1` })}\n`);
+    await untilSignal();
+  }
   await postern.close();
+  // The IPC channel to the primary would keep a worker alive once everything else has stopped.
+  if (cluster.isWorker && process.connected) process.disconnect();
+  return 0;
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -156,8 +174,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     switch (command) {
       case 'serve':
-        await serve(rest);
-        return 0;
+        return await serve(rest);
       case 'demo': {
         const { runDemo } = await import('../scripts/demo.ts');
         await runDemo(rest);

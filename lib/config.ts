@@ -1,8 +1,11 @@
 // Configuration comes from environment variables, described once here: `postern serve --help`
 // and the README list this table, and a bad value stops start-up with a clear message.
+import { availableParallelism } from 'node:os';
 
 export interface Config {
   http: { host: string; port: number; trustProxy: boolean };
+  /** HTTP worker processes sharing the port and the store (1: this process serves alone). */
+  workers: number;
   dbFile: string;
   imap: {
     host: string;
@@ -40,6 +43,7 @@ interface Setting {
 export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_HOST', default: '127.0.0.1', description: 'address the HTTP server listens on' },
   { name: 'POSTERN_PORT', default: '8787', description: 'HTTP port (0 picks a free one)' },
+  { name: 'POSTERN_WORKERS', default: '1', description: 'worker processes serving HTTP on one port and one store; "auto" = one per CPU' },
   { name: 'POSTERN_TRUST_PROXY', default: 'false', description: 'trust X-Forwarded-* from a reverse proxy' },
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
   { name: 'POSTERN_IMAP_HOST', default: '127.0.0.1', description: 'Dovecot IMAP host' },
@@ -92,6 +96,7 @@ export function loadConfig(env: Env = process.env): Config {
   }
   return {
     http: { host: get('POSTERN_HOST'), port: int('POSTERN_PORT', 0, 65535), trustProxy: bool('POSTERN_TRUST_PROXY') },
+    workers: get('POSTERN_WORKERS') === 'auto' ? availableParallelism() : int('POSTERN_WORKERS', 1, 64),
     dbFile: get('POSTERN_DB'),
     imap: {
       host: get('POSTERN_IMAP_HOST'),

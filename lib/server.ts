@@ -1,4 +1,5 @@
 // The one place that wires adapters to the domain and starts the HTTP server.
+import cluster from 'node:cluster';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
@@ -6,6 +7,7 @@ import { pino, type Logger } from 'pino';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
+import { ClusterBus } from '../adapters/bus/cluster.ts';
 import { MemoryBus } from '../adapters/bus/memory.ts';
 import { RedisBus } from '../adapters/bus/redis.ts';
 import type { Bus } from './bus.ts';
@@ -57,9 +59,13 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const validator = new Validator();
   // The live feed heals from the store on a Redis reconnect; `events` is assigned just below.
   let events: EventLog | null = null;
+  // Redis joins instances (and the workers of each); without it, a clustered instance's workers
+  // talk through their primary, and a lone process needs no bus beyond itself.
   const bus: Bus = config.redisUrl
     ? new RedisBus(config.redisUrl, { onReconnect: () => events?.live.heal(), log: log.child({ part: 'bus' }) })
-    : new MemoryBus();
+    : cluster.isWorker
+      ? new ClusterBus()
+      : new MemoryBus();
   events = new EventLog(new SqliteEventStore(db), bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }) });
   const eventLog = events;
   const mailIndex = new SqliteMailIndex(db);

@@ -1,0 +1,106 @@
+// `postern serve` with POSTERN_WORKERS > 1: this process is the primary. It forks the workers
+// (each a whole Postern on the shared port and store), relays the live bus between them when
+// there is no Redis, replaces a worker that dies, and on SIGINT/SIGTERM stops them all in order.
+// One Node process serves on one core; the workers are how one instance uses the machine's others.
+import cluster, { type Worker } from 'node:cluster';
+import { relayClusterBus } from '../adapters/bus/cluster.ts';
+import { untilSignal } from './signals.ts';
+
+/** What a worker tells the primary once it listens. */
+export interface ListeningMessage {
+  postern: 'listening';
+  url: string;
+}
+
+export function isListeningMessage(value: unknown): value is ListeningMessage {
+  return typeof value === 'object' && value !== null && (value as ListeningMessage).postern === 'listening';
+}
+
+const STOP_GRACE_MS = 10_000;
+/** A worker that dies sooner than this after starting is restarted with a growing delay. */
+const STABLE_MS = 10_000;
+const MAX_RESTART_DELAY_MS = 30_000;
+
+const note = (obj: object) => process.stderr.write(`${JSON.stringify({ cluster: 'primary', ...obj })}\n`);
+
+/**
+ * Runs the workers until a signal. Resolves with the exit code: 0 after a clean stop, 1 when the
+ * workers could not start (a bad port, an unreadable store: restarting would not help).
+ */
+export async function runPrimary(workers: number): Promise<number> {
+  // The workers run this same program with the same flags (the TypeScript loader among them).
+  cluster.setupPrimary({ serialization: 'advanced' });
+  const stopRelay = relayClusterBus();
+  let stopping = false;
+  let isReady = false;
+  let restartDelay = 1000;
+  const started = new Map<Worker, number>();
+
+  let resolveReady!: (url: string) => void;
+  let rejectReady!: (err: Error) => void;
+  const ready = new Promise<string>((resolve, reject) => {
+    resolveReady = resolve;
+    rejectReady = reject;
+  });
+  let listening = 0;
+
+  const fork = (): void => {
+    const worker = cluster.fork();
+    started.set(worker, Date.now());
+    worker.on('message', (m: unknown) => {
+      if (!isListeningMessage(m)) return;
+      if (++listening === workers && !isReady) {
+        isReady = true;
+        resolveReady(m.url);
+      }
+    });
+    worker.on('exit', (code, signal) => {
+      const lived = Date.now() - (started.get(worker) ?? 0);
+      started.delete(worker);
+      if (stopping) return;
+      if (!isReady) {
+        rejectReady(new Error(`worker ${worker.process.pid} exited before listening (code ${code ?? signal})`));
+        return;
+      }
+      restartDelay = lived < STABLE_MS ? Math.min(restartDelay * 2, MAX_RESTART_DELAY_MS) : 1000;
+      note({ event: 'worker exited; restarting', pid: worker.process.pid, code, signal, inMs: restartDelay });
+      setTimeout(() => {
+        if (!stopping) fork();
+      }, restartDelay).unref();
+    });
+  };
+
+  const stopAll = async (): Promise<void> => {
+    stopping = true;
+    const live = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead());
+    await Promise.all(
+      live.map(
+        (w) =>
+          new Promise<void>((resolve) => {
+            const kill = setTimeout(() => w.process.kill('SIGKILL'), STOP_GRACE_MS);
+            w.once('exit', () => {
+              clearTimeout(kill);
+              resolve();
+            });
+            w.process.kill('SIGTERM');
+          }),
+      ),
+    );
+    stopRelay();
+  };
+
+  for (let i = 0; i < workers; i++) fork();
+  const signal = untilSignal();
+  const outcome = await Promise.race([ready.then((u) => ({ url: u }), (err: Error) => ({ err })), signal.then(() => null)]);
+  if (outcome && 'err' in outcome) {
+    note({ error: outcome.err.message });
+    await stopAll();
+    return 1;
+  }
+  if (outcome) {
+    process.stdout.write(`${JSON.stringify({ listening: outcome.url, baseUrl: `${outcome.url}/v1`, appUrl: `${outcome.url}/api/v1`, workers })}\n`);
+    await signal;
+  }
+  await stopAll();
+  return 0;
+}
