@@ -12,7 +12,7 @@
 //   npm run bench:events -- --write      # also replaces the events section of bench/RESULTS.md
 //   npm run bench:events -- --quick      # shorter rounds, for a smoke run
 //   npm run bench:events -- --only=post,get,live,rss --profile
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { connect, type Socket } from 'node:net';
@@ -51,6 +51,18 @@ function cpuSeconds(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
+
+/** A process and its children (a clustered server's primary and workers). */
+function processTree(pid: number): number[] {
+  try {
+    const kids = execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).map(Number);
+    return [pid, ...kids.flatMap(processTree)];
+  } catch {
+    return [pid]; // pgrep exits 1 when there are no children
+  }
+}
+
+const treeCpuSeconds = (pids: number[]) => pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
 
 function rssMb(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
@@ -157,7 +169,8 @@ async function healthzRate(base: string): Promise<number> {
 }
 
 async function benchPost(s: Setup, base: string): Promise<{ rate: number; p50: number; p99: number; serverCores: number }> {
-  const cpu0 = pidOf(base) ? cpuSeconds(pidOf(base)!) : 0;
+  const server = pidOf(base) ? processTree(pidOf(base)!) : [];
+  const cpu0 = treeCpuSeconds(server);
   const started = performance.now();
   const agent = new Agent({ keepAlive: true, maxSockets: 32 });
   const payload = 'p'.repeat(1000); // with the other field, data is just over 1 KB serialized
@@ -182,7 +195,7 @@ async function benchPost(s: Setup, base: string): Promise<{ rate: number; p50: n
   agent.destroy();
   if (failed) log(`POST /events: ${failed} requests failed`);
   const wall = (performance.now() - started) / 1000;
-  const serverCores = pidOf(base) ? (cpuSeconds(pidOf(base)!) - cpu0) / wall : NaN;
+  const serverCores = server.length ? (treeCpuSeconds(server) - cpu0) / wall : NaN;
   return { rate: done / SECONDS, p50: pct(latencies, 0.5), p99: pct(latencies, 0.99), serverCores };
 }
 
@@ -377,6 +390,9 @@ async function main(): Promise<void> {
   try {
     const one = await startPostern(serverEnv(s.dbFile));
     children.push(one.child);
+    // The same instance as one primary and a worker per core (POSTERN_WORKERS, bin/cluster.ts).
+    const workers = await startPostern(serverEnv(s.dbFile, { POSTERN_WORKERS: '2' }));
+    children.push(workers.child);
     const results: Record<string, number[]> = {};
     const add = (k: string, v: number) => (results[k] ??= []).push(v);
 
@@ -389,6 +405,12 @@ async function main(): Promise<void> {
       add('postServer', post.serverCores);
       add('postP50', post.p50);
       add('postP99', post.p99);
+      add('healthzWorkers', await healthzRate(workers.base));
+      const spread = await benchPost(s, workers.base);
+      add('postWorkersRate', spread.rate);
+      add('postWorkersServer', spread.serverCores);
+      add('postWorkersP50', spread.p50);
+      add('postWorkersP99', spread.p99);
     }
 
     log('prefill for GET /events');
@@ -474,8 +496,9 @@ Command: \`npm run bench:events\` (${ROUNDS} rounds of ${SECONDS} s; medians of 
 
 | Benchmark | Postern (median) | Baseline, same run (median) | Ratio | Target |
 |---|---|---|---|---|
-| POST /events, 1 KB data + Idempotency-Key, 32 clients | ${f0(m('postRate'))} events/s; p50 ${f1(m('postP50'))} ms, p99 ${f1(m('postP99'))} ms; server ${f1(m('postServer'))} cores | raw SQLite one-row transactions of 1.4 KB: ${f0(m('rawInsert'))} rows/s | ${(m('postRate') / m('rawInsert')).toFixed(2)} | ≥ 5,000/s on 2 cores |
-| (HTTP floor for the row above) GET /healthz, 32 clients | — | ${f0(m('healthz'))} requests/s: no auth, no store | ${(m('postRate') / m('healthz')).toFixed(2)} | — |
+| POST /events, 1 KB data + Idempotency-Key, 32 clients, \`POSTERN_WORKERS=2\` | ${f0(m('postWorkersRate'))} events/s; p50 ${f1(m('postWorkersP50'))} ms, p99 ${f1(m('postWorkersP99'))} ms; server ${f1(m('postWorkersServer'))} cores | raw SQLite one-row transactions of 1.4 KB: ${f0(m('rawInsert'))} rows/s | ${(m('postWorkersRate') / m('rawInsert')).toFixed(2)} | ≥ 5,000/s on 2 cores |
+| (HTTP floor for the row above) GET /healthz, 32 clients, 2 workers | — | ${f0(m('healthzWorkers'))} requests/s: no auth, no store | ${(m('postWorkersRate') / m('healthzWorkers')).toFixed(2)} | — |
+| Same POST, one process (\`POSTERN_WORKERS=1\`, the default) | ${f0(m('postRate'))} events/s; p50 ${f1(m('postP50'))} ms, p99 ${f1(m('postP99'))} ms; server ${f1(m('postServer'))} cores | GET /healthz, one process: ${f0(m('healthz'))} requests/s | ${(m('postRate') / m('healthz')).toFixed(2)} | — |
 | GET /events?limit=500, events with 1 KB data (1.4 KB JSON), 1 client | ${f0(m('get1'))} events/s | raw SELECT of 500 rows + join: ${f0(m('rawSelect'))} rows/s | ${(m('get1') / m('rawSelect')).toFixed(2)} | ≥ 100,000/s |
 | GET /events?limit=500, events with 1 KB data (1.4 KB JSON), 8 clients | ${f0(m('get8'))} events/s; server ${f1(m('get8Server'))} cores, load generator ${f1(m('get8Client'))} | (same) | ${(m('get8') / m('rawSelect')).toFixed(2)} | ≥ 100,000/s |
 | GET /events?limit=500, small events (0.45 KB JSON), 8 clients | ${f0(m('get8Small'))} events/s | raw SELECT of 500 rows + join: ${f0(m('rawSelectSmall'))} rows/s | ${(m('get8Small') / m('rawSelectSmall')).toFixed(2)} | ≥ 100,000/s |
