@@ -3,7 +3,6 @@
 // client that falls behind by more than `maxBufferedBytes` is cut off (it resumes from the log)
 // rather than buffering without bound.
 import type { ServerResponse } from 'node:http';
-import { PassThrough } from 'node:stream';
 import type { Context } from 'koa';
 
 export interface SseFrame {
@@ -72,7 +71,6 @@ export interface SseOptions {
 export type CloseReason = 'client' | 'timeout' | 'slow' | 'server';
 
 export class SseStream {
-  private readonly out = new PassThrough();
   private readonly res: ServerResponse;
   private readonly timers: NodeJS.Timeout[] = [];
   private readonly closeHandlers: Array<(reason: CloseReason) => void> = [];
@@ -82,7 +80,6 @@ export class SseStream {
   constructor(ctx: Context, options: SseOptions) {
     this.maxBuffered = options.maxBufferedBytes ?? 1024 * 1024;
     this.res = ctx.res;
-    ctx.status = 200;
     ctx.set('Content-Type', 'text/event-stream; charset=utf-8');
     ctx.set('Cache-Control', 'no-store');
     ctx.set('Connection', 'keep-alive');
@@ -91,9 +88,12 @@ export class SseStream {
     ctx.set('Content-Encoding', 'identity');
     ctx.req.socket.setNoDelay(true);
     ctx.req.socket.setTimeout(0);
-    ctx.body = this.out;
-    ctx.req.on('close', () => this.close('client'));
-    this.out.on('error', () => this.close('client'));
+    // Frames go straight to the response, not through a stream Koa pipes: a live fan-out writes
+    // to thousands of clients per flush, and each layer in between costs on every one of them.
+    ctx.respond = false;
+    this.res.writeHead(200);
+    this.res.on('close', () => this.close('client'));
+    this.res.on('error', () => this.close('client'));
     this.write(`retry: ${options.retryMs ?? 2000}\n\n`);
     const heartbeat = setInterval(() => this.write(': keep-alive\n\n'), options.heartbeatMs);
     heartbeat.unref();
@@ -108,11 +108,11 @@ export class SseStream {
   /** Writes preformatted frame text; false (and the stream closed) when the client is too slow. */
   write(text: string): boolean {
     if (this.closed) return false;
-    if (this.out.writableLength > this.maxBuffered) {
+    if (this.res.writableLength > this.maxBuffered) {
       this.close('slow');
       return false;
     }
-    this.out.write(text);
+    this.res.write(text);
     return true;
   }
 
@@ -162,7 +162,7 @@ export class SseStream {
     this.closed = true;
     outboxes.delete(this);
     for (const t of this.timers) clearTimeout(t);
-    this.out.end();
+    this.res.end();
     for (const h of this.closeHandlers.splice(0)) h(reason);
   }
 }
