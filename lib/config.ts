@@ -28,7 +28,7 @@ export interface Config {
   tokenTtlSeconds: number;
   sessionTtlSeconds: number;
   events: { settleMs: number };
-  stream: { heartbeatMs: number; maxDurationMs: number };
+  stream: { heartbeatMs: number; maxDurationMs: number; recheckMs: number };
   logLevel: string;
 }
 
@@ -65,6 +65,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
+  { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams re-check their credential and inbox access this often; one that lost them ends' },
   { name: 'POSTERN_LOG_LEVEL', default: 'info', description: 'pino log level (fatal, error, warn, info, debug, trace, silent)' },
 ];
 
@@ -118,6 +119,7 @@ export function loadConfig(env: Env = process.env): Config {
     stream: {
       heartbeatMs: int('POSTERN_STREAM_HEARTBEAT_MS', 10, 3600000),
       maxDurationMs: int('POSTERN_STREAM_MAX_MS', 100, 86400000),
+      recheckMs: int('POSTERN_STREAM_RECHECK_MS', 10, 3600000),
     },
     logLevel,
   };

@@ -23,6 +23,7 @@ import { buildOpenApi, openApiRoutes } from './http/openapi.ts';
 import { healthRoutes } from './http/routes/health.ts';
 import { inboxRoutes } from './http/routes/inboxes.ts';
 import { inboxEventRoutes } from './http/routes/inbox-events.ts';
+import { StreamGuard } from './http/stream-guard.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
 import { MailChangeRecorder } from './mail/record-changes.ts';
@@ -72,13 +73,15 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const mailChanges = new MailChangeRecorder(directory, eventLog, log.child({ part: 'mail-events' }));
   const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), onChanges: mailChanges.onChanges });
   const mail = new MailService(mailIndex, mailSource);
+  // Ends live streams whose credential or inbox access went away (one timer for all of them).
+  const streamGuard = new StreamGuard(access, { intervalMs: config.stream.recheckMs, log: log.child({ part: 'stream-guard' }) });
 
   const routes = [
     inboxRoutes(access),
-    eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, log }),
+    eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, log }),
     labelRoutes(access, mail),
     messageRoutes(access, mail, validator),
-    inboxEventRoutes(access, mail, config.stream),
+    inboxEventRoutes(access, mail, config.stream, streamGuard),
   ];
   const openApi = buildOpenApi(validator.schemas);
   const healthCheck = db.prepare('SELECT 1');
@@ -116,6 +119,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       return { url: `http://${host}:${port}`, port };
     },
     async close() {
+      streamGuard.stop();
       if (server) {
         const closing = once(server, 'close');
         server.close();

@@ -1,19 +1,26 @@
 // Authentication per base address and authorization per operation, as Koa middleware over the
 // one access module (lib/auth/access.ts).
 import type { Next } from 'koa';
-import type { Access, AccessRule } from '../auth/access.ts';
+import type { Access, AccessRule, Principal } from '../auth/access.ts';
 import type { AppContext, Surface } from './context.ts';
 
 /** Tokens are accepted only on {base_url}, sessions only on {app_url} (spec 5, rule 8). */
 export function authenticate(access: Access, surface: Surface) {
   return async function authenticateRequest(ctx: AppContext, next: Next): Promise<void> {
     ctx.state.surface = surface;
-    ctx.state.principal =
-      surface === 'token'
-        ? await access.authenticateToken(ctx.get('authorization') || undefined)
-        : await access.authenticateSession(ctx.get('x-svc-token') || undefined);
+    ctx.state.principal = await authenticateAs(access, surface, presentedCredential(ctx, surface));
     await next();
   };
+}
+
+/** The credential a request presents on its surface: the header differs between the two. */
+export function presentedCredential(ctx: AppContext, surface: Surface): string | undefined {
+  return ctx.get(surface === 'token' ? 'authorization' : 'x-svc-token') || undefined;
+}
+
+/** Who a presented credential is now (401 when it is not valid); live streams re-check with it. */
+export function authenticateAs(access: Access, surface: Surface, credential: string | undefined): Promise<Principal> {
+  return surface === 'token' ? access.authenticateToken(credential) : access.authenticateSession(credential);
 }
 
 /** 403 unless the caller's credential kind and scopes allow this operation. */

@@ -11,6 +11,7 @@ import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
 import { formatFrame, framer, SseStream } from '../sse.ts';
+import type { StreamGuard } from '../stream-guard.ts';
 import type { Validator } from '../validate.ts';
 
 const SCHEMA = 'https://postern.dev/schemas/events.json';
@@ -29,6 +30,8 @@ export interface EventRouteOptions {
   maxDurationMs: number;
   /** Bytes a live client may fall behind before it is cut off (it resumes from the log). */
   maxBufferedBytes?: number;
+  /** Re-checks each live stream's credential and filter while it runs. */
+  guard: StreamGuard;
   log?: { warn(obj: object, msg: string): void };
 }
 
@@ -58,6 +61,11 @@ const fullFrame = framer((e: StoredEvent) => ({ id: encodeCursor(e.position), ev
 const redactedFrame = framer((e: StoredEvent) => ({ id: encodeCursor(e.position), event: e.type, data: redactActor(e.json) }));
 const frameOf = (e: StoredEvent, redact: boolean): string => (redact ? redactedFrame(e) : fullFrame(e));
 
+const READ_RULE = { token: 'events:read', session: true } as const;
+
+/** The parts of a filter that a re-check can change (the rest follows from the query). */
+const reach = (f: EventFilter): string => `${f.visibilities.join(',')}|${f.allowedInboxes.join(',')}`;
+
 export function eventRoutes(o: EventRouteOptions) {
   const { access, events, validator } = o;
 
@@ -84,8 +92,10 @@ export function eventRoutes(o: EventRouteOptions) {
     });
   }
 
-  function live(ctx: AppContext, filter: EventFilter, after: number | null): void {
-    const matches = compileFilter(filter);
+  function live(ctx: AppContext, q: EventsQuery, initial: EventFilter, after: number | null): void {
+    // Both change when a re-check finds the caller's reach changed (see `guard.watch` below).
+    let filter = initial;
+    let matches = compileFilter(filter);
     const sse = new SseStream(ctx, {
       heartbeatMs: o.heartbeatMs,
       maxDurationMs: o.maxDurationMs,
@@ -106,15 +116,34 @@ export function eventRoutes(o: EventRouteOptions) {
       sse.enqueue(frameOf(e, filter.redactActor));
     });
     sse.onClose(unsubscribe);
+    // Every POSTERN_STREAM_RECHECK_MS the filter is derived again, exactly as for a new request,
+    // from the credential as it stands: revoked, expired or ended (401), a scope lost (403), or an
+    // inbox named in `inboxes` no longer granted (404) ends the stream with that error. Without
+    // `inboxes` the filter is "every inbox I can use", and it follows the grants in place instead:
+    // a withdrawn inbox's events stop at once and the stream goes on. Closing would also be safe
+    // (the client reconnects with Last-Event-ID), but one grant change would then cut and
+    // backfill every project stream of the member, for no gain in what each is shown.
+    const key = `events|${q.inboxes ?? '*'}|${q.types ?? '*'}|${q.audit === true}`;
+    o.guard.watch(ctx, sse, async (now) => {
+      access.authorize(now.principal, READ_RULE);
+      const next = await now.once(key, () => filterFor(access, now.principal, q));
+      if (reach(next) !== reach(filter)) {
+        filter = next;
+        matches = compileFilter(next);
+      }
+    });
     if (after === null) return;
 
     // Backfill runs after this handler returns: Koa only starts piping the stream then.
     const backfill = async () => {
       for (;;) {
         const from = lastSent;
-        const { events: rows, scannedTo } = await events.backfill(filter, from, BACKFILL_PAGE);
+        const asked = filter;
+        const { events: rows, scannedTo } = await events.backfill(asked, from, BACKFILL_PAGE);
         if (sse.closed) return;
         for (const e of rows) {
+          // The filter changed while this page was read: it is applied to the page too.
+          if (filter !== asked && !matches(e)) continue;
           // Backfilled rows are this client's alone: formatted directly, not cached.
           if (!sse.write(formatFrame({ id: encodeCursor(e.position), event: e.type, data: filter.redactActor ? redactActor(e.json) : e.json }))) return;
         }
@@ -129,7 +158,8 @@ export function eventRoutes(o: EventRouteOptions) {
       const held = pending ?? [];
       pending = null;
       for (const e of held) {
-        if (e.position <= lastSent) continue;
+        // Matched when it arrived; matched again in case the filter changed since.
+        if (e.position <= lastSent || !matches(e)) continue;
         lastSent = e.position;
         if (!sse.write(frameOf(e, filter.redactActor))) return;
       }
@@ -190,14 +220,14 @@ export function eventRoutes(o: EventRouteOptions) {
       }
     });
 
-    router.get('/events', allow(access, { token: 'events:read', session: true }), async (ctx) => {
+    router.get('/events', allow(access, READ_RULE), async (ctx) => {
       const p = ctx.state.principal;
       const q = validator.query<EventsQuery>(`${SCHEMA}#/$defs/EventsQuery`, ctx.query);
       const filter = await filterFor(access, p, q);
       if (wantsStream(ctx)) {
         // EventSource resends the original URL on reconnect, so Last-Event-ID wins over `after`.
         const resume = ctx.get('last-event-id') || q.after;
-        live(ctx, filter, await startPosition(p, resume));
+        live(ctx, q, filter, await startPosition(p, resume));
         return;
       }
       await page(ctx, filter, (await startPosition(p, q.after)) ?? 0, q.limit);

@@ -6,11 +6,12 @@ import type { LiveChange } from '../../mail/types.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import type { AppRouter } from '../context.ts';
 import { framer, SseStream } from '../sse.ts';
+import type { StreamGuard } from '../stream-guard.ts';
 
 // Every subscriber of an inbox receives the same change object: serialize it once for all.
 const frameOf = framer((change: LiveChange) => ({ event: change.type, data: JSON.stringify(change) }));
 
-export function inboxEventRoutes(access: Access, mail: MailService, stream: Config['stream']) {
+export function inboxEventRoutes(access: Access, mail: MailService, stream: Config['stream'], guard: StreamGuard) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/events', allow(access, DEFAULT_RULE), async (ctx) => {
       // Access is settled before anything is streamed: errors are still plain JSON responses.
@@ -27,6 +28,14 @@ export function inboxEventRoutes(access: Access, mail: MailService, stream: Conf
       }
       sse = new SseStream(ctx, { heartbeatMs: stream.heartbeatMs, maxDurationMs: stream.maxDurationMs });
       sse.onClose(() => void unwatch());
+      // While it runs, the stream is re-checked as a new request would be (same rule, same inbox
+      // check): a revoked or expired credential (401), a lost scope (403) or a withdrawn grant
+      // (404) ends it with that error.
+      const inboxId = inbox.id;
+      guard.watch(ctx, sse, async (now) => {
+        access.authorize(now.principal, DEFAULT_RULE);
+        await now.once(`inbox|${inboxId}`, () => access.inboxAccess(now.principal, inboxId, 'messages:read'));
+      });
       for (const text of pending) sse.write(text);
     });
   };

@@ -1,0 +1,178 @@
+// Live streams re-check their credential and access every POSTERN_STREAM_RECHECK_MS (a short
+// interval here): a revoked token, an expired session or a withdrawn grant ends the stream (or, for
+// the "every inbox I can use" event stream, drops that inbox) with a final `event: error` frame,
+// while streams of other credentials go on.
+import { expect } from 'chai';
+import { SYSTEM_ACTOR } from '../lib/events/log.ts';
+import { newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
+import { addInbox, SseClient, type Frame } from './events-helpers.ts';
+
+const RECHECK_MS = 200;
+/** Time allowed past one interval for the close to reach the client on a loaded machine. */
+const SLACK_MS = 1500;
+const MSG = (n: number) => `msg_${String(n).padStart(26, '0')}`;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const tokenId = (token: string) => /^svc_(tok_[0-9A-Z]{26})_/.exec(token)![1]!;
+
+/** Waits for the server to end the stream; returns how long that took. */
+async function ends(c: SseClient, timeoutMs = RECHECK_MS + SLACK_MS): Promise<number> {
+  const started = Date.now();
+  expect(await c.waitUntil(() => c.ended, timeoutMs), 'the stream ended').to.equal(true);
+  return Date.now() - started;
+}
+
+/** The stream's last frame is the final error, with an `{ error }` body. */
+function lastFrameIsError(c: SseClient, message: RegExp): void {
+  const last: Frame | undefined = c.frames.at(-1);
+  expect(last?.event, JSON.stringify(c.frames)).to.equal('error');
+  const body = JSON.parse(last!.data) as Record<string, unknown>;
+  expect(Object.keys(body)).to.deep.equal(['error']);
+  expect(body.error).to.match(message);
+}
+
+describe('live streams end when their credential or access goes', function () {
+  this.timeout(30_000);
+  let s: TestServer;
+  let p: TestProject;
+  const open: SseClient[] = [];
+  const stream = async (url: string, auth: { token?: string; session?: string }) => {
+    const c = await SseClient.open(url, auth);
+    open.push(c);
+    return c;
+  };
+  const recv = (inboxId: string, n: number) =>
+    s.postern.events.record({ type: 'message.received', projectId: p.projectId, inboxId, actor: SYSTEM_ACTOR, data: { msgId: MSG(n) } });
+
+  before(async () => {
+    s = await startPostern({ POSTERN_STREAM_RECHECK_MS: String(RECHECK_MS), POSTERN_STREAM_HEARTBEAT_MS: '5000' });
+    p = await newProject(s);
+  });
+  afterEach(() => {
+    for (const c of open.splice(0)) c.close();
+  });
+  after(async () => {
+    await s?.close();
+  });
+
+  it('a revoked token: its event stream and its inbox stream end within the interval with a final error frame; another token streams on', async () => {
+    const inbox = await p.inbox();
+    const revoked = await p.token(['events:read', 'messages:read']);
+    const other = await p.token(['events:read', 'messages:read']);
+    const events = await stream(`${s.base}/events`, { token: revoked });
+    const changes = await stream(`${s.base}/inboxes/${inbox.id}/events`, { token: revoked });
+    const otherEvents = await stream(`${s.base}/events`, { token: other });
+    const otherChanges = await stream(`${s.base}/inboxes/${inbox.id}/events`, { token: other });
+
+    await recv(inbox.id, 1);
+    await events.waitFor(1);
+    await otherEvents.waitFor(1);
+    expect(events.frames.map((f) => f.event)).to.deep.equal(['message.received']);
+
+    await s.postern.admin.revokeToken(tokenId(revoked));
+    const took = await Promise.all([ends(events), ends(changes)]);
+    expect(Math.max(...took)).to.be.below(RECHECK_MS + SLACK_MS);
+    lastFrameIsError(events, /^API token revoked$/);
+    lastFrameIsError(changes, /^API token revoked$/);
+    expect(changes.frames).to.have.length(1);
+
+    // The other token's streams are untouched, and still deliver.
+    await sleep(2 * RECHECK_MS);
+    expect(otherEvents.ended).to.equal(false);
+    expect(otherChanges.ended).to.equal(false);
+    await recv(inbox.id, 2);
+    await otherEvents.waitFor(2);
+    expect(otherEvents.frames.map((f) => f.event)).to.deep.equal(['message.received', 'message.received']);
+  });
+
+  it('an expired token ends its stream', async () => {
+    const A = await addInbox(s, p);
+    const c = await stream(`${s.base}/events?inboxes=${A}`, { token: await p.token(['events:read'], { expiresInSeconds: 1 }) });
+    await ends(c, 1000 + RECHECK_MS + SLACK_MS);
+    lastFrameIsError(c, /^API token expired$/);
+  });
+
+  it('an expired session: its event stream and inbox stream end with a final error frame', async () => {
+    const inbox = await p.inbox();
+    const session = await p.session({ expiresInSeconds: 1 });
+    const events = await stream(`${s.app}/events?inboxes=${inbox.id}`, { session });
+    const changes = await stream(`${s.app}/inboxes/${inbox.id}/events`, { session });
+    const lasting = await stream(`${s.app}/events?inboxes=${inbox.id}`, { session: await p.session() });
+    await Promise.all([ends(events, 1000 + RECHECK_MS + SLACK_MS), ends(changes, 1000 + RECHECK_MS + SLACK_MS)]);
+    lastFrameIsError(events, /^session expired$/);
+    lastFrameIsError(changes, /^session expired$/);
+    expect(lasting.ended).to.equal(false);
+  });
+
+  it("a withdrawn grant: the member's streams of that inbox end, and its \"every inbox\" stream stops showing it", async () => {
+    const memberId = await p.member();
+    const A = await p.inbox({ memberId });
+    const B = await addInbox(s, p, { memberId });
+    const token = await p.token(['events:read', 'messages:read'], { memberId });
+    const everything = await stream(`${s.base}/events`, { token });
+    const namedA = await stream(`${s.base}/events?inboxes=${A.id}`, { token });
+    const namedB = await stream(`${s.base}/events?inboxes=${B}`, { token });
+    const changesA = await stream(`${s.base}/inboxes/${A.id}/events`, { token });
+    // The project's first member keeps its own grant on A.
+    await s.postern.admin.grant(p.memberId, A.id, 'owner');
+    const owner = await stream(`${s.base}/events?inboxes=${A.id}`, { token: await p.token(['events:read']) });
+
+    await recv(A.id, 10);
+    await recv(B, 11);
+    await everything.waitFor(2);
+    expect(everything.events().map((e) => e.containerid)).to.deep.equal([A.id, B]);
+
+    await s.postern.admin.revoke(memberId, A.id);
+    await Promise.all([ends(namedA), ends(changesA)]);
+    lastFrameIsError(namedA, /^inbox not found$/);
+    lastFrameIsError(changesA, /^inbox not found$/);
+    // Every stream of the credential was re-checked in that pass; one more interval for margin.
+    await sleep(RECHECK_MS);
+
+    await recv(A.id, 12);
+    await recv(B, 13);
+    await everything.waitFor(3);
+    await namedB.waitFor(2);
+    await owner.waitFor(2);
+    await sleep(100);
+    // Only B's event reached the member's "every inbox" stream, which is still open.
+    expect(everything.events().map((e) => [e.containerid, e.data])).to.deep.equal([
+      [A.id, { msgId: MSG(10) }],
+      [B, { msgId: MSG(11) }],
+      [B, { msgId: MSG(13) }],
+    ]);
+    expect(everything.ended).to.equal(false);
+    expect(namedB.ended).to.equal(false);
+    expect(namedB.events().map((e) => e.data)).to.deep.equal([{ msgId: MSG(11) }, { msgId: MSG(13) }]);
+    // Someone else's access to A is untouched.
+    expect(owner.ended).to.equal(false);
+    expect(owner.events().map((e) => e.data)).to.deep.equal([{ msgId: MSG(10) }, { msgId: MSG(12) }]);
+
+    // A grant given back reaches the "every inbox" stream at the next re-check.
+    await s.postern.admin.grant(memberId, A.id, 'reader');
+    await sleep(3 * RECHECK_MS);
+    await recv(A.id, 14);
+    await everything.waitFor(4);
+    expect(everything.events().at(-1)).to.deep.include({ containerid: A.id, data: { msgId: MSG(14) } });
+  });
+
+  it('re-checks each credential once per pass, however many streams share it', async () => {
+    const A = await addInbox(s, p);
+    const token = await p.token(['events:read']);
+    for (let i = 0; i < 20; i++) await stream(`${s.base}/events?inboxes=${A}`, { token });
+    const access = s.postern.access;
+    const original = access.authenticateToken.bind(access);
+    const seen: string[] = [];
+    access.authenticateToken = (header) => {
+      seen.push(header ?? '');
+      return original(header);
+    };
+    try {
+      await sleep(3 * RECHECK_MS + 100);
+    } finally {
+      access.authenticateToken = original;
+    }
+    const ours = seen.filter((h) => h.endsWith(token));
+    // About one per pass (3 or 4 passes), never one per stream.
+    expect(ours.length).to.be.within(2, 6);
+  });
+});
