@@ -1,9 +1,15 @@
 // Changes to mail reach the project event log as message.added / message.flags /
 // message.removed, whoever made them (a mail app over IMAP, or the API), in the order applied.
+import { join } from 'node:path';
 import { expect } from 'chai';
-import { call, json, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
-import { append, mailApp, until } from './mail-fixtures.ts';
-import type { WireEvent } from './events-helpers.ts';
+import { ImapFlow } from 'imapflow';
+import { pino } from 'pino';
+import { loadConfig } from '../lib/config.ts';
+import { createPostern, type Postern } from '../lib/server.ts';
+import { call, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { append, mailApp, SseReader, until } from './mail-fixtures.ts';
+import { EventLogError, SYSTEM_ACTOR } from '../lib/events/log.ts';
+import { addInbox, post, register, type WireEvent } from './events-helpers.ts';
 
 describe('mail changes in the project event log', () => {
   let s: TestServer;
@@ -63,5 +69,196 @@ describe('mail changes in the project event log', () => {
     } finally {
       await client.logout();
     }
+  });
+
+  it('record() with a dedupeKey stores the event once, in a key space clients cannot reach', async () => {
+    const inboxId = await addInbox(s, p);
+    const writer = await p.token(['events:write']);
+    const reader = await p.token(['events:read', 'project:read']);
+    const msgId = `msg_${'1'.repeat(26)}`;
+    const input = { type: 'message.added', projectId: p.projectId, inboxId, actor: SYSTEM_ACTOR, subject: msgId, data: { msgId, uid: 7 }, dedupeKey: 'k-1' };
+    const first = await s.postern.events.record(input);
+    expect(first?.eventId).to.match(/^evt_/);
+    expect(await s.postern.events.record(input)).to.equal(null);
+    // At once too (one group commit): still nothing more.
+    expect((await Promise.all(Array.from({ length: 10 }, () => s.postern.events.record(input)))).filter((r) => r !== null)).to.have.length(0);
+    // The same key for another event is the caller's bug, and stores nothing.
+    const reused = await s.postern.events.record({ ...input, data: { msgId, uid: 8 } }).catch((e: unknown) => e);
+    expect(reused).to.be.instanceOf(EventLogError);
+
+    // A client whose Idempotency-Key is the same text has its own key: a new event, then its
+    // own duplicate. And record()'s key is still taken.
+    await register(s, writer, { name: 'ext.key.tested', description: 'keys do not collide' });
+    const posted = await post(s, writer, { type: 'ext.key.tested' }, { 'idempotency-key': 'k-1' });
+    expect(posted.status).to.equal(201);
+    const { id } = await json<{ id: string }>(posted);
+    const again = await post(s, writer, { type: 'ext.key.tested' }, { 'idempotency-key': 'k-1' });
+    expect(again.status).to.equal(200);
+    expect(await json(again)).to.deep.equal({ id, duplicate: true });
+    expect(await s.postern.events.record(input)).to.equal(null);
+    // Internal keys are stored behind a non-ASCII prefix (U+2699): a client key never has one,
+    // even through publish() directly.
+    const stored = s.postern.db.prepare("SELECT key FROM event_idempotency WHERE project_id = ? AND key LIKE '%k-1' ORDER BY key").all(p.projectId) as Array<{ key: string }>;
+    expect(stored.map((r) => r.key)).to.deep.equal(['k-1', '\u2699k-1']);
+    const smuggled = await s.postern.events.publish({ projectId: p.projectId, actor: SYSTEM_ACTOR, type: 'ext.key.tested', idempotencyKey: '\u2699k-1' }).catch((e: unknown) => e);
+    expect(smuggled).to.have.property('status', 400);
+
+    const res = await call(`${s.base}/events?types=message.added,ext.key.tested`, { token: reader });
+    const { events } = await json<{ events: WireEvent[] }>(res);
+    expect(events.filter((e) => e.containerid === inboxId || e.type === 'ext.key.tested').map((e) => e.id)).to.deep.equal([first!.eventId, id]);
+  });
+});
+
+/**
+ * Holds each answered UID FETCH (the command whose rows a sync diffs against the index) until
+ * another one is answered too, or 300 ms pass. Two instances syncing at once have then both
+ * computed their diff from the same index before either applies it: the race between processes
+ * is made certain instead of merely likely. Returns the undo.
+ */
+function holdFetchesInPairs(): () => void {
+  type Exec = (this: ImapFlow, command: string, ...rest: unknown[]) => Promise<unknown>;
+  const proto = ImapFlow.prototype as unknown as { exec: Exec };
+  const original = proto.exec;
+  let waiting: (() => void) | null = null;
+  proto.exec = async function (command, ...rest) {
+    const result = await original.call(this, command, ...rest);
+    if (command !== 'UID FETCH') return result;
+    if (waiting) {
+      waiting();
+      return result;
+    }
+    await new Promise<void>((resolve) => {
+      const release = () => {
+        clearTimeout(timer);
+        if (waiting === release) waiting = null;
+        resolve();
+      };
+      const timer = setTimeout(release, 300);
+      waiting = release;
+    });
+    return result;
+  };
+  return () => {
+    proto.exec = original;
+  };
+}
+
+// Several Postern processes share one store and each runs its own IMAP sync: two of them can
+// detect the same change at once. Each change must still be in the log exactly once.
+describe('mail changes in the event log: two Postern instances on one store', function () {
+  this.timeout(120_000);
+  let a: TestServer;
+  let b: Postern;
+  let bBase: string;
+  let p: TestProject;
+  const streams: SseReader[] = [];
+  let release: () => void = () => undefined;
+
+  before(async () => {
+    release = holdFetchesInPairs();
+    a = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0' });
+    b = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), POSTERN_EVENTS_SETTLE_MS: '0' })), pino({ level: 'silent' }));
+    bBase = `${(await b.listen()).url}/v1`;
+    p = await newProject(a);
+  });
+  afterEach(async () => {
+    for (const r of streams.splice(0)) await r.close();
+  });
+  after(async () => {
+    release();
+    await b?.close();
+    await a?.close();
+  });
+
+  /** What a test compares of a mail event: its type, label and flags (or UID). */
+  const sig = (e: WireEvent) => `${e.type} ${e.data!.labelId} ${JSON.stringify(e.data!.flags ?? e.data!.uid ?? '')}`;
+
+  /**
+   * A mail app appends, flags, unflags and flags again (the same flags twice, at two modseqs:
+   * two changes), moves and expunges. After each step `sync` has both instances learn of it, and
+   * the step is done once the log holds its events. Then both look again, and every change must
+   * be in the log exactly once.
+   */
+  async function expectEachChangeOnce(inbox: TestInbox, token: string, labels: Record<string, string>, sync: () => Promise<unknown>) {
+    const log = async () => {
+      const res = await call(`${a.base}/events?inboxes=${inbox.id}&limit=500`, { token });
+      expect(res.status).to.equal(200);
+      return (await json<{ events: WireEvent[] }>(res)).events;
+    };
+    const expected: string[] = [];
+    const app = await mailApp(inbox);
+    let uid = 0;
+    let movedUid = 0;
+    try {
+      const step = async (change: () => Promise<unknown>, wanted: () => string[]) => {
+        await change();
+        await sync();
+        expected.push(...wanted());
+        await until(`${wanted().join(', ')} in the log`, async () => {
+          const have = (await log()).map(sig);
+          return expected.every((w) => have.filter((h) => h === w).length >= expected.filter((x) => x === w).length);
+        });
+      };
+      const { INBOX, Archive } = labels;
+      await step(async () => (uid = await append(app, 'INBOX', { subject: 'two instances' })), () => [`message.added ${INBOX} ${uid}`]);
+      await app.mailboxOpen('INBOX');
+      await step(() => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
+      await step(() => app.messageFlagsRemove(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} []`]);
+      await step(() => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
+      await step(
+        async () => {
+          const moved = await app.messageMove(String(uid), 'Archive', { uid: true });
+          movedUid = moved && moved.uidMap ? moved.uidMap.get(uid)! : 0;
+        },
+        () => [`message.added ${Archive} ${movedUid}`, `message.removed ${INBOX} ""`],
+      );
+      expect(movedUid).to.be.above(0);
+      await app.mailboxOpen('Archive');
+      await step(() => app.messageDelete(String(movedUid), { uid: true }), () => [`message.removed ${Archive} ""`]);
+    } finally {
+      await app.logout();
+    }
+    // Both instances look once more, and whatever either still had in flight lands.
+    await sync();
+    await new Promise((r) => setTimeout(r, 1500));
+    await sync();
+    const events = await log();
+    const msgId = events[0]!.data!.msgId;
+    expect(events.every((e) => e.data!.msgId === msgId && e.subject === msgId), 'one message throughout').to.equal(true);
+    // The move is a removal from one label and an addition to another, in whichever order the
+    // sync met the two labels.
+    const seen = events.map(sig);
+    expect([...seen.slice(0, 4), ...seen.slice(4, 6).sort(), ...seen.slice(6)]).to.deep.equal(expected);
+    // The inbox's stream has no gaps: nothing was appended and then taken back.
+    const seqs = events.map((e) => Number(e.sequence));
+    expect(seqs).to.deep.equal(seqs.map((_, i) => seqs[0]! + i));
+  }
+
+  const labelsOf = async (base: string, inbox: TestInbox, token: string) => {
+    const res = await call(`${base}/inboxes/${inbox.id}/labels`, { token });
+    expect(res.status).to.equal(200);
+    const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(res);
+    return Object.fromEntries(labels.map((l) => [l.name, l.id])) as Record<string, string>;
+  };
+
+  it('both reading the inbox at the same moment: each change once', async () => {
+    const inbox = await p.inbox();
+    const token = await p.token(['messages:read', 'events:read']);
+    const labels = await labelsOf(a.base, inbox, token);
+    await labelsOf(bBase, inbox, token);
+    await expectEachChangeOnce(inbox, token, labels, () => Promise.all([labelsOf(a.base, inbox, token), labelsOf(bBase, inbox, token)]));
+  });
+
+  it('both holding a live watcher (and reading): each change once', async () => {
+    const inbox = await p.inbox();
+    const token = await p.token(['messages:read', 'events:read']);
+    const labels = await labelsOf(a.base, inbox, token);
+    for (const base of [a.base, bBase]) {
+      const abort = new AbortController();
+      const res = await call(`${base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+      expect(res.status).to.equal(200);
+      streams.push(new SseReader(res, abort));
+    }
+    await expectEachChangeOnce(inbox, token, labels, () => Promise.all([labelsOf(a.base, inbox, token), labelsOf(bBase, inbox, token)]));
   });
 });

@@ -80,22 +80,27 @@ class Batch {
   }
 }
 
-const added = (msgGuid: string, labelGuid: string, uid: number): LiveChange => ({
+// Each change also says where in IMAP it happened (`at`): label, UIDVALIDITY, UID and, for
+// flags, the MODSEQ. That is what makes it one change when two processes both see it.
+const added = (msgGuid: string, labelGuid: string, uidValidity: number, uid: number): LiveChange => ({
   type: 'message.added',
   msgId: idFromGuid('msg', msgGuid),
   labelId: idFromGuid('lbl', labelGuid),
   uid,
+  at: { labelGuid, uidValidity, uid },
 });
-const removed = (l: Pick<Location, 'msgGuid' | 'labelGuid'>): LiveChange => ({
+const removed = (l: Pick<Location, 'msgGuid' | 'labelGuid' | 'uid'>, uidValidity: number): LiveChange => ({
   type: 'message.removed',
   msgId: idFromGuid('msg', l.msgGuid),
   labelId: idFromGuid('lbl', l.labelGuid),
+  at: { labelGuid: l.labelGuid, uidValidity, uid: l.uid },
 });
-const flagsChanged = (l: Pick<Location, 'msgGuid' | 'labelGuid'>, flags: string[]): LiveChange => ({
+const flagsChanged = (l: Pick<Location, 'msgGuid' | 'labelGuid' | 'uid'>, uidValidity: number, modseq: number, flags: string[]): LiveChange => ({
   type: 'message.flags',
   msgId: idFromGuid('msg', l.msgGuid),
   labelId: idFromGuid('lbl', l.labelGuid),
   flags: fromImapFlags(flags).flags,
+  at: { labelGuid: l.labelGuid, uidValidity, uid: l.uid, modseq },
 });
 
 const sameFlags = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((f, i) => f === b[i]);
@@ -139,7 +144,7 @@ export class IndexSync {
     // Labels deleted on the server: their messages left them.
     for (const gone of known.values()) {
       const locations = this.store.dropLabel(inbox.id, gone.guid);
-      if (publish && locations.length > 0) publish(inbox.id, locations.map(removed));
+      if (publish && locations.length > 0) publish(inbox.id, locations.map((l) => removed(l, gone.uidValidity)));
     }
     if (!seeded) this.store.markSeeded(inbox.id, true);
     await unselect(client);
@@ -171,15 +176,15 @@ export class IndexSync {
       await this.fill(client, inbox, target, batch, { ...base, uidNext: 1, highestModseq: 0 });
     } else if (state.uidValidity !== uidValidity) {
       // A new UIDVALIDITY re-seeds, reporting only what differs by GUID.
-      await this.reseed(client, inbox, target, { ...base, highestModseq: modseqAtOpen }, batch);
+      await this.reseed(client, inbox, target, { ...base, highestModseq: modseqAtOpen }, state.uidValidity, batch);
     } else {
       if (state.uidNext > 1 && modseqAtOpen > state.highestModseq) {
         await uidFetch(
           client,
           `1:${state.uidNext - 1}`,
           FLAG_ITEMS,
-          (row) => this.flagRow(inbox.id, labelGuid, row, batch),
-          { changedSince: state.highestModseq, onVanished: (ranges) => this.vanished(inbox.id, labelGuid, ranges, batch) },
+          (row) => this.flagRow(inbox.id, labelGuid, uidValidity, row, batch),
+          { changedSince: state.highestModseq, onVanished: (ranges) => this.vanished(inbox.id, labelGuid, uidValidity, ranges, batch) },
         );
       }
       if (uidNextAtOpen > state.uidNext) {
@@ -188,7 +193,7 @@ export class IndexSync {
         await uidFetch(client, `${state.uidNext}:*`, FULL_ITEMS, (row) => {
           if (row.uid < state.uidNext) return;
           batch.progress = { ...base, uidNext: row.uid + 1, highestModseq: state.highestModseq };
-          this.newRow(inbox.id, labelGuid, row, batch);
+          this.newRow(inbox.id, labelGuid, uidValidity, row, batch);
         });
       }
     }
@@ -202,7 +207,7 @@ export class IndexSync {
     const status = await client.status(box.path, { messages: true });
     const serverCount = status && typeof status.messages === 'number' ? status.messages : null;
     if (serverCount !== null && serverCount !== this.store.countIn(inbox.id, labelGuid)) {
-      await this.reconcile(client, inbox.id, labelGuid, uidNext, batch);
+      await this.reconcile(client, inbox.id, labelGuid, uidValidity, uidNext, batch);
     }
     batch.flush({ guid: labelGuid, path: box.path, specialUse: box.specialUse, uidValidity, uidNext, highestModseq: modseqAtOpen });
     return true;
@@ -213,10 +218,10 @@ export class IndexSync {
     return top?.location.uid ?? 0;
   }
 
-  private newRow(inboxId: string, labelGuid: string, row: FetchedRow, batch: Batch): void {
+  private newRow(inboxId: string, labelGuid: string, uidValidity: number, row: FetchedRow, batch: Batch): void {
     if (!row.message || !row.flags) return;
     const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
-    batch.add({ op: 'put', message: row.message, location }, this.isNews(inboxId, location) ? added(row.message.guid, labelGuid, row.uid) : null);
+    batch.add({ op: 'put', message: row.message, location }, this.isNews(inboxId, location) ? added(row.message.guid, labelGuid, uidValidity, row.uid) : null);
   }
 
   /** Not already indexed at this label and UID (a retried pass fetches rows it already has). */
@@ -225,19 +230,19 @@ export class IndexSync {
     return known?.msgGuid !== l.msgGuid;
   }
 
-  private flagRow(inboxId: string, labelGuid: string, row: FetchedRow, batch: Batch): void {
+  private flagRow(inboxId: string, labelGuid: string, uidValidity: number, row: FetchedRow, batch: Batch): void {
     if (!row.flags) return;
     const [known] = this.store.locations(inboxId, labelGuid, [row.uid]);
     if (!known || sameFlags(known.flags, row.flags)) return;
-    batch.add({ op: 'flags', labelGuid, uid: row.uid, modseq: row.modseq, flags: row.flags }, flagsChanged(known, row.flags));
+    batch.add({ op: 'flags', labelGuid, uid: row.uid, modseq: row.modseq, flags: row.flags }, flagsChanged(known, uidValidity, row.modseq, row.flags));
   }
 
-  private vanished(inboxId: string, labelGuid: string, ranges: Array<[number, number]>, batch: Batch): void {
+  private vanished(inboxId: string, labelGuid: string, uidValidity: number, ranges: Array<[number, number]>, batch: Batch): void {
     for (const [from, to] of ranges) {
       // The server may name UIDs we never had; only what the index holds is removed.
       for (let after = from - 1; ; ) {
         const rows = this.store.uidsOf(inboxId, labelGuid, after, 1000).filter((r) => r.uid <= to);
-        for (const r of rows) batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid }));
+        for (const r of rows) batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
         if (rows.length < 1000) break;
         after = rows.at(-1)!.uid;
       }
@@ -252,7 +257,7 @@ export class IndexSync {
       // The first range starts at UID 1 and arrives in UID order: every UID below this row's is in.
       if (first) into.progress = { ...progress, uidNext: row.uid + 1 };
       const news = into.publishing && this.isNews(inbox.id, location);
-      into.add({ op: 'put', message: row.message, location }, news ? added(row.message.guid, labelGuid, row.uid) : null);
+      into.add({ op: 'put', message: row.message, location }, news ? added(row.message.guid, labelGuid, box.uidValidity, row.uid) : null);
     });
     batch.flush();
   }
@@ -263,12 +268,20 @@ export class IndexSync {
    * and a refill that fails keeps the old rows (and ids) for the next pass to try again. Only
    * GUID-level differences are announced, once the swap is committed.
    */
-  private async reseed(client: ImapFlow, inbox: MailInbox, box: FillTarget, state: Omit<LabelState, 'uidNext'>, batch: Batch): Promise<void> {
+  private async reseed(
+    client: ImapFlow,
+    inbox: MailInbox,
+    box: FillTarget,
+    state: Omit<LabelState, 'uidNext'>,
+    oldUidValidity: number,
+    batch: Batch,
+  ): Promise<void> {
     const labelGuid = box.guid;
-    const before = new Set<string>();
+    // Each GUID the label held, at its lowest old UID (a removal is named by where it was).
+    const before = new Map<string, number>();
     for (let after = 0; ; ) {
       const rows = this.store.uidsOf(inbox.id, labelGuid, after, 5000);
-      for (const r of rows) before.add(r.msgGuid);
+      for (const r of rows) if (!before.has(r.msgGuid)) before.set(r.msgGuid, r.uid);
       if (rows.length < 5000) break;
       after = rows.at(-1)!.uid;
     }
@@ -281,12 +294,14 @@ export class IndexSync {
       after.add(row.message.guid);
       top = Math.max(top, row.uid);
       const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
-      if (batch.publishing && !before.has(row.message.guid)) news.push(added(row.message.guid, labelGuid, row.uid));
+      if (batch.publishing && !before.has(row.message.guid)) news.push(added(row.message.guid, labelGuid, box.uidValidity, row.uid));
       into.add({ op: 'stage', message: row.message, location }, null);
     });
     staged.flush();
     this.store.commitStaged(inbox.id, { ...state, uidNext: Math.max(box.uidNext, top + 1) });
-    const gone = [...before].filter((g) => !after.has(g)).map((msgGuid) => removed({ msgGuid, labelGuid }));
+    const gone = [...before]
+      .filter(([msgGuid]) => !after.has(msgGuid))
+      .map(([msgGuid, uid]) => removed({ msgGuid, labelGuid, uid }, oldUidValidity));
     batch.announce([...news, ...gone]);
   }
 
@@ -341,7 +356,7 @@ export class IndexSync {
   }
 
   /** Settles the index against the server's full UID list of the label. */
-  private async reconcile(client: ImapFlow, inboxId: string, labelGuid: string, uidNext: number, batch: Batch): Promise<void> {
+  private async reconcile(client: ImapFlow, inboxId: string, labelGuid: string, uidValidity: number, uidNext: number, batch: Batch): Promise<void> {
     const found = await client.search({ all: true }, { uid: true });
     const onServer = new Set(found || []);
     this.log.debug({ inboxId, labelGuid, server: onServer.size }, 'reconciling a label by its UID list');
@@ -349,7 +364,7 @@ export class IndexSync {
     for (let after = 0; ; ) {
       const rows = this.store.uidsOf(inboxId, labelGuid, after, 5000);
       for (const r of rows) {
-        if (!onServer.has(r.uid)) batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid }));
+        if (!onServer.has(r.uid)) batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
         else onServer.delete(r.uid);
       }
       if (rows.length < 5000) break;
@@ -358,7 +373,7 @@ export class IndexSync {
     // UIDs the index lacks below uidNext (at or above it, the next pass fetches them).
     for (const uid of onServer) if (uid < uidNext) missing.push(uid);
     if (missing.length > 0) {
-      await uidFetch(client, missing.join(','), FULL_ITEMS, (row) => this.newRow(inboxId, labelGuid, row, batch));
+      await uidFetch(client, missing.join(','), FULL_ITEMS, (row) => this.newRow(inboxId, labelGuid, uidValidity, row, batch));
     }
   }
 }

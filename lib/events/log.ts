@@ -11,6 +11,7 @@
 //     subject: msgId,                    // optional, ≤ 256 characters: what it is about
 //     data: { msgId, part: 'content' },  // must match the type's data schema
 //     causationId, correlationId,        // optional, ≤ 256 characters each
+//     dedupeKey,                         // optional: what makes this happening one, see below
 //   });
 //   stored.eventId    // evt_…
 //   stored.cursor     // where a reader resumes after it
@@ -19,13 +20,20 @@
 // - Resolves once the event is committed: it has its place in the log (position, per-stream
 //   sequence, recorded time) and will be seen by every paged read after the settle delay and by
 //   every live stream at once (this instance and, with Redis, the others).
+// - With a `dedupeKey`, the event is recorded at most once per project and key within 24 hours,
+//   across every process sharing the store: the key is checked and stored in the event's own
+//   write transaction. When the key was already recorded, record() resolves with null and
+//   stores nothing. Derive the key from what the happening is (the mail sync uses label,
+//   UIDVALIDITY, UID and MODSEQ), never from when or by whom it was seen. Reusing a key for
+//   another event (another type, inbox, subject or data) is a bug: EventLogError.
+//   Without a key, record() never resolves with null (its type says so).
 // - Rejects with an EventLogError (a bug in the caller, served as 500) when the type is unknown
 //   or the data does not match its schema; nothing is stored then.
 // - Visibility, class and source come from the type: callers never choose who can read it.
 // - Never call it inside another store transaction; it opens its own.
 import { createHash } from 'node:crypto';
 import type { Bus } from '../bus.ts';
-import { unprocessable } from '../errors.ts';
+import { badRequest, unprocessable } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
 import { BUILTIN_TYPES, builtinType, EXT_NAME, extSchemaId, extSource, schemaForFields } from './catalog.ts';
 import { encodeCursor } from './cursor.ts';
@@ -53,6 +61,8 @@ export interface RecordInput {
   data?: EventData;
   causationId?: string;
   correlationId?: string;
+  /** Records the event at most once per project and key (24 h). See the contract above. */
+  dedupeKey?: string;
 }
 
 export interface Recorded extends StoredEvent {
@@ -99,6 +109,18 @@ export interface EventLogOptions {
 
 const ACTOR = /^(?:(?:mem|tok)_[0-9A-Z]{26}|sys_[A-Za-z0-9_-]{1,64})$/;
 
+/**
+ * Clients' Idempotency-Keys (POST /events) and record()'s dedupe keys share event_idempotency:
+ * one index, one 24 h lifetime, one purge, no migration. They cannot meet: a client key is 1-255
+ * visible ASCII characters (checked by the route, and again by publish()), while every internal
+ * key is stored behind this prefix, U+2699, which is not ASCII. Node even decodes header bytes as
+ * Latin-1 (U+0000-U+00FF), so no request could carry it were the check ever loosened.
+ */
+const INTERNAL_KEY_PREFIX = '\u2699';
+/** What publish() accepts as a client's key (the route answers 400 for anything else). */
+const CLIENT_KEY = /^[\x21-\x7e]{1,255}$/;
+const MAX_DEDUPE_KEY = 512;
+
 /** JSON with object keys sorted, so the same request always has the same fingerprint. */
 function canonical(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
@@ -111,6 +133,11 @@ function canonical(value: unknown): string {
       .join(',')}}`;
   }
   return JSON.stringify(value);
+}
+
+/** SHA-256 of the canonical JSON of what an event says: the same request, the same fingerprint. */
+function fingerprint(request: { type: string; subject: string | undefined; inbox: string | null | undefined; data: EventData | undefined }): string {
+  return createHash('sha256').update(canonical(request)).digest('base64url');
 }
 
 // Registered types as EventTypes, keyed by everything the stored row says (two compatible
@@ -160,7 +187,10 @@ export class EventLog {
   }
 
   /** Records one built-in event. See the contract at the top of this file. */
-  async record(input: RecordInput): Promise<Recorded> {
+  record(input: RecordInput & { dedupeKey?: undefined }): Promise<Recorded>;
+  /** With a dedupeKey: null when the key was already recorded (nothing is stored then). */
+  record(input: RecordInput): Promise<Recorded | null>;
+  async record(input: RecordInput): Promise<Recorded | null> {
     const type = builtinType(input.type);
     if (!type) throw new EventLogError(`record(): unknown event type ${input.type}; add it to lib/events/catalog.ts`);
     if (!isId('prj', input.projectId)) throw new EventLogError(`record(): projectId must be a prj_ id, got ${input.projectId}`);
@@ -175,6 +205,10 @@ export class EventLog {
     const data = input.data ?? {};
     const wrong = checkData(type.dataSchema, data);
     if (wrong) throw new EventLogError(`record(): ${input.type}: ${wrong}`);
+    const key = input.dedupeKey;
+    if (key !== undefined && (typeof key !== 'string' || key.length === 0 || key.length > MAX_DEDUPE_KEY)) {
+      throw new EventLogError(`record(): dedupeKey must be a string of 1 to ${MAX_DEDUPE_KEY} characters`);
+    }
     const result = await this.append({
       type,
       projectId: input.projectId,
@@ -185,9 +219,14 @@ export class EventLog {
       data: input.data,
       causationId: input.causationId,
       correlationId: input.correlationId,
+      ...(key !== undefined
+        ? { idempotency: { key: INTERNAL_KEY_PREFIX + key, fingerprint: fingerprint({ type: input.type, subject: input.subject, inbox: inboxId, data: input.data }) } }
+        : {}),
     });
-    if (result.duplicate) throw new EventLogError('record(): unexpected duplicate');
-    return result.stored;
+    if (!result.duplicate) return result.stored;
+    if (key === undefined) throw new EventLogError('record(): unexpected duplicate');
+    if (!result.sameRequest) throw new EventLogError(`record(): dedupeKey ${key} was already recorded for another event (${result.eventId})`);
+    return null;
   }
 
   /**
@@ -202,9 +241,10 @@ export class EventLog {
     const type = extType(stored);
     const wrong = checkData(type.dataSchema, input.data ?? {});
     if (wrong) throw unprocessable(`${input.type} v${type.version}: ${wrong}`);
-    const fingerprint = createHash('sha256')
-      .update(canonical({ type: input.type, subject: input.subject, inbox: input.inboxId, data: input.data }))
-      .digest('base64url');
+    // The route checks this too; here it keeps clients out of record()'s keys whoever calls.
+    if (input.idempotencyKey !== undefined && !CLIENT_KEY.test(input.idempotencyKey)) {
+      throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
+    }
     const result = await this.append({
       type,
       projectId: input.projectId,
@@ -213,7 +253,9 @@ export class EventLog {
       actor: input.actor,
       subject: input.subject,
       data: input.data,
-      ...(input.idempotencyKey ? { idempotency: { key: input.idempotencyKey, fingerprint } } : {}),
+      ...(input.idempotencyKey
+        ? { idempotency: { key: input.idempotencyKey, fingerprint: fingerprint({ type: input.type, subject: input.subject, inbox: input.inboxId, data: input.data }) } }
+        : {}),
     });
     if (!result.duplicate) return { duplicate: false, id: result.stored.eventId, cursor: result.stored.cursor };
     if (!result.sameRequest) {

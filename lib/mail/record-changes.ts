@@ -3,6 +3,11 @@
 // when Postern's index learns of it: at once for an inbox with a live watcher, otherwise at the
 // next read of the inbox. `message.received` (arrival from outside) needs the delivery ingress
 // and is not recorded from here.
+//
+// Exactly once across processes: every Postern process sharing the store syncs on its own, and
+// two of them can detect the same change at the same moment (the diff is computed against the
+// shared index outside the write that applies it). So each event carries a dedupe key naming the
+// change itself, and the log stores the first of them only (EventLog.record, dedupeKey).
 import type { DirectoryStore } from '../directory/store.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
@@ -10,6 +15,20 @@ import type { LiveChange } from './types.ts';
 
 interface Logger {
   warn(obj: object, msg: string): void;
+}
+
+/**
+ * What makes a change this change, whichever process saw it: a UID is never reused in a label
+ * within one UIDVALIDITY, so label + UIDVALIDITY + UID names an addition or a removal. Flags can
+ * go back and forth (flagged, unflagged, flagged again: three changes, two with the same flags),
+ * so a flag change is named by the MODSEQ the server gave that state. Without a MODSEQ (a server
+ * without CONDSTORE) there is no safe key: recording a rare duplicate beats dropping a change.
+ */
+export function dedupeKeyOf(inboxId: string, change: LiveChange): string | undefined {
+  const { labelGuid, uidValidity, uid, modseq } = change.at;
+  const where = `${change.type}:${inboxId}:${labelGuid}:${uidValidity}:${uid}`;
+  if (change.type !== 'message.flags') return where;
+  return modseq !== undefined && modseq > 0 ? `${where}:${modseq}` : undefined;
 }
 
 function dataOf(change: LiveChange): EventData {
@@ -45,10 +64,19 @@ export class MailChangeRecorder {
   private async record(inboxId: string, changes: readonly LiveChange[]): Promise<void> {
     const inbox = await this.directory.getInbox(inboxId);
     if (!inbox) return;
-    // Issued together, in order: one commit for the batch, positions in the order applied.
+    // Issued together, in order: one commit for the batch, positions in the order applied. A
+    // change another process recorded first resolves with null here.
     await Promise.all(
       changes.map((c) =>
-        this.events.record({ type: c.type, projectId: inbox.projectId, inboxId, actor: SYSTEM_ACTOR, subject: c.msgId, data: dataOf(c) }),
+        this.events.record({
+          type: c.type,
+          projectId: inbox.projectId,
+          inboxId,
+          actor: SYSTEM_ACTOR,
+          subject: c.msgId,
+          data: dataOf(c),
+          dedupeKey: dedupeKeyOf(inboxId, c),
+        }),
       ),
     );
   }

@@ -44,13 +44,40 @@ export interface MessageDetail {
   inReplyTo?: string;
 }
 
-/** Spec 2.12. `labelId` also rides on message.flags: IMAP flags belong to a message in a label. */
+/**
+ * Where in IMAP a change happened: what makes it this change and no other, whichever process
+ * sees it. A UID is never reused in a label within one UIDVALIDITY, so label + UIDVALIDITY + UID
+ * names an addition or a removal; flags can go back and forth, so a flag change also needs the
+ * MODSEQ the server gave it. Internal: never sent to clients.
+ */
+export interface ChangePoint {
+  labelGuid: string;
+  uidValidity: number;
+  uid: number;
+  /** message.flags only: the message's MODSEQ with these flags. */
+  modseq?: number;
+}
+
+/**
+ * A change the index applied. Spec 2.12 is every field but `at`, which is internal (what the
+ * event log keys the change on) and is left out of what clients get (publicChange).
+ * `labelId` also rides on message.flags: IMAP flags belong to a message in a label.
+ */
 export interface LiveChange {
   type: 'message.added' | 'message.removed' | 'message.flags';
   msgId: string;
   labelId?: string;
   uid?: number;
   flags?: Flag[];
+  at: ChangePoint;
+}
+
+/** A LiveChange as spec 2.12 has it: what the inbox stream sends. */
+export type PublicChange = Omit<LiveChange, 'at'>;
+
+export function publicChange(change: LiveChange): PublicChange {
+  const { at: _internal, ...rest } = change;
+  return rest;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,14 +2,15 @@
 import type { Access } from '../../auth/access.ts';
 import type { Config } from '../../config.ts';
 import type { MailService } from '../../mail/service.ts';
-import type { LiveChange } from '../../mail/types.ts';
+import { publicChange, type LiveChange } from '../../mail/types.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import type { AppRouter } from '../context.ts';
 import { framer, SseStream } from '../sse.ts';
 import type { StreamGuard } from '../stream-guard.ts';
 
-// Every subscriber of an inbox receives the same change object: serialize it once for all.
-const frameOf = framer((change: LiveChange) => ({ event: change.type, data: JSON.stringify(change) }));
+// Every subscriber of an inbox receives the same change object: serialize it once for all,
+// as spec 2.12 has it (without the internal `at`).
+const frameOf = framer((change: LiveChange) => ({ event: change.type, data: JSON.stringify(publicChange(change)) }));
 
 export function inboxEventRoutes(access: Access, mail: MailService, stream: Config['stream'], guard: StreamGuard) {
   return (router: AppRouter): void => {
