@@ -56,6 +56,15 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
     await expectError(await call(`${s.base}/events?after=nonsense`, { headers: stream, token: reader }), 400);
   });
 
+  it('HEAD answers with the stream\'s headers at once and holds nothing open', async () => {
+    const before = s.postern.events.live.subscriberCount();
+    const res = await call(`${s.base}/events`, { method: 'HEAD', headers: { accept: 'text/event-stream' }, token: reader, signal: AbortSignal.timeout(2000) });
+    expect(res.status).to.equal(200);
+    expect(res.headers.get('content-type')).to.match(/^text\/event-stream/);
+    expect(await res.text()).to.equal('');
+    expect(s.postern.events.live.subscriberCount()).to.equal(before);
+  });
+
   it('filters live events exactly as pages do; sessions see no actor', async () => {
     const session = await SseClient.open(`${s.app}/events?inboxes=${A}`, { session: await p.session() });
     const typed = await SseClient.open(`${s.base}/events?types=mail.*`, { token: reader });

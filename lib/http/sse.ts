@@ -92,6 +92,12 @@ export class SseStream {
     // to thousands of clients per flush, and each layer in between costs on every one of them.
     ctx.respond = false;
     this.res.writeHead(200);
+    // HEAD learns the headers of the stream, and no stream follows.
+    if (ctx.method === 'HEAD') {
+      this.closed = true;
+      this.res.end();
+      return;
+    }
     this.res.on('close', () => this.close('client'));
     this.res.on('error', () => this.close('client'));
     this.write(`retry: ${options.retryMs ?? 2000}\n\n`);
