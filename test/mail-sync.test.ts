@@ -1,13 +1,18 @@
 // The index sync and the IMAP pool against the real Dovecot: silent re-seed on a new
-// UIDVALIDITY, recovery of a lost index, label deletion, and the pool's isolation and bounds.
+// UIDVALIDITY, recovery of a lost index, label deletion, and the pool's isolation and bounds;
+// and the index store's guard against writes applied out of order.
 import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import type { ImapFlow } from 'imapflow';
 import { ImapPool, PoolBusyError } from '../adapters/imap/pool.ts';
-import type { IndexOp, MailIndexStore } from '../lib/mail/types.ts';
+import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
+import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
+import type { IndexOp, LabelState, MailIndexStore, MessageRecord } from '../lib/mail/types.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, importMessages, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 
@@ -373,5 +378,68 @@ describe('IMAP pool', function () {
     await own.close();
     expect(own.postern.mailSource.pool.size).to.equal(0);
     abort.abort();
+  });
+});
+
+// Several processes apply diffs of one inbox to the shared index, each computed from what it
+// fetched: one that fetched earlier may write later. Nothing may go backwards.
+describe('index store: writes never go backwards', () => {
+  let dir: string;
+  let db: Db;
+  let store: SqliteMailIndex;
+  const inboxId = 'ibx_store';
+  const label = 'a'.repeat(32);
+  const msg = 'b'.repeat(32);
+  const state = (over: Partial<LabelState> = {}): LabelState => ({ guid: label, path: 'INBOX', specialUse: null, uidValidity: 100, uidNext: 1, highestModseq: 1, ...over });
+  const message: MessageRecord = { guid: msg, size: 10, receivedAt: 0, date: null, from: null, to: null, cc: null, replyTo: null, subject: 'x', messageId: null, inReplyTo: null, fromAddress: null };
+  const at = () => store.locations(inboxId, label, [5])[0];
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'postern-index-'));
+    db = openDb(join(dir, 'index.db'));
+    store = new SqliteMailIndex(db);
+    store.apply(inboxId, [{ op: 'put', message, location: { labelGuid: label, uid: 5, msgGuid: msg, modseq: 10, flags: [] } }], state({ uidNext: 6, highestModseq: 10 }));
+  });
+  afterEach(() => {
+    db.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('flags: a newer MODSEQ applies, an older one after it does not (and is reported unapplied)', () => {
+    const newer: IndexOp = { op: 'flags', labelGuid: label, uid: 5, modseq: 12, flags: ['\\Flagged'] };
+    const older: IndexOp = { op: 'flags', labelGuid: label, uid: 5, modseq: 11, flags: ['\\Seen'] };
+    expect(store.apply(inboxId, [newer])).to.deep.equal([]);
+    expect(store.apply(inboxId, [older])).to.deep.equal([0]);
+    expect(at()).to.include({ modseq: 12 });
+    expect(at()!.flags).to.deep.equal(['\\Flagged']);
+    expect(store.counts(inboxId).get(label)).to.deep.equal({ total: 1, unread: 1 });
+    // The same MODSEQ again changes nothing either; without CONDSTORE (0) there is nothing to compare.
+    expect(store.apply(inboxId, [{ ...newer, flags: ['\\Seen'] }])).to.deep.equal([0]);
+    expect(store.apply(inboxId, [{ ...older, modseq: 0 }])).to.deep.equal([]);
+    expect(at()!.flags).to.deep.equal(['\\Seen']);
+    // A flag change or removal for a location no longer there changed nothing.
+    expect(store.apply(inboxId, [{ op: 'remove', labelGuid: label, uid: 5 }, { op: 'remove', labelGuid: label, uid: 5 }, { ...newer, modseq: 20 }])).to.deep.equal([1, 2]);
+  });
+
+  it('a put of the message already there keeps newer flags', () => {
+    store.apply(inboxId, [{ op: 'flags', labelGuid: label, uid: 5, modseq: 12, flags: ['\\Flagged'] }]);
+    store.apply(inboxId, [{ op: 'put', message, location: { labelGuid: label, uid: 5, msgGuid: msg, modseq: 10, flags: [] } }]);
+    expect(at()).to.include({ modseq: 12 });
+    expect(at()!.flags).to.deep.equal(['\\Flagged']);
+    // Another message at that place (never within one UIDVALIDITY, but the index follows the server).
+    const other = 'c'.repeat(32);
+    store.apply(inboxId, [{ op: 'put', message: { ...message, guid: other }, location: { labelGuid: label, uid: 5, msgGuid: other, modseq: 3, flags: [] } }]);
+    expect(at()).to.include({ msgGuid: other, modseq: 3 });
+  });
+
+  it("a label's highestModseq and uidNext never decrease within one UIDVALIDITY; a new UIDVALIDITY replaces them", () => {
+    store.apply(inboxId, [], state({ uidNext: 9, highestModseq: 20 }));
+    store.apply(inboxId, [], state({ uidNext: 6, highestModseq: 15, path: 'Renamed' }));
+    expect(store.label(inboxId, label)).to.include({ uidNext: 9, highestModseq: 20, path: 'Renamed', uidValidity: 100 });
+    // A re-seed: the new UIDVALIDITY's counters, lower or not.
+    store.commitStaged(inboxId, state({ uidValidity: 101, uidNext: 3, highestModseq: 4 }));
+    expect(store.label(inboxId, label)).to.include({ uidValidity: 101, uidNext: 3, highestModseq: 4 });
+    store.apply(inboxId, [], state({ uidValidity: 101, uidNext: 2, highestModseq: 2 }));
+    expect(store.label(inboxId, label)).to.include({ uidValidity: 101, uidNext: 3, highestModseq: 4 });
   });
 });

@@ -37,7 +37,8 @@ type FullRow = FetchedRow & { message: NonNullable<FetchedRow['message']>; flags
  */
 class Batch {
   private ops: IndexOp[] = [];
-  private changes: LiveChange[] = [];
+  /** Each with the index of its op: a change whose op the store did not apply is not announced. */
+  private changes: Array<{ op: number; change: LiveChange }> = [];
   progress: LabelState | null = null;
 
   constructor(
@@ -53,7 +54,7 @@ class Batch {
 
   add(op: IndexOp, change: LiveChange | null): void {
     this.ops.push(op);
-    if (change && this.publish) this.changes.push(change);
+    if (change && this.publish) this.changes.push({ op: this.ops.length - 1, change });
     if (this.ops.length >= BATCH) this.flush();
   }
 
@@ -71,9 +72,11 @@ class Batch {
   flush(label?: LabelState): void {
     const state = label ?? this.progress ?? undefined;
     if (this.ops.length === 0 && !label) return;
-    this.store.apply(this.inboxId, this.ops, state);
+    const unapplied = this.store.apply(this.inboxId, this.ops, state);
     if (label) this.progress = null;
-    const changes = this.changes;
+    // Another process applied a newer state first (and announced it): an older one is no news.
+    const skip = new Set(unapplied);
+    const changes = this.changes.filter((c) => !skip.has(c.op)).map((c) => c.change);
     this.ops = [];
     this.changes = [];
     if (changes.length > 0) this.publish?.(this.inboxId, changes);

@@ -148,8 +148,17 @@ export interface MailIndexStore {
   label(inboxId: string, guid: string): LabelState | null;
   /** total and unread per label guid. */
   counts(inboxId: string): Map<string, { total: number; unread: number }>;
-  /** Applies the ops and (optionally) a label's new state in one transaction. */
-  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): void;
+  /**
+   * Applies the ops and (optionally) a label's new state in one transaction. Several processes
+   * may apply diffs of one inbox in any order, so nothing goes backwards: a `flags` op applies
+   * only with a MODSEQ newer than the stored one (or 0, no CONDSTORE), a `put` of the message
+   * already there only with a MODSEQ at least as new, and within one UIDVALIDITY a label's
+   * `uidNext` and `highestModseq` never decrease (a new UIDVALIDITY replaces them).
+   * Returns the indexes of the ops that changed nothing: a `flags` op older than what the index
+   * holds, or a `flags` or `remove` op for a location no longer there. Their changes are not
+   * news: whoever applied the newer state announced it.
+   */
+  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): number[];
   /** Removes a label and every location in it; returns the locations removed. */
   dropLabel(inboxId: string, guid: string): Location[];
   /** Forgets the staged rows of a label (a refill that did not complete). */

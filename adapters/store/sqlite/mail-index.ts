@@ -78,7 +78,7 @@ export class SqliteMailIndex implements MailIndexStore {
   // `mail_inboxes.version` is bumped in the same transaction as every index write: readers keep
   // derived results until it changes. It lives in the store because nothing stops two processes
   // sharing it from syncing the same inbox (there is no watcher lease yet, docs/mail.md).
-  private readonly applyTx: (inboxId: string, ops: readonly IndexOp[], label?: LabelState) => void;
+  private readonly applyTx: (inboxId: string, ops: readonly IndexOp[], label?: LabelState) => number[];
   private readonly dropTx: (inboxId: string, guid: string) => Location[];
   private readonly clearStagedTx: (inboxId: string, labelGuid: string) => void;
   private readonly commitStagedTx: (inboxId: string, label: LabelState) => void;
@@ -99,15 +99,21 @@ export class SqliteMailIndex implements MailIndexStore {
       putLabel: p(`INSERT INTO mail_labels (inbox_id, guid, path, special_use, uid_validity, uid_next, highest_modseq)
         VALUES (@inboxId, @guid, @path, @specialUse, @uidValidity, @uidNext, @highestModseq)
         ON CONFLICT (inbox_id, guid) DO UPDATE SET path = excluded.path, special_use = excluded.special_use,
-          uid_validity = excluded.uid_validity, uid_next = excluded.uid_next, highest_modseq = excluded.highest_modseq`),
+          uid_validity = excluded.uid_validity,
+          uid_next = CASE WHEN uid_validity = excluded.uid_validity THEN max(uid_next, excluded.uid_next) ELSE excluded.uid_next END,
+          highest_modseq = CASE WHEN uid_validity = excluded.uid_validity THEN max(highest_modseq, excluded.highest_modseq) ELSE excluded.highest_modseq END`),
       counts: p('SELECT label_guid, count(*) AS total, count(*) - sum(seen) AS unread FROM mail_locations WHERE inbox_id = ? GROUP BY label_guid'),
       putMessage: p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address)
         VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress)
         ON CONFLICT (inbox_id, guid) DO NOTHING`),
+      // The same message at the same place with an older MODSEQ (another process fetched it
+      // earlier and applied it later) leaves the newer flags in place.
       putLocation: p(`INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
         VALUES (?, ?, ?, ?, ?, ?, ?)
-        ON CONFLICT (inbox_id, label_guid, uid) DO UPDATE SET msg_guid = excluded.msg_guid, modseq = excluded.modseq, flags = excluded.flags, seen = excluded.seen`),
-      setFlags: p('UPDATE mail_locations SET modseq = ?, flags = ?, seen = ? WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
+        ON CONFLICT (inbox_id, label_guid, uid) DO UPDATE SET msg_guid = excluded.msg_guid, modseq = excluded.modseq, flags = excluded.flags, seen = excluded.seen
+        WHERE mail_locations.msg_guid <> excluded.msg_guid OR excluded.modseq = 0 OR excluded.modseq >= mail_locations.modseq`),
+      // Only a newer MODSEQ replaces flags (0: a server without CONDSTORE, nothing to compare).
+      setFlags: p('UPDATE mail_locations SET modseq = @modseq, flags = @flags, seen = @seen WHERE inbox_id = @inboxId AND label_guid = @labelGuid AND uid = @uid AND (@modseq = 0 OR modseq < @modseq)'),
       locationAt: p('SELECT msg_guid FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?').pluck(),
       removeLocation: p('DELETE FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
       // A message lives as long as some label holds it (or a refill being staged does).
@@ -137,7 +143,8 @@ export class SqliteMailIndex implements MailIndexStore {
 
     this.applyTx = db.transaction((inboxId: string, ops: readonly IndexOp[], label?: LabelState) => {
       const orphans = new Set<string>();
-      for (const op of ops) {
+      const unapplied: number[] = [];
+      for (const [i, op] of ops.entries()) {
         if (op.op === 'stage') {
           this.s.putMessage!.run({ inboxId, ...op.message });
           const l = op.location;
@@ -150,10 +157,15 @@ export class SqliteMailIndex implements MailIndexStore {
           if (previous !== undefined && previous !== l.msgGuid) orphans.add(previous);
           this.s.putLocation!.run(inboxId, l.labelGuid, l.uid, l.msgGuid, l.modseq, JSON.stringify(l.flags), isSeen(l.flags));
         } else if (op.op === 'flags') {
-          this.s.setFlags!.run(op.modseq, JSON.stringify(op.flags), isSeen(op.flags), inboxId, op.labelGuid, op.uid);
+          const { changes } = this.s.setFlags!.run({ modseq: op.modseq, flags: JSON.stringify(op.flags), seen: isSeen(op.flags), inboxId, labelGuid: op.labelGuid, uid: op.uid });
+          // The index already holds a newer state (or the message left the label meanwhile).
+          if (changes === 0) unapplied.push(i);
         } else {
           const guid = this.s.locationAt!.get(inboxId, op.labelGuid, op.uid) as string | undefined;
-          if (guid === undefined) continue;
+          if (guid === undefined) {
+            unapplied.push(i);
+            continue;
+          }
           this.s.removeLocation!.run(inboxId, op.labelGuid, op.uid);
           orphans.add(guid);
         }
@@ -161,6 +173,7 @@ export class SqliteMailIndex implements MailIndexStore {
       for (const guid of orphans) this.s.gcMessage!.run({ inboxId, guid });
       if (label) this.s.putLabel!.run({ inboxId, ...label });
       this.bump(inboxId);
+      return unapplied;
     });
 
     this.dropTx = db.transaction((inboxId: string, guid: string) => {
@@ -222,8 +235,8 @@ export class SqliteMailIndex implements MailIndexStore {
     return new Map(rows.map((r) => [r.label_guid, { total: r.total, unread: r.unread }]));
   }
 
-  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): void {
-    this.applyTx(inboxId, ops, label);
+  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): number[] {
+    return this.applyTx(inboxId, ops, label);
   }
 
   dropLabel(inboxId: string, guid: string): Location[] {
