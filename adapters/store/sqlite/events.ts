@@ -7,6 +7,7 @@
 // here, so this is what lets 32 concurrent publishers exceed the one-row-per-commit rate; each
 // caller still learns of its event only after the commit that holds it.
 import type { Statement } from 'better-sqlite3';
+import { unavailable } from '../../../lib/errors.ts';
 import {
   formatSequence,
   type AppendRequest,
@@ -57,6 +58,13 @@ interface Pending {
 
 const VISIBILITY_SET: ReadonlySet<string> = new Set(VISIBILITIES);
 
+/** Appends give up when another process has held the write lock this long (as busy_timeout would). */
+const LOCK_WAIT_MS = 5000;
+/** Retries on the next turn at first (a commit holds the lock for well under a millisecond), then every ms. */
+const SPIN_RETRIES = 20;
+
+const isBusy = (err: unknown): boolean => typeof (err as { code?: unknown })?.code === 'string' && (err as { code: string }).code.startsWith('SQLITE_BUSY');
+
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
 
 const toEvent = (r: EventRow): StoredEvent => ({
@@ -100,6 +108,9 @@ export class SqliteEventStore implements EventStore {
   };
   private readonly appendBatch: (batch: Pending[]) => void;
   private queue: Pending[] = [];
+  /** While another process holds the write lock: when this batch started waiting, and how often it tried. */
+  private waitingSince: number | null = null;
+  private retries = 0;
   private readonly reads = new Map<string, Statement<unknown[], EventRow>>();
   private readonly upsertTx: (
     projectId: string,
@@ -136,7 +147,9 @@ export class SqliteEventStore implements EventStore {
       purge: db.prepare('DELETE FROM event_idempotency WHERE created_at < ?'),
     };
 
-    const append = db.transaction((req: AppendRequest): AppendResult => {
+    // The recorded time of the batch's last append: read once per batch, not once per append.
+    let lastRecorded: number | null = null;
+    const append = (req: AppendRequest): AppendResult => {
       const s = this.s;
       if (req.idempotency) {
         const { key, fingerprint, ttlMs } = req.idempotency;
@@ -147,7 +160,7 @@ export class SqliteEventStore implements EventStore {
         // An expired key is free again.
         if (prior) s.dropKey.run(req.projectId, key);
       }
-      const previous = s.lastTime.get()?.recorded_at ?? 0;
+      const previous = lastRecorded ?? s.lastTime.get()?.recorded_at ?? 0;
       const recordedAt = Math.max(req.now, previous);
       const seq = s.bump.get(req.stream)!.seq;
       const body = req.build({ sequence: formatSequence(seq), recordedAt });
@@ -156,6 +169,7 @@ export class SqliteEventStore implements EventStore {
       if (req.idempotency) {
         s.putKey.run(req.projectId, req.idempotency.key, req.idempotency.fingerprint, req.eventId, position, req.now);
       }
+      lastRecorded = recordedAt;
       return {
         kind: 'appended',
         event: {
@@ -169,19 +183,46 @@ export class SqliteEventStore implements EventStore {
           json: body,
         },
       };
-    });
+    };
     // IMMEDIATE: take the write lock before reading the key and the counters, so two
-    // processes cannot both decide on the same ones. Nested, `append` runs as a savepoint.
-    const batch = db.transaction((items: Pending[]) => {
+    // processes cannot both decide on the same ones. An append almost never fails, so the batch
+    // first runs them plainly; if one throws, the batch is rolled back and run again with each
+    // append in its own savepoint, so the bad one fails alone.
+    const plain = db.transaction((items: Pending[]) => {
+      lastRecorded = null;
+      for (const item of items) item.result = append(item.req);
+    });
+    const saved = db.transaction(append);
+    const careful = db.transaction((items: Pending[]) => {
+      lastRecorded = null;
       for (const item of items) {
         try {
-          item.result = append(item.req);
+          item.result = saved(item.req);
         } catch (err) {
           item.error = err;
         }
       }
     });
-    this.appendBatch = (items) => batch.immediate(items);
+    const batch = (items: Pending[]): void => {
+      try {
+        plain.immediate(items);
+      } catch (err) {
+        if (isBusy(err)) throw err;
+        for (const item of items) delete item.result;
+        careful.immediate(items);
+      }
+    };
+    // The busy timeout applies to every other write on this connection; appends wait for the
+    // lock on the event loop instead (see flush).
+    const busyTimeout = Number(db.pragma('busy_timeout', { simple: true }));
+    this.appendBatch = (items) => {
+      db.pragma('busy_timeout = 0');
+      try {
+        batch(items);
+      } finally {
+        db.pragma(`busy_timeout = ${busyTimeout}`);
+      }
+    };
 
     const upsert = db.transaction(
       (projectId: string, name: string, version: number, decide: (existing: StoredEventType | null) => StoredEventType) => {
@@ -211,14 +252,34 @@ export class SqliteEventStore implements EventStore {
     try {
       this.appendBatch(items);
     } catch (err) {
-      // The batch itself failed (busy past the timeout, disk full): nothing of it committed.
-      for (const item of items) item.reject(err);
+      if (isBusy(err) && performance.now() - this.lockWaitStarted(items) < LOCK_WAIT_MS) {
+        // Another process holds the write lock. Try again on a later turn rather than sleep in
+        // SQLite's busy handler, which would stop this process meanwhile: its event loop keeps
+        // serving, and what arrives by the next try joins the same transaction.
+        this.queue = items.concat(this.queue);
+        this.retries++;
+        if (this.retries <= SPIN_RETRIES) setImmediate(() => this.flush());
+        else setTimeout(() => this.flush(), 1);
+        return;
+      }
+      // The batch itself failed (locked past LOCK_WAIT_MS, disk full): nothing of it committed.
+      this.waitingSince = null;
+      this.retries = 0;
+      const failure = isBusy(err) ? unavailable('the event store stayed locked by another process; try again') : err;
+      for (const item of items) item.reject(failure);
       return;
     }
+    this.waitingSince = null;
+    this.retries = 0;
     for (const item of items) {
       if (item.result) item.resolve(item.result);
       else item.reject(item.error);
     }
+  }
+
+  private lockWaitStarted(items: Pending[]): number {
+    if (this.waitingSince === null && items.length > 0) this.waitingSince = performance.now();
+    return this.waitingSince ?? performance.now();
   }
 
   async read(q: ReadQuery): Promise<ReadResult> {
