@@ -85,6 +85,10 @@ export class LiveFeed {
   /** An event this instance just committed: delivered here at once, without the bus round trip. */
   local(event: StoredEvent): void {
     if (this.closed || this.channel === null) return;
+    if (this.listeners.size === 0 && !this.busy && this.queue.length === 0) {
+      this.delivered = Math.max(this.delivered, event.position);
+      return;
+    }
     this.accept(event);
   }
 
@@ -120,6 +124,11 @@ export class LiveFeed {
     const position = positionOf(message);
     // Our own events come back from the bus after local() delivered them.
     if (position !== null && position <= this.delivered && !this.busy) return;
+    // Nobody here listens: note how far the log got (where a new stream starts) and skip the rest.
+    if (position !== null && this.listeners.size === 0 && !this.busy && this.queue.length === 0) {
+      this.delivered = position;
+      return;
+    }
     const event = position === null ? null : parseMessage(message);
     if (!event) {
       this.options.log?.warn({ message: message.slice(0, 200) }, 'malformed live event message ignored');
