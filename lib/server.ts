@@ -27,6 +27,7 @@ import { StreamGuard } from './http/stream-guard.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
 import { MailChangeRecorder } from './mail/record-changes.ts';
+import { mailChannel, MailLiveFeed } from './mail/live.ts';
 import { MailService } from './mail/service.ts';
 import { Validator } from './http/validate.ts';
 
@@ -67,11 +68,14 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     : cluster.isWorker
       ? new ClusterBus()
       : new MemoryBus();
-  events = new EventLog(new SqliteEventStore(db), bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }) });
+  const eventStore = new SqliteEventStore(db);
+  events = new EventLog(eventStore, bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }) });
   const eventLog = events;
   const mailIndex = new SqliteMailIndex(db);
   const mailChanges = new MailChangeRecorder(directory, eventLog, log.child({ part: 'mail-events' }));
-  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), onChanges: mailChanges.onChanges });
+  // Inbox streams hear the changes every process sharing the store applies, over the same bus.
+  const mailLive = new MailLiveFeed(bus, async () => mailChannel(await eventStore.logId()), { log: log.child({ part: 'mail-live' }) });
+  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), onChanges: mailChanges.onChanges, live: mailLive });
   const mail = new MailService(mailIndex, mailSource);
   // Ends live streams whose credential or inbox access went away (one timer for all of them).
   const streamGuard = new StreamGuard(access, { intervalMs: config.stream.recheckMs, log: log.child({ part: 'stream-guard' }) });
@@ -109,6 +113,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     openApi,
     async listen() {
       await eventLog.start();
+      await mailLive.start();
       server = app.listen(config.http.port, config.http.host);
       await once(server, 'listening');
       // Long-lived event streams must not be cut by Node's request timeouts.

@@ -2,12 +2,11 @@
 // message.removed, whoever made them (a mail app over IMAP, or the API), in the order applied.
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { ImapFlow } from 'imapflow';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
 import { call, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { append, mailApp, SseReader, until } from './mail-fixtures.ts';
+import { append, holdFetchesInPairs, mailApp, SseReader, until } from './mail-fixtures.ts';
 import { EventLogError, SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { addInbox, post, register, type WireEvent } from './events-helpers.ts';
 
@@ -108,40 +107,6 @@ describe('mail changes in the project event log', () => {
     expect(events.filter((e) => e.containerid === inboxId || e.type === 'ext.key.tested').map((e) => e.id)).to.deep.equal([first!.eventId, id]);
   });
 });
-
-/**
- * Holds each answered UID FETCH (the command whose rows a sync diffs against the index) until
- * another one is answered too, or 300 ms pass. Two instances syncing at once have then both
- * computed their diff from the same index before either applies it: the race between processes
- * is made certain instead of merely likely. Returns the undo.
- */
-function holdFetchesInPairs(): () => void {
-  type Exec = (this: ImapFlow, command: string, ...rest: unknown[]) => Promise<unknown>;
-  const proto = ImapFlow.prototype as unknown as { exec: Exec };
-  const original = proto.exec;
-  let waiting: (() => void) | null = null;
-  proto.exec = async function (command, ...rest) {
-    const result = await original.call(this, command, ...rest);
-    if (command !== 'UID FETCH') return result;
-    if (waiting) {
-      waiting();
-      return result;
-    }
-    await new Promise<void>((resolve) => {
-      const release = () => {
-        clearTimeout(timer);
-        if (waiting === release) waiting = null;
-        resolve();
-      };
-      const timer = setTimeout(release, 300);
-      waiting = release;
-    });
-    return result;
-  };
-  return () => {
-    proto.exec = original;
-  };
-}
 
 // Several Postern processes share one store and each runs its own IMAP sync: two of them can
 // detect the same change at once. Each change must still be in the log exactly once.

@@ -131,6 +131,40 @@ export class SseReader {
 
 export { json } from './harness.ts';
 
+/**
+ * Holds each answered UID FETCH (the command whose rows a sync diffs against the index) until
+ * another one is answered too, or 300 ms pass. Two instances syncing at once have then both
+ * computed their diff from the same index before either applies it: the race between processes
+ * is made certain instead of merely likely. Returns the undo.
+ */
+export function holdFetchesInPairs(): () => void {
+  type Exec = (this: ImapFlow, command: string, ...rest: unknown[]) => Promise<unknown>;
+  const proto = ImapFlow.prototype as unknown as { exec: Exec };
+  const original = proto.exec;
+  let waiting: (() => void) | null = null;
+  proto.exec = async function (command, ...rest) {
+    const result = await original.call(this, command, ...rest);
+    if (command !== 'UID FETCH') return result;
+    if (waiting) {
+      waiting();
+      return result;
+    }
+    await new Promise<void>((resolve) => {
+      const release = () => {
+        clearTimeout(timer);
+        if (waiting === release) waiting = null;
+        resolve();
+      };
+      const timer = setTimeout(release, 300);
+      waiting = release;
+    });
+    return result;
+  };
+  return () => {
+    proto.exec = original;
+  };
+}
+
 /** Fills a mailbox fast with `doveadm import` from an mbox (IMAP APPEND costs ~9 ms a message). */
 export async function importMessages(user: string, mailbox: string, count: number): Promise<void> {
   const { execFile } = await import('node:child_process');

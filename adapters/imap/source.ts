@@ -1,13 +1,16 @@
 // The mail source over IMAP: keeps each inbox's index current (sync on demand, or a live
-// watcher while someone listens), changes flags with IMAP STORE, and fans live changes out to
-// the inbox's listeners.
+// watcher while someone listens), changes flags with IMAP STORE, and hands the changes each
+// sync applied to the live feed (lib/mail/live.ts), which delivers them to this process's
+// listeners of the inbox and, over the Bus, to the other processes sharing the store.
 import type { Logger } from 'pino';
 import { isApiError, unavailable } from '../../lib/errors.ts';
+import { MailLiveFeed } from '../../lib/mail/live.ts';
 import type { LiveChange, MailIndexStore, MailInbox, MailSource, Unwatch } from '../../lib/mail/types.ts';
 import { ImapPool, PoolBusyError, type ImapSettings } from './pool.ts';
 import { unselect } from './raw.ts';
 import { IndexSync } from './sync.ts';
 import { Watcher } from './watcher.ts';
+import { MemoryBus } from '../bus/memory.ts';
 
 export interface ImapSourceOptions {
   imap: ImapSettings;
@@ -15,6 +18,12 @@ export interface ImapSourceOptions {
   log: Logger;
   /** Called with every batch of changes the index applies, whoever listens (the event log). */
   onChanges?: (inboxId: string, changes: readonly LiveChange[]) => void;
+  /**
+   * Where listeners get their changes: what this process applied, and through the Bus what the
+   * other processes sharing the store applied. Closed with the source. Without one, a feed on an
+   * in-process bus (this process's changes only).
+   */
+  live?: MailLiveFeed;
   /** The watcher's safety poll (DESIGN.md 4: every 30-60 s). */
   pollMs?: number;
 }
@@ -31,12 +40,14 @@ class InboxRuntime {
 
 export class ImapMailSource implements MailSource {
   readonly pool: ImapPool;
+  readonly live: MailLiveFeed;
   private readonly sync: IndexSync;
   private readonly inboxes = new Map<string, InboxRuntime>();
   private closed = false;
 
   constructor(private readonly o: ImapSourceOptions) {
     this.pool = new ImapPool(o.imap, o.log);
+    this.live = o.live ?? new MailLiveFeed(new MemoryBus(), async () => 'postern:mail:local', { log: o.log });
     this.sync = new IndexSync(
       o.store,
       (inboxId, changes) => this.publish(inboxId, changes),
@@ -78,7 +89,10 @@ export class ImapMailSource implements MailSource {
   }
 
   async watch(inbox: MailInbox, listener: (change: LiveChange) => void): Promise<Unwatch> {
+    // Changes other processes apply reach this process's listeners through the bus.
+    await this.live.start();
     const rt = this.runtime(inbox);
+    const unlisten = this.live.subscribe(inbox.id, listener);
     rt.listeners.add(listener);
     if (!rt.watcher) {
       rt.watcher = new Watcher({
@@ -93,6 +107,7 @@ export class ImapMailSource implements MailSource {
     // At the connection cap a watcher is refused (503) rather than left retrying for a stream
     // that would never be live.
     if (!watcher.live && watcher.lastError instanceof PoolBusyError) {
+      unlisten();
       rt.listeners.delete(listener);
       if (rt.listeners.size === 0 && rt.watcher === watcher) {
         rt.watcher = null;
@@ -106,6 +121,7 @@ export class ImapMailSource implements MailSource {
     return async () => {
       if (done) return;
       done = true;
+      unlisten();
       rt.listeners.delete(listener);
       if (rt.listeners.size === 0 && rt.watcher === watcher) {
         rt.watcher = null;
@@ -121,6 +137,7 @@ export class ImapMailSource implements MailSource {
       await rt.watcher?.stop();
       rt.watcher = null;
     }
+    await this.live.close();
     await this.pool.close();
   }
 
@@ -190,16 +207,7 @@ export class ImapMailSource implements MailSource {
     } catch (err) {
       this.o.log.warn({ err }, 'the change hook failed');
     }
-    const rt = this.inboxes.get(inboxId);
-    if (!rt) return;
-    for (const change of changes) {
-      for (const listener of rt.listeners) {
-        try {
-          listener(change);
-        } catch (err) {
-          this.o.log.warn({ err }, 'a live change listener failed');
-        }
-      }
-    }
+    // This process's listeners at once; the other processes' through the bus.
+    this.live.applied(inboxId, changes);
   }
 }

@@ -1,0 +1,248 @@
+// The inbox stream across processes sharing one store: a change one process applied reaches the
+// subscribers of the others (through Redis between instances, through the primary between the
+// workers of one instance), each change once, even when two processes applied it.
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { pino } from 'pino';
+import { loadConfig } from '../lib/config.ts';
+import type { LiveChange } from '../lib/mail/types.ts';
+import { createPostern, type Postern } from '../lib/server.ts';
+import { call, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { append, holdFetchesInPairs, mailApp, SseReader, until } from './mail-fixtures.ts';
+import { spawnPostern, stopProcess, type Listening } from './processes.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+interface Change { type: string; msgId: string; labelId?: string; uid?: number; flags?: string[] }
+const parse = (data: string) => JSON.parse(data) as Change;
+/** What a test compares of a streamed change. */
+const sig = (c: Change) => `${c.type} ${c.labelId} ${JSON.stringify(c.flags ?? c.uid ?? '')}`;
+
+const labelsOf = async (base: string, inbox: TestInbox, token: string) => {
+  const res = await call(`${base}/inboxes/${inbox.id}/labels`, { token });
+  expect(res.status).to.equal(200);
+  const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(res);
+  return Object.fromEntries(labels.map((l) => [l.name, l.id])) as Record<string, string>;
+};
+
+const openStream = async (base: string, inbox: TestInbox, token: string) => {
+  const abort = new AbortController();
+  const res = await call(`${base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+  expect(res.status).to.equal(200);
+  return new SseReader(res, abort);
+};
+
+/** Records every batch a process's sync applied (before it is delivered and published). */
+function spyApplied(postern: Postern): Array<{ inboxId: string; changes: readonly LiveChange[] }> {
+  const seen: Array<{ inboxId: string; changes: readonly LiveChange[] }> = [];
+  const live = postern.mailSource.live;
+  const applied = live.applied.bind(live);
+  live.applied = (inboxId, changes) => {
+    seen.push({ inboxId, changes });
+    applied(inboxId, changes);
+  };
+  return seen;
+}
+
+describe('inbox stream: two Postern instances on one store and Redis', function () {
+  this.timeout(120_000);
+  let a: TestServer;
+  let b: Postern;
+  let bBase: string;
+  let p: TestProject;
+  let token: string;
+  let appliedByA: ReturnType<typeof spyApplied>;
+  let appliedByB: ReturnType<typeof spyApplied>;
+  const streams: SseReader[] = [];
+
+  before(async () => {
+    const redis = mailEnv().redis.url;
+    a = await startPostern({ REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000' });
+    b = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000' })), pino({ level: 'silent' }));
+    bBase = `${(await b.listen()).url}/v1`;
+    p = await newProject(a);
+    token = await p.token(['messages:read']);
+    appliedByA = spyApplied(a.postern);
+    appliedByB = spyApplied(b);
+  });
+  afterEach(async () => {
+    for (const r of streams.splice(0)) await r.close();
+  });
+  after(async () => {
+    await b?.close();
+    await a?.close();
+  });
+
+  const appliedIn = (log: ReturnType<typeof spyApplied>, inbox: TestInbox) => log.filter((x) => x.inboxId === inbox.id).flatMap((x) => x.changes.map((c) => c.type));
+
+  it('a subscriber on B sees each change A applied, once and in order', async () => {
+    const inbox = await p.inbox();
+    const labels = await labelsOf(a.base, inbox, token);
+    const onB = await openStream(bBase, inbox, token);
+    streams.push(onB);
+    const app = await mailApp(inbox);
+    let uid = 0;
+    try {
+      // Each change is read through A at once: A (no watcher) syncs and applies it right away,
+      // about half a second before Dovecot tells B's watcher, whose sync then finds the index
+      // already current and has nothing to say.
+      uid = await append(app, 'INBOX', { subject: 'applied by A' });
+      await labelsOf(a.base, inbox, token);
+      await onB.next((e) => e.event === 'message.added');
+      await app.mailboxOpen('INBOX');
+      await app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
+      await labelsOf(a.base, inbox, token);
+      await onB.next((e) => e.event === 'message.flags');
+      await app.messageDelete(String(uid), { uid: true });
+      await labelsOf(a.base, inbox, token);
+      await onB.next((e) => e.event === 'message.removed');
+    } finally {
+      await app.logout();
+    }
+    // B's watcher has looked by now too, and whatever it had would have arrived.
+    await sleep(1500);
+    expect(onB.events.map((e) => sig(parse(e.data)))).to.deep.equal([`message.added ${labels.INBOX} ${uid}`, `message.flags ${labels.INBOX} ["flagged"]`, `message.removed ${labels.INBOX} ""`]);
+    // A applied the changes, and B's own syncs found nothing left: B's subscriber heard of them through Redis.
+    expect(appliedIn(appliedByA, inbox)).to.deep.equal(['message.added', 'message.flags', 'message.removed']);
+    expect(appliedIn(appliedByB, inbox)).to.deep.equal([]);
+  });
+
+  it('with both applying the same changes (the race forced), subscribers on each see every change once', async () => {
+    const release = holdFetchesInPairs();
+    try {
+      const inbox = await p.inbox();
+      const labels = await labelsOf(a.base, inbox, token);
+      // Both hold a watcher: Dovecot tells both of each change at the same moment, both syncs
+      // fetch it before either writes it, and the fetches are held until both have answered.
+      const onA = await openStream(a.base, inbox, token);
+      const onB = await openStream(bBase, inbox, token);
+      streams.push(onA, onB);
+      const mail = await mailApp(inbox);
+      const expected: string[] = [];
+      const step = async (change: () => Promise<unknown>, wanted: () => string[]) => {
+        await change();
+        expected.push(...wanted());
+        for (const s of [onA, onB]) {
+          await until(`${wanted().join(', ')} on a stream`, async () => {
+            const have = s.events.map((e) => sig(parse(e.data)));
+            return expected.every((w) => have.filter((h) => h === w).length >= expected.filter((x) => x === w).length);
+          });
+        }
+      };
+      let uid = 0;
+      let movedUid = 0;
+      try {
+        const { INBOX, Archive } = labels;
+        await step(async () => (uid = await append(mail, 'INBOX', { subject: 'both apply' })), () => [`message.added ${INBOX} ${uid}`]);
+        await mail.mailboxOpen('INBOX');
+        await step(() => mail.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
+        await step(() => mail.messageFlagsRemove(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} []`]);
+        await step(() => mail.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
+        await step(
+          async () => {
+            const moved = await mail.messageMove(String(uid), 'Archive', { uid: true });
+            movedUid = moved && moved.uidMap ? moved.uidMap.get(uid)! : 0;
+          },
+          () => [`message.added ${Archive} ${movedUid}`, `message.removed ${INBOX} ""`],
+        );
+        await mail.mailboxOpen('Archive');
+        await step(() => mail.messageDelete(String(movedUid), { uid: true }), () => [`message.removed ${Archive} ""`]);
+      } finally {
+        await mail.logout();
+      }
+      await sleep(1500);
+      for (const s of [onA, onB]) {
+        const seen = s.events.map((e) => sig(parse(e.data)));
+        // The move is a removal from one label and an addition to another, in whichever order the sync met the two labels.
+        expect([...seen.slice(0, 4), ...seen.slice(4, 6).sort(), ...seen.slice(6)]).to.deep.equal([...expected.slice(0, 4), ...expected.slice(4, 6).sort(), ...expected.slice(6)]);
+      }
+      // The race did happen: both processes applied (and announced) at least one of the two
+      // additions. (A flag change or removal the other process applied first is not announced
+      // again: the store reports it unapplied.)
+      const added = (log: ReturnType<typeof spyApplied>) => appliedIn(log, inbox).filter((t) => t === 'message.added').length;
+      const announced = { a: appliedIn(appliedByA, inbox), b: appliedIn(appliedByB, inbox) };
+      expect(added(appliedByA) + added(appliedByB), `additions announced by A and B: ${JSON.stringify(announced)}`).to.be.above(2);
+    } finally {
+      release();
+    }
+  });
+});
+
+/** A request on a connection of its own, so the cluster hands it to whichever worker is next. */
+function fresh(method: string, url: string, token: string, body?: unknown): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, {
+      method,
+      agent: false,
+      headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    });
+    req.on('response', (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+    });
+    req.on('error', reject);
+    req.setTimeout(10_000, () => req.destroy(new Error(`${method} ${url}: no answer in 10 s`)));
+    req.end(body === undefined ? undefined : JSON.stringify(body));
+  });
+}
+
+describe('inbox stream: postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
+  this.timeout(60_000);
+  let admin: TestServer;
+  let cluster: Listening;
+  let base: string;
+
+  before(async () => {
+    admin = await startPostern();
+    cluster = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_WORKERS: '2', POSTERN_STREAM_MAX_MS: '120000' }));
+    base = `${cluster.url}/v1`;
+  });
+  after(async () => {
+    if (cluster) await stopProcess(cluster.child);
+    if (admin) await admin.close();
+  });
+
+  it('a stream sees each change once, whichever worker applied it', async () => {
+    const p = await newProject(admin);
+    const inbox = await p.inbox();
+    const token = await p.token(['messages:read', 'flags:write']);
+    const labels = await labelsOf(base, inbox, token);
+    const stream = await openStream(base, inbox, token);
+    try {
+      const app = await mailApp(inbox);
+      let uid = 0;
+      try {
+        uid = await append(app, 'INBOX', { subject: 'two workers' });
+      } finally {
+        await app.logout();
+      }
+      // Reads on connections of their own, at once: the worker without the stream syncs and
+      // applies the addition before Dovecot tells the other worker's watcher.
+      const reads = await Promise.all([1, 2, 3].map(() => fresh('GET', `${base}/inboxes/${inbox.id}/labels`, token)));
+      expect(reads.map((r) => r.status)).to.deep.equal([200, 200, 200]);
+      const added = parse((await stream.next((e) => e.event === 'message.added')).data);
+      // Flag changes through the API, one after another on connections of their own: the round
+      // robin gives them to both workers, and the worker that took one applies it at once.
+      const changes = [{ add: ['flagged'] }, { remove: ['flagged'] }, { add: ['flagged'] }, { remove: ['flagged'] }, { add: ['seen'] }];
+      for (const [n, body] of changes.entries()) {
+        const res = await fresh('POST', `${base}/inboxes/${inbox.id}/messages/${added.msgId}/flags`, token, body);
+        expect(res.status, res.body).to.equal(200);
+        await until(`flag change ${n} on the stream`, async () => stream.events.filter((e) => e.event === 'message.flags').length > n);
+      }
+      await sleep(1500);
+      expect(stream.events.map((e) => sig(parse(e.data)))).to.deep.equal([
+        `message.added ${labels.INBOX} ${uid}`,
+        `message.flags ${labels.INBOX} ["flagged"]`,
+        `message.flags ${labels.INBOX} []`,
+        `message.flags ${labels.INBOX} ["flagged"]`,
+        `message.flags ${labels.INBOX} []`,
+        `message.flags ${labels.INBOX} ["seen"]`,
+      ]);
+    } finally {
+      await stream.close();
+    }
+  });
+});
