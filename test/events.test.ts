@@ -302,6 +302,22 @@ describe('events: publishing (POST /events)', () => {
     await expectError(await post(s, writer, JSON.stringify({ type: 'ext.deploy.finished', data: { service: 'x', log: 'a'.repeat(100_000) } })), 413);
   });
 
+  it('a body cut off mid-way stores nothing and leaves the server serving', async () => {
+    const url = new URL(`${s.base}/events`);
+    const before = await s.postern.events.lastPosition();
+    await new Promise<void>((resolve) => {
+      const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { authorization: `Bearer ${writer}`, 'content-type': 'application/json', 'content-length': '500' } });
+      req.on('error', () => resolve());
+      req.write('{"type":"ext.deploy.finished","data":{"service":"x"');
+      setTimeout(() => req.destroy(), 50);
+      req.on('close', () => resolve());
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(await s.postern.events.lastPosition()).to.equal(before);
+    const ok = await post(s, writer, { type: 'ext.deploy.finished', data: { service: 'after-cut' } });
+    expect(ok.status).to.equal(201);
+  });
+
   it('Idempotency-Key: first 201, the same request 200 duplicate, another request 422; nothing stored twice', async () => {
     const body = { type: 'ext.deploy.finished', data: { service: 'idem', seconds: 1 } };
     const first = await post(s, writer, body, { 'idempotency-key': 'deploy-1' });

@@ -5,23 +5,42 @@ import { ApiError, badRequest, tooLarge } from '../errors.ts';
 export const DEFAULT_BODY_LIMIT = 256 * 1024;
 
 /** The raw body, or 413 as soon as it passes `limit` bytes. */
-export async function readRaw(ctx: Context, limit: number): Promise<Buffer> {
+export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
   const declared = Number(ctx.get('content-length') || NaN);
-  if (declared > limit) throw tooLarge(`request body is over ${limit} bytes`);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  try {
-    for await (const chunk of ctx.req as AsyncIterable<Buffer>) {
+  if (declared > limit) return Promise.reject(tooLarge(`request body is over ${limit} bytes`));
+  const req = ctx.req;
+  // Listeners rather than `for await`: the async iterator costs a promise per chunk and a
+  // stream wrapper per request, on every write request.
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (err: ApiError | null) => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', onAbort);
+      req.off('close', onClose);
+      if (err) {
+        // Stop reading what is left; the answer (413 or 400) goes out at once.
+        req.pause();
+        reject(err);
+      } else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > limit) throw tooLarge(`request body is over ${limit} bytes`);
+      if (size > limit) return done(tooLarge(`request body is over ${limit} bytes`));
       chunks.push(chunk);
-    }
-  } catch (err) {
-    if (err instanceof ApiError) throw err;
+    };
+    const onEnd = () => done(null);
     // The client went away mid-body: its fault, and nobody is left to read the answer.
-    throw badRequest('request body was cut off');
-  }
-  return Buffer.concat(chunks, size);
+    const onAbort = () => done(badRequest('request body was cut off'));
+    const onClose = () => {
+      if (!req.complete) onAbort();
+    };
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onAbort);
+    req.on('close', onClose);
+  });
 }
 
 /** The parsed JSON body; 400 when absent or not JSON, 415 for another content type. */
