@@ -27,6 +27,7 @@ import { Admin } from '../lib/directory/admin.ts';
 import { encodeCursor } from '../lib/events/cursor.ts';
 import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
+import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 import { freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
 
@@ -152,51 +153,30 @@ function rawInsertRate(dir: string, seconds: number): number {
 
 /** The HTTP floor on this machine: GET /healthz (no auth, no store) with the same 32 clients. */
 async function healthzRate(base: string): Promise<number> {
-  const agent = new Agent({ keepAlive: true, maxSockets: 32 });
-  const url = base.replace(/\/v1$/, '/healthz');
-  let done = 0;
-  const end = performance.now() + SECONDS * 1000;
-  await Promise.all(
-    Array.from({ length: 32 }, async () => {
-      while (performance.now() < end) {
-        await send(agent, url, 'GET', {});
-        done++;
-      }
-    }),
-  );
-  agent.destroy();
-  return done / SECONDS;
+  const r = await closedLoop(base, { clients: 32, seconds: SECONDS, next: () => ({ method: 'GET', path: '/healthz' }), ok: (st) => st === 200 });
+  return r.rate;
 }
 
 async function benchPost(s: Setup, base: string): Promise<{ rate: number; p50: number; p99: number; serverCores: number }> {
   const server = pidOf(base) ? processTree(pidOf(base)!) : [];
   const cpu0 = treeCpuSeconds(server);
   const started = performance.now();
-  const agent = new Agent({ keepAlive: true, maxSockets: 32 });
   const payload = 'p'.repeat(1000); // with the other field, data is just over 1 KB serialized
-  const headers = { authorization: `Bearer ${s.writer}`, 'content-type': 'application/json' };
-  const latencies: number[] = [];
-  let done = 0;
-  let failed = 0;
-  const end = performance.now() + SECONDS * 1000;
+  const body = JSON.stringify({ type: 'ext.bench.happened', data: { payload, t: 1 } });
+  const headers = { Authorization: `Bearer ${s.writer}`, 'Content-Type': 'application/json' };
+  const path = `${new URL(base).pathname}/events`;
   let key = 0;
   const run = `${Date.now()}`;
-  await Promise.all(
-    Array.from({ length: 32 }, async () => {
-      while (performance.now() < end) {
-        const t0 = performance.now();
-        const r = await send(agent, `${base}/events`, 'POST', { ...headers, 'idempotency-key': `${run}-${key++}` }, JSON.stringify({ type: 'ext.bench.happened', data: { payload, t: 1 } }));
-        latencies.push(performance.now() - t0);
-        if (r.status === 201) done++;
-        else failed++;
-      }
-    }),
-  );
-  agent.destroy();
-  if (failed) log(`POST /events: ${failed} requests failed`);
+  const r = await closedLoop(base, {
+    clients: 32,
+    seconds: SECONDS,
+    next: () => ({ method: 'POST', path, headers: { ...headers, 'Idempotency-Key': `${run}-${key++}` }, body }),
+    ok: (st) => st === 201,
+  });
+  if (r.failed) log(`POST /events: ${r.failed} requests failed, e.g. ${r.firstFailure}`);
   const wall = (performance.now() - started) / 1000;
   const serverCores = server.length ? (treeCpuSeconds(server) - cpu0) / wall : NaN;
-  return { rate: done / SECONDS, p50: pct(latencies, 0.5), p99: pct(latencies, 0.99), serverCores };
+  return { rate: r.rate, p50: pct(r.latencies, 0.5), p99: pct(r.latencies, 0.99), serverCores };
 }
 
 // ── 2. GET /events?limit=500 ────────────────────────────────────────────────────────────────
