@@ -20,6 +20,8 @@ export interface Config {
     maxTotal: number;
     /** How long a request waits for a free connection before it answers 503. */
     acquireTimeoutMs: number;
+    /** An inbox watcher's lease among the processes sharing the store (renewed every third of it). */
+    watchLeaseMs: number;
   };
   smtp: { host: string; port: number; secure: boolean };
   redisUrl: string | null;
@@ -55,6 +57,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_IMAP_MAX_PER_INBOX', default: '4', description: 'IMAP connections per inbox at most' },
   { name: 'POSTERN_IMAP_MAX_TOTAL', default: '200', description: 'IMAP connections in all at most' },
   { name: 'POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', default: '10000', description: 'a request waits this long for a free IMAP connection, then answers 503' },
+  { name: 'POSTERN_IMAP_WATCH_LEASE_MS', default: '15000', description: 'of the processes sharing the store, one watches an inbox; another takes over this long after it stops renewing' },
   { name: 'POSTERN_SMTP_HOST', default: '127.0.0.1', description: 'Postfix host Postern relays through' },
   { name: 'POSTERN_SMTP_PORT', default: '25', description: 'Postfix port' },
   { name: 'POSTERN_SMTP_SECURE', default: 'false', description: 'connect to Postfix with implicit TLS' },
@@ -109,6 +112,7 @@ export function loadConfig(env: Env = process.env): Config {
       maxPerInbox: int('POSTERN_IMAP_MAX_PER_INBOX', 1, 64),
       maxTotal: int('POSTERN_IMAP_MAX_TOTAL', 1, 10000),
       acquireTimeoutMs: int('POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', 1, 600000),
+      watchLeaseMs: int('POSTERN_IMAP_WATCH_LEASE_MS', 300, 600000),
     },
     smtp: { host: get('POSTERN_SMTP_HOST'), port: int('POSTERN_SMTP_PORT', 1, 65535), secure: bool('POSTERN_SMTP_SECURE') },
     redisUrl: get('REDIS_URL') || null,

@@ -214,7 +214,7 @@ describe('mail changes in the event log: two Postern instances on one store', fu
     await expectEachChangeOnce(inbox, token, labels, () => Promise.all([labelsOf(a.base, inbox, token), labelsOf(bBase, inbox, token)]));
   });
 
-  it('both holding a live watcher (and reading): each change once', async () => {
+  it('both streaming (one holds the watcher lease, the other syncs on its reads): each change once', async () => {
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'events:read']);
     const labels = await labelsOf(a.base, inbox, token);

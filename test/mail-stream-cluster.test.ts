@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
+import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import type { LiveChange } from '../lib/mail/types.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
 import { call, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
@@ -45,6 +46,9 @@ function spyApplied(postern: Postern): Array<{ inboxId: string; changes: readonl
   return seen;
 }
 
+/** Short, so a takeover is quick to test: renewed every 500 ms. */
+const LEASE_MS = '1500';
+
 describe('inbox stream: two Postern instances on one store and Redis', function () {
   this.timeout(120_000);
   let a: TestServer;
@@ -58,8 +62,8 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
 
   before(async () => {
     const redis = mailEnv().redis.url;
-    a = await startPostern({ REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000' });
-    b = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000' })), pino({ level: 'silent' }));
+    a = await startPostern({ REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS });
+    b = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS })), pino({ level: 'silent' }));
     bBase = `${(await b.listen()).url}/v1`;
     p = await newProject(a);
     token = await p.token(['messages:read']);
@@ -113,15 +117,19 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
     try {
       const inbox = await p.inbox();
       const labels = await labelsOf(a.base, inbox, token);
-      // Both hold a watcher: Dovecot tells both of each change at the same moment, both syncs
-      // fetch it before either writes it, and the fetches are held until both have answered.
+      // A third process holds the inbox's watcher lease (and never publishes): neither A nor B
+      // watches, so each read syncs. Both read after each change: both syncs fetch it before
+      // either writes it, and the fetches are held until both have answered.
+      new SqliteMailIndex(a.postern.db).claim([inbox.id], 'another-process', 600_000);
       const onA = await openStream(a.base, inbox, token);
       const onB = await openStream(bBase, inbox, token);
       streams.push(onA, onB);
+      expect([a.postern.mailSource.watching(inbox.id).live, b.mailSource.watching(inbox.id).live]).to.deep.equal([false, false]);
       const mail = await mailApp(inbox);
       const expected: string[] = [];
       const step = async (change: () => Promise<unknown>, wanted: () => string[]) => {
         await change();
+        await Promise.all([labelsOf(a.base, inbox, token), labelsOf(bBase, inbox, token)]);
         expected.push(...wanted());
         for (const s of [onA, onB]) {
           await until(`${wanted().join(', ')} on a stream`, async () => {
@@ -165,6 +173,66 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       expect(added(appliedByA) + added(appliedByB), `additions announced by A and B: ${JSON.stringify(announced)}`).to.be.above(2);
     } finally {
       release();
+    }
+  });
+
+  it('one process watches an inbox (the lease); the other hears its changes, and takes over when it stops', async () => {
+    const inbox = await p.inbox();
+    const labels = await labelsOf(a.base, inbox, token);
+    const onA = await openStream(a.base, inbox, token);
+    const onB = await openStream(bBase, inbox, token);
+    streams.push(onB);
+    const live = () => [a.postern.mailSource.watching(inbox.id).live, b.mailSource.watching(inbox.id).live];
+    expect(live(), 'watchers live on A and B').to.deep.equal([true, false]);
+    const app = await mailApp(inbox);
+    try {
+      // Only A's watcher hears of it; B's subscriber through the bus.
+      const first = await append(app, 'INBOX', { subject: 'watched by A' });
+      for (const s of [onA, onB]) await s.next((e) => e.event === 'message.added');
+      expect(appliedIn(appliedByB, inbox)).to.deep.equal([]);
+      // A's last subscriber goes: A gives the lease up, and B takes it at its next renewal.
+      await onA.close();
+      await until('B to take the watcher over', async () => live()[1] === true, 5000);
+      expect(live()[0]).to.equal(false);
+      const second = await append(app, 'INBOX', { subject: 'watched by B' });
+      await onB.next((e) => e.event === 'message.added' && parse(e.data).uid === second);
+      await sleep(1000);
+      expect(onB.events.map((e) => sig(parse(e.data)))).to.deep.equal([`message.added ${labels.INBOX} ${first}`, `message.added ${labels.INBOX} ${second}`]);
+      expect(appliedIn(appliedByB, inbox)).to.deep.equal(['message.added']);
+    } finally {
+      await app.logout();
+    }
+  });
+
+  it('a holder that dies: another process takes the watcher over once its lease lapses, and catches up', async () => {
+    const inbox = await p.inbox();
+    const labels = await labelsOf(a.base, inbox, token);
+    const env = { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: mailEnv().redis.url, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS };
+    const other = await spawnPostern(envVars(mailEnv(), env));
+    try {
+      const onOther = await openStream(`${other.url}/v1`, inbox, token);
+      streams.push(onOther);
+      const onA = await openStream(a.base, inbox, token);
+      streams.push(onA);
+      expect(a.postern.mailSource.watching(inbox.id).live, 'A watches while the other process holds the lease').to.equal(false);
+      other.child.kill('SIGKILL');
+      // Mail arrives while nobody watches: the lease still names the dead process.
+      const app = await mailApp(inbox);
+      let uid = 0;
+      try {
+        uid = await append(app, 'INBOX', { subject: 'while the holder is gone' });
+      } finally {
+        await app.logout();
+      }
+      const started = Date.now();
+      await until('A to take the watcher over', async () => a.postern.mailSource.watching(inbox.id).live, 10_000);
+      await onA.next((e) => e.event === 'message.added');
+      // Within a lease and one renewal (plus Dovecot's half second), not at the 45 s poll.
+      expect(Date.now() - started).to.be.below(5000);
+      await sleep(1000);
+      expect(onA.events.map((e) => sig(parse(e.data)))).to.deep.equal([`message.added ${labels.INBOX} ${uid}`]);
+    } finally {
+      await stopProcess(other.child);
     }
   });
 });

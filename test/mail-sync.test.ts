@@ -241,7 +241,7 @@ describe('IMAP pool', function () {
 
   const settings = (maxPerInbox: number, maxTotal: number, acquireTimeoutMs = 10_000) => {
     const env = mailEnv();
-    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs };
+    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs, watchLeaseMs: 15_000 };
   };
   const gate = () => {
     let open!: () => void;

@@ -5,7 +5,7 @@
 import type { Logger } from 'pino';
 import { isApiError, unavailable } from '../../lib/errors.ts';
 import { MailLiveFeed } from '../../lib/mail/live.ts';
-import type { LiveChange, MailIndexStore, MailInbox, MailSource, Unwatch } from '../../lib/mail/types.ts';
+import type { LiveChange, MailIndexStore, MailInbox, MailSource, Unwatch, WatchLeases } from '../../lib/mail/types.ts';
 import { ImapPool, PoolBusyError, type ImapSettings } from './pool.ts';
 import { unselect } from './raw.ts';
 import { IndexSync } from './sync.ts';
@@ -24,6 +24,11 @@ export interface ImapSourceOptions {
    * in-process bus (this process's changes only).
    */
   live?: MailLiveFeed;
+  /**
+   * The watcher lease among the processes sharing the store (held for `imap.watchLeaseMs`,
+   * renewed every third of it). Without it, every process with listeners runs its own watcher.
+   */
+  leases?: WatchLeases;
   /** The watcher's safety poll (DESIGN.md 4: every 30-60 s). */
   pollMs?: number;
 }
@@ -44,6 +49,8 @@ export class ImapMailSource implements MailSource {
   private readonly sync: IndexSync;
   private readonly inboxes = new Map<string, InboxRuntime>();
   private closed = false;
+  /** Renews the leases held and tries for those another process holds, while anyone listens here. */
+  private leaseTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly o: ImapSourceOptions) {
     this.pool = new ImapPool(o.imap, o.log);
@@ -94,26 +101,20 @@ export class ImapMailSource implements MailSource {
     const rt = this.runtime(inbox);
     const unlisten = this.live.subscribe(inbox.id, listener);
     rt.listeners.add(listener);
-    if (!rt.watcher) {
-      rt.watcher = new Watcher({
-        open: () => this.pool.openDedicated(inbox.imapUser),
-        onSignal: () => void this.fresh(rt, false).catch(() => undefined),
-        log: this.o.log.child({ inbox: inbox.id }),
-        pollMs: this.o.pollMs ?? 45_000,
-      });
-    }
-    const watcher = rt.watcher;
-    await watcher.started;
-    // At the connection cap a watcher is refused (503) rather than left retrying for a stream
-    // that would never be live.
-    if (!watcher.live && watcher.lastError instanceof PoolBusyError) {
-      unlisten();
-      rt.listeners.delete(listener);
-      if (rt.listeners.size === 0 && rt.watcher === watcher) {
-        rt.watcher = null;
-        await watcher.stop();
+    this.leaseTimer ??= this.startLeaseTimer();
+    // This process watches the inbox unless another one holds its lease; then that one's syncs
+    // reach the listeners here through the bus, and the lease timer takes over if it lapses.
+    const watcher = this.takeWatch(rt);
+    if (watcher) {
+      await watcher.started;
+      // At the connection cap a watcher is refused (503) rather than left retrying for a stream
+      // that would never be live.
+      if (!watcher.live && watcher.lastError instanceof PoolBusyError) {
+        unlisten();
+        rt.listeners.delete(listener);
+        if (rt.listeners.size === 0 && rt.watcher === watcher) await this.dropWatch(rt);
+        throw watcher.lastError;
       }
-      throw watcher.lastError;
     }
     // Caught up to now before the caller tells its client the stream is open.
     await this.fresh(rt, false).catch((err: unknown) => this.o.log.warn({ err, inbox: inbox.id }, 'sync before streaming failed'));
@@ -123,19 +124,17 @@ export class ImapMailSource implements MailSource {
       done = true;
       unlisten();
       rt.listeners.delete(listener);
-      if (rt.listeners.size === 0 && rt.watcher === watcher) {
-        rt.watcher = null;
-        await watcher.stop();
-      }
+      if (rt.listeners.size === 0) await this.dropWatch(rt);
     };
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    if (this.leaseTimer) clearInterval(this.leaseTimer);
+    this.leaseTimer = null;
     for (const rt of this.inboxes.values()) {
       rt.listeners.clear();
-      await rt.watcher?.stop();
-      rt.watcher = null;
+      await this.dropWatch(rt);
     }
     await this.live.close();
     await this.pool.close();
@@ -145,6 +144,69 @@ export class ImapMailSource implements MailSource {
   watching(inboxId: string): { listeners: number; live: boolean } {
     const rt = this.inboxes.get(inboxId);
     return { listeners: rt?.listeners.size ?? 0, live: rt?.watcher?.live ?? false };
+  }
+
+  /** Starts the inbox's watcher here if this process may hold it (its lease, when there are leases). */
+  private takeWatch(rt: InboxRuntime, claimed = false): Watcher | null {
+    if (rt.watcher || this.closed) return rt.watcher;
+    const leases = this.o.leases;
+    if (leases && !claimed && !leases.claim([rt.inbox.id], this.live.origin, this.o.imap.watchLeaseMs).has(rt.inbox.id)) return null;
+    const inbox = rt.inbox;
+    rt.watcher = new Watcher({
+      open: () => this.pool.openDedicated(inbox.imapUser),
+      // Every (re)connect asks for a pass too: a watcher taking over catches up at once.
+      onSignal: () => void this.fresh(rt, false).catch(() => undefined),
+      log: this.o.log.child({ inbox: inbox.id }),
+      pollMs: this.o.pollMs ?? 45_000,
+    });
+    return rt.watcher;
+  }
+
+  /** Stops the inbox's watcher here (if any) and gives up its lease. */
+  private async dropWatch(rt: InboxRuntime, release = true): Promise<void> {
+    const watcher = rt.watcher;
+    if (!watcher) return;
+    rt.watcher = null;
+    if (release) {
+      try {
+        this.o.leases?.release([rt.inbox.id], this.live.origin);
+      } catch (err) {
+        this.o.log.warn({ err, inbox: rt.inbox.id }, 'could not release the watcher lease; another process takes over when it expires');
+      }
+    }
+    await watcher.stop();
+  }
+
+  private startLeaseTimer(): NodeJS.Timeout {
+    const timer = setInterval(() => this.renewLeases(), Math.max(100, Math.floor(this.o.imap.watchLeaseMs / 3)));
+    timer.unref();
+    return timer;
+  }
+
+  /** Every third of a lease: renews the leases held, and takes those that lapsed, in one write. */
+  private renewLeases(): void {
+    const leases = this.o.leases;
+    if (!leases || this.closed) return;
+    const wanted = [...this.inboxes.values()].filter((rt) => rt.listeners.size > 0);
+    if (wanted.length === 0) return;
+    let held: Set<string>;
+    try {
+      held = leases.claim(wanted.map((rt) => rt.inbox.id), this.live.origin, this.o.imap.watchLeaseMs);
+    } catch (err) {
+      // A watcher keeps running on a lease it could not renew; if another process takes it
+      // meanwhile, both watch until the next renewal says so (correct, one connection more).
+      this.o.log.warn({ err }, 'could not renew the watcher leases; trying again');
+      return;
+    }
+    for (const rt of wanted) {
+      if (held.has(rt.inbox.id)) {
+        if (!rt.watcher) this.takeWatch(rt, true);
+      } else if (rt.watcher) {
+        // Lapsed (this process stalled past its lease) and taken by another: it watches now.
+        this.o.log.info({ inbox: rt.inbox.id }, 'another process took over the inbox watcher');
+        void this.dropWatch(rt, false);
+      }
+    }
   }
 
   private runtime(inbox: MailInbox): InboxRuntime {

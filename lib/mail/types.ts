@@ -177,6 +177,21 @@ export interface MailIndexStore {
   message(inboxId: string, msgGuid: string): { message: MessageRecord; locations: Location[] } | null;
 }
 
+/**
+ * The watcher lease (DESIGN.md 6): among the processes sharing the store, one at a time watches
+ * an inbox over IMAP; the others hear its changes through the Bus. A lease not renewed before it
+ * expires may be taken by another process.
+ */
+export interface WatchLeases {
+  /**
+   * Takes, or renews, the lease of each inbox for `holder` until `ttlMs` from now, in one write.
+   * Returns the inboxes `holder` holds now: not those another holder's unexpired lease keeps.
+   */
+  claim(inboxIds: readonly string[], holder: string, ttlMs: number): Set<string>;
+  /** Gives up `holder`'s leases of these inboxes (another process may take them at once). */
+  release(inboxIds: readonly string[], holder: string): void;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The mail server side.
 

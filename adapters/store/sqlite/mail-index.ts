@@ -2,7 +2,7 @@
 // through one transaction per batch so a label's sync state never runs ahead of its rows.
 import type { Statement } from 'better-sqlite3';
 import type { SpecialUse } from '../../../lib/mail/labels.ts';
-import type { IndexOp, LabelState, Location, MailIndexStore, MessageRecord, PageRow } from '../../../lib/mail/types.ts';
+import type { IndexOp, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases } from '../../../lib/mail/types.ts';
 import type { Db } from './db.ts';
 
 interface LabelRow {
@@ -73,15 +73,17 @@ const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() 
 
 const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
 
-export class SqliteMailIndex implements MailIndexStore {
+export class SqliteMailIndex implements MailIndexStore, WatchLeases {
   private readonly s: Record<string, Statement>;
   // `mail_inboxes.version` is bumped in the same transaction as every index write: readers keep
-  // derived results until it changes. It lives in the store because nothing stops two processes
-  // sharing it from syncing the same inbox (there is no watcher lease yet, docs/mail.md).
+  // derived results until it changes. It lives in the store because every process sharing it
+  // syncs inboxes on reads (the watcher lease only says who watches).
   private readonly applyTx: (inboxId: string, ops: readonly IndexOp[], label?: LabelState) => number[];
   private readonly dropTx: (inboxId: string, guid: string) => Location[];
   private readonly clearStagedTx: (inboxId: string, labelGuid: string) => void;
   private readonly commitStagedTx: (inboxId: string, label: LabelState) => void;
+  private readonly claimTx: (inboxIds: readonly string[], holder: string, ttlMs: number) => Set<string>;
+  private readonly releaseTx: (inboxIds: readonly string[], holder: string) => void;
 
   constructor(db: Db) {
     const p = (sql: string) => db.prepare(sql);
@@ -139,6 +141,11 @@ export class SqliteMailIndex implements MailIndexStore {
         WHERE l.inbox_id = ? AND l.label_guid = ? AND l.uid < ? ORDER BY l.uid DESC LIMIT ?`),
       message: p(`SELECT ${MESSAGE_COLUMNS} FROM mail_messages m WHERE m.inbox_id = ? AND m.guid = ?`),
       messageLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND msg_guid = ?'),
+      // Taken when free, lapsed or already ours; another holder's live lease is left alone.
+      claim: p(`INSERT INTO mail_watch_leases (inbox_id, holder, expires_at) VALUES (@inboxId, @holder, @until)
+        ON CONFLICT (inbox_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+        WHERE mail_watch_leases.holder = excluded.holder OR mail_watch_leases.expires_at <= @now`),
+      release: p('DELETE FROM mail_watch_leases WHERE inbox_id = ? AND holder = ?'),
     };
 
     this.applyTx = db.transaction((inboxId: string, ops: readonly IndexOp[], label?: LabelState) => {
@@ -202,6 +209,28 @@ export class SqliteMailIndex implements MailIndexStore {
       this.s.putLabel!.run({ inboxId, ...label });
       this.bump(inboxId);
     });
+
+    // One write for every lease a process renews or tries for.
+    this.claimTx = db.transaction((inboxIds: readonly string[], holder: string, ttlMs: number) => {
+      const now = Date.now();
+      const held = new Set<string>();
+      for (const inboxId of inboxIds) {
+        if (this.s.claim!.run({ inboxId, holder, until: now + ttlMs, now }).changes > 0) held.add(inboxId);
+      }
+      return held;
+    });
+
+    this.releaseTx = db.transaction((inboxIds: readonly string[], holder: string) => {
+      for (const inboxId of inboxIds) this.s.release!.run(inboxId, holder);
+    });
+  }
+
+  claim(inboxIds: readonly string[], holder: string, ttlMs: number): Set<string> {
+    return inboxIds.length === 0 ? new Set() : this.claimTx(inboxIds, holder, ttlMs);
+  }
+
+  release(inboxIds: readonly string[], holder: string): void {
+    if (inboxIds.length > 0) this.releaseTx(inboxIds, holder);
   }
 
   version(inboxId: string): number {

@@ -5,6 +5,7 @@ import mailIndex from './003_mail_index.ts';
 import eventsInbox from './004_events_inbox.ts';
 import mailStaging from './005_mail_staging.ts';
 import mailVersion from './006_mail_version.ts';
+import mailWatchLeases from './007_mail_watch_leases.ts';
 
 export interface Migration {
   version: number;
@@ -19,4 +20,5 @@ export const migrations: Migration[] = [
   { version: 4, name: 'events_inbox', sql: eventsInbox },
   { version: 5, name: 'mail_staging', sql: mailStaging },
   { version: 6, name: 'mail_version', sql: mailVersion },
+  { version: 7, name: 'mail_watch_leases', sql: mailWatchLeases },
 ];
