@@ -77,7 +77,12 @@ export class MailLiveFeed {
       const unsubscribe = await this.bus.subscribe(channel, (m) => this.arrive(m));
       if (this.closed) await unsubscribe();
       else this.unsubscribe = unsubscribe;
-    })();
+    })().catch((err: unknown) => {
+      // The next caller tries again.
+      this.started = null;
+      this.channel = null;
+      throw err;
+    });
     return this.started;
   }
 
@@ -103,11 +108,6 @@ export class MailLiveFeed {
     if (this.closed || changes.length === 0) return;
     this.deliver(inboxId, changes);
     this.publish(inboxId, changes);
-  }
-
-  /** Local listeners, for tests and metrics. */
-  listening(inboxId: string): number {
-    return this.listeners.get(inboxId)?.size ?? 0;
   }
 
   async close(): Promise<void> {
