@@ -4,6 +4,8 @@
 export type Unsubscribe = () => Promise<void>;
 
 export interface Bus {
+  /** False for the in-process bus: publishing then reaches no one a local delivery has not. */
+  readonly spansProcesses: boolean;
   publish(channel: string, message: string): Promise<void>;
   /** Delivery is at most once; receivers heal gaps from the store. */
   subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe>;

@@ -25,6 +25,7 @@ function isBusBatch(value: unknown): value is BusBatch {
 export class ClusterBus implements Bus {
   // Receivers in this worker: the in-process bus does the local fan-out.
   private readonly local = new MemoryBus();
+  readonly spansProcesses = true;
   private outgoing: string[] = [];
   private sent: Promise<void> | null = null;
   private readonly onMessage = (m: unknown): void => {

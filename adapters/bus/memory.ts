@@ -2,6 +2,7 @@
 import type { Bus, Unsubscribe } from '../../lib/bus.ts';
 
 export class MemoryBus implements Bus {
+  readonly spansProcesses = false;
   private readonly channels = new Map<string, Set<(message: string) => void>>();
 
   async publish(channel: string, message: string): Promise<void> {

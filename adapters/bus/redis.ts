@@ -13,6 +13,7 @@ export interface RedisBusOptions {
 }
 
 export class RedisBus implements Bus {
+  readonly spansProcesses = true;
   private readonly pub: Redis;
   private readonly sub: Redis;
   private readonly channels = new Map<string, Set<(message: string) => void>>();

@@ -31,7 +31,7 @@
 //   or the data does not match its schema; nothing is stored then.
 // - Visibility, class and source come from the type: callers never choose who can read it.
 // - Never call it inside another store transaction; it opens its own.
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { Bus } from '../bus.ts';
 import { badRequest, unprocessable } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
@@ -137,7 +137,7 @@ function canonical(value: unknown): string {
 
 /** SHA-256 of the canonical JSON of what an event says: the same request, the same fingerprint. */
 function fingerprint(request: { type: string; subject: string | undefined; inbox: string | null | undefined; data: EventData | undefined }): string {
-  return createHash('sha256').update(canonical(request)).digest('base64url');
+  return hash('sha256', canonical(request), 'base64url');
 }
 
 // Registered types as EventTypes, keyed by everything the stored row says (two compatible
@@ -315,8 +315,10 @@ export class EventLog {
     // Deliver here at once, and publish for the other instances. A lost message is healed by
     // every receiver from the store.
     this.live.local(result.event);
-    const channel = this.live.channel ?? eventsChannel(await this.store.logId());
-    this.bus.publish(channel, LiveFeed.message(result.event)).catch(() => this.live.heal());
+    if (this.bus.spansProcesses) {
+      const channel = this.live.channel ?? eventsChannel(await this.store.logId());
+      this.bus.publish(channel, LiveFeed.message(result.event)).catch(() => this.live.heal());
+    }
     return { duplicate: false, stored: { ...result.event, cursor: encodeCursor(result.event.position) } };
   }
 

@@ -126,6 +126,8 @@ export class MailLiveFeed {
 
   /** `<origin> <inboxId> [change,…]`: each change serialized once, the batch cut where a message would pass the bound. */
   private publish(inboxId: string, changes: readonly LiveChange[]): void {
+    // A process alone has delivered everything already.
+    if (!this.bus.spansProcesses) return;
     const head = `${this.origin} ${inboxId} [`;
     const messages: string[] = [];
     let parts: string[] = [];
