@@ -1,7 +1,7 @@
 // API tokens (`svc_<token id>_<secret>`) and web session tokens (`<session id>_<secret>`).
 // Only a SHA-256 of the secret is stored: the secret is 256 random bits, so a slow hash would
 // add latency to every request without adding safety.
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { hash as digest, randomBytes, timingSafeEqual } from 'node:crypto';
 import { newId } from '../ids.ts';
 
 const SECRET = '[A-Za-z0-9_-]{43}';
@@ -15,7 +15,7 @@ export interface Minted {
   secretHash: Buffer;
 }
 
-const hash = (secret: string) => createHash('sha256').update(secret).digest();
+const hash = (secret: string): Buffer => digest('sha256', secret, 'buffer');
 
 export function mintToken(): Minted {
   const id = newId('tok');

@@ -145,14 +145,21 @@ function fingerprint(request: { type: string; subject: string | undefined; inbox
 // so its compiled validator is found without hashing.
 const extTypes = new Map<string, EventType>();
 
+// The store hands back the same StoredEventType for an unchanged row, so the hot path (publish)
+// finds its EventType by identity, without serializing the row for the key.
+const extTypesByRow = new WeakMap<StoredEventType, EventType>();
+
 function extType(t: StoredEventType): EventType {
+  let type = extTypesByRow.get(t);
+  if (type) return type;
   const key = JSON.stringify(t);
-  let type = extTypes.get(key);
+  type = extTypes.get(key);
   if (!type) {
     if (extTypes.size >= 10_000) extTypes.delete(extTypes.keys().next().value!);
     type = buildExtType(t);
     extTypes.set(key, type);
   }
+  extTypesByRow.set(t, type);
   return type;
 }
 

@@ -112,6 +112,7 @@ export class SqliteEventStore implements EventStore {
   };
   private readonly appendBatch: (batch: Pending[]) => void;
   private queue: Pending[] = [];
+  private readonly latestTypes = new Map<string, StoredEventType>();
   /** While another process holds the write lock: when this batch started waiting. */
   private waitingSince: number | null = null;
   private readonly reads = new Map<string, Statement<unknown[], EventRow>>();
@@ -354,7 +355,16 @@ export class SqliteEventStore implements EventStore {
 
   async latestType(projectId: string, name: string): Promise<StoredEventType | null> {
     const row = this.s.latestType.get(projectId, name);
-    return row ? toType(row) : null;
+    if (!row) return null;
+    // Every publish reads its type: an unchanged row comes back as the same object, parsed once.
+    const signature = `${row.project_id}\n${row.name}\n${row.version}\n${row.created_at}\n${row.updated_at}\n${row.description}\n${row.fields}`;
+    let type = this.latestTypes.get(signature);
+    if (!type) {
+      if (this.latestTypes.size >= 10_000) this.latestTypes.delete(this.latestTypes.keys().next().value!);
+      type = toType(row);
+      this.latestTypes.set(signature, type);
+    }
+    return type;
   }
 
   async listTypes(projectId: string): Promise<StoredEventType[]> {
