@@ -379,18 +379,15 @@ async function main(): Promise<void> {
     for (let r = 0; r < ROUNDS && want('post'); r++) {
       log(`round ${r + 1}/${ROUNDS}: POST /events`);
       add('rawInsert', rawInsertRate(s.dir, 2));
-      add('healthz', await healthzRate(one.base));
-      const post = await benchPost(s, one.base);
-      add('postRate', post.rate);
-      add('postServer', post.serverCores);
-      add('postP50', post.p50);
-      add('postP99', post.p99);
-      add('healthzWorkers', await healthzRate(workers.base));
-      const spread = await benchPost(s, workers.base);
-      add('postWorkersRate', spread.rate);
-      add('postWorkersServer', spread.serverCores);
-      add('postWorkersP50', spread.p50);
-      add('postWorkersP99', spread.p99);
+      // The same measurements for one process and for two workers: keys `post…` and `postWorkers…`.
+      for (const [server, name] of [[one, ''], [workers, 'Workers']] as const) {
+        add(`healthz${name}`, await healthzRate(server.base));
+        const post = await benchPost(s, server.base);
+        add(`post${name}Rate`, post.rate);
+        add(`post${name}Server`, post.serverCores);
+        add(`post${name}P50`, post.p50);
+        add(`post${name}P99`, post.p99);
+      }
     }
 
     log('prefill for GET /events');

@@ -3,36 +3,14 @@
 // stream sees every event at once (the primary relays the live bus), idempotency holds across
 // them, a dead worker is replaced, and a stop leaves no process behind.
 import { execFileSync } from 'node:child_process';
-import { request } from 'node:http';
-import { join } from 'node:path';
 import { expect } from 'chai';
-import { envVars, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
+import { callFresh, clusterFixture, newProject } from './harness.ts';
 import { register, SseClient } from './events-helpers.ts';
-import { spawnPostern, stopProcess, type Listening } from './processes.ts';
+import { alive, stopProcess } from './processes.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A request on a connection of its own, so the cluster hands it to whichever worker is next. */
-function fresh(method: string, url: string, token?: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, {
-      method,
-      agent: false,
-      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
-    });
-    req.on('response', (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-    });
-    req.on('error', reject);
-    req.setTimeout(10_000, () => req.destroy(new Error(`${method} ${url}: no answer in 10 s`)));
-    req.end(body === undefined ? undefined : JSON.stringify(body));
-  });
-}
-
-const postFresh = (url: string, token: string, body: unknown, headers: Record<string, string> = {}) => fresh('POST', url, token, body, headers);
+const postFresh = (url: string, token: string, body: unknown, headers: Record<string, string> = {}) => callFresh('POST', url, token, body, headers);
 
 /** The primary's workers (not the helper processes the TypeScript loader starts). */
 const workerPids = (primary: number): number[] => {
@@ -43,48 +21,27 @@ const workerPids = (primary: number): number[] => {
   }
 };
 
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
 
 describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
   this.timeout(60_000);
-  let admin: TestServer;
-  let cluster: Listening;
-  let base: string;
-
-  before(async () => {
-    // The in-process instance only administers the shared store; every request goes to the cluster.
-    admin = await startPostern();
-    cluster = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_WORKERS: '2', POSTERN_EVENTS_SETTLE_MS: '100' }));
-    base = `${cluster.url}/v1`;
-  });
-  after(async () => {
-    if (cluster) await stopProcess(cluster.child);
-    if (admin) await admin.close();
-  });
+  const f = clusterFixture({ POSTERN_EVENTS_SETTLE_MS: '100' });
 
   it('runs two workers behind one port', () => {
-    expect(workerPids(cluster.child.pid!)).to.have.length(2);
+    expect(workerPids(f.cluster.child.pid!)).to.have.length(2);
   });
 
   it('every live stream sees every event at once, whichever worker took the publish', async () => {
-    const p = await newProject(admin);
+    const p = await newProject(f.admin);
     const writer = await p.token(['events:write']);
     const reader = await p.token(['events:read', 'project:read']);
-    await register({ ...admin, base }, writer, { name: 'ext.spread.sent', description: 'x', data: [{ name: 'n', type: 'integer' }] });
+    await register({ ...f.admin, base: f.base }, writer, { name: 'ext.spread.sent', description: 'x', data: [{ name: 'n', type: 'integer' }] });
     // Four streams on four connections: both workers hold some.
-    const streams = await Promise.all(Array.from({ length: 4 }, () => SseClient.open(`${base}/events?types=ext.spread.sent`, { token: reader })));
+    const streams = await Promise.all(Array.from({ length: 4 }, () => SseClient.open(`${f.base}/events?types=ext.spread.sent`, { token: reader })));
     try {
       const latencies: number[] = [];
       for (let n = 0; n < 30; n++) {
         const sent = performance.now();
-        const res = await postFresh(`${base}/events`, writer, { type: 'ext.spread.sent', data: { n } });
+        const res = await postFresh(`${f.base}/events`, writer, { type: 'ext.spread.sent', data: { n } });
         expect(res.status, res.body).to.equal(201);
         const { id } = JSON.parse(res.body) as { id: string };
         for (const s of streams) expect(await s.waitUntil(() => s.events().some((e) => e.id === id), 3000), `event ${n}`).to.equal(true);
@@ -100,43 +57,43 @@ describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
   });
 
   it('an Idempotency-Key holds across workers: 40 concurrent retries store one event', async () => {
-    const p = await newProject(admin);
+    const p = await newProject(f.admin);
     const writer = await p.token(['events:write']);
     const reader = await p.token(['events:read', 'project:read']);
-    await register({ ...admin, base }, writer, { name: 'ext.once.sent', description: 'x' });
+    await register({ ...f.admin, base: f.base }, writer, { name: 'ext.once.sent', description: 'x' });
     const results = await Promise.all(
-      Array.from({ length: 40 }, () => postFresh(`${base}/events`, writer, { type: 'ext.once.sent', subject: 's' }, { 'idempotency-key': 'one-key' })),
+      Array.from({ length: 40 }, () => postFresh(`${f.base}/events`, writer, { type: 'ext.once.sent', subject: 's' }, { 'idempotency-key': 'one-key' })),
     );
     expect(results.filter((r) => r.status === 201)).to.have.length(1);
     expect(results.filter((r) => r.status === 200)).to.have.length(39);
     expect(new Set(results.map((r) => (JSON.parse(r.body) as { id: string }).id)).size).to.equal(1);
     await sleep(150); // the settle delay
-    const page = await fresh('GET', `${base}/events?types=ext.once.sent`, reader);
+    const page = await callFresh('GET', `${f.base}/events?types=ext.once.sent`, reader);
     expect((JSON.parse(page.body) as { events: unknown[] }).events).to.have.length(1);
   });
 
   it('replaces a worker that dies, and keeps serving meanwhile', async () => {
-    const before = workerPids(cluster.child.pid!);
+    const before = workerPids(f.cluster.child.pid!);
     process.kill(before[0]!, 'SIGKILL');
     // Reaped: the primary knows, and hands no more connections to it. (A connection handed over
     // in the instant before is lost with the worker, as with any crashed server.)
     for (let i = 0; i < 100 && alive(before[0]!); i++) await sleep(20);
     for (let i = 0; i < 20; i++) {
-      expect((await fresh('GET', `${cluster.url}/healthz`)).status).to.equal(200);
+      expect((await callFresh('GET', `${f.cluster.url}/healthz`)).status).to.equal(200);
       await sleep(50);
     }
     let now: number[] = [];
     for (let i = 0; i < 100 && now.length < 2; i++) {
       await sleep(100);
-      now = workerPids(cluster.child.pid!).filter((pid) => pid !== before[0]);
+      now = workerPids(f.cluster.child.pid!).filter((pid) => pid !== before[0]);
     }
     expect(now).to.have.length(2);
   });
 
   it('SIGTERM stops the primary and every worker', async () => {
-    const pids = workerPids(cluster.child.pid!);
-    await stopProcess(cluster.child);
-    expect(cluster.child.exitCode).to.equal(0);
+    const pids = workerPids(f.cluster.child.pid!);
+    await stopProcess(f.cluster.child);
+    expect(f.cluster.child.exitCode).to.equal(0);
     await sleep(100);
     for (const pid of pids) expect(alive(pid), `worker ${pid}`).to.equal(false);
   });

@@ -1,6 +1,7 @@
 // What every test needs: the mail environment this run uses, a Postern instance on its own
 // SQLite file, and fresh projects, members, inboxes and credentials so tests never share data.
 import { randomBytes } from 'node:crypto';
+import { request } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +10,7 @@ import { pino } from 'pino';
 import { addUser, posternEnv, type MailEnv } from '../scripts/mailenv.ts';
 import { loadConfig, type Config } from '../lib/config.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
+import { spawnPostern, stopProcess, type Listening } from './processes.ts';
 
 export function mailEnv(): MailEnv {
   const raw = process.env.POSTERN_TEST_ENV;
@@ -124,4 +126,51 @@ export async function expectError(res: Response, status: number, pattern?: RegEx
   expect(body.error).to.be.a('string').and.not.equal('');
   if (pattern) expect(body.error).to.match(pattern);
   return body.error as string;
+}
+
+/**
+ * A request on a connection of its own (not the keep-alive pool `call` uses), so a clustered
+ * server hands it to whichever worker is next. Times out after 10 s rather than hanging a test.
+ */
+export function callFresh(method: string, url: string, token?: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, {
+      method,
+      agent: false,
+      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+    });
+    req.on('response', (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (d: string) => (text += d));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+    });
+    req.on('error', reject);
+    req.setTimeout(10_000, () => req.destroy(new Error(`${method} ${url}: no answer in 10 s`)));
+    req.end(body === undefined ? undefined : JSON.stringify(body));
+  });
+}
+
+export interface ClusterFixture {
+  /** An in-process instance on the same store, for administration (projects, tokens, inboxes). */
+  admin: TestServer;
+  /** `postern serve` with POSTERN_WORKERS=2 on that store; every request under test goes here. */
+  cluster: Listening;
+  /** The cluster's token base address. */
+  base: string;
+}
+
+/** For a describe block: a two-worker `postern serve` on a fresh store, stopped after the block. */
+export function clusterFixture(extra: Record<string, string> = {}): ClusterFixture {
+  const f = {} as ClusterFixture;
+  before(async () => {
+    f.admin = await startPostern();
+    f.cluster = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(f.admin.dir, 'postern.db'), POSTERN_WORKERS: '2', ...extra }));
+    f.base = `${f.cluster.url}/v1`;
+  });
+  after(async () => {
+    if (f.cluster) await stopProcess(f.cluster.child);
+    if (f.admin) await f.admin.close();
+  });
+  return f;
 }

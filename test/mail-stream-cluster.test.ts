@@ -1,7 +1,6 @@
 // The inbox stream across processes sharing one store: a change one process applied reaches the
 // subscribers of the others (through Redis between instances, through the primary between the
 // workers of one instance), each change once, even when two processes applied it.
-import { request } from 'node:http';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { pino } from 'pino';
@@ -9,9 +8,9 @@ import { loadConfig } from '../lib/config.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import type { LiveChange } from '../lib/mail/types.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
-import { call, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { call, callFresh, clusterFixture, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, holdFetchesInPairs, mailApp, SseReader, until } from './mail-fixtures.ts';
-import { spawnPostern, stopProcess, type Listening } from './processes.ts';
+import { spawnPostern, stopProcess } from './processes.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -237,48 +236,16 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
   });
 });
 
-/** A request on a connection of its own, so the cluster hands it to whichever worker is next. */
-function fresh(method: string, url: string, token: string, body?: unknown): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, {
-      method,
-      agent: false,
-      headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-    });
-    req.on('response', (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-    });
-    req.on('error', reject);
-    req.setTimeout(10_000, () => req.destroy(new Error(`${method} ${url}: no answer in 10 s`)));
-    req.end(body === undefined ? undefined : JSON.stringify(body));
-  });
-}
-
 describe('inbox stream: postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
   this.timeout(60_000);
-  let admin: TestServer;
-  let cluster: Listening;
-  let base: string;
-
-  before(async () => {
-    admin = await startPostern();
-    cluster = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_WORKERS: '2', POSTERN_STREAM_MAX_MS: '120000' }));
-    base = `${cluster.url}/v1`;
-  });
-  after(async () => {
-    if (cluster) await stopProcess(cluster.child);
-    if (admin) await admin.close();
-  });
+  const f = clusterFixture({ POSTERN_STREAM_MAX_MS: '120000' });
 
   it('a stream sees each change once, whichever worker applied it', async () => {
-    const p = await newProject(admin);
+    const p = await newProject(f.admin);
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'flags:write']);
-    const labels = await labelsOf(base, inbox, token);
-    const stream = await openStream(base, inbox, token);
+    const labels = await labelsOf(f.base, inbox, token);
+    const stream = await openStream(f.base, inbox, token);
     try {
       const app = await mailApp(inbox);
       let uid = 0;
@@ -289,14 +256,14 @@ describe('inbox stream: postern serve with POSTERN_WORKERS=2 (no Redis)', functi
       }
       // Reads on connections of their own, at once: the worker without the stream syncs and
       // applies the addition before Dovecot tells the other worker's watcher.
-      const reads = await Promise.all([1, 2, 3].map(() => fresh('GET', `${base}/inboxes/${inbox.id}/labels`, token)));
+      const reads = await Promise.all([1, 2, 3].map(() => callFresh('GET', `${f.base}/inboxes/${inbox.id}/labels`, token)));
       expect(reads.map((r) => r.status)).to.deep.equal([200, 200, 200]);
       const added = parse((await stream.next((e) => e.event === 'message.added')).data);
       // Flag changes through the API, one after another on connections of their own: the round
       // robin gives them to both workers, and the worker that took one applies it at once.
       const changes = [{ add: ['flagged'] }, { remove: ['flagged'] }, { add: ['flagged'] }, { remove: ['flagged'] }, { add: ['seen'] }];
       for (const [n, body] of changes.entries()) {
-        const res = await fresh('POST', `${base}/inboxes/${inbox.id}/messages/${added.msgId}/flags`, token, body);
+        const res = await callFresh('POST', `${f.base}/inboxes/${inbox.id}/messages/${added.msgId}/flags`, token, body);
         expect(res.status, res.body).to.equal(200);
         await until(`flag change ${n} on the stream`, async () => stream.events.filter((e) => e.event === 'message.flags').length > n);
       }

@@ -1,11 +1,23 @@
 // Once per test run: bring up the real mail environment (Dovecot, Postfix, the SMTP sink, a
-// private Redis) and, at the end, stop only what this run started. A developer's already
-// running environment is used as it is and left running. When the default ports are held by
-// something else (another checkout's environment), the run moves to free ones.
+// private Redis) and, at the end, stop what test runs started. A developer's already running
+// environment is used as it is and left running. When the default ports are held by something
+// else (another checkout's environment), the run moves to free ones.
+//
+// Several runs may share one environment (a developer running two test files at once): each
+// registers itself in the environment's directory, and only the last one out stops what a test
+// run started, so no run pulls Dovecot from under another.
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { down, portsFree, status, up, type MailEnv, type MailEnvOptions } from '../scripts/mailenv.ts';
+import { alive } from './processes.ts';
 
-let started: string[] = [];
 let options: MailEnvOptions = {};
+let envDir: string | null = null;
+
+const runsDir = (dir: string) => join(dir, 'test-runs');
+/** Present while services a test run started are up: the last run out stops them. */
+const startedMarker = (dir: string) => join(dir, 'started-by-tests');
+
 
 async function chooseOptions(): Promise<MailEnvOptions> {
   if (process.env.POSTERN_ENV_BASE_PORT) return {};
@@ -24,10 +36,18 @@ async function chooseOptions(): Promise<MailEnvOptions> {
 export async function mochaGlobalSetup(): Promise<void> {
   options = await chooseOptions();
   const env: MailEnv & { startedNow: string[] } = await up(options);
-  started = env.startedNow;
+  envDir = env.dir;
+  mkdirSync(runsDir(env.dir), { recursive: true });
+  writeFileSync(join(runsDir(env.dir), String(process.pid)), '');
+  if (env.startedNow.length > 0) writeFileSync(startedMarker(env.dir), env.startedNow.join('\n'));
   process.env.POSTERN_TEST_ENV = JSON.stringify(env);
 }
 
 export async function mochaGlobalTeardown(): Promise<void> {
-  if (started.length > 0) await down(options);
+  if (!envDir) return;
+  rmSync(join(runsDir(envDir), String(process.pid)), { force: true });
+  const others = readdirSync(runsDir(envDir)).map(Number).filter((pid) => pid !== process.pid && alive(pid));
+  if (others.length > 0 || !existsSync(startedMarker(envDir))) return;
+  await down(options);
+  rmSync(startedMarker(envDir), { force: true });
 }
