@@ -76,7 +76,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // Inbox streams hear the changes every process sharing the store applies, over the same bus.
   const mailLive = new MailLiveFeed(bus, async () => mailChannel(await eventStore.logId()), { log: log.child({ part: 'mail-live' }) });
   const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), onChanges: mailChanges.onChanges, live: mailLive, leases: mailIndex });
-  const mail = new MailService(mailIndex, mailSource);
+  const mail = new MailService(mailIndex, mailSource, mailChanges.expect);
   // Ends live streams whose credential or inbox access went away (one timer for all of them).
   const streamGuard = new StreamGuard(access, { intervalMs: config.stream.recheckMs, log: log.child({ part: 'stream-guard' }) });
 

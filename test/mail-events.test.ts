@@ -20,7 +20,7 @@ describe('mail changes in the project event log', () => {
   });
   after(() => s.close());
 
-  it('records what a mail app and the API change, in order, as the service acting', async () => {
+  it('records what a mail app and the API change, in order: the API\'s change as its token, the rest as the service', async () => {
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'flags:write', 'events:read']);
     const read = async () => {
@@ -56,8 +56,9 @@ describe('mail changes in the project event log', () => {
         return body.events.length >= 4 ? body.events : null;
       });
       expect(events.map((e) => e.type)).to.deep.equal(['message.added', 'message.flags', 'message.flags', 'message.removed']);
+      const tokenId = /^svc_(tok_[0-9A-Z]{26})_/.exec(token)![1];
+      expect(events.map((e) => e.actor)).to.deep.equal(['sys_postern', 'sys_postern', tokenId, 'sys_postern']);
       for (const e of events) {
-        expect(e.actor).to.equal('sys_postern');
         expect(e.containerid).to.equal(inbox.id);
         expect(e.subject).to.equal(msgId);
         expect(e.data).to.include({ msgId, labelId: inboxLabel });

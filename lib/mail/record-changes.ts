@@ -4,6 +4,13 @@
 // next read of the inbox. `message.received` (arrival from outside) needs the delivery ingress
 // and is not recorded from here.
 //
+// Who acted: a change the API made (POST …/flags) is recorded with the token or member that made
+// it. The flags route announces the change before it stores it (expect()); the first
+// message.flags recorded here for that message in that label with exactly the announced flags
+// carries that actor. Anything else (a mail app, a delivery) is the service acting. If another
+// process records the change first (it holds the watcher lease and its watcher saw the change
+// before this process read it back), that record, as the service acting, is the one kept.
+//
 // Exactly once across processes: every Postern process sharing the store syncs on its own, and
 // two of them can detect the same change at the same moment (the diff is computed against the
 // shared index outside the write that applies it). So each event carries a dedupe key naming the
@@ -11,6 +18,7 @@
 import type { DirectoryStore } from '../directory/store.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
+import type { Flag } from './flags.ts';
 import type { LiveChange } from './types.ts';
 
 interface Logger {
@@ -39,9 +47,35 @@ function dataOf(change: LiveChange): EventData {
   return data;
 }
 
+/** How long an announced API change waits for its record before it is forgotten. */
+const EXPECT_MS = 30_000;
+
+const sameFlags = (a: readonly string[], b: readonly string[]) => a.length === b.length && [...a].sort().join(' ') === [...b].sort().join(' ');
+
 export class MailChangeRecorder {
   /** Per inbox, the batches still being recorded: batches are recorded in the order applied. */
   private readonly chains = new Map<string, Promise<void>>();
+  /** API flag changes announced and not yet recorded, by inbox, label GUID and UID. */
+  private readonly expected = new Map<string, { actor: string; flags: readonly Flag[]; until: number }>();
+
+  /**
+   * The API is about to set the flags of a message to `flags` in each of these places; the
+   * change is `actor`'s. Called by the flags route before it stores the change.
+   */
+  readonly expect = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string): void => {
+    const now = Date.now();
+    for (const [key, e] of this.expected) if (e.until < now) this.expected.delete(key);
+    for (const { labelGuid, uid } of at) this.expected.set(`${inboxId}:${labelGuid}:${uid}`, { actor, flags, until: now + EXPECT_MS });
+  };
+
+  private actorOf(inboxId: string, c: LiveChange): string {
+    if (c.type !== 'message.flags' || !c.flags) return SYSTEM_ACTOR;
+    const key = `${inboxId}:${c.at.labelGuid}:${c.at.uid}`;
+    const e = this.expected.get(key);
+    if (!e || e.until < Date.now() || !sameFlags(e.flags, c.flags)) return SYSTEM_ACTOR;
+    this.expected.delete(key);
+    return e.actor;
+  }
 
   constructor(
     private readonly directory: DirectoryStore,
@@ -72,7 +106,7 @@ export class MailChangeRecorder {
           type: c.type,
           projectId: inbox.projectId,
           inboxId,
-          actor: SYSTEM_ACTOR,
+          actor: this.actorOf(inboxId, c),
           subject: c.msgId,
           data: dataOf(c),
           dedupeKey: dedupeKeyOf(inboxId, c),

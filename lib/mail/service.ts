@@ -55,6 +55,8 @@ class DerivedCache<T> {
   }
 }
 
+export type FlagChangeAnnouncer = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string) => void;
+
 export class MailService {
   private readonly pages = new DerivedCache<Page | null>(2000);
   private readonly details = new DerivedCache<{ detail: MessageDetail; etag: string } | null>(5000);
@@ -62,6 +64,8 @@ export class MailService {
   constructor(
     private readonly index: MailIndexStore,
     private readonly source: MailSource,
+    /** Told of each flag change the API is about to make, and whose it is (the event log's actor). */
+    private readonly announce: FlagChangeAnnouncer = () => undefined,
   ) {}
 
   async labels(inbox: MailInbox): Promise<Label[]> {
@@ -138,10 +142,21 @@ export class MailService {
    * Spec 3.1: an IMAP STORE on every label the message is in; returns the flags after it. A flag
    * both added and removed is refused by the route (400) before this is called.
    */
-  async changeFlags(inbox: MailInbox, msgId: string, add: readonly WebFlag[], remove: readonly WebFlag[]): Promise<Flag[]> {
+  async changeFlags(inbox: MailInbox, msgId: string, add: readonly WebFlag[], remove: readonly WebFlag[], actor: string): Promise<Flag[]> {
     await this.source.refresh(inbox);
     const found = this.find(inbox, msgId);
     if (add.length > 0 || remove.length > 0) {
+      // Each place the message is in gets its own flags, each changed the same way.
+      for (const l of found.locations) {
+        const before = fromImapFlags(l.flags).flags;
+        const now = new Set<Flag>(before);
+        for (const f of add) now.add(f);
+        for (const f of remove) now.delete(f);
+        // No change, no event: nothing to attribute.
+        if (now.size !== before.length || before.some((f) => !now.has(f))) {
+          this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], [...now], actor);
+        }
+      }
       try {
         await this.source.storeFlags(
           inbox,

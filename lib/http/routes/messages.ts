@@ -45,7 +45,7 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
       const body = validator.body<{ add?: WebFlag[]; remove?: WebFlag[] }>(FLAG_CHANGE, await readJson(ctx));
       const both = (body.add ?? []).filter((f) => body.remove?.includes(f));
       if (both.length > 0) throw badRequest(`a flag cannot be added and removed at once: ${both.join(', ')}`);
-      ctx.body = { flags: await mail.changeFlags(inbox, ctx.params.msg!, body.add ?? [], body.remove ?? []) };
+      ctx.body = { flags: await mail.changeFlags(inbox, ctx.params.msg!, body.add ?? [], body.remove ?? [], ctx.state.principal.actor) };
     });
   };
 }
