@@ -206,8 +206,10 @@ describe('inbox change stream', function () {
       await run('dovecot', ['-c', conf, 'stop']);
       await until('Dovecot to stop', async () => !(await imapUp()), 20_000);
       await until('the watcher to notice', async () => !s.postern.mailSource.watching(inbox.id).live, 20_000);
-      // Down for a while: the watcher's reconnect backoff grows past a second.
-      await new Promise((r) => setTimeout(r, 1500));
+      // Down for a while: the watcher's reconnect backoff (0.1 s doubling to 5 s) reaches its
+      // 5 s step, so the mail app below gets in well before the watcher's next try, even on a
+      // busy machine (with 1.5 s the window was under a second and the race was sometimes lost).
+      await new Promise((r) => setTimeout(r, 6500));
     } finally {
       await startDovecot(conf);
       await until('Dovecot to answer again', imapUp, 20_000);
