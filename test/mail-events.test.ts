@@ -6,7 +6,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
 import { call, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { append, holdFetchesInPairs, mailApp, SseReader, until } from './mail-fixtures.ts';
+import { append, holdFetchesInPairs, mailApp, mailAppScript, SseReader, until } from './mail-fixtures.ts';
 import { EventLogError, SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { addInbox, post, register, type WireEvent } from './events-helpers.ts';
 
@@ -153,8 +153,6 @@ describe('mail changes in the event log: two Postern instances on one store', fu
     };
     const expected: string[] = [];
     const app = await mailApp(inbox);
-    let uid = 0;
-    let movedUid = 0;
     try {
       const step = async (change: () => Promise<unknown>, wanted: () => string[]) => {
         await change();
@@ -165,22 +163,8 @@ describe('mail changes in the event log: two Postern instances on one store', fu
           return expected.every((w) => have.filter((h) => h === w).length >= expected.filter((x) => x === w).length);
         });
       };
-      const { INBOX, Archive } = labels;
-      await step(async () => (uid = await append(app, 'INBOX', { subject: 'two instances' })), () => [`message.added ${INBOX} ${uid}`]);
-      await app.mailboxOpen('INBOX');
-      await step(() => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
-      await step(() => app.messageFlagsRemove(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} []`]);
-      await step(() => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
-      await step(
-        async () => {
-          const moved = await app.messageMove(String(uid), 'Archive', { uid: true });
-          movedUid = moved && moved.uidMap ? moved.uidMap.get(uid)! : 0;
-        },
-        () => [`message.added ${Archive} ${movedUid}`, `message.removed ${INBOX} ""`],
-      );
+      const { movedUid } = await mailAppScript(app, { INBOX: labels.INBOX!, Archive: labels.Archive! }, step);
       expect(movedUid).to.be.above(0);
-      await app.mailboxOpen('Archive');
-      await step(() => app.messageDelete(String(movedUid), { uid: true }), () => [`message.removed ${Archive} ""`]);
     } finally {
       await app.logout();
     }

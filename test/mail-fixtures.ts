@@ -194,3 +194,32 @@ export async function importMessages(user: string, mailbox: string, count: numbe
     rmSync(dir, { recursive: true, force: true });
   }
 }
+
+/** One mail-app change and the signatures (`type labelId detail`) it must produce. */
+export type MailAppStep = (change: () => Promise<unknown>, wanted: () => string[]) => Promise<void>;
+
+/**
+ * What a mail app does to one message, one step at a time: append to INBOX, flag, unflag, flag
+ * again (the same flags twice: two changes), move to Archive, delete there. `step` runs each
+ * change and waits for what it must produce; returns the message's two UIDs.
+ */
+export async function mailAppScript(app: ImapFlow, labels: { INBOX: string; Archive: string }, step: MailAppStep): Promise<{ uid: number; movedUid: number }> {
+  const { INBOX, Archive } = labels;
+  let uid = 0;
+  let movedUid = 0;
+  await step(async () => (uid = await append(app, 'INBOX', { subject: 'mail app script' })), () => [`message.added ${INBOX} ${uid}`]);
+  await app.mailboxOpen('INBOX');
+  await step(() => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
+  await step(() => app.messageFlagsRemove(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} []`]);
+  await step(() => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
+  await step(
+    async () => {
+      const moved = await app.messageMove(String(uid), 'Archive', { uid: true });
+      movedUid = moved && moved.uidMap ? moved.uidMap.get(uid)! : 0;
+    },
+    () => [`message.added ${Archive} ${movedUid}`, `message.removed ${INBOX} ""`],
+  );
+  await app.mailboxOpen('Archive');
+  await step(() => app.messageDelete(String(movedUid), { uid: true }), () => [`message.removed ${Archive} ""`]);
+  return { uid, movedUid };
+}

@@ -9,7 +9,7 @@ import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import type { LiveChange } from '../lib/mail/types.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
 import { call, callFresh, clusterFixture, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { append, holdFetchesInPairs, mailApp, SseReader, until } from './mail-fixtures.ts';
+import { append, holdFetchesInPairs, mailApp, mailAppScript, SseReader, until } from './mail-fixtures.ts';
 import { spawnPostern, stopProcess } from './processes.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -137,24 +137,8 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
           });
         }
       };
-      let uid = 0;
-      let movedUid = 0;
       try {
-        const { INBOX, Archive } = labels;
-        await step(async () => (uid = await append(mail, 'INBOX', { subject: 'both apply' })), () => [`message.added ${INBOX} ${uid}`]);
-        await mail.mailboxOpen('INBOX');
-        await step(() => mail.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
-        await step(() => mail.messageFlagsRemove(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} []`]);
-        await step(() => mail.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
-        await step(
-          async () => {
-            const moved = await mail.messageMove(String(uid), 'Archive', { uid: true });
-            movedUid = moved && moved.uidMap ? moved.uidMap.get(uid)! : 0;
-          },
-          () => [`message.added ${Archive} ${movedUid}`, `message.removed ${INBOX} ""`],
-        );
-        await mail.mailboxOpen('Archive');
-        await step(() => mail.messageDelete(String(movedUid), { uid: true }), () => [`message.removed ${Archive} ""`]);
+        await mailAppScript(mail, { INBOX: labels.INBOX!, Archive: labels.Archive! }, step);
       } finally {
         await mail.logout();
       }
