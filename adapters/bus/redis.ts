@@ -5,11 +5,12 @@
 // when to look.
 import { Redis } from 'ioredis';
 import type { Bus, Unsubscribe } from '../../lib/bus.ts';
+import type { WarnLog } from '../../lib/warn-log.ts';
 
 export interface RedisBusOptions {
   /** Called when the subscriber connection is back after a loss (messages may have been missed). */
   onReconnect?: () => void;
-  log?: { warn(obj: object, msg: string): void };
+  log?: WarnLog;
 }
 
 export class RedisBus implements Bus {

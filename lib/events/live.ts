@@ -6,20 +6,17 @@
 import type { Bus, Unsubscribe } from '../bus.ts';
 import type { EventStore } from './store.ts';
 import type { StoredEvent, Visibility } from './types.ts';
+import type { WarnLog } from '../warn-log.ts';
 
 /** The bus channel of one log: instances sharing a store share it, other deployments do not. */
 export const eventsChannel = (logId: string): string => `postern:events:${logId}`;
 
 export type LiveListener = (event: StoredEvent) => void;
 
-interface Logger {
-  warn(obj: object, msg: string): void;
-}
-
 export interface LiveFeedOptions {
   /** How often to compare with the store even when the bus is quiet. */
   healIntervalMs?: number;
-  log?: Logger;
+  log?: WarnLog;
 }
 
 const HEAL_BATCH = 1000;

@@ -42,6 +42,7 @@ import type { EventFilter } from './query.ts';
 import { checkData } from './schemas.ts';
 import type { EventStore, StoredEventType } from './store.ts';
 import type { CloudEvent, DataField, EventData, EventType, StoredEvent, Visibility } from './types.ts';
+import type { WarnLog } from '../warn-log.ts';
 
 /** The service itself as an actor (a sync, a watcher, the sending outbox). */
 export const SYSTEM_ACTOR = 'sys_postern';
@@ -104,7 +105,7 @@ export interface EventLogOptions {
   now?: () => number;
   /** Paged reads return only events at least this old (ms). */
   settleMs: number;
-  log?: { warn(obj: object, msg: string): void };
+  log?: WarnLog;
 }
 
 const ACTOR = /^(?:(?:mem|tok)_[0-9A-Z]{26}|sys_[A-Za-z0-9_-]{1,64})$/;

@@ -11,6 +11,7 @@ import { ApiError } from '../errors.ts';
 import { authenticateAs, presentedCredential } from './authenticate.ts';
 import type { AppContext, Surface } from './context.ts';
 import type { SseStream } from './sse.ts';
+import type { WarnLog } from '../warn-log.ts';
 
 /** A pass yields to the event loop after this much work, so it never holds up I/O for long. */
 const SLICE_MS = 5;
@@ -41,7 +42,7 @@ interface Credential {
 
 export interface StreamGuardOptions {
   intervalMs: number;
-  log?: { warn(obj: object, msg: string): void };
+  log?: WarnLog;
 }
 
 export class StreamGuard {

@@ -19,18 +19,15 @@ import { randomBytes } from 'node:crypto';
 import type { Bus, Unsubscribe } from '../bus.ts';
 import { dedupeKeyOf } from './record-changes.ts';
 import type { LiveChange } from './types.ts';
+import type { WarnLog } from '../warn-log.ts';
 
 /** The bus channel of one store's mail changes: processes sharing a store share it. */
 export const mailChannel = (logId: string): string => `postern:mail:${logId}`;
 
 export type MailListener = (change: LiveChange) => void;
 
-interface Logger {
-  warn(obj: object, msg: string): void;
-}
-
 export interface MailLiveOptions {
-  log?: Logger;
+  log?: WarnLog;
   /** A message's size bound in characters; a bigger batch goes out in several (default 64 Ki). */
   maxMessageChars?: number;
   /** How long a delivered change is remembered, to skip another process's copy of it (default 2 min). */

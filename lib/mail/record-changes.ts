@@ -20,10 +20,7 @@ import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
 import type { Flag } from './flags.ts';
 import type { LiveChange } from './types.ts';
-
-interface Logger {
-  warn(obj: object, msg: string): void;
-}
+import type { WarnLog } from '../warn-log.ts';
 
 /**
  * What makes a change this change, whichever process saw it: a UID is never reused in a label
@@ -80,7 +77,7 @@ export class MailChangeRecorder {
   constructor(
     private readonly directory: DirectoryStore,
     private readonly events: EventLog,
-    private readonly log: Logger,
+    private readonly log: WarnLog,
   ) {}
 
   /** The hook the mail source calls with each batch of changes it applied. */

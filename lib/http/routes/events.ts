@@ -13,6 +13,7 @@ import type { AppContext, AppRouter } from '../context.ts';
 import { formatFrame, framer, SseStream } from '../sse.ts';
 import type { StreamGuard } from '../stream-guard.ts';
 import type { Validator } from '../validate.ts';
+import type { WarnLog } from '../../warn-log.ts';
 
 const SCHEMA = 'https://postern.dev/schemas/events.json';
 /** A POST /events body: 4 KB of data plus room for the other fields and JSON escapes. */
@@ -32,7 +33,7 @@ export interface EventRouteOptions {
   maxBufferedBytes?: number;
   /** Re-checks each live stream's credential and filter while it runs. */
   guard: StreamGuard;
-  log?: { warn(obj: object, msg: string): void };
+  log?: WarnLog;
 }
 
 interface NewEventBody {
