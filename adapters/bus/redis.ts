@@ -5,6 +5,7 @@
 // when to look.
 import { Redis } from 'ioredis';
 import type { Bus, Unsubscribe } from '../../lib/bus.ts';
+import { Listeners } from '../../lib/listeners.ts';
 import type { WarnLog } from '../../lib/warn-log.ts';
 
 export interface RedisBusOptions {
@@ -17,7 +18,11 @@ export class RedisBus implements Bus {
   readonly spansProcesses = true;
   private readonly pub: Redis;
   private readonly sub: Redis;
-  private readonly channels = new Map<string, Set<(message: string) => void>>();
+  // The last receiver of a channel gone: unsubscribe (not awaited: with Redis down it would wait
+  // for the reconnect).
+  private readonly channels = new Listeners<string>((channel) => {
+    if (!this.closing) this.sub.unsubscribe(channel).catch(() => undefined);
+  });
   private everReady = false;
   private closing = false;
 
@@ -42,13 +47,8 @@ export class RedisBus implements Bus {
       this.everReady = true;
     });
     this.sub.on('message', (channel: string, message: string) => {
-      for (const handler of this.channels.get(channel) ?? []) {
-        try {
-          handler(message);
-        } catch {
-          // One failing receiver must not starve the others; receivers log their own failures.
-        }
-      }
+      // One failing receiver must not starve the others; receivers log their own failures.
+      this.channels.emit(channel, message);
     });
   }
 
@@ -57,9 +57,7 @@ export class RedisBus implements Bus {
   }
 
   async subscribe(channel: string, handler: (message: string) => void): Promise<Unsubscribe> {
-    let set = this.channels.get(channel);
-    if (!set) {
-      this.channels.set(channel, (set = new Set()));
+    if (!this.channels.has(channel)) {
       // Not awaited: with Redis down, Postern still starts (receivers read the store meanwhile),
       // and ioredis subscribes once it connects, and again after every reconnect.
       // A refusal (ACL, NOAUTH) is not a passing outage: say so, or fan-out silently degrades.
@@ -67,16 +65,8 @@ export class RedisBus implements Bus {
         if (!this.closing) this.options.log?.warn({ err: err.message, channel }, 'redis refused the subscription; live events fall back to reading the store');
       });
     }
-    const entry = (m: string) => handler(m);
-    set.add(entry);
-    return async () => {
-      set.delete(entry);
-      if (set.size === 0 && this.channels.get(channel) === set) {
-        this.channels.delete(channel);
-        // Not awaited either: with Redis down it would wait for the reconnect.
-        if (!this.closing) this.sub.unsubscribe(channel).catch(() => undefined);
-      }
-    };
+    const remove = this.channels.add(channel, handler);
+    return async () => remove();
   }
 
   async close(): Promise<void> {

@@ -6,6 +6,7 @@
 import type { Bus, Unsubscribe } from '../bus.ts';
 import type { EventStore } from './store.ts';
 import type { StoredEvent, Visibility } from './types.ts';
+import { Listeners } from '../listeners.ts';
 import type { WarnLog } from '../warn-log.ts';
 
 /** The bus channel of one log: instances sharing a store share it, other deployments do not. */
@@ -48,7 +49,7 @@ function parseMessage(message: string): StoredEvent | null {
 }
 
 export class LiveFeed {
-  private readonly listeners = new Map<string, Set<LiveListener>>();
+  private readonly listeners = new Listeners<StoredEvent>();
   private delivered = 0;
   private unsubscribe: Unsubscribe | null = null;
   private timer: NodeJS.Timeout | null = null;
@@ -95,20 +96,11 @@ export class LiveFeed {
   }
 
   subscribe(projectId: string, listener: LiveListener): () => void {
-    let set = this.listeners.get(projectId);
-    if (!set) this.listeners.set(projectId, (set = new Set()));
-    const entry: LiveListener = (e) => listener(e);
-    set.add(entry);
-    return () => {
-      set.delete(entry);
-      if (set.size === 0 && this.listeners.get(projectId) === set) this.listeners.delete(projectId);
-    };
+    return this.listeners.add(projectId, listener);
   }
 
   subscriberCount(): number {
-    let n = 0;
-    for (const set of this.listeners.values()) n += set.size;
-    return n;
+    return this.listeners.count();
   }
 
   /** Compare with the store now (after a bus reconnect, or on a timer). */
@@ -183,15 +175,7 @@ export class LiveFeed {
 
   private deliver(event: StoredEvent): void {
     this.delivered = event.position;
-    const set = this.listeners.get(event.projectId);
-    if (!set) return;
-    for (const listener of set) {
-      try {
-        listener(event);
-      } catch (err) {
-        this.options.log?.warn({ err }, 'live listener failed');
-      }
-    }
+    this.listeners.emit(event.projectId, event, (err) => this.options.log?.warn({ err }, 'live listener failed'));
   }
 
   async close(): Promise<void> {

@@ -19,6 +19,7 @@ import { randomBytes } from 'node:crypto';
 import type { Bus, Unsubscribe } from '../bus.ts';
 import { dedupeKeyOf } from './record-changes.ts';
 import type { LiveChange } from './types.ts';
+import { Listeners } from '../listeners.ts';
 import type { WarnLog } from '../warn-log.ts';
 
 /** The bus channel of one store's mail changes: processes sharing a store share it. */
@@ -43,7 +44,8 @@ const INBOX_ID = /^\S+$/;
 
 export class MailLiveFeed {
   readonly origin: string;
-  private readonly listeners = new Map<string, Set<MailListener>>();
+  // An inbox without listeners forgets the changes it has seen.
+  private readonly listeners = new Listeners<LiveChange>((inboxId) => this.seen.delete(inboxId));
   /** Per inbox with listeners: change identity → until when it is remembered (insertion order = expiry order). */
   private readonly seen = new Map<string, Map<string, number>>();
   private readonly maxChars: number;
@@ -84,18 +86,9 @@ export class MailLiveFeed {
   }
 
   subscribe(inboxId: string, listener: MailListener): () => void {
-    let set = this.listeners.get(inboxId);
-    if (!set) this.listeners.set(inboxId, (set = new Set()));
-    const entry: MailListener = (c) => listener(c);
-    set.add(entry);
-    return () => {
-      set.delete(entry);
-      if (set.size === 0 && this.listeners.get(inboxId) === set) {
-        this.listeners.delete(inboxId);
-        this.seen.delete(inboxId);
-      }
-    };
+    return this.listeners.add(inboxId, listener);
   }
+
 
   /**
    * Changes this process just applied to the index (committed): delivered here at once, and
@@ -185,17 +178,9 @@ export class MailLiveFeed {
   }
 
   private deliver(inboxId: string, changes: readonly LiveChange[]): void {
-    const set = this.listeners.get(inboxId);
-    if (!set) return;
+    if (!this.listeners.has(inboxId)) return;
     for (const change of changes) {
-      if (!this.isNew(inboxId, change)) continue;
-      for (const listener of set) {
-        try {
-          listener(change);
-        } catch (err) {
-          this.options.log?.warn({ err }, 'a live change listener failed');
-        }
-      }
+      if (this.isNew(inboxId, change)) this.listeners.emit(inboxId, change, (err) => this.options.log?.warn({ err }, 'a live change listener failed'));
     }
   }
 
