@@ -34,6 +34,11 @@ export class Listeners<T> {
     }
   }
 
+  /** Calls every listener of every key. */
+  emitAll(value: T, onError: (err: unknown) => void = () => undefined): void {
+    for (const key of [...this.byKey.keys()]) this.emit(key, value, onError);
+  }
+
   has(key: string): boolean {
     return this.byKey.has(key);
   }

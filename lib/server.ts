@@ -59,12 +59,20 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const access = new Access(directory);
   const admin = new Admin(directory, { tokenTtlSeconds: config.tokenTtlSeconds, sessionTtlSeconds: config.sessionTtlSeconds });
   const validator = new Validator();
-  // The live feed heals from the store on a Redis reconnect; `events` is assigned just below.
+  // After a Redis reconnect the event log's live feed heals from the store, and inbox streams end
+  // so their clients read again (lib/mail/live.ts); both are assigned just below.
   let events: EventLog | null = null;
+  let mailGap: (() => void) | null = null;
   // Redis joins instances (and the workers of each); without it, a clustered instance's workers
   // talk through their primary, and a lone process needs no bus beyond itself.
   const bus: Bus = config.redisUrl
-    ? new RedisBus(config.redisUrl, { onReconnect: () => events?.live.heal(), log: log.child({ part: 'bus' }) })
+    ? new RedisBus(config.redisUrl, {
+        onReconnect: () => {
+          events?.live.heal();
+          mailGap?.();
+        },
+        log: log.child({ part: 'bus' }),
+      })
     : cluster.isWorker
       ? new ClusterBus()
       : new MemoryBus();
@@ -75,6 +83,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const mailChanges = new MailChangeRecorder(directory, eventLog, log.child({ part: 'mail-events' }));
   // Inbox streams hear the changes every process sharing the store applies, over the same bus.
   const mailLive = new MailLiveFeed(bus, async () => mailChannel(await eventStore.logId()), { log: log.child({ part: 'mail-live' }) });
+  mailGap = () => mailLive.gap();
   const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), onChanges: mailChanges.onChanges, live: mailLive, leases: mailIndex });
   const mail = new MailService(mailIndex, mailSource, mailChanges.expect);
   // Ends live streams whose credential or inbox access went away (one timer for all of them).

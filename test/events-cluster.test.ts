@@ -160,6 +160,31 @@ describe('events: a Redis restart is healed from the store', function () {
       client.close();
     }
   });
+  it('inbox streams end with a reason after a Redis gap, so their clients read again', async () => {
+    const vars = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), REDIS_URL: `redis://127.0.0.1:${port}` });
+    const postern = createPostern(loadConfig(vars), pino({ level: 'silent' }));
+    instances.push(postern);
+    const { url } = await postern.listen();
+    const s = { postern, base: `${url}/v1`, app: `${url}/api/v1`, url, dir, close: async () => undefined };
+    const p = await newProject(s);
+    const inbox = await p.inbox();
+    const reader = await p.token(['messages:read']);
+    const stream = await SseClient.open(`${url}/v1/inboxes/${inbox.id}/events`, { token: reader });
+    try {
+      await sleep(300); // the bus subscription is up
+      redis!.kill('SIGKILL');
+      await once(redis!, 'exit');
+      await sleep(300);
+      expect(stream.ended, 'still open while Redis is down').to.equal(false);
+      await startRedis();
+      expect(await stream.waitUntil(() => stream.ended, 10_000), 'ended after the reconnect').to.equal(true);
+      const last = stream.frames.at(-1);
+      expect(last?.event).to.equal('error');
+      expect((JSON.parse(last!.data) as { error: string }).error).to.match(/missed/);
+    } finally {
+      stream.close();
+    }
+  });
 });
 
 describe('events: Redis configured but down at start', function () {

@@ -95,11 +95,11 @@ export class ImapMailSource implements MailSource {
     });
   }
 
-  async watch(inbox: MailInbox, listener: (change: LiveChange) => void): Promise<Unwatch> {
+  async watch(inbox: MailInbox, listener: (change: LiveChange) => void, onGap?: () => void): Promise<Unwatch> {
     // Changes other processes apply reach this process's listeners through the bus.
     await this.live.start();
     const rt = this.runtime(inbox);
-    const unlisten = this.live.subscribe(inbox.id, listener);
+    const unlisten = this.live.subscribe(inbox.id, listener, onGap);
     rt.listeners.add(listener);
     this.leaseTimer ??= this.startLeaseTimer();
     // This process watches the inbox unless another one holds its lease; then that one's syncs

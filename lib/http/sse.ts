@@ -137,6 +137,12 @@ export class SseStream {
     return this.write(formatFrame(frame));
   }
 
+  /** Ends the stream with a last `event: error` frame saying why, as a request would get it. */
+  endWith(error: string): void {
+    this.send({ event: 'error', data: JSON.stringify({ error }) });
+    this.close('server');
+  }
+
   /** Queues preformatted frame text for the next coalesced flush (live fan-out). */
   enqueue(text: string): void {
     if (this.closed) return;

@@ -162,10 +162,6 @@ export class StreamGuard {
       this.options.log?.warn({ err }, 'live stream re-check failed; streams kept until the next tick');
       return;
     }
-    const frame = { event: 'error', data: JSON.stringify({ error: err.message }) };
-    for (const { sse } of [...streams]) {
-      sse.send(frame);
-      sse.close('server');
-    }
+    for (const { sse } of [...streams]) sse.endWith(err.message);
   }
 }

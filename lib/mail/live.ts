@@ -12,9 +12,11 @@
 //   remembered per inbox for a while (bounded in time and number).
 // - Order: changes from one origin arrive in the order applied (one bus connection per process,
 //   delivered as they come, never reordered here).
-// - The bus is at most once. A lost message is not healed: the index is current (a read shows
-//   the change, and so does the project event log, which records every change from the store),
-//   but this process's sync finds nothing left to announce, so its stream never says it.
+// - The bus is at most once. A lost message cannot be replayed: the index is current (a read
+//   shows the change, and so does the project event log, which records every change from the
+//   store), but this process's sync finds nothing left to announce. So when the bus reconnects
+//   after a loss (Redis restarted), every inbox stream here is ended (gap()): its client
+//   reconnects and reads, as after any reconnect, instead of silently missing changes.
 import { randomBytes } from 'node:crypto';
 import type { Bus, Unsubscribe } from '../bus.ts';
 import { dedupeKeyOf } from './record-changes.ts';
@@ -46,6 +48,7 @@ export class MailLiveFeed {
   readonly origin: string;
   // An inbox without listeners forgets the changes it has seen.
   private readonly listeners = new Listeners<LiveChange>((inboxId) => this.seen.delete(inboxId));
+  private readonly gaps = new Listeners<void>();
   /** Per inbox with listeners: change identity → until when it is remembered (insertion order = expiry order). */
   private readonly seen = new Map<string, Map<string, number>>();
   private readonly maxChars: number;
@@ -85,10 +88,24 @@ export class MailLiveFeed {
     return this.started;
   }
 
-  subscribe(inboxId: string, listener: MailListener): () => void {
-    return this.listeners.add(inboxId, listener);
+  /**
+   * `onGap` is called if changes may have been missed: the bus lost messages (gap()). An inbox
+   * stream has no position to resume from, so its subscriber ends the stream and the client
+   * reconnects and reads what it missed, as after any reconnect.
+   */
+  subscribe(inboxId: string, listener: MailListener, onGap?: () => void): () => void {
+    const remove = this.listeners.add(inboxId, listener);
+    const removeGap = onGap ? this.gaps.add(inboxId, onGap) : () => undefined;
+    return () => {
+      remove();
+      removeGap();
+    };
   }
 
+  /** The bus reconnected after a loss: what other processes published meanwhile is gone. */
+  gap(): void {
+    this.gaps.emitAll(undefined, (err) => this.options.log?.warn({ err }, 'a live change gap handler failed'));
+  }
 
   /**
    * Changes this process just applied to the index (committed): delivered here at once, and

@@ -176,8 +176,8 @@ export class MailService {
     return fromImapFlags(primaryLocation(after.locations, this.index.labels(inbox.id)).flags).flags;
   }
 
-  watch(inbox: MailInbox, listener: (change: LiveChange) => void): Promise<Unwatch> {
-    return this.source.watch(inbox, listener);
+  watch(inbox: MailInbox, listener: (change: LiveChange) => void, onGap?: () => void): Promise<Unwatch> {
+    return this.source.watch(inbox, listener, onGap);
   }
 
   private find(inbox: MailInbox, msgId: string): { message: MessageRecord; locations: [Location, ...Location[]] } {

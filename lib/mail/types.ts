@@ -209,6 +209,7 @@ export interface MailSource {
    */
   storeFlags(inbox: MailInbox, at: ReadonlyArray<{ labelGuid: string; uid: number }>, add: string[], remove: string[]): Promise<void>;
   /** Live changes of the inbox, from the same diffs the index applies. Resolves once watching. */
-  watch(inbox: MailInbox, listener: (change: LiveChange) => void): Promise<Unwatch>;
+  /** `onGap`: changes may have been missed (see MailLiveFeed.subscribe). */
+  watch(inbox: MailInbox, listener: (change: LiveChange) => void, onGap?: () => void): Promise<Unwatch>;
   close(): Promise<void>;
 }

@@ -12,6 +12,9 @@ import type { StreamGuard } from '../stream-guard.ts';
 // as spec 2.12 has it (without the internal `at`).
 const frameOf = framer((change: LiveChange) => ({ event: change.type, data: JSON.stringify(publicChange(change)) }));
 
+/** Why a stream ends when other processes' changes may have been lost on the way here. */
+const GAP = 'changes may have been missed (the link between Postern processes was interrupted); reconnect and read the inbox again';
+
 export function inboxEventRoutes(access: Access, mail: MailService, stream: Config['stream'], guard: StreamGuard) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/events', allow(access, DEFAULT_RULE), async (ctx) => {
@@ -19,10 +22,18 @@ export function inboxEventRoutes(access: Access, mail: MailService, stream: Conf
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
       const pending: string[] = [];
       let sse: SseStream | null = null;
-      const unwatch = await mail.watch(inbox, (change) => {
-        if (sse) sse.enqueue(frameOf(change));
-        else pending.push(frameOf(change));
-      });
+      let missed = false;
+      const unwatch = await mail.watch(
+        inbox,
+        (change) => {
+          if (sse) sse.enqueue(frameOf(change));
+          else pending.push(frameOf(change));
+        },
+        () => {
+          missed = true;
+          sse?.endWith(GAP);
+        },
+      );
       if (ctx.req.destroyed) {
         await unwatch();
         return;
@@ -38,6 +49,7 @@ export function inboxEventRoutes(access: Access, mail: MailService, stream: Conf
         await now.once(`inbox|${inboxId}`, () => access.inboxAccess(now.principal, inboxId, 'messages:read'));
       });
       for (const text of pending) sse.write(text);
+      if (missed) sse.endWith(GAP);
     });
   };
 }
