@@ -9,6 +9,8 @@ export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
   const declared = Number(ctx.get('content-length') || NaN);
   if (declared > limit) return Promise.reject(tooLarge(`request body is over ${limit} bytes`));
   const req = ctx.req;
+  // The client may have gone while the request was being authorized: its `close` came and went.
+  if (req.destroyed || req.readableEnded) return Promise.reject(badRequest('request body was cut off'));
   // Listeners rather than `for await`: the async iterator costs a promise per chunk and a
   // stream wrapper per request, on every write request.
   return new Promise((resolve, reject) => {
@@ -27,14 +29,19 @@ export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
     };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > limit) return done(tooLarge(`request body is over ${limit} bytes`));
+      if (size > limit) {
+        // The rest of the body stays unread: the connection cannot carry another request.
+        ctx.set('Connection', 'close');
+        return done(tooLarge(`request body is over ${limit} bytes`));
+      }
       chunks.push(chunk);
     };
     const onEnd = () => done(null);
     // The client went away mid-body: its fault, and nobody is left to read the answer.
     const onAbort = () => done(badRequest('request body was cut off'));
+    // `close` before `end`: the body never finished (a reset, or a half-close Node aborts).
     const onClose = () => {
-      if (!req.complete) onAbort();
+      if (!req.readableEnded) onAbort();
     };
     req.on('data', onData);
     req.on('end', onEnd);
