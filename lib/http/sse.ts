@@ -44,6 +44,8 @@ export function framer<T extends object>(format: (item: T) => SseFrame): (item: 
  * most 20 ms gave p99 53-58 ms; this gives 37 ms.)
  */
 const MAX_COALESCE_MS = 10;
+/** After a stream ends, how long its client has to read the rest before the socket is dropped. */
+const END_GRACE_MS = 10_000;
 const outboxes = new Map<SseStream, string[]>();
 let flushScheduled = false;
 let lastFlushEnd = 0;
@@ -104,10 +106,17 @@ export class SseStream {
     // writes to thousands of clients per flush; through the response, each of those writes paid
     // for chunked framing and the response's own bookkeeping.
     ctx.set('Connection', 'close');
+    ctx.set('Date', new Date().toUTCString());
     this.socket = socket;
+    // The client left while the request was being authorized: nothing to stream to.
+    if (socket.destroyed) {
+      this.closed = true;
+      return;
+    }
     let head = 'HTTP/1.1 200 OK\r\n';
     for (const [name, value] of Object.entries(ctx.res.getHeaders())) {
-      if (value !== undefined) head += `${name}: ${Array.isArray(value) ? value.join(', ') : String(value)}\r\n`;
+      // setHeader has refused CR and LF already; a list is one line per value (Set-Cookie).
+      for (const v of Array.isArray(value) ? value : value === undefined ? [] : [value]) head += `${name}: ${String(v)}\r\n`;
     }
     socket.on('close', () => this.close('client'));
     socket.on('error', () => this.close('client'));
@@ -185,7 +194,14 @@ export class SseStream {
     this.closed = true;
     outboxes.delete(this);
     for (const t of this.timers) clearTimeout(t);
-    this.socket.end();
+    if (reason === 'slow') {
+      // A client that stopped reading would never let an end() finish: let go of it now.
+      this.socket.destroy();
+    } else {
+      this.socket.end();
+      // Ended politely, but a client that does not read it must not hold the socket forever.
+      this.socket.setTimeout(END_GRACE_MS, () => this.socket.destroy());
+    }
     for (const h of this.closeHandlers.splice(0)) h(reason);
   }
 }

@@ -20,6 +20,12 @@ export function inboxEventRoutes(access: Access, mail: MailService, stream: Conf
     router.get('/inboxes/:inbox/events', allow(access, DEFAULT_RULE), async (ctx) => {
       // Access is settled before anything is streamed: errors are still plain JSON responses.
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
+      const options = { heartbeatMs: stream.heartbeatMs, maxDurationMs: stream.maxDurationMs };
+      // HEAD: the stream's headers, and no watcher started for a stream that never runs.
+      if (ctx.method === 'HEAD') {
+        new SseStream(ctx, options);
+        return;
+      }
       const pending: string[] = [];
       let sse: SseStream | null = null;
       let missed = false;
@@ -38,7 +44,7 @@ export function inboxEventRoutes(access: Access, mail: MailService, stream: Conf
         await unwatch();
         return;
       }
-      sse = new SseStream(ctx, { heartbeatMs: stream.heartbeatMs, maxDurationMs: stream.maxDurationMs });
+      sse = new SseStream(ctx, options);
       sse.onClose(() => void unwatch());
       // While it runs, the stream is re-checked as a new request would be (same rule, same inbox
       // check): a revoked or expired credential (401), a lost scope (403) or a withdrawn grant
