@@ -33,7 +33,9 @@ export async function runPrimary(workers: number): Promise<number> {
   const stopRelay = relayClusterBus();
   let stopping = false;
   let isReady = false;
-  let restartDelay = 1000;
+  // Doubled before the first early restart: that one waits 1 s.
+  let restartDelay = 500;
+  const restarts = new Set<NodeJS.Timeout>();
   const started = new Map<Worker, number>();
 
   let resolveReady!: (url: string) => void;
@@ -64,14 +66,18 @@ export async function runPrimary(workers: number): Promise<number> {
       }
       restartDelay = lived < STABLE_MS ? Math.min(restartDelay * 2, MAX_RESTART_DELAY_MS) : 1000;
       note({ event: 'worker exited; restarting', pid: worker.process.pid, code, signal, inMs: restartDelay });
-      setTimeout(() => {
+      // Not unref'd: with every worker dead, this timer is what keeps the primary alive to restart them.
+      const timer = setTimeout(() => {
+        restarts.delete(timer);
         if (!stopping) fork();
-      }, restartDelay).unref();
+      }, restartDelay);
+      restarts.add(timer);
     });
   };
 
   const stopAll = async (): Promise<void> => {
     stopping = true;
+    for (const timer of restarts) clearTimeout(timer);
     const live = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead());
     await Promise.all(
       live.map(

@@ -159,6 +159,11 @@ async function serve(args: string[]): Promise<number> {
     process.send!(ready);
     // A worker whose primary is gone stops too, rather than serving on alone.
     await Promise.race([untilSignal(), new Promise((resolve) => process.once('disconnect', resolve))]);
+    // Stopping. A terminal's Ctrl-C reaches the workers and the primary alike, and the primary
+    // then sends SIGTERM: that must not cut this close short (the primary SIGKILLs after 10 s).
+    const ignore = () => undefined;
+    process.on('SIGINT', ignore);
+    process.on('SIGTERM', ignore);
   } else {
     process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1` })}\n`);
     await untilSignal();
@@ -202,4 +207,9 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
-process.exitCode = await main(process.argv.slice(2));
+const code = await main(process.argv.slice(2));
+process.exitCode = code;
+// After a failure, or in a cluster worker, exit rather than wait: a half-started service (a Redis
+// connection, an IPC channel to the primary) would otherwise keep the process alive, and a worker
+// that never exits leaves its primary waiting for it.
+if (code !== 0 || cluster.isWorker) process.stdout.write('', () => process.exit(code));

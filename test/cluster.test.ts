@@ -3,10 +3,11 @@
 // stream sees every event at once (the primary relays the live bus), idempotency holds across
 // them, a dead worker is replaced, and a stop leaves no process behind.
 import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
 import { expect } from 'chai';
-import { callFresh, clusterFixture, newProject } from './harness.ts';
+import { callFresh, clusterFixture, envVars, mailEnv, newProject, startPostern } from './harness.ts';
 import { register, SseClient } from './events-helpers.ts';
-import { alive, stopProcess } from './processes.ts';
+import { alive, spawnPostern, stopProcess } from './processes.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -90,11 +91,51 @@ describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
     expect(now).to.have.length(2);
   });
 
+  it('replaces every worker when all of them die at once', async () => {
+    const before = workerPids(f.cluster.child.pid!);
+    for (const pid of before) process.kill(pid, 'SIGKILL');
+    let now: number[] = [];
+    for (let i = 0; i < 150 && now.length < 2; i++) {
+      await sleep(100);
+      now = workerPids(f.cluster.child.pid!).filter((pid) => !before.includes(pid));
+    }
+    expect(now).to.have.length(2);
+    expect(f.cluster.child.exitCode).to.equal(null);
+    // The new workers serve.
+    for (let i = 0; i < 100; i++) {
+      if ((await callFresh('GET', `${f.cluster.url}/healthz`).catch(() => ({ status: 0 }))).status === 200) break;
+      await sleep(100);
+    }
+    expect((await callFresh('GET', `${f.cluster.url}/healthz`)).status).to.equal(200);
+  });
+
   it('SIGTERM stops the primary and every worker', async () => {
     const pids = workerPids(f.cluster.child.pid!);
     await stopProcess(f.cluster.child);
     expect(f.cluster.child.exitCode).to.equal(0);
     await sleep(100);
     for (const pid of pids) expect(alive(pid), `worker ${pid}`).to.equal(false);
+  });
+});
+
+describe('postern serve with POSTERN_WORKERS=2: workers that cannot start', function () {
+  this.timeout(60_000);
+  it('the primary exits 1 with the reason instead of waiting for them', async () => {
+    const admin = await startPostern();
+    try {
+      // An address this machine does not have: every worker fails to listen.
+      const started = spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_WORKERS: '2', POSTERN_HOST: '192.0.2.1' }));
+      const err = await started.then(
+        async (l) => {
+          await stopProcess(l.child);
+          return null;
+        },
+        (e: Error) => e,
+      );
+      expect(err?.message).to.match(/exited with 1/);
+      expect(err?.message).to.match(/before listening/);
+    } finally {
+      await admin.close();
+    }
   });
 });

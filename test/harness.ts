@@ -10,7 +10,7 @@ import { pino } from 'pino';
 import { addUser, posternEnv, type MailEnv } from '../scripts/mailenv.ts';
 import { loadConfig, type Config } from '../lib/config.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
-import { spawnPostern, stopProcess, type Listening } from './processes.ts';
+import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
 
 export function mailEnv(): MailEnv {
   const raw = process.env.POSTERN_TEST_ENV;
@@ -165,7 +165,10 @@ export function clusterFixture(extra: Record<string, string> = {}): ClusterFixtu
   const f = {} as ClusterFixture;
   before(async () => {
     f.admin = await startPostern();
-    f.cluster = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(f.admin.dir, 'postern.db'), POSTERN_WORKERS: '2', ...extra }));
+    // A fixed port, as in production: with port 0, workers started after all others died would
+    // get a new one (the primary lets the shared handle go with the last worker).
+    const port = String(await freePort());
+    f.cluster = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(f.admin.dir, 'postern.db'), POSTERN_WORKERS: '2', POSTERN_PORT: port, ...extra }));
     f.base = `${f.cluster.url}/v1`;
   });
   after(async () => {
