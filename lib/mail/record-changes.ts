@@ -52,26 +52,48 @@ const sameFlags = (a: readonly string[], b: readonly string[]) => a.length === b
 export class MailChangeRecorder {
   /** Per inbox, the batches still being recorded: batches are recorded in the order applied. */
   private readonly chains = new Map<string, Promise<void>>();
-  /** API flag changes announced and not yet recorded, by inbox, label GUID and UID. */
-  private readonly expected = new Map<string, { actor: string; flags: readonly Flag[]; until: number }>();
+  /** API flag changes announced and not yet recorded, by inbox, label GUID and UID, oldest first. */
+  private readonly expected = new Map<string, Array<{ actor: string; flags: readonly Flag[]; until: number }>>();
 
   /**
    * The API is about to set the flags of a message to `flags` in each of these places; the
    * change is `actor`'s. Called by the flags route before it stores the change.
    */
-  readonly expect = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string): void => {
+  readonly expect = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string): (() => void) => {
     const now = Date.now();
-    for (const [key, e] of this.expected) if (e.until < now) this.expected.delete(key);
-    for (const { labelGuid, uid } of at) this.expected.set(`${inboxId}:${labelGuid}:${uid}`, { actor, flags, until: now + EXPECT_MS });
+    for (const [key, list] of this.expected) {
+      const live = list.filter((e) => e.until >= now);
+      if (live.length === 0) this.expected.delete(key);
+      else if (live.length < list.length) this.expected.set(key, live);
+    }
+    const added: Array<[string, { actor: string; flags: readonly Flag[]; until: number }]> = [];
+    for (const { labelGuid, uid } of at) {
+      const key = `${inboxId}:${labelGuid}:${uid}`;
+      const entry = { actor, flags, until: now + EXPECT_MS };
+      this.expected.set(key, [...(this.expected.get(key) ?? []), entry]);
+      added.push([key, entry]);
+    }
+    // The change did not happen (the STORE failed): forget it, or a mail app's identical change
+    // within the window would be put down to this caller.
+    return () => {
+      for (const [key, entry] of added) {
+        const rest = (this.expected.get(key) ?? []).filter((e) => e !== entry);
+        if (rest.length === 0) this.expected.delete(key);
+        else this.expected.set(key, rest);
+      }
+    };
   };
 
   private actorOf(inboxId: string, c: LiveChange): string {
     if (c.type !== 'message.flags' || !c.flags) return SYSTEM_ACTOR;
     const key = `${inboxId}:${c.at.labelGuid}:${c.at.uid}`;
-    const e = this.expected.get(key);
-    if (!e || e.until < Date.now() || !sameFlags(e.flags, c.flags)) return SYSTEM_ACTOR;
-    this.expected.delete(key);
-    return e.actor;
+    const list = this.expected.get(key) ?? [];
+    const now = Date.now();
+    const i = list.findIndex((e) => e.until >= now && sameFlags(e.flags, c.flags!));
+    if (i < 0) return SYSTEM_ACTOR;
+    const [entry] = list.splice(i, 1);
+    if (list.length === 0) this.expected.delete(key);
+    return entry!.actor;
   }
 
   constructor(

@@ -55,7 +55,8 @@ class DerivedCache<T> {
   }
 }
 
-export type FlagChangeAnnouncer = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string) => void;
+/** Returns a function that withdraws the announcement (the change did not happen). */
+export type FlagChangeAnnouncer = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string) => () => void;
 
 export class MailService {
   private readonly pages = new DerivedCache<Page | null>(2000);
@@ -65,7 +66,7 @@ export class MailService {
     private readonly index: MailIndexStore,
     private readonly source: MailSource,
     /** Told of each flag change the API is about to make, and whose it is (the event log's actor). */
-    private readonly announce: FlagChangeAnnouncer = () => undefined,
+    private readonly announce: FlagChangeAnnouncer = () => () => undefined,
   ) {}
 
   async labels(inbox: MailInbox): Promise<Label[]> {
@@ -147,6 +148,7 @@ export class MailService {
     const found = this.find(inbox, msgId);
     if (add.length > 0 || remove.length > 0) {
       // Each place the message is in gets its own flags, each changed the same way.
+      const withdraw: Array<() => void> = [];
       for (const l of found.locations) {
         const before = fromImapFlags(l.flags).flags;
         const now = new Set<Flag>(before);
@@ -154,7 +156,7 @@ export class MailService {
         for (const f of remove) now.delete(f);
         // No change, no event: nothing to attribute.
         if (now.size !== before.length || before.some((f) => !now.has(f))) {
-          this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], [...now], actor);
+          withdraw.push(this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], [...now], actor));
         }
       }
       try {
@@ -167,6 +169,7 @@ export class MailService {
       } catch (err) {
         if (isApiError(err)) throw err;
         // Refused by the server: most likely the message or its label went away meanwhile.
+        for (const w of withdraw) w();
         await this.source.refresh(inbox);
         this.find(inbox, msgId);
         throw unavailable('the mail server did not accept the change; try again');
