@@ -141,26 +141,14 @@ function fingerprint(request: { type: string; subject: string | undefined; inbox
   return hash('sha256', canonical(request), 'base64url');
 }
 
-// Registered types as EventTypes, keyed by everything the stored row says (two compatible
-// updates within one millisecond still differ in content): the same schema object comes back,
-// so its compiled validator is found without hashing.
-const extTypes = new Map<string, EventType>();
-
-// The store hands back the same StoredEventType for an unchanged row, so the hot path (publish)
-// finds its EventType by identity, without serializing the row for the key.
-const extTypesByRow = new WeakMap<StoredEventType, EventType>();
+// Registered types as EventTypes. The store hands back the same StoredEventType for a row read
+// again unchanged, so publish finds its EventType (and through its schema object, the compiled
+// validator) by identity; a changed row is a new object, and a new EventType.
+const extTypes = new WeakMap<StoredEventType, EventType>();
 
 function extType(t: StoredEventType): EventType {
-  let type = extTypesByRow.get(t);
-  if (type) return type;
-  const key = JSON.stringify(t);
-  type = extTypes.get(key);
-  if (!type) {
-    if (extTypes.size >= 10_000) extTypes.delete(extTypes.keys().next().value!);
-    type = buildExtType(t);
-    extTypes.set(key, type);
-  }
-  extTypesByRow.set(t, type);
+  let type = extTypes.get(t);
+  if (!type) extTypes.set(t, (type = buildExtType(t)));
   return type;
 }
 

@@ -91,6 +91,8 @@ export interface EventStore {
     version: number,
     decide: (existing: StoredEventType | null) => StoredEventType,
   ): Promise<StoredEventType>;
+  // The type reads may return the same (frozen in practice: never mutated) object for a row read
+  // again unchanged; callers cache what they derive from it by identity.
   getType(projectId: string, name: string, version: number): Promise<StoredEventType | null>;
   /** The highest registered version of a name. */
   latestType(projectId: string, name: string): Promise<StoredEventType | null>;

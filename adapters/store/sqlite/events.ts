@@ -112,7 +112,7 @@ export class SqliteEventStore implements EventStore {
   };
   private readonly appendBatch: (batch: Pending[]) => void;
   private queue: Pending[] = [];
-  private readonly latestTypes = new Map<string, StoredEventType>();
+  private readonly types = new Map<string, StoredEventType>();
   /** While another process holds the write lock: when this batch started waiting. */
   private waitingSince: number | null = null;
   private readonly reads = new Map<string, Statement<unknown[], EventRow>>();
@@ -350,25 +350,31 @@ export class SqliteEventStore implements EventStore {
 
   async getType(projectId: string, name: string, version: number): Promise<StoredEventType | null> {
     const row = this.s.getType.get(projectId, name, version);
-    return row ? toType(row) : null;
+    return row ? this.typeOf(row) : null;
   }
 
   async latestType(projectId: string, name: string): Promise<StoredEventType | null> {
     const row = this.s.latestType.get(projectId, name);
-    if (!row) return null;
-    // Every publish reads its type: an unchanged row comes back as the same object, parsed once.
-    const signature = `${row.project_id}\n${row.name}\n${row.version}\n${row.created_at}\n${row.updated_at}\n${row.description}\n${row.fields}`;
-    let type = this.latestTypes.get(signature);
-    if (!type) {
-      if (this.latestTypes.size >= 10_000) this.latestTypes.delete(this.latestTypes.keys().next().value!);
-      type = toType(row);
-      this.latestTypes.set(signature, type);
-    }
-    return type;
+    return row ? this.typeOf(row) : null;
   }
 
   async listTypes(projectId: string): Promise<StoredEventType[]> {
-    return this.s.listTypes.all(projectId).map(toType);
+    return this.s.listTypes.all(projectId).map((r) => this.typeOf(r));
+  }
+
+  /**
+   * Every publish reads its type: a row read again unchanged comes back as the same object,
+   * parsed once, so what callers derive from it can be found by identity.
+   */
+  private typeOf(row: TypeRow): StoredEventType {
+    const signature = `${row.project_id}\n${row.name}\n${row.version}\n${row.created_at}\n${row.updated_at}\n${row.description}\n${row.fields}`;
+    let type = this.types.get(signature);
+    if (!type) {
+      if (this.types.size >= 10_000) this.types.delete(this.types.keys().next().value!);
+      type = toType(row);
+      this.types.set(signature, type);
+    }
+    return type;
   }
 
   async purgeIdempotency(olderThan: number): Promise<number> {
