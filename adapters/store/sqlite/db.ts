@@ -4,6 +4,27 @@ import { migrations, type Migration } from './migrations/index.ts';
 
 export type Db = Database.Database;
 
+/** How long a write waits for another process's write lock before SQLite gives up (SQLITE_BUSY). */
+export const BUSY_TIMEOUT_MS = 5000;
+
+export const isBusy = (err: unknown): boolean => typeof (err as { code?: unknown })?.code === 'string' && (err as { code: string }).code.startsWith('SQLITE_BUSY');
+
+/**
+ * Runs `fn` with SQLite's busy wait off: a write that meets another process's lock fails at once
+ * with SQLITE_BUSY, so the caller can wait on the event loop rather than sleep in SQLite's busy
+ * handler with the whole process stopped. Every other write keeps the busy timeout.
+ */
+export function withoutBusyWait<T>(db: Db, fn: () => T): T {
+  // db.pragma, not statements prepared once: a prepared `PRAGMA busy_timeout = …` did not take
+  // effect on its first run after another was prepared (better-sqlite3 12.11, SQLite 3.53).
+  db.pragma('busy_timeout = 0');
+  try {
+    return fn();
+  } finally {
+    db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+  }
+}
+
 export function openDb(file: string, list: Migration[] = migrations): Db {
   const db = new Database(file);
   // WAL lets readers proceed while the single writer appends; NORMAL is durable across
@@ -12,7 +33,7 @@ export function openDb(file: string, list: Migration[] = migrations): Db {
   db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   // Several Postern processes may share one file: wait for the writer instead of failing.
-  db.pragma('busy_timeout = 5000');
+  db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
   migrate(db, list);
   return db;
 }

@@ -18,7 +18,7 @@ import {
   type StoredEventType,
 } from '../../../lib/events/store.ts';
 import { VISIBILITIES, type DataField, type StoredEvent, type Visibility } from '../../../lib/events/types.ts';
-import type { Db } from './db.ts';
+import { BUSY_TIMEOUT_MS, isBusy, withoutBusyWait, type Db } from './db.ts';
 
 interface EventRow {
   position: number;
@@ -58,8 +58,8 @@ interface Pending {
 
 const VISIBILITY_SET: ReadonlySet<string> = new Set(VISIBILITIES);
 
-/** Appends give up when another process has held the write lock this long (as busy_timeout would). */
-const LOCK_WAIT_MS = 5000;
+/** Appends give up when another process has held the write lock this long, as other writes do. */
+const LOCK_WAIT_MS = BUSY_TIMEOUT_MS;
 /**
  * For this long, retry on the very next turn of the event loop: another process's commit holds
  * the lock for about a millisecond, and each turn serves requests meanwhile. Waiting on a 1 ms
@@ -67,7 +67,6 @@ const LOCK_WAIT_MS = 5000;
  */
 const SPIN_MS = 10;
 
-const isBusy = (err: unknown): boolean => typeof (err as { code?: unknown })?.code === 'string' && (err as { code: string }).code.startsWith('SQLITE_BUSY');
 
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
 
@@ -216,17 +215,8 @@ export class SqliteEventStore implements EventStore {
         careful.immediate(items);
       }
     };
-    // The busy timeout applies to every other write on this connection; appends wait for the
-    // lock on the event loop instead (see flush).
-    const busyTimeout = Number(db.pragma('busy_timeout', { simple: true }));
-    this.appendBatch = (items) => {
-      db.pragma('busy_timeout = 0');
-      try {
-        batch(items);
-      } finally {
-        db.pragma(`busy_timeout = ${busyTimeout}`);
-      }
-    };
+    // Appends wait for another process's lock on the event loop instead (see flush).
+    this.appendBatch = (items) => withoutBusyWait(db, () => batch(items));
 
     const upsert = db.transaction(
       (projectId: string, name: string, version: number, decide: (existing: StoredEventType | null) => StoredEventType) => {
