@@ -12,7 +12,7 @@
 //   npm run bench:events -- --write      # also replaces the events section of bench/RESULTS.md
 //   npm run bench:events -- --quick      # shorter rounds, for a smoke run
 //   npm run bench:events -- --only=post,get,live,rss --profile
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { connect, type Socket } from 'node:net';
@@ -29,7 +29,7 @@ import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
-import { freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
+import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
 
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
@@ -55,12 +55,7 @@ function cpuSeconds(pid: number): number {
 
 /** A process and its children (a clustered server's primary and workers). */
 function processTree(pid: number): number[] {
-  try {
-    const kids = execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).map(Number);
-    return [pid, ...kids.flatMap(processTree)];
-  } catch {
-    return [pid]; // pgrep exits 1 when there are no children
-  }
+  return [pid, ...childPids(pid).flatMap(processTree)];
 }
 
 const treeCpuSeconds = (pids: number[]) => pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);

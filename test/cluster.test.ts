@@ -2,25 +2,18 @@
 // Redis. Connections are spread over the workers, so publishes and streams land on both: every
 // stream sees every event at once (the primary relays the live bus), idempotency holds across
 // them, a dead worker is replaced, and a stop leaves no process behind.
-import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { callFresh, clusterFixture, envVars, mailEnv, newProject, startPostern } from './harness.ts';
 import { register, SseClient } from './events-helpers.ts';
-import { alive, spawnPostern, stopProcess } from './processes.ts';
+import { alive, childPids, spawnPostern, stopProcess } from './processes.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const postFresh = (url: string, token: string, body: unknown, headers: Record<string, string> = {}) => callFresh('POST', url, token, body, headers);
 
 /** The primary's workers (not the helper processes the TypeScript loader starts). */
-const workerPids = (primary: number): number[] => {
-  try {
-    return execFileSync('pgrep', ['-P', String(primary), '-f', 'postern.ts serve'], { encoding: 'utf8' }).trim().split('\n').filter(Boolean).map(Number);
-  } catch {
-    return []; // pgrep exits 1 when there are none
-  }
-};
+const workerPids = (primary: number): number[] => childPids(primary, 'postern.ts serve');
 
 
 describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {

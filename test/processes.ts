@@ -1,6 +1,6 @@
 // Child processes for the tests and the benchmarks: a free port, a command that prints a JSON
 // line with "listening" once it serves (as `postern serve` does), and a clean stop.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -68,5 +68,15 @@ export function alive(pid: number): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** A process's children, those whose command line contains `matching` if given. */
+export function childPids(pid: number, matching?: string): number[] {
+  try {
+    const args = ['-P', String(pid), ...(matching ? ['-f', matching] : [])];
+    return execFileSync('pgrep', args, { encoding: 'utf8' }).trim().split('\n').filter(Boolean).map(Number);
+  } catch {
+    return []; // pgrep exits 1 when there are none
   }
 }
