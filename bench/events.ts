@@ -13,7 +13,7 @@
 //   npm run bench:events -- --quick      # shorter rounds, for a smoke run
 //   npm run bench:events -- --only=post,get,live,rss --profile
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
@@ -22,11 +22,15 @@ import Database from 'better-sqlite3';
 import { MemoryBus } from '../adapters/bus/memory.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
+import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
+import { MasterKey } from '../lib/crypto/master-key.ts';
 import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
 import { Admin } from '../lib/directory/admin.ts';
-import { encodeCursor } from '../lib/events/cursor.ts';
+import type { Cursors } from '../lib/events/cursor.ts';
 import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
+import { cpuSeconds, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
@@ -38,20 +42,7 @@ const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split('
 const want = (part: 'post' | 'get' | 'live' | 'rss') => !ONLY || ONLY.includes(part);
 const SECONDS = QUICK ? 2 : 5;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const pct = (xs: number[], q: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? NaN;
-};
 const nowUs = () => Math.round((performance.timeOrigin + performance.now()) * 1000);
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-
-/** CPU seconds a process has used (user + system), from /proc. */
-function cpuSeconds(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
 
 /** A process and its children (a clustered server's primary and workers). */
 function processTree(pid: number): number[] {
@@ -59,11 +50,6 @@ function processTree(pid: number): number[] {
 }
 
 const treeCpuSeconds = (pids: number[]) => pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
-
-function rssMb(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) / 1024 : NaN;
-}
 
 /** One HTTP request on a keep-alive agent; resolves with status and body. */
 function send(agent: Agent, url: string, method: string, headers: Record<string, string>, body?: string): Promise<{ status: number; body: string }> {
@@ -88,11 +74,13 @@ interface Setup {
   reader: string;
 }
 
+const MASTER_KEY = MasterKey.generate();
+
 async function setup(): Promise<Setup> {
   const dir = mkdtempSync(join(tmpdir(), 'postern-bench-'));
   const dbFile = join(dir, 'postern.db');
   const db = openDb(dbFile);
-  const admin = new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 3600 });
+  const admin = new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 3600, keys: new EpochKeyring(new SqliteKeyStore(db), null) });
   const { id: projectId } = await admin.createProject('bench');
   const { id: memberId } = await admin.addMember(projectId, 'bench@example.org');
   const writer = (await admin.createToken({ memberId, scopes: ['events:write'] })).token;
@@ -113,7 +101,9 @@ async function setup(): Promise<Setup> {
 }
 
 function serverEnv(dbFile: string, extra: Record<string, string> = {}): Record<string, string> {
-  return { POSTERN_PORT: '0', POSTERN_DB: dbFile, POSTERN_LOG_LEVEL: 'warn', POSTERN_IMAP_MASTER_PASSWORD: 'unused', ...extra };
+  // The bench holds 10,000 streams of one token from one address: the per-caller caps are off.
+  const uncapped = { POSTERN_STREAM_MAX_PER_CREDENTIAL: '0', POSTERN_STREAM_MAX_PER_PROJECT: '0', POSTERN_MAX_CONNECTIONS_PER_ADDRESS: '0' };
+  return { POSTERN_PORT: '0', POSTERN_DB: dbFile, POSTERN_LOG_LEVEL: 'warn', POSTERN_IMAP_MASTER_PASSWORD: 'unused', POSTERN_MASTER_KEY: MASTER_KEY, ...uncapped, ...extra };
 }
 
 const pids = new Map<string, number>();
@@ -177,7 +167,7 @@ async function benchPost(s: Setup, base: string): Promise<{ rate: number; p50: n
 // ── 2. GET /events?limit=500 ────────────────────────────────────────────────────────────────
 
 /** Appends `count` events: with 1 KB of data each (about 1.4 KB of JSON), or small (about 0.45 KB). */
-async function prefill(s: Setup, count: number, big: boolean): Promise<{ first: number; last: number }> {
+async function prefill(s: Setup, count: number, big: boolean): Promise<{ first: number; last: number; cursors: Cursors }> {
   const db = openDb(s.dbFile);
   const events = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
   const payload = 'p'.repeat(1000);
@@ -189,8 +179,10 @@ async function prefill(s: Setup, count: number, big: boolean): Promise<{ first: 
   }
   await Promise.all(pending);
   const last = await events.lastPosition();
+  // The store's own cursors for this project, so readers can start anywhere in the range.
+  const cursors = await events.cursors();
   db.close();
-  return { first, last };
+  return { first, last, cursors };
 }
 
 function rawSelectRate(s: Setup, range: { first: number; last: number }, seconds: number): number {
@@ -242,7 +234,7 @@ function countEvents(agent: Agent, url: string, headers: Record<string, string>)
   });
 }
 
-async function benchGet(s: Setup, base: string, range: { first: number; last: number }, clients: number): Promise<number> {
+async function benchGet(s: Setup, base: string, range: { first: number; last: number; cursors: Cursors }, clients: number): Promise<number> {
   const agent = new Agent({ keepAlive: true, maxSockets: clients });
   const headers = { authorization: `Bearer ${s.reader}` };
   let events = 0;
@@ -252,7 +244,7 @@ async function benchGet(s: Setup, base: string, range: { first: number; last: nu
       while (performance.now() < end) {
         const after = range.first + Math.floor(Math.random() * (range.last - range.first - 500));
         // Not `events += await …`: that reads `events` before the await and loses the other clients' counts.
-        const n = await countEvents(agent, `${base}/events?limit=500&after=${encodeCursor(after)}`, headers);
+        const n = await countEvents(agent, `${base}/events?limit=500&after=${range.cursors.encode(s.projectId, after)}`, headers);
         events += n;
       }
     }),
@@ -459,8 +451,6 @@ async function main(): Promise<void> {
 
     const m = (k: string) => (results[k] ? median(results[k]) : NaN);
     const loadEnd = loadavg()[0]!.toFixed(2);
-    const f0 = (n: number) => Math.round(n).toLocaleString('en-US');
-    const f1 = (n: number) => n.toFixed(1);
     const md = `## Events (issue 3)
 
 Machine: ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, ${Math.round(totalmem() / 2 ** 30)} GB RAM, Node ${process.version}, SQLite WAL on ${tmpdir()}.

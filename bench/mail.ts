@@ -14,12 +14,9 @@
 //   npm run bench:mail -- --only=read,live,index   # some parts only (1-2, 3-4, 5)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { chownSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, chmodSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { execFile } from 'node:child_process';
 import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
 import { pino } from 'pino';
@@ -28,9 +25,9 @@ import { ROOT } from '../lib/paths.ts';
 import { writeResults } from './results.ts';
 import { spawnPostern } from '../test/processes.ts';
 import { createPostern } from '../lib/server.ts';
-import { addUser, posternEnv, up, type MailEnv } from '../scripts/mailenv.ts';
+import { addUser, up } from '../scripts/mailenv.ts';
+import { agent, benchServerEnv, cpuSeconds, f0, f1, get, log, median, now, pct, seed, sleep, sse } from './common.ts';
 
-const run = promisify(execFile);
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
 const BIG = QUICK ? 2000 : 10_000;
@@ -39,68 +36,6 @@ const CHANGES = QUICK ? 40 : 200;
 const SECONDS = QUICK ? 3 : 10;
 const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split(',') ?? null;
 const want = (part: 'read' | 'live' | 'index') => !ONLY || ONLY.includes(part);
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const pct = (xs: number[], q: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? NaN;
-};
-const median = (xs: number[]) => pct(xs, 0.5);
-const log = (msg: string) => process.stderr.write(`${msg}\n`);
-const f1 = (n: number) => n.toFixed(1);
-const f0 = (n: number) => Math.round(n).toLocaleString('en-US');
-
-// ---------------------------------------------------------------------------------------------
-// Seeding: doveadm import from an mbox file (MULTIAPPEND over IMAP costs ~9 ms a message here).
-
-function mbox(count: number, tag: string): string {
-  let out = '';
-  for (let i = 0; i < count; i++) {
-    out +=
-      `From sender@example.org Mon Jan  1 00:00:00 2024\n` +
-      `From: Sender ${i % 97} <sender${i % 97}@example.org>\nTo: Someone <someone@postern.test>\n` +
-      `Subject: ${tag} message ${i} about topic ${i % 13}\nDate: ${new Date(Date.UTC(2024, 0, 1) + i * 60_000).toUTCString()}\n` +
-      `Message-ID: <${tag}.${i}@example.org>\n\n${`Body of message ${i}. `.repeat(8 + (i % 20))}\n\n`;
-  }
-  return out;
-}
-
-/** Imports `count` messages into `mailbox`; `encrypted` keeps mail_crypt on (as delivery does). */
-async function seed(env: MailEnv, user: string, mailbox: string, count: number, encrypted: boolean): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'postern-seed-'));
-  try {
-    writeFileSync(join(dir, mailbox), mbox(count, mailbox));
-    // doveadm reads (and locks) the mbox as the mail user.
-    const owner = statSync(join(env.dir, 'mail'));
-    chmodSync(dir, 0o755);
-    chownSync(dir, owner.uid, owner.gid);
-    chownSync(join(dir, mailbox), owner.uid, owner.gid);
-    const conf = join(env.dir, 'dovecot', 'dovecot.conf');
-    const opts = ['-c', conf, '-o', 'mail_fsync=never', ...(encrypted ? [] : ['-o', 'mail_plugins='])];
-    // mbox names INBOX by its own setting, not by a file in the directory.
-    const source = `mbox:${dir}:INDEX=MEMORY${mailbox === 'INBOX' ? `:INBOX=${join(dir, 'INBOX')}` : ''}`;
-    await run('doveadm', [...opts, 'import', '-u', user, source, '', 'mailbox', mailbox, 'all'], { maxBuffer: 1 << 24 });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// HTTP
-
-const agent = new Agent({ keepAlive: true, maxSockets: 256 });
-
-function get(url: string, headers: Record<string, string>): Promise<{ status: number; body: string; headers: Record<string, string | string[] | undefined> }> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { agent, headers }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), headers: res.headers }));
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
 
 async function load(url: string, headers: Record<string, string>, concurrency: number, seconds: number, expect: number): Promise<{ rps: number; p50: number; p99: number; bad: number }> {
   const end = performance.now() + seconds * 1000;
@@ -119,51 +54,17 @@ async function load(url: string, headers: Record<string, string>, concurrency: n
   return { rps: lat.length / seconds, p50: median(lat), p99: pct(lat, 0.99), bad };
 }
 
-function cpuSeconds(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / 100;
-}
-
-/** A minimal SSE reader recording each event's arrival time. */
-function sse(url: string, headers: Record<string, string>, onEvent: (event: string, data: string, at: number) => void): Promise<() => void> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { headers: { ...headers, accept: 'text/event-stream' } }, (res) => {
-      if (res.statusCode !== 200) return reject(new Error(`stream answered ${res.statusCode}`));
-      let buf = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        const at = performance.timeOrigin + performance.now();
-        buf += chunk;
-        let i: number;
-        while ((i = buf.indexOf('\n\n')) >= 0) {
-          const block = buf.slice(0, i);
-          buf = buf.slice(i + 2);
-          const ev = /^event: (.*)$/m.exec(block)?.[1];
-          const data = /^data: (.*)$/m.exec(block)?.[1];
-          if (ev && data) onEvent(ev, data, at);
-        }
-      });
-      resolve(() => req.destroy());
-    });
-    req.on('error', reject);
-    req.end();
-  });
-}
-
-const now = () => performance.timeOrigin + performance.now();
-
 // ---------------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
   const env = await up();
   const dir = mkdtempSync(join(tmpdir(), 'postern-bench-mail-'));
   const children: ChildProcess[] = [];
-  const serverEnv: Record<string, string> = {
-    POSTERN_PORT: '0',
-    POSTERN_DB: join(dir, 'postern.db'),
-    ...posternEnv(env),
-    POSTERN_LOG_LEVEL: 'warn',
-  };
+  const serverEnv = benchServerEnv(env, dir, {
+    // Watchers only for streamed inboxes, as these rows have always measured: with every inbox
+    // watched, a read trusts the index while a bulk import is still reaching the watcher.
+    POSTERN_WATCH: 'off',
+  });
   const results: Record<string, number> = {};
   try {
     // Identities, in the same SQLite file the server will open.
@@ -191,7 +92,7 @@ async function main(): Promise<void> {
 
     if (want('read')) {
     log(`seeding ${BIG} messages into a label…`);
-    await seed(env, big.user, 'Big', BIG, false);
+    await seed(env, big.user, { Big: BIG }, false);
     log(`  ${f1((now() - t) / 1000)} s`);
     const labels = JSON.parse((await get(`${base}/inboxes/${big.id}/labels`, auth)).body) as { labels: Array<{ id: string; name: string; total: number }> };
     const bigLabel = labels.labels.find((l) => l.name === 'Big')!;
@@ -351,7 +252,7 @@ async function main(): Promise<void> {
     await addUser(env, huge.user, 'pw');
     log(`seeding ${HUGE} messages (mail_crypt on) in two folders…`);
     t = now();
-    await Promise.all([seed(env, huge.user, 'INBOX', HUGE / 2, true), seed(env, huge.user, 'Archive', HUGE / 2, true)]);
+    await Promise.all([seed(env, huge.user, { INBOX: HUGE / 2 }, true), seed(env, huge.user, { Archive: HUGE / 2 }, true)]);
     log(`  ${f1((now() - t) / 1000)} s`);
     const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/mail-index.ts'), huge.user], {
       env: { ...process.env, ...serverEnv, POSTERN_DB: join(dir, 'index.db') },

@@ -2,11 +2,22 @@
 // object on stdout; failures print {"error": "..."} and exit non-zero.
 import cluster from 'node:cluster';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { ConfigError, describeSettings, loadConfig } from '../lib/config.ts';
+import { ConfigError, describeSettings, loadConfig, type Config } from '../lib/config.ts';
 import { Admin } from '../lib/directory/admin.ts';
 import { ApiError } from '../lib/errors.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { SqlitePasskeyStore } from '../adapters/store/sqlite/passkeys.ts';
+import { Passkeys } from '../lib/auth/passkeys.ts';
+import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
+import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
+import { UserKeys } from '../lib/crypto/user-keys.ts';
+import { isId } from '../lib/ids.ts';
+import { readFileSync } from 'node:fs';
+import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
+import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
+import { REPORT_MS } from '../lib/mail/watch-all.ts';
+import { notFound } from '../lib/errors.ts';
 import { createPostern } from '../lib/server.ts';
 import { runPrimary, type ListeningMessage } from './cluster.ts';
 import { untilSignal } from './signals.ts';
@@ -20,11 +31,16 @@ const USAGE = `usage:
   postern admin member add --project PRJ --email EMAIL
   postern admin inbox add --project PRJ --imap-user USER --address ADDR [--address ADDR...]
                           [--mode compatible|zero-access] [--create-imap-user [--imap-password PW]]
+  postern admin member set-key --member MEM --public-key-file FILE   (OpenPGP public key, armored or binary)
+  postern admin inbox remove --inbox IBX      stops watching it and drops its index; its events stay
+  postern admin inbox status --inbox IBX      what is indexed, the last sync, how it is watched
   postern admin grant --member MEM --inbox IBX --role owner|member|reader
   postern admin revoke --member MEM --inbox IBX
+  postern admin inbox rotate-key --inbox IBX
   postern admin token create --member MEM --scopes a,b,c [--inboxes IBX,IBX] [--expires-in SECONDS]
   postern admin token revoke --id TOK
-  postern admin session create --member MEM [--expires-in SECONDS]`;
+  postern admin session create --member MEM [--expires-in SECONDS]
+  postern admin member invite --member MEM [--expires-in SECONDS]   one-time passkey enrollment link`;
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 
@@ -50,23 +66,42 @@ function seconds(value: string | undefined, name: string): number | undefined {
 
 const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
 
-function adminFromEnv(): { admin: Admin; close: () => void } {
+function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDirectoryStore; index: SqliteMailIndex; config: Config; passkeys: Passkeys; close: () => void } {
   const config = loadConfig();
   const db = openDb(config.dbFile);
-  const admin = new Admin(new SqliteDirectoryStore(db), {
+  // The same POSTERN_MASTER_KEY as `serve`: only commands that make or open keys need it, and
+  // they fail with the reason when it is missing or wrong (EpochKeyring throws MasterKeyError).
+  let master: MasterKey | null = null;
+  if (config.masterKey) master = MasterKey.parse(config.masterKey);
+  const directory = new SqliteDirectoryStore(db);
+  const index = new SqliteMailIndex(db);
+  const keyStore = new SqliteKeyStore(db);
+  const keys = new EpochKeyring(keyStore, master);
+  const admin = new Admin(directory, {
     tokenTtlSeconds: config.tokenTtlSeconds,
     sessionTtlSeconds: config.sessionTtlSeconds,
+    keys,
+    // A running `postern serve` sees the removal within POSTERN_WATCH_CATALOG_POLL_MS (the
+    // store's inbox list version) and stops watching it; a pass of it running there meanwhile
+    // has its writes refused (the index's tombstone), so the index stays dropped.
+    onInboxRemoved: (id) => index.dropInbox(id),
   });
-  return { admin, close: () => db.close() };
+  const passkeys = new Passkeys(new SqlitePasskeyStore(db), directory, {
+    origin: config.app.origin,
+    rpName: 'Postern',
+    sessionTtlSeconds: config.sessionTtlSeconds,
+    inviteTtlSeconds: config.app.inviteTtlSeconds,
+  });
+  return { admin, userKeys: new UserKeys(keyStore, keys), directory, index, config, passkeys, close: () => db.close() };
 }
 
-const ADMIN_COMMANDS = ['project create', 'member add', 'inbox add', 'token create', 'token revoke', 'session create'];
+const ADMIN_COMMANDS = ['project create', 'member add', 'member set-key', 'member invite', 'inbox add', 'inbox remove', 'inbox status', 'inbox rotate-key', 'token create', 'token revoke', 'session create'];
 
 async function admin(args: string[]): Promise<unknown> {
   // Commands are one word (grant, revoke) or a noun and a verb (token create).
   const twoWords = args.slice(0, 2).join(' ');
   const [command, tail] = ADMIN_COMMANDS.includes(twoWords) ? [twoWords, args.slice(2)] : [args[0] ?? '', args.slice(1)];
-  const { admin, close } = adminFromEnv();
+  const { admin, userKeys, directory, index, config, passkeys, close } = adminFromEnv();
   try {
     switch (command) {
       case 'project create': {
@@ -76,6 +111,24 @@ async function admin(args: string[]): Promise<unknown> {
       case 'member add': {
         const v = flags(tail, { project: { type: 'string' }, email: { type: 'string' } });
         return await admin.addMember(required(v, 'project'), required(v, 'email'));
+      }
+      case 'member invite': {
+        const v = flags(tail, { member: { type: 'string' }, 'expires-in': { type: 'string' } });
+        return await passkeys.invite(required(v, 'member'), seconds(v['expires-in'], 'expires-in'));
+      }
+      case 'member set-key': {
+        const v = flags(tail, { member: { type: 'string' }, 'public-key-file': { type: 'string' } });
+        const memberId = required(v, 'member');
+        const file = required(v, 'public-key-file');
+        const member = isId('mem', memberId) ? await directory.getMember(memberId) : null;
+        if (!member) throw new ApiError(404, `no member ${memberId}`);
+        let bytes: Buffer;
+        try {
+          bytes = readFileSync(file);
+        } catch (err) {
+          throw new UsageError(`cannot read ${file}: ${(err as Error).message}`);
+        }
+        return { memberId, ...(await userKeys.set(memberId, bytes)) };
       }
       case 'inbox add': {
         const v = flags(tail, {
@@ -98,8 +151,51 @@ async function admin(args: string[]): Promise<unknown> {
           return created;
         }
         const { createBundledImapUser } = await import('../scripts/mailenv-user.ts');
-        const password = await createBundledImapUser(imapUser, v['imap-password']);
+        const password = await createBundledImapUser(imapUser, v['imap-password'], v.address ?? []);
         return { ...created, imapUser, imapPassword: password };
+      }
+      case 'inbox rotate-key': {
+        const v = flags(tail, { inbox: { type: 'string' } });
+        return await admin.rotateKey(required(v, 'inbox'));
+      }
+      case 'inbox remove': {
+        const v = flags(tail, { inbox: { type: 'string' } });
+        return await admin.removeInbox(required(v, 'inbox'));
+      }
+      case 'inbox status': {
+        const v = flags(tail, { inbox: { type: 'string' } });
+        const id = required(v, 'inbox');
+        const inbox = await directory.getInbox(id);
+        if (!inbox) throw notFound(`no inbox ${id}`);
+        const s = await index.status(id);
+        return {
+          id,
+          imapUser: inbox.imapUser,
+          indexed: { complete: s.seeded, messages: s.messages, places: s.locations, labels: s.labels },
+          lastSync: s.syncedAt === null ? null : new Date(s.syncedAt).toISOString(),
+          // How `postern serve` with this configuration watches it, and why; `notifyWatcher`: the
+          // process holding its NOTIFY lease; `lastHint`: the last push hint for it.
+          watch: {
+            mode: config.watch.mode,
+            reason: config.watch.reason,
+            sweepMs: config.watch.sweepMs,
+            notifyWatcher: s.watcher?.holder ?? null,
+            lastHint: s.hintedAt === null ? null : new Date(s.hintedAt).toISOString(),
+          },
+          // What each running server says of its watch (written every few seconds): push
+          // configured but no hint arriving shows here.
+          servers: (await index.watchReports(Date.now() - 3 * REPORT_MS)).map(({ origin, report, updatedAt }) => ({
+            origin,
+            mode: report.mode,
+            reason: report.reason,
+            pushHealthy: report.pushHealthy,
+            verdict: report.verdict,
+            hints: report.hints,
+            lastHintAt: report.lastHintAt === null ? null : new Date(report.lastHintAt).toISOString(),
+            missedHintAt: report.missedHintAt === null ? null : new Date(report.missedHintAt).toISOString(),
+            reportedAt: new Date(updatedAt).toISOString(),
+          })),
+        };
       }
       case 'grant': {
         const v = flags(tail, { member: { type: 'string' }, inbox: { type: 'string' }, role: { type: 'string' } });
@@ -146,8 +242,10 @@ async function serve(args: string[]): Promise<number> {
     process.stdout.write(`postern serve: runs the Mailbox Content and Events API.\n\nEnvironment variables:\n${describeSettings()}\n`);
     return 0;
   }
-  const config = loadConfig();
+  const config = loadConfig(process.env, { serve: true });
   if (config.workers > 1 && cluster.isPrimary) {
+    // Refuse before starting workers that would each refuse.
+    MasterKey.parse(config.masterKey);
     // Migrate once here, so the workers start on an up-to-date store instead of racing to it.
     openDb(config.dbFile).close();
     return runPrimary(config.workers);
@@ -198,7 +296,7 @@ async function main(argv: string[]): Promise<number> {
         throw new UsageError(`unknown command: ${command}`);
     }
   } catch (err) {
-    const known = err instanceof UsageError || err instanceof ApiError || err instanceof ConfigError;
+    const known = err instanceof UsageError || err instanceof ApiError || err instanceof ConfigError || err instanceof MasterKeyError;
     const message = known ? (err as Error).message : `unexpected failure: ${(err as Error).message ?? String(err)}`;
     process.stdout.write(`${JSON.stringify({ error: message })}\n`);
     if (err instanceof UsageError) process.stderr.write(`${USAGE}\n`);

@@ -3,7 +3,16 @@
 import { availableParallelism } from 'node:os';
 
 export interface Config {
-  http: { host: string; port: number; trustProxy: boolean };
+  http: {
+    host: string;
+    port: number;
+    trustProxy: boolean;
+    /** A request's headers, and then its whole request (headers and body), must arrive within these (408). */
+    headersTimeoutMs: number;
+    requestTimeoutMs: number;
+    /** Open connections from one client address at most (0: no cap; not applied behind a trusted proxy). */
+    maxConnectionsPerAddress: number;
+  };
   /** HTTP worker processes sharing the port and the store (1: this process serves alone). */
   workers: number;
   dbFile: string;
@@ -20,17 +29,47 @@ export interface Config {
     maxTotal: number;
     /** How long a request waits for a free connection before it answers 503. */
     acquireTimeoutMs: number;
+    /** Connections watchers may never take, so reads always find one (from POSTERN_IMAP_READ_RESERVE_PERCENT). */
+    reservedForReads: number;
     /** An inbox watcher's lease among the processes sharing the store (renewed every third of it). */
     watchLeaseMs: number;
   };
-  smtp: { host: string; port: number; secure: boolean };
+  /** The relay: Postfix's submission service, logged in to as each inbox's user (docs/sending.md). */
+  smtp: { host: string; port: number; secure: boolean; maxPerInbox: number; timeoutMs: number };
+  /** Postern's own sending limit per inbox, before the relay's. */
+  send: { perHour: number };
+  /** The LMTP delivery ingress (Postfix → Postern → Dovecot); `listen` null: off. */
+  ingress: { listen: { host: string; port: number } | null; dovecot: { host: string; port: number } };
+  /** Every inbox watched, always (issue 12, docs/watch.md). */
+  watch: {
+    mode: 'push' | 'notify' | 'off';
+    /** The internal listener for Dovecot's push hints (push mode), and its shared secret. */
+    hints: { host: string; port: number; secret: string } | null;
+    /** Why this mode (what POSTERN_WATCH and POSTERN_HINT_LISTEN said), for the logs and `inbox status`. */
+    reason: string;
+    sweepMs: number;
+    sweepConcurrency: number;
+    /** How often a server checks the store for inboxes another process added or removed. */
+    catalogPollMs: number;
+    /** How long a read waits for an inbox's first index before answering 503. */
+    fillWaitMs: number;
+  };
   redisUrl: string | null;
   /** Seals epoch private keys at rest; 32+ bytes, base64 or hex. */
   masterKey: string | null;
   tokenTtlSeconds: number;
   sessionTtlSeconds: number;
+  /** The web app: its origin (WebAuthn's origin and, from its host, RP ID) and invite lifetime. */
+  app: { origin: string; inviteTtlSeconds: number; ceremoniesPerMinute: number };
   events: { settleMs: number };
-  stream: { heartbeatMs: number; maxDurationMs: number; recheckMs: number };
+  stream: {
+    heartbeatMs: number;
+    maxDurationMs: number;
+    recheckMs: number;
+    /** Open live streams of each kind (inbox, project events) per credential and per project, in this process (0: no cap). */
+    maxPerCredential: number;
+    maxPerProject: number;
+  };
   logLevel: string;
 }
 
@@ -40,6 +79,8 @@ interface Setting {
   name: string;
   default: string;
   description: string;
+  /** `postern serve` refuses to start without a value (it could answer nothing but 503). */
+  requiredToServe?: boolean;
 }
 
 export const SETTINGS: readonly Setting[] = [
@@ -47,38 +88,90 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_PORT', default: '8787', description: 'HTTP port (0 picks a free one)' },
   { name: 'POSTERN_WORKERS', default: '1', description: 'worker processes serving HTTP on one port and one store; "auto" = one per CPU' },
   { name: 'POSTERN_TRUST_PROXY', default: 'false', description: 'trust X-Forwarded-* from a reverse proxy' },
+  { name: 'POSTERN_HEADERS_TIMEOUT_MS', default: '20000', description: 'a request\'s headers must arrive within this long of connecting (or of the previous response), else 408 and the connection closes' },
+  { name: 'POSTERN_REQUEST_TIMEOUT_MS', default: '300000', description: 'a request\'s headers and body must arrive within this long (Node\'s default: room for a large send on a slow link), else 408 and the connection closes; an open event stream is not cut by it' },
+  { name: 'POSTERN_MAX_CONNECTIONS_PER_ADDRESS', default: '256', description: 'open connections from one client address at most, more get 429; 0 = no cap; not applied with POSTERN_TRUST_PROXY (the proxy is every client\'s address)' },
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
   { name: 'POSTERN_IMAP_HOST', default: '127.0.0.1', description: 'Dovecot IMAP host' },
   { name: 'POSTERN_IMAP_PORT', default: '143', description: 'Dovecot IMAP port' },
   { name: 'POSTERN_IMAP_SECURE', default: 'false', description: 'connect with implicit TLS' },
   { name: 'POSTERN_IMAP_MASTER_USER', default: 'postern-master', description: 'Dovecot master user Postern logs in as' },
-  { name: 'POSTERN_IMAP_MASTER_PASSWORD', default: '', description: 'the master user\'s password (required to serve mail)' },
+  { name: 'POSTERN_IMAP_MASTER_PASSWORD', default: '', description: 'the password of the Dovecot master user; without it no mailbox can be read', requiredToServe: true },
   { name: 'POSTERN_IMAP_MASTER_SEPARATOR', default: '*', description: 'Dovecot auth_master_user_separator' },
   { name: 'POSTERN_IMAP_MAX_PER_INBOX', default: '4', description: 'IMAP connections per inbox at most' },
   { name: 'POSTERN_IMAP_MAX_TOTAL', default: '200', description: 'IMAP connections in all at most' },
+  { name: 'POSTERN_IMAP_READ_RESERVE_PERCENT', default: '20', description: 'share of POSTERN_IMAP_MAX_TOTAL (rounded down) that inbox watchers never take, kept for reads' },
   { name: 'POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', default: '10000', description: 'a request waits this long for a free IMAP connection, then answers 503' },
   { name: 'POSTERN_IMAP_WATCH_LEASE_MS', default: '15000', description: 'of the processes sharing the store, one watches an inbox; another takes over this long after it stops renewing' },
+  { name: 'POSTERN_WATCH', default: 'auto', description: 'how every inbox is watched without a stream: push (Dovecot\'s push hints, needs POSTERN_HINT_LISTEN), notify (a NOTIFY connection per inbox), off; auto = push when POSTERN_HINT_LISTEN is set, else notify' },
+  { name: 'POSTERN_HINT_LISTEN', default: '', description: 'host:port of the internal listener for Dovecot\'s push hints (docker/dovecot/postern-push.lua); keep it off the public network; empty: no listener' },
+  { name: 'POSTERN_HINT_SECRET', default: '', description: 'shared secret Dovecot\'s push script sends (Bearer); required with POSTERN_HINT_LISTEN, 16+ characters' },
+  { name: 'POSTERN_WATCH_SWEEP_MS', default: '60000', description: 'every this long one process syncs every inbox (one LIST-STATUS each when unchanged), catching lost push hints; 0 = no sweep' },
+  { name: 'POSTERN_WATCH_SWEEP_CONCURRENCY', default: '4', description: 'inboxes the sweep syncs at once' },
+  { name: 'POSTERN_WATCH_CATALOG_POLL_MS', default: '500', description: 'how often a server checks the store for inboxes `postern admin inbox add/remove` added or removed (one row read); 0 = only at each sweep' },
+  { name: 'POSTERN_FILL_WAIT_MS', default: '10000', description: 'a read of an inbox still being indexed for the first time waits this long (unless what it asks is already indexed), then answers 503 with Retry-After' },
   { name: 'POSTERN_SMTP_HOST', default: '127.0.0.1', description: 'Postfix host Postern relays through' },
-  { name: 'POSTERN_SMTP_PORT', default: '25', description: 'Postfix port' },
+  { name: 'POSTERN_SMTP_PORT', default: '587', description: 'Postfix submission port (SASL through Dovecot)' },
   { name: 'POSTERN_SMTP_SECURE', default: 'false', description: 'connect to Postfix with implicit TLS' },
-  { name: 'REDIS_URL', default: '', description: 'Redis for several instances (events fan-out, watcher leases); empty: one process alone' },
+  { name: 'POSTERN_SMTP_MAX_PER_INBOX', default: '4', description: 'pooled connections to Postfix per inbox at most' },
+  { name: 'POSTERN_SMTP_TIMEOUT_MS', default: '30000', description: 'Postfix must connect, greet and answer within this; otherwise the send is a 503' },
+  { name: 'POSTERN_SEND_RATE_PER_HOUR', default: '300', description: 'messages one inbox may send per hour (both send operations); over it: 422' },
+  { name: 'POSTERN_LMTP_HOST', default: '127.0.0.1', description: 'address the LMTP delivery ingress listens on (Postfix delivers here)' },
+  { name: 'POSTERN_LMTP_PORT', default: '', description: 'LMTP delivery ingress port; empty: no ingress' },
+  { name: 'POSTERN_DOVECOT_LMTP_HOST', default: '127.0.0.1', description: 'Dovecot LMTP host the ingress hands mail on to' },
+  { name: 'POSTERN_DOVECOT_LMTP_PORT', default: '24', description: 'Dovecot LMTP port' },
+  { name: 'REDIS_URL', default: '', description: 'Redis for several instances: carries events and live inbox changes between them; empty: one process alone' },
   { name: 'POSTERN_MASTER_KEY', default: '', description: 'service master key sealing epoch keys (32+ random bytes, base64 or hex)' },
   { name: 'POSTERN_TOKEN_TTL', default: '7776000', description: 'default API token lifetime in seconds (90 days); 0 = never expires' },
   { name: 'POSTERN_SESSION_TTL', default: '43200', description: 'web session lifetime in seconds (12 hours)' },
+  { name: 'POSTERN_APP_ORIGIN', default: 'http://localhost:8787', description: 'the web app\'s origin as browsers see it (https://…, or http://localhost…): passkeys are bound to its host name' },
+  { name: 'POSTERN_SIGN_IN_RATE_PER_MINUTE', default: '30', description: 'passkey sign-in and enrollment requests one client address may make per minute (per worker), more get 429; 0 = no limit' },
+  { name: 'POSTERN_INVITE_TTL', default: '604800', description: 'default passkey enrollment invite lifetime in seconds (7 days)' },
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
   { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams re-check their credential and inbox access this often; one that lost them ends' },
+  { name: 'POSTERN_STREAM_MAX_PER_CREDENTIAL', default: '20', description: 'open streams of each kind (inbox, project events) one token or session may hold in a process, more get 429; 0 = no cap' },
+  { name: 'POSTERN_STREAM_MAX_PER_PROJECT', default: '60', description: 'open streams of each kind all credentials of one project may hold in a process, more get 429; 0 = no cap' },
   { name: 'POSTERN_LOG_LEVEL', default: 'info', description: 'pino log level (fatal, error, warn, info, debug, trace, silent)' },
 ];
 
 export class ConfigError extends Error {}
 
-export function loadConfig(env: Env = process.env): Config {
+/** `serve`: the configuration will serve requests, so settings required to serve must be set. */
+export function loadConfig(env: Env = process.env, options: { serve?: boolean } = {}): Config {
+  if (options.serve) {
+    for (const s of SETTINGS) {
+      if (s.requiredToServe && (env[s.name] ?? s.default) === '') {
+        throw new ConfigError(`${s.name} is not set: postern serve needs ${s.description}`);
+      }
+    }
+  }
   const get = (name: string): string => {
     const setting = SETTINGS.find((s) => s.name === name);
     if (!setting) throw new Error(`unknown setting ${name}`);
     return env[name] ?? setting.default;
+  };
+  /** A name or address: set to nothing (or blanks) is a mistake, not a request for the default. */
+  const text = (name: string): string => {
+    const raw = get(name);
+    if (raw.trim() === '' || raw !== raw.trim()) throw new ConfigError(`${name} must not be empty or padded with blanks, got "${raw}"`);
+    return raw;
+  };
+  const url = (name: string, protocols: string[]): string | null => {
+    const raw = get(name);
+    if (raw === '') return null;
+    let parsed: URL | null = null;
+    try {
+      parsed = new URL(raw);
+    } catch {
+      // reported below
+    }
+    // The value is not echoed: a URL may carry a password.
+    if (!parsed || !protocols.includes(parsed.protocol) || parsed.hostname === '') {
+      throw new ConfigError(`${name} must be a ${protocols.map((p) => `${p}//`).join(' or ')} URL with a host`);
+    }
+    return raw;
   };
   const int = (name: string, min = 0, max = Number.MAX_SAFE_INTEGER): number => {
     const raw = get(name);
@@ -98,39 +191,116 @@ export function loadConfig(env: Env = process.env): Config {
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
     throw new ConfigError(`POSTERN_LOG_LEVEL must be a pino level, got "${logLevel}"`);
   }
+  const headersTimeoutMs = int('POSTERN_HEADERS_TIMEOUT_MS', 100, 600000);
+  const requestTimeoutMs = int('POSTERN_REQUEST_TIMEOUT_MS', 100, 3600000);
+  // Node refuses a headers deadline later than the whole request's.
+  if (headersTimeoutMs > requestTimeoutMs) {
+    throw new ConfigError(`POSTERN_HEADERS_TIMEOUT_MS (${headersTimeoutMs}) must not be over POSTERN_REQUEST_TIMEOUT_MS (${requestTimeoutMs})`);
+  }
+  const maxTotal = int('POSTERN_IMAP_MAX_TOTAL', 1, 10000);
+  const hintListen = get('POSTERN_HINT_LISTEN');
+  let hints: Config['watch']['hints'] = null;
+  if (hintListen !== '') {
+    const m = /^(\[[0-9a-fA-F:.]+\]|[^\s:\[\]]+):(\d{1,5})$/.exec(hintListen);
+    const port = m ? Number(m[2]) : -1;
+    if (!m || port > 65535) throw new ConfigError(`POSTERN_HINT_LISTEN must be host:port, got "${hintListen}"`);
+    const secret = get('POSTERN_HINT_SECRET');
+    // Not echoed: it is a secret. Token characters only, as the push script sends it.
+    if (secret.length < 16 || !/^[A-Za-z0-9\-._~+/=]+$/.test(secret)) {
+      throw new ConfigError('POSTERN_HINT_SECRET must be set with POSTERN_HINT_LISTEN: 16 or more of A-Z a-z 0-9 - . _ ~ + / =');
+    }
+    hints = { host: m[1]!.replace(/^\[|\]$/g, ''), port, secret };
+  }
+  const watchMode = get('POSTERN_WATCH');
+  if (!['auto', 'push', 'notify', 'off'].includes(watchMode)) throw new ConfigError(`POSTERN_WATCH must be auto, push, notify or off, got "${watchMode}"`);
+  if (watchMode === 'push' && !hints) throw new ConfigError('POSTERN_WATCH=push needs POSTERN_HINT_LISTEN and POSTERN_HINT_SECRET');
   return {
-    http: { host: get('POSTERN_HOST'), port: int('POSTERN_PORT', 0, 65535), trustProxy: bool('POSTERN_TRUST_PROXY') },
+    http: {
+      host: text('POSTERN_HOST'),
+      port: int('POSTERN_PORT', 0, 65535),
+      trustProxy: bool('POSTERN_TRUST_PROXY'),
+      headersTimeoutMs,
+      requestTimeoutMs,
+      maxConnectionsPerAddress: int('POSTERN_MAX_CONNECTIONS_PER_ADDRESS', 0, 1000000),
+    },
     workers: get('POSTERN_WORKERS') === 'auto' ? availableParallelism() : int('POSTERN_WORKERS', 1, 64),
-    dbFile: get('POSTERN_DB'),
+    dbFile: text('POSTERN_DB'),
     imap: {
-      host: get('POSTERN_IMAP_HOST'),
+      host: text('POSTERN_IMAP_HOST'),
       port: int('POSTERN_IMAP_PORT', 1, 65535),
       secure: bool('POSTERN_IMAP_SECURE'),
-      masterUser: get('POSTERN_IMAP_MASTER_USER'),
+      masterUser: text('POSTERN_IMAP_MASTER_USER'),
       masterPassword: get('POSTERN_IMAP_MASTER_PASSWORD'),
-      masterSeparator: get('POSTERN_IMAP_MASTER_SEPARATOR'),
+      masterSeparator: text('POSTERN_IMAP_MASTER_SEPARATOR'),
       maxPerInbox: int('POSTERN_IMAP_MAX_PER_INBOX', 1, 64),
-      maxTotal: int('POSTERN_IMAP_MAX_TOTAL', 1, 10000),
+      maxTotal,
+      // Rounded down and at most 90%: a small pool (the tests' single connection) keeps room for a watcher.
+      reservedForReads: Math.floor((maxTotal * int('POSTERN_IMAP_READ_RESERVE_PERCENT', 0, 90)) / 100),
       acquireTimeoutMs: int('POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', 1, 600000),
       watchLeaseMs: int('POSTERN_IMAP_WATCH_LEASE_MS', 300, 600000),
     },
-    smtp: { host: get('POSTERN_SMTP_HOST'), port: int('POSTERN_SMTP_PORT', 1, 65535), secure: bool('POSTERN_SMTP_SECURE') },
-    redisUrl: get('REDIS_URL') || null,
+    smtp: {
+      host: get('POSTERN_SMTP_HOST'),
+      port: int('POSTERN_SMTP_PORT', 1, 65535),
+      secure: bool('POSTERN_SMTP_SECURE'),
+      maxPerInbox: int('POSTERN_SMTP_MAX_PER_INBOX', 1, 64),
+      timeoutMs: int('POSTERN_SMTP_TIMEOUT_MS', 100, 600000),
+    },
+    send: { perHour: int('POSTERN_SEND_RATE_PER_HOUR', 1, 10_000_000) },
+    ingress: {
+      listen: get('POSTERN_LMTP_PORT') === '' ? null : { host: get('POSTERN_LMTP_HOST'), port: int('POSTERN_LMTP_PORT', 0, 65535) },
+      dovecot: { host: get('POSTERN_DOVECOT_LMTP_HOST'), port: int('POSTERN_DOVECOT_LMTP_PORT', 1, 65535) },
+    },
+    watch: {
+      mode: watchMode === 'auto' ? (hints ? 'push' : 'notify') : (watchMode as Config['watch']['mode']),
+      reason:
+        watchMode !== 'auto'
+          ? `POSTERN_WATCH=${watchMode}`
+          : hints
+            ? 'POSTERN_WATCH=auto and POSTERN_HINT_LISTEN is set: push hints from Dovecot'
+            : 'POSTERN_WATCH=auto and POSTERN_HINT_LISTEN is not set: one NOTIFY connection per inbox (fine for tens of inboxes; docs/watch.md sets up push)',
+      hints,
+      sweepMs: int('POSTERN_WATCH_SWEEP_MS', 0, 86400000),
+      sweepConcurrency: int('POSTERN_WATCH_SWEEP_CONCURRENCY', 1, 256),
+      catalogPollMs: int('POSTERN_WATCH_CATALOG_POLL_MS', 0, 3600000),
+      fillWaitMs: int('POSTERN_FILL_WAIT_MS', 0, 600000),
+    },
+    redisUrl: url('REDIS_URL', ['redis:', 'rediss:']),
     masterKey: get('POSTERN_MASTER_KEY') || null,
     tokenTtlSeconds: int('POSTERN_TOKEN_TTL'),
     sessionTtlSeconds: int('POSTERN_SESSION_TTL', 60),
+    app: { origin: appOrigin(get('POSTERN_APP_ORIGIN')), inviteTtlSeconds: int('POSTERN_INVITE_TTL', 60), ceremoniesPerMinute: int('POSTERN_SIGN_IN_RATE_PER_MINUTE', 0, 1000000) },
     events: { settleMs: int('POSTERN_EVENTS_SETTLE_MS', 0, 60000) },
     stream: {
       heartbeatMs: int('POSTERN_STREAM_HEARTBEAT_MS', 10, 3600000),
       maxDurationMs: int('POSTERN_STREAM_MAX_MS', 100, 86400000),
       recheckMs: int('POSTERN_STREAM_RECHECK_MS', 10, 3600000),
+      maxPerCredential: int('POSTERN_STREAM_MAX_PER_CREDENTIAL', 0, 1000000),
+      maxPerProject: int('POSTERN_STREAM_MAX_PER_PROJECT', 0, 1000000),
     },
     logLevel,
   };
 }
 
+/** WebAuthn works only in a secure context: https, or http on localhost. No path: it is an origin. */
+function appOrigin(raw: string): string {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(`POSTERN_APP_ORIGIN must be an origin such as https://mail.example.org, got "${raw}"`);
+  }
+  const local = url.hostname === 'localhost' || url.hostname.endsWith('.localhost');
+  if (!(url.protocol === 'https:' || (url.protocol === 'http:' && local)) || (url.pathname !== '/' && url.pathname !== '') || url.search || url.hash || url.username) {
+    throw new ConfigError(`POSTERN_APP_ORIGIN must be https://host[:port] (or http://localhost[:port]) with no path, got "${raw}"`);
+  }
+  if (/^[\d.]+$|^\[/.test(url.hostname)) throw new ConfigError('POSTERN_APP_ORIGIN needs a host name: passkeys cannot be bound to an IP address');
+  return url.origin;
+}
+
 /** The settings table as `postern serve --help` prints it. */
 export function describeSettings(): string {
   const width = Math.max(...SETTINGS.map((s) => s.name.length));
-  return SETTINGS.map((s) => `  ${s.name.padEnd(width)}  ${s.description} (default: ${s.default === '' ? 'none' : s.default})`).join('\n');
+  const value = (s: Setting): string => (s.requiredToServe ? 'required' : `default: ${s.default === '' ? 'none' : s.default}`);
+  return SETTINGS.map((s) => `  ${s.name.padEnd(width)}  ${s.description} (${value(s)})`).join('\n');
 }

@@ -20,6 +20,8 @@ export const notFound = (message = 'not found') => new ApiError(404, message);
 export const conflict = (message: string) => new ApiError(409, message);
 export const tooLarge = (message: string) => new ApiError(413, message);
 export const unprocessable = (message: string) => new ApiError(422, message);
+export const tooManyRequests = (message: string, retryAfterSeconds: number) =>
+  new ApiError(429, message, { 'Retry-After': String(retryAfterSeconds) });
 export const unavailable = (message: string, retryAfterSeconds = 5) =>
   new ApiError(503, message, { 'Retry-After': String(retryAfterSeconds) });
 

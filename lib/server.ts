@@ -7,6 +7,14 @@ import { pino, type Logger } from 'pino';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
+import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
+import { EpochKeyring } from './crypto/epoch-keys.ts';
+import { SealedMail } from './crypto/sealed-mail.ts';
+import { UserKeys } from './crypto/user-keys.ts';
+import { ImapMessageBodies } from '../adapters/imap/bodies.ts';
+import { keyRoutes } from './http/routes/keys.ts';
+import { contentRoutes } from './http/routes/content.ts';
+import { MasterKey } from './crypto/master-key.ts';
 import { ClusterBus } from '../adapters/bus/cluster.ts';
 import { MemoryBus } from '../adapters/bus/memory.ts';
 import { RedisBus } from '../adapters/bus/redis.ts';
@@ -19,17 +27,47 @@ import { Access } from './auth/access.ts';
 import type { Config } from './config.ts';
 import { Admin } from './directory/admin.ts';
 import { createApp, listOperations, SURFACES } from './http/app.ts';
+import { apiReferenceRoutes } from './http/api-reference.ts';
 import { buildOpenApi, openApiRoutes } from './http/openapi.ts';
 import { healthRoutes } from './http/routes/health.ts';
 import { inboxRoutes } from './http/routes/inboxes.ts';
 import { inboxEventRoutes } from './http/routes/inbox-events.ts';
 import { StreamGuard } from './http/stream-guard.ts';
+import { StreamQuota } from './http/stream-quota.ts';
+import { createHttpServer } from './http/connections.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
 import { MailChangeRecorder } from './mail/record-changes.ts';
 import { mailChannel, MailLiveFeed } from './mail/live.ts';
+import { MailMirror } from './mail/mirror.ts';
 import { MailService } from './mail/service.ts';
+import { Ingress } from './mail/ingress.ts';
+import { Resealer } from './mail/reseal.ts';
+import type { LiveChange } from './mail/types.ts';
+import { ImapMessageReplacer } from '../adapters/imap/replace.ts';
+import { SqliteResealClaims } from '../adapters/store/sqlite/reseal-claims.ts';
+import { DovecotLmtp } from '../adapters/smtp/dovecot-lmtp.ts';
+import { LmtpIngress } from '../adapters/smtp/lmtp-ingress.ts';
+import { WatchAll } from './mail/watch-all.ts';
+import { HintListener } from '../adapters/push/hint-listener.ts';
 import { Validator } from './http/validate.ts';
+import { SqlitePasskeyStore } from '../adapters/store/sqlite/passkeys.ts';
+import { SqliteKeyBackupStore } from '../adapters/store/sqlite/key-backups.ts';
+import { Passkeys } from './auth/passkeys.ts';
+import { KeyBackups } from './crypto/key-backups.ts';
+import { passkeyRoutes } from './http/routes/passkeys.ts';
+import { keyBackupRoutes } from './http/routes/key-backup.ts';
+import { webAppRoutes } from './http/routes/web-app.ts';
+import { SqliteOutboxStore } from '../adapters/store/sqlite/outbox.ts';
+import { SmtpRelay } from '../adapters/smtp/relay.ts';
+import { ImapSentFiler } from '../adapters/imap/sent.ts';
+import { SEND_MEMORY_BUDGET, sendRoutes } from './http/routes/send.ts';
+import { BodyGate } from './http/body-gate.ts';
+import { SentCopies } from './send/outbox.ts';
+import { SendService } from './send/service.ts';
+import { SealedOpener } from './send/sealed.ts';
+import { seal } from './mail/seal.ts';
+import { BounceMatcher } from './send/bounces.ts';
 
 export interface Postern {
   config: Config;
@@ -37,6 +75,8 @@ export interface Postern {
   db: Db;
   access: Access;
   admin: Admin;
+  /** Passkey enrollment and sign-in for the web app (invites are issued through it). */
+  passkeys: Passkeys;
   validator: Validator;
   /** The project event log: `events.record(...)` is how every part of Postern emits an event. */
   events: EventLog;
@@ -45,6 +85,25 @@ export interface Postern {
   /** The mail read API's domain, and the IMAP side behind it (pool, sync, watchers). */
   mail: MailService;
   mailSource: ImapMailSource;
+  mailMirror: MailMirror;
+  /** Sending (both operations) and the outbox filing Sent copies. */
+  send: SendService;
+  sentCopies: SentCopies;
+  /** Each inbox's epoch keys (lib/crypto): what the read, ingress and send paths seal to and open with. */
+  keys: EpochKeyring;
+  /**
+   * The LMTP delivery ingress when POSTERN_LMTP_PORT is set. With several workers each runs one on
+   * the shared port, and the cluster spreads Postfix's connections over them as it does HTTP.
+   */
+  lmtp: LmtpIngress | null;
+  /** Seals plaintext that mail apps append to zero-access inboxes. */
+  resealer: Resealer;
+  /** Matches delivery reports to the sends they are about (mail.delivery.failed). */
+  bounces: BounceMatcher;
+  /** Every inbox watched without a stream: push hints, the sweep, or NOTIFY (issue 12). */
+  watchAll: WatchAll;
+  /** The internal listener for Dovecot's push hints, when POSTERN_HINT_LISTEN is set. */
+  hintListener: HintListener | null;
   /** Every operation served on each base address, and the OpenAPI document describing them. */
   operations: Array<{ method: string; path: string }>;
   openApi: ReturnType<typeof buildOpenApi>;
@@ -54,10 +113,23 @@ export interface Postern {
 }
 
 export function createPostern(config: Config, log: Logger = pino({ level: config.logLevel })): Postern {
+  // Never a default: without a well-formed master key the service does not start (MasterKeyError).
+  const masterKey = MasterKey.parse(config.masterKey);
   const db = openDb(config.dbFile);
   const directory = new SqliteDirectoryStore(db);
+  const keyStore = new SqliteKeyStore(db);
+  const keys = new EpochKeyring(keyStore, masterKey);
   const access = new Access(directory);
-  const admin = new Admin(directory, { tokenTtlSeconds: config.tokenTtlSeconds, sessionTtlSeconds: config.sessionTtlSeconds });
+  // Assigned below, once the mirror exists: an inbox added is watched (and indexed) from then on.
+  let onInboxAdded: ((inbox: { id: string; imapUser: string; addresses: readonly string[] }) => void) | null = null;
+  let onInboxRemoved: ((inboxId: string) => Promise<void>) | null = null;
+  const admin = new Admin(directory, {
+    tokenTtlSeconds: config.tokenTtlSeconds,
+    sessionTtlSeconds: config.sessionTtlSeconds,
+    keys,
+    onInboxAdded: (inbox) => onInboxAdded?.(inbox),
+    onInboxRemoved: async (id) => onInboxRemoved?.(id),
+  });
   const validator = new Validator();
   // After a Redis reconnect the event log's live feed heals from the store, and inbox streams end
   // so their clients read again (lib/mail/live.ts); both are assigned just below.
@@ -84,17 +156,88 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // Inbox streams hear the changes every process sharing the store applies, over the same bus.
   const mailLive = new MailLiveFeed(bus, async () => mailChannel(await eventStore.logId()), { log: log.child({ part: 'mail-live' }) });
   mailGap = () => mailLive.gap();
-  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), onChanges: mailChanges.onChanges, live: mailLive, leases: mailIndex });
-  const mail = new MailService(mailIndex, mailSource, mailChanges.expect);
+  // Plaintext a mail app appends to a zero-access inbox is sealed in place (lib/mail/reseal.ts),
+  // and bounces are read from what the index adds (a zero-access inbox's by the ingress, before
+  // it seals them).
+  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }) });
+  const resealer = new Resealer(directory, keys, new ImapMessageReplacer(mailSource.pool, mailIndex), new SqliteResealClaims(db), log.child({ part: 'reseal' }));
+  let bounces: BounceMatcher | null = null;
+  const onChanges = (inboxId: string, changes: readonly LiveChange[]) => {
+    mailChanges.onChanges(inboxId, changes);
+    resealer.onChanges(inboxId, changes);
+    bounces?.onChanges(inboxId, changes);
+  };
+  const mailMirror = new MailMirror({
+    index: mailIndex,
+    source: mailSource,
+    live: mailLive,
+    log: log.child({ part: 'mail' }),
+    onChanges,
+    leases: mailIndex,
+    leaseMs: config.imap.watchLeaseMs,
+    fillWaitMs: config.watch.fillWaitMs,
+  });
+  // The ingress's pool of sessions to Dovecot, closed after the ingress on shutdown.
+  const dovecotLmtp = new DovecotLmtp(config.ingress.dovecot);
+  const lmtp = config.ingress.listen
+    ? new LmtpIngress(new Ingress(directory, keys, dovecotLmtp, eventLog, log.child({ part: 'ingress' }), (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve()), { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) })
+    : null;
+  const mail = new MailService(mailIndex, mailMirror, mailSource, mailChanges.expect);
+  const sealed = new SealedMail(mail, mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), keys, keyStore);
+  const userKeys = new UserKeys(keyStore, keys);
+  // Sending: Postfix submission as each inbox's user; Sent copies from the durable outbox.
+  const relay = new SmtpRelay({ ...config.smtp, masterUser: config.imap.masterUser, masterPassword: config.imap.masterPassword, masterSeparator: config.imap.masterSeparator }, log.child({ part: 'relay' }));
+  const outbox = new SqliteOutboxStore(db);
+  // One memory budget for the send bodies and the Sent copies being filed.
+  const sendMemory = new BodyGate(SEND_MEMORY_BUDGET);
+  const sentCopies = new SentCopies(outbox, directory, new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)), log.child({ part: 'outbox' }), { memory: sendMemory });
+  bounces = new BounceMatcher(mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), outbox, directory, eventLog, log.child({ part: 'bounces' }));
+  const send = new SendService(relay, outbox, eventLog, config.send, sentCopies.kick, log.child({ part: 'send' }), async (inboxId, raw) => seal(raw, await keys.current(inboxId)));
+  const watchAll = new WatchAll({
+    mode: config.watch.mode,
+    reason: config.watch.reason,
+    catalog: directory,
+    mirror: mailMirror,
+    leases: mailIndex,
+    reports: mailIndex,
+    origin: mailLive.origin,
+    sweepMs: config.watch.sweepMs,
+    sweepConcurrency: config.watch.sweepConcurrency,
+    catalogPollMs: config.watch.catalogPollMs,
+    ...(config.watch.hints ? { hintListen: `${config.watch.hints.host}:${config.watch.hints.port}` } : {}),
+    log: log.child({ part: 'watch' }),
+  });
+  onInboxAdded = (inbox) => watchAll.added(inbox);
+  onInboxRemoved = (id) => watchAll.removed(id);
+  const hints = config.watch.hints;
+  const hintListener = hints
+    ? new HintListener({ host: hints.host, port: hints.port, secret: hints.secret, onHint: (user) => watchAll.hint(user), onRefused: () => watchAll.refused(), log: log.child({ part: 'hints' }) })
+    : null;
   // Ends live streams whose credential or inbox access went away (one timer for all of them).
   const streamGuard = new StreamGuard(access, { intervalMs: config.stream.recheckMs, log: log.child({ part: 'stream-guard' }) });
+  // Caps the live streams of one credential and of one project (both kinds of stream).
+  const streamQuota = new StreamQuota({ maxPerCredential: config.stream.maxPerCredential, maxPerProject: config.stream.maxPerProject });
 
   const routes = [
     inboxRoutes(access),
-    eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, log }),
+    eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
     labelRoutes(access, mail),
-    messageRoutes(access, mail, validator),
-    inboxEventRoutes(access, mail, config.stream, streamGuard),
+    messageRoutes(access, mail, validator, sealed),
+    keyRoutes(access, keys, userKeys, validator),
+    contentRoutes(access, sealed, eventLog),
+    inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
+    sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
+  ];
+  const passkeys = new Passkeys(new SqlitePasskeyStore(db), directory, {
+    origin: config.app.origin,
+    rpName: 'Postern',
+    sessionTtlSeconds: config.sessionTtlSeconds,
+    inviteTtlSeconds: config.app.inviteTtlSeconds,
+  });
+  // The web app's own endpoints: on {app_url} only, each with its own authentication.
+  const appRoutes = [
+    passkeyRoutes({ access, passkeys, validator, ceremoniesPerMinute: config.app.ceremoniesPerMinute }),
+    keyBackupRoutes({ access, backups: new KeyBackups(new SqliteKeyBackupStore(db)), validator }),
   ];
   const openApi = buildOpenApi(validator.schemas);
   const healthCheck = db.prepare('SELECT 1');
@@ -102,8 +245,9 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     access,
     log,
     trustProxy: config.http.trustProxy,
-    publicRoutes: [healthRoutes(() => void healthCheck.get()), openApiRoutes(openApi, Object.values(SURFACES))],
+    publicRoutes: [healthRoutes(() => void healthCheck.get()), openApiRoutes(openApi, Object.values(SURFACES)), apiReferenceRoutes(), webAppRoutes()],
     routes,
+    appRoutes,
   });
 
   let server: Server | null = null;
@@ -113,21 +257,38 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     db,
     access,
     admin,
+    passkeys,
     validator,
     events: eventLog,
     bus,
     mail,
     mailSource,
-    operations: listOperations(routes),
+    mailMirror,
+    send,
+    sentCopies,
+    keys,
+    lmtp,
+    resealer,
+    bounces,
+    watchAll,
+    hintListener,
+    operations: [...listOperations(routes), ...listOperations(appRoutes)],
     openApi,
     async listen() {
+      // The master key must open the stored keys; inboxes older than keys get epoch 1 here.
+      const { backfilled } = await keys.prepare();
+      if (backfilled.length > 0) log.info({ inboxes: backfilled.length }, 'made epoch 1 for inboxes that had no key');
       await eventLog.start();
       await mailLive.start();
-      server = app.listen(config.http.port, config.http.host);
+      sentCopies.start();
+      await lmtp?.listen();
+      await hintListener?.listen();
+      await watchAll.start();
+      // Request deadlines and the per-address cap (lib/http/connections.ts); cluster workers
+      // each run this with the same configuration.
+      server = createHttpServer(app.callback(), config.http);
+      server.listen(config.http.port, config.http.host);
       await once(server, 'listening');
-      // Long-lived event streams must not be cut by Node's request timeouts.
-      server.requestTimeout = 0;
-      server.keepAliveTimeout = 65_000;
       const { port } = server.address() as AddressInfo;
       const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
       return { url: `http://${host}:${port}`, port };
@@ -141,9 +302,18 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
         await closing;
         server = null;
       }
+      await sentCopies.stop();
+      await relay.close();
+      // Deliveries under way finish (their message.received is recorded) before the log closes.
+      await lmtp?.close();
+      await dovecotLmtp.close();
+      await hintListener?.close();
+      await watchAll.close();
       // Every IMAP connection and watcher, before the store they write to closes.
-      await mailSource.close();
+      await resealer.close();
+      await mailMirror.close();
       await mailChanges.drain();
+      await bounces?.drain();
       await eventLog.close();
       await bus.close();
       db.close();

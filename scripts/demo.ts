@@ -2,15 +2,18 @@
 // Seeds a compatible inbox with a few realistic messages in several labels (one delivered through
 // Postfix, the rest appended as a mail app would) and an empty zero-access inbox, then prints how
 // to call the API. Ctrl-C stops the service and whatever part of the environment it started.
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
 import { pino } from 'pino';
 import { untilSignal } from '../bin/signals.ts';
 import { loadConfig } from '../lib/config.ts';
+import { MasterKey } from '../lib/crypto/master-key.ts';
 import { createPostern } from '../lib/server.ts';
 import { addUser, down, posternEnv, up, type MailEnv } from './mailenv.ts';
+import { buildApp } from './build-app.ts';
 
 const DEMO_PASSWORD = 'demo-password';
 
@@ -88,6 +91,17 @@ const TOKEN_SETS: Record<string, string[]> = {
   all: ['messages:read', 'content:read', 'flags:write', 'send', 'events:read', 'events:write', 'project:read', 'audit:read'],
 };
 
+function anyFreePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
 export async function runDemo(_args: string[]): Promise<void> {
   process.stderr.write('Starting the mail environment (the first run installs Dovecot, Postfix and Redis)…\n');
   const env = await up();
@@ -101,11 +115,20 @@ export async function runDemo(_args: string[]): Promise<void> {
   await addUser(env, vaultUser, DEMO_PASSWORD);
   await seedMailbox(env, demoUser);
 
+  // The demo's own master key, kept beside its database (0600) so `postern admin` commands on
+  // that database can use it: POSTERN_MASTER_KEY=$(cat <dir>/master.key).
+  const masterKeyFile = join(dir, 'master.key');
+  writeFileSync(masterKeyFile, `${MasterKey.generate()}\n`, { mode: 0o600 });
+  // A fixed port even when asked for any (0): the passkey origin must name the port browsers use.
+  const port = process.env.POSTERN_PORT === '0' ? String(await anyFreePort()) : (process.env.POSTERN_PORT ?? '8787');
   const config = loadConfig({
     ...process.env,
-    POSTERN_PORT: process.env.POSTERN_PORT ?? '8787',
+    POSTERN_PORT: port,
+    // Passkeys are bound to the origin the browser sees: localhost on the demo's port.
+    POSTERN_APP_ORIGIN: process.env.POSTERN_APP_ORIGIN ?? `http://localhost:${port}`,
     POSTERN_DB: join(dir, 'postern.db'),
     ...posternEnv(env),
+    POSTERN_MASTER_KEY: readFileSync(masterKeyFile, 'utf8').trim(),
   });
   const postern = createPostern(config, pino({ level: process.env.POSTERN_LOG_LEVEL ?? 'warn' }));
   const { admin } = postern;
@@ -118,6 +141,9 @@ export async function runDemo(_args: string[]): Promise<void> {
   const tokens: Record<string, string> = {};
   for (const [name, scopes] of Object.entries(TOKEN_SETS)) tokens[name] = (await admin.createToken({ memberId: member.id, scopes })).token;
   const session = await admin.createSession(member.id);
+  const invite = await postern.passkeys.invite(member.id);
+  // The web app is built from web/ on every demo run (dist/ is not committed).
+  await buildApp();
 
   const { url } = await postern.listen();
   const base = `${url}/v1`;
@@ -125,13 +151,21 @@ export async function runDemo(_args: string[]): Promise<void> {
   const summary = {
     baseUrl: base,
     appUrl: app,
+    apiReference: `${url}/docs`,
     project: project.id,
     member: member.id,
     inboxes: { compatible: { id: inbox.id, address: demoUser }, zeroAccess: { id: vault.id, address: vaultUser } },
     // Keyed by the scopes each token holds, so the reader can pick one without a lookup.
     tokens: Object.fromEntries(Object.entries(TOKEN_SETS).map(([name, scopes]) => [scopes.join(','), tokens[name]])),
     session: session.token,
-    mailApp: { imap: `${env.imap.host}:${env.imap.port}`, users: [demoUser, vaultUser], password: DEMO_PASSWORD, smtp: `${env.smtp.host}:${env.smtp.port}` },
+    // For `postern admin` on this database: POSTERN_MASTER_KEY=$(cat <this file>).
+    masterKeyFile,
+    // Open the enrollment link in a browser to make a passkey; then sign in at webApp.
+    webApp: `${config.app.origin}/app/`,
+    enrollmentLink: invite.link,
+    // A mail app's outgoing server is Postfix's submission service (login with the same user and
+    // password); env.smtp is the MX port, which takes mail for the domain and relays nothing.
+    mailApp: { imap: `${env.imap.host}:${env.imap.port}`, users: [demoUser, vaultUser], password: DEMO_PASSWORD, smtp: `${env.submission.host}:${env.submission.port}` },
     try: [
       `curl -s -H 'Authorization: Bearer ${tokens.read}' ${base}/inboxes`,
       `curl -s -H 'Authorization: Bearer ${tokens.read}' ${base}/inboxes/${inbox.id}/labels`,
@@ -139,7 +173,7 @@ export async function runDemo(_args: string[]): Promise<void> {
     ],
   };
   process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-  process.stderr.write(`\nPostern is running at ${base} — try the curl lines above. Ctrl-C stops it.\n`);
+  process.stderr.write(`\nPostern is running at ${base} — try the curl lines above, or open the enrollment link, then ${summary.webApp}. Ctrl-C stops it.\n`);
 
   await untilSignal();
   await postern.close();

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
+import nodemailer from 'nodemailer';
 import { ROOT } from '../lib/paths.ts';
 import { envVars, mailEnv, unique } from './harness.ts';
 import { spawnListening, stopProcess } from './processes.ts';
@@ -19,7 +20,8 @@ interface Run {
 }
 
 describe('staff CLI', function () {
-  this.timeout(60_000);
+  // Each command is a fresh Node process: seconds apiece on a busy machine.
+  this.timeout(180_000);
   let dir: string;
   let env: Record<string, string>;
 
@@ -71,6 +73,16 @@ describe('staff CLI', function () {
     const imap = new ImapFlow({ host: mailEnv().imap.host, port: mailEnv().imap.port, secure: false, auth: { user, pass: inbox.imapPassword as string }, logger: false });
     await imap.connect();
     await imap.logout();
+    // And it may send as the inbox's other address through submission: Postfix's sender login
+    // table lists it for the user (without, Postfix refuses it as not owned by the user).
+    const submission = nodemailer.createTransport({ host: mailEnv().submission.host, port: mailEnv().submission.port, secure: false, auth: { user, pass: inbox.imapPassword as string } });
+    try {
+      const to = `${unique('to')}@example.org`;
+      const sent = await submission.sendMail({ envelope: { from: alias, to: [to] }, raw: `From: <${alias}>\r\nTo: <${to}>\r\nSubject: as the alias\r\n\r\nhello\r\n` });
+      expect(sent.accepted).to.deep.equal([to]);
+    } finally {
+      submission.close();
+    }
 
     const vaultAddress = `${unique('vault')}@${mailEnv().domain}`;
     const vault = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', vaultAddress, '--address', vaultAddress, '--mode', 'zero-access')).id as string;
@@ -83,6 +95,9 @@ describe('staff CLI', function () {
     const narrowed = await ok('admin', 'token', 'create', '--member', member, '--scopes', 'messages:read', '--inboxes', vault);
     const session = await ok('admin', 'session', 'create', '--member', member, '--expires-in', '600');
     expect(session.token).to.match(/^ses_[0-9A-Z]{26}_[A-Za-z0-9_-]{43}$/);
+    const invite = await ok('admin', 'member', 'invite', '--member', member, '--expires-in', '3600');
+    expect(invite.link).to.match(/^http:\/\/localhost:8787\/app\/#enroll=inv_[0-9A-Z]{26}_[A-Za-z0-9_-]{43}$/);
+    expect(Date.parse(invite.expiresAt as string) - Date.now()).to.be.within(3_500_000, 3_600_000);
 
     const server = await serve(env);
     try {
@@ -99,6 +114,9 @@ describe('staff CLI', function () {
       ]);
       expect((await list(bearer(narrowed.token))).body.inboxes!.map((i) => i.inboxId)).to.deep.equal([vault]);
       expect((await list({ 'x-svc-token': session.token as string }, server.app)).status).to.equal(200);
+      // The invite the CLI printed opens an enrollment ceremony on the served app.
+      const enroll = await fetch(`${server.app}/auth/enroll/options`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ invite: (invite.link as string).split('#enroll=')[1] }) });
+      expect(enroll.status).to.equal(200);
 
       expect(await ok('admin', 'revoke', '--member', member, '--inbox', vault)).to.deep.equal({ revoked: true });
       expect((await list(bearer(token.token))).body.inboxes!.map((i) => i.inboxId)).to.deep.equal([inbox.id]);
@@ -125,6 +143,8 @@ describe('staff CLI', function () {
     ['an unknown member', ['admin', 'token', 'create', '--member', 'mem_01M80W1F3RD7BV8C61QAP73X5Y', '--scopes', 'send'], 1, /no member/],
     ['a non-numeric expiry', ['admin', 'session', 'create', '--member', 'mem_x', '--expires-in', 'soon'], 2, /whole number/],
     ['an unknown token', ['admin', 'token', 'revoke', '--id', 'tok_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no token/],
+    ['an invite for an unknown member', ['admin', 'member', 'invite', '--member', 'mem_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no member/],
+    ['an invite with a non-numeric expiry', ['admin', 'member', 'invite', '--member', 'mem_x', '--expires-in', 'soon'], 2, /whole number/],
   ];
   for (const [what, args, code, message] of failures) {
     it(`fails cleanly: ${what}`, async () => {

@@ -4,14 +4,20 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import nodemailer from 'nodemailer';
 import { ROOT } from '../lib/paths.ts';
+import { mailEnv } from './harness.ts';
 
 interface DemoSummary {
   baseUrl: string;
   appUrl: string;
+  apiReference: string;
   inboxes: { compatible: { id: string; address: string }; zeroAccess: { id: string; address: string } };
   tokens: Record<string, string>;
   session: string;
+  webApp: string;
+  enrollmentLink: string;
+  mailApp: { imap: string; users: string[]; password: string; smtp: string };
   try: string[];
 }
 
@@ -55,6 +61,30 @@ describe('postern demo', function () {
       const inbox = (labels!.body.labels as Array<{ name: string; total: number }>).find((l) => l.name === 'INBOX');
       expect(inbox!.total).to.be.at.least(3);
       expect(Object.keys(summary.tokens)).to.include('messages:read');
+      const reference = await fetch(summary.apiReference);
+      expect(reference.status).to.equal(200);
+      expect(reference.headers.get('content-type')).to.match(/^text\/html/);
+      // The web app is built and served, and the enrollment link's invite opens a ceremony.
+      const page = await fetch(summary.webApp);
+      expect(page.status).to.equal(200);
+      expect(page.headers.get('content-security-policy')).to.include("script-src 'self'");
+      expect(summary.enrollmentLink.startsWith(`${summary.webApp}#enroll=inv_`)).to.equal(true);
+      const invite = summary.enrollmentLink.split('#enroll=')[1]!;
+      const options = await fetch(`${summary.appUrl}/auth/enroll/options`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ invite }) });
+      expect(options.status).to.equal(200);
+      // The printed outgoing server is the one a mail app sends through: it takes the demo
+      // user's login and relays the user's mail (the MX port would refuse both).
+      const [host, port] = summary.mailApp.smtp.split(':');
+      expect(Number(port)).to.equal(mailEnv().submission.port);
+      const user = summary.mailApp.users[0]!;
+      const outgoing = nodemailer.createTransport({ host, port: Number(port), secure: false, auth: { user, pass: summary.mailApp.password } });
+      try {
+        const to = `demo-${Date.now()}@example.org`;
+        const sent = await outgoing.sendMail({ envelope: { from: user, to: [to] }, raw: `From: <${user}>\r\nTo: <${to}>\r\nSubject: from the demo's mail app\r\n\r\nhello\r\n` });
+        expect(sent.accepted).to.deep.equal([to]);
+      } finally {
+        outgoing.close();
+      }
     } finally {
       const exited = new Promise((resolve) => child.once('exit', resolve));
       child.kill('SIGTERM');

@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
+import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
 import { Admin } from '../lib/directory/admin.ts';
 import { formatSequence, type AppendRequest } from '../lib/events/store.ts';
@@ -30,7 +32,8 @@ describe('event store: group commit', () => {
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'postern-store-'));
     dbs = [];
-    const admin = new Admin(new SqliteDirectoryStore(open()), { tokenTtlSeconds: 0, sessionTtlSeconds: 60 });
+    const db = open();
+    const admin = new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 60, keys: new EpochKeyring(new SqliteKeyStore(db), null) });
     PROJECT = (await admin.createProject('store test')).id;
   });
   afterEach(() => {
@@ -64,7 +67,8 @@ describe('event store: group commit', () => {
     const timer = setInterval(() => ticks++, 5);
     try {
       const appended = store.append(request());
-      await new Promise((r) => setTimeout(r, 100));
+      // Many turns of the event loop: the append has tried (on the first) and met the lock.
+      while (ticks < 10) await new Promise((r) => setTimeout(r, 5));
       // The append is still waiting, and this process kept running meanwhile.
       expect(await Promise.race([appended.then(() => 'done'), Promise.resolve('waiting')])).to.equal('waiting');
       expect(ticks).to.be.greaterThan(5);

@@ -8,9 +8,12 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
+import { eventsChannel } from '../lib/events/live.ts';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
+import { mailChannel } from '../lib/mail/live.ts';
 import { createPostern, type Postern } from '../lib/server.ts';
 import { envVars, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
 import { addInbox, json, post, register, SseClient } from './events-helpers.ts';
@@ -89,6 +92,25 @@ describe('events: a Redis restart is healed from the store', function () {
   let redis: ChildProcess | null = null;
   const instances: Postern[] = [];
 
+  /** Waits until Redis counts at least `n` subscribers on `channel`: the bus is really listening. */
+  async function subscribed(channel: string, n: number, timeoutMs = 10_000): Promise<void> {
+    const client = new Redis(port, '127.0.0.1', { maxRetriesPerRequest: 1, lazyConnect: true });
+    try {
+      await client.connect();
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const [, count] = (await client.pubsub('NUMSUB', channel)) as [string, number];
+        if (Number(count) >= n) return;
+        if (Date.now() > deadline) throw new Error(`${channel}: ${count} subscribers, wanted ${n}`);
+        await sleep(20);
+      }
+    } finally {
+      client.disconnect();
+    }
+  }
+
+  const logIdOf = (postern: Postern): string => (postern.db.prepare('SELECT id FROM event_log').get() as { id: string }).id;
+
   async function startRedis(): Promise<void> {
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
     for (let i = 0; i < 100; i++) {
@@ -143,8 +165,8 @@ describe('events: a Redis restart is healed from the store', function () {
       const during = [await record(2), await record(3), await record(4)];
       await startRedis();
       expect(await client.waitUntil(() => client.frames.length === 4, 10_000), `got ${client.frames.length}`).to.equal(true);
-      // Once the subscriber is back, fan-out is fast again.
-      await sleep(1500);
+      // Once both subscribers are back, fan-out is fast again.
+      await subscribed(eventsChannel(logIdOf(one)), 2);
       const later = [];
       const ms: number[] = [];
       for (let i = 0; i < 5; i++) {
@@ -161,8 +183,10 @@ describe('events: a Redis restart is healed from the store', function () {
     }
   });
   it('inbox streams end with a reason after a Redis gap, so their clients read again', async () => {
-    const vars = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), REDIS_URL: `redis://127.0.0.1:${port}` });
-    const postern = createPostern(loadConfig(vars), pino({ level: 'silent' }));
+    const vars = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), REDIS_URL: `redis://127.0.0.1:${port}`, POSTERN_STREAM_HEARTBEAT_MS: '50' });
+    // Postern's warnings, to see when it has noticed that Redis is gone.
+    const warnings: string[] = [];
+    const postern = createPostern(loadConfig(vars), pino({ level: 'warn' }, { write: (line: string) => void warnings.push(line) }));
     instances.push(postern);
     const { url } = await postern.listen();
     const s = { postern, base: `${url}/v1`, app: `${url}/api/v1`, url, dir, close: async () => undefined };
@@ -171,10 +195,14 @@ describe('events: a Redis restart is healed from the store', function () {
     const reader = await p.token(['messages:read']);
     const stream = await SseClient.open(`${url}/v1/inboxes/${inbox.id}/events`, { token: reader });
     try {
-      await sleep(300); // the bus subscription is up
+      await subscribed(mailChannel(logIdOf(postern)), 1);
       redis!.kill('SIGKILL');
       await once(redis!, 'exit');
-      await sleep(300);
+      // Postern noticed the outage (its subscriber warned), and the stream still sends heartbeats
+      // after that: it stays open while Redis is down.
+      expect(await stream.waitUntil(() => warnings.some((w) => w.includes('redis bus unavailable') && w.includes('subscriber')), 10_000), 'the outage was noticed').to.equal(true);
+      const beats = stream.comments;
+      expect(await stream.waitUntil(() => stream.comments >= beats + 2, 5000), 'heartbeats go on').to.equal(true);
       expect(stream.ended, 'still open while Redis is down').to.equal(false);
       await startRedis();
       expect(await stream.waitUntil(() => stream.ended, 10_000), 'ended after the reconnect').to.equal(true);

@@ -76,13 +76,17 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
       await s.postern.events.record({ type: 'mail.delivery.accepted', projectId: p.projectId, inboxId: A, actor, data: { from: 'a@example.org', recipients: 1 } });
       await s.postern.events.record({ type: 'access.content.read', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1), part: 'source' } });
       await recv(A, 4);
-      await session.waitFor(2);
-      await typed.waitFor(1);
-      await narrow.waitFor(3);
-      await sleep(100);
-      expect(session.events().map((e) => [e.type, e.actor])).to.deep.equal([['message.flags', ''], ['message.received', '']]);
-      expect(typed.events().map((e) => e.type)).to.deep.equal(['mail.delivery.accepted']);
-      expect(narrow.events().map((e) => e.type)).to.deep.equal(['message.flags', 'message.received', 'message.received']);
+      // Last, one event each stream sees: a stream delivers in log order, so once it has its
+      // last event it has had its chance at every earlier one, and the lists below are complete.
+      await s.postern.events.record({ type: 'message.removed', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1) } });
+      await s.postern.events.record({ type: 'mail.delivery.failed', projectId: p.projectId, inboxId: A, actor, data: { from: 'a@example.org', reason: 'x', permanent: true } });
+      const got = (c: SseClient, type: string) => c.waitUntil(() => c.events().some((e) => e.type === type), 5000);
+      expect(await got(session, 'message.removed')).to.equal(true);
+      expect(await got(narrow, 'message.removed')).to.equal(true);
+      expect(await got(typed, 'mail.delivery.failed')).to.equal(true);
+      expect(session.events().map((e) => [e.type, e.actor])).to.deep.equal([['message.flags', ''], ['message.received', ''], ['message.removed', '']]);
+      expect(typed.events().map((e) => e.type)).to.deep.equal(['mail.delivery.accepted', 'mail.delivery.failed']);
+      expect(narrow.events().map((e) => e.type)).to.deep.equal(['message.flags', 'message.received', 'message.received', 'message.removed']);
     } finally {
       session.close();
       typed.close();

@@ -18,12 +18,21 @@ export function mailEnv(): MailEnv {
   return JSON.parse(raw) as MailEnv;
 }
 
+/**
+ * The service master key of this test run: one for every instance and CLI call, so instances
+ * sharing a store open each other's keys. Random per run: no fixed key to leak into a deployment.
+ */
+export const TEST_MASTER_KEY = randomBytes(32).toString('base64');
+
 /** Environment variables that point Postern at this run's mail environment. */
 export function envVars(env: MailEnv, extra: Record<string, string> = {}): Record<string, string> {
   return {
     POSTERN_PORT: '0',
     ...posternEnv(env),
+    POSTERN_MASTER_KEY: TEST_MASTER_KEY,
     POSTERN_LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'warn',
+    // Tests count watchers and connections: only test/mail-watch.test.ts watches every inbox.
+    POSTERN_WATCH: 'off',
     ...extra,
   };
 }
@@ -39,10 +48,11 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-export async function startPostern(extra: Record<string, string> = {}): Promise<TestServer> {
+/** `logFile`: where Postern's log goes instead of stdout (a test that reads what was logged). */
+export async function startPostern(extra: Record<string, string> = {}, options: { logFile?: string } = {}): Promise<TestServer> {
   const dir = mkdtempSync(join(tmpdir(), 'postern-test-'));
   const config: Config = loadConfig(envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), ...extra }));
-  const postern = createPostern(config, pino({ level: config.logLevel }));
+  const postern = createPostern(config, options.logFile ? pino({ level: config.logLevel }, pino.destination({ dest: options.logFile, sync: true })) : pino({ level: config.logLevel }));
   const { url } = await postern.listen();
   return {
     postern,

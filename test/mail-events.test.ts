@@ -71,6 +71,54 @@ describe('mail changes in the project event log', () => {
     }
   });
 
+  it("a STORE that never ran (the pool busy: 503) is not the caller's: a mail app's identical change next is the service's", async () => {
+    const own = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_IMAP_MAX_PER_INBOX: '1', POSTERN_IMAP_ACQUIRE_TIMEOUT_MS: '400' });
+    const op = await newProject(own);
+    const inbox = await op.inbox();
+    const token = await op.token(['messages:read', 'flags:write', 'events:read']);
+    const app = await mailApp(inbox);
+    const abort = new AbortController();
+    try {
+      const uid = await append(app, 'INBOX', { subject: 'busy pool' });
+      // A stream: the watcher is live, so the flags request trusts the index and goes straight to its STORE.
+      const res = await call(`${own.base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+      expect(res.status).to.equal(200);
+      const stream = new SseReader(res, abort);
+      await until('the watcher', async () => own.postern.mailMirror.watching(inbox.id).live);
+      const labels = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${own.base}/inboxes/${inbox.id}/labels`, { token }));
+      const inboxLabel = labels.labels.find((l) => l.name === 'INBOX')!.id;
+      const page = await json<{ messages: Array<{ id: string; uid: number }> }>(await call(`${own.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages`, { token }));
+      const msgId = page.messages.find((m) => m.uid === uid)!.id;
+
+      // The inbox's one pooled connection is taken: the STORE cannot run.
+      let open: () => void = () => undefined;
+      const held = own.postern.mailSource.pool.use(inbox.imapUser, () => new Promise<void>((r) => (open = r)));
+      const refused = await call(`${own.base}/inboxes/${inbox.id}/messages/${msgId}/flags`, {
+        method: 'POST',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ add: ['flagged'] }),
+      });
+      expect(refused.status).to.equal(503);
+      open();
+      await held;
+
+      // The mail app makes that very change: the service's, not the token's.
+      await app.mailboxOpen('INBOX');
+      await app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
+      await stream.next((e) => e.data.includes('"message.flags"') && e.data.includes('flagged'));
+      const events = await until('the flag change in the log', async () => {
+        const body = await json<{ events: WireEvent[] }>(await call(`${own.base}/events?inboxes=${inbox.id}&types=message.flags`, { token }));
+        return body.events.length >= 1 ? body.events : null;
+      });
+      expect(events.map((e) => [e.data!.flags, e.actor])).to.deep.equal([[['flagged'], SYSTEM_ACTOR]]);
+    } finally {
+      abort.abort();
+      await app.logout();
+      await own.close();
+    }
+  });
+
   it('record() with a dedupeKey stores the event once, in a key space clients cannot reach', async () => {
     const inboxId = await addInbox(s, p);
     const writer = await p.token(['events:write']);

@@ -1,14 +1,14 @@
 // The mail read API against the real Dovecot: labels, listing and paging, identity across
 // COPY/MOVE, ETag/304, flags both ways, delivery through Postfix, and the 400/404/403 cases.
 import { expect } from 'chai';
-import type { ImapFlow } from 'imapflow';
+import { ImapFlow } from 'imapflow';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { idFromGuid } from '../lib/ids.ts';
 import { createPostern } from '../lib/server.ts';
 import { call, envVars, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { append, deliver, json, mailApp, until } from './mail-fixtures.ts';
+import { append, deliver, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 
 interface Label { id: string; name: string; total: number; unread: number; specialUse?: string }
 interface Summary { id: string; uid: number; receivedAt: string; flags: string[]; size: number; subject?: string; from?: string; to?: string; date?: string; keywords?: string[]; direction?: string }
@@ -174,7 +174,8 @@ describe('mail read API', function () {
     const etag = first.headers.get('etag')!;
     expect(etag).to.match(/^"[\w-]+"$/);
     const body = await json<Record<string, unknown>>(first);
-    expect(body).to.not.have.any.keys('keyEpoch', 'wrappedDek');
+    // Spec 2.7: the data key for /raw (made at this first read: test/encryption.test.ts).
+    expect(body).to.include.keys('keyEpoch', 'wrappedDek');
     expect(body).to.have.property('messageId').that.match(/^<t\d+/);
 
     const cached = await detail(m.id, { 'if-none-match': etag });
@@ -300,7 +301,7 @@ describe('mail read API', function () {
       const uid = await append(app, 'INBOX', { subject: 'store then fail' });
       const m = await byUid(await labelId('INBOX'), uid);
       // The request's first sync works; the one after its STORE fails.
-      const sync = (s.postern.mailSource as unknown as { sync: { run: (...a: unknown[]) => Promise<unknown> } }).sync;
+      const sync = (s.postern.mailSource as unknown as { indexSync: { run: (...a: unknown[]) => Promise<unknown> } }).indexSync;
       const run = sync.run;
       let calls = 0;
       sync.run = function (...a: unknown[]) {
@@ -318,6 +319,78 @@ describe('mail read API', function () {
       }
       // The STORE itself went through: the next read shows it.
       expect((await byUid(await labelId('INBOX'), uid)).flags).to.deep.equal(['flagged']);
+    });
+
+    describe('while a watcher keeps the index (trusted without a sync)', () => {
+      let release: (() => void) | null = null;
+      let stream: SseReader | null = null;
+      let undo: (() => void) | null = null;
+      afterEach(async () => {
+        undo?.();
+        release?.();
+        await stream?.close();
+      });
+
+      /**
+       * Opens a stream (a live watcher: reads trust the index) and holds every sync pass until
+       * the API has issued its STORE: the index is certain to miss what the mail app does next.
+       */
+      async function staleIndex(): Promise<void> {
+        const abort = new AbortController();
+        const res = await call(`${s.base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+        expect(res.status).to.equal(200);
+        stream = new SseReader(res, abort);
+        await until('the watcher', async () => s.postern.mailMirror.watching(inbox.id).live);
+        const gate = new Promise<void>((resolve) => (release = resolve));
+        const sync = (s.postern.mailSource as unknown as { indexSync: { run: (...a: unknown[]) => Promise<unknown> } }).indexSync;
+        const run = sync.run;
+        sync.run = async function (...a: unknown[]) {
+          await gate;
+          return run.apply(this, a);
+        };
+        const proto = ImapFlow.prototype as unknown as Record<'messageFlagsAdd', (...a: unknown[]) => Promise<unknown>>;
+        const add = proto.messageFlagsAdd;
+        proto.messageFlagsAdd = async function (...a: unknown[]) {
+          try {
+            return await add.apply(this, a);
+          } finally {
+            release?.();
+          }
+        };
+        undo = () => {
+          sync.run = run;
+          proto.messageFlagsAdd = add;
+        };
+      }
+
+      it('a mail app moves the message, then the API flags it at once: the change follows it, and the answer is true', async () => {
+        const uid = await append(app, 'INBOX', { subject: 'moved under the API' });
+        const m = await byUid(await labelId('INBOX'), uid);
+        await staleIndex();
+        await app.mailboxOpen('INBOX');
+        const moved = await app.messageMove(String(uid), 'Archive', { uid: true });
+        const movedUid = moved && moved.uidMap ? moved.uidMap.get(uid)! : 0;
+        expect(movedUid).to.be.above(0);
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+        expect(res.status, await res.clone().text()).to.equal(200);
+        expect(await json(res)).to.deep.equal({ flags: ['flagged'] });
+        // And it is so on the server, where the message is now.
+        await app.mailboxOpen('Archive');
+        const there = await app.fetchOne(String(movedUid), { flags: true }, { uid: true });
+        expect([...(there ? there.flags ?? [] : [])]).to.include('\\Flagged');
+        expect((await byUid(await labelId('Archive'), movedUid)).flags).to.deep.equal(['flagged']);
+      });
+
+      it('a mail app expunges the message, then the API flags it at once: 404', async () => {
+        const uid = await append(app, 'INBOX', { subject: 'expunged under the API' });
+        const m = await byUid(await labelId('INBOX'), uid);
+        await staleIndex();
+        await app.mailboxOpen('INBOX');
+        await app.messageDelete(String(uid), { uid: true });
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+        expect(res.status, await res.clone().text()).to.equal(404);
+        expect(Object.keys(await json<object>(res))).to.deep.equal(['error']);
+      });
     });
 
     it('the response lists every flag after the change, including ones set by mail apps', async () => {

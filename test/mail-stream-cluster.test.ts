@@ -12,7 +12,21 @@ import { call, callFresh, clusterFixture, envVars, json, mailEnv, newProject, st
 import { append, holdFetchesInPairs, mailApp, mailAppScript, SseReader, until } from './mail-fixtures.ts';
 import { spawnPostern, stopProcess } from './processes.ts';
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/**
+ * A change made after the ones under test, that must reach the stream after them: once it is
+ * there, whatever the earlier changes could still produce (a duplicate, a late announcement)
+ * would be there before it. No fixed sleep: the negative assertions that follow can fail.
+ */
+async function marker(inbox: TestInbox, stream: SseReader, subject = 'marker'): Promise<number> {
+  const app = await mailApp(inbox);
+  try {
+    const uid = await append(app, 'INBOX', { subject });
+    await stream.next((e) => e.event === 'message.added' && parse(e.data).uid === uid);
+    return uid;
+  } finally {
+    await app.logout();
+  }
+}
 
 interface Change { type: string; msgId: string; labelId?: string; uid?: number; flags?: string[] }
 const parse = (data: string) => JSON.parse(data) as Change;
@@ -36,7 +50,7 @@ const openStream = async (base: string, inbox: TestInbox, token: string) => {
 /** Records every batch a process's sync applied (before it is delivered and published). */
 function spyApplied(postern: Postern): Array<{ inboxId: string; changes: readonly LiveChange[] }> {
   const seen: Array<{ inboxId: string; changes: readonly LiveChange[] }> = [];
-  const live = postern.mailSource.live;
+  const live = postern.mailMirror.live;
   const applied = live.applied.bind(live);
   live.applied = (inboxId, changes) => {
     seen.push({ inboxId, changes });
@@ -103,12 +117,17 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
     } finally {
       await app.logout();
     }
-    // B's watcher has looked by now too, and whatever it had would have arrived.
-    await sleep(1500);
-    expect(onB.events.map((e) => sig(parse(e.data)))).to.deep.equal([`message.added ${labels.INBOX} ${uid}`, `message.flags ${labels.INBOX} ["flagged"]`, `message.removed ${labels.INBOX} ""`]);
+    // Not read through A: B's watcher applies it, after its passes for the changes above.
+    const last = await marker(inbox, onB);
+    expect(onB.events.map((e) => sig(parse(e.data)))).to.deep.equal([
+      `message.added ${labels.INBOX} ${uid}`,
+      `message.flags ${labels.INBOX} ["flagged"]`,
+      `message.removed ${labels.INBOX} ""`,
+      `message.added ${labels.INBOX} ${last}`,
+    ]);
     // A applied the changes, and B's own syncs found nothing left: B's subscriber heard of them through Redis.
     expect(appliedIn(appliedByA, inbox)).to.deep.equal(['message.added', 'message.flags', 'message.removed']);
-    expect(appliedIn(appliedByB, inbox)).to.deep.equal([]);
+    expect(appliedIn(appliedByB, inbox)).to.deep.equal(['message.added']);
   });
 
   it('with both applying the same changes (the race forced), subscribers on each see every change once', async () => {
@@ -119,11 +138,11 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       // A third process holds the inbox's watcher lease (and never publishes): neither A nor B
       // watches, so each read syncs. Both read after each change: both syncs fetch it before
       // either writes it, and the fetches are held until both have answered.
-      new SqliteMailIndex(a.postern.db).claim([inbox.id], 'another-process', 600_000);
+      await new SqliteMailIndex(a.postern.db).claim([inbox.id], 'another-process', 600_000);
       const onA = await openStream(a.base, inbox, token);
       const onB = await openStream(bBase, inbox, token);
       streams.push(onA, onB);
-      expect([a.postern.mailSource.watching(inbox.id).live, b.mailSource.watching(inbox.id).live]).to.deep.equal([false, false]);
+      expect([a.postern.mailMirror.watching(inbox.id).live, b.mailMirror.watching(inbox.id).live]).to.deep.equal([false, false]);
       const mail = await mailApp(inbox);
       const expected: string[] = [];
       const step = async (change: () => Promise<unknown>, wanted: () => string[]) => {
@@ -142,9 +161,25 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       } finally {
         await mail.logout();
       }
-      await sleep(1500);
+      // Two markers, one applied by each process (read through it alone): on each stream they
+      // come after everything both processes published before them (one origin's bus messages
+      // arrive in order).
+      const markers: string[] = [];
+      for (const [base, name] of [[a.base, 'A'], [bBase, 'B']] as const) {
+        const m = await mailApp(inbox);
+        try {
+          const uid = await append(m, 'INBOX', { subject: `marker applied by ${name}` });
+          await labelsOf(base, inbox, token);
+          markers.push(`message.added ${labels.INBOX} ${uid}`);
+          for (const s of [onA, onB]) await s.next((e) => e.event === 'message.added' && parse(e.data).uid === uid);
+        } finally {
+          await m.logout();
+        }
+      }
       for (const s of [onA, onB]) {
-        const seen = s.events.map((e) => sig(parse(e.data)));
+        const all = s.events.map((e) => sig(parse(e.data)));
+        expect(all.slice(-2)).to.deep.equal(markers);
+        const seen = all.slice(0, -2);
         // The move is a removal from one label and an addition to another, in whichever order the sync met the two labels.
         expect([...seen.slice(0, 4), ...seen.slice(4, 6).sort(), ...seen.slice(6)]).to.deep.equal([...expected.slice(0, 4), ...expected.slice(4, 6).sort(), ...expected.slice(6)]);
       }
@@ -165,7 +200,7 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
     const onA = await openStream(a.base, inbox, token);
     const onB = await openStream(bBase, inbox, token);
     streams.push(onB);
-    const live = () => [a.postern.mailSource.watching(inbox.id).live, b.mailSource.watching(inbox.id).live];
+    const live = () => [a.postern.mailMirror.watching(inbox.id).live, b.mailMirror.watching(inbox.id).live];
     expect(live(), 'watchers live on A and B').to.deep.equal([true, false]);
     const app = await mailApp(inbox);
     try {
@@ -179,9 +214,13 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       expect(live()[0]).to.equal(false);
       const second = await append(app, 'INBOX', { subject: 'watched by B' });
       await onB.next((e) => e.event === 'message.added' && parse(e.data).uid === second);
-      await sleep(1000);
-      expect(onB.events.map((e) => sig(parse(e.data)))).to.deep.equal([`message.added ${labels.INBOX} ${first}`, `message.added ${labels.INBOX} ${second}`]);
-      expect(appliedIn(appliedByB, inbox)).to.deep.equal(['message.added']);
+      const last = await marker(inbox, onB);
+      expect(onB.events.map((e) => sig(parse(e.data)))).to.deep.equal([
+        `message.added ${labels.INBOX} ${first}`,
+        `message.added ${labels.INBOX} ${second}`,
+        `message.added ${labels.INBOX} ${last}`,
+      ]);
+      expect(appliedIn(appliedByB, inbox)).to.deep.equal(['message.added', 'message.added']);
     } finally {
       await app.logout();
     }
@@ -197,7 +236,7 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       streams.push(onOther);
       const onA = await openStream(a.base, inbox, token);
       streams.push(onA);
-      expect(a.postern.mailSource.watching(inbox.id).live, 'A watches while the other process holds the lease').to.equal(false);
+      expect(a.postern.mailMirror.watching(inbox.id).live, 'A watches while the other process holds the lease').to.equal(false);
       other.child.kill('SIGKILL');
       // Mail arrives while nobody watches: the lease still names the dead process.
       const app = await mailApp(inbox);
@@ -208,12 +247,12 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
         await app.logout();
       }
       const started = Date.now();
-      await until('A to take the watcher over', async () => a.postern.mailSource.watching(inbox.id).live, 10_000);
+      await until('A to take the watcher over', async () => a.postern.mailMirror.watching(inbox.id).live, 10_000);
       await onA.next((e) => e.event === 'message.added');
       // Within a lease and one renewal (plus Dovecot's half second), not at the 45 s poll.
       expect(Date.now() - started).to.be.below(5000);
-      await sleep(1000);
-      expect(onA.events.map((e) => sig(parse(e.data)))).to.deep.equal([`message.added ${labels.INBOX} ${uid}`]);
+      const last = await marker(inbox, onA);
+      expect(onA.events.map((e) => sig(parse(e.data)))).to.deep.equal([`message.added ${labels.INBOX} ${uid}`, `message.added ${labels.INBOX} ${last}`]);
     } finally {
       await stopProcess(other.child);
     }
@@ -251,7 +290,8 @@ describe('inbox stream: postern serve with POSTERN_WORKERS=2 (no Redis)', functi
         expect(res.status, res.body).to.equal(200);
         await until(`flag change ${n} on the stream`, async () => stream.events.filter((e) => e.event === 'message.flags').length > n);
       }
-      await sleep(1500);
+      // Through the watcher (no read): its passes for the changes above come first.
+      const last = await marker(inbox, stream);
       expect(stream.events.map((e) => sig(parse(e.data)))).to.deep.equal([
         `message.added ${labels.INBOX} ${uid}`,
         `message.flags ${labels.INBOX} ["flagged"]`,
@@ -259,6 +299,7 @@ describe('inbox stream: postern serve with POSTERN_WORKERS=2 (no Redis)', functi
         `message.flags ${labels.INBOX} ["flagged"]`,
         `message.flags ${labels.INBOX} []`,
         `message.flags ${labels.INBOX} ["seen"]`,
+        `message.added ${labels.INBOX} ${last}`,
       ]);
     } finally {
       await stream.close();

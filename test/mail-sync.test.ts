@@ -12,7 +12,8 @@ import type { ImapFlow } from 'imapflow';
 import { ImapPool, PoolBusyError } from '../adapters/imap/pool.ts';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
-import type { IndexOp, LabelState, MailIndexStore, MessageRecord } from '../lib/mail/types.ts';
+import type { IndexOp, LabelState, MailInbox, MailIndexStore, MessageRecord } from '../lib/mail/types.ts';
+import { uidSets } from '../adapters/imap/raw.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, importMessages, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 
@@ -36,9 +37,27 @@ describe('index sync', function () {
     expect(res.status).to.equal(200);
     return new SseReader(res, abort);
   };
+  /**
+   * A mail app appends a marker to INBOX; resolves with the position of its message.added on the
+   * stream. Passes of one inbox run one at a time, so whatever an earlier change could still
+   * announce has been announced by then: what comes before the marker is all there will be.
+   */
+  const marker = async (inbox: TestInbox, sse: SseReader): Promise<number> => {
+    const inboxLabel = (await labels(inbox)).INBOX!.id;
+    const app = await mailApp(inbox);
+    try {
+      const uid = await append(app, 'INBOX', { subject: 'marker' });
+      const seen = await sse.next((e) => e.event === 'message.added' && (JSON.parse(e.data) as { labelId: string; uid: number }).labelId === inboxLabel && (JSON.parse(e.data) as { uid: number }).uid === uid, 20_000);
+      return sse.events.indexOf(seen);
+    } finally {
+      await app.logout();
+    }
+  };
 
   before(async () => {
-    s = await startPostern();
+    // Reads here wait out the first fill of big labels (the bounded wait and its 503 are
+    // test/mail-watch.test.ts's subject).
+    s = await startPostern({ POSTERN_FILL_WAIT_MS: '240000' });
     p = await newProject(s);
     token = await p.token(['messages:read']);
   });
@@ -60,8 +79,8 @@ describe('index sync', function () {
       expect(added).to.include({ uid, labelId: label });
       const after = await list(inbox, label);
       expect(after.slice(1).map((m) => m.id)).to.deep.equal(before.map((m) => m.id));
-      await new Promise((r) => setTimeout(r, 300));
-      expect(sse.events.map((e) => e.event)).to.deep.equal(['message.added']);
+      const upTo = await marker(inbox, sse);
+      expect(sse.events.slice(0, upTo).map((e) => e.event)).to.deep.equal(['message.added']);
       await sse.close();
     } finally {
       await app.logout();
@@ -134,10 +153,11 @@ describe('index sync', function () {
     try {
       const sse = await stream(inbox);
       await until('1500 announcements', async () => sse.events.length >= 1500, 20_000);
-      await new Promise((r) => setTimeout(r, 500));
+      const upTo = await marker(inbox, sse);
       expect(killed, 'the injected failure happened').to.equal(1);
-      const ids = sse.events.map((e) => (JSON.parse(e.data) as { msgId: string }).msgId);
-      expect(sse.events.every((e) => e.event === 'message.added')).to.equal(true);
+      const events = sse.events.slice(0, upTo);
+      const ids = events.map((e) => (JSON.parse(e.data) as { msgId: string }).msgId);
+      expect(events.every((e) => e.event === 'message.added')).to.equal(true);
       expect(ids).to.have.length(1500);
       expect(new Set(ids).size).to.equal(1500);
       await sse.close();
@@ -179,8 +199,8 @@ describe('index sync', function () {
     const sse = await stream(inbox);
     const after = await allUids(inbox, label);
     expect(after.map((m) => m.id)).to.deep.equal(before.map((m) => m.id));
-    await new Promise((r) => setTimeout(r, 300));
-    expect(sse.events, 'nothing really changed').to.deep.equal([]);
+    const upTo = await marker(inbox, sse);
+    expect(sse.events.slice(0, upTo), 'nothing really changed').to.deep.equal([]);
     expect(staged, 'the failed batch, then the three of the refill').to.equal(4);
     await sse.close();
   });
@@ -200,9 +220,10 @@ describe('index sync', function () {
       // The stream's own watcher keeps reads from syncing; a flag change makes it sync now.
       await app.mailboxOpen('INBOX');
       await app.messageFlagsAdd('1', ['\\Seen'], { uid: true });
-      await new Promise((r) => setTimeout(r, 1500));
-      expect(await list(inbox, inboxLabel)).to.deep.equal(before.map((m) => (m.uid === 1 ? { ...m, flags: ['seen'] } : m)));
-      expect(sse.events).to.deep.equal([]);
+      const expected = JSON.stringify(before.map((m) => (m.uid === 1 ? { ...m, flags: ['seen'] } : m)));
+      await until('the index rebuilt with the flag', async () => JSON.stringify(await list(inbox, inboxLabel)) === expected, 20_000);
+      const upTo = await marker(inbox, sse);
+      expect(sse.events.slice(0, upTo)).to.deep.equal([]);
       await sse.close();
     } finally {
       await app.logout();
@@ -229,6 +250,118 @@ describe('index sync', function () {
   });
 });
 
+describe('index sync: passes and big labels', function () {
+  let s: TestServer;
+  let p: TestProject;
+  let token: string;
+
+  before(async () => {
+    // Reads here wait out the first fill of big labels (the bounded wait and its 503 are
+    // test/mail-watch.test.ts's subject).
+    s = await startPostern({ POSTERN_FILL_WAIT_MS: '240000' });
+    p = await newProject(s);
+    token = await p.token(['messages:read']);
+  });
+  after(() => s?.close());
+
+  const internals = () => {
+    const source = s.postern.mailSource as unknown as { o: { store: MailIndexStore }; indexSync: { run: (...a: unknown[]) => Promise<unknown> } };
+    return { store: source.o.store, sync: source.indexSync };
+  };
+
+  it('passes of one inbox never overlap, whenever callers arrive (even as one pass hands over to the next)', async function () {
+    this.timeout(30_000);
+    const inbox = await p.inbox();
+    const mail: MailInbox = { id: inbox.id, imapUser: inbox.imapUser, addresses: [inbox.address] };
+    const { sync } = internals();
+    const run = sync.run;
+    let active = 0;
+    let most = 0;
+    let passes = 0;
+    const asked: Array<Promise<void>> = [];
+    // Each pass, as it ends, asks for more at every microtask depth from 0 to 24 after its end:
+    // some of those land in the gap between one pass ending and the queued one starting.
+    sync.run = async function (...a: unknown[]) {
+      active++;
+      most = Math.max(most, active);
+      passes++;
+      try {
+        return await run.apply(this, a);
+      } finally {
+        active--;
+        if (passes <= 4) {
+          for (let depth = 0; depth < 25; depth++) {
+            let step: () => void = () => void asked.push(s.postern.mailMirror.syncNow(mail));
+            for (let i = 0; i < depth; i++) {
+              const inner = step;
+              step = () => queueMicrotask(inner);
+            }
+            step();
+          }
+        }
+      }
+    };
+    try {
+      await Promise.all([s.postern.mailMirror.syncNow(mail), s.postern.mailMirror.syncNow(mail)]);
+      await until('every pass asked for to end', async () => {
+        const n = asked.length;
+        await Promise.all(asked);
+        return asked.length === n;
+      });
+    } finally {
+      sync.run = run;
+    }
+    expect(passes).to.be.at.least(5);
+    expect(most, 'passes running at once').to.equal(1);
+  });
+
+  // SLOW (about a minute): 50,000 messages. The reconcile path lists and fetches UIDs in bounded
+  // sets: one UID list of the lot passed Dovecot's imap_max_line_length and failed the label for good.
+  it('[slow: 50,000 messages] reconciles a big label with scattered expunges and scattered lost rows', async function () {
+    this.timeout(240_000);
+    const total = 50_000;
+    const inbox = await p.inbox();
+    await importMessages(inbox.imapUser, 'huge', total);
+    const labelsOf = async () =>
+      Object.fromEntries((await json<{ labels: Array<{ id: string; name: string; total: number }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }))).labels.map((l) => [l.name, l]));
+    expect((await labelsOf()).huge!.total).to.equal(total);
+    const { store } = internals();
+    const labelGuid = (await store.labels(inbox.id)).find((l) => l.path === 'huge')!.guid;
+
+    // A mail app expunges every 7th message; the index loses every 3rd row without hearing of it
+    // (say, a write lost in a crash), and is told it has seen every change up to now.
+    const app = await mailApp(inbox);
+    try {
+      await app.mailboxOpen('huge');
+      const expunged = Array.from({ length: Math.floor(total / 7) }, (_, i) => (i + 1) * 7);
+      for (const set of uidSets(expunged)) await app.messageDelete(set, { uid: true });
+      await app.mailboxClose();
+      const status = await app.status('huge', { highestModseq: true });
+      if (!status) throw new Error('no STATUS of huge');
+      const state = (await store.labels(inbox.id)).find((l) => l.guid === labelGuid)!;
+      const lost = Array.from({ length: Math.floor(total / 3) }, (_, i) => (i + 1) * 3);
+      await store.apply(
+        inbox.id,
+        lost.map((uid) => ({ op: 'remove', labelGuid, uid })),
+        { ...state, highestModseq: Number(status.highestModseq) },
+      );
+      // One more change, so the next pass opens the label; its count then disagrees with the server's.
+      await app.mailboxOpen('huge');
+      await app.messageFlagsAdd('1', ['\\Seen'], { uid: true });
+
+      const left = (await labelsOf()).huge!;
+      expect(left.total).to.equal(total - expunged.length);
+      const gone = new Set(expunged);
+      const wanted = Array.from({ length: total }, (_, i) => i + 1).filter((uid) => !gone.has(uid));
+      const indexed = (await store.uidsOf(inbox.id, labelGuid, 0, total + 1)).map((r) => r.uid);
+      expect(indexed.length).to.equal(wanted.length);
+      expect(indexed).to.deep.equal(wanted);
+    } finally {
+      await app.logout();
+    }
+  });
+});
+
 describe('IMAP pool', function () {
   this.timeout(30_000);
   let s: TestServer;
@@ -239,9 +372,9 @@ describe('IMAP pool', function () {
   });
   after(() => s?.close());
 
-  const settings = (maxPerInbox: number, maxTotal: number, acquireTimeoutMs = 10_000) => {
+  const settings = (maxPerInbox: number, maxTotal: number, acquireTimeoutMs = 10_000, reservedForReads = 0) => {
     const env = mailEnv();
-    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs, watchLeaseMs: 15_000 };
+    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs, reservedForReads, watchLeaseMs: 15_000 };
   };
   const gate = () => {
     let open!: () => void;
@@ -271,6 +404,27 @@ describe('IMAP pool', function () {
     } finally {
       await pool.close();
     }
+  });
+
+  /** This process's open sockets to Dovecot's IMAP port. */
+  const imapSockets = (): Set<unknown> => {
+    const port = mailEnv().imap.port;
+    const handles = (process as unknown as { _getActiveHandles(): unknown[] })._getActiveHandles();
+    return new Set(handles.filter((h) => (h as { remotePort?: number }).remotePort === port));
+  };
+
+  it('a connection still logging in when the pool closes is closed too, for a task and for a watcher', async () => {
+    const a = await p.inbox();
+    const before = imapSockets();
+    const pool = new ImapPool(settings(2, 10), pino({ level: 'silent' }));
+    const task = pool.use(a.imapUser, async () => 'ran');
+    const watcher = pool.openDedicated(a.imapUser);
+    // Both are connecting now (no await has let a login finish); close under them.
+    await pool.close();
+    const [t, w] = await Promise.allSettled([task, watcher]);
+    expect(t.status, 'the task cannot run on a closed pool').to.equal('rejected');
+    expect(w.status, 'nor can the watcher get its connection').to.equal('rejected');
+    await until('every socket the pool opened to close', async () => [...imapSockets()].every((h) => before.has(h)), 10_000);
   });
 
   it('the bulk lane (downloads) leaves one connection for listings and syncs', async () => {
@@ -357,7 +511,7 @@ describe('IMAP pool', function () {
         expect(Object.keys(await json<object>(res)), path).to.deep.equal(['error']);
         expect(Date.now() - started, path).to.be.below(2000);
       }
-      expect(own.postern.mailSource.watching(b.id)).to.deep.equal({ listeners: 0, live: false });
+      expect(own.postern.mailMirror.watching(b.id)).to.deep.equal({ listeners: 0, live: false });
       hold.open();
       await held;
       expect((await call(`${own.base}/inboxes/${b.id}/labels`, { token: t })).status).to.equal(200);
@@ -392,54 +546,54 @@ describe('index store: writes never go backwards', () => {
   const msg = 'b'.repeat(32);
   const state = (over: Partial<LabelState> = {}): LabelState => ({ guid: label, path: 'INBOX', specialUse: null, uidValidity: 100, uidNext: 1, highestModseq: 1, ...over });
   const message: MessageRecord = { guid: msg, size: 10, receivedAt: 0, date: null, from: null, to: null, cc: null, replyTo: null, subject: 'x', messageId: null, inReplyTo: null, fromAddress: null };
-  const at = () => store.locations(inboxId, label, [5])[0];
+  const at = async () => (await store.locations(inboxId, label, [5]))[0];
 
-  beforeEach(() => {
+  beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'postern-index-'));
     db = openDb(join(dir, 'index.db'));
     store = new SqliteMailIndex(db);
-    store.apply(inboxId, [{ op: 'put', message, location: { labelGuid: label, uid: 5, msgGuid: msg, modseq: 10, flags: [] } }], state({ uidNext: 6, highestModseq: 10 }));
+    await store.apply(inboxId, [{ op: 'put', message, location: { labelGuid: label, uid: 5, msgGuid: msg, modseq: 10, flags: [] } }], state({ uidNext: 6, highestModseq: 10 }));
   });
   afterEach(() => {
     db.close();
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('flags: a newer MODSEQ applies, an older one after it does not (and is reported unapplied)', () => {
+  it('flags: a newer MODSEQ applies, an older one after it does not (and is reported unapplied)', async () => {
     const newer: IndexOp = { op: 'flags', labelGuid: label, uid: 5, modseq: 12, flags: ['\\Flagged'] };
     const older: IndexOp = { op: 'flags', labelGuid: label, uid: 5, modseq: 11, flags: ['\\Seen'] };
-    expect(store.apply(inboxId, [newer])).to.deep.equal([]);
-    expect(store.apply(inboxId, [older])).to.deep.equal([0]);
-    expect(at()).to.include({ modseq: 12 });
-    expect(at()!.flags).to.deep.equal(['\\Flagged']);
-    expect(store.counts(inboxId).get(label)).to.deep.equal({ total: 1, unread: 1 });
+    expect(await store.apply(inboxId, [newer])).to.deep.equal([]);
+    expect(await store.apply(inboxId, [older])).to.deep.equal([0]);
+    expect(await at()).to.include({ modseq: 12 });
+    expect((await at())!.flags).to.deep.equal(['\\Flagged']);
+    expect((await store.counts(inboxId)).get(label)).to.deep.equal({ total: 1, unread: 1 });
     // The same MODSEQ again changes nothing either; without CONDSTORE (0) there is nothing to compare.
-    expect(store.apply(inboxId, [{ ...newer, flags: ['\\Seen'] }])).to.deep.equal([0]);
-    expect(store.apply(inboxId, [{ ...older, modseq: 0 }])).to.deep.equal([]);
-    expect(at()!.flags).to.deep.equal(['\\Seen']);
+    expect(await store.apply(inboxId, [{ ...newer, flags: ['\\Seen'] }])).to.deep.equal([0]);
+    expect(await store.apply(inboxId, [{ ...older, modseq: 0 }])).to.deep.equal([]);
+    expect((await at())!.flags).to.deep.equal(['\\Seen']);
     // A flag change or removal for a location no longer there changed nothing.
-    expect(store.apply(inboxId, [{ op: 'remove', labelGuid: label, uid: 5 }, { op: 'remove', labelGuid: label, uid: 5 }, { ...newer, modseq: 20 }])).to.deep.equal([1, 2]);
+    expect(await store.apply(inboxId, [{ op: 'remove', labelGuid: label, uid: 5 }, { op: 'remove', labelGuid: label, uid: 5 }, { ...newer, modseq: 20 }])).to.deep.equal([1, 2]);
   });
 
-  it('a put of the message already there keeps newer flags', () => {
-    store.apply(inboxId, [{ op: 'flags', labelGuid: label, uid: 5, modseq: 12, flags: ['\\Flagged'] }]);
-    store.apply(inboxId, [{ op: 'put', message, location: { labelGuid: label, uid: 5, msgGuid: msg, modseq: 10, flags: [] } }]);
-    expect(at()).to.include({ modseq: 12 });
-    expect(at()!.flags).to.deep.equal(['\\Flagged']);
+  it('a put of the message already there keeps newer flags', async () => {
+    await store.apply(inboxId, [{ op: 'flags', labelGuid: label, uid: 5, modseq: 12, flags: ['\\Flagged'] }]);
+    await store.apply(inboxId, [{ op: 'put', message, location: { labelGuid: label, uid: 5, msgGuid: msg, modseq: 10, flags: [] } }]);
+    expect(await at()).to.include({ modseq: 12 });
+    expect((await at())!.flags).to.deep.equal(['\\Flagged']);
     // Another message at that place (never within one UIDVALIDITY, but the index follows the server).
     const other = 'c'.repeat(32);
-    store.apply(inboxId, [{ op: 'put', message: { ...message, guid: other }, location: { labelGuid: label, uid: 5, msgGuid: other, modseq: 3, flags: [] } }]);
-    expect(at()).to.include({ msgGuid: other, modseq: 3 });
+    await store.apply(inboxId, [{ op: 'put', message: { ...message, guid: other }, location: { labelGuid: label, uid: 5, msgGuid: other, modseq: 3, flags: [] } }]);
+    expect(await at()).to.include({ msgGuid: other, modseq: 3 });
   });
 
-  it("a label's highestModseq and uidNext never decrease within one UIDVALIDITY; a new UIDVALIDITY replaces them", () => {
-    store.apply(inboxId, [], state({ uidNext: 9, highestModseq: 20 }));
-    store.apply(inboxId, [], state({ uidNext: 6, highestModseq: 15, path: 'Renamed' }));
-    expect(store.label(inboxId, label)).to.include({ uidNext: 9, highestModseq: 20, path: 'Renamed', uidValidity: 100 });
+  it("a label's highestModseq and uidNext never decrease within one UIDVALIDITY; a new UIDVALIDITY replaces them", async () => {
+    await store.apply(inboxId, [], state({ uidNext: 9, highestModseq: 20 }));
+    await store.apply(inboxId, [], state({ uidNext: 6, highestModseq: 15, path: 'Renamed' }));
+    expect(await store.label(inboxId, label)).to.include({ uidNext: 9, highestModseq: 20, path: 'Renamed', uidValidity: 100 });
     // A re-seed: the new UIDVALIDITY's counters, lower or not.
-    store.commitStaged(inboxId, state({ uidValidity: 101, uidNext: 3, highestModseq: 4 }));
-    expect(store.label(inboxId, label)).to.include({ uidValidity: 101, uidNext: 3, highestModseq: 4 });
-    store.apply(inboxId, [], state({ uidValidity: 101, uidNext: 2, highestModseq: 2 }));
-    expect(store.label(inboxId, label)).to.include({ uidValidity: 101, uidNext: 3, highestModseq: 4 });
+    await store.commitStaged(inboxId, state({ uidValidity: 101, uidNext: 3, highestModseq: 4 }));
+    expect(await store.label(inboxId, label)).to.include({ uidValidity: 101, uidNext: 3, highestModseq: 4 });
+    await store.apply(inboxId, [], state({ uidValidity: 101, uidNext: 2, highestModseq: 2 }));
+    expect(await store.label(inboxId, label)).to.include({ uidValidity: 101, uidNext: 3, highestModseq: 4 });
   });
 });

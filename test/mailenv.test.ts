@@ -11,7 +11,11 @@ import { ImapFlow, type ImapFlowOptions } from 'imapflow';
 import nodemailer, { type Transporter } from 'nodemailer';
 import { addUser, down, readSink, status, up, type MailEnv, type SinkMessage } from '../scripts/mailenv.ts';
 
-const BASE_PORT = Number(process.env.MAILENV_TEST_BASE_PORT ?? 15300);
+// Inside the run's own port block when it has one: base + 4 shares no port with the env at base
+// (ports.ts: offsets 24-26, 43 and 79), and stays below base + 100.
+const BASE_PORT = Number(
+  process.env.MAILENV_TEST_BASE_PORT ?? (process.env.POSTERN_ENV_BASE_PORT ? Number(process.env.POSTERN_ENV_BASE_PORT) + 4 : 15300),
+);
 
 // imapflow's exec() is internal API (not in its typings): the shapes this test relies on.
 interface ImapAttribute { type: string; value: string }

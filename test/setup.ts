@@ -9,6 +9,7 @@
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { down, portsFree, status, up, type MailEnv, type MailEnvOptions } from '../scripts/mailenv.ts';
+import { failIfStillAliveAfter } from './open-handles.ts';
 import { alive } from './processes.ts';
 
 let options: MailEnvOptions = {};
@@ -44,6 +45,14 @@ export async function mochaGlobalSetup(): Promise<void> {
 }
 
 export async function mochaGlobalTeardown(): Promise<void> {
+  try {
+    await stopEnvironment();
+  } finally {
+    failIfStillAliveAfter(10_000);
+  }
+}
+
+async function stopEnvironment(): Promise<void> {
   if (!envDir) return;
   rmSync(join(runsDir(envDir), String(process.pid)), { force: true });
   const others = readdirSync(runsDir(envDir)).map(Number).filter((pid) => pid !== process.pid && alive(pid));

@@ -11,6 +11,8 @@
 //   died is retried once on a fresh one (every task here is idempotent).
 // - Nothing waits forever: a task that finds no connection within `acquireTimeoutMs` answers
 //   503, and dedicated connections (watchers) are refused at the cap.
+// - Dedicated connections never take the last `reservedForReads` of `maxTotal`: however many
+//   inboxes are streamed, reads (tasks) always have those (docs/mail.md, "Limits").
 import { ImapFlow } from 'imapflow';
 import type { Logger } from 'pino';
 import type { Config } from '../../lib/config.ts';
@@ -56,6 +58,8 @@ export class ImapPool {
   private total = 0;
   private closed = false;
   private readonly dedicated = new Set<ImapFlow>();
+  /** Dedicated connections open or opening (a `dedicated` entry only exists once connected). */
+  private dedicatedCount = 0;
 
   constructor(
     private readonly settings: ImapSettings,
@@ -122,18 +126,24 @@ export class ImapPool {
    */
   async openDedicated(user: string): Promise<ImapFlow> {
     if (this.closed) throw unavailable('mail server connections are closed');
+    // Refused before evicting anything: the reserve is for tasks, not for more watchers.
+    if (this.dedicatedCount >= this.settings.maxTotal - this.settings.reservedForReads) throw new PoolBusyError();
     if (this.total >= this.settings.maxTotal) this.evictIdle(user);
     if (this.total >= this.settings.maxTotal) throw new PoolBusyError();
     this.total++;
+    this.dedicatedCount++;
     try {
       const client = await this.connect(user);
       this.dedicated.add(client);
       client.once('close', () => {
-        if (this.dedicated.delete(client)) this.onClosed();
+        if (!this.dedicated.delete(client)) return;
+        this.dedicatedCount--;
+        this.onClosed();
       });
       return client;
     } catch (err) {
       this.total--;
+      this.dedicatedCount--;
       throw err;
     }
   }
@@ -151,6 +161,7 @@ export class ImapPool {
     for (const wake of this.capWaiters.splice(0)) wake();
     this.slots.clear();
     this.dedicated.clear();
+    this.dedicatedCount = 0;
     for (const client of all) client.close();
     this.total = 0;
   }
@@ -253,9 +264,14 @@ export class ImapPool {
   }
 
   private release(conn: Conn): void {
+    // A task that outlived close(): its connection is in no table close() could have emptied.
+    if (this.closed) {
+      conn.client.close();
+      return;
+    }
     const slot = this.slots.get(conn.user);
     if (!slot || !this.untake(slot, conn)) return;
-    if (this.closed || !conn.client.usable) {
+    if (!conn.client.usable) {
       this.discard(conn);
       return;
     }
@@ -349,7 +365,6 @@ export class ImapPool {
       client.on('error', (err: unknown) => this.log.debug({ err, user }, 'imap connection error'));
       try {
         await client.connect();
-        return client;
       } catch (err) {
         client.close();
         const authFailed = (err as { authenticationFailed?: boolean }).authenticationFailed === true;
@@ -359,7 +374,14 @@ export class ImapPool {
         }
         await new Promise((r) => setTimeout(r, delay));
         delay = Math.min(delay * 2, 2000);
+        continue;
       }
+      // The pool closed while this one was logging in: nothing would ever close it.
+      if (this.closed) {
+        client.close();
+        throw unavailable('mail server connections are closed');
+      }
+      return client;
     }
   }
 }

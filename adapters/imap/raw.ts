@@ -262,22 +262,22 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
 export interface FetchOptions {
   changedSince?: number;
   /** Expunged UIDs (QRESYNC VANISHED), EARLIER or not. */
-  onVanished?: (ranges: Array<[number, number]>) => void;
+  onVanished?: (ranges: Array<[number, number]>) => void | Promise<void>;
 }
 
 /**
  * UID FETCH of a range, one row at a time to `onRow` as the server sends them (bounded memory:
  * imapflow does not read on while a handler runs).
  */
-export async function uidFetch(client: ImapFlow, range: string, items: string[], onRow: (row: FetchedRow) => void, options: FetchOptions = {}): Promise<void> {
+export async function uidFetch(client: ImapFlow, range: string, items: string[], onRow: (row: FetchedRow) => void | Promise<void>, options: FetchOptions = {}): Promise<void> {
   const attributes: ImapCompileNode[] = [{ type: 'SEQUENCE', value: range }, items.map(atom)];
   if (options.changedSince !== undefined) {
     attributes.push([atom('CHANGEDSINCE'), atom(String(options.changedSince)), ...(options.onVanished ? [atom('VANISHED')] : [])]);
   }
   const untagged: Record<string, Untagged> = {
-    FETCH: (r) => {
+    FETCH: async (r) => {
       const row = parseFetch(r);
-      if (row) onRow(row);
+      if (row) await onRow(row);
     },
   };
   if (options.onVanished) {
@@ -290,9 +290,60 @@ export async function uidFetch(client: ImapFlow, range: string, items: string[],
 /** `* VANISHED (EARLIER) 1:3,7` → [[1, 3], [7, 7]] */
 export function parseVanished(response: ImapResponse): Array<[number, number]> {
   const attrs = response.attributes ?? [];
-  const set = text(attrs.find((a) => !isList(a)) ?? null);
+  return parseSet(text(attrs.find((a) => !isList(a)) ?? null) ?? '');
+}
+
+// ---------------------------------------------------------------------------------------------
+// UID sets that fit on a command line
+
+/**
+ * Dovecot refuses a command line longer than imap_max_line_length (64 KiB by default) and then
+ * drops the connection, so a UID list is sent as ranges, in commands of at most this many
+ * characters of UID set each.
+ */
+export const MAX_SET_CHARS = 16_000;
+
+/** `[1, 2, 3, 7]` → `['1:3,7']`: ascending UIDs as compact sets, each at most `maxChars` long. */
+export function uidSets(uids: Iterable<number>, maxChars = MAX_SET_CHARS): string[] {
+  const sorted = [...new Set(uids)].sort((a, b) => a - b);
+  const sets: string[] = [];
+  let current = '';
+  for (let i = 0; i < sorted.length; ) {
+    let j = i;
+    while (j + 1 < sorted.length && sorted[j + 1] === sorted[j]! + 1) j++;
+    const part = i === j ? String(sorted[i]) : `${sorted[i]}:${sorted[j]}`;
+    if (current !== '' && current.length + 1 + part.length > maxChars) {
+      sets.push(current);
+      current = '';
+    }
+    current = current === '' ? part : `${current},${part}`;
+    i = j + 1;
+  }
+  if (current !== '') sets.push(current);
+  return sets;
+}
+
+/**
+ * Every UID of the selected mailbox, as ranges: `UID SEARCH RETURN (ALL) ALL` (ESEARCH, RFC
+ * 4731), so 50,000 UIDs arrive as a few ranges rather than one line of 50,000 numbers.
+ */
+export async function uidSearchAll(client: ImapFlow): Promise<Array<[number, number]>> {
+  let ranges: Array<[number, number]> = [];
+  await rawCommand(client, 'UID SEARCH', [atom('RETURN'), [atom('ALL')], atom('ALL')], {
+    ESEARCH: (r) => {
+      const attrs = r.attributes ?? [];
+      for (let i = 0; i + 1 < attrs.length; i++) {
+        if (!isList(attrs[i]) && text(attrs[i])?.toUpperCase() === 'ALL') ranges = parseSet(text(attrs[i + 1]) ?? '');
+      }
+    },
+  });
+  return ranges;
+}
+
+/** `1:3,7` → [[1, 3], [7, 7]] */
+function parseSet(set: string): Array<[number, number]> {
   const out: Array<[number, number]> = [];
-  for (const part of (set ?? '').split(',')) {
+  for (const part of set.split(',')) {
     const m = /^(\d+)(?::(\d+))?$/.exec(part);
     if (!m) continue;
     const a = Number(m[1]);

@@ -5,15 +5,22 @@
 // server is reconciled with UID SEARCH ALL.
 //
 // Every diff is applied in a transaction and only then published as LiveChanges: what the stream
-// says is exactly what the index now holds. Passes of one inbox never overlap (see source.ts).
+// says is exactly what the index now holds. Passes of one inbox never overlap (lib/mail/mirror.ts).
 import type { ImapFlow } from 'imapflow';
 import type { Logger } from 'pino';
 import { idFromGuid } from '../../lib/ids.ts';
 import { fromImapFlags } from '../../lib/mail/flags.ts';
+import { compareLabels } from '../../lib/mail/labels.ts';
 import type { IndexOp, LabelState, LiveChange, Location, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
-import { FLAG_ITEMS, FULL_ITEMS, listStatus, uidFetch, unselect, type FetchedRow, type ListedMailbox } from './raw.ts';
+import { FLAG_ITEMS, FULL_ITEMS, listStatus, uidFetch, uidSearchAll, uidSets, unselect, type FetchedRow, type ListedMailbox } from './raw.ts';
 
 const BATCH = 500;
+/**
+ * A first fill runs newest first in UID ranges: a small first one (the newest page is readable
+ * within a second), then bigger ones. After each, the label's `fillLow` moves down.
+ */
+const FIRST_RANGE = 500;
+const RANGE = 2000;
 
 export type Publish = (inboxId: string, changes: LiveChange[]) => void;
 
@@ -52,10 +59,10 @@ class Batch {
     return this.publish !== null;
   }
 
-  add(op: IndexOp, change: LiveChange | null): void {
+  async add(op: IndexOp, change: LiveChange | null): Promise<void> {
     this.ops.push(op);
     if (change && this.publish) this.changes.push({ op: this.ops.length - 1, change });
-    if (this.ops.length >= BATCH) this.flush();
+    if (this.ops.length >= BATCH) await this.flush();
   }
 
   /** Another batch for the same inbox (a parallel fetch fills its own; it saves no progress). */
@@ -64,23 +71,54 @@ class Batch {
   }
 
   /** Changes already in the index. */
-  announce(changes: LiveChange[]): void {
-    this.flush();
+  async announce(changes: LiveChange[]): Promise<void> {
+    await this.flush();
     if (this.publish && changes.length > 0) this.publish(this.inboxId, changes);
   }
 
-  flush(label?: LabelState): void {
+  async flush(label?: LabelState): Promise<void> {
     const state = label ?? this.progress ?? undefined;
     if (this.ops.length === 0 && !label) return;
-    const unapplied = this.store.apply(this.inboxId, this.ops, state);
+    const ops = this.ops;
+    const pending = this.changes;
+    this.ops = [];
+    this.changes = [];
+    const unapplied = await this.store.apply(this.inboxId, ops, state);
     if (label) this.progress = null;
     // Another process applied a newer state first (and announced it): an older one is no news.
     const skip = new Set(unapplied);
-    const changes = this.changes.filter((c) => !skip.has(c.op)).map((c) => c.change);
-    this.ops = [];
-    this.changes = [];
+    const changes = pending.filter((c) => !skip.has(c.op)).map((c) => c.change);
     if (changes.length > 0) this.publish?.(this.inboxId, changes);
   }
+}
+
+/**
+ * UID ranges from the top down holding FIRST_RANGE messages, then RANGE each, tiling every UID
+ * below `below` (all of them when undefined: then the first range is open-ended, `n:*`, so mail
+ * arriving before it is fetched is in it too).
+ */
+export function descendingRanges(present: ReadonlyArray<readonly [number, number]>, below?: number): Array<{ lo: number; hi: number | null }> {
+  const out: Array<{ lo: number; hi: number | null }> = [];
+  let hi: number | null = below === undefined ? null : below - 1;
+  let size = FIRST_RANGE;
+  let count = 0;
+  for (const [a, top] of [...present].sort((x, y) => y[0] - x[0])) {
+    let b = below === undefined ? top : Math.min(top, below - 1);
+    while (b >= a) {
+      const take = Math.min(size - count, b - a + 1);
+      const low = b - take + 1;
+      count += take;
+      if (count === size) {
+        out.push({ lo: low, hi });
+        hi = low - 1;
+        count = 0;
+        size = RANGE;
+      }
+      b = low - 1;
+    }
+  }
+  if (count > 0 || out.length === 0) out.push({ lo: 1, hi });
+  return out;
 }
 
 // Each change also says where in IMAP it happened (`at`): label, UIDVALIDITY, UID and, for
@@ -122,34 +160,34 @@ export class IndexSync {
    */
   constructor(
     private readonly store: MailIndexStore,
-    private readonly publish: Publish,
     private readonly log: Logger,
     private readonly extra: Extra = () => null,
     private readonly parallel = 1,
   ) {}
 
-  /** One full pass over the inbox on the given connection. */
-  async run(client: ImapFlow, inbox: MailInbox): Promise<SyncStats> {
+  /** One full pass over the inbox on the given connection; `publish` gets each batch applied. */
+  async run(client: ImapFlow, inbox: MailInbox, publish: Publish): Promise<SyncStats> {
     // A first fill (a new inbox, or a lost index) is silent: nothing changed, the index was empty.
-    const seeded = this.store.isSeeded(inbox.id);
-    const publish = seeded ? this.publish : null;
+    const seeded = await this.store.isSeeded(inbox.id);
+    const announce = seeded ? publish : null;
     await unselect(client);
-    const listed = await listStatus(client);
-    const known = new Map(this.store.labels(inbox.id).map((l) => [l.guid, l]));
+    // The first fill takes INBOX first, then the special-use labels: what readers open first.
+    const listed = seeded ? await listStatus(client) : (await listStatus(client)).sort(compareLabels);
+    const known = new Map((await this.store.labels(inbox.id)).map((l) => [l.guid, l]));
     const stats: SyncStats = { labelsChecked: 0, labelsSynced: 0 };
     for (const box of listed) {
       if (!box.selectable) continue;
       stats.labelsChecked++;
       const state = known.get(box.guid) ?? null;
       known.delete(box.guid);
-      if (await this.syncLabel(client, inbox, box, state, publish)) stats.labelsSynced++;
+      if (await this.syncLabel(client, inbox, box, state, announce)) stats.labelsSynced++;
     }
     // Labels deleted on the server: their messages left them.
     for (const gone of known.values()) {
-      const locations = this.store.dropLabel(inbox.id, gone.guid);
-      if (publish && locations.length > 0) publish(inbox.id, locations.map((l) => removed(l, gone.uidValidity)));
+      const locations = await this.store.dropLabel(inbox.id, gone.guid);
+      if (announce && locations.length > 0) announce(inbox.id, locations.map((l) => removed(l, gone.uidValidity)));
     }
-    if (!seeded) this.store.markSeeded(inbox.id, true);
+    if (!seeded) await this.store.markSeeded(inbox.id, true);
     await unselect(client);
     return stats;
   }
@@ -158,8 +196,8 @@ export class IndexSync {
     const renamed = state !== null && (state.path !== box.path || state.specialUse !== box.specialUse);
     // Same UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ: nothing was added, changed or expunged (every
     // expunge raises HIGHESTMODSEQ under CONDSTORE). This is the whole cost of an idle read.
-    if (state && state.uidValidity === box.uidValidity && state.uidNext === box.uidNext && state.highestModseq === box.highestModseq) {
-      if (renamed) this.store.apply(inbox.id, [], { ...state, path: box.path, specialUse: box.specialUse });
+    if (state && state.fillLow == null && state.uidValidity === box.uidValidity && state.uidNext === box.uidNext && state.highestModseq === box.highestModseq) {
+      if (renamed) await this.store.apply(inbox.id, [], { ...state, path: box.path, specialUse: box.specialUse });
       return false;
     }
     const mailbox = await client.mailboxOpen(box.path, { readOnly: true });
@@ -175,8 +213,8 @@ export class IndexSync {
 
     if (!state) {
       // A new label in a seeded inbox reports its messages as added: a mail app made it and
-      // filled it. Its progress is saved with each batch of the fill's first UID range.
-      await this.fill(client, inbox, target, batch, { ...base, uidNext: 1, highestModseq: 0 });
+      // filled it. Its progress is saved after each UID range, newest first.
+      await this.fill(client, inbox, target, batch, { ...base, uidNext: uidNextAtOpen, highestModseq: modseqAtOpen });
     } else if (state.uidValidity !== uidValidity) {
       // A new UIDVALIDITY re-seeds, reporting only what differs by GUID.
       await this.reseed(client, inbox, target, { ...base, highestModseq: modseqAtOpen }, state.uidValidity, batch);
@@ -193,76 +231,124 @@ export class IndexSync {
       if (uidNextAtOpen > state.uidNext) {
         // Flag changes and expunges above are in the same batches, so the old modseq stays until
         // the end: a retry asks for them again and finds nothing new to say.
-        await uidFetch(client, `${state.uidNext}:*`, FULL_ITEMS, (row) => {
+        await uidFetch(client, `${state.uidNext}:*`, FULL_ITEMS, async (row) => {
           if (row.uid < state.uidNext) return;
           batch.progress = { ...base, uidNext: row.uid + 1, highestModseq: state.highestModseq };
-          this.newRow(inbox.id, labelGuid, uidValidity, row, batch);
+          await this.newRow(inbox.id, labelGuid, uidValidity, row, batch);
         });
       }
+      // A fill cut short (a failed pass, a restart): the rest of it, below where it got to.
+      if (state.fillLow != null && state.fillLow > 1) {
+        await batch.flush();
+        await this.fill(client, inbox, target, batch, { ...base, uidNext: state.uidNext, highestModseq: state.highestModseq }, state.fillLow);
+      }
     }
-    batch.flush();
+    await batch.flush();
     let uidNext = Math.max(uidNextAtOpen, state?.uidValidity === uidValidity ? state.uidNext : 1);
-    const maxIndexed = this.maxUid(inbox.id, labelGuid);
+    const maxIndexed = await this.maxUid(inbox.id, labelGuid);
     uidNext = Math.max(uidNext, maxIndexed + 1);
 
     // The safety net: the server's count must match the index. A difference left after the
     // incremental steps (an expunge reported outside our commands) is settled by the UID list.
     const status = await client.status(box.path, { messages: true });
     const serverCount = status && typeof status.messages === 'number' ? status.messages : null;
-    if (serverCount !== null && serverCount !== this.store.countIn(inbox.id, labelGuid)) {
+    if (serverCount !== null && serverCount !== (await this.store.countIn(inbox.id, labelGuid))) {
       await this.reconcile(client, inbox.id, labelGuid, uidValidity, uidNext, batch);
     }
-    batch.flush({ guid: labelGuid, path: box.path, specialUse: box.specialUse, uidValidity, uidNext, highestModseq: modseqAtOpen });
+    await batch.flush({ guid: labelGuid, path: box.path, specialUse: box.specialUse, uidValidity, uidNext, highestModseq: modseqAtOpen, fillLow: null });
     return true;
   }
 
-  private maxUid(inboxId: string, labelGuid: string): number {
-    const [top] = this.store.page(inboxId, labelGuid, null, 1);
+  private async maxUid(inboxId: string, labelGuid: string): Promise<number> {
+    const [top] = await this.store.page(inboxId, labelGuid, null, 1);
     return top?.location.uid ?? 0;
   }
 
-  private newRow(inboxId: string, labelGuid: string, uidValidity: number, row: FetchedRow, batch: Batch): void {
+  private async newRow(inboxId: string, labelGuid: string, uidValidity: number, row: FetchedRow, batch: Batch): Promise<void> {
     if (!row.message || !row.flags) return;
     const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
-    batch.add({ op: 'put', message: row.message, location }, this.isNews(inboxId, location) ? added(row.message.guid, labelGuid, uidValidity, row.uid) : null);
+    await batch.add({ op: 'put', message: row.message, location }, (await this.isNews(inboxId, location)) ? added(row.message.guid, labelGuid, uidValidity, row.uid) : null);
   }
 
   /** Not already indexed at this label and UID (a retried pass fetches rows it already has). */
-  private isNews(inboxId: string, l: Location): boolean {
-    const [known] = this.store.locations(inboxId, l.labelGuid, [l.uid]);
+  private async isNews(inboxId: string, l: Location): Promise<boolean> {
+    const [known] = await this.store.locations(inboxId, l.labelGuid, [l.uid]);
     return known?.msgGuid !== l.msgGuid;
   }
 
-  private flagRow(inboxId: string, labelGuid: string, uidValidity: number, row: FetchedRow, batch: Batch): void {
+  private async flagRow(inboxId: string, labelGuid: string, uidValidity: number, row: FetchedRow, batch: Batch): Promise<void> {
     if (!row.flags) return;
-    const [known] = this.store.locations(inboxId, labelGuid, [row.uid]);
+    const [known] = await this.store.locations(inboxId, labelGuid, [row.uid]);
     if (!known || sameFlags(known.flags, row.flags)) return;
-    batch.add({ op: 'flags', labelGuid, uid: row.uid, modseq: row.modseq, flags: row.flags }, flagsChanged(known, uidValidity, row.modseq, row.flags));
+    await batch.add({ op: 'flags', labelGuid, uid: row.uid, modseq: row.modseq, flags: row.flags }, flagsChanged(known, uidValidity, row.modseq, row.flags));
   }
 
-  private vanished(inboxId: string, labelGuid: string, uidValidity: number, ranges: Array<[number, number]>, batch: Batch): void {
+  private async vanished(inboxId: string, labelGuid: string, uidValidity: number, ranges: Array<[number, number]>, batch: Batch): Promise<void> {
     for (const [from, to] of ranges) {
       // The server may name UIDs we never had; only what the index holds is removed.
       for (let after = from - 1; ; ) {
-        const rows = this.store.uidsOf(inboxId, labelGuid, after, 1000).filter((r) => r.uid <= to);
-        for (const r of rows) batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
+        const rows = (await this.store.uidsOf(inboxId, labelGuid, after, 1000)).filter((r) => r.uid <= to);
+        for (const r of rows) await batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
         if (rows.length < 1000) break;
         after = rows.at(-1)!.uid;
       }
     }
   }
 
-  /** Fills a label the index has never seen, in batches; `progress` is saved as the first range fills. */
-  private async fill(client: ImapFlow, inbox: MailInbox, box: FillTarget, batch: Batch, progress: LabelState): Promise<void> {
+  /**
+   * Fills a label the index has never seen, newest first (or, given `below`, the rest of a fill
+   * cut short there): UID ranges from the top down, on this connection and on any other of the
+   * inbox the pool has free right now (Dovecot parses each message it has not cached: CPU work
+   * it can spread over cores). Once every range above a UID is in, the label's `fillLow` says
+   * so: reads page through the newest messages long before the oldest are in (docs/watch.md).
+   */
+  private async fill(client: ImapFlow, inbox: MailInbox, box: FillTarget, batch: Batch, progress: LabelState, below?: number): Promise<void> {
     const labelGuid = box.guid;
-    await this.fetchAll(client, inbox, box, batch, (row, into, first) => {
+    // Cut by message count, not UID span: a label with few messages over a wide UID span (years
+    // of expunges) is a few ranges, not thousands of empty FETCHes. One ESEARCH says where they are.
+    const ranges = descendingRanges(box.messages === 0 && below === undefined ? [] : await uidSearchAll(client), below);
+    const done = ranges.map(() => false);
+    let next = 0;
+    let filledTo = 0; // ranges[0 .. filledTo - 1] are all in
+    const onRow = async (row: FetchedRow, into: Batch) => {
+      if (!row.message || !row.flags) return;
       const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
-      // The first range starts at UID 1 and arrives in UID order: every UID below this row's is in.
-      if (first) into.progress = { ...progress, uidNext: row.uid + 1 };
-      const news = into.publishing && this.isNews(inbox.id, location);
-      into.add({ op: 'put', message: row.message, location }, news ? added(row.message.guid, labelGuid, box.uidValidity, row.uid) : null);
-    });
-    batch.flush();
+      const news = into.publishing && (await this.isNews(inbox.id, location));
+      await into.add({ op: 'put', message: row.message, location }, news ? added(row.message.guid, labelGuid, box.uidValidity, row.uid) : null);
+    };
+    const work = async (c: ImapFlow, into: Batch) => {
+      while (next < ranges.length) {
+        const i = next++;
+        const r = ranges[i]!;
+        await uidFetch(c, `${r.lo}:${r.hi ?? '*'}`, FULL_ITEMS, (row) => onRow(row, into));
+        // The rows first, then the progress that vouches for them.
+        await into.flush();
+        done[i] = true;
+        const before = filledTo;
+        while (filledTo < ranges.length && done[filledTo]) filledTo++;
+        // The last range's progress is the label's final state, written by the caller.
+        if (filledTo > before && filledTo < ranges.length) await this.store.apply(inbox.id, [], { ...progress, fillLow: ranges[filledTo - 1]!.lo });
+      }
+    };
+    const elsewhere: Array<Promise<void>> = [];
+    if (box.messages >= 4000) {
+      for (let k = 1; k < this.parallel; k++) {
+        const started = this.extra(inbox, async (c) => {
+          const opened = await c.mailboxOpen(box.path, { readOnly: true });
+          // Another UIDVALIDITY means other UIDs: this pass fails and the next starts over.
+          if (Number(opened.uidValidity) !== box.uidValidity) throw new Error(`UIDVALIDITY of ${box.path} changed during its fill`);
+          try {
+            await work(c, batch.sibling());
+          } finally {
+            await unselect(c);
+          }
+        });
+        if (started) elsewhere.push(started);
+      }
+    }
+    const results = await Promise.allSettled([work(client, batch), ...elsewhere]);
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 
   /**
@@ -283,29 +369,29 @@ export class IndexSync {
     // Each GUID the label held, at its lowest old UID (a removal is named by where it was).
     const before = new Map<string, number>();
     for (let after = 0; ; ) {
-      const rows = this.store.uidsOf(inbox.id, labelGuid, after, 5000);
+      const rows = await this.store.uidsOf(inbox.id, labelGuid, after, 5000);
       for (const r of rows) if (!before.has(r.msgGuid)) before.set(r.msgGuid, r.uid);
       if (rows.length < 5000) break;
       after = rows.at(-1)!.uid;
     }
-    this.store.clearStaged(inbox.id, labelGuid);
+    await this.store.clearStaged(inbox.id, labelGuid);
     const staged = new Batch(this.store, inbox.id, null);
     const after = new Set<string>();
     const news: LiveChange[] = [];
     let top = 0;
-    await this.fetchAll(client, inbox, box, staged, (row, into) => {
+    await this.fetchAll(client, inbox, box, staged, async (row, into) => {
       after.add(row.message.guid);
       top = Math.max(top, row.uid);
       const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
       if (batch.publishing && !before.has(row.message.guid)) news.push(added(row.message.guid, labelGuid, box.uidValidity, row.uid));
-      into.add({ op: 'stage', message: row.message, location }, null);
+      await into.add({ op: 'stage', message: row.message, location }, null);
     });
-    staged.flush();
-    this.store.commitStaged(inbox.id, { ...state, uidNext: Math.max(box.uidNext, top + 1) });
+    await staged.flush();
+    await this.store.commitStaged(inbox.id, { ...state, uidNext: Math.max(box.uidNext, top + 1) });
     const gone = [...before]
       .filter(([msgGuid]) => !after.has(msgGuid))
       .map(([msgGuid, uid]) => removed({ msgGuid, labelGuid, uid }, oldUidValidity));
-    batch.announce([...news, ...gone]);
+    await batch.announce([...news, ...gone]);
   }
 
   /**
@@ -313,10 +399,10 @@ export class IndexSync {
    * extra ones only if the pool has them free right now: waiting for more while holding one
    * could deadlock two inboxes at the cap).
    */
-  private async fetchAll(client: ImapFlow, inbox: MailInbox, box: FillTarget, batch: Batch, onRow: (row: FullRow, into: Batch, first: boolean) => void): Promise<void> {
+  private async fetchAll(client: ImapFlow, inbox: MailInbox, box: FillTarget, batch: Batch, onRow: (row: FullRow, into: Batch, first: boolean) => Promise<void>): Promise<void> {
     const fill = (c: ImapFlow, range: string, into: Batch, first = false) =>
-      uidFetch(c, range, FULL_ITEMS, (row) => {
-        if (row.message && row.flags) onRow(row as FullRow, into, first);
+      uidFetch(c, range, FULL_ITEMS, async (row) => {
+        if (row.message && row.flags) await onRow(row as FullRow, into, first);
       });
     const parts = box.messages >= 4000 ? Math.max(1, this.parallel) : 1;
     if (parts === 1) {
@@ -336,7 +422,7 @@ export class IndexSync {
         if (Number(opened.uidValidity) !== box.uidValidity) throw new Error(`UIDVALIDITY of ${box.path} changed during its fill`);
         try {
           await fill(c, range, own);
-          own.flush();
+          await own.flush();
         } finally {
           await unselect(c);
         }
@@ -348,7 +434,7 @@ export class IndexSync {
     const here = (async () => {
       await fill(client, ranges[0]!, batch, true);
       for (const range of leftover) {
-        batch.flush();
+        await batch.flush();
         batch.progress = null;
         await fill(client, range, batch);
       }
@@ -358,25 +444,43 @@ export class IndexSync {
     if (failed) throw failed.reason;
   }
 
-  /** Settles the index against the server's full UID list of the label. */
+  /**
+   * Settles the index against the server's full UID list of the label. The list comes as ranges
+   * (ESEARCH) and the UIDs to fetch go out in bounded sets: a label of any size and any pattern
+   * of expunges stays within Dovecot's command line limit.
+   */
   private async reconcile(client: ImapFlow, inboxId: string, labelGuid: string, uidValidity: number, uidNext: number, batch: Batch): Promise<void> {
-    const found = await client.search({ all: true }, { uid: true });
-    const onServer = new Set(found || []);
-    this.log.debug({ inboxId, labelGuid, server: onServer.size }, 'reconciling a label by its UID list');
-    const missing: number[] = [];
+    const ranges = await uidSearchAll(client);
+    const onServer = (uid: number): boolean => {
+      // Binary search: the ranges are ascending and disjoint.
+      let lo = 0;
+      let hi = ranges.length - 1;
+      while (lo <= hi) {
+        const mid = (lo + hi) >> 1;
+        const [a, b] = ranges[mid]!;
+        if (uid < a) hi = mid - 1;
+        else if (uid > b) lo = mid + 1;
+        else return true;
+      }
+      return false;
+    };
+    ranges.sort((x, y) => x[0] - y[0]);
+    this.log.debug({ inboxId, labelGuid, ranges: ranges.length }, 'reconciling a label by its UID list');
+    const indexed = new Set<number>();
     for (let after = 0; ; ) {
-      const rows = this.store.uidsOf(inboxId, labelGuid, after, 5000);
+      const rows = await this.store.uidsOf(inboxId, labelGuid, after, 5000);
       for (const r of rows) {
-        if (!onServer.has(r.uid)) batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
-        else onServer.delete(r.uid);
+        if (!onServer(r.uid)) await batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
+        else indexed.add(r.uid);
       }
       if (rows.length < 5000) break;
       after = rows.at(-1)!.uid;
     }
     // UIDs the index lacks below uidNext (at or above it, the next pass fetches them).
-    for (const uid of onServer) if (uid < uidNext) missing.push(uid);
-    if (missing.length > 0) {
-      await uidFetch(client, missing.join(','), FULL_ITEMS, (row) => this.newRow(inboxId, labelGuid, uidValidity, row, batch));
+    const missing: number[] = [];
+    for (const [a, b] of ranges) for (let uid = a; uid <= b && uid < uidNext; uid++) if (!indexed.has(uid)) missing.push(uid);
+    for (const set of uidSets(missing)) {
+      await uidFetch(client, set, FULL_ITEMS, (row) => this.newRow(inboxId, labelGuid, uidValidity, row, batch));
     }
   }
 }

@@ -5,8 +5,15 @@
 // signal asks for a sync, and the sync's diffs are the live changes. A poll every `pollMs` and
 // every reconnect ask for one too, so a lost signal or a dropped connection delays a change but
 // never loses it.
+//
+// A Dovecot without NOTIFY (it needs `mailbox_list_index = yes`) is detected once, at the first
+// connection: the watcher then keeps IDLE on INBOX and asks for a pass (one LIST-STATUS when
+// nothing changed) every `fallbackPollMs`, and says it is not `complete`, so reads keep syncing
+// for themselves (docs/mail.md). Without this it would reconnect every few seconds forever.
 import type { ImapFlow } from 'imapflow';
 import type { Logger } from 'pino';
+import type { MailWatcher } from '../../lib/mail/types.ts';
+import { PoolBusyError } from './pool.ts';
 import { atom, onUnsolicited, rawCommand } from './raw.ts';
 
 export interface WatcherOptions {
@@ -15,12 +22,20 @@ export interface WatcherOptions {
   onSignal: () => void;
   log: Logger;
   pollMs: number;
+  /** The poll when the server has no NOTIFY: how late a change outside INBOX may be seen. */
+  fallbackPollMs: number;
 }
+
+/** Said once per process, not once per inbox and reconnect. */
+let toldNoNotify = false;
 
 const EVENTS = ['MessageNew', 'MessageExpunge', 'FlagChange'];
 
-export class Watcher {
+export class Watcher implements MailWatcher {
   private client: ImapFlow | null = null;
+  /** null until the first connection tells; false: the server has no usable NOTIFY. */
+  private notify: boolean | null = null;
+  private fallbackPoll: NodeJS.Timeout | null = null;
   private stopped = false;
   private backoff = 100;
   private retryTimer: NodeJS.Timeout | null = null;
@@ -32,6 +47,16 @@ export class Watcher {
   /** Why the last attempt to connect failed (null once connected). */
   lastError: unknown = null;
 
+  /** Every label's changes are signalled (NOTIFY works here). */
+  get complete(): boolean {
+    return this.live && this.notify === true;
+  }
+
+  /** Refused at the connection cap (not a server that is down). */
+  get refused(): boolean {
+    return this.lastError instanceof PoolBusyError;
+  }
+
   constructor(private readonly o: WatcherOptions) {
     this.poll = setInterval(() => o.onSignal(), o.pollMs);
     this.poll.unref();
@@ -42,6 +67,7 @@ export class Watcher {
     this.stopped = true;
     this.live = false;
     clearInterval(this.poll);
+    if (this.fallbackPoll) clearInterval(this.fallbackPoll);
     if (this.retryTimer) clearTimeout(this.retryTimer);
     const client = this.client;
     this.client = null;
@@ -64,12 +90,7 @@ export class Watcher {
       onUnsolicited(client, 'STATUS', signal);
       onUnsolicited(client, 'LIST', signal);
       await client.mailboxOpen('INBOX', { readOnly: true });
-      await rawCommand(client, 'NOTIFY', [
-        atom('SET'),
-        atom('STATUS'),
-        [atom('SELECTED'), [atom('MessageNew'), [atom('UID'), atom('FLAGS')], atom('MessageExpunge'), atom('FlagChange')]],
-        [atom('PERSONAL'), [...EVENTS.map(atom), atom('MailboxName')]],
-      ]);
+      if (this.notify !== false) await this.setNotify(client);
       // No maxIdleTime is set: IDLE lasts until the connection ends (nothing else is ever sent on
       // it), and the returned promise ends with it. Dovecot's `* OK Still here` during IDLE
       // (imap_idle_notify_interval) keeps the socket timeout from firing on a quiet inbox.
@@ -84,6 +105,37 @@ export class Watcher {
       this.o.log.warn({ err }, 'inbox watcher could not connect; retrying');
       client?.close();
       this.retry();
+    }
+  }
+
+  /** NOTIFY SET, or the fallback when the server has none (not advertised, or refused). */
+  private async setNotify(client: ImapFlow): Promise<void> {
+    let refusal: unknown = null;
+    if (client.capabilities.has('NOTIFY')) {
+      try {
+        await rawCommand(client, 'NOTIFY', [
+          atom('SET'),
+          atom('STATUS'),
+          [atom('SELECTED'), [atom('MessageNew'), [atom('UID'), atom('FLAGS')], atom('MessageExpunge'), atom('FlagChange')]],
+          [atom('PERSONAL'), [...EVENTS.map(atom), atom('MailboxName')]],
+        ]);
+        this.notify = true;
+        return;
+      } catch (err) {
+        // A dead connection is an outage (retried); a NO or BAD on a live one is the server's answer.
+        if (!client.usable) throw err;
+        refusal = err;
+      }
+    }
+    this.notify = false;
+    this.fallbackPoll = setInterval(() => this.o.onSignal(), this.o.fallbackPollMs);
+    this.fallbackPoll.unref();
+    if (!toldNoNotify) {
+      toldNoNotify = true;
+      this.o.log.warn(
+        { err: refusal, pollMs: this.o.fallbackPollMs },
+        'the IMAP server has no NOTIFY (Dovecot needs mailbox_list_index = yes): watching INBOX with IDLE and polling the other folders (docs/mail.md)',
+      );
     }
   }
 

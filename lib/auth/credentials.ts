@@ -1,4 +1,5 @@
-// API tokens (`svc_<token id>_<secret>`) and web session tokens (`<session id>_<secret>`).
+// API tokens (`svc_<token id>_<secret>`), web session tokens (`<session id>_<secret>`) and
+// passkey enrollment invites (`<invite id>_<secret>`).
 // Only a SHA-256 of the secret is stored: the secret is 256 random bits, so a slow hash would
 // add latency to every request without adding safety.
 import { hash as digest, randomBytes, timingSafeEqual } from 'node:crypto';
@@ -7,6 +8,7 @@ import { newId } from '../ids.ts';
 const SECRET = '[A-Za-z0-9_-]{43}';
 const TOKEN_FORMAT = new RegExp(`^svc_(tok_[0-9A-Z]{26})_(${SECRET})$`);
 const SESSION_FORMAT = new RegExp(`^(ses_[0-9A-Z]{26})_(${SECRET})$`);
+const INVITE_FORMAT = new RegExp(`^(inv_[0-9A-Z]{26})_(${SECRET})$`);
 
 export interface Minted {
   id: string;
@@ -29,6 +31,13 @@ export function mintSession(): Minted {
   return { id, credential: `${id}_${secret}`, secretHash: hash(secret) };
 }
 
+/** A passkey enrollment invite (`inv_<id>_<secret>`): single-use, carried in the enrollment link. */
+export function mintInvite(): Minted {
+  const id = newId('inv');
+  const secret = randomBytes(32).toString('base64url');
+  return { id, credential: `${id}_${secret}`, secretHash: hash(secret) };
+}
+
 export interface ParsedCredential {
   id: string;
   secret: string;
@@ -41,6 +50,11 @@ export function parseToken(text: string): ParsedCredential | null {
 
 export function parseSession(text: string): ParsedCredential | null {
   const m = SESSION_FORMAT.exec(text);
+  return m ? { id: m[1]!, secret: m[2]! } : null;
+}
+
+export function parseInvite(text: string): ParsedCredential | null {
+  const m = INVITE_FORMAT.exec(text);
   return m ? { id: m[1]!, secret: m[2]! } : null;
 }
 

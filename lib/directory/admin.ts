@@ -1,6 +1,7 @@
 // Staff operations: what `postern admin …` does. Tokens are issued by staff for now (spec 5.4).
 import { mintSession, mintToken } from '../auth/credentials.ts';
 import { isRole, isScope, ROLES, SCOPES } from '../auth/scopes.ts';
+import type { EpochKeys } from '../crypto/epoch-keys.ts';
 import { ApiError, badRequest, notFound } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
 import { DuplicateError, type DirectoryStore } from './store.ts';
@@ -15,7 +16,13 @@ export function isEmail(value: string): boolean {
 export interface AdminOptions {
   tokenTtlSeconds: number;
   sessionTtlSeconds: number;
+  /** Makes each new inbox's epoch 1 (and rotates epochs). */
+  keys: EpochKeys;
   now?: () => number;
+  /** Told of every inbox added, once stored (the mail watch starts on it). */
+  onInboxAdded?: (inbox: { id: string; imapUser: string; addresses: readonly string[] }) => void;
+  /** Told of every inbox removed, once deleted (its watch stops, its index goes). */
+  onInboxRemoved?: (inboxId: string) => Promise<void>;
 }
 
 export class Admin {
@@ -62,7 +69,27 @@ export class Admin {
     await this.unique(() =>
       this.store.createInbox({ id, projectId: input.projectId, imapUser: input.imapUser, addresses, mode, createdAt: this.now() }),
     );
+    // Made right away, so an inbox never exists without a key to seal its mail to.
+    await this.options.keys.ensure(id);
+    this.options.onInboxAdded?.({ id, imapUser: input.imapUser, addresses });
     return { id };
+  }
+
+  /** Starts a new epoch: new mail is sealed to it, older epochs stay readable. */
+  async rotateKey(inboxId: string): Promise<{ inboxId: string; epoch: number; fingerprint: string }> {
+    const inbox = isId('ibx', inboxId) ? await this.store.getInbox(inboxId) : null;
+    if (!inbox) throw notFound(`no inbox ${inboxId}`);
+    const { epoch, fingerprint } = await this.options.keys.rotate(inbox.id);
+    return { inboxId: inbox.id, epoch, fingerprint };
+  }
+
+  /** Removes the inbox (spec 6.2: its events stay in the project's log). */
+  async removeInbox(id: string): Promise<{ id: string; removed: true }> {
+    const inbox = isId('ibx', id) ? await this.store.getInbox(id) : null;
+    if (!inbox) throw notFound(`no inbox ${id}`);
+    await this.store.deleteInbox(id, this.now());
+    await this.options.onInboxRemoved?.(id);
+    return { id, removed: true };
   }
 
   async grant(memberId: string, inboxId: string, role: string): Promise<{ memberId: string; inboxId: string; role: string }> {

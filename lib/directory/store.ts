@@ -12,6 +12,23 @@ export interface DirectoryStore {
   /** Fails with a DuplicateError when the IMAP user or an address is already taken. */
   createInbox(inbox: Inbox): Promise<void>;
   getInbox(id: string): Promise<Inbox | null>;
+  /** The inbox receiving on this address (compared without regard to case), if any. */
+  findInboxByAddress(address: string): Promise<Inbox | null>;
+  /** The inbox of this IMAP user (compared case-insensitively, as Dovecot does), if any. */
+  getInboxByImapUser(imapUser: string): Promise<Inbox | null>;
+  /**
+   * Deletes the inbox, its addresses and grants. A token narrowed to this inbox alone is revoked
+   * (dropping its only narrowing would widen it to every inbox); one narrowed to several loses
+   * this one. True when the inbox existed.
+   */
+  deleteInbox(id: string, at: number): Promise<boolean>;
+  /** Every inbox of every project, by id: what the mail watch covers. */
+  listInboxes(): Promise<Inbox[]>;
+  /**
+   * Goes up whenever an inbox is added or removed, by any process sharing the store: one cheap
+   * read tells a running server whether `listInboxes` changed.
+   */
+  inboxesVersion(): Promise<number>;
 
   /** Creates or replaces the member's role in the inbox. */
   putGrant(grant: Grant): Promise<void>;

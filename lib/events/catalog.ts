@@ -97,10 +97,28 @@ const SOURCES: Record<EventClass, string> = {
 };
 
 const BUILTINS: BuiltinSpec[] = [
-  mailType('message.received', 'A message arrived in the inbox from outside (delivered by the mail server).', [
-    labelField('The label it was filed in.'),
-    { name: 'size', type: 'integer', minimum: 0, description: 'Bytes.' },
-  ]),
+  {
+    // Recorded by the LMTP ingress (lib/mail/ingress.ts) when Dovecot accepts the message for the
+    // inbox, before Dovecot has given it an id: the message.added that follows names it.
+    name: 'message.received',
+    description:
+      'A message arrived in the inbox from outside: the mail server accepted it for the inbox (sealed first in a zero-access inbox). The message.added that follows names the stored message.',
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the Message-ID header of the message, when it has one',
+    // The ingress always sets recipient, from, size and sealed; they are optional in the schema
+    // so that a message.received from another source (none yet) need not invent them.
+    fields: [
+      { name: 'msgId', type: 'string', pattern: MSG, description: 'The stored message, when known when recorded (the ingress records before Dovecot names it).' },
+      { name: 'recipient', type: 'string', description: 'The envelope recipient: the inbox address it arrived for.' },
+      { name: 'from', type: 'string', description: 'The envelope sender (empty for a bounce).' },
+      { name: 'size', type: 'integer', minimum: 0, description: 'Bytes of the message as it arrived (before sealing).' },
+      { name: 'sealed', type: 'boolean', description: 'True when it was sealed to the inbox key on arrival (zero-access inbox).' },
+      { name: 'epoch', type: 'integer', minimum: 1, description: 'The key epoch it was sealed to (sealed messages only).' },
+      { name: 'messageId', type: 'string', description: 'The Message-ID header, when there is one.' },
+    ],
+  },
   mailType('message.added', 'A message was added to a label (new mail, a copy or a move).', [
     labelField('The label it was added to.'),
     { name: 'uid', type: 'integer', minimum: 1, description: 'Its number in that label.' },
@@ -139,6 +157,7 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'permanent', type: 'boolean', required: true, description: 'False for a temporary failure worth retrying.' },
       { name: 'status', type: 'string', description: 'Enhanced status code, e.g. 5.1.1.' },
       { name: 'recipients', type: 'string[]', description: 'The recipients the failure concerns.' },
+      { name: 'statuses', type: 'string[]', description: 'For a bounce: each recipient\'s enhanced status code, in the order of recipients.' },
       { name: 'messageId', type: 'string' },
       { name: 'draftId', type: 'string' },
     ],

@@ -36,11 +36,12 @@ import type { Bus } from '../bus.ts';
 import { badRequest, unprocessable } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
 import { BUILTIN_TYPES, builtinType, EXT_NAME, extSchemaId, extSource, schemaForFields } from './catalog.ts';
-import { encodeCursor } from './cursor.ts';
+import { Cursors } from './cursor.ts';
 import { eventsChannel, LiveFeed } from './live.ts';
 import type { EventFilter } from './query.ts';
 import { checkData } from './schemas.ts';
-import type { EventStore, StoredEventType } from './store.ts';
+import type { EventStore, ReadResult, StoredEventType } from './store.ts';
+import { newestMatching } from './versions.ts';
 import type { CloudEvent, DataField, EventData, EventType, StoredEvent, Visibility } from './types.ts';
 import type { WarnLog } from '../warn-log.ts';
 
@@ -50,8 +51,10 @@ export const SYSTEM_ACTOR = 'sys_postern';
 export const MAX_DATA_BYTES = 4096;
 export const MAX_SUBJECT = 256;
 export const IDEMPOTENCY_TTL_MS = 24 * 60 * 60 * 1000;
-/** One page reads at most this many positions past its cursor, so a sparse filter stays cheap. */
+/** One page looks at most at this many of the project's events past its cursor, so a sparse filter stays cheap. */
 export const MAX_SCAN = 50_000;
+/** Registered versions read at a time when choosing the one an event matches. */
+const VERSION_BATCH = 16;
 
 export interface RecordInput {
   type: string;
@@ -171,6 +174,9 @@ export class EventLog {
   readonly live: LiveFeed;
   private readonly now: () => number;
   private purgeTimer: NodeJS.Timeout | null = null;
+  /** The project-keyed cursor codec, once its secret was read from the store. */
+  private codec: Cursors | null = null;
+  private loadingCodec: Promise<Cursors> | null = null;
 
   constructor(
     private readonly store: EventStore,
@@ -232,11 +238,7 @@ export class EventLog {
    */
   async publish(input: PublishInput): Promise<PublishResult> {
     if (!EXT_NAME.test(input.type)) throw unprocessable(`type ${input.type} is not a registered ext.* type`);
-    const stored = await this.store.latestType(input.projectId, input.type);
-    if (!stored) throw unprocessable(`type ${input.type} is not registered: register it with POST /event-types`);
-    const type = extType(stored);
-    const wrong = checkData(type.dataSchema, input.data ?? {});
-    if (wrong) throw unprocessable(`${input.type} v${type.version}: ${wrong}`);
+    const type = await this.versionFor(input.projectId, input.type, input.data ?? {});
     // The route checks this too; here it keeps clients out of record()'s keys whoever calls.
     if (input.idempotencyKey !== undefined && !CLIENT_KEY.test(input.idempotencyKey)) {
       throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
@@ -258,6 +260,27 @@ export class EventLog {
       throw unprocessable('Idempotency-Key was already used with a different request in the last 24 hours');
     }
     return { duplicate: true, id: result.eventId };
+  }
+
+  /**
+   * The version an event is recorded as: the newest non-deprecated one its data matches, so a
+   * new version never breaks producers of an older one. Versions are read newest first, a few at
+   * a time: the newest almost always matches. 422 when none does, with what the newest wants.
+   */
+  private async versionFor(projectId: string, name: string, data: EventData): Promise<EventType> {
+    let newest: EventType | null = null;
+    let below: number | null = null;
+    for (;;) {
+      const batch: EventType[] = (await this.store.typeVersions(projectId, name, below, VERSION_BATCH)).map(extType);
+      if (below === null && batch.length === 0) throw unprocessable(`type ${name} is not registered: register it with POST /event-types`);
+      newest ??= batch.find((t) => t.status !== 'deprecated') ?? null;
+      const match = newestMatching(batch, data);
+      if (match) return match;
+      if (batch.length < VERSION_BATCH) break;
+      below = batch[batch.length - 1]!.version;
+    }
+    if (!newest) throw unprocessable(`${name}: every version is deprecated`);
+    throw unprocessable(`${name} v${newest.version}: ${checkData(newest.dataSchema, data)}`);
   }
 
   private async append(e: {
@@ -315,7 +338,8 @@ export class EventLog {
       const channel = this.live.channel ?? eventsChannel(await this.store.logId());
       this.bus.publish(channel, LiveFeed.message(result.event)).catch(() => this.live.heal());
     }
-    return { duplicate: false, stored: { ...result.event, cursor: encodeCursor(result.event.position) } };
+    const cursors = this.codec ?? (await this.cursors());
+    return { duplicate: false, stored: { ...result.event, cursor: cursors.encode(result.event.projectId, result.event.position) } };
   }
 
   /** The catalog: built-in types, and the project's own types when `projectId` is given. */
@@ -382,11 +406,11 @@ export class EventLog {
       types: filter.types,
       maxScan: MAX_SCAN,
     });
-    return { events, cursor: encodeCursor(scannedTo) };
+    return { events, cursor: (this.codec ?? (await this.cursors())).encode(filter.projectId, scannedTo) };
   }
 
   /** Events for a live stream's backfill: no settle delay, since live streams may repeat. */
-  async backfill(filter: EventFilter, after: number, limit: number): Promise<{ events: StoredEvent[]; scannedTo: number }> {
+  async backfill(filter: EventFilter, after: number, limit: number): Promise<ReadResult> {
     return this.store.read({
       projectId: filter.projectId,
       after,
@@ -398,6 +422,19 @@ export class EventLog {
       types: filter.types,
       maxScan: MAX_SCAN,
     });
+  }
+
+  /** Mints and reads this log's cursors (the secret comes from the store, read once). */
+  cursors(): Promise<Cursors> {
+    if (this.codec) return Promise.resolve(this.codec);
+    this.loadingCodec ??= this.store.cursorSecret().then(
+      (secret) => (this.codec = new Cursors(secret)),
+      (err: unknown) => {
+        this.loadingCodec = null;
+        throw err;
+      },
+    );
+    return this.loadingCodec;
   }
 
   lastPosition(): Promise<number> {
@@ -415,6 +452,7 @@ export class EventLog {
 
   /** Starts the live feed, and forgets expired idempotency keys once an hour. */
   async start(): Promise<void> {
+    await this.cursors();
     await this.live.start();
     this.purgeTimer = setInterval(() => {
       this.purgeIdempotency().catch((err: unknown) => this.options.log?.warn({ err }, 'idempotency purge failed'));

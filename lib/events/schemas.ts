@@ -1,32 +1,52 @@
-// Compiles event data schemas once and caches them by content, so a registered type's schema is
-// compiled the first time it is used in this process and never again (DESIGN.md 6). Keyed by a
-// hash of the schema itself: another instance updating a type compatibly changes the key, so a
-// stale compiled schema is never used.
+// Compiles event data schemas and caches them by content, so a registered type's schema is
+// compiled the first time it is used and not again while it stays in use (DESIGN.md 6). Keyed
+// by a hash of the schema itself: another instance updating a type compatibly changes the key,
+// so a stale compiled schema is never used.
+//
+// Bounded for real. Ajv keeps every schema it compiled (its own cache, and each validator and
+// schema in its code scope, which removeSchema() does not clear), so evicting from a map of
+// ours frees nothing. Instead each Ajv compiles at most GENERATION_SIZE schemas; then a fresh
+// Ajv starts an empty generation and the old one, with everything it compiled, is garbage once
+// no caller holds its validators (they are only used synchronously). A schema still in use is
+// compiled again in the new generation on its next use: once per GENERATION_SIZE new schemas.
 import { createHash } from 'node:crypto';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import { describeSchemaError } from '../schema-errors.ts';
 import type { JsonSchemaObject } from './types.ts';
 
-const ajv = new Ajv2020({ allErrors: false, strict: true, coerceTypes: false, useDefaults: false, addUsedSchema: false });
-const cache = new Map<string, ValidateFunction>();
-const MAX_CACHED = 10_000;
+/** Compiled schemas kept at most (about 7 KB of heap each). */
+export const GENERATION_SIZE = 2_000;
 
-const bySchemaObject = new WeakMap<JsonSchemaObject, ValidateFunction>();
+interface Generation {
+  ajv: Ajv2020;
+  compiled: Map<string, ValidateFunction>;
+}
+
+const newGeneration = (): Generation => ({
+  ajv: new Ajv2020({ allErrors: false, strict: true, coerceTypes: false, useDefaults: false, addUsedSchema: false }),
+  compiled: new Map(),
+});
+
+let generation = newGeneration();
+
+// Catalog entries are built once and reused: their key is found by identity, no hashing on the
+// hot path. Only the key is kept here, never a validator, so this holds no generation alive.
+const keys = new WeakMap<JsonSchemaObject, string>();
 
 function compile(schema: JsonSchemaObject): ValidateFunction {
-  // Catalog entries are built once and reused: found by identity, no hashing on the hot path.
-  const known = bySchemaObject.get(schema);
-  if (known) return known;
-  const { $id: _ignored, ...rest } = schema;
-  const key = createHash('sha256').update(JSON.stringify(rest)).digest('base64url');
-  let fn = cache.get(key);
-  if (!fn) {
-    // Bounded: a pathological number of distinct types evicts the oldest, it is not a leak.
-    if (cache.size >= MAX_CACHED) cache.delete(cache.keys().next().value!);
-    fn = ajv.compile(rest);
-    cache.set(key, fn);
+  let key = keys.get(schema);
+  if (key === undefined) {
+    const { $id: _ignored, ...rest } = schema;
+    key = createHash('sha256').update(JSON.stringify(rest)).digest('base64url');
+    keys.set(schema, key);
   }
-  bySchemaObject.set(schema, fn);
+  let fn = generation.compiled.get(key);
+  if (!fn) {
+    if (generation.compiled.size >= GENERATION_SIZE) generation = newGeneration();
+    const { $id: _ignored, ...rest } = schema;
+    fn = generation.ajv.compile(rest);
+    generation.compiled.set(key, fn);
+  }
   return fn;
 }
 
@@ -35,4 +55,3 @@ export function checkData(schema: JsonSchemaObject, data: unknown): string | nul
   const fn = compile(schema);
   return fn(data) ? null : describeSchemaError(fn.errors![0]!, 'data');
 }
-

@@ -48,14 +48,20 @@ export interface ReadQuery {
   visibilities: readonly Visibility[];
   /** null: every type; otherwise exact names and `prefix.*` patterns. */
   types: readonly string[] | null;
-  /** Scan no further than this many positions past `after` in one read. */
+  /** Look at no more than this many of the project's rows (of the named inboxes') past `after`. */
   maxScan: number;
 }
 
 export interface ReadResult {
   events: StoredEvent[];
-  /** The highest position the read looked at (≥ after): where the next read starts. */
+  /**
+   * Where the next read starts: the last of the project's rows the read looked at, or `after`.
+   * Never another project's position: a cursor made from it must not move with the rest of the
+   * log (docs/events.md, "Cursors").
+   */
   scannedTo: number;
+  /** True when the read looked at everything up to the end (or the settle horizon). */
+  complete: boolean;
 }
 
 export interface StoredEventType {
@@ -71,6 +77,8 @@ export interface StoredEventType {
 export interface EventStore {
   /** A random id fixed when the log was created: instances sharing this store share it. */
   logId(): Promise<string>;
+  /** A random secret (32 bytes) fixed with the log: cursors are encrypted under keys derived from it. */
+  cursorSecret(): Promise<Uint8Array>;
   append(req: AppendRequest): Promise<AppendResult>;
   read(q: ReadQuery): Promise<ReadResult>;
   /** Every project's events after a position, in order: heals gaps in the live feed. */
@@ -94,8 +102,8 @@ export interface EventStore {
   // The type reads may return the same (frozen in practice: never mutated) object for a row read
   // again unchanged; callers cache what they derive from it by identity.
   getType(projectId: string, name: string, version: number): Promise<StoredEventType | null>;
-  /** The highest registered version of a name. */
-  latestType(projectId: string, name: string): Promise<StoredEventType | null>;
+  /** Registered versions of a name, newest first: at most `limit`, each below `below` (null: any). */
+  typeVersions(projectId: string, name: string, below: number | null, limit: number): Promise<StoredEventType[]>;
   listTypes(projectId: string): Promise<StoredEventType[]>;
 
   /** Forgets idempotency keys older than the cutoff; returns how many. */

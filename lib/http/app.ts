@@ -16,6 +16,8 @@ export interface AppOptions {
   log: Logger;
   /** Mounted under both base addresses. */
   routes: RouteModule[];
+  /** Mounted on {app_url} only, each route choosing its own authentication (passkey sign-in). */
+  appRoutes?: RouteModule[];
   /** Mounted at the root, without authentication (health, metrics, the OpenAPI document). */
   publicRoutes?: RouteModule[];
   trustProxy?: boolean;
@@ -35,7 +37,9 @@ export function listOperations(routes: RouteModule[]): Array<{ method: string; p
 }
 
 export function createApp(options: AppOptions): Koa<AppState> {
-  const app = new Koa<AppState>({ proxy: options.trustProxy ?? false });
+  // Behind a trusted proxy the client is the last X-Forwarded-For entry, the one the proxy added:
+  // entries before it are whatever the client sent, so reading them would let anyone pick an address.
+  const app = new Koa<AppState>({ proxy: options.trustProxy ?? false, maxIpsCount: 1 });
   app.silent = true; // the error middleware logs what matters
 
   app.use(async (ctx, next) => {
@@ -60,6 +64,14 @@ export function createApp(options: AppOptions): Koa<AppState> {
   const root: AppRouter = new Router<AppState>();
   for (const mount of options.publicRoutes ?? []) mount(root);
   app.use(root.routes()).use(root.allowedMethods());
+
+  const appOnly: AppRouter = new Router<AppState>({ prefix: SURFACES.session });
+  appOnly.use(async (ctx, next) => {
+    ctx.state.surface = 'session';
+    await next();
+  });
+  for (const mount of options.appRoutes ?? []) mount(appOnly);
+  app.use(appOnly.routes()).use(appOnly.allowedMethods());
 
   for (const [surface, prefix] of Object.entries(SURFACES) as Array<[Surface, string]>) {
     const router: AppRouter = new Router<AppState>({ prefix });

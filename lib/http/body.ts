@@ -3,8 +3,13 @@ import type { Context } from 'koa';
 import { ApiError, badRequest, tooLarge } from '../errors.ts';
 
 export const DEFAULT_BODY_LIMIT = 256 * 1024;
+const PREALLOCATE_FROM = 1024 * 1024;
 
-/** The raw body, or 413 as soon as it passes `limit` bytes. */
+/**
+ * The raw body, or 413 as soon as it passes `limit` bytes. No timer here: a body that stops coming
+ * is cut by the server's POSTERN_REQUEST_TIMEOUT_MS (lib/http/connections.ts), and the `close`
+ * that follows rejects this.
+ */
 export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
   const declared = Number(ctx.get('content-length') || NaN);
   if (declared > limit) return Promise.reject(tooLarge(`request body is over ${limit} bytes`));
@@ -16,6 +21,9 @@ export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
+    // A large body of declared length is copied into one buffer as it arrives, so it is never
+    // held twice (its chunks and their concatenation) at the end.
+    const whole = declared > PREALLOCATE_FROM ? Buffer.allocUnsafe(declared) : null;
     const done = (err: ApiError | null) => {
       req.off('data', onData);
       req.off('end', onEnd);
@@ -25,7 +33,8 @@ export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
         // Stop reading what is left; the answer (413 or 400) goes out at once.
         req.pause();
         reject(err);
-      } else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      } else if (whole) resolve(whole.subarray(0, size));
+      else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
@@ -34,7 +43,10 @@ export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
         ctx.set('Connection', 'close');
         return done(tooLarge(`request body is over ${limit} bytes`));
       }
-      chunks.push(chunk);
+      if (!whole) chunks.push(chunk);
+      // Node's parser holds a body to its Content-Length; this only guards the copy.
+      else if (size > whole.length) return done(badRequest('request body is longer than its Content-Length'));
+      else chunk.copy(whole, size - chunk.length);
     };
     const onEnd = () => done(null);
     // The client went away mid-body: its fault, and nobody is left to read the answer.

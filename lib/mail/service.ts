@@ -2,6 +2,7 @@
 // served from the index after the mail source has brought it up to date.
 import { createHash } from 'node:crypto';
 import { isApiError, notFound, unavailable } from '../errors.ts';
+import type { MailMirror } from './mirror.ts';
 import { guidFromId, idFromGuid } from '../ids.ts';
 import { fromImapFlags, toImapFlag, type Flag, type WebFlag } from './flags.ts';
 import { compareLabels } from './labels.ts';
@@ -14,6 +15,7 @@ import type {
   MailInbox,
   MailSource,
   MessageDetail,
+  Place,
   MessageRecord,
   MessageSummary,
   Unwatch,
@@ -44,10 +46,15 @@ class DerivedCache<T> {
   private readonly entries = new Map<string, { version: number; value: T }>();
   constructor(private readonly max: number) {}
 
-  get(key: string, version: number, make: () => T): T {
+  /**
+   * A hit costs no store read beyond the version. The version is read before `make` reads the
+   * rows, so a write in between can only file newer rows under an older version (recomputed at
+   * the next read), never older rows under a newer one.
+   */
+  async get(key: string, version: number, make: () => Promise<T>): Promise<T> {
     const hit = this.entries.get(key);
     if (hit && hit.version === version) return hit.value;
-    const value = make();
+    const value = await make();
     this.entries.delete(key);
     if (this.entries.size >= this.max) this.entries.delete(this.entries.keys().next().value!);
     this.entries.set(key, { version, value });
@@ -56,7 +63,10 @@ class DerivedCache<T> {
 }
 
 /** Returns a function that withdraws the announcement (the change did not happen). */
-export type FlagChangeAnnouncer = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string) => () => void;
+export type FlagChangeAnnouncer = (inboxId: string, at: readonly Place[], flags: readonly Flag[], actor: string) => () => void;
+
+/** How many times a flag change follows a message a mail app keeps moving before it gives up (503). */
+const STORE_ATTEMPTS = 3;
 
 export class MailService {
   private readonly pages = new DerivedCache<Page | null>(2000);
@@ -64,16 +74,16 @@ export class MailService {
 
   constructor(
     private readonly index: MailIndexStore,
+    private readonly mirror: MailMirror,
     private readonly source: MailSource,
     /** Told of each flag change the API is about to make, and whose it is (the event log's actor). */
     private readonly announce: FlagChangeAnnouncer = () => () => undefined,
   ) {}
 
   async labels(inbox: MailInbox): Promise<Label[]> {
-    await this.source.refresh(inbox);
-    const counts = this.index.counts(inbox.id);
-    return this.index
-      .labels(inbox.id)
+    await this.mirror.refresh(inbox);
+    const [counts, labels] = await Promise.all([this.index.counts(inbox.id), this.index.labels(inbox.id)]);
+    return labels
       .sort(compareLabels)
       .map((l) => {
         const c = counts.get(l.guid) ?? { total: 0, unread: 0 };
@@ -90,21 +100,35 @@ export class MailService {
   async messages(inbox: MailInbox, labelId: string, options: { limit: number; before?: number }): Promise<Page> {
     const guid = guidFromId('lbl', labelId);
     if (!guid) throw notFound('label not found');
-    await this.source.refresh(inbox);
+    // During the inbox's first fill the page is answered as soon as the fill has it all.
+    await this.mirror.refresh(inbox, () => this.filled(inbox.id, guid, options));
     // The addresses decide `direction`: a change to them must not serve an old page.
     const key = `${inbox.id} ${guid} ${options.before ?? ''} ${options.limit} ${inbox.addresses.join(',')}`;
-    const page = this.pages.get(key, this.index.version(inbox.id), () => this.page(inbox, guid, options));
+    const page = await this.pages.get(key, await this.index.version(inbox.id), () => this.page(inbox, guid, options));
     if (!page) throw notFound('label not found');
     return page;
   }
 
-  private page(inbox: MailInbox, guid: string, options: { limit: number; before?: number }): Page | null {
-    if (!this.index.label(inbox.id, guid)) return null;
+  /**
+   * Whether the index holds this page whole while the label's first fill runs (newest first):
+   * every UID from `fillLow` up is in, so a page whose next row (the one telling whether there
+   * is a next page) is at or above it is complete, cursor included. Never a page with a gap.
+   */
+  private async filled(inboxId: string, guid: string, options: { limit: number; before?: number }): Promise<boolean> {
+    const label = await this.index.label(inboxId, guid);
+    if (!label) return false;
+    if (label.fillLow == null) return true;
+    const rows = await this.index.page(inboxId, guid, options.before ?? null, options.limit + 1);
+    return rows.length > options.limit && rows.at(-1)!.location.uid >= label.fillLow;
+  }
+
+  private async page(inbox: MailInbox, guid: string, options: { limit: number; before?: number }): Promise<Page | null> {
+    if (!(await this.index.label(inbox.id, guid))) return null;
     // One more than asked tells whether a next page exists without a count.
-    const rows = this.index.page(inbox.id, guid, options.before ?? null, options.limit + 1);
+    const rows = await this.index.page(inbox.id, guid, options.before ?? null, options.limit + 1);
     const more = rows.length > options.limit;
     const shown = rows.slice(0, options.limit);
-    const sent = new Set(this.index.labels(inbox.id).filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
+    const sent = new Set((await this.index.labels(inbox.id)).filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
     const messages = shown.map(({ message, location }) => summarize(message, location, location.uid, directionOf(inbox, message, [location], sent)));
     const last = shown.at(-1);
     return more && last ? { messages, before: last.location.uid } : { messages };
@@ -112,18 +136,18 @@ export class MailService {
 
   /** The detail and its ETag, which changes with any change to what the detail says. */
   async message(inbox: MailInbox, msgId: string): Promise<{ detail: MessageDetail; etag: string }> {
-    await this.source.refresh(inbox);
-    const found = this.details.get(`${inbox.id} ${msgId} ${inbox.addresses.join(',')}`, this.index.version(inbox.id), () => this.detail(inbox, msgId));
+    await this.mirror.refresh(inbox);
+    const found = await this.details.get(`${inbox.id} ${msgId} ${inbox.addresses.join(',')}`, await this.index.version(inbox.id), () => this.detail(inbox, msgId));
     if (!found) throw notFound('message not found');
     return found;
   }
 
-  private detail(inbox: MailInbox, msgId: string): { detail: MessageDetail; etag: string } | null {
+  private async detail(inbox: MailInbox, msgId: string): Promise<{ detail: MessageDetail; etag: string } | null> {
     const guid = guidFromId('msg', msgId);
-    const stored = guid ? this.index.message(inbox.id, guid) : null;
+    const stored = guid ? await this.index.message(inbox.id, guid) : null;
     if (!stored || stored.locations.length === 0) return null;
-    const found = this.find(inbox, msgId);
-    const labels = this.index.labels(inbox.id);
+    const found = await this.find(inbox, msgId);
+    const labels = await this.index.labels(inbox.id);
     const primary = primaryLocation(found.locations, labels);
     const sent = new Set(labels.filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
     const m = found.message;
@@ -142,55 +166,80 @@ export class MailService {
   /**
    * Spec 3.1: an IMAP STORE on every label the message is in; returns the flags after it. A flag
    * both added and removed is refused by the route (400) before this is called.
+   *
+   * The answer is the truth. The index may be behind a mail app that just moved or expunged the
+   * message (a live watcher is trusted without a sync), and a STORE on a UID that is gone is a
+   * no-op in IMAP: so the STORE says where it found nothing, that label is synced, and the change
+   * follows the message to where it is now; 404 only when it is gone from every label.
    */
   async changeFlags(inbox: MailInbox, msgId: string, add: readonly WebFlag[], remove: readonly WebFlag[], actor: string): Promise<Flag[]> {
-    await this.source.refresh(inbox);
-    const found = this.find(inbox, msgId);
+    await this.mirror.refresh(inbox);
+    let found = await this.find(inbox, msgId);
     if (add.length > 0 || remove.length > 0) {
-      // Each place the message is in gets its own flags, each changed the same way.
-      const withdraw: Array<() => void> = [];
-      for (const l of found.locations) {
-        const before = fromImapFlags(l.flags).flags;
-        const now = new Set<Flag>(before);
-        for (const f of add) now.add(f);
-        for (const f of remove) now.delete(f);
-        // No change, no event: nothing to attribute.
-        if (now.size !== before.length || before.some((f) => !now.has(f))) {
-          withdraw.push(this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], [...now], actor));
-        }
-      }
-      try {
-        await this.source.storeFlags(
-          inbox,
-          found.locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid })),
-          add.map(toImapFlag),
-          remove.map(toImapFlag),
-        );
-      } catch (err) {
-        if (isApiError(err)) throw err;
-        // Refused by the server: most likely the message or its label went away meanwhile.
-        for (const w of withdraw) w();
-        await this.source.refresh(inbox);
-        this.find(inbox, msgId);
-        throw unavailable('the mail server did not accept the change; try again');
+      for (let attempt = 1; ; attempt++) {
+        const missed = await this.store(inbox, found.locations, add, remove, actor);
+        // The change reaches the index (and the stream) through the same sync as any other. Unlike
+        // a read, this one may not fall back on the index: it would answer with the flags from before.
+        await this.mirror.syncNow(inbox).catch((err: unknown) => {
+          throw isApiError(err) && err.status === 503 ? err : unavailable('the change was made but could not be read back from the mail server; try again');
+        });
+        found = await this.find(inbox, msgId);
+        if (missed.length === 0) break;
+        // Still somewhere (moved, or copied before an expunge): the STORE goes to where it is now
+        // (again where it is already done: idempotent, and nothing announced there twice).
+        if (attempt >= STORE_ATTEMPTS) throw unavailable('the message keeps moving on the mail server; try again');
       }
     }
-    const after = this.find(inbox, msgId);
-    return fromImapFlags(primaryLocation(after.locations, this.index.labels(inbox.id)).flags).flags;
+    return fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).flags;
+  }
+
+  /**
+   * One STORE at each place of the message (the index may be a moment behind, so even where it
+   * shows the flags already); returns the places where the message was not. Every announcement
+   * of a change that did not happen is withdrawn, whatever went wrong: a mail app's identical
+   * change must not be put down to this caller.
+   */
+  private async store(inbox: MailInbox, locations: readonly Location[], add: readonly WebFlag[], remove: readonly WebFlag[], actor: string): Promise<Place[]> {
+    const withdraw = new Map<string, () => void>();
+    const places = locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid }));
+    for (const l of locations) {
+      const before = fromImapFlags(l.flags).flags;
+      const now = new Set<Flag>(before);
+      for (const f of add) now.add(f);
+      for (const f of remove) now.delete(f);
+      // No change, no event: nothing to attribute.
+      if (now.size === before.length && before.every((f) => now.has(f))) continue;
+      withdraw.set(`${l.labelGuid}:${l.uid}`, this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], [...now], actor));
+    }
+    let missed: Place[];
+    try {
+      ({ missed } = await this.source.storeFlags(inbox, places, add.map(toImapFlag), remove.map(toImapFlag)));
+    } catch (err) {
+      for (const w of withdraw.values()) w();
+      if (isApiError(err)) throw err;
+      // Refused by the server: most likely the message or its label went away meanwhile.
+      await this.mirror.syncNow(inbox).catch(() => undefined);
+      await this.find(inbox, msgIdOf(locations));
+      throw unavailable('the mail server did not accept the change; try again');
+    }
+    for (const m of missed) withdraw.get(`${m.labelGuid}:${m.uid}`)?.();
+    return missed;
   }
 
   watch(inbox: MailInbox, listener: (change: LiveChange) => void, onGap?: () => void): Promise<Unwatch> {
-    return this.source.watch(inbox, listener, onGap);
+    return this.mirror.watch(inbox, listener, onGap);
   }
 
-  private find(inbox: MailInbox, msgId: string): { message: MessageRecord; locations: [Location, ...Location[]] } {
+  private async find(inbox: MailInbox, msgId: string): Promise<{ message: MessageRecord; locations: [Location, ...Location[]] }> {
     const guid = guidFromId('msg', msgId);
-    const found = guid ? this.index.message(inbox.id, guid) : null;
+    const found = guid ? await this.index.message(inbox.id, guid) : null;
     const [first, ...rest] = found?.locations ?? [];
     if (!found || !first) throw notFound('message not found');
     return { message: found.message, locations: [first, ...rest] };
   }
 }
+
+const msgIdOf = (locations: readonly Location[]): string => messageId(locations[0]!.msgGuid);
 
 /** The location whose flags a message shows outside a label: the first in label order. */
 function primaryLocation(locations: [Location, ...Location[]], labels: LabelState[]): Location {

@@ -93,6 +93,11 @@ export interface LabelState {
   uidNext: number;
   /** Every change up to this modseq has been applied. */
   highestModseq: number;
+  /**
+   * A first fill under way (newest first): every UID from this one up to `uidNext` is indexed,
+   * those below not yet. null: the label is complete. Left out of a write: unchanged.
+   */
+  fillLow?: number | null;
 }
 
 /** Per message, the same in every label it is in. */
@@ -135,19 +140,43 @@ export interface PageRow {
   location: Location;
 }
 
+/**
+ * Promise-returning like every store port (DESIGN: PostgreSQL comes later as another adapter),
+ * though SQLite answers at once.
+ */
+export interface IndexStatus {
+  seeded: boolean;
+  /** Distinct messages, and their places (a message in two labels is two). */
+  messages: number;
+  locations: number;
+  labels: number;
+  /** The last sync pass that worked, ms since the epoch; null: never. */
+  syncedAt: number | null;
+  /** The last push hint for it, ms since the epoch; null: none. */
+  hintedAt: number | null;
+  /** The process watching it over NOTIFY (the lease), if any. */
+  watcher: { holder: string; expiresAt: number } | null;
+}
+
 export interface MailIndexStore {
   /**
    * Changes whenever anything of the inbox's index changes, by any process sharing the store: it
    * is kept in the store and bumped in the same transaction as the write.
    */
-  version(inboxId: string): number;
+  version(inboxId: string): Promise<number>;
   /** True once the inbox's index was filled completely at least once. */
-  isSeeded(inboxId: string): boolean;
-  markSeeded(inboxId: string, seeded: boolean): void;
-  labels(inboxId: string): LabelState[];
-  label(inboxId: string, guid: string): LabelState | null;
+  isSeeded(inboxId: string): Promise<boolean>;
+  markSeeded(inboxId: string, seeded: boolean): Promise<void>;
+  /** A sync pass of the inbox worked at `at` (ms since the epoch). */
+  markSynced(inboxId: string, at: number): Promise<void>;
+  /** What the index holds of the inbox, for `postern admin inbox status`. */
+  status(inboxId: string): Promise<IndexStatus>;
+  /** Forgets the inbox's index entirely (the inbox was removed); its events are not the index's. */
+  dropInbox(inboxId: string): Promise<void>;
+  labels(inboxId: string): Promise<LabelState[]>;
+  label(inboxId: string, guid: string): Promise<LabelState | null>;
   /** total and unread per label guid. */
-  counts(inboxId: string): Map<string, { total: number; unread: number }>;
+  counts(inboxId: string): Promise<Map<string, { total: number; unread: number }>>;
   /**
    * Applies the ops and (optionally) a label's new state in one transaction. Several processes
    * may apply diffs of one inbox in any order, so nothing goes backwards: a `flags` op applies
@@ -158,23 +187,23 @@ export interface MailIndexStore {
    * holds, or a `flags` or `remove` op for a location no longer there. Their changes are not
    * news: whoever applied the newer state announced it.
    */
-  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): number[];
+  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): Promise<number[]>;
   /** Removes a label and every location in it; returns the locations removed. */
-  dropLabel(inboxId: string, guid: string): Location[];
+  dropLabel(inboxId: string, guid: string): Promise<Location[]>;
   /** Forgets the staged rows of a label (a refill that did not complete). */
-  clearStaged(inboxId: string, labelGuid: string): void;
+  clearStaged(inboxId: string, labelGuid: string): Promise<void>;
   /**
    * In one transaction: replaces the label's locations with its staged rows and saves its state.
    * Messages no label holds any more are dropped.
    */
-  commitStaged(inboxId: string, label: LabelState): void;
-  locations(inboxId: string, labelGuid: string, uids: readonly number[]): Location[];
+  commitStaged(inboxId: string, label: LabelState): Promise<void>;
+  locations(inboxId: string, labelGuid: string, uids: readonly number[]): Promise<Location[]>;
   /** Every (uid, msgGuid) of a label, in UID order, in pages. */
-  uidsOf(inboxId: string, labelGuid: string, afterUid: number, limit: number): Array<{ uid: number; msgGuid: string }>;
-  countIn(inboxId: string, labelGuid: string): number;
+  uidsOf(inboxId: string, labelGuid: string, afterUid: number, limit: number): Promise<Array<{ uid: number; msgGuid: string }>>;
+  countIn(inboxId: string, labelGuid: string): Promise<number>;
   /** Newest first: UIDs below `before`, at most `limit`. */
-  page(inboxId: string, labelGuid: string, before: number | null, limit: number): PageRow[];
-  message(inboxId: string, msgGuid: string): { message: MessageRecord; locations: Location[] } | null;
+  page(inboxId: string, labelGuid: string, before: number | null, limit: number): Promise<PageRow[]>;
+  message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null>;
 }
 
 /**
@@ -182,14 +211,41 @@ export interface MailIndexStore {
  * an inbox over IMAP; the others hear its changes through the Bus. A lease not renewed before it
  * expires may be taken by another process.
  */
+/** What a running `serve` says of how it watches every inbox (issue 12), for `inbox status`. */
+export interface WatchReport {
+  mode: 'push' | 'notify' | 'off';
+  /** Why this mode: what POSTERN_WATCH and POSTERN_HINT_LISTEN said. */
+  reason: string;
+  /** Inboxes the process knows of (the directory as it last read it). */
+  inboxes: number;
+  /** Push mode: hints taken since the process started, the last one, and the push verdict. */
+  hints: number;
+  lastHintAt: number | null;
+  /** The last time a sweep found a change no hint had announced (hints lost or not configured). */
+  missedHintAt: number | null;
+  /** Reads trust the index on the strength of hints (docs/watch.md). */
+  pushHealthy: boolean;
+  /** A few words on the verdict, for an operator. */
+  verdict: string;
+}
+
+/** Where the reports are kept, shared by every process on the store. */
+export interface WatchReports {
+  putWatchReport(origin: string, report: WatchReport, at: number): Promise<void>;
+  /** Reports written since `since` (ms since the epoch), newest first. */
+  watchReports(since: number): Promise<Array<{ origin: string; report: WatchReport; updatedAt: number }>>;
+  /** A hint came for the inbox at `at`. */
+  markHinted(inboxId: string, at: number): Promise<void>;
+}
+
 export interface WatchLeases {
   /**
    * Takes, or renews, the lease of each inbox for `holder` until `ttlMs` from now, in one write.
    * Returns the inboxes `holder` holds now: not those another holder's unexpired lease keeps.
    */
-  claim(inboxIds: readonly string[], holder: string, ttlMs: number): Set<string>;
+  claim(inboxIds: readonly string[], holder: string, ttlMs: number): Promise<Set<string>>;
   /** Gives up `holder`'s leases of these inboxes (another process may take them at once). */
-  release(inboxIds: readonly string[], holder: string): void;
+  release(inboxIds: readonly string[], holder: string): Promise<void>;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,19 +253,53 @@ export interface WatchLeases {
 
 export type Unwatch = () => Promise<void>;
 
+/** A place of a message in IMAP: a label and its UID there. */
+export interface Place {
+  labelGuid: string;
+  uid: number;
+}
+
+/**
+ * A connection that listens to one inbox and says when something may have changed. Whether the
+ * index may be trusted without a sync while it runs is the domain's call (MailMirror), from
+ * `live` and `complete`.
+ */
+export interface MailWatcher {
+  /** Settles after the first attempt to connect, whether it worked or not. */
+  readonly started: Promise<void>;
+  /** Connected and listening. */
+  readonly live: boolean;
+  /**
+   * Every label's changes are signalled as they happen (NOTIFY). False on a server without
+   * NOTIFY: only INBOX is, the others at the next poll.
+   */
+  readonly complete: boolean;
+  /** Why the last attempt to connect failed (null once connected). */
+  readonly lastError: unknown;
+  /** The attempt was refused because the server connections are at their cap (a 503). */
+  readonly refused: boolean;
+  stop(): Promise<void>;
+}
+
+/**
+ * The mail server, as the domain needs it: IMAP in adapters/imap. It speaks the protocol; when
+ * to sync, when to trust the index, and who watches belong to MailMirror (mirror.ts).
+ */
 export interface MailSource {
   /**
-   * Makes the index reflect every change made before this call (one LIST-STATUS when nothing
-   * changed; nothing when a live watcher keeps the inbox current).
+   * One sync pass: afterwards the index reflects every change made before the pass started.
+   * `onApplied` gets each batch of changes as the index applies it. The caller never runs two
+   * passes of one inbox at once.
    */
-  refresh(inbox: MailInbox): Promise<void>;
+  /** `background`: a fill or a sweep nobody waits on; it never takes the connection a read needs (the bulk lane). */
+  sync(inbox: MailInbox, onApplied: (changes: LiveChange[]) => void, options?: { background?: boolean }): Promise<void>;
   /**
-   * Adds and removes IMAP flags on the message in the given labels (an IMAP STORE), then
-   * refreshes; a refresh that fails is a 503 (never the index as it was before the STORE).
+   * Adds and removes IMAP flags at these places (UID STORE). Resolves with the places where the
+   * STORE found no message (moved or expunged meanwhile, a no-op in IMAP): the change did not
+   * happen there.
    */
-  storeFlags(inbox: MailInbox, at: ReadonlyArray<{ labelGuid: string; uid: number }>, add: string[], remove: string[]): Promise<void>;
-  /** Live changes of the inbox, from the same diffs the index applies. Resolves once watching. */
-  /** `onGap`: changes may have been missed (see MailLiveFeed.subscribe). */
-  watch(inbox: MailInbox, listener: (change: LiveChange) => void, onGap?: () => void): Promise<Unwatch>;
+  storeFlags(inbox: MailInbox, at: readonly Place[], add: string[], remove: string[]): Promise<{ missed: Place[] }>;
+  /** Starts listening to the inbox: `onSignal` whenever something may have changed. */
+  watch(inbox: MailInbox, onSignal: () => void): MailWatcher;
   close(): Promise<void>;
 }

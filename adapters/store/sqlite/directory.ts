@@ -9,6 +9,7 @@ import type {
   SessionRecord,
   TokenRecord,
 } from '../../../lib/directory/types.ts';
+import type { Statement } from 'better-sqlite3';
 import type { Db } from './db.ts';
 
 interface InboxRow {
@@ -102,6 +103,10 @@ export class SqliteDirectoryStore implements DirectoryStore {
         'INSERT INTO inbox_addresses (address, inbox_id, position) VALUES (?, ?, ?)',
       ),
       getInbox: db.prepare(`${INBOX_SELECT} WHERE i.id = ?`),
+      // lower() on both sides uses the index of migration 010 (ASCII case only, as SQLite's lower()).
+      findInboxByAddress: db.prepare(`${INBOX_SELECT} WHERE i.id = (SELECT inbox_id FROM inbox_addresses WHERE lower(address) = lower(?) LIMIT 1)`),
+      getInboxByImapUser: db.prepare(`${INBOX_SELECT} WHERE i.imap_user = ? COLLATE NOCASE`),
+      listInboxes: db.prepare(`${INBOX_SELECT} ORDER BY i.id`),
       putGrant: db.prepare(`INSERT INTO grants (member_id, inbox_id, role, created_at) VALUES (?, ?, ?, ?)
         ON CONFLICT (member_id, inbox_id) DO UPDATE SET role = excluded.role`),
       deleteGrant: db.prepare('DELETE FROM grants WHERE member_id = ? AND inbox_id = ?'),
@@ -168,6 +173,43 @@ export class SqliteDirectoryStore implements DirectoryStore {
   async getInbox(id: string): Promise<Inbox | null> {
     const row = this.q.getInbox.get(id) as InboxRow | undefined;
     return row ? toInbox(row) : null;
+  }
+
+  async findInboxByAddress(address: string): Promise<Inbox | null> {
+    const row = this.q.findInboxByAddress.get(address) as InboxRow | undefined;
+    return row ? toInbox(row) : null;
+  }
+
+  async getInboxByImapUser(imapUser: string): Promise<Inbox | null> {
+    const row = this.q.getInboxByImapUser.get(imapUser) as InboxRow | undefined;
+    return row ? toInbox(row) : null;
+  }
+
+  async deleteInbox(id: string, at: number): Promise<boolean> {
+    return this.db.transaction(() => {
+      this.db
+        .prepare(`UPDATE tokens SET revoked_at = ? WHERE revoked_at IS NULL
+          AND id IN (SELECT token_id FROM token_inboxes WHERE inbox_id = ?)
+          AND (SELECT count(*) FROM token_inboxes t WHERE t.token_id = tokens.id) = 1`)
+        .run(at, id);
+      // Its keys go with it: nothing may open its mail through Postern any more, and a sealed
+      // private key kept for an inbox that no longer exists is only a liability.
+      for (const table of ['message_keys', 'epoch_keys', 'token_inboxes', 'grants', 'inbox_addresses']) this.db.prepare(`DELETE FROM ${table} WHERE inbox_id = ?`).run(id);
+      return this.db.prepare('DELETE FROM inboxes WHERE id = ?').run(id).changes > 0;
+    })();
+  }
+
+  // Raised by triggers on `inboxes` in the same transaction as the insert or delete (migration
+  // 020), so every writer bumps it. Prepared on first use: the store also opens older schemas.
+  private versionQuery: Statement | null = null;
+
+  async inboxesVersion(): Promise<number> {
+    this.versionQuery ??= this.db.prepare('SELECT version FROM inbox_catalog WHERE id = 1').pluck();
+    return this.versionQuery.get() as number;
+  }
+
+  async listInboxes(): Promise<Inbox[]> {
+    return (this.q.listInboxes.all() as InboxRow[]).map(toInbox);
   }
 
   async putGrant(g: Grant): Promise<void> {

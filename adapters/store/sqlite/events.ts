@@ -56,6 +56,13 @@ interface Pending {
   error?: unknown;
 }
 
+/** The prepared reads of one filter shape: the fast page, the bounded page, and how far a short page looked. */
+interface ReadShape {
+  direct: Statement<unknown[], EventRow>;
+  rows: Statement<unknown[], EventRow>;
+  scanned: Statement<unknown[], { last: number | null; n: number }>;
+}
+
 const VISIBILITY_SET: ReadonlySet<string> = new Set(VISIBILITIES);
 
 /** Appends give up when another process has held the write lock this long, as other writes do. */
@@ -104,7 +111,7 @@ export class SqliteEventStore implements EventStore {
     readAll: Statement<[number, number], EventRow>;
     positionOf: Statement<[string, string], { position: number }>;
     getType: Statement<[string, string, number], TypeRow>;
-    latestType: Statement<[string, string], TypeRow>;
+    typeVersions: Statement<[string, string, number, number], TypeRow>;
     listTypes: Statement<[string], TypeRow>;
     putType: Statement<[string, string, number, string, string, number, number]>;
     purge: Statement<[number]>;
@@ -114,7 +121,7 @@ export class SqliteEventStore implements EventStore {
   private readonly types = new Map<string, StoredEventType>();
   /** While another process holds the write lock: when this batch started waiting. */
   private waitingSince: number | null = null;
-  private readonly reads = new Map<string, Statement<unknown[], EventRow>>();
+  private readonly reads = new Map<string, ReadShape>();
   private readonly upsertTx: (
     projectId: string,
     name: string,
@@ -141,7 +148,7 @@ export class SqliteEventStore implements EventStore {
       readAll: db.prepare(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`),
       positionOf: db.prepare('SELECT position FROM events WHERE project_id = ? AND event_id = ?'),
       getType: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? AND version = ?'),
-      latestType: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? ORDER BY version DESC LIMIT 1'),
+      typeVersions: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? AND version < ? ORDER BY version DESC LIMIT ?'),
       listTypes: db.prepare('SELECT * FROM event_types WHERE project_id = ? ORDER BY name, version'),
       putType: db.prepare(`INSERT INTO event_types (project_id, name, version, description, fields, created_at, updated_at)
         VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -233,6 +240,10 @@ export class SqliteEventStore implements EventStore {
     return (this.db.prepare('SELECT id FROM event_log').get() as { id: string }).id;
   }
 
+  async cursorSecret(): Promise<Uint8Array> {
+    return (this.db.prepare('SELECT cursor_secret FROM event_log').get() as { cursor_secret: Buffer }).cursor_secret;
+  }
+
   append(req: AppendRequest): Promise<AppendResult> {
     return new Promise((resolve, reject) => {
       if (this.queue.length === 0) setImmediate(() => this.flush());
@@ -270,51 +281,65 @@ export class SqliteEventStore implements EventStore {
   }
 
   async read(q: ReadQuery): Promise<ReadResult> {
-    let upTo = q.after + q.maxScan;
-    if (q.recordedBefore !== null) {
-      upTo = Math.min(upTo, this.s.horizon.get(q.recordedBefore)?.position ?? 0);
-    } else {
-      upTo = Math.min(upTo, this.s.last.get()?.position ?? 0);
-    }
-    if (upTo <= q.after) return { events: [], scannedTo: q.after };
-    const inboxes = q.inboxes ?? q.allowedInboxes;
+    const upTo =
+      q.recordedBefore !== null ? (this.s.horizon.get(q.recordedBefore)?.position ?? 0) : (this.s.last.get()?.position ?? 0);
+    if (upTo <= q.after) return { events: [], scannedTo: q.after, complete: true };
     const exact = q.types ? q.types.filter((t) => !t.endsWith('*')) : [];
     const globs = q.types ? q.types.filter((t) => t.endsWith('*')) : [];
-    const stmt = this.readStatement(q.visibilities, q.inboxes !== null, inboxes.length, q.types !== null, exact.length, globs.length);
-    // With an inbox filter, only its inboxes (each one the caller may use: the route checked).
-    const rows = stmt.all(q.projectId, q.after, upTo, ...inboxes, ...exact, ...globs, q.limit);
-    // A full page stops at its last event; otherwise everything up to the horizon was scanned.
-    const scannedTo = rows.length === q.limit ? rows[rows.length - 1]!.position : upTo;
-    return { events: rows.map(toEvent), scannedTo };
+    const shape = this.readShape(q.visibilities, q.inboxes?.length ?? null, q.allowedInboxes.length, q.types !== null, exact.length, globs.length);
+    const filters = [...(q.inboxes ?? q.allowedInboxes), ...exact, ...globs, q.limit];
+    // Fast path, the plain query: within maxScan positions there are at most maxScan of the
+    // project's rows, so a full page here is exactly the full page of the bounded scan below.
+    const quick = shape.direct.all(q.projectId, q.after, Math.min(upTo, q.after + q.maxScan), ...filters);
+    if (quick.length === q.limit) return { events: quick.map(toEvent), scannedTo: quick[quick.length - 1]!.position, complete: false };
+    const scan = q.inboxes ? [...q.inboxes.flatMap((inbox) => [inbox, q.projectId, q.after, upTo]), q.maxScan] : [q.projectId, q.after, upTo, q.maxScan];
+    const rows = shape.rows.all(...scan, ...(q.inboxes === null ? q.allowedInboxes : []), ...exact, ...globs, q.limit);
+    if (rows.length === q.limit) return { events: rows.map(toEvent), scannedTo: rows[rows.length - 1]!.position, complete: false };
+    // A short page: the cursor moves to the last row the scan looked at, the project's (or its
+    // named inboxes'), so it never moves with other projects' events (docs/events.md, "Cursors").
+    const seen = shape.scanned.get(...scan)!;
+    return { events: rows.map(toEvent), scannedTo: seen.last ?? q.after, complete: seen.n < q.maxScan };
   }
 
   /**
-   * The SELECT for one shape of filter, prepared once: lists become placeholders (never JSON
-   * unpacked per row), visibilities are literals from the closed enum.
+   * The SELECTs for one shape of filter, prepared once: lists become placeholders (never JSON
+   * unpacked per row), visibilities are literals from the closed enum. The inner scan walks an
+   * index in position order, over the project's rows or each named inbox's (merged), and stops
+   * after `maxScan` rows, so a sparse filter costs a bounded read; who may see what and the types
+   * are filtered on top.
    */
-  private readStatement(visibilities: readonly Visibility[], only: boolean, inboxes: number, typed: boolean, exact: number, globs: number): Statement<unknown[], EventRow> {
+  private readShape(visibilities: readonly Visibility[], named: number | null, allowed: number, typed: boolean, exact: number, globs: number): ReadShape {
     const vis = visibilities.filter((v) => VISIBILITY_SET.has(v));
-    const key = `${vis.join(',')}|${only}|${inboxes}|${typed}|${exact}|${globs}`;
-    let stmt = this.reads.get(key);
-    if (!stmt) {
+    const key = `${vis.join(',')}|${named}|${allowed}|${typed}|${exact}|${globs}`;
+    let shape = this.reads.get(key);
+    if (!shape) {
       const marks = (n: number) => Array.from({ length: n }, () => '?').join(', ');
-      const inboxCond = only
-        ? `inbox_id IN (${marks(inboxes)})`
-        : inboxes > 0
-          ? `(inbox_id IS NULL OR inbox_id IN (${marks(inboxes)}))`
-          : 'inbox_id IS NULL';
+      // Named inboxes (each one the caller may use: the route checked): one ordered index scan
+      // each, merged by SQLite as it goes (a compound ORDER BY), never sorted whole.
+      const scan = (cols: string) =>
+        named === null
+          ? `SELECT ${cols} FROM events WHERE project_id = ? AND position > ? AND position <= ? ORDER BY position LIMIT ?`
+          : `${Array.from({ length: named }, () => `SELECT ${cols} FROM events WHERE inbox_id = ? AND project_id = ? AND position > ? AND position <= ?`).join(' UNION ALL ')}
+            ORDER BY position LIMIT ?`;
+      const visCond = `visibility IN (${vis.length ? vis.map((v) => `'${v}'`).join(', ') : "''"})`;
+      const inboxCond =
+        named !== null ? `inbox_id IN (${marks(named)})` : allowed > 0 ? `(inbox_id IS NULL OR inbox_id IN (${marks(allowed)}))` : 'inbox_id IS NULL';
       const typeParts = [...(exact > 0 ? [`type IN (${marks(exact)})`] : []), ...Array.from({ length: globs }, () => 'type GLOB ?')];
-      const typeCond = typed ? `AND (${typeParts.length ? typeParts.join(' OR ') : '0'})` : '';
-      stmt = this.db.prepare(`SELECT ${COLUMNS} FROM events
-        WHERE project_id = ? AND position > ? AND position <= ?
-          AND visibility IN (${vis.length ? vis.map((v) => `'${v}'`).join(', ') : "''"})
-          AND ${inboxCond} ${typeCond}
-        ORDER BY position LIMIT ?`) as Statement<unknown[], EventRow>;
+      const typeConds = typed ? [`(${typeParts.length ? typeParts.join(' OR ') : '0'})`] : [];
+      // On top of the bounded scan; the named inboxes are the scan itself.
+      const conds = [visCond, ...(named === null ? [inboxCond] : []), ...typeConds];
+      shape = {
+        direct: this.db.prepare(`SELECT ${COLUMNS} FROM events
+          WHERE project_id = ? AND position > ? AND position <= ? AND ${[visCond, inboxCond, ...typeConds].join(' AND ')}
+          ORDER BY position LIMIT ?`) as Statement<unknown[], EventRow>,
+        rows: this.db.prepare(`SELECT ${COLUMNS} FROM (${scan(COLUMNS)}) WHERE ${conds.join(' AND ')} ORDER BY position LIMIT ?`) as Statement<unknown[], EventRow>,
+        scanned: this.db.prepare(`SELECT MAX(position) AS last, COUNT(*) AS n FROM (${scan('position')})`) as Statement<unknown[], { last: number | null; n: number }>,
+      };
       // Bounded: shapes vary with the number of inboxes; the oldest shape goes first.
       if (this.reads.size >= 256) this.reads.delete(this.reads.keys().next().value!);
-      this.reads.set(key, stmt);
+      this.reads.set(key, shape);
     }
-    return stmt;
+    return shape;
   }
 
   async readAll(after: number, limit: number): Promise<StoredEvent[]> {
@@ -343,9 +368,8 @@ export class SqliteEventStore implements EventStore {
     return row ? this.typeOf(row) : null;
   }
 
-  async latestType(projectId: string, name: string): Promise<StoredEventType | null> {
-    const row = this.s.latestType.get(projectId, name);
-    return row ? this.typeOf(row) : null;
+  async typeVersions(projectId: string, name: string, below: number | null, limit: number): Promise<StoredEventType[]> {
+    return this.s.typeVersions.all(projectId, name, below ?? Number.MAX_SAFE_INTEGER, limit).map((r) => this.typeOf(r));
   }
 
   async listTypes(projectId: string): Promise<StoredEventType[]> {

@@ -2,7 +2,8 @@
 // through one transaction per batch so a label's sync state never runs ahead of its rows.
 import type { Statement } from 'better-sqlite3';
 import type { SpecialUse } from '../../../lib/mail/labels.ts';
-import type { IndexOp, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases } from '../../../lib/mail/types.ts';
+import type { IndexOp, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
+import { notFound } from '../../../lib/errors.ts';
 import type { Db } from './db.ts';
 
 interface LabelRow {
@@ -12,6 +13,7 @@ interface LabelRow {
   uid_validity: number;
   uid_next: number;
   highest_modseq: number;
+  fill_low: number | null;
 }
 
 interface MessageRow {
@@ -44,6 +46,20 @@ const toLabel = (r: LabelRow): LabelState => ({
   uidValidity: r.uid_validity,
   uidNext: r.uid_next,
   highestModseq: r.highest_modseq,
+  fillLow: r.fill_low,
+});
+
+/** A label's row to write; `fillLow` left out keeps what the row says (a rename, say). */
+const labelParams = (inboxId: string, l: LabelState) => ({
+  inboxId,
+  guid: l.guid,
+  path: l.path,
+  specialUse: l.specialUse,
+  uidValidity: l.uidValidity,
+  uidNext: l.uidNext,
+  highestModseq: l.highestModseq,
+  fillLow: l.fillLow ?? null,
+  keepFill: l.fillLow === undefined ? 1 : 0,
 });
 
 const toMessage = (r: MessageRow): MessageRecord => ({
@@ -71,9 +87,12 @@ const toLocation = (r: LocationRow): Location => ({
 
 const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() === '\\seen') ? 1 : 0);
 
+/** A write for an inbox removed meanwhile: to a read racing the removal, the inbox is gone. */
+const removedInbox = () => notFound('inbox not found: it was removed');
+
 const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
 
-export class SqliteMailIndex implements MailIndexStore, WatchLeases {
+export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   private readonly s: Record<string, Statement>;
   // `mail_inboxes.version` is bumped in the same transaction as every index write: readers keep
   // derived results until it changes. It lives in the store because every process sharing it
@@ -84,6 +103,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases {
   private readonly commitStagedTx: (inboxId: string, label: LabelState) => void;
   private readonly claimTx: (inboxIds: readonly string[], holder: string, ttlMs: number) => Set<string>;
   private readonly releaseTx: (inboxIds: readonly string[], holder: string) => void;
+  private readonly dropInboxTx: (inboxId: string) => void;
 
   constructor(db: Db) {
     const p = (sql: string) => db.prepare(sql);
@@ -92,16 +112,38 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases {
       // A new row starts its version at the clock (microsecond scale), not at 1: an index deleted
       // and rebuilt never repeats a version a cache may still hold.
       markSeeded: p(`INSERT INTO mail_inboxes (inbox_id, seeded, version) VALUES (?, ?, ?)
-        ON CONFLICT (inbox_id) DO UPDATE SET seeded = excluded.seeded, version = version + 1`),
+        ON CONFLICT (inbox_id) DO UPDATE SET seeded = excluded.seeded, version = version + 1 WHERE removed_at IS NULL`),
+      removedAt: p('SELECT removed_at FROM mail_inboxes WHERE inbox_id = ?').pluck(),
+      tombstone: p(`INSERT INTO mail_inboxes (inbox_id, seeded, version, removed_at) VALUES (@inboxId, 0, @version, @at)
+        ON CONFLICT (inbox_id) DO UPDATE SET seeded = 0, version = version + 1, synced_at = NULL, removed_at = excluded.removed_at`),
       bump: p(`INSERT INTO mail_inboxes (inbox_id, seeded, version) VALUES (?, 0, ?)
         ON CONFLICT (inbox_id) DO UPDATE SET version = version + 1`),
       version: p('SELECT version FROM mail_inboxes WHERE inbox_id = ?').pluck(),
-      labels: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq FROM mail_labels WHERE inbox_id = ?'),
-      label: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
-      putLabel: p(`INSERT INTO mail_labels (inbox_id, guid, path, special_use, uid_validity, uid_next, highest_modseq)
-        VALUES (@inboxId, @guid, @path, @specialUse, @uidValidity, @uidNext, @highestModseq)
+      markSynced: p(`INSERT INTO mail_inboxes (inbox_id, seeded, version, synced_at) VALUES (?, 0, ?, ?)
+        ON CONFLICT (inbox_id) DO UPDATE SET synced_at = excluded.synced_at WHERE removed_at IS NULL`),
+      statusInbox: p('SELECT seeded, synced_at, hinted_at FROM mail_inboxes WHERE inbox_id = ?'),
+      markHinted: p('UPDATE mail_inboxes SET hinted_at = ? WHERE inbox_id = ? AND removed_at IS NULL'),
+      putReport: p(`INSERT INTO watch_reports (origin, report, updated_at) VALUES (?, ?, ?)
+        ON CONFLICT (origin) DO UPDATE SET report = excluded.report, updated_at = excluded.updated_at`),
+      reports: p('SELECT origin, report, updated_at FROM watch_reports WHERE updated_at >= ? ORDER BY updated_at DESC'),
+      // Reports of processes gone for a day are of no use to anyone.
+      pruneReports: p('DELETE FROM watch_reports WHERE updated_at < ?'),
+      statusCounts: p(`SELECT (SELECT count(*) FROM mail_messages WHERE inbox_id = @id) AS messages,
+        (SELECT count(*) FROM mail_locations WHERE inbox_id = @id) AS locations,
+        (SELECT count(*) FROM mail_labels WHERE inbox_id = @id) AS labels`),
+      statusLease: p('SELECT holder, expires_at FROM mail_watch_leases WHERE inbox_id = ?'),
+      labels: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = ?'),
+      label: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
+      // A fill's progress only goes down, and a complete label (NULL) stays complete: processes
+      // filling the same label at once never make it look less filled than it is.
+      putLabel: p(`INSERT INTO mail_labels (inbox_id, guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low)
+        VALUES (@inboxId, @guid, @path, @specialUse, @uidValidity, @uidNext, @highestModseq, @fillLow)
         ON CONFLICT (inbox_id, guid) DO UPDATE SET path = excluded.path, special_use = excluded.special_use,
           uid_validity = excluded.uid_validity,
+          fill_low = CASE WHEN uid_validity <> excluded.uid_validity THEN excluded.fill_low
+            WHEN @keepFill = 1 THEN fill_low
+            WHEN fill_low IS NULL OR excluded.fill_low IS NULL THEN NULL
+            ELSE min(fill_low, excluded.fill_low) END,
           uid_next = CASE WHEN uid_validity = excluded.uid_validity THEN max(uid_next, excluded.uid_next) ELSE excluded.uid_next END,
           highest_modseq = CASE WHEN uid_validity = excluded.uid_validity THEN max(highest_modseq, excluded.highest_modseq) ELSE excluded.highest_modseq END`),
       counts: p('SELECT label_guid, count(*) AS total, count(*) - sum(seen) AS unread FROM mail_locations WHERE inbox_id = ? GROUP BY label_guid'),
@@ -149,6 +191,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases {
     };
 
     this.applyTx = db.transaction((inboxId: string, ops: readonly IndexOp[], label?: LabelState) => {
+      this.present(inboxId);
       const orphans = new Set<string>();
       const unapplied: number[] = [];
       for (const [i, op] of ops.entries()) {
@@ -178,12 +221,13 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases {
         }
       }
       for (const guid of orphans) this.s.gcMessage!.run({ inboxId, guid });
-      if (label) this.s.putLabel!.run({ inboxId, ...label });
+      if (label) this.s.putLabel!.run(labelParams(inboxId, label));
       this.bump(inboxId);
       return unapplied;
     });
 
     this.dropTx = db.transaction((inboxId: string, guid: string) => {
+      this.present(inboxId);
       const removed = (this.s.labelLocations!.all(inboxId, guid) as LocationRow[]).map(toLocation);
       const staged = this.s.stagedGuids!.all(inboxId, guid) as string[];
       this.s.dropLocations!.run(inboxId, guid);
@@ -195,18 +239,20 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases {
     });
 
     this.clearStagedTx = db.transaction((inboxId: string, labelGuid: string) => {
+      this.present(inboxId);
       const staged = this.s.stagedGuids!.all(inboxId, labelGuid) as string[];
       this.s.dropStaged!.run(inboxId, labelGuid);
       for (const guid of staged) this.s.gcMessage!.run({ inboxId, guid });
     });
 
     this.commitStagedTx = db.transaction((inboxId: string, label: LabelState) => {
+      this.present(inboxId);
       const old = this.s.labelGuids!.all(inboxId, label.guid) as string[];
       this.s.dropLocations!.run(inboxId, label.guid);
       this.s.unstage!.run(inboxId, label.guid);
       this.s.dropStaged!.run(inboxId, label.guid);
       for (const guid of old) this.s.gcMessage!.run({ inboxId, guid });
-      this.s.putLabel!.run({ inboxId, ...label });
+      this.s.putLabel!.run(labelParams(inboxId, label));
       this.bump(inboxId);
     });
 
@@ -223,17 +269,27 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases {
     this.releaseTx = db.transaction((inboxIds: readonly string[], holder: string) => {
       for (const inboxId of inboxIds) this.s.release!.run(inboxId, holder);
     });
+    const dropInbox = ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases'].map((table) =>
+      p(`DELETE FROM ${table} WHERE inbox_id = ?`),
+    );
+    // The inbox's row stays as a tombstone (a few bytes; inbox ids are never reused): a pass
+    // that was running when the inbox was removed, here or in another process, has its next
+    // write refused instead of writing the index back.
+    this.dropInboxTx = db.transaction((inboxId: string) => {
+      for (const statement of dropInbox) statement.run(inboxId);
+      this.s.tombstone!.run({ inboxId, version: Date.now() * 1000, at: Date.now() });
+    });
   }
 
-  claim(inboxIds: readonly string[], holder: string, ttlMs: number): Set<string> {
+  async claim(inboxIds: readonly string[], holder: string, ttlMs: number): Promise<Set<string>> {
     return inboxIds.length === 0 ? new Set() : this.claimTx(inboxIds, holder, ttlMs);
   }
 
-  release(inboxIds: readonly string[], holder: string): void {
+  async release(inboxIds: readonly string[], holder: string): Promise<void> {
     if (inboxIds.length > 0) this.releaseTx(inboxIds, holder);
   }
 
-  version(inboxId: string): number {
+  async version(inboxId: string): Promise<number> {
     return (this.s.version!.get(inboxId) as number | undefined) ?? 0;
   }
 
@@ -242,45 +298,85 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases {
     this.s.bump!.run(inboxId, Date.now() * 1000);
   }
 
-  isSeeded(inboxId: string): boolean {
+  async isSeeded(inboxId: string): Promise<boolean> {
     return this.s.seeded!.get(inboxId) === 1;
   }
 
-  markSeeded(inboxId: string, seeded: boolean): void {
-    this.s.markSeeded!.run(inboxId, seeded ? 1 : 0, Date.now() * 1000);
+  async markSeeded(inboxId: string, seeded: boolean): Promise<void> {
+    if (this.s.markSeeded!.run(inboxId, seeded ? 1 : 0, Date.now() * 1000).changes === 0) throw removedInbox();
   }
 
-  labels(inboxId: string): LabelState[] {
+  /** Inside a write's transaction: the inbox was not removed (removal wins over any pass). */
+  private present(inboxId: string): void {
+    if (this.s.removedAt!.get(inboxId) != null) throw removedInbox();
+  }
+
+  async markSynced(inboxId: string, at: number): Promise<void> {
+    this.s.markSynced!.run(inboxId, Date.now() * 1000, at);
+  }
+
+  async status(inboxId: string): Promise<IndexStatus> {
+    const inbox = this.s.statusInbox!.get(inboxId) as { seeded: number; synced_at: number | null; hinted_at: number | null } | undefined;
+    const counts = this.s.statusCounts!.get({ id: inboxId }) as { messages: number; locations: number; labels: number };
+    const lease = this.s.statusLease!.get(inboxId) as { holder: string; expires_at: number } | undefined;
+    return {
+      seeded: inbox?.seeded === 1,
+      ...counts,
+      syncedAt: inbox?.synced_at ?? null,
+      hintedAt: inbox?.hinted_at ?? null,
+      watcher: lease && lease.expires_at > Date.now() ? { holder: lease.holder, expiresAt: lease.expires_at } : null,
+    };
+  }
+
+  async markHinted(inboxId: string, at: number): Promise<void> {
+    this.s.markHinted!.run(at, inboxId);
+  }
+
+  async putWatchReport(origin: string, report: WatchReport, at: number): Promise<void> {
+    this.s.putReport!.run(origin, JSON.stringify(report), at);
+    this.s.pruneReports!.run(at - 86_400_000);
+  }
+
+  async watchReports(since: number): Promise<Array<{ origin: string; report: WatchReport; updatedAt: number }>> {
+    const rows = this.s.reports!.all(since) as Array<{ origin: string; report: string; updated_at: number }>;
+    return rows.map((r) => ({ origin: r.origin, report: JSON.parse(r.report) as WatchReport, updatedAt: r.updated_at }));
+  }
+
+  async dropInbox(inboxId: string): Promise<void> {
+    this.dropInboxTx(inboxId);
+  }
+
+  async labels(inboxId: string): Promise<LabelState[]> {
     return (this.s.labels!.all(inboxId) as LabelRow[]).map(toLabel);
   }
 
-  label(inboxId: string, guid: string): LabelState | null {
+  async label(inboxId: string, guid: string): Promise<LabelState | null> {
     const row = this.s.label!.get(inboxId, guid) as LabelRow | undefined;
     return row ? toLabel(row) : null;
   }
 
-  counts(inboxId: string): Map<string, { total: number; unread: number }> {
+  async counts(inboxId: string): Promise<Map<string, { total: number; unread: number }>> {
     const rows = this.s.counts!.all(inboxId) as Array<{ label_guid: string; total: number; unread: number }>;
     return new Map(rows.map((r) => [r.label_guid, { total: r.total, unread: r.unread }]));
   }
 
-  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): number[] {
+  async apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): Promise<number[]> {
     return this.applyTx(inboxId, ops, label);
   }
 
-  dropLabel(inboxId: string, guid: string): Location[] {
+  async dropLabel(inboxId: string, guid: string): Promise<Location[]> {
     return this.dropTx(inboxId, guid);
   }
 
-  clearStaged(inboxId: string, labelGuid: string): void {
+  async clearStaged(inboxId: string, labelGuid: string): Promise<void> {
     this.clearStagedTx(inboxId, labelGuid);
   }
 
-  commitStaged(inboxId: string, label: LabelState): void {
+  async commitStaged(inboxId: string, label: LabelState): Promise<void> {
     this.commitStagedTx(inboxId, label);
   }
 
-  locations(inboxId: string, labelGuid: string, uids: readonly number[]): Location[] {
+  async locations(inboxId: string, labelGuid: string, uids: readonly number[]): Promise<Location[]> {
     const out: Location[] = [];
     for (const uid of uids) {
       const row = this.s.locationByUid!.get(inboxId, labelGuid, uid) as LocationRow | undefined;
@@ -289,21 +385,21 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases {
     return out;
   }
 
-  uidsOf(inboxId: string, labelGuid: string, afterUid: number, limit: number): Array<{ uid: number; msgGuid: string }> {
+  async uidsOf(inboxId: string, labelGuid: string, afterUid: number, limit: number): Promise<Array<{ uid: number; msgGuid: string }>> {
     return this.s.uidsOf!.all(inboxId, labelGuid, afterUid, limit) as Array<{ uid: number; msgGuid: string }>;
   }
 
-  countIn(inboxId: string, labelGuid: string): number {
+  async countIn(inboxId: string, labelGuid: string): Promise<number> {
     return this.s.countIn!.get(inboxId, labelGuid) as number;
   }
 
-  page(inboxId: string, labelGuid: string, before: number | null, limit: number): PageRow[] {
+  async page(inboxId: string, labelGuid: string, before: number | null, limit: number): Promise<PageRow[]> {
     // UIDs are 32-bit: 2^32 is above every UID.
     const rows = this.s.page!.all(inboxId, labelGuid, before ?? 2 ** 32, limit) as Array<LocationRow & MessageRow>;
     return rows.map((r) => ({ message: toMessage(r), location: toLocation(r) }));
   }
 
-  message(inboxId: string, msgGuid: string): { message: MessageRecord; locations: Location[] } | null {
+  async message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null> {
     const row = this.s.message!.get(inboxId, msgGuid) as MessageRow | undefined;
     if (!row) return null;
     return { message: toMessage(row), locations: (this.s.messageLocations!.all(inboxId, msgGuid) as LocationRow[]).map(toLocation) };

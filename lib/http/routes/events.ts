@@ -2,8 +2,8 @@
 // GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
 import type { Access, Principal } from '../../auth/access.ts';
 import { ApiError, badRequest, tooLarge, unprocessable } from '../../errors.ts';
-import { decodeCursor, encodeCursor } from '../../events/cursor.ts';
-import { MAX_DATA_BYTES, MAX_SCAN, type EventLog, type NewEventType } from '../../events/log.ts';
+import { Cursors } from '../../events/cursor.ts';
+import { MAX_DATA_BYTES, type EventLog, type NewEventType } from '../../events/log.ts';
 import { compileFilter, filterFor, redactActor, type EventFilter, type EventsQuery } from '../../events/query.ts';
 import type { EventData, StoredEvent } from '../../events/types.ts';
 import { isId } from '../../ids.ts';
@@ -12,6 +12,7 @@ import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
 import { formatFrame, framer, SseStream } from '../sse.ts';
 import type { StreamGuard } from '../stream-guard.ts';
+import type { StreamQuota } from '../stream-quota.ts';
 import type { Validator } from '../validate.ts';
 import type { WarnLog } from '../../warn-log.ts';
 
@@ -33,6 +34,8 @@ export interface EventRouteOptions {
   maxBufferedBytes?: number;
   /** Re-checks each live stream's credential and filter while it runs. */
   guard: StreamGuard;
+  /** Caps the live streams open per credential and per project. */
+  quota: StreamQuota;
   log?: WarnLog;
 }
 
@@ -57,10 +60,20 @@ function wantsStream(ctx: AppContext): boolean {
   return /(^|,)\s*text\/event-stream\s*(;|,|$)/i.test(ctx.get('accept'));
 }
 
-// One serialization of each live frame for all its clients (two forms: with and without actor).
-const fullFrame = framer((e: StoredEvent) => ({ id: encodeCursor(e.position), event: e.type, data: e.json }));
-const redactedFrame = framer((e: StoredEvent) => ({ id: encodeCursor(e.position), event: e.type, data: redactActor(e.json) }));
-const frameOf = (e: StoredEvent, redact: boolean): string => (redact ? redactedFrame(e) : fullFrame(e));
+type FrameOf = (e: StoredEvent, redact: boolean) => string;
+const framers = new WeakMap<Cursors, FrameOf>();
+
+/** One serialization of each live frame for all its clients (two forms: with and without actor). */
+function framesFor(cursors: Cursors): FrameOf {
+  let frameOf = framers.get(cursors);
+  if (!frameOf) {
+    const full = framer((e: StoredEvent) => ({ id: cursors.encode(e.projectId, e.position), event: e.type, data: e.json }));
+    const redacted = framer((e: StoredEvent) => ({ id: cursors.encode(e.projectId, e.position), event: e.type, data: redactActor(e.json) }));
+    frameOf = (e, redact) => (redact ? redacted(e) : full(e));
+    framers.set(cursors, frameOf);
+  }
+  return frameOf;
+}
 
 const READ_RULE = { token: 'events:read', session: true } as const;
 
@@ -71,16 +84,21 @@ export function eventRoutes(o: EventRouteOptions) {
   const { access, events, validator } = o;
 
   /** A cursor, or an event id of the project; null when none was given. */
-  async function startPosition(p: Principal, raw: string | undefined): Promise<number | null> {
+  async function startPosition(p: Principal, raw: string | undefined, cursors: Cursors): Promise<number | null> {
     if (raw === undefined || raw === '') return null;
-    const position = decodeCursor(raw);
+    const position = cursors.decode(p.projectId, raw);
     if (position !== null) return position;
     if (isId('evt', raw)) {
       const found = await events.positionOf(p.projectId, raw);
       if (found === null) throw badRequest('after names an event that is not in this project');
       return found;
     }
-    throw badRequest('after must be a cursor from this API or an event id');
+    // Old cursors carried the global position in clear: honouring them would let anyone probe it.
+    if (Cursors.isLegacy(raw)) {
+      throw badRequest('this cursor is from an earlier version of Postern and is no longer accepted: resume with the id of the last event you processed (after=evt_…)');
+    }
+    // Another project's cursor gets the same answer as garbage: it tells nothing.
+    throw badRequest('after (or Last-Event-ID) must be a cursor of this project from this API, or an event id');
   }
 
   function page(ctx: AppContext, filter: EventFilter, after: number, limit: number) {
@@ -93,10 +111,13 @@ export function eventRoutes(o: EventRouteOptions) {
     });
   }
 
-  function live(ctx: AppContext, q: EventsQuery, initial: EventFilter, after: number | null): void {
+  function live(ctx: AppContext, q: EventsQuery, initial: EventFilter, after: number | null, cursors: Cursors): void {
+    const frameOf = framesFor(cursors);
     // Both change when a re-check finds the caller's reach changed (see `guard.watch` below).
     let filter = initial;
     let matches = compileFilter(filter);
+    // Counted before the stream starts: over a cap, the caller gets a plain 429.
+    const release = o.quota.take('events', ctx.state.principal);
     const sse = new SseStream(ctx, {
       heartbeatMs: o.heartbeatMs,
       maxDurationMs: o.maxDurationMs,
@@ -116,7 +137,10 @@ export function eventRoutes(o: EventRouteOptions) {
       lastSent = e.position;
       sse.enqueue(frameOf(e, filter.redactActor));
     });
-    sse.onClose(unsubscribe);
+    sse.onClose(() => {
+      release();
+      unsubscribe();
+    });
     // Every POSTERN_STREAM_RECHECK_MS the filter is derived again, exactly as for a new request,
     // from the credential as it stands: revoked, expired or ended (401), a scope lost (403), or an
     // inbox named in `inboxes` no longer granted (404) ends the stream with that error. Without
@@ -140,18 +164,18 @@ export function eventRoutes(o: EventRouteOptions) {
       for (;;) {
         const from = lastSent;
         const asked = filter;
-        const { events: rows, scannedTo } = await events.backfill(asked, from, BACKFILL_PAGE);
+        const { events: rows, scannedTo, complete } = await events.backfill(asked, from, BACKFILL_PAGE);
         if (sse.closed) return;
         for (const e of rows) {
           // The filter changed while this page was read: it is applied to the page too.
           if (filter !== asked && !matches(e)) continue;
           // Backfilled rows are this client's alone: formatted directly, not cached.
-          if (!sse.write(formatFrame({ id: encodeCursor(e.position), event: e.type, data: filter.redactActor ? redactActor(e.json) : e.json }))) return;
+          if (!sse.write(formatFrame({ id: cursors.encode(e.projectId, e.position), event: e.type, data: filter.redactActor ? redactActor(e.json) : e.json }))) return;
         }
         lastSent = Math.max(lastSent, scannedTo);
-        // A short page that was not cut by the scan bound reached the end of the log as it was:
-        // what came later is in `pending` or still on its way.
-        if (rows.length < BACKFILL_PAGE && scannedTo - from < MAX_SCAN) break;
+        // A read that reached the end of the log as it was: what came later is in `pending` or
+        // still on its way.
+        if (complete) break;
         // Let the socket drain before the next page, so a resume does not look like a slow client.
         await new Promise<void>((resolve) => setImmediate(resolve));
         if (sse.needsDrain) await sse.drained();
@@ -225,13 +249,14 @@ export function eventRoutes(o: EventRouteOptions) {
       const p = ctx.state.principal;
       const q = validator.query<EventsQuery>(`${SCHEMA}#/$defs/EventsQuery`, ctx.query);
       const filter = await filterFor(access, p, q);
+      const cursors = await events.cursors();
       if (wantsStream(ctx)) {
         // EventSource resends the original URL on reconnect, so Last-Event-ID wins over `after`.
         const resume = ctx.get('last-event-id') || q.after;
-        live(ctx, q, filter, await startPosition(p, resume));
+        live(ctx, q, filter, await startPosition(p, resume, cursors), cursors);
         return;
       }
-      await page(ctx, filter, (await startPosition(p, q.after)) ?? 0, q.limit);
+      await page(ctx, filter, (await startPosition(p, q.after, cursors)) ?? 0, q.limit);
     });
   };
 }

@@ -2,11 +2,12 @@
 import type { Access } from '../../auth/access.ts';
 import type { Config } from '../../config.ts';
 import type { MailService } from '../../mail/service.ts';
-import { publicChange, type LiveChange } from '../../mail/types.ts';
+import { publicChange, type LiveChange, type Unwatch } from '../../mail/types.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import type { AppRouter } from '../context.ts';
 import { framer, SseStream } from '../sse.ts';
 import type { StreamGuard } from '../stream-guard.ts';
+import type { StreamQuota } from '../stream-quota.ts';
 
 // Every subscriber of an inbox receives the same change object: serialize it once for all,
 // as spec 2.12 has it (without the internal `at`).
@@ -15,7 +16,7 @@ const frameOf = framer((change: LiveChange) => ({ event: change.type, data: JSON
 /** Why a stream ends when other processes' changes may have been lost on the way here. */
 const GAP = 'changes may have been missed (the link between Postern processes was interrupted); reconnect and read the inbox again';
 
-export function inboxEventRoutes(access: Access, mail: MailService, stream: Config['stream'], guard: StreamGuard) {
+export function inboxEventRoutes(access: Access, mail: MailService, stream: Config['stream'], guard: StreamGuard, quota: StreamQuota) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/events', allow(access, DEFAULT_RULE), async (ctx) => {
       // Access is settled before anything is streamed: errors are still plain JSON responses.
@@ -26,26 +27,39 @@ export function inboxEventRoutes(access: Access, mail: MailService, stream: Conf
         new SseStream(ctx, options);
         return;
       }
+      // Counted before a watcher is started for it: over a cap, the caller gets a 429 and no
+      // connection of the pool is taken.
+      const release = quota.take('inbox', ctx.state.principal);
       const pending: string[] = [];
       let sse: SseStream | null = null;
       let missed = false;
-      const unwatch = await mail.watch(
-        inbox,
-        (change) => {
-          if (sse) sse.enqueue(frameOf(change));
-          else pending.push(frameOf(change));
-        },
-        () => {
-          missed = true;
-          sse?.endWith(GAP);
-        },
-      );
+      let unwatch: Unwatch;
+      try {
+        unwatch = await mail.watch(
+          inbox,
+          (change) => {
+            if (sse) sse.enqueue(frameOf(change));
+            else pending.push(frameOf(change));
+          },
+          () => {
+            missed = true;
+            sse?.endWith(GAP);
+          },
+        );
+      } catch (err) {
+        release();
+        throw err;
+      }
       if (ctx.req.destroyed) {
+        release();
         await unwatch();
         return;
       }
       sse = new SseStream(ctx, options);
-      sse.onClose(() => void unwatch());
+      sse.onClose(() => {
+        release();
+        void unwatch();
+      });
       // While it runs, the stream is re-checked as a new request would be (same rule, same inbox
       // check): a revoked or expired credential (401), a lost scope (403) or a withdrawn grant
       // (404) ends it with that error.

@@ -3,6 +3,7 @@ import type { Access } from '../../auth/access.ts';
 import { badRequest } from '../../errors.ts';
 import type { WebFlag } from '../../mail/flags.ts';
 import type { MailService } from '../../mail/service.ts';
+import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppRouter } from '../context.ts';
@@ -18,7 +19,7 @@ function matches(header: string, etag: string): boolean {
   return header.split(',').some((t) => t.trim().replace(/^W\//, '') === bare);
 }
 
-export function messageRoutes(access: Access, mail: MailService, validator: Validator) {
+export function messageRoutes(access: Access, mail: MailService, validator: Validator, sealed: SealedMail) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/labels/:label/messages', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
@@ -28,7 +29,8 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
 
     router.get('/inboxes/:inbox/messages/:msg', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
-      const { detail, etag } = await mail.message(inbox, ctx.params.msg!);
+      // With keyEpoch and wrappedDek (spec 2.7): the ETag covers them too.
+      const { detail, etag } = await sealed.detail(inbox, ctx.params.msg!);
       // Private: a browser may keep it, but must ask each time (the ETag makes that cheap).
       ctx.set('Cache-Control', 'private, no-cache');
       ctx.set('ETag', etag);
@@ -38,6 +40,15 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
         return;
       }
       ctx.body = detail;
+    });
+
+    router.get('/inboxes/:inbox/messages/:msg/raw', allow(access, DEFAULT_RULE), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
+      const body = await sealed.raw(inbox, ctx.params.msg!);
+      // Byte-identical on every read, forever (docs/encryption.md): the browser may keep it.
+      ctx.set('Cache-Control', 'private, max-age=31536000, immutable');
+      ctx.type = 'application/octet-stream';
+      ctx.body = body;
     });
 
     router.post('/inboxes/:inbox/messages/:msg/flags', allow(access, { token: 'flags:write', session: true }), async (ctx) => {

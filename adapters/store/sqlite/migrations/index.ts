@@ -1,4 +1,10 @@
 // Every migration, in order. A migration is never edited once released: add the next one.
+//
+// The numbers have gaps (12, 14 and 15 are unused). That is harmless: the runner (db.ts)
+// applies every listed version not yet in schema_migrations, in list order, and never looks for
+// the missing ones. Do not fill a gap: a store already past it would apply the new migration
+// after later ones, in another order than a fresh store. A new migration takes the next number
+// above the highest.
 import directory from './001_directory.ts';
 import events from './002_events.ts';
 import mailIndex from './003_mail_index.ts';
@@ -6,6 +12,16 @@ import eventsInbox from './004_events_inbox.ts';
 import mailStaging from './005_mail_staging.ts';
 import mailVersion from './006_mail_version.ts';
 import mailWatchLeases from './007_mail_watch_leases.ts';
+import keys from './008_keys.ts';
+import messageKeys from './009_message_keys.ts';
+import ingress from './010_ingress.ts';
+import mailOutbox from './011_mail_outbox.ts';
+import eventCursorSecret from './013_event_cursor_secret.ts';
+import passkeys from './016_passkeys.ts';
+import memberKeyBlobs from './017_member_key_blobs.ts';
+import mailSyncedAt from './018_mail_synced_at.ts';
+import mailOutboxCopies from './019_mail_outbox_copies.ts';
+import watchCatalog from './020_watch_catalog.ts';
 
 export interface Migration {
   version: number;
@@ -21,4 +37,14 @@ export const migrations: Migration[] = [
   { version: 5, name: 'mail_staging', sql: mailStaging },
   { version: 6, name: 'mail_version', sql: mailVersion },
   { version: 7, name: 'mail_watch_leases', sql: mailWatchLeases },
+  { version: 8, name: 'keys', sql: keys },
+  { version: 9, name: 'message_keys', sql: messageKeys },
+  { version: 10, name: 'ingress', sql: ingress },
+  { version: 11, name: 'mail_outbox', sql: mailOutbox },
+  { version: 13, name: 'event_cursor_secret', sql: eventCursorSecret },
+  { version: 16, name: 'passkeys', sql: passkeys },
+  { version: 17, name: 'member_key_blobs', sql: memberKeyBlobs },
+  { version: 18, name: 'mail_synced_at', sql: mailSyncedAt },
+  { version: 19, name: 'mail_outbox_copies', sql: mailOutboxCopies },
+  { version: 20, name: 'watch_catalog', sql: watchCatalog },
 ];

@@ -1,0 +1,150 @@
+// OutboxStore on SQLite (table mail_outbox, migration 11; the copies in mail_outbox_copies, 19).
+import type { OutboxEntry, OutboxState, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
+import type { Db } from './db.ts';
+
+interface Row {
+  id: string;
+  inbox_id: string;
+  project_id: string;
+  actor: string;
+  draft_id: string | null;
+  fingerprint: string | null;
+  state: OutboxState;
+  mail_from: string;
+  recipients: number;
+  message_id: string;
+  size: number;
+  attempts: number;
+  claims: number;
+  next_attempt_at: number;
+  created_at: number;
+}
+
+const COLUMNS = 'id, inbox_id, project_id, actor, draft_id, fingerprint, state, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
+
+/** A copy is stored in parts of this size, so no statement binds or reads a 25 MB value whole. */
+const PART_BYTES = 1024 * 1024;
+
+const entryOf = (r: Row): OutboxEntry => ({
+  id: r.id,
+  inboxId: r.inbox_id,
+  projectId: r.project_id,
+  actor: r.actor,
+  draftId: r.draft_id,
+  fingerprint: r.fingerprint,
+  state: r.state,
+  mailFrom: r.mail_from,
+  recipients: r.recipients,
+  messageId: r.message_id,
+  size: r.size,
+  attempts: r.attempts,
+  claims: r.claims,
+  nextAttemptAt: r.next_attempt_at,
+  createdAt: r.created_at,
+});
+
+export class SqliteOutboxStore implements OutboxStore {
+  private readonly q;
+  private readonly reserveTx;
+  private readonly dropTx;
+  private readonly filedTx;
+  private readonly readCopy;
+
+  constructor(db: Db) {
+    this.q = {
+      // Counts no further than the limit: the answer is the same, and a busy inbox's window is
+      // not walked whole on every send.
+      count: db.prepare<[string, number, number], number>('SELECT count(*) FROM (SELECT 1 FROM mail_outbox WHERE inbox_id = ? AND created_at >= ? LIMIT ?)').pluck(),
+      byDraft: db.prepare<[string, string], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?`),
+      get: db.prepare<[string], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE id = ?`),
+      insert: db.prepare(
+        `INSERT INTO mail_outbox (${COLUMNS}) VALUES (@id, @inboxId, @projectId, @actor, @draftId, @fingerprint, 'relaying', @mailFrom, @recipients, @messageId, @size, 0, 0, @nextAttemptAt, @createdAt)`,
+      ),
+      insertPart: db.prepare<[string, number, Buffer]>('INSERT INTO mail_outbox_copies (id, part, bytes) VALUES (?, ?, ?)'),
+      // length() of a blob is read from its header, without loading the value.
+      copySize: db.prepare<[string], { parts: number; size: number | null }>('SELECT count(*) AS parts, sum(length(bytes)) AS size FROM mail_outbox_copies WHERE id = ?'),
+      parts: db.prepare<[string], Buffer>('SELECT bytes FROM mail_outbox_copies WHERE id = ? ORDER BY part').pluck(),
+      drop: db.prepare<[string]>("DELETE FROM mail_outbox WHERE id = ? AND state = 'relaying'"),
+      dropCopy: db.prepare<[string]>('DELETE FROM mail_outbox_copies WHERE id = ?'),
+      relayed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', next_attempt_at = ? WHERE id = ? AND state = 'relaying'"),
+      due: db.prepare<[number, number], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`),
+      claim: db.prepare<[number, string, number]>("UPDATE mail_outbox SET next_attempt_at = ?, claims = claims + 1 WHERE id = ? AND state = 'filing' AND next_attempt_at = ?"),
+      retry: db.prepare<[number, string]>("UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = ? WHERE id = ? AND state = 'filing'"),
+      filed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filed', filed_at = ? WHERE id = ?"),
+    };
+    // One write transaction: the rate count and the draft check see every other process's
+    // reservations, so concurrent requests cannot both slip under the limit or both claim a draft.
+    this.reserveTx = db.transaction((entry: OutboxEntry, copy: Buffer, since: number, max: number): Reservation => {
+      if (entry.draftId !== null) {
+        const existing = this.q.byDraft.get(entry.inboxId, entry.draftId);
+        if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
+      }
+      const sent = this.q.count.get(entry.inboxId, since, max) ?? 0;
+      if (sent >= max) return { ok: false, reason: 'rate', sent };
+      this.q.insert.run(entry);
+      for (let at = 0, part = 0; at < copy.length || part === 0; at += PART_BYTES, part++) {
+        this.q.insertPart.run(entry.id, part, copy.subarray(at, at + PART_BYTES));
+      }
+      return { ok: true };
+    });
+    // The entry and its copy go together (both only while the entry is still `relaying`).
+    this.dropTx = db.transaction((id: string) => {
+      if (this.q.drop.run(id).changes === 1) this.q.dropCopy.run(id);
+    });
+    this.readCopy = db.transaction((id: string): Buffer | null => {
+      const { parts, size } = this.q.copySize.get(id)!;
+      if (parts === 0) return null;
+      const out = Buffer.allocUnsafe(size ?? 0);
+      let at = 0;
+      for (const bytes of this.q.parts.iterate(id)) at += bytes.copy(out, at);
+      return out;
+    });
+    this.filedTx = db.transaction((id: string, now: number) => {
+      this.q.filed.run(now, id);
+      this.q.dropCopy.run(id);
+    });
+  }
+
+  async reserve(entry: OutboxEntry, copy: Buffer, rate: { since: number; max: number }): Promise<Reservation> {
+    return this.reserveTx.immediate(entry, copy, rate.since, rate.max);
+  }
+
+  async get(id: string): Promise<OutboxEntry | null> {
+    const r = this.q.get.get(id);
+    return r ? entryOf(r) : null;
+  }
+
+  async byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null> {
+    const r = this.q.byDraft.get(inboxId, draftId);
+    return r ? entryOf(r) : null;
+  }
+
+  async drop(id: string): Promise<void> {
+    this.dropTx.immediate(id);
+  }
+
+  async relayed(id: string, now: number): Promise<void> {
+    this.q.relayed.run(now, id);
+  }
+
+  async due(now: number, limit: number): Promise<OutboxEntry[]> {
+    return this.q.due.all(now, limit).map(entryOf);
+  }
+
+  async claim(id: string, expectedNext: number, until: number): Promise<boolean> {
+    return this.q.claim.run(until, id, expectedNext).changes === 1;
+  }
+
+  async copy(id: string): Promise<Buffer | null> {
+    // One read transaction: the parts counted are the parts read.
+    return this.readCopy(id);
+  }
+
+  async retryAt(id: string, at: number): Promise<void> {
+    this.q.retry.run(at, id);
+  }
+
+  async filed(id: string, now: number): Promise<void> {
+    this.filedTx.immediate(id, now);
+  }
+}

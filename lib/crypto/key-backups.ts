@@ -1,0 +1,47 @@
+// The member's OpenPGP private key, as the web app stores it: encrypted in the browser under a
+// key derived from a passkey (WebAuthn PRF) or a passphrase, neither of which the server sees.
+// The server only keeps the opaque text, bounds its size, and refuses a write that would
+// overwrite a version the writing device has not seen (two devices adding their unlock method).
+import { conflict, notFound } from '../errors.ts';
+
+/** The stored text at most: an armored Curve25519 key with a few wrappings is under 4 KiB. */
+export const MAX_KEY_BACKUP_CHARS = 64 * 1024;
+
+export interface KeyBackup {
+  blob: string;
+  /** 1 for the first write, then one more per write. */
+  version: number;
+  updatedAt: number;
+}
+
+export interface KeyBackupStore {
+  get(memberId: string): Promise<KeyBackup | null>;
+  /** Writes when the stored version is `replaces` (0: none stored yet); the new version, or null. */
+  put(memberId: string, blob: string, replaces: number, at: number): Promise<number | null>;
+}
+
+export interface KeyBackupView {
+  blob: string;
+  version: number;
+  updatedAt: string;
+}
+
+export class KeyBackups {
+  constructor(
+    private readonly store: KeyBackupStore,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  async get(memberId: string): Promise<KeyBackupView> {
+    const backup = await this.store.get(memberId);
+    if (!backup) throw notFound('no encrypted key stored yet');
+    return { blob: backup.blob, version: backup.version, updatedAt: new Date(backup.updatedAt).toISOString() };
+  }
+
+  async put(memberId: string, blob: string, replaces: number): Promise<KeyBackupView> {
+    const at = this.now();
+    const version = await this.store.put(memberId, blob, replaces, at);
+    if (version === null) throw conflict('the stored key changed since you read it (another device?): read it again, then write');
+    return { blob, version, updatedAt: new Date(at).toISOString() };
+  }
+}

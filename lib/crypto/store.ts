@@ -1,0 +1,57 @@
+// The ports the encryption part needs from storage. Asynchronous like every store port, so a
+// PostgreSQL adapter can implement them; the SQLite adapter answers synchronously underneath.
+
+/** One epoch key of an inbox as stored: the public key in clear, the private key sealed. */
+export interface EpochKeyRecord {
+  inboxId: string;
+  epoch: number;
+  /** Binary OpenPGP public key (transferable, with its self-signatures). */
+  publicKey: Uint8Array;
+  fingerprint: string;
+  /** The binary OpenPGP private key sealed under the master key (MasterKey.seal). */
+  sealedPrivate: Uint8Array;
+  createdAt: number;
+}
+
+export interface EpochKeyStore {
+  /** Fails with a DuplicateError when the inbox already has that epoch (a concurrent rotation). */
+  addEpoch(record: EpochKeyRecord): Promise<void>;
+  /** The inbox's newest epoch, or null when it has none yet. */
+  latest(inboxId: string): Promise<EpochKeyRecord | null>;
+  get(inboxId: string, epoch: number): Promise<EpochKeyRecord | null>;
+  /** All of the inbox's epochs, oldest first. */
+  list(inboxId: string): Promise<EpochKeyRecord[]>;
+  /** Inboxes that have no epoch yet (made before keys existed). */
+  inboxesWithoutKeys(): Promise<string[]>;
+  /** Any one stored key, to prove at start-up that the master key opens them; null when none. */
+  sample(): Promise<EpochKeyRecord | null>;
+}
+
+/** A member's OpenPGP public key (their "user key", set up in the web app). */
+export interface MemberKeyRecord {
+  memberId: string;
+  publicKey: Uint8Array;
+  fingerprint: string;
+  updatedAt: number;
+}
+
+export interface MemberKeyStore {
+  putMemberKey(record: MemberKeyRecord): Promise<void>;
+  getMemberKey(memberId: string): Promise<MemberKeyRecord | null>;
+}
+
+/** Per message, its session key sealed to an epoch key (the detail's `wrappedDek`). */
+export interface MessageKeyRecord {
+  inboxId: string;
+  msgGuid: string;
+  epoch: number;
+  /** Binary PKESK packet(s). */
+  wrappedDek: Uint8Array;
+  createdAt: number;
+}
+
+export interface MessageKeyStore {
+  getMessageKey(inboxId: string, msgGuid: string): Promise<MessageKeyRecord | null>;
+  /** Keeps the first record written for a message: returns the one stored after the call. */
+  putMessageKeyOnce(record: MessageKeyRecord): Promise<MessageKeyRecord>;
+}

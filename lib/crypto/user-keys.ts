@@ -1,0 +1,59 @@
+// Members' OpenPGP public keys ("user keys", DESIGN.md 5): what `/keys` seals each epoch's
+// private key to. Armored or binary; a key that cannot encrypt is refused with the reason.
+import * as openpgp from 'openpgp';
+import { badRequest, conflict } from '../errors.ts';
+import type { EpochKeys } from './epoch-keys.ts';
+import type { MemberKeyStore } from './store.ts';
+
+/** Most a user key may weigh: a certificate with a few subkeys and signatures is a few KB. */
+export const MAX_USER_KEY_BYTES = 64 * 1024;
+
+/** Reads a public key; throws a 400 saying why it is not one Postern can seal to. */
+export async function readUserKey(bytes: Uint8Array): Promise<openpgp.PublicKey> {
+  if (bytes.length === 0) throw badRequest('the public key is empty');
+  if (bytes.length > MAX_USER_KEY_BYTES) throw badRequest(`the public key is over ${MAX_USER_KEY_BYTES / 1024} KB`);
+  const text = Buffer.from(bytes).toString('latin1');
+  let key: openpgp.Key;
+  try {
+    key = text.includes('-----BEGIN PGP') ? await openpgp.readKey({ armoredKey: text }) : await openpgp.readKey({ binaryKey: bytes });
+  } catch (err) {
+    throw badRequest(`not an OpenPGP public key: ${(err as Error).message}`);
+  }
+  if (key.isPrivate()) throw badRequest('that is a private key: send only the public key');
+  try {
+    await key.getEncryptionKey();
+  } catch (err) {
+    throw badRequest(`the key cannot encrypt: ${(err as Error).message}`);
+  }
+  return key;
+}
+
+export class UserKeys {
+  constructor(
+    private readonly store: MemberKeyStore,
+    private readonly epochs: EpochKeys,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  async set(memberId: string, bytes: Uint8Array): Promise<{ fingerprint: string }> {
+    const key = await readUserKey(bytes);
+    const fingerprint = key.getFingerprint().toUpperCase();
+    await this.store.putMemberKey({ memberId, publicKey: key.write(), fingerprint, updatedAt: this.now() });
+    return { fingerprint };
+  }
+
+  /** Spec 2.8: every epoch's private key, each sealed to the member's user key; 409 without one. */
+  async sealedEpochs(memberId: string, inboxId: string): Promise<Array<{ epoch: number; wrapped: string }>> {
+    const record = await this.store.getMemberKey(memberId);
+    if (!record) throw conflict('you have not set up your encryption key yet (PUT /me/key from the web app)');
+    const userKey = await openpgp.readKey({ binaryKey: record.publicKey });
+    const out: Array<{ epoch: number; wrapped: string }> = [];
+    for (const epoch of await this.epochs.epochs(inboxId)) {
+      const priv = await this.epochs.privateKey(inboxId, epoch);
+      const message = await openpgp.createMessage({ binary: priv.write(), format: 'binary' });
+      const sealed = await openpgp.encrypt({ message, encryptionKeys: userKey, format: 'binary' });
+      out.push({ epoch, wrapped: Buffer.from(sealed).toString('base64') });
+    }
+    return out;
+  }
+}

@@ -1,0 +1,104 @@
+// Decrypted content (spec 4.4): tokens with content:read, compatible inboxes only. Each read is
+// recorded as `access.content.read` before any byte goes out, and nothing here is ever cached.
+import type { Access } from '../../auth/access.ts';
+import type { SealedMail } from '../../crypto/sealed-mail.ts';
+import type { Inbox } from '../../directory/types.ts';
+import { forbidden, notFound, unprocessable } from '../../errors.ts';
+import type { EventLog } from '../../events/log.ts';
+import { openAttachment, parseContent, UnparseableMessageError } from '../../mail/content.ts';
+import { allow } from '../authenticate.ts';
+import type { AppContext, AppRouter } from '../context.ts';
+
+const RULE = { token: 'content:read', session: false } as const;
+/** A MIME type as a header may carry it; anything else is served as opaque bytes. */
+const MIME_TYPE = /^[A-Za-z0-9][\w!#$&^.+-]*\/[A-Za-z0-9][\w!#$&^.+-]*$/;
+
+export function contentRoutes(access: Access, sealed: SealedMail, events: EventLog) {
+  async function compatibleInbox(ctx: AppContext): Promise<Inbox> {
+    const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'content:read');
+    if (inbox.mode !== 'compatible') throw forbidden('this inbox is zero-access: Postern cannot read its content');
+    return inbox;
+  }
+
+  function audit(ctx: AppContext, inbox: Inbox, msgId: string, data: { part: 'content' | 'source' | 'attachment'; attachment?: number }) {
+    return events.record({
+      type: 'access.content.read',
+      projectId: inbox.projectId,
+      inboxId: inbox.id,
+      actor: ctx.state.principal.actor,
+      subject: msgId,
+      data: { msgId, ...data },
+    });
+  }
+
+  return (router: AppRouter): void => {
+    router.get('/inboxes/:inbox/messages/:msg/content', allow(access, RULE), async (ctx) => {
+      const inbox = await compatibleInbox(ctx);
+      const msgId = ctx.params.msg!;
+      const { message: m, body: source } = await sealed.plaintext(inbox, msgId);
+      try {
+        await audit(ctx, inbox, msgId, { part: 'content' });
+      } catch (err) {
+        source.destroy();
+        throw err;
+      }
+      let parsed;
+      try {
+        parsed = await parseContent(source);
+      } catch (err) {
+        if (err instanceof UnparseableMessageError) throw unprocessable(`the message could not be parsed (${err.message}); read it whole from /source`);
+        throw err;
+      }
+      ctx.body = {
+        id: m.id,
+        receivedAt: m.receivedAt,
+        flags: m.flags,
+        ...(m.keywords ? { keywords: m.keywords } : {}),
+        ...parsed,
+      };
+    });
+
+    router.get('/inboxes/:inbox/messages/:msg/source', allow(access, RULE), async (ctx) => {
+      const inbox = await compatibleInbox(ctx);
+      const msgId = ctx.params.msg!;
+      const { body: source } = await sealed.plaintext(inbox, msgId);
+      try {
+        await audit(ctx, inbox, msgId, { part: 'source' });
+      } catch (err) {
+        source.destroy();
+        throw err;
+      }
+      ctx.type = 'message/rfc822';
+      ctx.body = source;
+    });
+
+    router.get('/inboxes/:inbox/messages/:msg/attachments/:n', allow(access, RULE), async (ctx) => {
+      const inbox = await compatibleInbox(ctx);
+      const msgId = ctx.params.msg!;
+      const raw = ctx.params.n!;
+      const n = /^\d{1,6}$/.test(raw) ? Number(raw) : -1;
+      if (n < 0) throw notFound('attachment not found: n is the index from /content');
+      const { body: source } = await sealed.plaintext(inbox, msgId);
+      let found;
+      try {
+        found = await openAttachment(source, n);
+      } catch (err) {
+        if (err instanceof UnparseableMessageError) throw unprocessable(`the message could not be parsed (${err.message}); read it whole from /source`);
+        throw err;
+      }
+      if (!found) throw notFound(`attachment ${n} not found`);
+      try {
+        await audit(ctx, inbox, msgId, { part: 'attachment', attachment: n });
+      } catch (err) {
+        found.content.destroy();
+        source.destroy();
+        throw err;
+      }
+      // koa's attachment() encodes the file name safely (an ASCII fallback plus filename*=UTF-8'').
+      ctx.attachment(found.info.filename ?? `attachment-${n}`, { type: 'attachment' });
+      ctx.type = MIME_TYPE.test(found.info.contentType) ? found.info.contentType : 'application/octet-stream';
+      ctx.set('X-Content-Type-Options', 'nosniff');
+      ctx.body = found.content;
+    });
+  };
+}

@@ -1,0 +1,43 @@
+// Keys (spec 4.2 `/keys`, 4.5 `/compose`) and the member's own user key (`PUT /me/key`, web app).
+import type { Access } from '../../auth/access.ts';
+import type { EpochKeys } from '../../crypto/epoch-keys.ts';
+import type { UserKeys } from '../../crypto/user-keys.ts';
+import { badRequest, forbidden } from '../../errors.ts';
+import { allow, DEFAULT_RULE } from '../authenticate.ts';
+import { readJson } from '../body.ts';
+import type { AppRouter } from '../context.ts';
+import type { Validator } from '../validate.ts';
+
+const USER_KEY = 'https://postern.dev/schemas/crypto.json#/$defs/UserKey';
+
+export function keyRoutes(access: Access, epochs: EpochKeys, userKeys: UserKeys, validator: Validator) {
+  return (router: AppRouter): void => {
+    router.get('/inboxes/:inbox/keys', allow(access, DEFAULT_RULE), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
+      ctx.body = { epochs: await userKeys.sealedEpochs(ctx.state.principal.memberId, inbox.id) };
+    });
+
+    router.get('/inboxes/:inbox/compose', allow(access, { token: 'send', session: true }), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
+      const current = await epochs.current(inbox.id);
+      ctx.body = {
+        addresses: inbox.addresses,
+        epoch: current.epoch,
+        epochPublic: Buffer.from(current.publicBytes).toString('base64'),
+        epochFingerprint: current.fingerprint,
+      };
+    });
+
+    // The web app sets the member's key; an API token acts for a member but is not the member.
+    router.put('/me/key', allow(access, { token: 'any', session: true }), async (ctx) => {
+      if (ctx.state.principal.kind !== 'session') throw forbidden('the encryption key is set from the web app (a session), not with an API token');
+      const { publicKey } = validator.body<{ publicKey: string }>(USER_KEY, await readJson(ctx));
+      const trimmed = publicKey.trim();
+      let bytes: Uint8Array;
+      if (trimmed.startsWith('-----BEGIN PGP')) bytes = Buffer.from(trimmed, 'utf8');
+      else if (/^[A-Za-z0-9+/\s]+={0,2}$/.test(trimmed)) bytes = Buffer.from(trimmed, 'base64');
+      else throw badRequest('publicKey must be an ASCII-armored OpenPGP key or base64 of the binary key');
+      ctx.body = await userKeys.set(ctx.state.principal.memberId, bytes);
+    });
+  };
+}

@@ -1,0 +1,116 @@
+// Sending (spec 4.5): POST /inboxes/{inbox}/messages (an RFC 5322 message as given, tokens
+// only) and POST /inboxes/{inbox}/send (a message sealed to the inbox's epoch key).
+import type { Access } from '../../auth/access.ts';
+import { ApiError, badRequest, isApiError } from '../../errors.ts';
+import type { SealedOpener } from '../../send/sealed.ts';
+import { draftFingerprint, MAX_MESSAGE_BYTES, type SendService } from '../../send/service.ts';
+import { allow } from '../authenticate.ts';
+import { BodyGate } from '../body-gate.ts';
+import { readRaw } from '../body.ts';
+import { parseSendBody, type LongField } from '../send-body.ts';
+import type { AppContext, AppRouter } from '../context.ts';
+import type { Validator } from '../validate.ts';
+
+const RAW_SEND = 'https://postern.dev/schemas/send.json#/$defs/RawSendRequest';
+const SEALED_SEND = 'https://postern.dev/schemas/send.json#/$defs/SendRequest';
+
+interface SealedBody {
+  draftId: string;
+  epoch: number;
+  wrappedDek: string;
+  ciphertext: string;
+  from: string;
+  to: string[];
+}
+
+/**
+ * A body carrying a 25 MB message in base64 (4 characters per 3 bytes), plus room for the other
+ * fields (100 addresses, a wrapped key). Anything larger is refused while it is still arriving.
+ */
+export const SEND_BODY_LIMIT = Math.ceil(MAX_MESSAGE_BYTES / 3) * 4 + 256 * 1024;
+
+/**
+ * The bytes of a base64 field the schema checked for its alphabet; 400 unless padded to a
+ * multiple of 4 (a whole-string regex for that overflows the stack on 33 MB of text).
+ */
+export function base64Bytes(field: string, value: string): Buffer {
+  if (value.length % 4 !== 0) throw badRequest(`${field} is not base64 (its length must be a multiple of 4)`);
+  return Buffer.from(value, 'base64');
+}
+
+/**
+ * The body (long base64 fields decoded on the way, lib/http/send-body.ts), or 422 (a sending
+ * limit, spec 7) as soon as it passes the size a 25 MB message needs.
+ */
+export async function readSendBody(ctx: AppContext): Promise<{ json: unknown; fields: Map<string, LongField> }> {
+  const type = ctx.get('content-type');
+  if (type && !/^application\/([\w.+-]+\+)?json\s*(;|$)/i.test(type)) {
+    throw new ApiError(415, 'send the body as Content-Type: application/json');
+  }
+  let raw: Buffer;
+  try {
+    raw = await readRaw(ctx, SEND_BODY_LIMIT);
+  } catch (err) {
+    if (isApiError(err) && err.status === 413) {
+      throw new ApiError(422, `the message is over the ${MAX_MESSAGE_BYTES} byte limit`, err.headers);
+    }
+    throw err;
+  }
+  if (raw.length === 0) throw badRequest('request body required');
+  return parseSendBody(raw);
+}
+
+/**
+ * Send bodies in memory at once, across both routes and the filing of Sent copies
+ * (lib/send/outbox.ts): about one 25 MB message in base64 and what is derived from it while it
+ * is relayed. Small messages are never held up by it.
+ */
+export const SEND_MEMORY_BUDGET = 48 * 1024 * 1024;
+
+/** Runs `work` once the request's body fits in the memory budget (lib/http/body-gate.ts). */
+async function gated<T>(gate: BodyGate, ctx: AppContext, work: () => Promise<T>): Promise<T> {
+  const declared = Number(ctx.get('content-length') || NaN);
+  const release = await gate.enter(Number.isFinite(declared) ? Math.min(declared, SEND_BODY_LIMIT) : SEND_BODY_LIMIT);
+  try {
+    return await work();
+  } finally {
+    release();
+  }
+}
+
+export function sendRoutes(access: Access, send: SendService, opener: SealedOpener, validator: Validator, gate: BodyGate) {
+  return (router: AppRouter): void => {
+    router.post('/inboxes/:inbox/send', allow(access, { token: 'send', session: true }), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
+      ctx.body = await gated(gate, ctx, async () => {
+        const { json, fields } = await readSendBody(ctx);
+        const body = validator.body<SealedBody>(SEALED_SEND, json);
+        const wrappedDek = fields.get(body.wrappedDek)?.bytes ?? base64Bytes('wrappedDek', body.wrappedDek);
+        const long = fields.get(body.ciphertext);
+        const ciphertext = long?.bytes ?? base64Bytes('ciphertext', body.ciphertext);
+        const to = [...new Set(body.to.map((a) => a.toLowerCase()))].sort();
+        const fingerprint = draftFingerprint([String(body.epoch), fields.get(body.wrappedDek)?.text ?? body.wrappedDek, long?.text ?? body.ciphertext, body.from.toLowerCase(), ...to]);
+        body.ciphertext = '';
+        fields.clear();
+        // A retry of a draft already sent is answered as the first time, without opening it again.
+        const prior = await send.priorAnswer(inbox.id, body.draftId, fingerprint);
+        if (prior) return prior;
+        const raw = await opener.open(inbox.id, { draftId: body.draftId, epoch: body.epoch, wrappedDek, ciphertext });
+        return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw, draft: { id: body.draftId, fingerprint } });
+      });
+    });
+
+    router.post('/inboxes/:inbox/messages', allow(access, { token: 'send', session: false }), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
+      ctx.body = await gated(gate, ctx, async () => {
+        const { json, fields } = await readSendBody(ctx);
+        const body = validator.body<{ from: string; to: string[]; raw: string }>(RAW_SEND, json);
+        const raw = fields.get(body.raw)?.bytes ?? base64Bytes('raw', body.raw);
+        // The received text is no longer needed while the message is relayed (33 MB of it, at most).
+        body.raw = '';
+        fields.clear();
+        return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw });
+      });
+    });
+  };
+}

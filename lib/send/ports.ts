@@ -1,0 +1,124 @@
+// What sending needs from the outside world: the relay (Postfix submission), the outbox (the
+// store), and filing the Sent copy (IMAP). Implemented in adapters/; no I/O library here.
+import type { MailInbox } from '../mail/types.ts';
+
+export interface RelayRequest {
+  /** The inbox's mail user: the relay authenticates as this user, as the user's mail app would. */
+  user: string;
+  /** Envelope MAIL FROM. */
+  from: string;
+  /** Envelope RCPT TO, exactly these. */
+  to: readonly string[];
+  /** The bytes relayed (Bcc already removed). */
+  raw: Buffer;
+  /** DSN ENVID: bounces carry it back as Original-Envelope-Id. */
+  envid: string;
+}
+
+export interface RelayAccepted {
+  /** Recipients the relay refused while accepting the others, with its reply for each. */
+  rejected: Array<{ recipient: string; reply: string }>;
+  /** The relay's final reply (e.g. "250 2.0.0 Ok: queued as …"). */
+  reply: string;
+}
+
+/** The relay refused the message: `permanent` for a 5xx, otherwise a 4xx, timeout or no connection. */
+export class RelayRefused extends Error {
+  constructor(
+    readonly permanent: boolean,
+    /** The relay's reply in its own words, or what went wrong with the connection. */
+    readonly reason: string,
+  ) {
+    super(reason);
+    this.name = 'RelayRefused';
+  }
+}
+
+export interface Relay {
+  /** Resolves once the relay took responsibility for the message; rejects with RelayRefused. */
+  send(request: RelayRequest): Promise<RelayAccepted>;
+  close(): Promise<void>;
+}
+
+export type OutboxState = 'relaying' | 'filing' | 'filed';
+
+/** One send: reserved before relaying, its Sent copy kept until Dovecot took it. */
+export interface OutboxEntry {
+  /** Random hex; also the DSN ENVID. */
+  id: string;
+  inboxId: string;
+  projectId: string;
+  /** Who sent it (tok_ or mem_), as the event log records it. */
+  actor: string;
+  /** /send only: the draft the ciphertext was bound to, and a hash of the request. */
+  draftId: string | null;
+  fingerprint: string | null;
+  state: OutboxState;
+  mailFrom: string;
+  recipients: number;
+  messageId: string;
+  size: number;
+  /** Failed filing attempts (the backoff). */
+  attempts: number;
+  /** Filing attempts started (claims), by any process. */
+  claims: number;
+  /** ms since the epoch. */
+  nextAttemptAt: number;
+  createdAt: number;
+}
+
+export type Reservation =
+  | { ok: true }
+  | { ok: false; reason: 'rate'; sent: number }
+  | { ok: false; reason: 'draft'; existing: OutboxEntry };
+
+export interface OutboxStore {
+  /**
+   * In one transaction: refuses when the inbox has `rate.max` entries since `rate.since`, or
+   * when the entry's draft id is already taken in the inbox (giving that entry); otherwise
+   * stores the entry in state `relaying` with the Sent copy's bytes.
+   */
+  reserve(entry: OutboxEntry, copy: Buffer, rate: { since: number; max: number }): Promise<Reservation>;
+  get(id: string): Promise<OutboxEntry | null>;
+  byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null>;
+  /** The relay refused: the entry goes, so the draft may be sent again and it counts for nothing. */
+  drop(id: string): Promise<void>;
+  /** The relay accepted: the Sent copy is due now. */
+  relayed(id: string, now: number): Promise<void>;
+  /** Entries in state `filing` whose next attempt is due, oldest first. */
+  due(now: number, limit: number): Promise<OutboxEntry[]>;
+  /**
+   * Takes an entry for one attempt: moves its next attempt to `until` if it is still
+   * `expectedNext` (nobody else claimed it meanwhile), counting the claim. True when this
+   * caller got it.
+   */
+  claim(id: string, expectedNext: number, until: number): Promise<boolean>;
+  copy(id: string): Promise<Buffer | null>;
+  /** The attempt failed: counts it and sets the next one. */
+  retryAt(id: string, at: number): Promise<void>;
+  /** Filed: the copy's bytes are dropped, the entry stays (rate window, draft replays, bounces). */
+  filed(id: string, now: number): Promise<void>;
+}
+
+export interface SentFiler {
+  /**
+   * Files the copy in the inbox's \Sent label with \Seen. When `retry` (an earlier attempt
+   * was started, and may have got through before its answer was lost), not if a message with
+   * this Message-ID is there already. Rejects when the mail server is unavailable; the outbox
+   * tries again later.
+   */
+  fileSent(inbox: MailInbox, raw: Buffer, messageId: string, retry: boolean): Promise<void>;
+  /**
+   * Brings the index up to date with the copies just filed (their message.added, the listing):
+   * once per inbox after a batch, not once per copy.
+   */
+  refresh(inbox: MailInbox): Promise<void>;
+}
+
+/**
+ * Memory shared by everything that holds a whole large message at once (lib/http/body-gate.ts):
+ * resolves with a release function once `bytes` fit.
+ */
+export interface MemoryBudget {
+  enter(bytes: number): Promise<() => void>;
+}

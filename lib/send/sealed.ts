@@ -1,0 +1,43 @@
+// Opens what POST /send carries (DESIGN.md 5): the client sealed the RFC 5322 message with a
+// fresh session key, sent the PKESK packet(s) sealing that key to the epoch key (`wrappedDek`)
+// and the encrypted data packet (`ciphertext`), and named the literal data packet after the
+// draft id. That name is the binding: a ciphertext made for another draft cannot be replayed
+// under a new one.
+import * as openpgp from 'openpgp';
+import { UnknownEpochError, type EpochKeys } from '../crypto/epoch-keys.ts';
+import { badRequest } from '../errors.ts';
+import { MAX_MESSAGE_BYTES } from './service.ts';
+
+export interface Sealed {
+  draftId: string;
+  epoch: number;
+  wrappedDek: Buffer;
+  ciphertext: Buffer;
+}
+
+export class SealedOpener {
+  constructor(private readonly keys: EpochKeys) {}
+
+  /** The RFC 5322 bytes; 400 for an unknown epoch, a ciphertext that does not open, or another draft's. */
+  async open(inboxId: string, sealed: Sealed): Promise<Buffer> {
+    let key: openpgp.PrivateKey;
+    try {
+      key = await this.keys.privateKey(inboxId, sealed.epoch);
+    } catch (err) {
+      if (err instanceof UnknownEpochError) throw badRequest(`epoch ${sealed.epoch} is not a key epoch of this inbox`);
+      throw err;
+    }
+    let opened: { data: Uint8Array; filename: string };
+    try {
+      const message = await openpgp.readMessage({ binaryMessage: Buffer.concat([sealed.wrappedDek, sealed.ciphertext]) });
+      const result = await openpgp.decrypt({ message, decryptionKeys: key, format: 'binary', config: { maxDecompressedMessageSize: MAX_MESSAGE_BYTES + 1 } });
+      opened = { data: result.data, filename: result.filename };
+    } catch {
+      throw badRequest(`the ciphertext does not open with the epoch ${sealed.epoch} key and this wrappedDek`);
+    }
+    if (opened.filename !== sealed.draftId) {
+      throw badRequest(`the ciphertext is not bound to ${sealed.draftId} (its literal data is named ${JSON.stringify(opened.filename)})`);
+    }
+    return Buffer.from(opened.data.buffer, opened.data.byteOffset, opened.data.byteLength);
+  }
+}

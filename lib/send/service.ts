@@ -1,0 +1,203 @@
+// The send rules (spec 4.5, DESIGN.md 7), for both operations: who may send as what, the
+// limits Postern enforces before the relay sees anything, what is relayed, the draft replay
+// rule, and what happens after the relay answers. The relay (Postfix submission, authenticated
+// as the inbox's user) then applies the same checks and limits as for a mail app.
+import { createHash, randomBytes } from 'node:crypto';
+import type { Inbox } from '../directory/types.ts';
+import { badRequest, conflict, forbidden, unavailable, unprocessable } from '../errors.ts';
+import type { EventLog } from '../events/log.ts';
+import type { WarnLog } from '../warn-log.ts';
+import { RelayRefused, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
+import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
+
+/** Spec 8: both send operations. */
+export const MAX_RECIPIENTS = 100;
+export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
+
+export interface SendLimits {
+  /** Messages one inbox may send per hour (Postern's own rate; Postfix policy may add more). */
+  perHour: number;
+}
+
+export interface SendRequest {
+  from: string;
+  to: readonly string[];
+  /** The RFC 5322 message as the client gave it (decoded or opened). */
+  raw: Buffer;
+  /** /send: the draft the message is bound to, and a hash of the whole request. */
+  draft?: { id: string; fingerprint: string };
+}
+
+/** How long a replay waits for the first request of its draft to get the relay's answer. */
+const REPLAY_WAIT_MS = 60_000;
+const HOUR_MS = 3_600_000;
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** An RFC 5322 date-time (section 3.3) in UTC. */
+function rfc5322Date(at: Date): string {
+  return at.toUTCString().replace(/GMT$/, '+0000');
+}
+
+/** A hash naming a /send request's content: the same draft with other content is a 409. */
+export function draftFingerprint(parts: ReadonlyArray<string | Buffer>): string {
+  const h = createHash('sha256');
+  // Parts never hold a NUL (base64, numbers, addresses), so it separates them unambiguously.
+  for (const p of parts) h.update(p).update('\0');
+  return h.digest('hex');
+}
+
+export class SendService {
+  constructor(
+    private readonly relay: Relay,
+    private readonly outbox: OutboxStore,
+    private readonly events: EventLog,
+    private readonly limits: SendLimits,
+    /** Told when a Sent copy is waiting, so it is filed at once rather than at the next poll. */
+    private readonly copyWaiting: () => void,
+    private readonly log: WarnLog,
+    /** A zero-access inbox's Sent copy is sealed like its incoming mail, before it is stored. */
+    private readonly sealCopy: (inboxId: string, raw: Buffer) => Promise<Buffer>,
+  ) {}
+
+  /**
+   * The first answer for a draft already sent with this content (no need to open it again);
+   * 409 when it was sent with other content; null when the draft is new (or still on its way,
+   * which send() waits for).
+   */
+  async priorAnswer(inboxId: string, draftId: string, fingerprint: string): Promise<{ sent: true } | null> {
+    const first = await this.outbox.byDraft(inboxId, draftId);
+    if (!first) return null;
+    if (first.fingerprint !== fingerprint) throw conflict(`draft ${draftId} was already sent with other content`);
+    return first.state === 'relaying' ? null : { sent: true };
+  }
+
+  /** Relays the message and queues its Sent copy; resolves once the relay accepted it. */
+  async send(inbox: Inbox, actor: string, req: SendRequest): Promise<{ sent: true }> {
+    const from = req.from.toLowerCase();
+    if (!inbox.addresses.some((a) => a.toLowerCase() === from)) throw forbidden(`this inbox cannot send as ${req.from}`);
+    if (req.raw.length > MAX_MESSAGE_BYTES) throw unprocessable(`the message is over the ${MAX_MESSAGE_BYTES} byte limit`);
+    // Each recipient once, as the client spelled it (a local part may be case-sensitive).
+    const once = new Set<string>();
+    const to = req.to.filter((a) => !once.has(a.toLowerCase()) && once.add(a.toLowerCase()));
+    if (to.length < 1 || to.length > MAX_RECIPIENTS) throw unprocessable(`a message goes to 1 to ${MAX_RECIPIENTS} recipients`);
+
+    const { head, body } = splitHeader(req.raw);
+    const author = fromAddress(head);
+    if (author === null) throw badRequest('the message needs one From header with one address');
+    if (author !== from) throw badRequest(`from (${req.from}) does not match the message's From header (${author})`);
+
+    // A message without them gets a Message-ID (the outbox, the event and bounces refer to it)
+    // and a Date, as a mail app would add them.
+    let messageId = headerValues(head, 'message-id')[0] ?? '';
+    const added: string[] = [];
+    const nl = lineEnding(head);
+    if (!messageId) {
+      messageId = `<${randomBytes(16).toString('hex')}@${from.split('@')[1]}>`;
+      added.push(`Message-ID: ${messageId}${nl}`);
+    }
+    if (headerValues(head, 'date').length === 0) added.push(`Date: ${rfc5322Date(new Date())}${nl}`);
+    const prefix = Buffer.from(added.join(''), 'utf8');
+    // Bcc recipients are in `to`; the header goes to nobody, but stays in the sender's copy.
+    // Unchanged, the message is relayed from the bytes given (no second 25 MB copy).
+    const relayedHead = withoutField(head, 'bcc');
+    const relayed = added.length === 0 && relayedHead === head ? req.raw : Buffer.concat([prefix, relayedHead, body]);
+    const plainCopy = added.length > 0 ? Buffer.concat([prefix, head, body]) : req.raw;
+    // No plaintext of a zero-access inbox's message rests anywhere, the outbox included.
+    const copy = inbox.mode === 'zero-access' ? await this.sealCopy(inbox.id, plainCopy) : plainCopy;
+
+    const now = Date.now();
+    const entry: OutboxEntry = {
+      id: randomBytes(16).toString('hex'),
+      inboxId: inbox.id,
+      projectId: inbox.projectId,
+      actor,
+      draftId: req.draft?.id ?? null,
+      fingerprint: req.draft?.fingerprint ?? null,
+      state: 'relaying',
+      mailFrom: from,
+      recipients: to.length,
+      messageId,
+      size: relayed.length,
+      attempts: 0,
+      claims: 0,
+      nextAttemptAt: now,
+      createdAt: now,
+    };
+    const deadline = now + REPLAY_WAIT_MS;
+    for (;;) {
+      const reservation = await this.outbox.reserve(entry, copy, { since: Date.now() - HOUR_MS, max: this.limits.perHour });
+      if (reservation.ok) break;
+      if (reservation.reason === 'rate') {
+        throw unprocessable(`sending rate limit reached: this inbox may send ${this.limits.perHour} messages per hour`);
+      }
+      // The draft was sent (or is being sent) already: never twice.
+      const first = reservation.existing;
+      if (first.fingerprint !== entry.fingerprint) throw conflict(`draft ${entry.draftId} was already sent with other content`);
+      if (first.state !== 'relaying') return { sent: true };
+      const settled = await this.waitForRelay(first.id, deadline);
+      if (settled) return { sent: true };
+      // The first attempt was refused (its entry is gone): this one may try, unless time is up.
+      if (Date.now() > deadline) throw unavailable('the first request for this draft is still being relayed; try again');
+    }
+
+    let accepted: RelayAccepted;
+    try {
+      accepted = await this.relay.send({ user: inbox.imapUser, from, to, raw: relayed, envid: entry.id });
+    } catch (err) {
+      await this.outbox.drop(entry.id);
+      if (err instanceof RelayRefused) {
+        if (err.permanent) throw unprocessable(`the mail server refused the message: ${err.reason}`);
+        throw unavailable(`the mail server could not take the message now (${err.reason}); try again later`);
+      }
+      throw err;
+    }
+    await this.outbox.relayed(entry.id, Date.now());
+    this.copyWaiting();
+    await this.recordAccepted(inbox, entry, accepted);
+    return { sent: true };
+  }
+
+  /** True once the entry left `relaying` (accepted); false when it went away (refused) or time ran out. */
+  private async waitForRelay(id: string, deadline: number): Promise<boolean> {
+    while (Date.now() < deadline) {
+      const now = await this.outbox.get(id);
+      if (!now) return false;
+      if (now.state !== 'relaying') return true;
+      await sleep(50);
+    }
+    return false;
+  }
+
+  private async recordAccepted(inbox: Inbox, entry: OutboxEntry, accepted: RelayAccepted): Promise<void> {
+    // A Message-ID is the natural subject, when it fits the log's subject limit.
+    const subject = entry.messageId.length <= 256 ? entry.messageId : undefined;
+    const common = { projectId: inbox.projectId, inboxId: inbox.id, actor: entry.actor, ...(subject ? { subject } : {}) };
+    const ids = { messageId: entry.messageId, ...(entry.draftId ? { draftId: entry.draftId } : {}) };
+    try {
+      await this.events.record({
+        ...common,
+        type: 'mail.delivery.accepted',
+        data: { from: entry.mailFrom, recipients: entry.recipients - accepted.rejected.length, size: entry.size, ...ids },
+        dedupeKey: `send:accepted:${entry.id}`,
+      });
+      if (accepted.rejected.length > 0) {
+        await this.events.record({
+          ...common,
+          type: 'mail.delivery.failed',
+          data: {
+            from: entry.mailFrom,
+            reason: accepted.rejected.map((r) => `${r.recipient}: ${r.reply}`).join('; '),
+            permanent: accepted.rejected.every((r) => r.reply.startsWith('5')),
+            recipients: accepted.rejected.map((r) => r.recipient),
+            ...ids,
+          },
+          dedupeKey: `send:refused:${entry.id}`,
+        });
+      }
+    } catch (err) {
+      // The message is on its way; a lost event must not turn that into an error.
+      this.log.warn({ err, outbox: entry.id }, 'could not record the delivery event');
+    }
+  }
+}

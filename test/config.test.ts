@@ -1,0 +1,97 @@
+// Configuration: a setting that is set but unusable, or missing while `postern serve` needs it,
+// stops start-up with a message naming it, instead of a service that answers 503 or 500.
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { ConfigError, loadConfig } from '../lib/config.ts';
+import { ROOT } from '../lib/paths.ts';
+import { envVars, mailEnv } from './harness.ts';
+import { spawnListening, stopProcess } from './processes.ts';
+
+const BIN = join(ROOT, 'bin', 'postern');
+const PASSWORD = { POSTERN_IMAP_MASTER_PASSWORD: 'secret' };
+
+function refusal(env: Record<string, string>, serve = true): string {
+  try {
+    loadConfig(env, { serve });
+  } catch (err) {
+    expect(err).to.be.instanceOf(ConfigError);
+    return (err as Error).message;
+  }
+  throw new Error(`accepted ${JSON.stringify(env)}`);
+}
+
+describe('configuration', () => {
+  it('serving needs the IMAP master password; the staff commands do not', () => {
+    expect(refusal({})).to.match(/^POSTERN_IMAP_MASTER_PASSWORD is not set: postern serve needs/);
+    expect(refusal({ POSTERN_IMAP_MASTER_PASSWORD: '' })).to.match(/^POSTERN_IMAP_MASTER_PASSWORD is not set/);
+    expect(loadConfig(PASSWORD, { serve: true }).imap.masterPassword).to.equal('secret');
+    expect(loadConfig({}).imap.masterPassword).to.equal('');
+  });
+
+  it('POSTERN_WATCH=auto picks push with a hint listener, else NOTIFY per inbox, and says why', () => {
+    const auto = loadConfig({});
+    expect(auto.watch.mode).to.equal('notify');
+    expect(auto.watch.reason).to.match(/POSTERN_WATCH=auto and POSTERN_HINT_LISTEN is not set: one NOTIFY connection per inbox/);
+    const push = loadConfig({ POSTERN_HINT_LISTEN: '127.0.0.1:8788', POSTERN_HINT_SECRET: 'a-secret-of-16-chars' });
+    expect(push.watch.mode).to.equal('push');
+    expect(push.watch.reason).to.match(/POSTERN_WATCH=auto and POSTERN_HINT_LISTEN is set/);
+    expect(loadConfig({ POSTERN_WATCH: 'notify', POSTERN_HINT_LISTEN: '127.0.0.1:8788', POSTERN_HINT_SECRET: 'a-secret-of-16-chars' }).watch).to.deep.include({ mode: 'notify', reason: 'POSTERN_WATCH=notify' });
+    expect(auto.watch).to.deep.include({ catalogPollMs: 500, fillWaitMs: 10_000 });
+  });
+
+  it('a setting that is set but unusable is refused by name', () => {
+    const cases: Array<[Record<string, string>, RegExp]> = [
+      [{ REDIS_URL: 'localhost:6379' }, /^REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/],
+      [{ REDIS_URL: 'http://127.0.0.1:6379' }, /^REDIS_URL must be/],
+      [{ POSTERN_HOST: '' }, /^POSTERN_HOST must not be empty/],
+      [{ POSTERN_DB: ' ' }, /^POSTERN_DB must not be empty/],
+      [{ POSTERN_IMAP_HOST: '' }, /^POSTERN_IMAP_HOST must not be empty/],
+      [{ POSTERN_IMAP_MASTER_USER: '' }, /^POSTERN_IMAP_MASTER_USER must not be empty/],
+      [{ POSTERN_IMAP_MASTER_SEPARATOR: '' }, /^POSTERN_IMAP_MASTER_SEPARATOR must not be empty/],
+      [{ POSTERN_PORT: '' }, /^POSTERN_PORT must be a whole number/],
+      [{ POSTERN_WORKERS: 'many' }, /^POSTERN_WORKERS must be a whole number/],
+      [{ POSTERN_TRUST_PROXY: 'maybe' }, /^POSTERN_TRUST_PROXY must be true or false/],
+      [{ POSTERN_LOG_LEVEL: 'loud' }, /^POSTERN_LOG_LEVEL must be a pino level/],
+    ];
+    for (const [env, message] of cases) expect(refusal({ ...PASSWORD, ...env }), JSON.stringify(env)).to.match(message);
+  });
+
+  it('a Redis URL is not echoed in the refusal: it may carry a password', () => {
+    expect(refusal({ ...PASSWORD, REDIS_URL: 'http://:hunter2@redis.internal' })).to.not.include('hunter2');
+  });
+
+  it('valid values are taken as given', () => {
+    const config = loadConfig({ ...PASSWORD, REDIS_URL: 'rediss://:pw@redis.internal:6380/2', POSTERN_HOST: '0.0.0.0' }, { serve: true });
+    expect(config.redisUrl).to.equal('rediss://:pw@redis.internal:6380/2');
+    expect(config.http.host).to.equal('0.0.0.0');
+    expect(loadConfig(PASSWORD).redisUrl).to.equal(null);
+  });
+
+  describe('bin/postern serve', function () {
+    this.timeout(30_000);
+
+    /** Starts serve; resolves with its failure message, or fails the test (after stopping it) if it serves. */
+    async function refusedStart(env: Record<string, string>): Promise<string> {
+      let started: Awaited<ReturnType<typeof spawnListening>>;
+      try {
+        started = await spawnListening(BIN, ['serve'], env);
+      } catch (err) {
+        return (err as Error).message;
+      }
+      await stopProcess(started.child);
+      throw new Error(`postern serve started at ${started.url} with ${JSON.stringify(env)}`);
+    }
+
+    it('refuses to start without the IMAP master password, saying why', async () => {
+      const env = envVars(mailEnv(), { POSTERN_DB: join(tmpdir(), 'postern-never-created.db'), POSTERN_IMAP_MASTER_PASSWORD: '' });
+      const message = await refusedStart(env);
+      expect(message).to.match(/exited with 1: \{"error":"POSTERN_IMAP_MASTER_PASSWORD is not set: postern serve needs/);
+    });
+
+    it('refuses to start with a setting that is set but unusable', async () => {
+      const env = envVars(mailEnv(), { POSTERN_DB: join(tmpdir(), 'postern-never-created.db'), REDIS_URL: '127.0.0.1:6379' });
+      expect(await refusedStart(env)).to.match(/exited with 1: \{"error":"REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/);
+    });
+  });
+});

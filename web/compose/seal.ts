@@ -1,0 +1,40 @@
+// Sealing a message for POST /send (DESIGN.md 5): encrypted with a fresh session key to the
+// inbox's current epoch key, its literal data packet named after the draft (that is the binding
+// Postern checks), then split into the PKESK packet(s) (`wrappedDek`) and the encrypted data
+// packet (`ciphertext`), as the spec's two fields want them.
+import { createMessage, encrypt, enums, PacketList, readKey } from 'openpgp';
+import { fromBase64, toBase64 } from '../bytes.ts';
+
+export interface ComposeData {
+  addresses: string[];
+  epoch: number;
+  epochPublic: string;
+}
+
+export interface SendBody {
+  draftId: string;
+  epoch: number;
+  wrappedDek: string;
+  ciphertext: string;
+  from: string;
+  to: string[];
+}
+
+/** A fresh draft id: `draft_` and 22 base64url characters (128 random bits; spec 2.1). */
+export function newDraftId(): string {
+  const b64 = toBase64(crypto.getRandomValues(new Uint8Array(16)));
+  return `draft_${b64.replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '')}`;
+}
+
+export async function sealForSend(compose: ComposeData, raw: Uint8Array, draftId: string): Promise<{ wrappedDek: string; ciphertext: string }> {
+  const key = await readKey({ binaryKey: fromBase64(compose.epochPublic) });
+  const sealed = await encrypt({ message: await createMessage({ binary: raw, filename: draftId }), encryptionKeys: key, format: 'object' });
+  const pkesk = new PacketList();
+  const rest = new PacketList();
+  for (const packet of sealed.packets) {
+    const tag = (packet.constructor as unknown as { tag: number }).tag;
+    (tag === enums.packet.publicKeyEncryptedSessionKey ? pkesk : rest).push(packet);
+  }
+  if (pkesk.length === 0 || rest.length === 0) throw new Error('sealing the message gave no key packet');
+  return { wrappedDek: toBase64(pkesk.write() as Uint8Array), ciphertext: toBase64(rest.write() as Uint8Array) };
+}

@@ -1,0 +1,178 @@
+// The member's OpenPGP key pair, made in this browser. The private key is stored on the server
+// only encrypted: a random data key (AES-256-GCM) encrypts it, and that data key is wrapped once
+// per unlock method: under a key derived (HKDF-SHA256) from a passkey's PRF output, or under one
+// derived (scrypt) from a passphrase the member chooses. The server sees none of these keys.
+import { bufferToBase64URLString as b64u, base64URLStringToBuffer } from '@simplewebauthn/browser';
+import { scryptAsync } from '@noble/hashes/scrypt.js';
+import { generateKey, readKey } from 'openpgp';
+import { api, ApiError, SIGNED_OUT } from './api.ts';
+import type { Unlocking } from './passkey.ts';
+
+/** scrypt at OWASP's recommended minimum (N=2^17, r=8, p=1: 128 MiB, about a second). */
+export const SCRYPT = { N: 2 ** 17, r: 8, p: 1 } as const;
+
+type Wrap =
+  | { kind: 'prf'; credentialId: string; iv: string; wrapped: string }
+  | { kind: 'passphrase'; kdf: 'scrypt'; N: number; r: number; p: number; salt: string; iv: string; wrapped: string };
+
+interface Envelope {
+  v: 1;
+  fingerprint: string;
+  /** The armored private key, encrypted under the data key. */
+  key: { iv: string; data: string };
+  wraps: Wrap[];
+}
+
+export interface UnlockedKey {
+  fingerprint: string;
+  privateKey: string;
+  /** Where the public key went: PUT /me/key (the crypto part of the API) may not exist yet. */
+  publicKeyStatus: string;
+  methods: Array<Wrap['kind']>;
+}
+
+/** Asks the member for a passphrase: to choose one (`create`) or to unlock (`unlock`, with the last error). */
+export type AskPassphrase = (mode: 'create' | 'unlock', error?: string) => Promise<string>;
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+const bytes = (s: string) => new Uint8Array(base64URLStringToBuffer(s));
+const random = (n: number) => crypto.getRandomValues(new Uint8Array(n));
+const WRAP_AAD = enc.encode('postern/data-key/v1');
+
+async function aesKey(raw: Uint8Array, usages: KeyUsage[]): Promise<CryptoKey> {
+  return crypto.subtle.importKey('raw', raw as BufferSource, 'AES-GCM', false, usages);
+}
+
+async function prfKey(prf: Uint8Array): Promise<CryptoKey> {
+  const base = await crypto.subtle.importKey('raw', prf as BufferSource, 'HKDF', false, ['deriveKey']);
+  return crypto.subtle.deriveKey(
+    { name: 'HKDF', hash: 'SHA-256', salt: new Uint8Array(0), info: enc.encode('postern/key-wrap/prf/v1') },
+    base,
+    { name: 'AES-GCM', length: 256 },
+    false,
+    ['encrypt', 'decrypt'],
+  );
+}
+
+async function passphraseKey(passphrase: string, salt: Uint8Array, params: { N: number; r: number; p: number }): Promise<CryptoKey> {
+  const raw = await scryptAsync(enc.encode(passphrase.normalize('NFKC')), salt, { ...params, dkLen: 32 });
+  return aesKey(raw, ['encrypt', 'decrypt']);
+}
+
+async function wrapWith(kek: CryptoKey, dataKey: Uint8Array): Promise<{ iv: string; wrapped: string }> {
+  const iv = random(12);
+  const wrapped = await crypto.subtle.encrypt({ name: 'AES-GCM', iv, additionalData: WRAP_AAD }, kek, dataKey as BufferSource);
+  return { iv: b64u(iv.buffer), wrapped: b64u(wrapped) };
+}
+
+/** The data key, or null when this key-encryption key is not the one (AES-GCM refuses). */
+async function unwrapWith(kek: CryptoKey, wrap: { iv: string; wrapped: string }): Promise<Uint8Array | null> {
+  try {
+    return new Uint8Array(await crypto.subtle.decrypt({ name: 'AES-GCM', iv: bytes(wrap.iv) as BufferSource, additionalData: WRAP_AAD }, kek, bytes(wrap.wrapped) as BufferSource));
+  } catch {
+    return null;
+  }
+}
+
+async function prfWrap(unlocking: Unlocking & { prf: Uint8Array }, dataKey: Uint8Array): Promise<Wrap> {
+  return { kind: 'prf', credentialId: unlocking.credentialId, ...(await wrapWith(await prfKey(unlocking.prf), dataKey)) };
+}
+
+async function passphraseWrap(passphrase: string, dataKey: Uint8Array): Promise<Wrap> {
+  const salt = random(16);
+  const kek = await passphraseKey(passphrase, salt, SCRYPT);
+  return { kind: 'passphrase', kdf: 'scrypt', ...SCRYPT, salt: b64u(salt.buffer), ...(await wrapWith(kek, dataKey)) };
+}
+
+const encode = (e: Envelope) => b64u(enc.encode(JSON.stringify(e)).buffer);
+const decode = (blob: string) => JSON.parse(dec.decode(bytes(blob))) as Envelope;
+
+async function stored(): Promise<{ envelope: Envelope; version: number } | null> {
+  try {
+    const r = await api<{ blob: string; version: number }>('GET', '/me/key-backup');
+    return { envelope: decode(r.blob), version: r.version };
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return null;
+    throw err;
+  }
+}
+
+async function save(envelope: Envelope, replaces: number): Promise<number> {
+  const r = await api<{ version: number }>('PUT', '/me/key-backup', { blob: encode(envelope), replaces });
+  return r.version;
+}
+
+async function registerPublicKey(publicKey: string, fingerprint: string): Promise<string> {
+  try {
+    const r = await api<{ fingerprint?: string }>('PUT', '/me/key', { publicKey });
+    return r.fingerprint?.toLowerCase() === fingerprint.toLowerCase() ? 'registered' : 'registered, but the server reports another fingerprint';
+  } catch (err) {
+    if (err instanceof ApiError && (err.status === 404 || err.status === 405)) return 'not registered: this server has no PUT /me/key yet';
+    return `not registered: ${(err as Error).message}`;
+  }
+}
+
+/** Current state, kept between the member's actions on the home screen. */
+let current: { envelope: Envelope; version: number; dataKey: Uint8Array; unlocked: UnlockedKey } | null = null;
+
+export const unlockedKey = (): UnlockedKey | null => current?.unlocked ?? null;
+export const forgetKey = (): void => {
+  // The data key is ours to wipe; the key's text is a JS string and goes with the last reference.
+  current?.dataKey.fill(0);
+  current = null;
+};
+window.addEventListener(SIGNED_OUT, forgetKey);
+
+/**
+ * After sign-in: makes the key pair on the member's first sign-in, else unlocks the stored key
+ * with this passkey's PRF output, or the passphrase. A passkey with PRF that has no wrapping yet
+ * gets one, so next time it unlocks without the passphrase.
+ */
+export async function openKey(email: string, unlocking: Unlocking, ask: AskPassphrase): Promise<UnlockedKey> {
+  const found = await stored();
+  if (!found) {
+    const { privateKey, publicKey } = await generateKey({ type: 'curve25519', userIDs: [{ email }], format: 'armored' });
+    const fingerprint = (await readKey({ armoredKey: publicKey })).getFingerprint();
+    const dataKey = random(32);
+    const iv = random(12);
+    const data = await crypto.subtle.encrypt({ name: 'AES-GCM', iv }, await aesKey(dataKey, ['encrypt']), enc.encode(privateKey));
+    const wrap = unlocking.prf ? await prfWrap({ ...unlocking, prf: unlocking.prf }, dataKey) : await passphraseWrap(await ask('create'), dataKey);
+    const envelope: Envelope = { v: 1, fingerprint, key: { iv: b64u(iv.buffer), data: b64u(data) }, wraps: [wrap] };
+    const version = await save(envelope, 0);
+    const unlocked = { fingerprint, privateKey, publicKeyStatus: await registerPublicKey(publicKey, fingerprint), methods: [wrap.kind] };
+    current = { envelope, version, dataKey, unlocked };
+    return unlocked;
+  }
+  let { envelope, version } = found;
+  let dataKey: Uint8Array | null = null;
+  const own = envelope.wraps.find((w) => w.kind === 'prf' && w.credentialId === unlocking.credentialId);
+  if (unlocking.prf && own) dataKey = await unwrapWith(await prfKey(unlocking.prf), own);
+  const byPassphrase = envelope.wraps.find((w): w is Extract<Wrap, { kind: 'passphrase' }> => w.kind === 'passphrase');
+  let error: string | undefined;
+  while (!dataKey && byPassphrase) {
+    const passphrase = await ask('unlock', error);
+    dataKey = await unwrapWith(await passphraseKey(passphrase, bytes(byPassphrase.salt), byPassphrase), byPassphrase);
+    error = 'That passphrase does not unlock your key.';
+  }
+  if (!dataKey) throw new Error('This passkey cannot unlock your key on this device and no passphrase is set: sign in with the passkey you enrolled first, then add a passphrase.');
+  if (unlocking.prf && !own) {
+    envelope = { ...envelope, wraps: [...envelope.wraps, await prfWrap({ ...unlocking, prf: unlocking.prf }, dataKey)] };
+    version = await save(envelope, version);
+  }
+  const key = await crypto.subtle.decrypt({ name: 'AES-GCM', iv: bytes(envelope.key.iv) as BufferSource }, await aesKey(dataKey, ['decrypt']), bytes(envelope.key.data) as BufferSource);
+  const unlocked = { fingerprint: envelope.fingerprint, privateKey: dec.decode(key), publicKeyStatus: 'registered earlier', methods: envelope.wraps.map((w) => w.kind) };
+  current = { envelope, version, dataKey, unlocked };
+  return unlocked;
+}
+
+/** Adds (or replaces) the passphrase that unlocks the key where no passkey PRF is available. */
+export async function setPassphrase(passphrase: string): Promise<UnlockedKey> {
+  if (!current) throw new Error('unlock your key first');
+  const wraps = [...current.envelope.wraps.filter((w) => w.kind !== 'passphrase'), await passphraseWrap(passphrase, current.dataKey)];
+  const envelope = { ...current.envelope, wraps };
+  current.version = await save(envelope, current.version);
+  current.envelope = envelope;
+  current.unlocked = { ...current.unlocked, methods: wraps.map((w) => w.kind) };
+  return current.unlocked;
+}

@@ -1,0 +1,202 @@
+// The inbox screen, `#/inbox/<ibx>` (INBOX) or `#/inbox/<ibx>/label/<lbl>`: its labels with unread
+// counts, the label's messages newest first a page at a time (spec 4.3: `limit`, `before`), and
+// live changes from the inbox stream (spec 6.1) applied in place without a reload.
+import { api } from '../api.ts';
+import { addRoute } from '../routes.ts';
+import { button, h, main, show } from '../ui.ts';
+import type { MessageSummary } from './open.ts';
+import { subscribeWhileOn, type LiveChange } from './live.ts';
+
+export interface Label {
+  id: string;
+  name: string;
+  total: number;
+  unread: number;
+  specialUse?: string;
+}
+
+export const PAGE_SIZE = 50;
+
+export const inboxHash = (inboxId: string, labelId?: string) => `#/inbox/${inboxId}${labelId ? `/label/${labelId}` : ''}`;
+export const messageHash = (inboxId: string, msgId: string) => `#/inbox/${inboxId}/message/${msgId}`;
+
+const when = (iso: string) => {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
+};
+
+/** What each row shows, by message id, so a row can be redrawn with new flags. */
+const summaries = new Map<string, MessageSummary>();
+/** The label the list shows (its rows are in `summaries`). */
+let shownLabel: string | undefined;
+
+/** A message's row as last listed, and its label: what the message screen knows before opening it. */
+export function listedMessage(msgId: string): { summary: MessageSummary; labelId: string } | undefined {
+  const summary = summaries.get(msgId);
+  return summary && shownLabel ? { summary, labelId: shownLabel } : undefined;
+}
+
+/** A message's row: a link to it, with its marks spelled out for screen readers. */
+function row(inboxId: string, m: MessageSummary): HTMLLIElement {
+  summaries.set(m.id, m);
+  const unread = !m.flags.includes('seen');
+  const flagged = m.flags.includes('flagged');
+  const li = h('li', { 'data-msg': m.id, 'data-uid': String(m.uid), class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}` },
+    h('a', { href: messageHash(inboxId, m.id) },
+      h('span', { class: 'from' }, m.from ?? '(no sender)'),
+      h('span', { class: 'subject' }, m.subject ?? '(no subject)'),
+      h('time', { datetime: m.receivedAt, class: 'muted' }, when(m.date ?? m.receivedAt)),
+      h('span', { class: 'marks' },
+        unread ? h('span', { class: 'mark-unread', title: 'Unread' }, '●', h('span', { class: 'sr-only' }, ' unread')) : null,
+        flagged ? h('span', { class: 'mark-flagged', title: 'Flagged' }, '★', h('span', { class: 'sr-only' }, ' flagged')) : null,
+        m.flags.includes('answered') ? h('span', { class: 'mark-answered', title: 'Answered' }, '↩', h('span', { class: 'sr-only' }, ' answered')) : null)));
+  return li;
+}
+
+function labelNav(inboxId: string, labels: Label[], current: string): HTMLElement {
+  return h('nav', { 'aria-label': 'Labels' }, h('ul', { class: 'labels', id: 'labels' }, ...labels.map((l) => h('li', {},
+    h('a', { href: inboxHash(inboxId, l.id), 'data-label': l.id, ...(l.id === current ? { 'aria-current': 'page' } : {}) },
+      l.name,
+      h('span', { class: 'count', 'data-unread': String(l.unread) }, l.unread > 0 ? ` ${l.unread}` : '', h('span', { class: 'sr-only' }, ` (${l.unread} unread)`)))))));
+}
+
+/**
+ * Arrow keys (and Home, End) move between the rows' links, as in a mail app's list; Tab still
+ * walks every link, so nothing depends on knowing the keys.
+ */
+function listKeys(list: HTMLElement): void {
+  list.addEventListener('keydown', (e) => {
+    if (e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    const links = Array.from(list.querySelectorAll<HTMLAnchorElement>('li.message > a'));
+    const at = links.findIndex((a) => a === document.activeElement);
+    if (at < 0) return;
+    const to = e.key === 'ArrowDown' ? at + 1 : e.key === 'ArrowUp' ? at - 1 : e.key === 'Home' ? 0 : e.key === 'End' ? links.length - 1 : null;
+    if (to === null) return;
+    e.preventDefault();
+    links[Math.max(0, Math.min(links.length - 1, to))]?.focus();
+  });
+}
+
+async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Promise<void> {
+  const hash = location.hash;
+  const [{ inboxes }, { labels }] = await Promise.all([
+    api<{ inboxes: Array<{ inboxId: string; label?: string }> }>('GET', '/inboxes'),
+    api<{ labels: Label[] }>('GET', `/inboxes/${inboxId}/labels`),
+  ]);
+  const label = labels.find((l) => l.id === wantedLabel) ?? labels[0];
+  if (!label) throw new Error('This inbox has no labels yet.');
+  const name = inboxes.find((i) => i.inboxId === inboxId)?.label ?? inboxId;
+
+  const list = h('ul', { class: 'list messages', id: 'messages', 'aria-label': `Messages in ${label.name}`, 'aria-describedby': 'messages-hint' });
+  listKeys(list);
+  const more = h('div', { class: 'actions' });
+  const status = h('p', { class: 'muted', id: 'live-status', role: 'status' }, 'Connecting for live updates…');
+  let nav = labelNav(inboxId, labels, label.id);
+  let before: number | undefined;
+
+  const loadPage = async (fresh: boolean) => {
+    const q = new URLSearchParams({ limit: String(PAGE_SIZE) });
+    if (!fresh && before !== undefined) q.set('before', String(before));
+    const page = await api<{ messages: MessageSummary[]; before?: number }>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?${q}`);
+    if (fresh) list.replaceChildren();
+    for (const m of page.messages) if (!list.querySelector(`[data-msg="${m.id}"]`)) list.append(row(inboxId, m));
+    before = page.before;
+    more.replaceChildren(...(before !== undefined ? [button('Older messages', () => loadPage(false), { class: 'secondary', id: 'older' })] : []));
+    empty();
+  };
+  const empty = () => {
+    document.getElementById('no-messages')?.remove();
+    if (list.childElementCount === 0) list.after(h('p', { id: 'no-messages', class: 'muted' }, 'No messages.'));
+  };
+  // Counts change with every change: read them again, at most once per burst.
+  let countsTimer: number | undefined;
+  const refreshCounts = () => {
+    clearTimeout(countsTimer);
+    countsTimer = window.setTimeout(async () => {
+      const fresh = await api<{ labels: Label[] }>('GET', `/inboxes/${inboxId}/labels`).catch(() => null);
+      if (!fresh || location.hash !== hash) return;
+      const next = labelNav(inboxId, fresh.labels, label.id);
+      nav.replaceWith(next);
+      nav = next;
+    }, 150);
+  };
+
+  // New mail: the first page again, its new rows put in UID order (newest first) above and among
+  // those shown, so pages already loaded below stay.
+  let topTimer: number | undefined;
+  const refreshTop = () => {
+    clearTimeout(topTimer);
+    topTimer = window.setTimeout(async () => {
+      const page = await api<{ messages: MessageSummary[] }>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?limit=${PAGE_SIZE}`).catch(() => null);
+      if (!page || location.hash !== hash) return;
+      for (const m of page.messages) {
+        if (list.querySelector(`[data-msg="${m.id}"]`)) continue;
+        const below = Array.from(list.children).find((li) => Number((li as HTMLElement).dataset.uid) < m.uid);
+        list.insertBefore(row(inboxId, m), below ?? null);
+      }
+      empty();
+    }, 100);
+  };
+
+  const apply = (change: LiveChange) => {
+    const existing = list.querySelector<HTMLLIElement>(`[data-msg="${change.msgId}"]`);
+    if (change.type === 'message.added' && change.labelId === label.id && !existing) {
+      // One listing per burst, whatever its size (a mail app moving a thousand messages here).
+      refreshTop();
+    } else if (change.type === 'message.removed' && change.labelId === label.id) {
+      existing?.remove();
+      empty();
+    } else if (change.type === 'message.flags' && existing && change.flags && (!change.labelId || change.labelId === label.id)) {
+      const shown = summaries.get(change.msgId);
+      if (shown) existing.replaceWith(row(inboxId, { ...shown, flags: change.flags }));
+    }
+    refreshCounts();
+  };
+
+  // The member may have moved on while the labels loaded.
+  if (location.hash !== hash) return;
+  show(
+    h('p', {}, h('a', { href: '#' }, '← All inboxes')),
+    h('h1', {}, name),
+    h('div', { class: 'actions' },
+      h('a', { class: 'button', href: `#/compose/${inboxId}`, id: 'compose' }, 'Compose'),
+      h('a', { class: 'button secondary', href: '#/events', id: 'activity' }, 'Activity')),
+    nav,
+    h('h2', { id: 'label-heading' }, label.name),
+    status,
+    h('p', { id: 'messages-hint', class: 'sr-only' }, 'Arrow keys move between messages; Enter opens one.'),
+    list,
+    more,
+  );
+  // Rows keep what the list gave (their summary) so a flag change can redraw them.
+  summaries.clear();
+  shownLabel = label.id;
+  await loadPage(true);
+
+  // The member may have left while the first page loaded.
+  if (location.hash !== hash || !main().contains(list)) return;
+  // The inbox's stream, shared with the message screen (live.ts); left with the screen.
+  subscribeWhileOn(hash, inboxId, {
+    onOpen: (reconnected) => {
+      status.textContent = 'Live: new mail appears here as it arrives.';
+      status.dataset.live = 'true';
+      status.dataset.connects = String(Number(status.dataset.connects ?? 0) + 1);
+      // The inbox stream has no cursor: whatever happened while it was down is read again.
+      if (reconnected) {
+        void loadPage(true);
+        refreshCounts();
+      }
+    },
+    onDown: () => {
+      status.textContent = 'Reconnecting for live updates…';
+      delete status.dataset.live;
+    },
+    onChange: apply,
+    onFail: (err) => {
+      status.textContent = `Live updates stopped: ${err instanceof Error ? err.message : String(err)}`;
+      delete status.dataset.live;
+    },
+  });
+}
+
+addRoute(/^#\/inbox\/(ibx_[0-9A-Z]{26})(?:\/label\/(lbl_[0-9A-Z]{26}))?$/, (m) => inboxScreen(m[1]!, m[2]));

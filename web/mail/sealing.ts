@@ -1,0 +1,82 @@
+// Plaintext that a mail app APPENDs to a zero-access inbox is sealed by Postern shortly after
+// (lib/mail/reseal.ts): the sealed copy replaces it under a new message id, with the same date,
+// flags and headers. Until then the API refuses its content (422). Instead of that error, the
+// message screen says the message is being secured and, once the inbox stream shows the change,
+// finds the sealed copy in the label's listing and opens it in place.
+import { api } from '../api.ts';
+import { h, show } from '../ui.ts';
+import { inboxHash, listedMessage, messageHash, PAGE_SIZE, type Label } from './inbox.ts';
+import { subscribeWhileOn } from './live.ts';
+import type { MessageSummary } from './open.ts';
+
+/** How long to wait for the sealed copy before showing the server's refusal after all. */
+export const SEALING_WAIT_MS = 60_000;
+
+const page = (inboxId: string, labelId: string) =>
+  api<{ messages: MessageSummary[] }>('GET', `/inboxes/${inboxId}/labels/${labelId}/messages?limit=${PAGE_SIZE}`);
+
+/** The message's listing and label: from the inbox screen, else the first page of each label. */
+async function findListed(inboxId: string, msgId: string): Promise<{ summary: MessageSummary; labelId: string } | undefined> {
+  const known = listedMessage(msgId);
+  if (known) return known;
+  const { labels } = await api<{ labels: Label[] }>('GET', `/inboxes/${inboxId}/labels`);
+  for (const label of labels) {
+    const summary = (await page(inboxId, label.id)).messages.find((m) => m.id === msgId);
+    if (summary) return { summary, labelId: label.id };
+  }
+  return undefined;
+}
+
+/** The same message in sealed form: same date, sender and subject, another id. */
+const sameMessage = (a: MessageSummary, b: MessageSummary) =>
+  a.id !== b.id && a.receivedAt === b.receivedAt && a.subject === b.subject && a.from === b.from && a.date === b.date;
+
+export async function awaitSealing(inboxId: string, msgId: string, hash: string, back: HTMLElement, refusal: string): Promise<void> {
+  const status = h('p', { class: 'notice', id: 'sealing', role: 'status' },
+    'This message is being secured (encrypted for this inbox). It will open in a moment.');
+  show(back, h('h1', {}, 'Securing the message…'), status);
+  const listed = await findListed(inboxId, msgId).catch(() => undefined);
+  if (location.hash !== hash) return;
+  if (listed?.summary.subject) document.querySelector('main h1')!.textContent = listed.summary.subject;
+
+  let done = false;
+  let timer: number | undefined;
+  const finish = () => {
+    done = true;
+    clearTimeout(timer);
+    clearTimeout(giveUp);
+    unsubscribe();
+  };
+  // One listing per burst of changes.
+  const look = () => {
+    clearTimeout(timer);
+    timer = window.setTimeout(async () => {
+      if (done || location.hash !== hash || !listed) return;
+      const fresh = await page(inboxId, listed.labelId).catch(() => null);
+      const copy = fresh?.messages.find((m) => sameMessage(m, listed.summary));
+      if (!copy || done || location.hash !== hash) return;
+      finish();
+      // Replaced in the history too: the plaintext's address leads nowhere now.
+      location.replace(messageHash(inboxId, copy.id));
+    }, 100);
+  };
+  const unsubscribe = subscribeWhileOn(hash, inboxId, {
+    // Also when already connected: the sealing may have happened before this screen listened.
+    onOpen: look,
+    onChange: (change) => {
+      if (change.type === 'message.added' && change.labelId === listed?.labelId) look();
+      else if (change.type === 'message.removed' && change.msgId === msgId) {
+        if (listed) look();
+        // Without its listing the copy cannot be told from other mail: the inbox lists it.
+        else status.replaceChildren('This message has been secured. ', h('a', { href: inboxHash(inboxId) }, 'Open it from the inbox'), '.');
+      }
+    },
+  });
+  const giveUp = window.setTimeout(() => {
+    if (done || location.hash !== hash) return;
+    finish();
+    status.className = 'error';
+    status.setAttribute('role', 'alert');
+    status.textContent = `This message could not be opened: ${refusal}`;
+  }, SEALING_WAIT_MS);
+}

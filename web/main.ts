@@ -1,0 +1,173 @@
+// The app shell: enrollment (from an invite link), passkey sign-in, and once signed in the
+// member's inboxes, passkeys and sessions, and sign-out. Other screens register hash routes
+// (web/routes.ts) and are imported here for that side effect.
+import { api, ApiError, currentSession, forgetSession, keepSession, SIGNED_OUT, type SignedIn } from './api.ts';
+import { forgetKey, openKey, setPassphrase, unlockedKey, type AskPassphrase } from './keys.ts';
+import { addPasskey, enroll, signIn, type Unlocking } from './passkey.ts';
+import { matchRoute } from './routes.ts';
+import './compose/compose.ts';
+import './activity.ts';
+import { button, h, report, show } from './ui.ts';
+// Screens that register their own routes.
+import './mail/inbox.ts';
+import './mail/message.ts';
+
+function enrollPage(invite: string): void {
+  const name = h('input', { id: 'passkey-name', name: 'name', autocomplete: 'off', value: 'This device', maxlength: '100' });
+  show(
+    h('h1', {}, 'Set up your passkey'),
+    h('p', {}, 'Your organisation invited you to Postern. Create a passkey on this device to sign in: no password needed.'),
+    h('label', { for: 'passkey-name' }, 'Name for this passkey'),
+    name,
+    h('div', { class: 'actions' }, button('Create passkey', async () => {
+      const { signedIn, unlocking } = await enroll(invite, name.value);
+      // The invite is spent: it must not stay in the address bar or the history.
+      history.replaceState(null, '', location.pathname);
+      await afterSignIn(signedIn, unlocking);
+    }, { id: 'enroll' })),
+  );
+}
+
+function signInPage(): void {
+  show(
+    h('h1', {}, 'Sign in to Postern'),
+    h('p', {}, 'Use the passkey you set up from your invitation.'),
+    h('div', { class: 'actions' }, button('Sign in with a passkey', async () => {
+      const { signedIn, unlocking } = await signIn();
+      await afterSignIn(signedIn, unlocking);
+    }, { id: 'sign-in' })),
+  );
+}
+
+/** A passphrase form that settles once the member submits it. */
+const askPassphrase: AskPassphrase = (mode, error) =>
+  new Promise((resolve) => {
+    const input = h('input', { id: 'passphrase', type: 'password', autocomplete: mode === 'create' ? 'new-password' : 'current-password', minlength: mode === 'create' ? '12' : '1', required: '' });
+    const form = h('form', {},
+      h('label', { for: 'passphrase' }, mode === 'create' ? 'Choose a passphrase (12 characters or more)' : 'Passphrase'),
+      input,
+      h('button', { type: 'submit', id: 'passphrase-submit' }, mode === 'create' ? 'Protect my key' : 'Unlock'),
+    );
+    form.addEventListener('submit', (e) => {
+      e.preventDefault();
+      show(h('h1', {}, 'Working on your key…'), h('p', { class: 'muted' }, 'Deriving the key from your passphrase takes a second or two.'));
+      resolve(input.value);
+    });
+    show(
+      h('h1', {}, mode === 'create' ? 'Protect your key' : 'Unlock your key'),
+      h('p', {}, mode === 'create'
+        ? 'This passkey cannot protect your encryption key by itself on this device. Choose a passphrase: the server never sees it, and nobody can recover it for you.'
+        : 'Enter the passphrase you chose to unlock your encryption key on this device.'),
+      error ? h('p', { class: 'error', role: 'alert' }, error) : null,
+      form,
+    );
+  });
+
+async function afterSignIn(signedIn: SignedIn, unlocking: Unlocking): Promise<void> {
+  keepSession(signedIn);
+  show(h('h1', {}, 'Opening your key…'));
+  try {
+    await openKey(signedIn.email, unlocking, askPassphrase);
+  } catch (err) {
+    await home();
+    report(err);
+    return;
+  }
+  await home();
+}
+
+async function home(): Promise<void> {
+  const session = currentSession();
+  if (!session) return signInPage();
+  let inboxes, passkeys, sessions;
+  try {
+    [inboxes, passkeys, sessions] = await Promise.all([
+      api<{ inboxes: Array<{ inboxId: string; role: string; label?: string }> }>('GET', '/inboxes'),
+      api<{ passkeys: Array<{ id: string; name: string; createdAt: string; lastUsedAt: string | null; disabled: boolean }> }>('GET', '/auth/passkeys'),
+      api<{ sessions: Array<{ id: string; createdAt: string; expiresAt: string; current: boolean }> }>('GET', '/auth/sessions'),
+    ]);
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return signInPage();
+    throw err;
+  }
+  const key = unlockedKey();
+  const passphrase = h('input', { id: 'new-passphrase', type: 'password', autocomplete: 'new-password', minlength: '12' });
+  show(
+    h('h1', {}, 'Your inboxes'),
+    h('p', { class: 'muted' }, `Signed in as ${session.email}`),
+    h('ul', { class: 'list', id: 'inboxes' }, ...inboxes.inboxes.map((i) => h('li', { 'data-inbox': i.inboxId }, h('a', { href: `#/inbox/${i.inboxId}` }, i.label ?? i.inboxId), h('span', { class: 'muted' }, i.role)))),
+    inboxes.inboxes.length === 0 ? h('p', {}, 'No inbox has been shared with you yet.') : null,
+    h('h2', {}, 'Encryption key'),
+    key
+      ? h('p', { id: 'key-status' }, 'Unlocked. Fingerprint ', h('code', { id: 'key-fingerprint' }, key.fingerprint), `. Unlocks with: ${key.methods.join(', ')}. Public key: ${key.publicKeyStatus}.`)
+      : h('p', { id: 'key-status' }, 'Locked: sign out and sign in again to unlock it on this device.'),
+    key && !key.methods.includes('passphrase')
+      ? h('form', { id: 'passphrase-form' }, h('label', { for: 'new-passphrase' }, 'Add a passphrase, to unlock on devices whose passkey cannot'), passphrase, h('button', { type: 'submit' }, 'Add passphrase'))
+      : null,
+    h('h2', {}, 'Passkeys'),
+    h('ul', { class: 'list', id: 'passkeys' }, ...passkeys.passkeys.map((p) => h('li', {},
+      h('span', {}, p.name, p.disabled ? ' (disabled: possible clone)' : ''),
+      button('Remove', async () => {
+        if (!confirm(`Remove the passkey "${p.name}"? The sessions it opened end too.`)) return;
+        await api('DELETE', `/auth/passkeys/${p.id}`);
+        await home();
+      }, { class: 'secondary', 'aria-label': `Remove passkey ${p.name}` })))),
+    h('div', { class: 'actions' }, button('Add a passkey', async () => {
+      await addPasskey('Another passkey');
+      await home();
+    }, { class: 'secondary', id: 'add-passkey' })),
+    h('h2', {}, 'Sessions'),
+    h('ul', { class: 'list', id: 'sessions' }, ...sessions.sessions.map((s) => h('li', {},
+      h('span', {}, s.current ? 'This session' : `Since ${new Date(s.createdAt).toLocaleString()}`),
+      s.current ? null : button('End', async () => {
+        await api('DELETE', `/auth/sessions/${s.id}`);
+        await home();
+      }, { class: 'secondary', 'aria-label': `End session started ${s.createdAt}` })))),
+    h('div', { class: 'actions' }, button('Sign out', async () => {
+      await api('POST', '/auth/sign-out').catch(() => undefined);
+      forgetSession();
+      forgetKey();
+      signInPage();
+    }, { id: 'sign-out' })),
+  );
+  document.getElementById('passphrase-form')?.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    try {
+      await setPassphrase(passphrase.value);
+      await home();
+    } catch (err) {
+      report(err);
+    }
+  });
+}
+
+/** The invite of an enrollment link, or null; a mangled link is the member's to fix, not a crash. */
+function inviteOf(hash: string): string | null {
+  const raw = /^#enroll=(.+)$/.exec(hash)?.[1];
+  if (!raw) return null;
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return raw;
+  }
+}
+
+function route(): void {
+  const invite = inviteOf(location.hash);
+  if (invite) return enrollPage(invite);
+  const screen = currentSession() ? matchRoute(location.hash) : null;
+  if (screen) {
+    void Promise.resolve(screen.handler(screen.match)).catch(report);
+    return;
+  }
+  void home().catch(report);
+}
+
+window.addEventListener('hashchange', route);
+// The session ended (here or refused by the server): whatever screen was up, with its decrypted
+// mail, goes; the sign-in page replaces it. Not the enrollment page: an old session expiring
+// under it (the same tab) must not end the ceremony in progress.
+window.addEventListener(SIGNED_OUT, () => {
+  if (!inviteOf(location.hash)) signInPage();
+});
+route();
