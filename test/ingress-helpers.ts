@@ -2,7 +2,9 @@
 // LMTP ingress, an LMTP client that talks to the ingress directly, the stored copies of a
 // message as a mail app sees them, and Postfix's log for its delivery attempts.
 import { randomBytes } from 'node:crypto';
+import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { ImapFlow } from 'imapflow';
 import SMTPConnection from 'nodemailer/lib/smtp-connection';
@@ -76,6 +78,14 @@ export async function storedMessages(inbox: TestInbox): Promise<Array<{ uid: num
 /** Postfix's log of this env (every delivery attempt and its outcome). */
 export function postfixLog(): string {
   return readFileSync(join(mailEnv().dir, 'postfix', 'postfix.log'), 'utf8');
+}
+
+/**
+ * Asks this env's Postfix to retry its deferred mail now (`postqueue -f`), forgetting any next hop
+ * it has marked dead. A test waiting for a retry then waits for Postern, not Postfix's backoff.
+ */
+export async function flushPostfixQueue(): Promise<void> {
+  await promisify(execFile)('postqueue', ['-c', join(mailEnv().dir, 'postfix', 'conf'), '-f']);
 }
 
 /** Postfix's queue id for the message with this Message-ID, once cleanup has logged it. */
