@@ -468,7 +468,7 @@ describe('IMAP pool', function () {
     try {
       const hold = gate();
       const held = pool.use(a.imapUser, () => hold.opened);
-      await new Promise((r) => setTimeout(r, 100)); // connected and busy
+      await until('the held connection open and busy', async () => pool.connectionsOf(a.imapUser) === 1);
       for (const user of [a.imapUser, b.imapUser]) {
         const started = Date.now();
         const err = await pool.use(user, async () => 'never').then(() => null, (e: unknown) => e);
@@ -501,7 +501,7 @@ describe('IMAP pool', function () {
       const t = await op.token(['messages:read']);
       const hold = gate();
       const held = own.postern.mailSource.pool.use(a.imapUser, () => hold.opened);
-      await new Promise((r) => setTimeout(r, 100));
+      await until('the held connection open and busy', async () => own.postern.mailSource.pool.connectionsOf(a.imapUser) === 1);
       for (const path of [`/inboxes/${b.id}/labels`, `/inboxes/${b.id}/events`]) {
         const started = Date.now();
         const res = await call(`${own.base}${path}`, { token: t });

@@ -345,7 +345,7 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
         for (let i = 0; ; i++) {
           const res = await postRaw(fresh, t, box.id, { from: box.address, to: [to], raw: message(box.address) });
           const text = await res.text();
-          if (i >= 10 || res.status !== 503 || !/verification in progress/.test(text)) return { status: res.status, text };
+          if (i >= 30 || res.status !== 503 || !/verification in progress/.test(text)) return { status: res.status, text };
           await new Promise((r) => setTimeout(r, 1000));
         }
       } finally {
