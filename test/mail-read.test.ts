@@ -7,11 +7,10 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { idFromGuid } from '../lib/ids.ts';
 import { createPostern } from '../lib/server.ts';
+import type { Label, MessageSummary as Summary } from '../schemas/wire.ts';
 import { call, envVars, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, deliver, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 
-interface Label { id: string; name: string; total: number; unread: number; specialUse?: string }
-interface Summary { id: string; uid: number; receivedAt: string; flags: string[]; size: number; subject?: string; from?: string; to?: string; date?: string; keywords?: string[]; direction?: string }
 interface Page { messages: Summary[]; before?: number }
 
 describe('mail read API', function () {

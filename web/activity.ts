@@ -2,6 +2,7 @@
 // GET /events reads oldest first (spec 4.6) and a web session must name its inboxes, so the
 // screen walks the log forward from the start, keeps the newest KEEP events, and pages through
 // those. Events carry ids and metadata only (never message content), so holding them is cheap.
+import type { InboxList } from '../schemas/wire.ts';
 import { api } from './api.ts';
 import { messageHash } from './mail/inbox.ts';
 import { addRoute, navigate } from './routes.ts';
@@ -69,7 +70,7 @@ function messageLink(e: LogEvent): Child[] {
 
 async function activityPage(): Promise<void> {
   show(h('h1', {}, 'Activity'), h('p', { class: 'muted' }, 'Loading…'));
-  const { inboxes } = await api<{ inboxes: Array<{ inboxId: string; label?: string }> }>('GET', '/inboxes');
+  const { inboxes } = await api<InboxList>('GET', '/inboxes');
   const names = new Map(inboxes.map((i) => [i.inboxId, i.label ?? i.inboxId]));
   const events = inboxes.length ? await newestEvents(inboxes.map((i) => i.inboxId)) : [];
   let at = 0;

@@ -1,16 +1,10 @@
 // Talking to Postern's {app_url}. The session token lives in sessionStorage: it survives a reload
 // of this tab but not the tab, is never sent by the browser on its own (no cookie, so no CSRF),
 // and is not shared with other tabs as localStorage would be (docs/app.md).
+import type { SignedIn } from '../schemas/wire.ts';
+
 const APP_URL = '/api/v1';
 const SESSION_KEY = 'postern.session';
-
-export interface SignedIn {
-  session: string;
-  expiresAt: string;
-  memberId: string;
-  email: string;
-  passkeyId: string;
-}
 
 export class ApiError extends Error {
   constructor(readonly status: number, message: string) {

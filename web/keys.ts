@@ -5,6 +5,7 @@
 import { bufferToBase64URLString as b64u, base64URLStringToBuffer } from '@simplewebauthn/browser';
 import { scryptAsync } from '@noble/hashes/scrypt.js';
 import { generateKey, readKey } from 'openpgp';
+import type { KeyBackup } from '../schemas/wire.ts';
 import { api, ApiError, SIGNED_OUT } from './api.ts';
 import type { Unlocking } from './passkey.ts';
 
@@ -90,7 +91,7 @@ const decode = (blob: string) => JSON.parse(dec.decode(bytes(blob))) as Envelope
 
 async function stored(): Promise<{ envelope: Envelope; version: number } | null> {
   try {
-    const r = await api<{ blob: string; version: number }>('GET', '/me/key-backup');
+    const r = await api<KeyBackup>('GET', '/me/key-backup');
     return { envelope: decode(r.blob), version: r.version };
   } catch (err) {
     if (err instanceof ApiError && err.status === 404) return null;
@@ -99,7 +100,7 @@ async function stored(): Promise<{ envelope: Envelope; version: number } | null>
 }
 
 async function save(envelope: Envelope, replaces: number): Promise<number> {
-  const r = await api<{ version: number }>('PUT', '/me/key-backup', { blob: encode(envelope), replaces });
+  const r = await api<KeyBackup>('PUT', '/me/key-backup', { blob: encode(envelope), replaces });
   return r.version;
 }
 

@@ -1,7 +1,8 @@
 // The app shell: enrollment (from an invite link), passkey sign-in, and once signed in the
 // member's inboxes, passkeys and sessions, and sign-out. Other screens register hash routes
 // (web/routes.ts) and are imported here for that side effect.
-import { api, ApiError, currentSession, forgetSession, keepSession, SIGNED_OUT, type SignedIn } from './api.ts';
+import type { InboxList, PasskeyList, SessionList, SignedIn } from '../schemas/wire.ts';
+import { api, ApiError, currentSession, forgetSession, keepSession, SIGNED_OUT } from './api.ts';
 import { forgetKey, openKey, setPassphrase, unlockedKey, type AskPassphrase } from './keys.ts';
 import { addPasskey, enroll, signIn, type Unlocking } from './passkey.ts';
 import { matchRoute } from './routes.ts';
@@ -82,9 +83,9 @@ async function home(): Promise<void> {
   let inboxes, passkeys, sessions;
   try {
     [inboxes, passkeys, sessions] = await Promise.all([
-      api<{ inboxes: Array<{ inboxId: string; role: string; label?: string }> }>('GET', '/inboxes'),
-      api<{ passkeys: Array<{ id: string; name: string; createdAt: string; lastUsedAt: string | null; disabled: boolean }> }>('GET', '/auth/passkeys'),
-      api<{ sessions: Array<{ id: string; createdAt: string; expiresAt: string; current: boolean }> }>('GET', '/auth/sessions'),
+      api<InboxList>('GET', '/inboxes'),
+      api<PasskeyList>('GET', '/auth/passkeys'),
+      api<SessionList>('GET', '/auth/sessions'),
     ]);
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) return signInPage();

@@ -4,7 +4,8 @@
 // response goes to the server, which refuses any response carrying it.
 import { bufferToBase64URLString, startAuthentication, startRegistration } from '@simplewebauthn/browser';
 import type { AuthenticationResponseJSON, PublicKeyCredentialCreationOptionsJSON, PublicKeyCredentialRequestOptionsJSON, RegistrationResponseJSON } from '@simplewebauthn/browser';
-import { api, type SignedIn } from './api.ts';
+import type { SignedIn } from '../schemas/wire.ts';
+import { api } from './api.ts';
 
 /** The one PRF input: the output differs per passkey already, so the salt needs no secret. */
 const PRF_SALT = new TextEncoder().encode('postern/key-unlock/v1');

@@ -11,7 +11,8 @@ import type { ImapAttribute, ImapAttributeList, ImapFlow, ImapResponse } from 'i
 import type { ImapCompileNode } from 'imapflow/lib/handler/types.js';
 import { decodePath, parseEnvelope } from 'imapflow/lib/tools.js';
 import { normalizeImapFlags } from '../../lib/mail/flags.ts';
-import { specialUseOf, type SpecialUse } from '../../lib/mail/labels.ts';
+import { specialUseOf } from '../../lib/mail/labels.ts';
+import type { SpecialUse } from '../../schemas/wire.ts';
 import type { MessageRecord } from '../../lib/mail/types.ts';
 import { createHash } from 'node:crypto';
 

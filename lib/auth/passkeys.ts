@@ -13,6 +13,7 @@ import {
   type PublicKeyCredentialRequestOptionsJSON,
   type RegistrationResponseJSON,
 } from '@simplewebauthn/server';
+import type { Passkey, Session, SignedIn } from '../../schemas/wire.ts';
 import type { DirectoryStore } from '../directory/store.ts';
 import { DuplicateError } from '../directory/store.ts';
 import type { Member } from '../directory/types.ts';
@@ -34,35 +35,10 @@ export interface PasskeyOptions {
   now?: () => number;
 }
 
-export interface PasskeyView {
-  id: string;
-  name: string;
-  createdAt: string;
-  lastUsedAt: string | null;
-  backedUp: boolean;
-  disabled: boolean;
-}
-
-export interface SessionView {
-  id: string;
-  passkeyId: string | null;
-  createdAt: string;
-  expiresAt: string;
-  current: boolean;
-}
-
-export interface SignedIn {
-  session: string;
-  expiresAt: string;
-  memberId: string;
-  email: string;
-  passkeyId: string;
-}
-
 const iso = (ms: number) => new Date(ms).toISOString();
 const gone = (message: string) => new ApiError(410, message);
 
-export function passkeyView(p: PasskeyRecord): PasskeyView {
+export function passkeyView(p: PasskeyRecord): Passkey {
   return {
     id: p.id,
     name: p.name,
@@ -120,7 +96,7 @@ export class Passkeys {
   }
 
   /** Registers the passkey, uses up the invite and signs the member in. */
-  async enroll(invite: string, response: RegistrationResponseJSON, name: string | undefined): Promise<SignedIn & { passkey: PasskeyView }> {
+  async enroll(invite: string, response: RegistrationResponseJSON, name: string | undefined): Promise<SignedIn & { passkey: Passkey }> {
     const { record, member } = await this.openInvite(invite);
     const challenge = await this.take(response.response.clientDataJSON, 'enroll', badRequest);
     if (challenge.inviteId !== record.id) throw badRequest('this challenge was issued for another invite');
@@ -140,7 +116,7 @@ export class Passkeys {
     return this.creationOptions(await this.member(memberId), 'add', null);
   }
 
-  async add(memberId: string, response: RegistrationResponseJSON, name: string | undefined): Promise<PasskeyView> {
+  async add(memberId: string, response: RegistrationResponseJSON, name: string | undefined): Promise<Passkey> {
     const member = await this.member(memberId);
     const challenge = await this.take(response.response.clientDataJSON, 'add', badRequest);
     if (challenge.memberId !== member.id) throw badRequest('this challenge was issued to another member');
@@ -200,7 +176,7 @@ export class Passkeys {
     return this.openSession(member, passkey.id);
   }
 
-  async listPasskeys(memberId: string): Promise<PasskeyView[]> {
+  async listPasskeys(memberId: string): Promise<Passkey[]> {
     return (await this.store.listPasskeys(memberId)).map(passkeyView);
   }
 
@@ -211,7 +187,7 @@ export class Passkeys {
     await this.store.deletePasskey(passkey.id, this.now());
   }
 
-  async listSessions(memberId: string, currentSessionId: string): Promise<SessionView[]> {
+  async listSessions(memberId: string, currentSessionId: string): Promise<Session[]> {
     const sessions = await this.store.listLiveSessions(memberId, this.now());
     return sessions.map((s: MemberSession) => ({
       id: s.id,

@@ -11,13 +11,12 @@ import { notFound, unprocessable } from '../errors.ts';
 import { guidFromId } from '../ids.ts';
 import type { MessageBodies } from '../mail/bodies.ts';
 import type { MailService } from '../mail/service.ts';
-import type { Location, MailIndexStore, MessageDetail, MessageSummary } from '../mail/types.ts';
+import type { MessageDetail, MessageSummary } from '../../schemas/wire.ts';
+import type { IndexedDetail, Location, MailIndexStore } from '../mail/types.ts';
 import { newSessionKey, sealedDataPacket, unwrapSessionKey, wrapSessionKey } from './envelope.ts';
 import type { EpochKeys } from './epoch-keys.ts';
 import type { MessageKeyRecord, MessageKeyStore } from './store.ts';
 import { openpgpBytes } from './armor.ts';
-
-export type SealedDetail = MessageDetail & { keyEpoch: number; wrappedDek: string };
 
 /** More than this before the encrypted-data packet is not a PKESK list (each is ~100 bytes). */
 const MAX_PKESK_BYTES = 64 * 1024;
@@ -33,11 +32,11 @@ export class SealedMail {
   ) {}
 
   /** Spec 2.7 with its ETag, which also covers `wrappedDek` (it changes when that is first made). */
-  async detail(inbox: Inbox, msgId: string): Promise<{ detail: SealedDetail; etag: string }> {
+  async detail(inbox: Inbox, msgId: string): Promise<{ detail: MessageDetail; etag: string }> {
     const { detail, etag } = await this.mail.message(inbox, msgId);
     const key = await this.messageKey(inbox, msgId);
     const wrappedDek = Buffer.from(key.wrappedDek).toString('base64');
-    const sealed: SealedDetail = { message: detail.message, keyEpoch: key.epoch, wrappedDek, ...rest(detail) };
+    const sealed: MessageDetail = { message: detail.message, keyEpoch: key.epoch, wrappedDek, ...rest(detail) };
     const tag = createHash('sha256').update(`${etag}\n${key.epoch}\n${wrappedDek}`).digest('base64url').slice(0, 27);
     return { detail: sealed, etag: `"${tag}"` };
   }
@@ -142,7 +141,7 @@ export class SealedMail {
   }
 }
 
-function rest(detail: MessageDetail): Omit<MessageDetail, 'message'> {
+function rest(detail: IndexedDetail): Omit<IndexedDetail, 'message'> {
   const { message: _message, ...others } = detail;
   return others;
 }

@@ -1,12 +1,9 @@
 // The one mapping between IMAP flags and keywords and the API's neutral flag names (spec 2.5).
 // Both directions live here so a mail app and the API can never disagree about a flag.
+import type { Flag } from '../../schemas/wire.ts';
 
-export const FLAGS = ['seen', 'answered', 'flagged', 'draft', 'forwarded', 'junk', 'not_junk'] as const;
-export type Flag = (typeof FLAGS)[number];
-
-/** The flags the API may change (spec 3.1). */
-export const WEB_FLAGS = ['seen', 'flagged', 'answered'] as const;
-export type WebFlag = (typeof WEB_FLAGS)[number];
+/** Every Flag (schemas/wire.ts), in the order the API lists them. */
+export const FLAGS = ['seen', 'answered', 'flagged', 'draft', 'forwarded', 'junk', 'not_junk'] as const satisfies readonly Flag[];
 
 // IMAP keywords are case-insensitive (RFC 3501 2.3.2); keys here are lower case.
 const FROM_IMAP: ReadonlyMap<string, Flag> = new Map<string, Flag>([

@@ -1,8 +1,8 @@
 // Labels: the spec's view of IMAP mailboxes. Ordering and special-use naming live here.
+import type { SpecialUse } from '../../schemas/wire.ts';
 
-/** The special-use attributes the spec names (2.4), as IMAP spells them (RFC 6154). */
-export const SPECIAL_USES = ['\\Sent', '\\Drafts', '\\Trash', '\\Junk', '\\Archive'] as const;
-export type SpecialUse = (typeof SPECIAL_USES)[number];
+/** Every SpecialUse (schemas/wire.ts), in the order labels are listed (spec 4.2). */
+export const SPECIAL_USES = ['\\Sent', '\\Drafts', '\\Trash', '\\Junk', '\\Archive'] as const satisfies readonly SpecialUse[];
 
 export function specialUseOf(attributes: Iterable<string>): SpecialUse | null {
   const lower = new Set([...attributes].map((a) => a.toLowerCase()));

@@ -18,7 +18,7 @@
 import type { DirectoryStore } from '../directory/store.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
-import type { Flag } from './flags.ts';
+import type { Flag } from '../../schemas/wire.ts';
 import type { LiveChange } from './types.ts';
 import type { WarnLog } from '../warn-log.ts';
 

@@ -4,20 +4,19 @@ import { createHash } from 'node:crypto';
 import { isApiError, notFound, unavailable } from '../errors.ts';
 import type { MailMirror } from './mirror.ts';
 import { guidFromId, idFromGuid } from '../ids.ts';
-import { fromImapFlags, toImapFlag, type Flag, type WebFlag } from './flags.ts';
+import type { Flag, Label, MessageList, MessageSummary, WebFlag } from '../../schemas/wire.ts';
+import { fromImapFlags, toImapFlag } from './flags.ts';
 import { compareLabels } from './labels.ts';
 import type {
-  Label,
+  IndexedDetail,
   LabelState,
   LiveChange,
   Location,
   MailIndexStore,
   MailInbox,
   MailSource,
-  MessageDetail,
   Place,
   MessageRecord,
-  MessageSummary,
   Unwatch,
 } from './types.ts';
 
@@ -30,11 +29,6 @@ function messageId(guid: string): string {
     ids.set(guid, (id = idFromGuid('msg', guid)));
   }
   return id;
-}
-
-export interface Page {
-  messages: MessageSummary[];
-  before?: number;
 }
 
 /**
@@ -69,8 +63,8 @@ export type FlagChangeAnnouncer = (inboxId: string, at: readonly Place[], flags:
 const STORE_ATTEMPTS = 3;
 
 export class MailService {
-  private readonly pages = new DerivedCache<Page | null>(2000);
-  private readonly details = new DerivedCache<{ detail: MessageDetail; etag: string } | null>(5000);
+  private readonly pages = new DerivedCache<MessageList | null>(2000);
+  private readonly details = new DerivedCache<{ detail: IndexedDetail; etag: string } | null>(5000);
 
   constructor(
     private readonly index: MailIndexStore,
@@ -97,7 +91,7 @@ export class MailService {
       });
   }
 
-  async messages(inbox: MailInbox, labelId: string, options: { limit: number; before?: number }): Promise<Page> {
+  async messages(inbox: MailInbox, labelId: string, options: { limit: number; before?: number }): Promise<MessageList> {
     const guid = guidFromId('lbl', labelId);
     if (!guid) throw notFound('label not found');
     // During the inbox's first fill the page is answered as soon as the fill has it all.
@@ -122,7 +116,7 @@ export class MailService {
     return rows.length > options.limit && rows.at(-1)!.location.uid >= label.fillLow;
   }
 
-  private async page(inbox: MailInbox, guid: string, options: { limit: number; before?: number }): Promise<Page | null> {
+  private async page(inbox: MailInbox, guid: string, options: { limit: number; before?: number }): Promise<MessageList | null> {
     if (!(await this.index.label(inbox.id, guid))) return null;
     // One more than asked tells whether a next page exists without a count.
     const rows = await this.index.page(inbox.id, guid, options.before ?? null, options.limit + 1);
@@ -135,14 +129,14 @@ export class MailService {
   }
 
   /** The detail and its ETag, which changes with any change to what the detail says. */
-  async message(inbox: MailInbox, msgId: string): Promise<{ detail: MessageDetail; etag: string }> {
+  async message(inbox: MailInbox, msgId: string): Promise<{ detail: IndexedDetail; etag: string }> {
     await this.mirror.refresh(inbox);
     const found = await this.details.get(`${inbox.id} ${msgId} ${inbox.addresses.join(',')}`, await this.index.version(inbox.id), () => this.detail(inbox, msgId));
     if (!found) throw notFound('message not found');
     return found;
   }
 
-  private async detail(inbox: MailInbox, msgId: string): Promise<{ detail: MessageDetail; etag: string } | null> {
+  private async detail(inbox: MailInbox, msgId: string): Promise<{ detail: IndexedDetail; etag: string } | null> {
     const guid = guidFromId('msg', msgId);
     const stored = guid ? await this.index.message(inbox.id, guid) : null;
     if (!stored || stored.locations.length === 0) return null;
@@ -151,7 +145,7 @@ export class MailService {
     const primary = primaryLocation(found.locations, labels);
     const sent = new Set(labels.filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
     const m = found.message;
-    const detail: MessageDetail = {
+    const detail: IndexedDetail = {
       message: summarize(m, primary, 0, directionOf(inbox, m, found.locations, sent)),
       ...(m.cc ? { cc: m.cc } : {}),
       ...(m.replyTo ? { replyTo: m.replyTo } : {}),

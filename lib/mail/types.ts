@@ -1,8 +1,7 @@
 // The mail domain's shapes and ports. Routes talk to MailService (service.ts); the service talks
 // to the index (MailIndexStore, implemented in adapters/store/sqlite) and to the mail server
 // (MailSource, implemented in adapters/imap). No I/O library is imported here.
-import type { Flag } from './flags.ts';
-import type { SpecialUse } from './labels.ts';
+import type { LiveChange as PublicChange, MessageDetail, SpecialUse } from '../../schemas/wire.ts';
 
 /** What the mail side needs to know about an inbox. */
 export interface MailInbox {
@@ -11,38 +10,11 @@ export interface MailInbox {
   addresses: readonly string[];
 }
 
-/** Spec 2.4 */
-export interface Label {
-  id: string;
-  name: string;
-  total: number;
-  unread: number;
-  specialUse?: SpecialUse;
-}
-
-/** Spec 2.6 */
-export interface MessageSummary {
-  id: string;
-  uid: number;
-  receivedAt: string;
-  flags: Flag[];
-  size: number;
-  date?: string;
-  from?: string;
-  to?: string;
-  subject?: string;
-  keywords?: string[];
-  direction?: 'in' | 'out';
-}
-
-/** Spec 2.7, without keyEpoch and wrappedDek until the encryption work adds them. */
-export interface MessageDetail {
-  message: MessageSummary;
-  cc?: string;
-  replyTo?: string;
-  messageId?: string;
-  inReplyTo?: string;
-}
+/**
+ * What the index knows of a message: spec 2.7 but `keyEpoch` and `wrappedDek`, which
+ * lib/crypto/sealed-mail.ts adds (they come from the key store, not from IMAP).
+ */
+export type IndexedDetail = Omit<MessageDetail, 'keyEpoch' | 'wrappedDek'>;
 
 /**
  * Where in IMAP a change happened: what makes it this change and no other, whichever process
@@ -59,21 +31,13 @@ export interface ChangePoint {
 }
 
 /**
- * A change the index applied. Spec 2.12 is every field but `at`, which is internal (what the
- * event log keys the change on) and is left out of what clients get (publicChange).
- * `labelId` also rides on message.flags: IMAP flags belong to a message in a label.
+ * A change the index applied: spec 2.12's LiveChange (schemas/wire.ts) and `at`, which is
+ * internal (what the event log keys the change on) and is left out of what clients get
+ * (publicChange). `labelId` also rides on message.flags: IMAP flags belong to a message in a label.
  */
-export interface LiveChange {
-  type: 'message.added' | 'message.removed' | 'message.flags';
-  msgId: string;
-  labelId?: string;
-  uid?: number;
-  flags?: Flag[];
+export interface LiveChange extends PublicChange {
   at: ChangePoint;
 }
-
-/** A LiveChange as spec 2.12 has it: what the inbox stream sends. */
-export type PublicChange = Omit<LiveChange, 'at'>;
 
 export function publicChange(change: LiveChange): PublicChange {
   const { at: _internal, ...rest } = change;

@@ -4,12 +4,13 @@
 // draftId and its sealed body while its content is unchanged, so "Try again" after a lost
 // answer or a 503 can never send it twice (the server answers a known draft with its first answer).
 import PostalMime, { type Address } from 'postal-mime';
+import type { ComposeData, SendRequest, SendResult } from '../../schemas/wire.ts';
 import { api, ApiError } from '../api.ts';
 import { openMessage, messageDetail } from '../mail/open.ts';
 import { addRoute } from '../routes.ts';
 import { h, report, show } from '../ui.ts';
 import { buildMessage, newMessageId, parseAddressList, type Mailbox, type OutgoingAttachment } from './mime.ts';
-import { newDraftId, sealForSend, type ComposeData, type SendBody } from './seal.ts';
+import { newDraftId, sealForSend } from './seal.ts';
 
 type Mode = 'new' | 'reply' | 'forward';
 
@@ -108,7 +109,7 @@ async function composePage(inboxId: string, mode: Mode, msgId?: string): Promise
     status,
   );
 
-  let draft: { snapshot: string; body: SendBody } | null = null;
+  let draft: { snapshot: string; body: SendRequest } | null = null;
   let sent = false;
   form.addEventListener('submit', (e) => e.preventDefault());
   form.addEventListener('keydown', (e) => {
@@ -145,7 +146,7 @@ async function composePage(inboxId: string, mode: Mode, msgId?: string): Promise
           draft = { snapshot, body: { draftId, epoch: compose.epoch, ...(await sealForSend(compose, raw, draftId)), from: from.value, to: recipients } };
         }
         status.textContent = 'Sending…';
-        await api<{ sent: true }>('POST', `/inboxes/${inboxId}/send`, draft.body);
+        await api<SendResult>('POST', `/inboxes/${inboxId}/send`, draft.body);
         sent = true;
         status.textContent = `Sent to ${recipients.length} recipient${recipients.length === 1 ? '' : 's'}.`;
         status.dataset.sent = draft.body.draftId;

@@ -3,22 +3,8 @@
 // Postern checks), then split into the PKESK packet(s) (`wrappedDek`) and the encrypted data
 // packet (`ciphertext`), as the spec's two fields want them.
 import { createMessage, encrypt, enums, PacketList, readKey } from 'openpgp';
+import type { ComposeData } from '../../schemas/wire.ts';
 import { fromBase64, toBase64 } from '../bytes.ts';
-
-export interface ComposeData {
-  addresses: string[];
-  epoch: number;
-  epochPublic: string;
-}
-
-export interface SendBody {
-  draftId: string;
-  epoch: number;
-  wrappedDek: string;
-  ciphertext: string;
-  from: string;
-  to: string[];
-}
 
 /** A fresh draft id: `draft_` and 22 base64url characters (128 random bits; spec 2.1). */
 export function newDraftId(): string {

@@ -1,19 +1,11 @@
 // The inbox screen, `#/inbox/<ibx>` (INBOX) or `#/inbox/<ibx>/label/<lbl>`: its labels with unread
 // counts, the label's messages newest first a page at a time (spec 4.3: `limit`, `before`), and
 // live changes from the inbox stream (spec 6.1) applied in place without a reload.
+import type { InboxList, Label, LabelList, LiveChange, MessageList, MessageSummary } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, main, show } from '../ui.ts';
-import type { MessageSummary } from './open.ts';
-import { subscribeWhileOn, type LiveChange } from './live.ts';
-
-export interface Label {
-  id: string;
-  name: string;
-  total: number;
-  unread: number;
-  specialUse?: string;
-}
+import { subscribeWhileOn } from './live.ts';
 
 export const PAGE_SIZE = 50;
 
@@ -80,8 +72,8 @@ function listKeys(list: HTMLElement): void {
 async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Promise<void> {
   const hash = location.hash;
   const [{ inboxes }, { labels }] = await Promise.all([
-    api<{ inboxes: Array<{ inboxId: string; label?: string }> }>('GET', '/inboxes'),
-    api<{ labels: Label[] }>('GET', `/inboxes/${inboxId}/labels`),
+    api<InboxList>('GET', '/inboxes'),
+    api<LabelList>('GET', `/inboxes/${inboxId}/labels`),
   ]);
   const label = labels.find((l) => l.id === wantedLabel) ?? labels[0];
   if (!label) throw new Error('This inbox has no labels yet.');
@@ -97,7 +89,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   const loadPage = async (fresh: boolean) => {
     const q = new URLSearchParams({ limit: String(PAGE_SIZE) });
     if (!fresh && before !== undefined) q.set('before', String(before));
-    const page = await api<{ messages: MessageSummary[]; before?: number }>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?${q}`);
+    const page = await api<MessageList>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?${q}`);
     if (fresh) list.replaceChildren();
     for (const m of page.messages) if (!list.querySelector(`[data-msg="${m.id}"]`)) list.append(row(inboxId, m));
     before = page.before;
@@ -113,7 +105,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   const refreshCounts = () => {
     clearTimeout(countsTimer);
     countsTimer = window.setTimeout(async () => {
-      const fresh = await api<{ labels: Label[] }>('GET', `/inboxes/${inboxId}/labels`).catch(() => null);
+      const fresh = await api<LabelList>('GET', `/inboxes/${inboxId}/labels`).catch(() => null);
       if (!fresh || location.hash !== hash) return;
       const next = labelNav(inboxId, fresh.labels, label.id);
       nav.replaceWith(next);
@@ -127,7 +119,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   const refreshTop = () => {
     clearTimeout(topTimer);
     topTimer = window.setTimeout(async () => {
-      const page = await api<{ messages: MessageSummary[] }>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?limit=${PAGE_SIZE}`).catch(() => null);
+      const page = await api<MessageList>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?limit=${PAGE_SIZE}`).catch(() => null);
       if (!page || location.hash !== hash) return;
       for (const m of page.messages) {
         if (list.querySelector(`[data-msg="${m.id}"]`)) continue;

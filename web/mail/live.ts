@@ -3,17 +3,8 @@
 // from the list to a message and back keeps the same connection: a brief grace period covers the
 // moment between one screen leaving and the next subscribing.
 import { SIGNED_OUT } from '../api.ts';
-import type { Flag } from './open.ts';
+import type { LiveChange } from '../../schemas/wire.ts';
 import { openStream } from './sse.ts';
-
-/** The data of each inbox stream event (spec 2.12). */
-export interface LiveChange {
-  type: 'message.added' | 'message.removed' | 'message.flags';
-  msgId: string;
-  labelId?: string;
-  uid?: number;
-  flags?: Flag[];
-}
 
 export interface LiveHandlers {
   onChange(change: LiveChange): void;

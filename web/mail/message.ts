@@ -6,12 +6,13 @@
 // message is removed; plaintext a mail app put in a zero-access inbox waits here for its sealed
 // copy (sealing.ts).
 import PostalMime, { type Address, type Attachment } from 'postal-mime';
+import type { Flag, FlagChange, FlagsResponse, MessageDetail, WebFlag } from '../../schemas/wire.ts';
 import { api, ApiError, SIGNED_OUT } from '../api.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, report, show } from '../ui.ts';
 import { inboxHash } from './inbox.ts';
 import { subscribeWhileOn } from './live.ts';
-import { messageDetail, openMessage, type Flag, type MessageDetail } from './open.ts';
+import { messageDetail, openMessage } from './open.ts';
 import { awaitSealing } from './sealing.ts';
 import { applyStyles, prepareHtml, type PreparedHtml } from './html.ts';
 
@@ -131,15 +132,15 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
   objectUrlsHash = hash;
   objectUrlsHash = hash;
 
-  const setFlags = async (change: { add?: Flag[]; remove?: Flag[] }) => {
-    const res = await api<{ flags: Flag[] }>('POST', `/inboxes/${inboxId}/messages/${msgId}/flags`, change);
+  const setFlags = async (change: FlagChange) => {
+    const res = await api<FlagsResponse>('POST', `/inboxes/${inboxId}/messages/${msgId}/flags`, change);
     flags = new Set(res.flags);
     drawFlags();
   };
   // Toggle buttons (WAI-ARIA: a fixed label, the state in aria-pressed). They stay the same
   // elements as their state changes, so keyboard focus stays on them.
   const toggles = h('div', { class: 'actions', id: 'flag-actions', role: 'group', 'aria-label': 'Flags' });
-  const toggleOf = (flag: Flag, label: string) => {
+  const toggleOf = (flag: WebFlag, label: string) => {
     const b = button(label, () => setFlags(flags.has(flag) ? { remove: [flag] } : { add: [flag] }), { class: 'secondary toggle', id: `toggle-${flag}` });
     return { b, draw: () => b.setAttribute('aria-pressed', String(flags.has(flag))) };
   };

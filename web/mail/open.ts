@@ -5,36 +5,10 @@
 // RFC 5322 message. Both inbox modes give exactly this shape (docs/encryption.md): compatible
 // inboxes derive /raw from Dovecot's plaintext, zero-access ones store it, so one path opens both.
 import { decrypt, readMessage, readPrivateKey, type PrivateKey } from 'openpgp';
+import type { EpochKeyList, MessageDetail } from '../../schemas/wire.ts';
 import { api, apiFetch, SIGNED_OUT } from '../api.ts';
 import { concatBytes, fromBase64 } from '../bytes.ts';
 import { unlockedKey } from '../keys.ts';
-
-export type Flag = 'seen' | 'answered' | 'flagged' | 'draft' | 'forwarded' | 'junk' | 'not_junk';
-
-export interface MessageSummary {
-  id: string;
-  uid: number;
-  receivedAt: string;
-  flags: Flag[];
-  size: number;
-  date?: string;
-  from?: string;
-  to?: string;
-  subject?: string;
-  keywords?: string[];
-  direction?: 'in' | 'out';
-}
-
-/** GET /inboxes/{inbox}/messages/{msg} (spec 2.7). */
-export interface MessageDetail {
-  message: MessageSummary;
-  keyEpoch: number;
-  wrappedDek: string;
-  cc?: string;
-  replyTo?: string;
-  messageId?: string;
-  inReplyTo?: string;
-}
 
 /** Opened epoch keys per inbox, for the member key that opened them: memory only, like that key. */
 const epochCache = new Map<string, { fingerprint: string; keys: Map<number, PrivateKey> }>();
@@ -52,7 +26,7 @@ async function epochKeys(inboxId: string, refresh: boolean): Promise<Map<number,
   const { fingerprint, key } = await memberKey();
   const cached = epochCache.get(inboxId);
   if (cached && cached.fingerprint === fingerprint && !refresh) return cached.keys;
-  const { epochs } = await api<{ epochs: Array<{ epoch: number; wrapped: string }> }>('GET', `/inboxes/${inboxId}/keys`);
+  const { epochs } = await api<EpochKeyList>('GET', `/inboxes/${inboxId}/keys`);
   const keys = new Map<number, PrivateKey>();
   for (const { epoch, wrapped } of epochs) {
     const message = await readMessage({ binaryMessage: fromBase64(wrapped) });

@@ -3,23 +3,23 @@
 // flags and headers. Until then the API refuses its content (422). Instead of that error, the
 // message screen says the message is being secured and, once the inbox stream shows the change,
 // finds the sealed copy in the label's listing and opens it in place.
+import type { LabelList, MessageList, MessageSummary } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
 import { h, show } from '../ui.ts';
-import { inboxHash, listedMessage, messageHash, PAGE_SIZE, type Label } from './inbox.ts';
+import { inboxHash, listedMessage, messageHash, PAGE_SIZE } from './inbox.ts';
 import { subscribeWhileOn } from './live.ts';
-import type { MessageSummary } from './open.ts';
 
 /** How long to wait for the sealed copy before showing the server's refusal after all. */
 export const SEALING_WAIT_MS = 60_000;
 
 const page = (inboxId: string, labelId: string) =>
-  api<{ messages: MessageSummary[] }>('GET', `/inboxes/${inboxId}/labels/${labelId}/messages?limit=${PAGE_SIZE}`);
+  api<MessageList>('GET', `/inboxes/${inboxId}/labels/${labelId}/messages?limit=${PAGE_SIZE}`);
 
 /** The message's listing and label: from the inbox screen, else the first page of each label. */
 async function findListed(inboxId: string, msgId: string): Promise<{ summary: MessageSummary; labelId: string } | undefined> {
   const known = listedMessage(msgId);
   if (known) return known;
-  const { labels } = await api<{ labels: Label[] }>('GET', `/inboxes/${inboxId}/labels`);
+  const { labels } = await api<LabelList>('GET', `/inboxes/${inboxId}/labels`);
   for (const label of labels) {
     const summary = (await page(inboxId, label.id)).messages.find((m) => m.id === msgId);
     if (summary) return { summary, labelId: label.id };

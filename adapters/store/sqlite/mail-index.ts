@@ -1,7 +1,7 @@
 // The mailbox index in SQLite (DESIGN.md 4). Statements are prepared once; every write goes
 // through one transaction per batch so a label's sync state never runs ahead of its rows.
 import type { Statement } from 'better-sqlite3';
-import type { SpecialUse } from '../../../lib/mail/labels.ts';
+import type { SpecialUse } from '../../../schemas/wire.ts';
 import type { IndexOp, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
 import { notFound } from '../../../lib/errors.ts';
 import type { Db } from './db.ts';

@@ -1,5 +1,6 @@
 // GET/PUT /me/key-backup: the member's private key, encrypted in the browser (lib/crypto/key-backups.ts).
 // Sessions only: only the web app holds what unlocks it, and API tokens have no use for it.
+import type { KeyBackupWrite } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
 import type { KeyBackups } from '../../crypto/key-backups.ts';
 import { MAX_KEY_BACKUP_CHARS } from '../../crypto/key-backups.ts';
@@ -19,7 +20,7 @@ export function keyBackupRoutes(deps: { access: Access; backups: KeyBackups; val
     });
     router.put('/me/key-backup', session, async (ctx) => {
       // The JSON around the blob is small; the schema bounds the blob itself.
-      const req = validator.body<{ blob: string; replaces: number }>(WRITE, await readJson(ctx, MAX_KEY_BACKUP_CHARS + 1024));
+      const req = validator.body<KeyBackupWrite>(WRITE, await readJson(ctx, MAX_KEY_BACKUP_CHARS + 1024));
       ctx.body = await backups.put(ctx.state.principal.memberId, req.blob, req.replaces);
     });
   };

@@ -1,5 +1,6 @@
 // Sending (spec 4.5): POST /inboxes/{inbox}/messages (an RFC 5322 message as given, tokens
 // only) and POST /inboxes/{inbox}/send (a message sealed to the inbox's epoch key).
+import type { SendRequest } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
 import { ApiError, badRequest, isApiError } from '../../errors.ts';
 import type { SealedOpener } from '../../send/sealed.ts';
@@ -13,15 +14,6 @@ import type { Validator } from '../validate.ts';
 
 const RAW_SEND = 'https://postern.dev/schemas/send.json#/$defs/RawSendRequest';
 const SEALED_SEND = 'https://postern.dev/schemas/send.json#/$defs/SendRequest';
-
-interface SealedBody {
-  draftId: string;
-  epoch: number;
-  wrappedDek: string;
-  ciphertext: string;
-  from: string;
-  to: string[];
-}
 
 /**
  * A body carrying a 25 MB message in base64 (4 characters per 3 bytes), plus room for the other
@@ -84,7 +76,7 @@ export function sendRoutes(access: Access, send: SendService, opener: SealedOpen
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
       ctx.body = await gated(gate, ctx, async () => {
         const { json, fields } = await readSendBody(ctx);
-        const body = validator.body<SealedBody>(SEALED_SEND, json);
+        const body = validator.body<SendRequest>(SEALED_SEND, json);
         const wrappedDek = fields.get(body.wrappedDek)?.bytes ?? base64Bytes('wrappedDek', body.wrappedDek);
         const long = fields.get(body.ciphertext);
         const ciphertext = long?.bytes ?? base64Bytes('ciphertext', body.ciphertext);

@@ -1,0 +1,184 @@
+// The API's wire shapes as TypeScript: what the server sends and the web app reads (spec 2, and
+// the JSON Schemas beside this file, which the server validates against and the OpenAPI document
+// is built from). Types only, and no imports: lib/ and web/ both `import type` from here, so the
+// contract is written once and nothing of the server reaches the browser bundle.
+// test/wire.test.ts checks each interface's keys (required and optional) and enums against its
+// schema, so the two cannot drift apart.
+
+/** Spec 2.5 (common.json Flag). */
+export type Flag = 'seen' | 'answered' | 'flagged' | 'draft' | 'forwarded' | 'junk' | 'not_junk';
+
+/** Spec 2.5: the flags the API may change (common.json WebFlag). */
+export type WebFlag = 'seen' | 'flagged' | 'answered';
+
+/** Spec 2.4: the special-use attributes, as IMAP spells them (RFC 6154). */
+export type SpecialUse = '\\Sent' | '\\Drafts' | '\\Trash' | '\\Junk' | '\\Archive';
+
+/** Spec 2.3 (common.json InboxGrant). */
+export interface InboxGrant {
+  inboxId: string;
+  role: string;
+  label?: string;
+}
+
+/** GET /inboxes (common.json InboxList). */
+export interface InboxList {
+  inboxes: InboxGrant[];
+}
+
+/** Spec 2.4 (mail.json Label). */
+export interface Label {
+  id: string;
+  name: string;
+  total: number;
+  unread: number;
+  specialUse?: SpecialUse;
+}
+
+/** GET /inboxes/{inbox}/labels (mail.json LabelList). */
+export interface LabelList {
+  labels: Label[];
+}
+
+/** Spec 2.6 (mail.json MessageSummary). */
+export interface MessageSummary {
+  id: string;
+  uid: number;
+  receivedAt: string;
+  flags: Flag[];
+  size: number;
+  date?: string;
+  from?: string;
+  to?: string;
+  subject?: string;
+  keywords?: string[];
+  direction?: 'in' | 'out';
+}
+
+/** A page of a label's messages, newest first (mail.json MessageList). */
+export interface MessageList {
+  messages: MessageSummary[];
+  /** The cursor of the next page; absent on the last. */
+  before?: number;
+}
+
+/** Spec 2.7: GET /inboxes/{inbox}/messages/{msg} (mail.json MessageDetail). */
+export interface MessageDetail {
+  message: MessageSummary;
+  keyEpoch: number;
+  /** Base64 of the PKESK packet(s) sealing the message's session key to the epoch key. */
+  wrappedDek: string;
+  cc?: string;
+  replyTo?: string;
+  messageId?: string;
+  inReplyTo?: string;
+}
+
+/** POST /inboxes/{inbox}/messages/{msg}/flags (mail.json FlagChange). */
+export interface FlagChange {
+  add?: WebFlag[];
+  remove?: WebFlag[];
+}
+
+/** Its answer: the message's flags now (mail.json FlagsResponse). */
+export interface FlagsResponse {
+  flags: Flag[];
+}
+
+/** Spec 2.12: the data of each inbox stream event (mail.json LiveChange). */
+export interface LiveChange {
+  type: 'message.added' | 'message.removed' | 'message.flags';
+  msgId: string;
+  /** The label a message was added to or removed from; on message.flags too (flags are per label in IMAP). */
+  labelId?: string;
+  uid?: number;
+  flags?: Flag[];
+}
+
+/** Spec 2.8: one epoch's private key, sealed to the caller's user key. */
+export interface EpochKey {
+  epoch: number;
+  wrapped: string;
+}
+
+/** GET /inboxes/{inbox}/keys (crypto.json EpochKeyList). */
+export interface EpochKeyList {
+  epochs: EpochKey[];
+}
+
+/** Spec 2.9: GET /inboxes/{inbox}/compose (crypto.json ComposeData). */
+export interface ComposeData {
+  addresses: string[];
+  epoch: number;
+  /** Base64 of the epoch's binary OpenPGP public key. */
+  epochPublic: string;
+  epochFingerprint: string;
+}
+
+/** POST /inboxes/{inbox}/send: a message sealed to the epoch key (send.json SendRequest). */
+export interface SendRequest {
+  draftId: string;
+  epoch: number;
+  wrappedDek: string;
+  ciphertext: string;
+  from: string;
+  to: string[];
+}
+
+/** Both send operations' answer (send.json SendResult). */
+export interface SendResult {
+  sent: true;
+}
+
+/** A member's passkey (app.json Passkey). */
+export interface Passkey {
+  id: string;
+  name: string;
+  createdAt: string;
+  lastUsedAt: string | null;
+  backedUp: boolean;
+  disabled: boolean;
+}
+
+/** GET /auth/passkeys (app.json PasskeyList). */
+export interface PasskeyList {
+  passkeys: Passkey[];
+}
+
+/** A web session opened by enrollment or sign-in (app.json SignedIn); enrollment adds its passkey. */
+export interface SignedIn {
+  session: string;
+  expiresAt: string;
+  memberId: string;
+  email: string;
+  passkeyId: string;
+  passkey?: Passkey;
+}
+
+/** One of the member's sessions (app.json Session). */
+export interface Session {
+  id: string;
+  /** The passkey that opened it; null for a staff-issued session. */
+  passkeyId: string | null;
+  createdAt: string;
+  expiresAt: string;
+  current: boolean;
+}
+
+/** GET /auth/sessions (app.json SessionList). */
+export interface SessionList {
+  sessions: Session[];
+}
+
+/** GET /me/key-backup (app.json KeyBackup). */
+export interface KeyBackup {
+  blob: string;
+  version: number;
+  updatedAt: string;
+}
+
+/** PUT /me/key-backup (app.json KeyBackupWrite). */
+export interface KeyBackupWrite {
+  blob: string;
+  replaces: number;
+}
