@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { enrollMember, go, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
+import { enrollMember, go, inPage, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
 import { append, mailApp, until } from './mail-fixtures.ts';
 
 describe('web app: the open message stays live; sealing; keyboard and 320 px (Chromium)', function () {
@@ -20,7 +20,6 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
   let sealed: TestInbox;
 
   // Evaluated in the page (as text: this file is compiled without the DOM's types).
-  const inPage = <T>(page: Page, expression: string) => page.evaluate(expression) as Promise<T>;
 
   before(async () => {
     ({ s } = await startAppServer());

@@ -12,7 +12,7 @@ import { expect } from 'chai';
 import nodemailer from 'nodemailer';
 import type { Browser, Page } from 'playwright-core';
 import { mailEnv, newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { copyPasskeys, enrollMember, launchChromium, newDevice, screenshot, signInWithPassphrase, startAppServer, type Device } from './browser.ts';
+import { copyPasskeys, enrollMember, inPage, launchChromium, newDevice, screenshot, signInWithPassphrase, startAppServer, type Device } from './browser.ts';
 import { ingressInbox } from './ingress-helpers.ts';
 import { append, importMessages, mailApp, until } from './mail-fixtures.ts';
 import { labelIds, listLabel } from './send-fixtures.ts';
@@ -45,7 +45,6 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     return d;
   };
   // Evaluated in the page (as text: this file is compiled without the DOM's types).
-  const inPage = <T>(page: Page, expression: string) => page.evaluate(expression) as Promise<T>;
 
   before(async () => {
     // The ingress seals what Postfix delivers to the zero-access inbox.

@@ -9,7 +9,7 @@ import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { APP_CSP } from '../lib/http/routes/web-app.ts';
 import { call, expectError, newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { enrollMember, launchChromium, newDevice, startAppServer, type Device } from './browser.ts';
+import { enrollMember, inPage, launchChromium, newDevice, startAppServer, type Device } from './browser.ts';
 import { ingressInbox } from './ingress-helpers.ts';
 import { mailApp, until } from './mail-fixtures.ts';
 
@@ -80,7 +80,6 @@ describe('web app security (Chromium, hostile mail)', function () {
   let a: Device;
   const subject = `Hostile ${randomBytes(3).toString('hex')}`;
   const malformed = `Malformed cid ${randomBytes(3).toString('hex')}`;
-  const inPage = <T>(page: Page, expression: string) => page.evaluate(expression) as Promise<T>;
 
   before(async () => {
     ({ s, origin } = await startAppServer());
@@ -237,39 +236,39 @@ describe('web app security (Chromium, hostile mail)', function () {
     a.problems.length = 0;
   });
 
-  it('a session that expires in this tab clears the decrypted message and its attachments too', async () => {
-    const page = a.page;
-    await openHostile(page);
-    const href = (await page.locator('#attachments a').first().getAttribute('href'))!;
-    // Its expiry passes (as it would with the tab left open past the session's lifetime).
-    await inPage(page, `(() => { const s = JSON.parse(sessionStorage.getItem('postern.session')); s.expiresAt = new Date(Date.now() - 1000).toISOString(); sessionStorage.setItem('postern.session', JSON.stringify(s)); })()`);
-    await page.click('#toggle-flagged');
-    await page.getByRole('heading', { name: 'Sign in to Postern' }).waitFor({ timeout: 30_000 });
-    expect(await page.locator('#message-html, #message-body, #attachments').count()).to.equal(0);
-    expect(await inPage(page, `fetch(${JSON.stringify(href)}).then(() => 'readable', () => 'revoked')`)).to.equal('revoked');
-    expect(await inPage(page, 'sessionStorage.length')).to.equal(0);
-    await page.click('#sign-in');
-    await page.locator('#key-fingerprint').waitFor({ timeout: 60_000 });
-    a.problems.length = 0;
-  });
-
-  it('a session ended elsewhere clears the decrypted message and its attachments from this tab', async () => {
-    const page = a.page;
-    await openHostile(page);
-    const href = (await page.locator('#attachments a').first().getAttribute('href'))!;
-    const { session } = JSON.parse((await inPage<string>(page, "sessionStorage.getItem('postern.session')"))) as { session: string };
-    // Ended from another device.
-    expect((await call(`${s.app}/auth/sign-out`, { method: 'POST', session })).status).to.equal(204);
-    await expectError(await call(`${s.app}/inboxes`, { session }), 401);
-    // The tab finds out on its next request.
-    await page.click('#toggle-flagged');
-    await page.getByRole('heading', { name: 'Sign in to Postern' }).waitFor({ timeout: 30_000 });
-    expect(await page.locator('#message-html, #message-body, #attachments').count()).to.equal(0);
-    expect(await inPage(page, `fetch(${JSON.stringify(href)}).then(() => 'readable', () => 'revoked')`)).to.equal('revoked');
-    expect(await inPage(page, 'sessionStorage.length')).to.equal(0);
-    // Signing in again must unlock the key afresh (it was dropped), through the passkey's PRF.
-    await page.click('#sign-in');
-    await page.locator('#key-fingerprint').waitFor({ timeout: 60_000 });
-    a.problems.length = 0;
-  });
+  // However the session ends, the tab finds out on its next request and drops what it decrypted.
+  const sessionEnds: Array<{ how: string; end: (page: Page) => Promise<void> }> = [
+    {
+      how: 'that expires in this tab',
+      // Its expiry passes (as it would with the tab left open past the session's lifetime).
+      end: (page) =>
+        inPage(page, `(() => { const s = JSON.parse(sessionStorage.getItem('postern.session')); s.expiresAt = new Date(Date.now() - 1000).toISOString(); sessionStorage.setItem('postern.session', JSON.stringify(s)); })()`),
+    },
+    {
+      how: 'ended elsewhere',
+      end: async (page) => {
+        const { session } = JSON.parse(await inPage<string>(page, "sessionStorage.getItem('postern.session')")) as { session: string };
+        // Ended from another device.
+        expect((await call(`${s.app}/auth/sign-out`, { method: 'POST', session })).status).to.equal(204);
+        await expectError(await call(`${s.app}/inboxes`, { session }), 401);
+      },
+    },
+  ];
+  for (const { how, end } of sessionEnds) {
+    it(`a session ${how} clears the decrypted message and its attachments from this tab`, async () => {
+      const page = a.page;
+      await openHostile(page);
+      const href = (await page.locator('#attachments a').first().getAttribute('href'))!;
+      await end(page);
+      await page.click('#toggle-flagged');
+      await page.getByRole('heading', { name: 'Sign in to Postern' }).waitFor({ timeout: 30_000 });
+      expect(await page.locator('#message-html, #message-body, #attachments').count()).to.equal(0);
+      expect(await inPage(page, `fetch(${JSON.stringify(href)}).then(() => 'readable', () => 'revoked')`)).to.equal('revoked');
+      expect(await inPage(page, 'sessionStorage.length')).to.equal(0);
+      // Signing in again must unlock the key afresh (it was dropped), through the passkey's PRF.
+      await page.click('#sign-in');
+      await page.locator('#key-fingerprint').waitFor({ timeout: 60_000 });
+      a.problems.length = 0;
+    });
+  }
 });

@@ -6,7 +6,7 @@ import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { APP_CSP } from '../lib/http/routes/web-app.ts';
 import { call, expectError, newProject, type TestProject, type TestServer } from './harness.ts';
-import { copyPasskeys, keyFingerprint, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
+import { copyPasskeys, inPage, keyFingerprint, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
 
 const PASSPHRASE = 'correct horse battery staple';
 
@@ -39,7 +39,6 @@ describe('web app (Chromium, virtual passkeys)', function () {
   };
   const fingerprint = keyFingerprint;
   // Evaluated in the page (as text: this file is compiled without the DOM's types).
-  const inPage = <T>(page: Page, expression: string) => page.evaluate(expression) as Promise<T>;
   const sessionOf = async (page: Page) => JSON.parse((await inPage<string>(page, "sessionStorage.getItem('postern.session')"))) as { session: string };
 
   it('serves the app under /app/ with a strict CSP', async () => {

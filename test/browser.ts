@@ -34,6 +34,9 @@ export interface Device {
   problems: string[];
 }
 
+/** An expression evaluated in the page, its value typed as the caller expects. */
+export const inPage = <T>(page: Page, expression: string) => page.evaluate(expression) as Promise<T>;
+
 /** A fresh browser context (its own storage: another "device") with a virtual passkey authenticator. */
 export async function newDevice(browser: Browser, options: { prf: boolean; width?: number }): Promise<Device> {
   const context = await browser.newContext({ viewport: { width: options.width ?? 1024, height: 800 } });

@@ -20,6 +20,41 @@ async function imapBytes(client: ImapFlow, uid: number): Promise<Buffer> {
   return msg.source;
 }
 
+/**
+ * RFC 3156 PGP/MIME: `headers`, then the version part and the encrypted part (`partHeaders`,
+ * `payload` as it is to stand between them and the closing boundary).
+ */
+function pgpMime(headers: string[], partHeaders: string[], payload: string): string {
+  const boundary = 'sealed-boundary-1';
+  return [
+    ...headers,
+    'MIME-Version: 1.0',
+    `Content-Type: multipart/encrypted; protocol="application/pgp-encrypted"; boundary="${boundary}"`,
+    '',
+    `--${boundary}`,
+    'Content-Type: application/pgp-encrypted',
+    '',
+    'Version: 1',
+    '',
+    `--${boundary}`,
+    ...partHeaders,
+    '',
+    payload,
+    `--${boundary}--`,
+    '',
+  ].join('\r\n');
+}
+
+/** APPENDs `message` to the inbox's INBOX as a mail app would. */
+async function appendAs(inbox: TestInbox, message: string): Promise<void> {
+  const client = await mailApp(inbox);
+  try {
+    await client.append('INBOX', message, []);
+  } finally {
+    await client.logout();
+  }
+}
+
 async function raw(s: TestServer, token: string, inboxId: string, msgId: string): Promise<Buffer> {
   const res = await call(`${s.base}/inboxes/${inboxId}/messages/${msgId}/raw`, { token });
   expect(res.status, await res.clone().text()).to.equal(200);
@@ -198,34 +233,14 @@ describe('encryption at rest', function () {
       const epoch = await s.postern.keys.current(inbox.id);
       const inner = Buffer.from('From: a@example.org\r\nTo: b@example.org\r\nSubject: inner secret\r\n\r\nonly the key holder reads this\r\n');
       const sealed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: inner }), encryptionKeys: epoch.publicKey, format: 'armored' });
-      const boundary = 'sealed-boundary-1';
-      const pgpMime = [
-        'From: a@example.org',
-        `To: ${inbox.address}`,
-        'Subject: sealed outside',
-        'Message-ID: <sealed-1@example.org>',
-        'MIME-Version: 1.0',
-        `Content-Type: multipart/encrypted; protocol="application/pgp-encrypted"; boundary="${boundary}"`,
-        '',
-        `--${boundary}`,
-        'Content-Type: application/pgp-encrypted',
-        '',
-        'Version: 1',
-        '',
-        `--${boundary}`,
-        'Content-Type: application/octet-stream; name="encrypted.asc"',
-        '',
-        sealed.trim().replace(/\r?\n/g, '\r\n'),
-        '',
-        `--${boundary}--`,
-        '',
-      ].join('\r\n');
-      const client = await mailApp(inbox);
-      try {
-        await client.append('INBOX', pgpMime, []);
-      } finally {
-        await client.logout();
-      }
+      await appendAs(
+        inbox,
+        pgpMime(
+          ['From: a@example.org', `To: ${inbox.address}`, 'Subject: sealed outside', 'Message-ID: <sealed-1@example.org>'],
+          ['Content-Type: application/octet-stream; name="encrypted.asc"'],
+          `${sealed.trim().replace(/\r?\n/g, '\r\n')}\r\n`,
+        ),
+      );
       const [m] = (await inboxMessages(s, token, inbox.id)).filter((x) => x.subject === 'sealed outside');
       const detail = await json<{ keyEpoch: number; wrappedDek: string }>(await call(`${s.base}/inboxes/${inbox.id}/messages/${m!.id}`, { token }));
       expect(detail.keyEpoch).to.equal(1);
@@ -241,33 +256,14 @@ describe('encryption at rest', function () {
       // The same sealed message as a binary part (base64 transfer encoding), 1 MB of it.
       const bigInner = Buffer.concat([Buffer.from('Subject: binary\r\n\r\n'), Buffer.from(randomBytes(1024 * 1024).toString('base64'))]);
       const binarySealed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: bigInner }), encryptionKeys: epoch.publicKey, format: 'binary' });
-      const binaryMime = Buffer.from(
-        [
-          'From: a@example.org',
-          'Subject: sealed binary',
-          'MIME-Version: 1.0',
-          `Content-Type: multipart/encrypted; protocol="application/pgp-encrypted"; boundary="${boundary}"`,
-          '',
-          `--${boundary}`,
-          'Content-Type: application/pgp-encrypted',
-          '',
-          'Version: 1',
-          '',
-          `--${boundary}`,
-          'Content-Type: application/octet-stream',
-          'Content-Transfer-Encoding: base64',
-          '',
+      await appendAs(
+        inbox,
+        pgpMime(
+          ['From: a@example.org', 'Subject: sealed binary'],
+          ['Content-Type: application/octet-stream', 'Content-Transfer-Encoding: base64'],
           Buffer.from(binarySealed).toString('base64').replace(/.{76}/g, '$&\r\n'),
-          `--${boundary}--`,
-          '',
-        ].join('\r\n'),
+        ),
       );
-      const app2 = await mailApp(inbox);
-      try {
-        await app2.append('INBOX', binaryMime, []);
-      } finally {
-        await app2.logout();
-      }
       const [b] = (await inboxMessages(s, token, inbox.id)).filter((x) => x.subject === 'sealed binary');
       const bDetail = await json<{ wrappedDek: string }>(await call(`${s.base}/inboxes/${inbox.id}/messages/${b!.id}`, { token }));
       const bRaw = await raw(s, token, inbox.id, b!.id);
