@@ -9,6 +9,17 @@ export const BUSY_TIMEOUT_MS = 5000;
 
 export const isBusy = (err: unknown): boolean => typeof (err as { code?: unknown })?.code === 'string' && (err as { code: string }).code.startsWith('SQLITE_BUSY');
 
+/** A write refused for a primary key or UNIQUE column already taken: the store's DuplicateError. */
+export function isUniqueViolation(err: unknown): boolean {
+  const code = err instanceof Error ? (err as Error & { code?: string }).code : undefined;
+  return code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === 'SQLITE_CONSTRAINT_UNIQUE';
+}
+
+/** What a statement's `get` returned (undefined: no row), mapped to the record; null for none. */
+export function rowOrNull<R, T>(row: unknown, map: (row: R) => T): T | null {
+  return row === undefined ? null : map(row as R);
+}
+
 /**
  * Runs `fn` with SQLite's busy wait off: a write that meets another process's lock fails at once
  * with SQLITE_BUSY, so the caller can wait on the event loop rather than sleep in SQLite's busy

@@ -10,7 +10,7 @@ import type {
   TokenRecord,
 } from '../../../lib/directory/types.ts';
 import type { Statement } from 'better-sqlite3';
-import type { Db } from './db.ts';
+import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
 
 interface InboxRow {
   id: string;
@@ -77,11 +77,6 @@ const toSession = (r: SessionRow): SessionRecord => ({
   expiresAt: r.expires_at,
   revokedAt: r.revoked_at,
 });
-
-function isUniqueViolation(err: unknown): boolean {
-  const code = err instanceof Error ? (err as Error & { code?: string }).code : undefined;
-  return code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === 'SQLITE_CONSTRAINT_UNIQUE';
-}
 
 export class SqliteDirectoryStore implements DirectoryStore {
   private readonly q;
@@ -171,18 +166,15 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async getInbox(id: string): Promise<Inbox | null> {
-    const row = this.q.getInbox.get(id) as InboxRow | undefined;
-    return row ? toInbox(row) : null;
+    return rowOrNull(this.q.getInbox.get(id), toInbox);
   }
 
   async findInboxByAddress(address: string): Promise<Inbox | null> {
-    const row = this.q.findInboxByAddress.get(address) as InboxRow | undefined;
-    return row ? toInbox(row) : null;
+    return rowOrNull(this.q.findInboxByAddress.get(address), toInbox);
   }
 
   async getInboxByImapUser(imapUser: string): Promise<Inbox | null> {
-    const row = this.q.getInboxByImapUser.get(imapUser) as InboxRow | undefined;
-    return row ? toInbox(row) : null;
+    return rowOrNull(this.q.getInboxByImapUser.get(imapUser), toInbox);
   }
 
   async deleteInbox(id: string, at: number): Promise<boolean> {
@@ -251,8 +243,7 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async getToken(id: string): Promise<TokenRecord | null> {
-    const row = this.q.getToken.get(id) as TokenRow | undefined;
-    return row ? toToken(row) : null;
+    return rowOrNull(this.q.getToken.get(id), toToken);
   }
 
   async revokeToken(id: string, at: number): Promise<boolean> {
@@ -264,7 +255,6 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async getSession(id: string): Promise<SessionRecord | null> {
-    const row = this.q.getSession.get(id) as SessionRow | undefined;
-    return row ? toSession(row) : null;
+    return rowOrNull(this.q.getSession.get(id), toSession);
   }
 }

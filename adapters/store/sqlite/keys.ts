@@ -8,7 +8,7 @@ import type {
   MessageKeyRecord,
   MessageKeyStore,
 } from '../../../lib/crypto/store.ts';
-import type { Db } from './db.ts';
+import { isUniqueViolation, type Db } from './db.ts';
 
 interface EpochRow {
   inbox_id: string;
@@ -55,7 +55,7 @@ export class SqliteKeyStore implements EpochKeyStore, MemberKeyStore, MessageKey
     try {
       this.s.addEpoch.run({ ...record, publicKey: Buffer.from(record.publicKey), sealedPrivate: Buffer.from(record.sealedPrivate) });
     } catch (err) {
-      if ((err as { code?: string }).code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateError(`epoch ${record.epoch} of ${record.inboxId}`);
+      if (isUniqueViolation(err)) throw new DuplicateError(`epoch ${record.epoch} of ${record.inboxId}`);
       throw err;
     }
   }

@@ -4,7 +4,7 @@ import type { Statement } from 'better-sqlite3';
 import type { SpecialUse } from '../../../schemas/wire.ts';
 import type { IndexOp, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
 import { notFound } from '../../../lib/errors.ts';
-import type { Db } from './db.ts';
+import { rowOrNull, type Db } from './db.ts';
 
 interface LabelRow {
   guid: string;
@@ -351,8 +351,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
   }
 
   async label(inboxId: string, guid: string): Promise<LabelState | null> {
-    const row = this.s.label!.get(inboxId, guid) as LabelRow | undefined;
-    return row ? toLabel(row) : null;
+    return rowOrNull(this.s.label!.get(inboxId, guid), toLabel);
   }
 
   async counts(inboxId: string): Promise<Map<string, { total: number; unread: number }>> {

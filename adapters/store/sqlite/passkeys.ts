@@ -7,7 +7,7 @@ import type {
   PasskeyRecord,
   PasskeyStore,
 } from '../../../lib/auth/passkey-store.ts';
-import type { Db } from './db.ts';
+import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
 
 interface PasskeyRow {
   id: string;
@@ -97,20 +97,17 @@ export class SqlitePasskeyStore implements PasskeyStore {
     try {
       this.q.insertPasskey.run(p.id, p.memberId, p.credentialId, p.publicKey, p.counter, p.transports.join(' '), p.name, p.backedUp ? 1 : 0, p.createdAt, p.lastUsedAt, p.disabledAt);
     } catch (err) {
-      const code = (err as { code?: string }).code;
-      if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY') throw new DuplicateError('passkey');
+      if (isUniqueViolation(err)) throw new DuplicateError('passkey');
       throw err;
     }
   }
 
   async getPasskeyByCredential(credentialId: string): Promise<PasskeyRecord | null> {
-    const row = this.q.byCredential.get(credentialId) as PasskeyRow | undefined;
-    return row ? toPasskey(row) : null;
+    return rowOrNull(this.q.byCredential.get(credentialId), toPasskey);
   }
 
   async getPasskey(id: string): Promise<PasskeyRecord | null> {
-    const row = this.q.byId.get(id) as PasskeyRow | undefined;
-    return row ? toPasskey(row) : null;
+    return rowOrNull(this.q.byId.get(id), toPasskey);
   }
 
   async listPasskeys(memberId: string): Promise<PasskeyRecord[]> {
