@@ -75,7 +75,8 @@ async function activityPage(): Promise<void> {
   const events = inboxes.length ? await newestEvents(inboxes.map((i) => i.inboxId)) : [];
   let at = 0;
   const list = h('ul', { class: 'list', id: 'events' });
-  const position = h('p', { class: 'muted', id: 'events-position' });
+  // A status message: paging with Newer and Older says where it is now.
+  const position = h('p', { class: 'muted', id: 'events-position', role: 'status' });
   // Plain buttons: render() decides whether they are enabled, which button() would undo.
   const newer = h('button', { type: 'button', class: 'secondary', id: 'events-newer' }, 'Newer');
   const older = h('button', { type: 'button', class: 'secondary', id: 'events-older' }, 'Older');

@@ -83,6 +83,9 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   listKeys(list);
   const more = h('div', { class: 'actions' });
   const status = h('p', { class: 'muted', id: 'live-status', role: 'status' }, 'Connecting for live updates…');
+  // New rows are seen as they appear; a screen reader hears how many came (a status message).
+  const arrivals = h('p', { class: 'sr-only', id: 'new-mail', role: 'status' });
+  let arrived = 0;
   let nav = labelNav(inboxId, labels, label.id);
   let before: number | undefined;
 
@@ -121,11 +124,14 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     topTimer = window.setTimeout(async () => {
       const page = await api<MessageList>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?limit=${PAGE_SIZE}`).catch(() => null);
       if (!page || location.hash !== hash) return;
+      const had = arrived;
       for (const m of page.messages) {
         if (list.querySelector(`[data-msg="${m.id}"]`)) continue;
         const below = Array.from(list.children).find((li) => Number((li as HTMLElement).dataset.uid) < m.uid);
         list.insertBefore(row(inboxId, m), below ?? null);
+        arrived++;
       }
+      if (arrived > had) arrivals.textContent = `${arrived} new message${arrived === 1 ? '' : 's'} in ${label.name} since you opened it.`;
       empty();
     }, 100);
   };
@@ -156,6 +162,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     nav,
     h('h2', { id: 'label-heading' }, label.name),
     status,
+    arrivals,
     h('p', { id: 'messages-hint', class: 'sr-only' }, 'Arrow keys move between messages; Enter opens one.'),
     list,
     more,
