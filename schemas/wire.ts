@@ -106,6 +106,16 @@ export interface EpochKeyList {
   epochs: EpochKey[];
 }
 
+/** PUT /me/key: the member's OpenPGP public key, armored or base64 of the binary (crypto.json UserKey). */
+export interface UserKey {
+  publicKey: string;
+}
+
+/** Its answer: the key's fingerprint, upper-case hex (crypto.json UserKeySet). */
+export interface UserKeySet {
+  fingerprint: string;
+}
+
 /** Spec 2.9: GET /inboxes/{inbox}/compose (crypto.json ComposeData). */
 export interface ComposeData {
   addresses: string[];

@@ -29,6 +29,8 @@ const MIRRORS: Record<string, string> = {
   LiveChange: 'mail.json#/$defs/LiveChange',
   EpochKey: 'crypto.json#/$defs/EpochKeyList/properties/epochs/items',
   EpochKeyList: 'crypto.json#/$defs/EpochKeyList',
+  UserKey: 'crypto.json#/$defs/UserKey',
+  UserKeySet: 'crypto.json#/$defs/UserKeySet',
   ComposeData: 'crypto.json#/$defs/ComposeData',
   SendRequest: 'send.json#/$defs/SendRequest',
   SendResult: 'send.json#/$defs/SendResult',

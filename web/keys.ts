@@ -5,7 +5,7 @@
 import { bufferToBase64URLString as b64u, base64URLStringToBuffer } from '@simplewebauthn/browser';
 import { scryptAsync } from '@noble/hashes/scrypt.js';
 import { generateKey, readKey } from 'openpgp';
-import type { KeyBackup } from '../schemas/wire.ts';
+import type { KeyBackup, UserKeySet } from '../schemas/wire.ts';
 import { api, ApiError, SIGNED_OUT } from './api.ts';
 import type { Unlocking } from './passkey.ts';
 
@@ -106,7 +106,7 @@ async function save(envelope: Envelope, replaces: number): Promise<number> {
 
 async function registerPublicKey(publicKey: string, fingerprint: string): Promise<string> {
   try {
-    const r = await api<{ fingerprint?: string }>('PUT', '/me/key', { publicKey });
+    const r = await api<UserKeySet>('PUT', '/me/key', { publicKey });
     return r.fingerprint?.toLowerCase() === fingerprint.toLowerCase() ? 'registered' : 'registered, but the server reports another fingerprint';
   } catch (err) {
     if (err instanceof ApiError && (err.status === 404 || err.status === 405)) return 'not registered: this server has no PUT /me/key yet';

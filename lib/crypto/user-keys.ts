@@ -1,5 +1,6 @@
 // Members' OpenPGP public keys ("user keys", DESIGN.md 5): what `/keys` seals each epoch's
 // private key to. Armored or binary; a key that cannot encrypt is refused with the reason.
+import type { EpochKey, UserKeySet } from '../../schemas/wire.ts';
 import * as openpgp from 'openpgp';
 import { badRequest, conflict } from '../errors.ts';
 import type { EpochKeys } from './epoch-keys.ts';
@@ -35,7 +36,7 @@ export class UserKeys {
     private readonly now: () => number = Date.now,
   ) {}
 
-  async set(memberId: string, bytes: Uint8Array): Promise<{ fingerprint: string }> {
+  async set(memberId: string, bytes: Uint8Array): Promise<UserKeySet> {
     const key = await readUserKey(bytes);
     const fingerprint = key.getFingerprint().toUpperCase();
     await this.store.putMemberKey({ memberId, publicKey: key.write(), fingerprint, updatedAt: this.now() });
@@ -43,7 +44,7 @@ export class UserKeys {
   }
 
   /** Spec 2.8: every epoch's private key, each sealed to the member's user key; 409 without one. */
-  async sealedEpochs(memberId: string, inboxId: string): Promise<Array<{ epoch: number; wrapped: string }>> {
+  async sealedEpochs(memberId: string, inboxId: string): Promise<EpochKey[]> {
     const record = await this.store.getMemberKey(memberId);
     if (!record) throw conflict('you have not set up your encryption key yet (PUT /me/key from the web app)');
     const userKey = await openpgp.readKey({ binaryKey: record.publicKey });

@@ -1,4 +1,5 @@
 // Keys (spec 4.2 `/keys`, 4.5 `/compose`) and the member's own user key (`PUT /me/key`, web app).
+import type { ComposeData, EpochKeyList, UserKey } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
 import type { EpochKeys } from '../../crypto/epoch-keys.ts';
 import type { UserKeys } from '../../crypto/user-keys.ts';
@@ -14,24 +15,26 @@ export function keyRoutes(access: Access, epochs: EpochKeys, userKeys: UserKeys,
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/keys', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
-      ctx.body = { epochs: await userKeys.sealedEpochs(ctx.state.principal.memberId, inbox.id) };
+      const body: EpochKeyList = { epochs: await userKeys.sealedEpochs(ctx.state.principal.memberId, inbox.id) };
+      ctx.body = body;
     });
 
     router.get('/inboxes/:inbox/compose', allow(access, { token: 'send', session: true }), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
       const current = await epochs.current(inbox.id);
-      ctx.body = {
+      const body: ComposeData = {
         addresses: inbox.addresses,
         epoch: current.epoch,
         epochPublic: Buffer.from(current.publicBytes).toString('base64'),
         epochFingerprint: current.fingerprint,
       };
+      ctx.body = body;
     });
 
     // The web app sets the member's key; an API token acts for a member but is not the member.
     router.put('/me/key', allow(access, { token: 'any', session: true }), async (ctx) => {
       if (ctx.state.principal.kind !== 'session') throw forbidden('the encryption key is set from the web app (a session), not with an API token');
-      const { publicKey } = validator.body<{ publicKey: string }>(USER_KEY, await readJson(ctx));
+      const { publicKey } = validator.body<UserKey>(USER_KEY, await readJson(ctx));
       const trimmed = publicKey.trim();
       let bytes: Uint8Array;
       if (trimmed.startsWith('-----BEGIN PGP')) bytes = Buffer.from(trimmed, 'utf8');
