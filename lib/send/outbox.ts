@@ -135,13 +135,15 @@ export class SentCopies implements CopyQueue {
   /** Files every copy due now (tests and shutdown use it too). */
   async runOnce(): Promise<void> {
     for (;;) {
-      const due = await this.outbox.due(Date.now(), SCAN);
+      let due = await this.outbox.due(Date.now(), SCAN);
       if (due.length === 0 || this.stopped) return;
+      // The sends first: their answers wait on the same cores as Dovecot's filing. The copies
+      // that came due meanwhile join the batches (due is oldest first).
+      if (await this.yieldToSends(due[0]!.nextAttemptAt)) due = await this.outbox.due(Date.now(), SCAN);
       let filedAny = false;
       const filedIn = new Map<string, Inbox>();
-      for (const batch of batches(due)) {
-        // The sends first: their answers wait on the same cores as Dovecot's filing.
-        await this.yieldToSends(Math.min(...batch.map((e) => e.nextAttemptAt)));
+      for (const [i, batch] of batches(due).entries()) {
+        if (i > 0) await this.yieldToSends(Math.min(...batch.map((e) => e.nextAttemptAt)));
         if (this.stopped) return;
         if (await this.fileBatch(batch, filedIn)) filedAny = true;
       }
@@ -188,11 +190,11 @@ export class SentCopies implements CopyQueue {
     }
   }
 
-  /** Waits while sends are under way in this process, until `since` + yieldMs at the latest. */
-  private async yieldToSends(since: number): Promise<void> {
-    for (;;) {
+  /** Waits while sends are under way in this process, until `since` + yieldMs at the latest; true when it waited. */
+  private async yieldToSends(since: number): Promise<boolean> {
+    for (let waited = false; ; waited = true) {
       const left = since + this.yieldMs - Date.now();
-      if (this.sends === 0 || this.stopped || left <= 0) return;
+      if (this.sends === 0 || this.stopped || left <= 0) return waited;
       await new Promise<void>((resolve) => {
         const done = () => {
           clearTimeout(timer);
