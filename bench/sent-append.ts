@@ -6,10 +6,13 @@
 // environment's rendered .mailenv/dovecot/dovecot.conf, `dovecot -c … reload`, and run it again
 // (`npm run mailenv -- up` renders the bundled config back).
 //
-//   node --import tsx bench/sent-append.ts [--messages=400] [--hints]
+//   POSTERN_ENV_BASE_PORT=… node --import tsx bench/sent-append.ts [--messages=400] [--repeats=3] [--hints] [--warm] [--fetch]
 //
 // --hints answers Dovecot's push hints with 204 (as a Postern with POSTERN_HINT_LISTEN does,
 // without its sync); without it nothing listens on the hint port, as in `npm run bench:send`.
+// --warm first appends 3 messages and FETCHes them as the index's sync does, so Dovecot has made
+// its caching decisions for the folder (as for a Sent the index has read before); --fetch then
+// also measures that FETCH of the messages appended.
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -124,11 +127,13 @@ async function main(): Promise<void> {
       await imap.send(['SELECT Sent']).then(() => imap.send(['UNSELECT']));
       // A folder the index has read before: Dovecot's caching decisions for what the sync
       // fetches are made (they apply to messages saved after them), as in a long-lived Sent.
-      const WARM = 3;
-      for (let i = 0; i < WARM; i++) await imap.send(['APPEND Sent (\\Seen) ', bodies[i]!]);
-      await imap.send(['EXAMINE Sent']);
-      await imap.send([`UID FETCH 1:* (${FETCH_ITEMS})`]);
-      await imap.send(['UNSELECT']);
+      const WARM = process.argv.includes('--warm') ? 3 : 0;
+      if (WARM > 0) {
+        for (let i = 0; i < WARM; i++) await imap.send(['APPEND Sent (\\Seen) ', bodies[i]!]);
+        await imap.send(['EXAMINE Sent']);
+        await imap.send([`UID FETCH 1:* (${FETCH_ITEMS})`]);
+        await imap.send(['UNSELECT']);
+      }
       hinted = 0;
       const c0 = treeCpuMs(dovecot);
       const t0 = performance.now();
