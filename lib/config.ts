@@ -37,7 +37,7 @@ export interface Config {
   /** The relay: Postfix's submission service, logged in to as each inbox's user (docs/sending.md). */
   smtp: { host: string; port: number; secure: boolean; maxPerInbox: number; timeoutMs: number };
   /** Postern's own sending limit per inbox, before the relay's. */
-  send: { perHour: number };
+  send: { perHour: number; copyYieldMs: number };
   /** The LMTP delivery ingress (Postfix → Postern → Dovecot); `listen` null: off. */
   ingress: { listen: { host: string; port: number } | null; dovecot: { host: string; port: number } };
   /** Every inbox watched, always (issue 12, docs/watch.md). */
@@ -116,6 +116,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_SMTP_MAX_PER_INBOX', default: '4', description: 'pooled connections to Postfix per inbox at most' },
   { name: 'POSTERN_SMTP_TIMEOUT_MS', default: '30000', description: 'Postfix must connect, greet and answer within this; otherwise the send is a 503' },
   { name: 'POSTERN_SEND_RATE_PER_HOUR', default: '300', description: 'messages one inbox may send per hour (both send operations); over it: 422' },
+  { name: 'POSTERN_SENT_COPY_YIELD_MS', default: '2000', description: 'filing Sent copies waits while sends are under way in the process, at most this long per copy; 0 = file at once' },
   { name: 'POSTERN_LMTP_HOST', default: '127.0.0.1', description: 'address the LMTP delivery ingress listens on (Postfix delivers here)' },
   { name: 'POSTERN_LMTP_PORT', default: '', description: 'LMTP delivery ingress port; empty: no ingress' },
   { name: 'POSTERN_DOVECOT_LMTP_HOST', default: '127.0.0.1', description: 'Dovecot LMTP host the ingress hands mail on to' },
@@ -246,7 +247,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       maxPerInbox: int('POSTERN_SMTP_MAX_PER_INBOX', 1, 64),
       timeoutMs: int('POSTERN_SMTP_TIMEOUT_MS', 100, 600000),
     },
-    send: { perHour: int('POSTERN_SEND_RATE_PER_HOUR', 1, 10_000_000) },
+    send: { perHour: int('POSTERN_SEND_RATE_PER_HOUR', 1, 10_000_000), copyYieldMs: int('POSTERN_SENT_COPY_YIELD_MS', 0, 3_600_000) },
     ingress: {
       listen: get('POSTERN_LMTP_PORT') === '' ? null : { host: get('POSTERN_LMTP_HOST'), port: int('POSTERN_LMTP_PORT', 0, 65535) },
       dovecot: { host: get('POSTERN_DOVECOT_LMTP_HOST'), port: int('POSTERN_DOVECOT_LMTP_PORT', 1, 65535) },

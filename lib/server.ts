@@ -190,9 +190,9 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const outbox = new SqliteOutboxStore(db);
   // One memory budget for the send bodies and the Sent copies being filed.
   const sendMemory = new BodyGate(SEND_MEMORY_BUDGET);
-  const sentCopies = new SentCopies(outbox, directory, new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)), log.child({ part: 'outbox' }), { memory: sendMemory });
+  const sentCopies = new SentCopies(outbox, directory, new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)), log.child({ part: 'outbox' }), { memory: sendMemory, yieldMs: config.send.copyYieldMs });
   bounces = new BounceMatcher(mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), outbox, directory, eventLog, log.child({ part: 'bounces' }));
-  const send = new SendService(relay, outbox, eventLog, config.send, sentCopies.kick, log.child({ part: 'send' }), async (inboxId, raw) => seal(raw, await keys.current(inboxId)));
+  const send = new SendService(relay, outbox, eventLog, config.send, sentCopies, log.child({ part: 'send' }), async (inboxId, raw) => seal(raw, await keys.current(inboxId)));
   const watchAll = new WatchAll({
     mode: config.watch.mode,
     reason: config.watch.reason,

@@ -1,5 +1,5 @@
 // What imapflow (pinned at 2.10.2) does not expose: Dovecot's X-GUID in FETCH and STATUS, LIST
-// with RETURN (STATUS ...), and NOTIFY. They go through imapflow's internal `exec`, the same
+// with RETURN (STATUS ...), NOTIFY, and MULTIAPPEND (RFC 3502). They go through imapflow's internal `exec`, the same
 // function its own commands use (see node_modules/imapflow/dist/esm/commands/fetch.js); the
 // internal shape is declared once here so nothing else reaches into the library.
 //
@@ -9,7 +9,7 @@
 // must never issue another command (the reader is parked until it returns).
 import type { ImapAttribute, ImapAttributeList, ImapFlow, ImapResponse } from 'imapflow';
 import type { ImapCompileNode } from 'imapflow/lib/handler/types.js';
-import { decodePath, parseEnvelope } from 'imapflow/lib/tools.js';
+import { decodePath, encodePath, parseEnvelope } from 'imapflow/lib/tools.js';
 import { normalizeImapFlags } from '../../lib/mail/flags.ts';
 import { specialUseOf } from '../../lib/mail/labels.ts';
 import type { SpecialUse } from '../../schemas/wire.ts';
@@ -58,6 +58,25 @@ export function onUnsolicited(client: ImapFlow, name: string, handler: Untagged)
  */
 export async function unselect(client: ImapFlow): Promise<void> {
   if (client.mailbox) await internals(client).run('CLOSE', { unselect: true });
+}
+
+/**
+ * Appends messages to a mailbox with the same flags in one command: MULTIAPPEND (RFC 3502) when
+ * the server has it, so they are saved in one transaction, all or none (Dovecot then also makes
+ * one push hint of them and saves a little CPU per message); otherwise one APPEND each, in
+ * order, where a failure leaves the earlier ones appended. Resolves once all were taken.
+ */
+export async function appendAll(client: ImapFlow, path: string, messages: readonly Buffer[], flags: readonly string[]): Promise<void> {
+  const mailbox = atom(encodePath(client, path));
+  const flagList = flags.map(atom);
+  // A message holding a NUL byte goes as a literal8 (RFC 3516), as imapflow's own append does.
+  const binary = client.capabilities.has('BINARY');
+  const literal = (m: Buffer): ImapCompileNode => ({ type: 'LITERAL', value: m, isLiteral8: binary && m.includes(0) });
+  if (client.capabilities.has('MULTIAPPEND')) {
+    await rawCommand(client, 'APPEND', [mailbox, ...messages.flatMap((m) => [flagList, literal(m)])]);
+    return;
+  }
+  for (const m of messages) await rawCommand(client, 'APPEND', [mailbox, flagList, literal(m)]);
 }
 
 export const atom = (value: string): ImapCompileNode => ({ type: 'ATOM', value });

@@ -1,10 +1,12 @@
-// Files a sent message's copy in the inbox's \Sent mailbox with \Seen: one focused APPEND next to
-// the sync, through the same pool. Idempotent when the outbox retries it after any failure: a
-// retried copy whose Message-ID is already in Sent is not appended again. A first attempt skips
-// that search, which without a full-text index reads the headers of the whole folder.
+// Files sent messages' copies in the inbox's \Sent mailbox with \Seen, next to the sync, through
+// the same pool: a batch of copies in one MULTIAPPEND (adapters/imap/raw.ts appendAll), so
+// Dovecot saves them in one transaction (all or none) and sends one push hint for them.
+// Idempotent when the outbox retries after any failure: a retried copy whose Message-ID is
+// already in Sent is not appended again. A first attempt skips that search, which without a
+// full-text index reads the headers of the whole folder.
 import type { MailInbox } from '../../lib/mail/types.ts';
-import type { SentFiler } from '../../lib/send/ports.ts';
-import { unselect } from './raw.ts';
+import type { SentCopy, SentFiler } from '../../lib/send/ports.ts';
+import { appendAll, unselect } from './raw.ts';
 import type { ImapPool } from './pool.ts';
 
 export class ImapSentFiler implements SentFiler {
@@ -17,8 +19,12 @@ export class ImapSentFiler implements SentFiler {
     private readonly refreshIndex: (inbox: MailInbox) => Promise<void>,
   ) {}
 
-  async fileSent(inbox: MailInbox, raw: Buffer, messageId: string, retry: boolean): Promise<void> {
+  async fileSent(inbox: MailInbox, copies: readonly SentCopy[]): Promise<void> {
+    let runs = 0;
     await this.pool.use(inbox.imapUser, async (client) => {
+      // The pool runs this task again on a fresh connection when its connection died, which may
+      // have been after Dovecot saved the batch: that second run checks every copy like a retry.
+      const again = runs++ > 0;
       let path = this.sentPaths.get(inbox.imapUser);
       if (!path) {
         const boxes = await client.list();
@@ -31,22 +37,26 @@ export class ImapSentFiler implements SentFiler {
       }
       // Forgotten until this attempt works: a renamed or deleted Sent is looked up again.
       this.sentPaths.delete(inbox.imapUser);
-      const remember = (p: string) => {
-        if (this.sentPaths.size > 10_000) this.sentPaths.clear();
-        this.sentPaths.set(inbox.imapUser, p);
-      };
-      if (retry) {
+      let todo = copies;
+      if (again || copies.some((c) => c.retry)) {
         await client.mailboxOpen(path, { readOnly: true });
         try {
-          const found = await client.search({ header: { 'message-id': messageId } }, { uid: true });
-          if (found && found.length > 0) return remember(path);
+          const left: SentCopy[] = [];
+          for (const copy of copies) {
+            if (again || copy.retry) {
+              const found = await client.search({ header: { 'message-id': copy.messageId } }, { uid: true });
+              if (found && found.length > 0) continue;
+            }
+            left.push(copy);
+          }
+          todo = left;
         } finally {
           await unselect(client);
         }
       }
-      const appended = await client.append(path, raw, ['\\Seen']);
-      if (!appended) throw new Error(`the mail server did not take the copy into ${path}`);
-      remember(path);
+      if (todo.length > 0) await appendAll(client, path, todo.map((c) => c.raw), ['\\Seen']);
+      if (this.sentPaths.size > 10_000) this.sentPaths.clear();
+      this.sentPaths.set(inbox.imapUser, path);
     });
   }
 

@@ -4,11 +4,18 @@
 // the same one at once. Every claim is counted: on any attempt but the first, the filer skips a
 // copy already in Sent, which covers a process that died between Dovecot's answer and marking
 // the entry filed, and an APPEND whose answer was lost. The first attempt (nearly every copy)
-// cannot meet an earlier one, so it costs Dovecot one APPEND and no search of the Sent folder.
+// cannot meet an earlier one, so it costs Dovecot no search of the Sent folder.
+//
+// Cheap filing (bench/RESULTS.md, "Sending"): an inbox's first attempts are filed in batches,
+// one MULTIAPPEND each (one Dovecot transaction and push hint, one commit in the store, one
+// index refresh per pass), and filing yields to the sends under way in this process: a copy
+// waits for them up to `yieldMs`, then is filed anyway, so a steady stream of sends delays the
+// copies by that much at most and never starves them. A copy tried before is filed alone, so
+// one the server refuses never holds others back.
 import type { DirectoryStore } from '../directory/store.ts';
 import type { Inbox } from '../directory/types.ts';
 import type { WarnLog } from '../warn-log.ts';
-import type { MemoryBudget, OutboxStore, SentFiler } from './ports.ts';
+import type { CopyQueue, MemoryBudget, OutboxEntry, OutboxStore, SentCopy, SentFiler } from './ports.ts';
 
 export interface SentCopiesOptions {
   /** Looks for due copies this often even when nobody said one is waiting (other processes, retries). */
@@ -23,6 +30,8 @@ export interface SentCopiesOptions {
    * does not add to the bodies of the sends being received meanwhile.
    */
   memory?: MemoryBudget;
+  /** How long a due copy waits for the sends under way in this process before it is filed anyway. */
+  yieldMs?: number;
 }
 
 /**
@@ -32,7 +41,38 @@ export interface SentCopiesOptions {
  */
 const FILING_BYTES_PER_BYTE = 2;
 
-export class SentCopies {
+/** Copies filed in one MULTIAPPEND, at most: bench/sent-append.ts found 10 and 50 alike. */
+const BATCH_COPIES = 50;
+/** A batch's bytes, at most (a larger copy goes alone): its share of the memory budget stays small. */
+const BATCH_BYTES = 8 * 1024 * 1024;
+/** Due entries read per step of a pass. */
+const SCAN = 200;
+
+/**
+ * The due entries in batches: first attempts of one inbox together, in order, up to the limits;
+ * an entry tried before alone.
+ */
+function batches(due: readonly OutboxEntry[]): OutboxEntry[][] {
+  const out: OutboxEntry[][] = [];
+  const open = new Map<string, { entries: OutboxEntry[]; bytes: number }>();
+  for (const entry of due) {
+    if (entry.claims > 0) {
+      out.push([entry]);
+      continue;
+    }
+    let batch = open.get(entry.inboxId);
+    if (!batch || batch.entries.length >= BATCH_COPIES || (batch.bytes > 0 && batch.bytes + entry.size > BATCH_BYTES)) {
+      batch = { entries: [], bytes: 0 };
+      open.set(entry.inboxId, batch);
+      out.push(batch.entries);
+    }
+    batch.entries.push(entry);
+    batch.bytes += entry.size;
+  }
+  return out;
+}
+
+export class SentCopies implements CopyQueue {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private again = false;
@@ -42,6 +82,10 @@ export class SentCopies {
   private readonly maxRetryMs: number;
   private readonly claimMs: number;
   private readonly memory: MemoryBudget | null;
+  private readonly yieldMs: number;
+  /** Sends under way in this process, and the passes waiting for them to end. */
+  private sends = 0;
+  private readonly waitingForQuiet = new Set<() => void>();
 
   constructor(
     private readonly outbox: OutboxStore,
@@ -55,6 +99,7 @@ export class SentCopies {
     this.maxRetryMs = options.maxRetryMs ?? 30_000;
     this.claimMs = options.claimMs ?? 120_000;
     this.memory = options.memory ?? null;
+    this.yieldMs = options.yieldMs ?? 2000;
   }
 
   start(): void {
@@ -69,8 +114,19 @@ export class SentCopies {
     else this.schedule(0);
   };
 
+  readonly sending = (): (() => void) => {
+    this.sends++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      if (--this.sends === 0) this.wakeWaiting();
+    };
+  };
+
   async stop(): Promise<void> {
     this.stopped = true;
+    this.wakeWaiting();
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     await this.running;
@@ -79,36 +135,81 @@ export class SentCopies {
   /** Files every copy due now (tests and shutdown use it too). */
   async runOnce(): Promise<void> {
     for (;;) {
-      const due = await this.outbox.due(Date.now(), 20);
+      let due = await this.outbox.due(Date.now(), SCAN);
       if (due.length === 0 || this.stopped) return;
+      // The sends first: their answers wait on the same cores as Dovecot's filing. The copies
+      // that came due meanwhile join the batches (due is oldest first).
+      if (await this.yieldToSends(due[0]!.nextAttemptAt)) due = await this.outbox.due(Date.now(), SCAN);
       let filedAny = false;
       const filedIn = new Map<string, Inbox>();
-      for (const entry of due) {
+      for (const [i, batch] of batches(due).entries()) {
+        if (i > 0) await this.yieldToSends(Math.min(...batch.map((e) => e.nextAttemptAt)));
         if (this.stopped) return;
-        if (!(await this.outbox.claim(entry.id, entry.nextAttemptAt, Date.now() + this.claimMs))) continue;
-        const release = this.memory ? await this.memory.enter(entry.size * FILING_BYTES_PER_BYTE) : null;
-        try {
-          const inbox = await this.directory.getInbox(entry.inboxId);
-          const copy = await this.outbox.copy(entry.id);
-          // An inbox removed meanwhile has no Sent to file into; its copy goes with it.
-          if (inbox && copy) {
-            await this.filer.fileSent(inbox, copy, entry.messageId, entry.claims > 0);
-            filedIn.set(inbox.id, inbox);
-          }
-          await this.outbox.filed(entry.id, Date.now());
-          filedAny = true;
-        } catch (err) {
-          const wait = Math.min(this.retryMs * 2 ** Math.min(entry.attempts, 16), this.maxRetryMs);
-          await this.outbox.retryAt(entry.id, Date.now() + wait);
-          this.log.warn({ err, outbox: entry.id, attempt: entry.attempts + 1, retryInMs: wait }, 'could not file the Sent copy; will retry');
-        } finally {
-          release?.();
-        }
+        if (await this.fileBatch(batch, filedIn)) filedAny = true;
       }
       for (const inbox of filedIn.values()) await this.filer.refresh(inbox);
       // Everything left is waiting for a retry: the timer comes back for it.
       if (!filedAny) return;
     }
+  }
+
+  /** Files one batch (one inbox's); true when it was done with, false when it waits for a retry. */
+  private async fileBatch(batch: readonly OutboxEntry[], filedIn: Map<string, Inbox>): Promise<boolean> {
+    const claimed: OutboxEntry[] = [];
+    for (const entry of batch) {
+      if (await this.outbox.claim(entry.id, entry.nextAttemptAt, Date.now() + this.claimMs)) claimed.push(entry);
+    }
+    if (claimed.length === 0) return false;
+    const bytes = claimed.reduce((sum, e) => sum + e.size, 0);
+    const release = this.memory ? await this.memory.enter(bytes * FILING_BYTES_PER_BYTE) : null;
+    try {
+      const inbox = await this.directory.getInbox(claimed[0]!.inboxId);
+      const copies: SentCopy[] = [];
+      for (const entry of inbox ? claimed : []) {
+        const raw = await this.outbox.copy(entry.id);
+        if (raw) copies.push({ raw, messageId: entry.messageId, retry: entry.claims > 0 });
+      }
+      // An inbox removed meanwhile has no Sent to file into; its copies go with it.
+      if (inbox && copies.length > 0) {
+        await this.filer.fileSent(inbox, copies);
+        filedIn.set(inbox.id, inbox);
+      }
+      await this.outbox.filed(claimed.map((e) => e.id), Date.now());
+      return true;
+    } catch (err) {
+      // Every copy of the batch is tried again, each alone and as a retry (it may have been filed).
+      let retryInMs = 0;
+      for (const entry of claimed) {
+        retryInMs = Math.min(this.retryMs * 2 ** Math.min(entry.attempts, 16), this.maxRetryMs);
+        await this.outbox.retryAt(entry.id, Date.now() + retryInMs);
+      }
+      this.log.warn({ err, outbox: claimed.map((e) => e.id), attempt: claimed[0]!.attempts + 1, retryInMs }, 'could not file the Sent copies; will retry');
+      return false;
+    } finally {
+      release?.();
+    }
+  }
+
+  /** Waits while sends are under way in this process, until `since` + yieldMs at the latest; true when it waited. */
+  private async yieldToSends(since: number): Promise<boolean> {
+    for (let waited = false; ; waited = true) {
+      const left = since + this.yieldMs - Date.now();
+      if (this.sends === 0 || this.stopped || left <= 0) return waited;
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          this.waitingForQuiet.delete(done);
+          resolve();
+        };
+        const timer = setTimeout(done, left);
+        timer.unref();
+        this.waitingForQuiet.add(done);
+      });
+    }
+  }
+
+  private wakeWaiting(): void {
+    for (const wake of [...this.waitingForQuiet]) wake();
   }
 
   private schedule(ms: number): void {

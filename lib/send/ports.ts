@@ -96,23 +96,45 @@ export interface OutboxStore {
   copy(id: string): Promise<Buffer | null>;
   /** The attempt failed: counts it and sets the next one. */
   retryAt(id: string, at: number): Promise<void>;
-  /** Filed: the copy's bytes are dropped, the entry stays (rate window, draft replays, bounces). */
-  filed(id: string, now: number): Promise<void>;
+  /**
+   * Filed, in one transaction: the copies' bytes are dropped, the entries stay (rate window,
+   * draft replays, bounces).
+   */
+  filed(ids: readonly string[], now: number): Promise<void>;
+}
+
+/** One Sent copy to file. */
+export interface SentCopy {
+  raw: Buffer;
+  messageId: string;
+  /**
+   * An earlier attempt was started, and may have got through before its answer was lost: not
+   * filed again if a message with this Message-ID is in Sent already.
+   */
+  retry: boolean;
 }
 
 export interface SentFiler {
   /**
-   * Files the copy in the inbox's \Sent label with \Seen. When `retry` (an earlier attempt
-   * was started, and may have got through before its answer was lost), not if a message with
-   * this Message-ID is there already. Rejects when the mail server is unavailable; the outbox
-   * tries again later.
+   * Files the copies, all of one inbox, in its \Sent label with \Seen, as one transaction
+   * where the server can (all or none). Rejects when they may not all have been filed (the
+   * mail server unavailable, the connection lost); the outbox then tries each again later, as
+   * a retry.
    */
-  fileSent(inbox: MailInbox, raw: Buffer, messageId: string, retry: boolean): Promise<void>;
+  fileSent(inbox: MailInbox, copies: readonly SentCopy[]): Promise<void>;
   /**
    * Brings the index up to date with the copies just filed (their message.added, the listing):
-   * once per inbox after a batch, not once per copy.
+   * once per inbox after a pass, not once per copy.
    */
   refresh(inbox: MailInbox): Promise<void>;
+}
+
+/** The Sent copies' queue as the send path sees it (lib/send/outbox.ts). */
+export interface CopyQueue {
+  /** A copy is waiting: file it soon. */
+  kick(): void;
+  /** A send is under way until the returned function is called: filing yields to it. */
+  sending(): () => void;
 }
 
 /**

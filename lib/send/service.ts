@@ -7,7 +7,7 @@ import type { Inbox } from '../directory/types.ts';
 import { badRequest, conflict, forbidden, unavailable, unprocessable } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
 import type { WarnLog } from '../warn-log.ts';
-import { RelayRefused, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
+import { RelayRefused, type CopyQueue, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
 
 /** Spec 8: both send operations. */
@@ -53,8 +53,11 @@ export class SendService {
     private readonly outbox: OutboxStore,
     private readonly events: EventLog,
     private readonly limits: SendLimits,
-    /** Told when a Sent copy is waiting, so it is filed at once rather than at the next poll. */
-    private readonly copyWaiting: () => void,
+    /**
+     * The Sent copies' queue: told when a copy is waiting, so it is filed without waiting for the
+     * next poll, and of each send under way, which filing yields to.
+     */
+    private readonly copies: CopyQueue,
     private readonly log: WarnLog,
     /** A zero-access inbox's Sent copy is sealed like its incoming mail, before it is stored. */
     private readonly sealCopy: (inboxId: string, raw: Buffer) => Promise<Buffer>,
@@ -74,6 +77,15 @@ export class SendService {
 
   /** Relays the message and queues its Sent copy; resolves once the relay accepted it. */
   async send(inbox: Inbox, actor: string, req: SendRequest): Promise<{ sent: true }> {
+    const done = this.copies.sending();
+    try {
+      return await this.relayAndQueue(inbox, actor, req);
+    } finally {
+      done();
+    }
+  }
+
+  private async relayAndQueue(inbox: Inbox, actor: string, req: SendRequest): Promise<{ sent: true }> {
     const from = req.from.toLowerCase();
     if (!inbox.addresses.some((a) => a.toLowerCase() === from)) throw forbidden(`this inbox cannot send as ${req.from}`);
     if (req.raw.length > MAX_MESSAGE_BYTES) throw unprocessable(`the message is over the ${MAX_MESSAGE_BYTES} byte limit`);
@@ -153,7 +165,7 @@ export class SendService {
       throw err;
     }
     await this.outbox.relayed(entry.id, Date.now());
-    this.copyWaiting();
+    this.copies.kick();
     await this.recordAccepted(inbox, entry, accepted);
     return { sent: true };
   }

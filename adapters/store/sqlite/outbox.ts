@@ -99,9 +99,12 @@ export class SqliteOutboxStore implements OutboxStore {
       for (const bytes of this.q.parts.iterate(id)) at += bytes.copy(out, at);
       return out;
     });
-    this.filedTx = db.transaction((id: string, now: number) => {
-      this.q.filed.run(now, id);
-      this.q.dropCopy.run(id);
+    // A batch filed together is marked together: one commit.
+    this.filedTx = db.transaction((ids: readonly string[], now: number) => {
+      for (const id of ids) {
+        this.q.filed.run(now, id);
+        this.q.dropCopy.run(id);
+      }
     });
   }
 
@@ -144,7 +147,7 @@ export class SqliteOutboxStore implements OutboxStore {
     this.q.retry.run(at, id);
   }
 
-  async filed(id: string, now: number): Promise<void> {
-    this.filedTx.immediate(id, now);
+  async filed(ids: readonly string[], now: number): Promise<void> {
+    this.filedTx.immediate(ids, now);
   }
 }
