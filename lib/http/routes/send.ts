@@ -89,7 +89,8 @@ export function sendRoutes(access: Access, send: SendService, opener: SealedOpen
         const long = fields.get(body.ciphertext);
         const ciphertext = long?.bytes ?? base64Bytes('ciphertext', body.ciphertext);
         const to = [...new Set(body.to.map((a) => a.toLowerCase()))].sort();
-        const fingerprint = draftFingerprint([String(body.epoch), fields.get(body.wrappedDek)?.text ?? body.wrappedDek, long?.text ?? body.ciphertext, body.from.toLowerCase(), ...to]);
+        const dek = fields.get(body.wrappedDek);
+        const fingerprint = draftFingerprint([String(body.epoch), dek ? { base64: dek.bytes } : body.wrappedDek, long ? { base64: long.bytes } : body.ciphertext, body.from.toLowerCase(), ...to]);
         body.ciphertext = '';
         fields.clear();
         // A retry of a draft already sent is answered as the first time, without opening it again.
