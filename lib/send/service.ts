@@ -115,12 +115,12 @@ export class SendService {
     if (headerValues(head, 'date').length === 0) added.push(`Date: ${rfc5322Date(new Date())}${nl}`);
     const prefix = Buffer.from(added.join(''), 'utf8');
     // Bcc recipients are in `to`; the header goes to nobody, but stays in the sender's copy.
-    // Unchanged, the message is relayed from the bytes given (no second 25 MB copy).
+    // Both are pieces of the bytes given, never a second whole copy of the message.
     const relayedHead = withoutField(head, 'bcc');
-    const relayed = added.length === 0 && relayedHead === head ? req.raw : Buffer.concat([prefix, relayedHead, body]);
-    const plainCopy = added.length > 0 ? Buffer.concat([prefix, head, body]) : req.raw;
+    const relayed = added.length === 0 && relayedHead === head ? [req.raw] : [prefix, relayedHead, body];
+    const plainCopy = added.length > 0 ? [prefix, head, body] : [req.raw];
     // No plaintext of a zero-access inbox's message rests anywhere, the outbox included.
-    const copy = inbox.mode === 'zero-access' ? await this.sealCopy(inbox.id, plainCopy) : plainCopy;
+    const copy = inbox.mode === 'zero-access' ? [await this.sealCopy(inbox.id, plainCopy.length === 1 ? plainCopy[0]! : Buffer.concat(plainCopy))] : plainCopy;
 
     const now = Date.now();
     const entry: OutboxEntry = {
@@ -134,7 +134,7 @@ export class SendService {
       mailFrom: from,
       recipients: to.length,
       messageId,
-      size: relayed.length,
+      size: relayed.reduce((n, piece) => n + piece.length, 0),
       attempts: 0,
       claims: 0,
       nextAttemptAt: now,
