@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import { parseSendBody } from '../lib/http/send-body.ts';
 import { parseDsn } from '../lib/send/dsn.ts';
+import { draftFingerprint } from '../lib/send/service.ts';
 import { fromAddress, splitHeader, withoutField } from '../lib/send/rfc5322.ts';
 
 const head = (text: string) => splitHeader(Buffer.from(text)).head;
@@ -105,6 +106,15 @@ describe('sending: parsing', () => {
     const { json, fields } = parseSendBody(tricky);
     expect((json as { note: string }).note).to.equal(`"${'x'.repeat(2000)}\\"`);
     expect(fields.get((json as { raw: string }).raw)?.bytes.toString('base64')).to.equal(b64);
+  });
+
+  it('fingerprints a decoded field as its base64 text: the same hash whichever way the body was parsed', () => {
+    // Around the 48 KB slices the bytes are re-encoded in.
+    for (const n of [0, 1, 2, 3, 49_151, 49_152, 49_153, 200_000]) {
+      const bytes = randomBytes(n);
+      expect(draftFingerprint(['7', { base64: bytes }, 'a@example.org']), `${n} bytes`).to.equal(draftFingerprint(['7', bytes.toString('base64'), 'a@example.org']));
+    }
+    expect(draftFingerprint(['7', 'QQ==', 'a'])).not.to.equal(draftFingerprint(['7', 'QQ==a']));
   });
 
   it('decodes in place, and gives JSON.parse the text intact when a long string turns out not to be canonical', () => {
