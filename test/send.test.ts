@@ -99,6 +99,33 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     expect(relayed.endsWith(raw)).to.equal(true);
   });
 
+  it('relays and files a large message from pieces of its body: Bcc removed, Message-ID and Date added, lines starting with a dot', async () => {
+    // Over the relay's slice size, so it goes to nodemailer as a stream of slices of the pieces,
+    // and over the outbox's part size, so the stored copy's parts span the pieces.
+    const [to, bcc] = [rcpt('to'), rcpt('bcc')];
+    const line = (i: number) => (i % 7 === 0 ? `.${i} a line that starts with a dot\r\n` : `${randomBytes(30).toString('base64')}\r\n`);
+    const body = Array.from({ length: 60_000 }, (_, i) => line(i)).join('');
+    const raw = message(inbox.address, { To: to, Bcc: bcc, Date: '', 'Message-ID': '' }, body);
+    expect(raw.length).to.be.above(2 * 1024 * 1024);
+    const res = await postRaw(s, token, inbox.id, { from: inbox.address, to: [to, bcc], raw });
+    expect(res.status, await res.clone().text()).to.equal(200);
+    const relayed = withoutTrace((await atSink(to))[0]!.raw).toString('utf8');
+    const added = /^Message-ID: <[0-9a-f]{32}@postern\.test>\r\nDate: [^\r]+\r\n/.exec(relayed)?.[0];
+    expect(added, relayed.slice(0, 200)).to.be.a('string');
+    expect(relayed === added + raw.replace(`Bcc: ${bcc}\r\n`, ''), 'relayed bytes').to.equal(true);
+    const messageId = /^Message-ID: (\S+)/.exec(added!)![1]!;
+    const source = await until('the Sent copy', () =>
+      s.postern.mailSource.pool.use(inbox.imapUser, async (client) => {
+        await client.mailboxOpen('Sent');
+        const found = await client.search({ header: { 'message-id': messageId } }, { uid: true });
+        const m = found && found.length > 0 ? await client.fetchOne(String(found[0]), { source: true }, { uid: true }) : false;
+        await client.mailboxClose();
+        return m ? m.source!.toString('utf8') : null;
+      }),
+    );
+    expect(source === added + raw, 'Sent copy bytes').to.equal(true);
+  });
+
   it('refuses malformed requests with 400', async () => {
     const to = rcpt();
     const url = `${s.base}/inboxes/${inbox.id}/messages`;

@@ -6,6 +6,7 @@
 // One pool per inbox user, since SMTP AUTH is per connection; a pool nobody used for a while is
 // closed. Postfix's replies are mapped here: 5xx is permanent, anything else (4xx, a timeout,
 // no connection) is temporary.
+import { Readable } from 'node:stream';
 import nodemailer from 'nodemailer';
 import type { Logger } from 'pino';
 import { RelayRefused, type Relay, type RelayAccepted, type RelayRequest } from '../../lib/send/ports.ts';
@@ -58,7 +59,8 @@ export class SmtpRelay implements Relay {
       try {
         info = (await this.pool(req.user).sendMail({
           envelope: { from: req.from, to: [...req.to] },
-          raw: req.raw,
+          // A new stream for every attempt: a stream is read once.
+          raw: content(req.raw),
           // Bounces come back to the inbox naming this id (Original-Envelope-Id) and the headers only.
           dsn: { id: req.envid, return: 'headers', notify: ['failure', 'delay'] },
         })) as SentInfo;
@@ -123,6 +125,26 @@ export class SmtpRelay implements Relay {
         this.pools.delete(user);
       }
     }
+  }
+}
+
+/** Larger messages are handed to nodemailer as a stream of slices of this size. */
+const SLICE_BYTES = 256 * 1024;
+
+/**
+ * What nodemailer sends: a small message as one buffer; a larger one as a stream of slices of
+ * its pieces, never joined. nodemailer's dot-stuffing copies each chunk it changes, so one
+ * 25 MB chunk with a line starting with "." would cost a second 25 MB; a slice costs 256 KB.
+ */
+function content(pieces: readonly Buffer[]): Buffer | Readable {
+  const size = pieces.reduce((n, piece) => n + piece.length, 0);
+  if (size <= SLICE_BYTES) return pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces, size);
+  return Readable.from(slices(pieces), { objectMode: false });
+}
+
+function* slices(pieces: readonly Buffer[]): Generator<Buffer> {
+  for (const piece of pieces) {
+    for (let at = 0; at < piece.length; at += SLICE_BYTES) yield piece.subarray(at, at + SLICE_BYTES);
   }
 }
 

@@ -35,11 +35,12 @@ export interface SentCopiesOptions {
 }
 
 /**
- * What filing a copy holds at once, per byte of the message: the copy read from the store, and
- * the IMAP client's APPEND command built around it (imapflow joins a non-synchronizing literal
- * to its command line). A sealed copy is somewhat larger than the message; this is an estimate.
+ * What filing a copy holds at once, per byte of the message: the copy read from the store.
+ * imapflow sends a literal that large as a synchronizing literal, written from the buffer as
+ * it is (no APPEND command built around a copy of it). A sealed copy is somewhat larger than
+ * the message; this is an estimate.
  */
-const FILING_BYTES_PER_BYTE = 2;
+const FILING_BYTES_PER_BYTE = 1;
 
 /** Copies filed in one MULTIAPPEND, at most: bench/sent-append.ts found 10 and 50 alike. */
 const BATCH_COPIES = 50;

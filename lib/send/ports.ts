@@ -9,8 +9,11 @@ export interface RelayRequest {
   from: string;
   /** Envelope RCPT TO, exactly these. */
   to: readonly string[];
-  /** The bytes relayed (Bcc already removed). */
-  raw: Buffer;
+  /**
+   * The bytes relayed (Bcc already removed), in pieces that joined are the message: a header
+   * added or removed does not cost a second copy of a 25 MB body.
+   */
+  raw: readonly Buffer[];
   /** DSN ENVID: bounces carry it back as Original-Envelope-Id. */
   envid: string;
 }
@@ -76,9 +79,10 @@ export interface OutboxStore {
   /**
    * In one transaction: refuses when the inbox has `rate.max` entries since `rate.since`, or
    * when the entry's draft id is already taken in the inbox (giving that entry); otherwise
-   * stores the entry in state `relaying` with the Sent copy's bytes.
+   * stores the entry in state `relaying` with the Sent copy's bytes (in pieces, joined as they
+   * are stored).
    */
-  reserve(entry: OutboxEntry, copy: Buffer, rate: { since: number; max: number }): Promise<Reservation>;
+  reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation>;
   get(id: string): Promise<OutboxEntry | null>;
   byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null>;
   /** The relay refused: the entry goes, so the draft may be sent again and it counts for nothing. */

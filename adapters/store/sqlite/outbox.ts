@@ -43,6 +43,34 @@ const entryOf = (r: Row): OutboxEntry => ({
   createdAt: r.created_at,
 });
 
+/**
+ * The copy's pieces cut into parts of PART_BYTES (the last one shorter; one empty part for an
+ * empty copy). A part within one piece is a view of it; one that spans pieces is joined.
+ */
+function* parts(pieces: readonly Buffer[]): Generator<Buffer> {
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let any = false;
+  for (const piece of pieces) {
+    for (let at = 0; at < piece.length; ) {
+      const take = Math.min(PART_BYTES - pendingBytes, piece.length - at);
+      if (take === PART_BYTES) yield piece.subarray(at, at + take);
+      else {
+        pending.push(piece.subarray(at, at + take));
+        pendingBytes += take;
+        if (pendingBytes === PART_BYTES) {
+          yield Buffer.concat(pending, pendingBytes);
+          pending = [];
+          pendingBytes = 0;
+        }
+      }
+      at += take;
+      any = true;
+    }
+  }
+  if (pendingBytes > 0 || !any) yield pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
+}
+
 export class SqliteOutboxStore implements OutboxStore {
   private readonly q;
   private readonly reserveTx;
@@ -74,7 +102,7 @@ export class SqliteOutboxStore implements OutboxStore {
     };
     // One write transaction: the rate count and the draft check see every other process's
     // reservations, so concurrent requests cannot both slip under the limit or both claim a draft.
-    this.reserveTx = db.transaction((entry: OutboxEntry, copy: Buffer, since: number, max: number): Reservation => {
+    this.reserveTx = db.transaction((entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number): Reservation => {
       if (entry.draftId !== null) {
         const existing = this.q.byDraft.get(entry.inboxId, entry.draftId);
         if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
@@ -82,9 +110,8 @@ export class SqliteOutboxStore implements OutboxStore {
       const sent = this.q.count.get(entry.inboxId, since, max) ?? 0;
       if (sent >= max) return { ok: false, reason: 'rate', sent };
       this.q.insert.run(entry);
-      for (let at = 0, part = 0; at < copy.length || part === 0; at += PART_BYTES, part++) {
-        this.q.insertPart.run(entry.id, part, copy.subarray(at, at + PART_BYTES));
-      }
+      let part = 0;
+      for (const bytes of parts(copy)) this.q.insertPart.run(entry.id, part++, bytes);
       return { ok: true };
     });
     // The entry and its copy go together (both only while the entry is still `relaying`).
@@ -108,7 +135,7 @@ export class SqliteOutboxStore implements OutboxStore {
     });
   }
 
-  async reserve(entry: OutboxEntry, copy: Buffer, rate: { since: number; max: number }): Promise<Reservation> {
+  async reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {
     return this.reserveTx.immediate(entry, copy, rate.since, rate.max);
   }
 

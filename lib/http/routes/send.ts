@@ -54,15 +54,29 @@ export async function readSendBody(ctx: AppContext): Promise<{ json: unknown; fi
 
 /**
  * Send bodies in memory at once, across both routes and the filing of Sent copies
- * (lib/send/outbox.ts): about one 25 MB message in base64 and what is derived from it while it
- * is relayed. Small messages are never held up by it.
+ * (lib/send/outbox.ts): one 25 MB message in base64 (its body, decoded in place) with small
+ * sends beside it; anything larger (a sealed or zero-access 25 MB send, or a 25 MB send and a
+ * 25 MB copy being filed) goes alone. Small messages are never held up by one another.
  */
 export const SEND_MEMORY_BUDGET = 48 * 1024 * 1024;
 
-/** Runs `work` once the request's body fits in the memory budget (lib/http/body-gate.ts). */
-async function gated<T>(gate: BodyGate, ctx: AppContext, work: () => Promise<T>): Promise<T> {
+/**
+ * What a send holds in memory at once, counted against the budget: its body (the base64 is
+ * decoded in place, lib/http/send-body.ts, so the message itself costs nothing more), and each
+ * whole copy made from it: the message opened from its ciphertext (/send), and for a zero-access
+ * inbox the Sent copy sealed (the message joined with any added header, and the sealed bytes).
+ * The relayed message and a plain Sent copy are pieces of the body, never copies of it.
+ */
+export function sendMemoryBytes(bodyBytes: number, copies: { opened: boolean; sealed: boolean }): number {
+  const message = Math.ceil(bodyBytes / 4) * 3;
+  return bodyBytes + (copies.opened ? message : 0) + (copies.sealed ? 2 * message : 0);
+}
+
+/** Runs `work` once the request's memory fits in the budget (lib/http/body-gate.ts). */
+async function gated<T>(gate: BodyGate, ctx: AppContext, copies: { opened: boolean; sealed: boolean }, work: () => Promise<T>): Promise<T> {
   const declared = Number(ctx.get('content-length') || NaN);
-  const release = await gate.enter(Number.isFinite(declared) ? Math.min(declared, SEND_BODY_LIMIT) : SEND_BODY_LIMIT);
+  const body = Number.isFinite(declared) ? Math.min(declared, SEND_BODY_LIMIT) : SEND_BODY_LIMIT;
+  const release = await gate.enter(sendMemoryBytes(body, copies));
   try {
     return await work();
   } finally {
@@ -74,14 +88,15 @@ export function sendRoutes(access: Access, send: SendService, opener: SealedOpen
   return (router: AppRouter): void => {
     router.post('/inboxes/:inbox/send', allow(access, { token: 'send', session: true }), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
-      ctx.body = await gated(gate, ctx, async () => {
+      ctx.body = await gated(gate, ctx, { opened: true, sealed: inbox.mode === 'zero-access' }, async () => {
         const { json, fields } = await readSendBody(ctx);
         const body = validator.body<SendRequest>(SEALED_SEND, json);
         const wrappedDek = fields.get(body.wrappedDek)?.bytes ?? base64Bytes('wrappedDek', body.wrappedDek);
         const long = fields.get(body.ciphertext);
         const ciphertext = long?.bytes ?? base64Bytes('ciphertext', body.ciphertext);
         const to = [...new Set(body.to.map((a) => a.toLowerCase()))].sort();
-        const fingerprint = draftFingerprint([String(body.epoch), fields.get(body.wrappedDek)?.text ?? body.wrappedDek, long?.text ?? body.ciphertext, body.from.toLowerCase(), ...to]);
+        const dek = fields.get(body.wrappedDek);
+        const fingerprint = draftFingerprint([String(body.epoch), dek ? { base64: dek.bytes } : body.wrappedDek, long ? { base64: long.bytes } : body.ciphertext, body.from.toLowerCase(), ...to]);
         body.ciphertext = '';
         fields.clear();
         // A retry of a draft already sent is answered as the first time, without opening it again.
@@ -94,7 +109,7 @@ export function sendRoutes(access: Access, send: SendService, opener: SealedOpen
 
     router.post('/inboxes/:inbox/messages', allow(access, { token: 'send', session: false }), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
-      ctx.body = await gated(gate, ctx, async () => {
+      ctx.body = await gated(gate, ctx, { opened: false, sealed: inbox.mode === 'zero-access' }, async () => {
         const { json, fields } = await readSendBody(ctx);
         const body = validator.body<{ from: string; to: string[]; raw: string }>(RAW_SEND, json);
         const raw = fields.get(body.raw)?.bytes ?? base64Bytes('raw', body.raw);
