@@ -116,8 +116,40 @@ export async function postconf(settings: Record<string, string>): Promise<Record
     before[name] = stdout.trim();
   }
   await run('postconf', ['-c', postfixDir(), '-e', ...Object.entries(settings).map(([k, v]) => `${k}=${v}`)]);
-  await run('postfix', ['-c', postfixDir(), 'reload']);
+  await reloadPostfix();
+  const size = settings.message_size_limit;
+  if (size !== undefined) {
+    // A reload returns before every smtpd runs the new settings (an old one finishes its session
+    // first): wait until fresh connections, three in a row, advertise the new limit.
+    let inARow = 0;
+    await until(`submission to advertise SIZE ${size}`, async () => {
+      inARow = (await submissionSize()) === Number(size) ? inARow + 1 : 0;
+      return inARow >= 3;
+    }, 20_000);
+  }
   return before;
+}
+
+/** The SIZE a fresh submission connection advertises in its EHLO answer (0: none). */
+export function submissionSize(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(mailEnv().submission.port, mailEnv().submission.host);
+    let text = '';
+    let greeted = false;
+    socket.setTimeout(5000, () => socket.destroy(new Error('submission did not answer EHLO')));
+    socket.on('error', reject);
+    socket.on('data', (chunk) => {
+      text += chunk.toString('latin1');
+      if (!greeted && /^220 .*\r\n/m.test(text)) {
+        greeted = true;
+        text = '';
+        socket.write('EHLO size-probe.postern.test\r\n');
+      } else if (greeted && /^250 .*\r\n/m.test(text)) {
+        socket.end('QUIT\r\n');
+        resolve(Number(/^250[- ]SIZE (\d+)/m.exec(text)?.[1] ?? 0));
+      }
+    });
+  });
 }
 
 /** Sets master.cf -o settings (service/type/name; null removes one) and reloads. */
@@ -125,7 +157,19 @@ export async function postconfService(settings: Record<string, string | null>): 
   for (const [name, value] of Object.entries(settings)) {
     await run('postconf', ['-c', postfixDir(), ...(value === null ? ['-PX', name] : ['-P', `${name}=${value}`])]);
   }
+  await reloadPostfix();
+}
+
+/**
+ * `postfix reload` only signals the master; this returns once the master has logged that it
+ * re-read its settings, so a connection opened after it meets an smtpd that runs them (one
+ * already in a session, such as a pooled one, keeps the old settings until its session ends).
+ */
+async function reloadPostfix(): Promise<void> {
+  const reloads = async () => (await readFile(join(mailEnv().dir, 'postfix', 'postfix.log'), 'utf8')).split('\n').filter((l) => /\/master\[\d+\]: reload /.test(l)).length;
+  const before = await reloads();
   await run('postfix', ['-c', postfixDir(), 'reload']);
+  await until('the Postfix master to reload', async () => (await reloads()) > before, 20_000);
 }
 
 const dovecotConf = () => join(mailEnv().dir, 'dovecot', 'dovecot.conf');
