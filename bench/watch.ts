@@ -610,7 +610,8 @@ async function main(): Promise<void> {
         `| First page (50) of another, indexed ${f0(READER_MESSAGES)}-message inbox, one read every ${READ_GAP_MS} ms, while that index runs | p50 ${f1(median(idx.during))} ms, p99 ${f1(pct(idx.during, 0.99))} ms (${f0(idx.during.length)} reads) | nothing indexing: p50 ${f1(median(idx.baseline))} ms, p99 ${f1(pct(idx.baseline, 0.99))} ms (${f0(idx.baseline.length)} reads) | p50 ×${ratio(median(idx.during), median(idx.baseline))}, p99 ×${ratio(pct(idx.during, 0.99), pct(idx.baseline, 0.99))} | — |`,
       );
     }
-    const command = `npm run bench:watch${QUICK ? ' -- --quick' : ''}${ONLY ? ` -- --only=${ONLY.join(',')}` : ''}`;
+    const flags = [...(QUICK ? ['--quick'] : []), ...(ONLY ? [`--only=${ONLY.join(',')}`] : [])];
+    const command = `npm run bench:watch${flags.length > 0 ? ` -- ${flags.join(' ')}` : ''}`;
     const md = [
       '## Every inbox watched (issue 12)',
       '',
@@ -623,7 +624,7 @@ async function main(): Promise<void> {
       '',
       ...(push && notify
         ? [
-            `Load generator: each change opens its own mail-app IMAP connection (master login), selects the folder and sends one APPEND, UID STORE +FLAGS \\Flagged or UID MOVE (40/30/30%) at a random inbox, folder and message; latency runs from sending that command to the last of its events on the stream (a move needs its message.removed and message.added). It fell behind its schedule by at most ${f0(push.lagMs)} ms (push) and ${f0(notify.lagMs)} ms (notify). Push: \`POSTERN_WATCH=push\`, defaults otherwise (\`POSTERN_IMAP_MAX_TOTAL\` 200, sweep every 60 s). Baseline: \`POSTERN_WATCH=notify\`, \`POSTERN_IMAP_MAX_TOTAL=${Math.ceil((INBOXES + 50) / 0.8)}\` (room for a watcher per inbox beside the 20% kept for reads), Dovecot's \`service imap { process_limit }\` raised to 4096 in the bundled environment (its default, 1024, is too few for this). Seeded mail is not encrypted (\`doveadm import\` with mail_crypt costs 5× more); the mail apps' mail is.`,
+            `Load generator: each change opens its own mail-app IMAP connection (master login), selects the folder and sends one APPEND, UID STORE +FLAGS \\Flagged or UID MOVE (40/30/30%) at a random inbox, folder and message (an appended message is flagged or moved only once its message.added arrived); latency runs from sending that command to the last of its events on the stream (a move needs its message.removed and message.added). It fell behind its schedule by at most ${f0(push.lagMs)} ms (push) and ${f0(notify.lagMs)} ms (notify). Push: \`POSTERN_WATCH=push\`, defaults otherwise (\`POSTERN_IMAP_MAX_TOTAL\` 200, sweep every 60 s). Baseline: \`POSTERN_WATCH=notify\`, \`POSTERN_IMAP_MAX_TOTAL=${Math.ceil((INBOXES + 50) / 0.8)}\` (room for a watcher per inbox beside the 20% kept for reads), Dovecot's \`service imap { process_limit }\` raised to 4096 in the bundled environment (its default, 1024, is too few for this). Seeded mail is not encrypted (\`doveadm import\` with mail_crypt costs 5× more); the mail apps' mail is.`,
             '',
           ]
         : []),
