@@ -11,13 +11,14 @@ import { pino } from 'pino';
 import { ImapFlow } from 'imapflow';
 import { loadConfig } from '../lib/config.ts';
 import { createPostern } from '../lib/server.ts';
-import { call, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestServer } from './harness.ts';
+import { call, envVars, json, mailEnv, newProject, startPostern, unique, type TestInbox, type TestServer } from './harness.ts';
 import { append, importMessages, mailApp, until } from './mail-fixtures.ts';
 import type { WireEvent } from './events-helpers.ts';
 import { freePort, spawnPostern, stopProcess } from './processes.ts';
 import { ROOT } from '../lib/paths.ts';
 import { idFromGuid } from '../lib/ids.ts';
 import { descendingRanges } from '../adapters/imap/sync.ts';
+import { PoolBusyError } from '../adapters/imap/pool.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import type { MailInbox, WatchReport } from '../lib/mail/types.ts';
 
@@ -450,6 +451,106 @@ describe('every inbox watched, always (issue 12)', function () {
       }
       expect((await events(s, token, inbox.id)).map((e) => e.type)).to.deep.equal(['message.added']);
       expect(s.postern.watchAll.stats.hints).to.equal(0);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('notify mode: an inbox whose first index outlasts a read\'s fill wait keeps its NOTIFY watcher', async () => {
+    // The fill's older range is held past POSTERN_FILL_WAIT_MS, as a big inbox's fill outlasts it.
+    // The watcher used to wait for the fill as a stream does, get the stream's 503 and be dropped
+    // for good: the inbox's changes then came only with the sweep (off here), a minute late.
+    const s = await startPostern({ POSTERN_WATCH: 'notify', POSTERN_WATCH_SWEEP_MS: '0', POSTERN_FILL_WAIT_MS: '500', POSTERN_EVENTS_SETTLE_MS: '0' });
+    const hold = holdOlderRanges();
+    try {
+      const p = await newProject(s);
+      const token = await p.token(['events:read', 'messages:read']);
+      // A mailbox with mail in it before it becomes an inbox (`postern admin inbox add`).
+      const imapUser = `${unique('box')}@${mailEnv().domain}`;
+      const imapPassword = 'pw';
+      await addUser(mailEnv(), imapUser, imapPassword);
+      await importMessages(imapUser, 'bulk', 600);
+      const { id } = await s.postern.admin.addInbox({ projectId: p.projectId, imapUser, addresses: [imapUser] });
+      await s.postern.admin.grant(p.memberId, id, 'owner');
+      const inbox: TestInbox = { id, address: imapUser, imapUser, imapPassword };
+      await until('the inbox\'s watcher connected', async () => s.postern.mailMirror.watching(inbox.id).live);
+      // Reads wait out the fill wait the watcher began earlier (two, so a wait begun a moment
+      // before the first has surely run out), and are answered 503.
+      for (let i = 0; i < 2; i++) expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token })).status).to.equal(503);
+      hold.release();
+      await seeded(s, inbox.id);
+      expect(s.postern.mailMirror.watching(inbox.id).live, 'watched after its fill').to.equal(true);
+      const app = await mailApp(inbox);
+      try {
+        await timed(s, token, inbox.id, 1, () => append(app, 'Archive', { subject: 'after a long fill' }));
+      } finally {
+        await app.logout();
+      }
+      expect(s.postern.watchAll.stats.refusedWatches).to.equal(0);
+    } finally {
+      hold.restore();
+      await s.close();
+    }
+  });
+
+  it('notify mode: a watch refused at the connection cap is tried again, and watches once there is room', async () => {
+    // Room for one watcher (2 connections, half kept for reads): the second inbox's is refused.
+    // It used to be given up for good; the sweep (off here) was all that covered it.
+    const s = await startPostern({ POSTERN_WATCH: 'notify', POSTERN_WATCH_SWEEP_MS: '0', POSTERN_IMAP_MAX_TOTAL: '2', POSTERN_IMAP_READ_RESERVE_PERCENT: '50', POSTERN_EVENTS_SETTLE_MS: '0' });
+    try {
+      const p = await newProject(s);
+      const token = await p.token(['events:read']);
+      const first = await p.inbox();
+      await until('the first inbox watched', async () => s.postern.mailMirror.watching(first.id).live);
+      const second = await p.inbox();
+      await until('the second inbox\'s watch refused at the cap', async () => s.postern.watchAll.stats.refusedWatches >= 1);
+      expect(s.postern.mailMirror.watching(second.id).live).to.equal(false);
+      // Room again: the first inbox removed, its watcher stops.
+      await s.postern.admin.removeInbox(first.id);
+      await until('the second inbox watched', async () => s.postern.mailMirror.watching(second.id).live, 20_000);
+      // Its watcher's first pass indexes it (no sweep here).
+      await seeded(s, second.id);
+      const app = await mailApp(second);
+      try {
+        await timed(s, token, second.id, 1, () => append(app, 'Archive', { subject: 'watched at last' }));
+      } finally {
+        await app.logout();
+      }
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('notify mode: a pass a watcher asked for that fails (the pool busy) is tried again soon, not at the next poll', async () => {
+    const s = await startPostern({ POSTERN_WATCH: 'notify', POSTERN_WATCH_SWEEP_MS: '0', POSTERN_EVENTS_SETTLE_MS: '0' });
+    const source = s.postern.mailSource;
+    const sync = source.sync.bind(source);
+    let failures = 0;
+    let failUntil = 0;
+    // Passes fail for a while, as they do when no connection is free within the pool's wait:
+    // every pass the watcher's signals for the change ask for (Dovecot sends one or two).
+    source.sync = async (...args: Parameters<typeof source.sync>) => {
+      if (Date.now() < failUntil) {
+        failures++;
+        throw new PoolBusyError();
+      }
+      return sync(...args);
+    };
+    try {
+      const p = await newProject(s);
+      const inbox = await p.inbox();
+      const token = await p.token(['events:read']);
+      await until('the inbox watched', async () => s.postern.mailMirror.watching(inbox.id).live);
+      await seeded(s, inbox.id);
+      const app = await mailApp(inbox);
+      try {
+        failUntil = Date.now() + 1500;
+        // Without a retry the change waited for the next signal or the watcher's poll (45 s).
+        await timed(s, token, inbox.id, 1, () => append(app, 'Archive', { subject: 'after a busy pool' }));
+      } finally {
+        await app.logout();
+      }
+      expect(failures).to.be.at.least(1);
     } finally {
       await s.close();
     }

@@ -39,6 +39,10 @@ export interface MailMirrorOptions {
   fillWaitMs?: number;
 }
 
+/** A watcher's pass that failed is tried again after this long, doubling up to the max. */
+const SIGNAL_RETRY_MIN_MS = 500;
+const SIGNAL_RETRY_MAX_MS = 30_000;
+
 /** Whether what a read asks for is in the index already, during a first fill. */
 export type ReadyCheck = () => Promise<boolean>;
 
@@ -63,6 +67,8 @@ class InboxRuntime {
   published = 0;
   /** The inbox was removed: no pass of it runs any more. */
   removed = false;
+  /** A pass a watcher's signal asked for failed: the next try (MailMirror.signalled). */
+  retry: NodeJS.Timeout | null = null;
   constructor(public inbox: MailInbox) {}
 }
 
@@ -205,26 +211,8 @@ export class MailMirror {
 
   /** Live changes of the inbox, from the same diffs the index applies. Resolves once watching. */
   async watch(inbox: MailInbox, listener: (change: LiveChange) => void, onGap?: () => void): Promise<Unwatch> {
-    // Changes other processes apply reach this process's listeners through the bus.
-    await this.live.start();
     const rt = this.runtime(inbox);
-    const unlisten = this.live.subscribe(inbox.id, listener, onGap);
-    rt.listeners.add(listener);
-    this.leaseTimer ??= this.startLeaseTimer();
-    // This process watches the inbox unless another one holds its lease; then that one's syncs
-    // reach the listeners here through the bus, and the lease timer takes over if it lapses.
-    const watcher = await this.takeWatch(rt);
-    if (watcher) {
-      await watcher.started;
-      // At the connection cap a watcher is refused (503) rather than left retrying for a stream
-      // that would never be live.
-      if (!watcher.live && watcher.refused) {
-        unlisten();
-        rt.listeners.delete(listener);
-        if (rt.listeners.size === 0 && rt.watcher === watcher) await this.dropWatch(rt);
-        throw watcher.lastError;
-      }
-    }
+    const unwatch = await this.attach(rt, listener, onGap);
     // Caught up to now before the caller tells its client the stream is open. A first fill is
     // waited for as a read waits (then 503): a stream opened over a half-filled index would
     // never report what the fill brings in (a first fill is silent).
@@ -241,19 +229,51 @@ export class MailMirror {
       });
     }
     if (filling) {
-      unlisten();
-      rt.listeners.delete(listener);
-      if (rt.listeners.size === 0) await this.dropWatch(rt);
+      await unwatch();
       throw await this.stillFilling(rt);
     }
+    return unwatch;
+  }
+
+  /**
+   * The inbox watched with nobody streaming it (NOTIFY mode, lib/mail/watch-all.ts): the watcher
+   * (or another process holding the lease) records its changes in the index and the log. Resolves
+   * once the watcher is started; nothing waits for a first fill, which the watcher's first pass
+   * does in its own time (a big inbox's fill outlasting a read's `fillWaitMs` must not cost it its
+   * watcher). Rejects when the watcher was refused at the connection cap.
+   */
+  keepWatched(inbox: MailInbox): Promise<Unwatch> {
+    return this.attach(this.runtime(inbox), () => undefined);
+  }
+
+  /** A listener added, and the watcher started here unless another process holds the lease. */
+  private async attach(rt: InboxRuntime, listener: (change: LiveChange) => void, onGap?: () => void): Promise<Unwatch> {
+    // Changes other processes apply reach this process's listeners through the bus.
+    await this.live.start();
+    const unlisten = this.live.subscribe(rt.inbox.id, listener, onGap);
+    rt.listeners.add(listener);
+    this.leaseTimer ??= this.startLeaseTimer();
     let done = false;
-    return async () => {
+    const unwatch = async () => {
       if (done) return;
       done = true;
       unlisten();
       rt.listeners.delete(listener);
       if (rt.listeners.size === 0) await this.dropWatch(rt);
     };
+    // This process watches the inbox unless another one holds its lease; then that one's syncs
+    // reach the listeners here through the bus, and the lease timer takes over if it lapses.
+    const watcher = await this.takeWatch(rt);
+    if (watcher) {
+      await watcher.started;
+      // At the connection cap a watcher is refused (503) rather than left retrying for a stream
+      // that would never be live.
+      if (!watcher.live && watcher.refused) {
+        await unwatch();
+        throw watcher.lastError;
+      }
+    }
+    return unwatch;
   }
 
   /** Listeners of an inbox here, and whether this process watches it: for tests and metrics. */
@@ -339,7 +359,7 @@ export class MailMirror {
           return null;
         }
         // Every signal (and every reconnect) asks for a pass: a watcher taking over catches up at once.
-        rt.watcher ??= this.o.source.watch(rt.inbox, () => void this.fresh(rt).catch(() => undefined));
+        rt.watcher ??= this.o.source.watch(rt.inbox, () => this.signalled(rt));
         return rt.watcher;
       } finally {
         rt.taking = null;
@@ -348,11 +368,30 @@ export class MailMirror {
     return rt.taking;
   }
 
+  /**
+   * A watcher's signal: a pass. One that fails (no connection free within the pool's wait, a
+   * connection lost twice) is tried again after `retryMs`, doubling up to SIGNAL_RETRY_MAX_MS,
+   * until one works: the change it was asked for must not wait for the next signal or the
+   * watcher's poll (45 s).
+   */
+  private signalled(rt: InboxRuntime, retryMs = SIGNAL_RETRY_MIN_MS): void {
+    void this.fresh(rt).catch(() => {
+      if (this.closed || rt.removed || !rt.watcher || rt.retry) return;
+      rt.retry = setTimeout(() => {
+        rt.retry = null;
+        this.signalled(rt, Math.min(retryMs * 2, SIGNAL_RETRY_MAX_MS));
+      }, retryMs);
+      rt.retry.unref();
+    });
+  }
+
   /** Stops the inbox's watcher here (if any) and gives up its lease. */
   private async dropWatch(rt: InboxRuntime, release = true): Promise<void> {
     const watcher = rt.watcher;
     if (!watcher) return;
     rt.watcher = null;
+    if (rt.retry) clearTimeout(rt.retry);
+    rt.retry = null;
     if (release) {
       try {
         await this.o.leases?.release([rt.inbox.id], this.live.origin);

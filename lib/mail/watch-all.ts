@@ -11,7 +11,8 @@
 //   pass of every inbox, `sweepConcurrency` at a time; an unchanged inbox costs one LIST-STATUS.
 // - NOTIFY (the fallback, for a Dovecot without the push script): every inbox gets a watcher as
 //   if someone streamed it, under the existing watcher lease, so one process watches each. This
-//   holds one IMAP connection per inbox: fine for tens of inboxes, not for thousands.
+//   holds one IMAP connection per inbox: fine for tens of inboxes, not for thousands. A watch
+//   refused at the connection cap is tried again (backing off), never given up.
 // - Push health: reads trust the index (no pass of their own) only while hints are known to
 //   flow: at least one hint came, and the last sweep that completed found no change a hint had
 //   not announced. A sweep that does find one makes reads sync again and is logged and reported
@@ -64,6 +65,9 @@ export const SWEEP_LEASE = 'sweep';
 const HINT_GRACE_MS = 5000;
 /** Past this many inboxes, NOTIFY mode says at start that push would serve them better. */
 const NOTIFY_MANY = 100;
+/** A refused NOTIFY watch is tried again after this long, doubling up to the max. */
+const WATCH_RETRY_MIN_MS = 1000;
+const WATCH_RETRY_MAX_MS = 30_000;
 /** How often this process rewrites its report (so `inbox status` tells a live one from a stopped one). */
 export const REPORT_MS = 10_000;
 
@@ -80,16 +84,17 @@ export class WatchAll {
   /** New inboxes waiting for their first index, and how many are being filled. */
   private readonly fills: MailInbox[] = [];
   private filling = 0;
-  /** NOTIFY mode: the watch kept on each inbox. */
+  /** NOTIFY mode: the watch kept on each inbox, and the retries of those refused. */
   private readonly watches = new Map<string, Promise<Unwatch | null>>();
+  private readonly retries = new Map<string, NodeJS.Timeout>();
   /** Push health (see the top of the file). */
   private lastHintAt: number | null = null;
   private missedHintAt: number | null = null;
   private cleanSweepStartedAt: number | null = null;
   /** When each inbox's `hinted_at` was last written: at most once a second, not per hint. */
   private readonly hintMarked = new Map<string, number>();
-  /** Hints taken, hints missed (found by a sweep) and sweeps, for tests and metrics. */
-  readonly stats = { hints: 0, unknownHints: 0, sweeps: 0, missedHints: 0, refusedHints: 0 };
+  /** Hints taken, hints missed (found by a sweep), sweeps and NOTIFY watches refused, for tests and metrics. */
+  readonly stats = { hints: 0, unknownHints: 0, sweeps: 0, missedHints: 0, refusedHints: 0, refusedWatches: 0 };
   /** The last post refused for its secret: hints may be failing (a misconfigured script). */
   private refusedAt: number | null = null;
 
@@ -189,13 +194,32 @@ export class WatchAll {
       this.fill(inbox);
       return;
     }
-    if (this.watches.has(inbox.id)) return;
+    this.keepWatched(inbox, WATCH_RETRY_MIN_MS);
+  }
+
+  /**
+   * NOTIFY mode: the inbox's watcher, held until the inbox is removed. A watch refused (the
+   * connection cap, reached for a moment by the passes of a thousand watchers starting, say) is
+   * tried again, `retryMs` later and doubling up to WATCH_RETRY_MAX_MS; the sweep covers the
+   * inbox meanwhile. Given up once, it used to stay unwatched until a restart: its changes came
+   * only with the sweep, a minute late (bench/RESULTS.md, "Every inbox watched").
+   */
+  private keepWatched(inbox: MailInbox, retryMs: number): void {
+    if (this.closed || this.watches.has(inbox.id) || !this.known.has(inbox.id)) return;
     this.watches.set(
       inbox.id,
-      this.o.mirror.watch(inbox, () => undefined).catch((err: unknown) => {
-        // Refused at the connection cap, or the server is down: the sweep keeps it current meanwhile.
-        this.o.log.warn({ err, inbox: inbox.id }, 'could not watch the inbox; the sweep covers it');
+      this.o.mirror.keepWatched(inbox).catch((err: unknown) => {
+        this.stats.refusedWatches++;
+        // Said once per inbox: past the cap every retry is refused the same way.
+        if (retryMs === WATCH_RETRY_MIN_MS) this.o.log.warn({ err, inbox: inbox.id, retryMs }, 'could not watch the inbox; the sweep covers it until a retry works');
         this.watches.delete(inbox.id);
+        if (this.closed || !this.known.has(inbox.id)) return null;
+        const timer = setTimeout(() => {
+          this.retries.delete(inbox.id);
+          this.keepWatched(inbox, Math.min(retryMs * 2, WATCH_RETRY_MAX_MS));
+        }, retryMs);
+        timer.unref();
+        this.retries.set(inbox.id, timer);
         return null;
       }),
     );
@@ -232,6 +256,8 @@ export class WatchAll {
   }
 
   private async unwatch(inboxId: string): Promise<void> {
+    clearTimeout(this.retries.get(inboxId));
+    this.retries.delete(inboxId);
     const watch = this.watches.get(inboxId);
     this.watches.delete(inboxId);
     await (await watch)?.();
@@ -371,11 +397,13 @@ export class WatchAll {
     // One catalog read at most; waited for so that it cannot start watches after this.
     await this.polling;
     await this.o.leases?.release([SWEEP_LEASE], this.o.origin).catch(() => undefined);
-    // Not waited for: the sweep's passes under way, and the watches still starting (each ends
-    // with a pass of its inbox). The mirror's close, which follows, ends them all by closing their
-    // connections. Waiting here first kept SIGTERM waiting 86 s, one pass after another, with a
-    // thousand NOTIFY watchers starting (npm run bench:watch).
+    // Not waited for: the sweep's passes under way, and the watches still starting. The mirror's
+    // close, which follows, ends them all by closing their connections. Waiting here first kept
+    // SIGTERM waiting 86 s, one pass after another, with a thousand NOTIFY watchers starting (npm
+    // run bench:watch).
     void this.sweeping?.catch(() => undefined);
+    for (const timer of this.retries.values()) clearTimeout(timer);
+    this.retries.clear();
     for (const id of [...this.watches.keys()]) void this.unwatch(id).catch(() => undefined);
   }
 }
