@@ -167,6 +167,8 @@ export function holdFetchesInPairs(): () => void {
 
 /** Fills a mailbox fast with `doveadm import` from an mbox (IMAP APPEND costs ~9 ms a message). */
 export async function importMessages(user: string, mailbox: string, count: number): Promise<void> {
+  // doveadm reads a file named INBOX as the mbox INBOX and imports nothing from it.
+  if (mailbox.toUpperCase() === 'INBOX') throw new Error('importMessages cannot fill INBOX; use another folder');
   const { execFile } = await import('node:child_process');
   const { chmodSync, chownSync, mkdtempSync, rmSync, statSync, writeFileSync } = await import('node:fs');
   const { tmpdir } = await import('node:os');
