@@ -4,7 +4,7 @@
 import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
 import { pino } from 'pino';
-import { SMTPServer, type SMTPServerSession } from 'smtp-server';
+import { SMTPServer } from 'smtp-server';
 import type { Socket } from 'node:net';
 import { SmtpRelay } from '../adapters/smtp/relay.ts';
 import { RelayRefused } from '../lib/send/ports.ts';
@@ -27,9 +27,6 @@ async function stand(): Promise<Stand> {
     disabledCommands: ['STARTTLS'],
     hideDSN: false,
     logger: false,
-    onConnect(session: SMTPServerSession, cb) {
-      cb();
-    },
     onAuth(auth, _session, cb) {
       s.logins.push(auth.username ?? '');
       cb(null, { user: auth.username });
@@ -47,7 +44,6 @@ async function stand(): Promise<Stand> {
       });
     },
   });
-  server.on('connection', () => {});
   const net = (server as unknown as { server: import('node:net').Server }).server;
   net.on('connection', (socket: Socket) => {
     s.connections.add(socket);
