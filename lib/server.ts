@@ -6,6 +6,7 @@ import type { Server } from 'node:http';
 import { pino, type Logger } from 'pino';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { WalCheckpointer } from '../adapters/store/sqlite/checkpointer.ts';
 import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
 import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
 import { EpochKeyring } from './crypto/epoch-keys.ts';
@@ -116,6 +117,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // Never a default: without a well-formed master key the service does not start (MasterKeyError).
   const masterKey = MasterKey.parse(config.masterKey);
   const db = openDb(config.dbFile);
+  let checkpointer: WalCheckpointer | null = null;
   const directory = new SqliteDirectoryStore(db);
   const keyStore = new SqliteKeyStore(db);
   const keys = new EpochKeyring(keyStore, masterKey);
@@ -278,6 +280,10 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       // The master key must open the stored keys; inboxes older than keys get epoch 1 here.
       const { backfilled } = await keys.prepare();
       if (backfilled.length > 0) log.info({ inboxes: backfilled.length }, 'made epoch 1 for inboxes that had no key');
+      // A serving process checkpoints the WAL from a worker thread, never inside a request's commit.
+      if (!checkpointer && db.pragma('journal_mode', { simple: true }) === 'wal') {
+        checkpointer = new WalCheckpointer(db, config.dbFile, { onError: (err) => log.warn({ err }, 'the WAL checkpointer failed; checkpoints run on commit again') });
+      }
       await eventLog.start();
       await mailLive.start();
       sentCopies.start();
@@ -316,6 +322,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       await bounces?.drain();
       await eventLog.close();
       await bus.close();
+      await checkpointer?.stop();
       db.close();
     },
   };

@@ -71,9 +71,25 @@ function* parts(pieces: readonly Buffer[]): Generator<Buffer> {
   if (pendingBytes > 0 || !any) yield pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
 }
 
+/** A `relayed` waiting for the next commit. */
+interface PendingRelayed {
+  id: string;
+  now: number;
+  resolve(): void;
+  reject(err: unknown): void;
+}
+
 export class SqliteOutboxStore implements OutboxStore {
   private readonly q;
   private readonly reserveTx;
+  private readonly relayedTx;
+  /**
+   * Group commit of `relayed`: the state changes requested in one turn of the event loop commit
+   * together, in the next reservation's transaction if one comes in that turn (under load it
+   * nearly always does), else in their own. A commit costs far more than the row (WAL frames);
+   * each caller still hears of its change only after the commit that holds it.
+   */
+  private pendingRelayed: PendingRelayed[] = [];
   private readonly dropTx;
   private readonly filedTx;
   private readonly readCopy;
@@ -102,7 +118,12 @@ export class SqliteOutboxStore implements OutboxStore {
     };
     // One write transaction: the rate count and the draft check see every other process's
     // reservations, so concurrent requests cannot both slip under the limit or both claim a draft.
-    this.reserveTx = db.transaction((entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number): Reservation => {
+    const markRelayed = (items: readonly PendingRelayed[]) => {
+      for (const item of items) this.q.relayed.run(item.now, item.id);
+    };
+    this.relayedTx = db.transaction(markRelayed);
+    this.reserveTx = db.transaction((entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number, carried: readonly PendingRelayed[]): Reservation => {
+      markRelayed(carried);
       if (entry.draftId !== null) {
         const existing = this.q.byDraft.get(entry.inboxId, entry.draftId);
         if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
@@ -136,7 +157,18 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   async reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {
-    return this.reserveTx.immediate(entry, copy, rate.since, rate.max);
+    const carried = this.takeRelayed();
+    let reservation: Reservation;
+    try {
+      reservation = this.reserveTx.immediate(entry, copy, rate.since, rate.max, carried);
+    } catch (err) {
+      // Not this reservation's to fail: they commit on their own, as if it had not come.
+      this.pendingRelayed = carried.concat(this.pendingRelayed);
+      if (this.pendingRelayed.length === carried.length) setImmediate(() => this.flushRelayed());
+      throw err;
+    }
+    for (const item of carried) item.resolve();
+    return reservation;
   }
 
   async get(id: string): Promise<OutboxEntry | null> {
@@ -153,8 +185,30 @@ export class SqliteOutboxStore implements OutboxStore {
     this.dropTx.immediate(id);
   }
 
-  async relayed(id: string, now: number): Promise<void> {
-    this.q.relayed.run(now, id);
+  relayed(id: string, now: number): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (this.pendingRelayed.length === 0) setImmediate(() => this.flushRelayed());
+      this.pendingRelayed.push({ id, now, resolve, reject });
+    });
+  }
+
+  private takeRelayed(): PendingRelayed[] {
+    const items = this.pendingRelayed;
+    this.pendingRelayed = [];
+    return items;
+  }
+
+  /** The state changes no reservation carried: one commit for all of them. */
+  private flushRelayed(): void {
+    const items = this.takeRelayed();
+    if (items.length === 0) return;
+    try {
+      this.relayedTx.immediate(items);
+    } catch (err) {
+      for (const item of items) item.reject(err);
+      return;
+    }
+    for (const item of items) item.resolve();
   }
 
   async due(now: number, limit: number): Promise<OutboxEntry[]> {

@@ -1,0 +1,120 @@
+// The relay's own connection pool (adapters/smtp/relay.ts), against an smtp-server standing in
+// for submission: what Postfix cannot be made to do on cue (close idle sessions now, count
+// connections). What Postfix answers and how it is mapped is test/send.test.ts's, against Postfix.
+import type { AddressInfo } from 'node:net';
+import { expect } from 'chai';
+import { pino } from 'pino';
+import { SMTPServer } from 'smtp-server';
+import type { Socket } from 'node:net';
+import { SmtpRelay } from '../adapters/smtp/relay.ts';
+import { RelayRefused } from '../lib/send/ports.ts';
+
+interface Stand {
+  port: number;
+  logins: string[];
+  connections: Set<Socket>;
+  /** Most sessions open at once. */
+  peak: number;
+  messages: Buffer[];
+  close(): Promise<void>;
+}
+
+async function stand(): Promise<Stand> {
+  const s: Stand = { port: 0, logins: [], connections: new Set(), peak: 0, messages: [], close: async () => {} };
+  const server = new SMTPServer({
+    authOptional: false,
+    allowInsecureAuth: true,
+    disabledCommands: ['STARTTLS'],
+    hideDSN: false,
+    logger: false,
+    onAuth(auth, _session, cb) {
+      s.logins.push(auth.username ?? '');
+      cb(null, { user: auth.username });
+    },
+    onRcptTo(address, _session, cb) {
+      if (address.address.startsWith('refused')) return cb(Object.assign(new Error('5.1.1 no such user'), { responseCode: 550 }));
+      cb();
+    },
+    onData(stream, _session, cb) {
+      const chunks: Buffer[] = [];
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('end', () => {
+        s.messages.push(Buffer.concat(chunks));
+        cb(null, 'Ok: queued');
+      });
+    },
+  });
+  const net = (server as unknown as { server: import('node:net').Server }).server;
+  net.on('connection', (socket: Socket) => {
+    s.connections.add(socket);
+    s.peak = Math.max(s.peak, s.connections.size);
+    socket.on('close', () => s.connections.delete(socket));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  s.port = (net.address() as AddressInfo).port;
+  s.close = () => new Promise<void>((resolve) => server.close(() => resolve()));
+  return s;
+}
+
+const raw = (n: number) => Buffer.from(`From: <a@x.test>\r\nTo: <b@y.test>\r\nSubject: ${n}\r\n\r\n.dot at the start of a line\r\nbody ${n}\r\n`);
+
+describe('relay: its connection pool', () => {
+  let s: Stand;
+  let relay: SmtpRelay;
+
+  beforeEach(async () => {
+    s = await stand();
+    relay = new SmtpRelay(
+      { host: '127.0.0.1', port: s.port, secure: false, maxPerInbox: 2, timeoutMs: 5000, masterUser: 'master', masterPassword: 'pw', masterSeparator: '*' },
+      pino({ level: 'silent' }),
+    );
+  });
+  afterEach(async () => {
+    await relay.close();
+    for (const socket of s.connections) socket.destroy();
+    await s.close();
+  });
+
+  const send = (n: number, to = `rcpt-${n}@y.test`) => relay.send({ user: 'u@x.test', from: 'a@x.test', to: [to], raw: [raw(n)], envid: `env${n}` });
+
+  it('sends 20 messages at once over at most maxPerInbox connections, each logged in as user*master, the bytes dot-stuffed', async () => {
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => send(i)));
+    expect(answers.every((a) => a.rejected.length === 0 && /Ok: queued/.test(a.reply))).to.equal(true);
+    expect(s.messages).to.have.length(20);
+    expect(s.peak).to.be.at.most(2);
+    expect(s.logins).to.have.length.within(1, 2);
+    expect(s.logins.every((l) => l === 'u@x.test*master')).to.equal(true);
+    // smtp-server undoes the dot-stuffing: what arrives is what was given.
+    expect(s.messages.map(String)).to.include(raw(3).toString());
+  });
+
+  it('sends again on a fresh connection after the server closed its idle ones', async () => {
+    await Promise.all([send(1), send(2)]);
+    const before = s.logins.length;
+    const closed = [...s.connections].map((socket) => new Promise((r) => socket.once('close', r)));
+    for (const socket of s.connections) socket.end('421 4.4.2 idle too long\r\n');
+    await Promise.all(closed);
+    const answers = await Promise.all([send(3), send(4), send(5)]);
+    expect(answers).to.have.length(3);
+    expect(s.logins.length).to.be.above(before);
+    expect(s.messages).to.have.length(5);
+  });
+
+  it('a refused message is a permanent RelayRefused in the server\'s words, and frees its connection', async () => {
+    const refused = await send(1, 'refused@y.test').catch((err: unknown) => err);
+    expect(refused).to.be.instanceOf(RelayRefused);
+    expect((refused as RelayRefused).permanent).to.equal(true);
+    expect((refused as RelayRefused).reason).to.include('no such user');
+    // Both slots still serve: a leaked one would leave these waiting.
+    for (let i = 0; i < 3; i++) await Promise.all([send(10 + i), send(20 + i), send(30 + i, 'refused@y.test').catch(() => null)]);
+    expect(s.messages).to.have.length(6);
+  });
+
+  it('no connection is a temporary RelayRefused', async () => {
+    await s.close();
+    for (const socket of s.connections) socket.destroy();
+    const err = await send(1).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(RelayRefused);
+    expect((err as RelayRefused).permanent).to.equal(false);
+  });
+});
