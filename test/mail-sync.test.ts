@@ -14,6 +14,7 @@ import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import type { IndexOp, LabelState, MailInbox, MailIndexStore, MessageRecord } from '../lib/mail/types.ts';
 import { uidSets } from '../adapters/imap/raw.ts';
+import { MAX_WRITE_ROWS } from '../adapters/imap/sync.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, importMessages, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 
@@ -313,6 +314,41 @@ describe('index sync: passes and big labels', function () {
     }
     expect(passes).to.be.at.least(5);
     expect(most, 'passes running at once').to.equal(1);
+  });
+
+  it('a big first fill writes the index in bounded transactions, with a turn of the event loop between two', async function () {
+    this.timeout(120_000);
+    // 5,000 messages: over the 4,000 from which a fill runs over several connections at once.
+    const total = 5000;
+    const inbox = await p.inbox();
+    await importMessages(inbox.imapUser, 'big', total);
+    const { store } = internals();
+    const apply = store.apply;
+    let writes = 0;
+    let largest = 0;
+    let back = 0; // a write that started in the same turn of the event loop as the one before it
+    let turned = true;
+    store.apply = function (...a: Parameters<MailIndexStore['apply']>) {
+      writes++;
+      largest = Math.max(largest, a[1].length);
+      if (!turned) back++;
+      turned = false;
+      // Queued before the writer's own yield after this write: it runs first if the writer yields.
+      setImmediate(() => (turned = true));
+      return apply.apply(this, a);
+    };
+    try {
+      await s.postern.mailMirror.nudge({ id: inbox.id, imapUser: inbox.imapUser, addresses: [inbox.address] }, { background: true });
+    } finally {
+      store.apply = apply;
+    }
+    expect(await store.isSeeded(inbox.id), 'the fill completed').to.equal(true);
+    const big = (await store.labels(inbox.id)).find((l) => l.path === 'big')!;
+    expect(await store.countIn(inbox.id, big.guid)).to.equal(total);
+    expect(big.fillLow).to.equal(null);
+    expect(writes).to.be.greaterThan(total / MAX_WRITE_ROWS);
+    expect(largest, 'ops in one transaction').to.be.at.most(MAX_WRITE_ROWS);
+    expect(back, 'writes back to back, with no turn of the event loop between').to.equal(0);
   });
 
   // SLOW (about a minute): 50,000 messages. The reconcile path lists and fetches UIDs in bounded
