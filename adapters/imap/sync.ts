@@ -48,11 +48,11 @@ interface FillTarget {
 type FullRow = FetchedRow & { message: NonNullable<FetchedRow['message']>; flags: NonNullable<FetchedRow['flags']> };
 
 /**
- * Every index write of this process's passes, one transaction at a time, each sized to take
- * about WRITE_TARGET_MS, with a turn of the event loop after each: requests of other inboxes get
- * theirs between two (a 50,000-message fill in 500-row transactions, four streams at once, held
- * the loop for up to a second at a time). A fill's streams wait here while their backlog is
- * written, and meanwhile do not read their sockets: Dovecot waits for them, not the loop.
+ * Every index write of this process's passes, in transactions sized to take about
+ * WRITE_TARGET_MS, with a turn of the event loop after each: other requests get theirs between
+ * two (a 50,000-message fill in 500-row transactions, four streams at once, held the loop for up
+ * to a second at a time). An inbox's writes run one at a time: a fill's streams wait here while
+ * their backlog is written, and meanwhile do not read their sockets (Dovecot waits, not the loop).
  */
 /** Ops `from` to `to` (exclusive) of a write are in the index, but for those in `unapplied`. */
 type Committed = (from: number, to: number, unapplied: ReadonlySet<number>) => void;
@@ -65,7 +65,8 @@ export class IndexWriter {
   private msPerRow = 0.1;
   /** Rows in the next transaction. */
   private rows = Math.round(WRITE_TARGET_MS / this.msPerRow);
-  private queue: Promise<unknown> = Promise.resolve();
+  /** Each inbox's writes in order; other inboxes' are not queued behind a big fill's backlog. */
+  private readonly queues = new Map<string, Promise<void>>();
   /** The most ops any one transaction was given (for tests). */
   largest = 0;
 
@@ -78,8 +79,12 @@ export class IndexWriter {
    * announced what it committed, and a retry finds those rows already there.
    */
   apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState, committed?: Committed): Promise<void> {
-    const run = this.queue.then(() => this.write(inboxId, ops, label, committed));
-    this.queue = run.catch(() => undefined);
+    const run = (this.queues.get(inboxId) ?? Promise.resolve()).then(() => this.write(inboxId, ops, label, committed));
+    const tail = run.catch(() => undefined);
+    this.queues.set(inboxId, tail);
+    void tail.then(() => {
+      if (this.queues.get(inboxId) === tail) this.queues.delete(inboxId);
+    });
     return run;
   }
 
