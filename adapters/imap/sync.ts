@@ -4,8 +4,9 @@
 // the label, emitting only what really differs by GUID. A count that still disagrees with the
 // server is reconciled with UID SEARCH ALL.
 //
-// Every diff is applied in a transaction and only then published as LiveChanges: what the stream
-// says is exactly what the index now holds. Passes of one inbox never overlap (lib/mail/mirror.ts).
+// Every diff is applied in transactions (IndexWriter), each change published as a LiveChange only
+// once its transaction committed: what the stream says is exactly what the index now holds.
+// Passes of one inbox never overlap (lib/mail/mirror.ts).
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { ImapFlow } from 'imapflow';
 import type { Logger } from 'pino';
@@ -19,7 +20,7 @@ const BATCH = 500;
 /**
  * Rows per index write transaction, at most and at least. better-sqlite3 is synchronous: a
  * transaction holds the event loop for its whole duration, and a row costs more as the index
- * grows (about 20 µs into an empty one, 80-100 µs at 50,000 rows; more on a busy host).
+ * grows (20-60 µs into an empty one, 80-130 µs at 50,000 rows; more on a busy host).
  */
 export const MAX_WRITE_ROWS = BATCH;
 const MIN_WRITE_ROWS = 20;
@@ -47,6 +48,9 @@ interface FillTarget {
 
 type FullRow = FetchedRow & { message: NonNullable<FetchedRow['message']>; flags: NonNullable<FetchedRow['flags']> };
 
+/** Ops `from` to `to` (exclusive) of a write are in the index, but for those in `unapplied`. */
+type Committed = (from: number, to: number, unapplied: ReadonlySet<number>) => void;
+
 /**
  * Every index write of this process's passes, in transactions sized to take about
  * WRITE_TARGET_MS, with a turn of the event loop after each: other requests get theirs between
@@ -54,9 +58,6 @@ type FullRow = FetchedRow & { message: NonNullable<FetchedRow['message']>; flags
  * to a second at a time). An inbox's writes run one at a time: a fill's streams wait here while
  * their backlog is written, and meanwhile do not read their sockets (Dovecot waits, not the loop).
  */
-/** Ops `from` to `to` (exclusive) of a write are in the index, but for those in `unapplied`. */
-type Committed = (from: number, to: number, unapplied: ReadonlySet<number>) => void;
-
 export class IndexWriter {
   /**
    * What a row has cost lately, in ms: an average, so one slow transaction (the one that runs a
@@ -67,8 +68,6 @@ export class IndexWriter {
   private rows = Math.round(WRITE_TARGET_MS / this.msPerRow);
   /** Each inbox's writes in order; other inboxes' are not queued behind a big fill's backlog. */
   private readonly queues = new Map<string, Promise<void>>();
-  /** The most ops any one transaction was given (for tests). */
-  largest = 0;
 
   constructor(private readonly store: MailIndexStore) {}
 
@@ -103,7 +102,6 @@ export class IndexWriter {
   }
 
   private fit(rows: number, ms: number): void {
-    this.largest = Math.max(this.largest, rows);
     // A transaction's fixed cost would make a few rows look dear.
     if (rows < MIN_WRITE_ROWS) return;
     this.msPerRow = 0.8 * this.msPerRow + 0.2 * (ms / rows);
@@ -113,7 +111,7 @@ export class IndexWriter {
 
 /**
  * Collects ops and their live changes; flushes both every BATCH ops. `progress`, when set, is the
- * label's state the rows so far make true: it is saved in the same transaction as each batch, so
+ * label's state the rows so far make true: it is saved with the last rows of each batch, so
  * a pass that fails after a batch resumes after it instead of fetching (and announcing) it again.
  */
 class Batch {
