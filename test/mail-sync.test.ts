@@ -14,6 +14,7 @@ import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import type { IndexOp, LabelState, MailInbox, MailIndexStore, MessageRecord } from '../lib/mail/types.ts';
 import { uidSets } from '../adapters/imap/raw.ts';
+import { MAX_WRITE_ROWS } from '../adapters/imap/sync.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, importMessages, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 
@@ -137,15 +138,18 @@ describe('index sync', function () {
     const inbox = await p.inbox();
     await labels(inbox); // seeded (empty): a label filled from now on is news
     await importMessages(inbox.imapUser, 'midway', 1500);
-    // Close the pass's connection right after the first 500-row batch is written.
+    // Close the pass's connection once the first 500 rows are being written (in however many
+    // transactions: their size follows the host's speed).
     const { pool } = internals();
     const use = pool.use;
     let current: ImapFlow | null = null;
     pool.use = ((user: string, task: (c: ImapFlow) => Promise<unknown>, lane?: 'interactive' | 'bulk') =>
       use.call(pool, user, (c) => ((current = c), task(c)), lane)) as typeof pool.use;
     let killed = 0;
+    let written = 0;
     const undo = onApply(inbox.id, (ops) => {
-      if (killed === 0 && ops.length >= 500) {
+      written += ops.length;
+      if (killed === 0 && written >= 500) {
         killed++;
         current?.close();
       }
@@ -178,16 +182,16 @@ describe('index sync', function () {
     expect(before).to.have.length(1200);
     const conf = join(mailEnv().dir, 'dovecot', 'dovecot.conf');
     await run('doveadm', ['-c', conf, 'mailbox', 'update', '-u', inbox.imapUser, '--uid-validity', String(Math.floor(Date.now() / 1000) % 1_000_000_000), 'swap']);
-    // The refill fails after its first staged batch (not a dead connection: no retry).
+    // The refill fails at its first staged write (not a dead connection: no retry).
     let failed = 0;
     let staged = 0;
     const undo = onApply(inbox.id, (ops) => {
       if (!ops.some((o) => o.op === 'stage')) return;
-      staged++;
       if (failed === 0) {
         failed++;
         throw new Error('injected failure during the refill');
       }
+      staged += ops.length;
     });
     try {
       // Served from the index: complete, old ids, while the label cannot be refilled.
@@ -201,7 +205,7 @@ describe('index sync', function () {
     expect(after.map((m) => m.id)).to.deep.equal(before.map((m) => m.id));
     const upTo = await marker(inbox, sse);
     expect(sse.events.slice(0, upTo), 'nothing really changed').to.deep.equal([]);
-    expect(staged, 'the failed batch, then the three of the refill').to.equal(4);
+    expect(staged, 'rows staged after the failure: one refill, whole').to.equal(1200);
     await sse.close();
   });
 
@@ -313,6 +317,41 @@ describe('index sync: passes and big labels', function () {
     }
     expect(passes).to.be.at.least(5);
     expect(most, 'passes running at once').to.equal(1);
+  });
+
+  it('a big first fill writes the index in bounded transactions, with a turn of the event loop between two', async function () {
+    this.timeout(120_000);
+    // 5,000 messages: over the 4,000 from which a fill runs over several connections at once.
+    const total = 5000;
+    const inbox = await p.inbox();
+    await importMessages(inbox.imapUser, 'big', total);
+    const { store } = internals();
+    const apply = store.apply;
+    let writes = 0;
+    let largest = 0;
+    let back = 0; // a write that started in the same turn of the event loop as the one before it
+    let turned = true;
+    store.apply = function (...a: Parameters<MailIndexStore['apply']>) {
+      writes++;
+      largest = Math.max(largest, a[1].length);
+      if (!turned) back++;
+      turned = false;
+      // Queued before the writer's own yield after this write: it runs first if the writer yields.
+      setImmediate(() => (turned = true));
+      return apply.apply(this, a);
+    };
+    try {
+      await s.postern.mailMirror.nudge({ id: inbox.id, imapUser: inbox.imapUser, addresses: [inbox.address] }, { background: true });
+    } finally {
+      store.apply = apply;
+    }
+    expect(await store.isSeeded(inbox.id), 'the fill completed').to.equal(true);
+    const big = (await store.labels(inbox.id)).find((l) => l.path === 'big')!;
+    expect(await store.countIn(inbox.id, big.guid)).to.equal(total);
+    expect(big.fillLow).to.equal(null);
+    expect(writes).to.be.greaterThan(total / MAX_WRITE_ROWS);
+    expect(largest, 'ops in one transaction').to.be.at.most(MAX_WRITE_ROWS);
+    expect(back, 'writes back to back, with no turn of the event loop between').to.equal(0);
   });
 
   // SLOW (about a minute): 50,000 messages. The reconcile path lists and fetches UIDs in bounded

@@ -4,8 +4,10 @@
 // the label, emitting only what really differs by GUID. A count that still disagrees with the
 // server is reconciled with UID SEARCH ALL.
 //
-// Every diff is applied in a transaction and only then published as LiveChanges: what the stream
-// says is exactly what the index now holds. Passes of one inbox never overlap (lib/mail/mirror.ts).
+// Every diff is applied in transactions (IndexWriter), each change published as a LiveChange only
+// once its transaction committed: what the stream says is exactly what the index now holds.
+// Passes of one inbox never overlap (lib/mail/mirror.ts).
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { ImapFlow } from 'imapflow';
 import type { Logger } from 'pino';
 import { idFromGuid } from '../../lib/ids.ts';
@@ -15,6 +17,15 @@ import type { IndexOp, LabelState, LiveChange, Location, MailIndexStore, MailInb
 import { FLAG_ITEMS, FULL_ITEMS, listStatus, uidFetch, uidSearchAll, uidSets, unselect, type FetchedRow, type ListedMailbox } from './raw.ts';
 
 const BATCH = 500;
+/**
+ * Rows per index write transaction, at most and at least. better-sqlite3 is synchronous: a
+ * transaction holds the event loop for its whole duration, and a row costs more as the index
+ * grows (20-60 µs into an empty one, 80-130 µs at 50,000 rows; more on a busy host).
+ */
+export const MAX_WRITE_ROWS = BATCH;
+const MIN_WRITE_ROWS = 20;
+/** What one write transaction should take: about the longest any other request waits behind one. */
+const WRITE_TARGET_MS = 8;
 /**
  * A first fill runs newest first in UID ranges: a small first one (the newest page is readable
  * within a second), then bigger ones. After each, the label's `fillLow` moves down.
@@ -37,9 +48,70 @@ interface FillTarget {
 
 type FullRow = FetchedRow & { message: NonNullable<FetchedRow['message']>; flags: NonNullable<FetchedRow['flags']> };
 
+/** Ops `from` to `to` (exclusive) of a write are in the index, but for those in `unapplied`. */
+type Committed = (from: number, to: number, unapplied: ReadonlySet<number>) => void;
+
+/**
+ * Every index write of this process's passes, in transactions sized to take about
+ * WRITE_TARGET_MS, with a turn of the event loop after each: other requests get theirs between
+ * two (a 50,000-message fill in 500-row transactions, four streams at once, held the loop for up
+ * to a second at a time). An inbox's writes run one at a time: a fill's streams wait here while
+ * their backlog is written, and meanwhile do not read their sockets (Dovecot waits, not the loop).
+ */
+export class IndexWriter {
+  /**
+   * What a row has cost lately, in ms: an average, so one slow transaction (the one that runs a
+   * WAL checkpoint) does not swing it. It grows with the index and with the host's load.
+   */
+  private msPerRow = 0.1;
+  /** Rows in the next transaction. */
+  private rows = Math.round(WRITE_TARGET_MS / this.msPerRow);
+  /** Each inbox's writes in order; other inboxes' are not queued behind a big fill's backlog. */
+  private readonly queues = new Map<string, Promise<void>>();
+
+  constructor(private readonly store: MailIndexStore) {}
+
+  /**
+   * `store.apply` in as many transactions as it takes, in order, `label` in the last: a label's
+   * state never runs ahead of its rows. After each, `committed` gets the ops it held, `from` to
+   * `to` (exclusive), and which of them the store did not apply: a write that fails halfway has
+   * announced what it committed, and a retry finds those rows already there.
+   */
+  apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState, committed?: Committed): Promise<void> {
+    const run = (this.queues.get(inboxId) ?? Promise.resolve()).then(() => this.write(inboxId, ops, label, committed));
+    const tail = run.catch(() => undefined);
+    this.queues.set(inboxId, tail);
+    void tail.then(() => {
+      if (this.queues.get(inboxId) === tail) this.queues.delete(inboxId);
+    });
+    return run;
+  }
+
+  private async write(inboxId: string, ops: readonly IndexOp[], label: LabelState | undefined, committed: Committed | undefined): Promise<void> {
+    for (let from = 0; ; ) {
+      const to = Math.min(ops.length, from + this.rows);
+      const last = to === ops.length;
+      const t0 = performance.now();
+      const skipped = await this.store.apply(inboxId, ops.slice(from, to), last ? label : undefined);
+      this.fit(to - from, performance.now() - t0);
+      committed?.(from, to, new Set(skipped.map((i) => from + i)));
+      from = to;
+      await nextTurn();
+      if (last) return;
+    }
+  }
+
+  private fit(rows: number, ms: number): void {
+    // A transaction's fixed cost would make a few rows look dear.
+    if (rows < MIN_WRITE_ROWS) return;
+    this.msPerRow = 0.8 * this.msPerRow + 0.2 * (ms / rows);
+    this.rows = Math.round(Math.min(MAX_WRITE_ROWS, Math.max(MIN_WRITE_ROWS, WRITE_TARGET_MS / this.msPerRow)));
+  }
+}
+
 /**
  * Collects ops and their live changes; flushes both every BATCH ops. `progress`, when set, is the
- * label's state the rows so far make true: it is saved in the same transaction as each batch, so
+ * label's state the rows so far make true: it is saved with the last rows of each batch, so
  * a pass that fails after a batch resumes after it instead of fetching (and announcing) it again.
  */
 class Batch {
@@ -49,7 +121,7 @@ class Batch {
   progress: LabelState | null = null;
 
   constructor(
-    private readonly store: MailIndexStore,
+    private readonly writer: IndexWriter,
     private readonly inboxId: string,
     private readonly publish: Publish | null,
   ) {}
@@ -67,7 +139,7 @@ class Batch {
 
   /** Another batch for the same inbox (a parallel fetch fills its own; it saves no progress). */
   sibling(): Batch {
-    return new Batch(this.store, this.inboxId, this.publish);
+    return new Batch(this.writer, this.inboxId, this.publish);
   }
 
   /** Changes already in the index. */
@@ -83,12 +155,12 @@ class Batch {
     const pending = this.changes;
     this.ops = [];
     this.changes = [];
-    const unapplied = await this.store.apply(this.inboxId, ops, state);
+    await this.writer.apply(this.inboxId, ops, state, (from, to, unapplied) => {
+      // Another process applied a newer state first (and announced it): an older one is no news.
+      const changes = pending.filter((c) => c.op >= from && c.op < to && !unapplied.has(c.op)).map((c) => c.change);
+      if (changes.length > 0) this.publish?.(this.inboxId, changes);
+    });
     if (label) this.progress = null;
-    // Another process applied a newer state first (and announced it): an older one is no news.
-    const skip = new Set(unapplied);
-    const changes = pending.filter((c) => !skip.has(c.op)).map((c) => c.change);
-    if (changes.length > 0) this.publish?.(this.inboxId, changes);
   }
 }
 
@@ -152,6 +224,9 @@ export interface SyncStats {
 }
 
 export class IndexSync {
+  /** Every index write of the passes goes through it (the rows and the progress vouching for them alike). */
+  readonly writer: IndexWriter;
+
   /**
    * @param extra runs a task on another connection of the inbox if one is free (a big label is
    *   filled over several at once: Dovecot parses, and with mail_crypt decrypts, each message it
@@ -163,7 +238,9 @@ export class IndexSync {
     private readonly log: Logger,
     private readonly extra: Extra = () => null,
     private readonly parallel = 1,
-  ) {}
+  ) {
+    this.writer = new IndexWriter(store);
+  }
 
   /** One full pass over the inbox on the given connection; `publish` gets each batch applied. */
   async run(client: ImapFlow, inbox: MailInbox, publish: Publish): Promise<SyncStats> {
@@ -197,7 +274,7 @@ export class IndexSync {
     // Same UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ: nothing was added, changed or expunged (every
     // expunge raises HIGHESTMODSEQ under CONDSTORE). This is the whole cost of an idle read.
     if (state && state.fillLow == null && state.uidValidity === box.uidValidity && state.uidNext === box.uidNext && state.highestModseq === box.highestModseq) {
-      if (renamed) await this.store.apply(inbox.id, [], { ...state, path: box.path, specialUse: box.specialUse });
+      if (renamed) await this.writer.apply(inbox.id, [], { ...state, path: box.path, specialUse: box.specialUse });
       return false;
     }
     const mailbox = await client.mailboxOpen(box.path, { readOnly: true });
@@ -207,7 +284,7 @@ export class IndexSync {
     const modseqAtOpen = Number(mailbox.highestModseq ?? 0n);
     const uidNextAtOpen = mailbox.uidNext;
     const labelGuid = box.guid;
-    const batch = new Batch(this.store, inbox.id, publish);
+    const batch = new Batch(this.writer, inbox.id, publish);
     const base = { guid: labelGuid, path: box.path, specialUse: box.specialUse, uidValidity };
     const target = { guid: labelGuid, path: box.path, uidValidity, uidNext: uidNextAtOpen, messages: mailbox.exists };
 
@@ -327,7 +404,7 @@ export class IndexSync {
         const before = filledTo;
         while (filledTo < ranges.length && done[filledTo]) filledTo++;
         // The last range's progress is the label's final state, written by the caller.
-        if (filledTo > before && filledTo < ranges.length) await this.store.apply(inbox.id, [], { ...progress, fillLow: ranges[filledTo - 1]!.lo });
+        if (filledTo > before && filledTo < ranges.length) await this.writer.apply(inbox.id, [], { ...progress, fillLow: ranges[filledTo - 1]!.lo });
       }
     };
     const elsewhere: Array<Promise<void>> = [];
@@ -375,7 +452,7 @@ export class IndexSync {
       after = rows.at(-1)!.uid;
     }
     await this.store.clearStaged(inbox.id, labelGuid);
-    const staged = new Batch(this.store, inbox.id, null);
+    const staged = new Batch(this.writer, inbox.id, null);
     const after = new Set<string>();
     const news: LiveChange[] = [];
     let top = 0;
