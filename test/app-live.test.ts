@@ -237,6 +237,19 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
       await until('the three listed', async () => (await page.locator('#messages li', { hasText: `Keyboard ${tag}` }).count()) === 3, 30_000);
       await screenChecks(page, 'the inbox');
 
+      // New mail changes the label's count under a keyboard user's focus: the focus stays put.
+      const current = "document.querySelector('#labels a[aria-current=page]')";
+      await inPage(page, `${current}.focus()`);
+      const unread = Number(await page.locator('#labels a[aria-current="page"] .count').getAttribute('data-unread'));
+      const another = await mailApp(compatible);
+      try {
+        await append(another, 'INBOX', { subject: `Keyboard ${tag} count` });
+      } finally {
+        await another.logout();
+      }
+      await page.locator(`#labels a[aria-current="page"] .count[data-unread="${unread + 1}"]`).waitFor({ timeout: 30_000 });
+      expect(await inPage<boolean>(page, `document.activeElement === ${current}`), 'focus stays on the label').to.equal(true);
+
       // Tab to the first row, then the arrow keys, Home and End walk the rows.
       await inPage(page, "document.querySelector('main h1').focus()");
       for (let i = 0; i < 40 && !(await inPage<boolean>(page, "document.activeElement === document.querySelector('#messages li.message > a')")); i++) await page.keyboard.press('Tab');

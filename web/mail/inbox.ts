@@ -48,8 +48,29 @@ function row(inboxId: string, m: MessageSummary): HTMLLIElement {
 function labelNav(inboxId: string, labels: Label[], current: string): HTMLElement {
   return h('nav', { 'aria-label': 'Labels' }, h('ul', { class: 'labels', id: 'labels' }, ...labels.map((l) => h('li', {},
     h('a', { href: inboxHash(inboxId, l.id), 'data-label': l.id, ...(l.id === current ? { 'aria-current': 'page' } : {}) },
-      l.name,
-      h('span', { class: 'count', 'data-unread': String(l.unread) }, l.unread > 0 ? ` ${l.unread}` : '', h('span', { class: 'sr-only' }, ` (${l.unread} unread)`)))))));
+      h('span', { class: 'name' }, l.name),
+      unreadCount(l))))));
+}
+
+const unreadCount = (l: Label) => h('span', { class: 'count', 'data-unread': String(l.unread) }, l.unread > 0 ? ` ${l.unread}` : '', h('span', { class: 'sr-only' }, ` (${l.unread} unread)`));
+
+/**
+ * The labels' new counts. The links stay the same elements when the labels are the same, so a
+ * keyboard user's focus on one (and the place Tab goes next) is not lost to a count changing;
+ * when labels came or went the list is built again, and focus goes back to the link it was on.
+ */
+function updateLabelNav(nav: HTMLElement, inboxId: string, labels: Label[], current: string): HTMLElement {
+  const links = Array.from(nav.querySelectorAll<HTMLAnchorElement>('a[data-label]'));
+  const same = links.length === labels.length && labels.every((l, i) => links[i]!.dataset.label === l.id && links[i]!.querySelector('.name')?.textContent === l.name);
+  if (same) {
+    labels.forEach((l, i) => links[i]!.querySelector('.count')!.replaceWith(unreadCount(l)));
+    return nav;
+  }
+  const focused = links.find((a) => a === document.activeElement)?.dataset.label;
+  const next = labelNav(inboxId, labels, current);
+  nav.replaceWith(next);
+  if (focused) Array.from(next.querySelectorAll<HTMLAnchorElement>('a[data-label]')).find((a) => a.dataset.label === focused)?.focus();
+  return next;
 }
 
 /**
@@ -110,9 +131,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     countsTimer = window.setTimeout(async () => {
       const fresh = await api<LabelList>('GET', `/inboxes/${inboxId}/labels`).catch(() => null);
       if (!fresh || location.hash !== hash) return;
-      const next = labelNav(inboxId, fresh.labels, label.id);
-      nav.replaceWith(next);
-      nav = next;
+      nav = updateLabelNav(nav, inboxId, fresh.labels, label.id);
     }, 150);
   };
 
