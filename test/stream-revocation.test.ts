@@ -151,7 +151,8 @@ describe('live streams end when their credential or access goes', function () {
     await everything.waitFor(3);
     await namedB.waitFor(2);
     await owner.waitFor(2);
-    // Only B's event (A's 12 was recorded before B's 13, and a stream delivers in order) reached the member's "every inbox" stream, which is still open.
+    // Only B's event reached the member's "every inbox" stream, which is still open (A's 12 was
+    // recorded before B's 13, and a stream delivers in order: no wait needed to be sure).
     expect(everything.events().map((e) => [e.containerid, e.data])).to.deep.equal([
       [A.id, { msgId: MSG(10) }],
       [B, { msgId: MSG(11) }],
