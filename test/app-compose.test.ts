@@ -7,6 +7,7 @@ import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { call, newProject, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
+import { untilDelivered } from './ingress-helpers.ts';
 import { eventsOf, labelIds, listLabel, type Summary } from './send-fixtures.ts';
 import { enrollMember, go, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
 
@@ -41,7 +42,7 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
   /** The message in `inbox`'s INBOX whose subject is `subject`, once it has arrived. */
   const arrived = async (inbox: TestInbox, subject: string): Promise<Summary> => {
     const ids = await labelIds(s, token, inbox.id);
-    return until(`"${subject}" in ${inbox.address}`, async () => (await listLabel(s, token, inbox.id, ids.INBOX!)).find((m) => m.subject === subject), 30_000);
+    return untilDelivered(`"${subject}" in ${inbox.address}`, async () => (await listLabel(s, token, inbox.id, ids.INBOX!)).find((m) => m.subject === subject), 30_000);
   };
   const content = async (inbox: TestInbox, msg: string) =>
     (await (await call(`${s.base}/inboxes/${inbox.id}/messages/${msg}/content`, { token })).json()) as { headers: Record<string, string>; text: string; attachments: Array<{ index: number; contentType: string; filename?: string; size: number }> };

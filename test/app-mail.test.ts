@@ -13,7 +13,7 @@ import nodemailer from 'nodemailer';
 import type { Browser, Page } from 'playwright-core';
 import { mailEnv, newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { copyPasskeys, enrollMember, inPage, launchChromium, newDevice, screenshot, signInWithPassphrase, startAppServer, type Device } from './browser.ts';
-import { ingressInbox } from './ingress-helpers.ts';
+import { ingressInbox, untilDelivered } from './ingress-helpers.ts';
 import { append, importMessages, mailApp, until } from './mail-fixtures.ts';
 import { labelIds, listLabel } from './send-fixtures.ts';
 
@@ -86,7 +86,7 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     }
     for (const inbox of [compatible, sealed]) {
       const { INBOX } = await labelIds(s, token, inbox.id);
-      await until(`the delivery to ${inbox.address}`, async () => (await listLabel(s, token, inbox.id, INBOX!)).some((m) => m.subject === subject), 60_000);
+      await untilDelivered(`the delivery to ${inbox.address}`, async () => (await listLabel(s, token, inbox.id, INBOX!)).some((m) => m.subject === subject), 60_000);
     }
   });
   after(async () => {

@@ -16,7 +16,7 @@ import * as openpgp from 'openpgp';
 import type { Browser } from 'playwright-core';
 import { addSenderLogin } from '../scripts/mailenv.ts';
 import { call, mailEnv, newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { ingressInbox } from './ingress-helpers.ts';
+import { ingressInbox, untilDelivered } from './ingress-helpers.ts';
 import { until } from './mail-fixtures.ts';
 import { atSink, labelIds, listLabel, rcpt } from './send-fixtures.ts';
 import { enrollMember, go, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
@@ -151,9 +151,9 @@ describe('web app: nothing stored or logged holds the private key or a zero-acce
       transport.close();
     }
     const ids = await labelIds(s, token, zero.id);
-    const inbound = await until('the zero-access message', async () => (await listLabel(s, token, zero.id, ids.INBOX!)).find((m) => m.subject === 'zero-access inbound'), 30_000);
+    const inbound = await untilDelivered('the zero-access message', async () => (await listLabel(s, token, zero.id, ids.INBOX!)).find((m) => m.subject === 'zero-access inbound'), 30_000);
     const compatibleIds = await labelIds(s, token, compatible.id);
-    await until('the compatible message', async () => (await listLabel(s, token, compatible.id, compatibleIds.INBOX!)).find((m) => m.subject === 'compatible inbound'), 30_000);
+    await untilDelivered('the compatible message', async () => (await listLabel(s, token, compatible.id, compatibleIds.INBOX!)).find((m) => m.subject === 'compatible inbound'), 30_000);
 
     // The member enrolls; without PRF the key is protected by a passphrase (so this test can
     // recover the key from the stored envelope to know what to look for).

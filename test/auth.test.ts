@@ -2,6 +2,9 @@
 import { expect } from 'chai';
 import { call, expectError, json, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
 
+/** Waits until a credential issued before `issuedBy` with this lifetime has surely expired. */
+const pastExpiry = (issuedBy: number, seconds: number) => new Promise((r) => setTimeout(r, Math.max(0, issuedBy + seconds * 1000 + 50 - Date.now())));
+
 describe('authentication and access (GET /inboxes)', () => {
   let s: TestServer;
   let p: TestProject;
@@ -61,9 +64,11 @@ describe('authentication and access (GET /inboxes)', () => {
   });
 
   it('401 for an expired token', async () => {
-    const token = await p.token(['messages:read'], { expiresInSeconds: 1 });
+    // 2 s: the first call must land before the expiry even on a loaded machine.
+    const token = await p.token(['messages:read'], { expiresInSeconds: 2 });
+    const issued = Date.now(); // the server's clock: it runs in this process
     expect((await call(`${s.base}/inboxes`, { token })).status).to.equal(200);
-    await new Promise((r) => setTimeout(r, 1100));
+    await pastExpiry(issued, 2);
     expect(await expectError(await call(`${s.base}/inboxes`, { token }), 401)).to.match(/expired/);
   });
 
@@ -92,7 +97,7 @@ describe('authentication and access (GET /inboxes)', () => {
 
   it('401 for an expired session', async () => {
     const session = await p.session({ expiresInSeconds: 1 });
-    await new Promise((r) => setTimeout(r, 1100));
+    await pastExpiry(Date.now(), 1);
     expect(await expectError(await call(`${s.app}/inboxes`, { session }), 401)).to.match(/expired/);
   });
 

@@ -7,6 +7,7 @@ import { expect } from 'chai';
 import { callFresh, clusterFixture, envVars, mailEnv, newProject, startPostern } from './harness.ts';
 import { register, SseClient } from './events-helpers.ts';
 import { alive, childPids, spawnPostern, stopProcess } from './processes.ts';
+import { until } from './mail-fixtures.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -94,11 +95,8 @@ describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
     }
     expect(now).to.have.length(2);
     expect(f.cluster.child.exitCode).to.equal(null);
-    // The new workers serve.
-    for (let i = 0; i < 100; i++) {
-      if ((await callFresh('GET', `${f.cluster.url}/healthz`).catch(() => ({ status: 0 }))).status === 200) break;
-      await sleep(100);
-    }
+    // The new workers serve (once started: two at once on a loaded machine take a while).
+    await until('a new worker serving', async () => (await callFresh('GET', `${f.cluster.url}/healthz`).catch(() => ({ status: 0 }))).status === 200, 30_000);
     expect((await callFresh('GET', `${f.cluster.url}/healthz`)).status).to.equal(200);
   });
 

@@ -10,6 +10,7 @@ import { simpleParser } from 'mailparser';
 import nodemailer from 'nodemailer';
 import { ROOT } from '../lib/paths.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { untilDelivered } from './ingress-helpers.ts';
 
 /** Kept outside the repository (../shared/corpus by default); POSTERN_CORPUS_DIR points elsewhere. */
 const CORPUS = process.env.POSTERN_CORPUS_DIR || join(ROOT, '..', 'shared', 'corpus');
@@ -197,13 +198,12 @@ if (!existsSync(CORPUS)) {
 
     it('every accepted message arrives, is listed once, and opens', async () => {
       const label = await inboxLabel(s, token, inbox.id);
-      let listed: Summary[] = [];
-      // Delivery is asynchronous (Postfix queue → LMTP): wait until the count settles.
-      for (let i = 0; i < 120; i++) {
-        listed = await listAll(s, token, inbox.id, label);
-        if (listed.length >= submitted) break;
-        await new Promise((r) => setTimeout(r, 500));
-      }
+      // Delivery is asynchronous (Postfix queue → LMTP): wait until the count settles (a message
+      // LMTP deferred is retried at once, not after Postfix's backoff: untilDelivered flushes).
+      const listed = await untilDelivered('every accepted message listed', async () => {
+        const got = await listAll(s, token, inbox.id, label);
+        return got.length >= submitted ? got : null;
+      }, 60_000);
       expect(listed).to.have.length(submitted);
       expect(new Set(listed.map((m) => m.id)).size).to.equal(listed.length);
       for (const m of listed) {

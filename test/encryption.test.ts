@@ -10,8 +10,9 @@ import * as openpgp from 'openpgp';
 import { epochKeys, openMessage, type Session } from '../docs/examples/open-message.ts';
 import { call, envVars, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { spawnPostern, stopProcess } from './processes.ts';
-import { append, deliver, mailApp, until } from './mail-fixtures.ts';
+import { append, deliver, mailApp } from './mail-fixtures.ts';
 import { inboxMessages, putKey, userKeyPair } from './crypto-fixtures.ts';
+import { untilDelivered } from './ingress-helpers.ts';
 
 async function imapBytes(client: ImapFlow, uid: number): Promise<Buffer> {
   await client.mailboxOpen('INBOX');
@@ -135,7 +136,7 @@ describe('encryption at rest', function () {
 
     it('opens mail delivered through Postfix from /keys + detail + /raw, byte for byte what Dovecot holds', async () => {
       await deliver(inbox.address, { subject: 'sealed delivery' });
-      const [m] = await until('the delivered message', async () => (await inboxMessages(s, token, inbox.id)).filter((x) => x.subject === 'sealed delivery'));
+      const [m] = await untilDelivered('the delivered message', async () => (await inboxMessages(s, token, inbox.id)).filter((x) => x.subject === 'sealed delivery'));
       const detailRes = await call(`${s.base}/inboxes/${inbox.id}/messages/${m!.id}`, { token });
       const detail = await json<{ keyEpoch: number; wrappedDek: string }>(detailRes);
       expect(detail.keyEpoch).to.equal(1);

@@ -10,6 +10,7 @@ import { ImapFlow } from 'imapflow';
 import SMTPConnection from 'nodemailer/lib/smtp-connection';
 import { addUser } from '../scripts/mailenv.ts';
 import { mailEnv, unique, type TestInbox, type TestServer } from './harness.ts';
+import { until } from './mail-fixtures.ts';
 
 /**
  * An inbox whose address is in the env's ingress domain (Postfix delivers it through Postern's
@@ -86,6 +87,23 @@ export function postfixLog(): string {
  */
 export async function flushPostfixQueue(): Promise<void> {
   await promisify(execFile)('postqueue', ['-c', join(mailEnv().dir, 'postfix', 'conf'), '-f']);
+}
+
+/**
+ * `until` for mail on its way through Postfix: the queue is flushed every 2 s meanwhile, so a
+ * delivery deferred by a busy or restarting receiver (or to a next hop an earlier test left
+ * marked dead) is retried now rather than after Postfix's backoff of minutes.
+ */
+export async function untilDelivered<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
+  let flushed = Date.now();
+  return until(what, async () => {
+    const found = await probe();
+    if (!found && Date.now() - flushed > 2000) {
+      flushed = Date.now();
+      await flushPostfixQueue();
+    }
+    return found;
+  }, timeoutMs);
 }
 
 /** Postfix's queue id for the message with this Message-ID, once cleanup has logged it. */

@@ -13,7 +13,7 @@ import { sealedEpoch } from '../lib/mail/seal.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import { call, envVars, mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
-import { flushPostfixQueue, ingressInbox, lmtpSend, postfixLog, storedMessages } from './ingress-helpers.ts';
+import { flushPostfixQueue, ingressInbox, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
 import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { gpgDecrypt, openSealed, type TestEpochKey } from './seal-helpers.ts';
 
@@ -92,7 +92,7 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
     const marker = `zero-access-body-${unique('m')}`;
     const messageId = `${unique('zid')}@example.org`;
     await sendThroughPostfix(sealed.address, 'sealed hello', `the secret is ${marker}`, `<${messageId}>`);
-    const [stored] = await until('the sealed message in Dovecot', async () => {
+    const [stored] = await untilDelivered('the sealed message in Dovecot', async () => {
       const got = await storedMessages(sealed);
       return got.length > 0 && got;
     });
@@ -133,7 +133,7 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
     await sendThroughPostfix(sealed.address, 'nowhere to be seen', `body ${marker} body`, `<${messageId}>`);
     const controlMarker = `control-${unique('m')}`;
     await sendThroughPostfix(plain.address, 'control', `body ${controlMarker} body`, `<${unique('cid')}@example.org>`);
-    await until('both messages stored', async () => (await storedMessages(sealed)).some((m) => m.source.includes(messageId)) && (await storedMessages(plain)).length > 0);
+    await untilDelivered('both messages stored', async () => (await storedMessages(sealed)).some((m) => m.source.includes(messageId)) && (await storedMessages(plain)).length > 0);
 
     // What Dovecot holds, read back through Dovecot (mail_crypt opened): sealed; the control is not.
     expect(await doveadmText(sealed.imapUser)).to.not.include(marker);
@@ -170,7 +170,7 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
     const marker = `plain-${unique('m')}`;
     const messageId = `${unique('pid')}@example.org`;
     await sendThroughPostfix(plain.address, 'plain hello', `visible ${marker}`, `<${messageId}>`);
-    const stored = await until('the plain message', async () => (await storedMessages(plain)).find((m) => m.source.includes(messageId)));
+    const stored = await untilDelivered('the plain message', async () => (await storedMessages(plain)).find((m) => m.source.includes(messageId)));
     expect(stored.source.toString()).to.include(marker);
     expect(sealedEpoch(stored.source)).to.equal(null);
     const events = await until('message.received for both inboxes', async () => {

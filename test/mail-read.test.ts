@@ -10,6 +10,7 @@ import { createPostern } from '../lib/server.ts';
 import type { Label, MessageSummary as Summary } from '../schemas/wire.ts';
 import { call, envVars, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, deliver, json, mailApp, SseReader, until } from './mail-fixtures.ts';
+import { untilDelivered } from './ingress-helpers.ts';
 
 interface Page { messages: Summary[]; before?: number }
 
@@ -132,7 +133,7 @@ describe('mail read API', function () {
   it('mail delivered through Postfix appears; mail from the inbox itself and in Sent is "out"', async () => {
     await deliver(inbox.address, { subject: 'via smtp' });
     const inboxLabel = await labelId('INBOX');
-    const got = await until('the delivered message', async () => (await all(inboxLabel)).find((m) => m.subject === 'via smtp'));
+    const got = await untilDelivered('the delivered message', async () => (await all(inboxLabel)).find((m) => m.subject === 'via smtp'));
     expect(got.direction).to.equal('in');
     const ownUid = await append(app, 'INBOX', { from: inbox.address, subject: 'from myself' });
     expect((await byUid(inboxLabel, ownUid)).direction).to.equal('out');

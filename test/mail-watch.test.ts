@@ -281,8 +281,9 @@ describe('every inbox watched, always (issue 12)', function () {
       await until('the server watching and indexing the new inbox', async () =>
         report()?.inboxes === 1 && db.prepare('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck().get(inboxId) === 1,
       );
-      // ~1 s in the issue: the poll is 500 ms; room for a loaded machine.
-      expect(Date.now() - t0).to.be.below(3000);
+      // ~1 s in the issue: the poll is 500 ms. Only the poll can bring it before the 10-minute
+      // sweep, so the bound is far from both; the first index and a loaded machine fit in it.
+      expect(Date.now() - t0).to.be.below(10_000);
       const status = await cli({ dir }, 'inbox', 'status', '--inbox', inboxId);
       expect((status.out.watch as { notifyWatcher: string | null }).notifyWatcher).to.be.a('string');
       expect((status.out.servers as Array<{ mode: string; reason: string }>)[0]).to.deep.include({ mode: 'notify', reason: 'POSTERN_WATCH=notify' });
@@ -291,7 +292,7 @@ describe('every inbox watched, always (issue 12)', function () {
       expect(gone.code).to.equal(0);
       t0 = Date.now();
       await until('the server letting it go', async () => report()?.inboxes === 0);
-      expect(Date.now() - t0).to.be.below(3000);
+      expect(Date.now() - t0).to.be.below(10_000);
       // Its NOTIFY watcher stopped: the lease is not taken again.
       expect(db.prepare('SELECT count(*) FROM mail_watch_leases WHERE inbox_id = ?').pluck().get(inboxId)).to.equal(0);
     } finally {

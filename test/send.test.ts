@@ -7,7 +7,7 @@ import { expect } from 'chai';
 import { addSenderLogin, addUser } from '../scripts/mailenv.ts';
 import { call, expectError, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { SseReader, until } from './mail-fixtures.ts';
-import { ingressInbox, storedMessages } from './ingress-helpers.ts';
+import { ingressInbox, storedMessages, untilDelivered } from './ingress-helpers.ts';
 import {
   atSink,
   eventsOf,
@@ -449,7 +449,7 @@ describe('sending: bounces for a zero-access inbox (its mail arrives through the
     await atSink(good);
     // Postfix's report reaches the inbox through Postern's ingress, which seals it: the
     // event comes from the ingress, not from reading the stored (sealed) report.
-    const [failed] = await until('mail.delivery.failed', async () => {
+    const [failed] = await untilDelivered('mail.delivery.failed', async () => {
       const found = await eventsOf(s, p.projectId, box.id, ['mail.delivery.failed']);
       return found.length > 0 ? found : null;
     }, 90_000);
@@ -458,7 +458,7 @@ describe('sending: bounces for a zero-access inbox (its mail arrives through the
     expect(failed!.data).to.deep.include({ from: box.address, permanent: true, recipients: [bad], statuses: ['5.1.1'], status: '5.1.1' });
     expect((failed!.data as { reason: string }).reason).to.include('reject- test hook');
     // The report itself is stored sealed, like all of the inbox's incoming mail.
-    const stored = await until('the report in INBOX', async () => {
+    const stored = await untilDelivered('the report in INBOX', async () => {
       const got = await storedMessages(box);
       return got.length > 0 ? got : null;
     });

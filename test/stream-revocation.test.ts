@@ -6,12 +6,12 @@ import { expect } from 'chai';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
 import { addInbox, SseClient, type Frame } from './events-helpers.ts';
+import { until } from './mail-fixtures.ts';
 
 const RECHECK_MS = 200;
 /** Time allowed past one interval for the close to reach the client on a loaded machine. */
 const SLACK_MS = 1500;
 const MSG = (n: number) => `msg_${String(n).padStart(26, '0')}`;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const tokenId = (token: string) => /^svc_(tok_[0-9A-Z]{26})_/.exec(token)![1]!;
 
 /** Waits for the server to end the stream; returns how long that took. */
@@ -42,10 +42,28 @@ describe('live streams end when their credential or access goes', function () {
   };
   const recv = (inboxId: string, n: number) =>
     s.postern.events.record({ type: 'message.received', projectId: p.projectId, inboxId, actor: SYSTEM_ACTOR, data: { msgId: MSG(n) } });
+  /** How often each token was authenticated: a pass re-checks each credential once, at its start. */
+  const authenticated = new Map<string, number>();
+  const checks = (token: string) => authenticated.get(`Bearer ${token}`) ?? 0;
+  /**
+   * Resolves once `n` re-check passes of the token's streams have begun after the call. Passes
+   * never overlap, so with n = 1 the pass running at the call has finished, and with n = 2 a whole
+   * pass ran after the call: what a timer-driven sleep only hoped for on a loaded machine.
+   */
+  const passes = async (token: string, n: number): Promise<void> => {
+    const target = checks(token) + n;
+    await until(`${n} re-check passes`, async () => checks(token) >= target, 10_000);
+  };
 
   before(async () => {
     s = await startPostern({ POSTERN_STREAM_RECHECK_MS: String(RECHECK_MS), POSTERN_STREAM_HEARTBEAT_MS: '5000' });
     p = await newProject(s);
+    const access = s.postern.access;
+    const original = access.authenticateToken.bind(access);
+    access.authenticateToken = (header) => {
+      if (header) authenticated.set(header, (authenticated.get(header) ?? 0) + 1);
+      return original(header);
+    };
   });
   afterEach(() => {
     for (const c of open.splice(0)) c.close();
@@ -75,8 +93,8 @@ describe('live streams end when their credential or access goes', function () {
     lastFrameIsError(changes, /^API token revoked$/);
     expect(changes.frames).to.have.length(1);
 
-    // The other token's streams are untouched, and still deliver.
-    await sleep(2 * RECHECK_MS);
+    // The other token's streams are untouched after a whole pass more, and still deliver.
+    await passes(other, 2);
     expect(otherEvents.ended).to.equal(false);
     expect(otherChanges.ended).to.equal(false);
     await recv(inbox.id, 2);
@@ -125,16 +143,16 @@ describe('live streams end when their credential or access goes', function () {
     await Promise.all([ends(namedA), ends(changesA)]);
     lastFrameIsError(namedA, /^inbox not found$/);
     lastFrameIsError(changesA, /^inbox not found$/);
-    // Every stream of the credential was re-checked in that pass; one more interval for margin.
-    await sleep(RECHECK_MS);
+    // Every stream of the credential was re-checked in that pass: wait for it to finish.
+    await passes(token, 1);
 
     await recv(A.id, 12);
     await recv(B, 13);
     await everything.waitFor(3);
     await namedB.waitFor(2);
     await owner.waitFor(2);
-    await sleep(100);
-    // Only B's event reached the member's "every inbox" stream, which is still open.
+    // Only B's event reached the member's "every inbox" stream, which is still open (A's 12 was
+    // recorded before B's 13, and a stream delivers in order: no wait needed to be sure).
     expect(everything.events().map((e) => [e.containerid, e.data])).to.deep.equal([
       [A.id, { msgId: MSG(10) }],
       [B, { msgId: MSG(11) }],
@@ -149,7 +167,7 @@ describe('live streams end when their credential or access goes', function () {
 
     // A grant given back reaches the "every inbox" stream at the next re-check.
     await s.postern.admin.grant(memberId, A.id, 'reader');
-    await sleep(3 * RECHECK_MS);
+    await passes(token, 2);
     await recv(A.id, 14);
     await everything.waitFor(4);
     expect(everything.events().at(-1)).to.deep.include({ containerid: A.id, data: { msgId: MSG(14) } });
@@ -159,20 +177,14 @@ describe('live streams end when their credential or access goes', function () {
     const A = await addInbox(s, p);
     const token = await p.token(['events:read']);
     for (let i = 0; i < 20; i++) await stream(`${s.base}/events?inboxes=${A}`, { token });
-    const access = s.postern.access;
-    const original = access.authenticateToken.bind(access);
-    const seen: string[] = [];
-    access.authenticateToken = (header) => {
-      seen.push(header ?? '');
-      return original(header);
-    };
-    try {
-      await sleep(3 * RECHECK_MS + 100);
-    } finally {
-      access.authenticateToken = original;
-    }
-    const ours = seen.filter((h) => h.endsWith(token));
-    // About one per pass (3 or 4 passes), never one per stream.
-    expect(ours.length).to.be.within(2, 6);
+    // A credential with one stream counts the passes (the timer's pace on a loaded machine is not the test's).
+    const counter = await p.token(['events:read']);
+    await stream(`${s.base}/events?inboxes=${A}`, { token: counter });
+    await passes(counter, 1);
+    const [before, counted] = [checks(token), checks(counter)];
+    await passes(counter, 3);
+    // One per pass, never one per stream (the pass running at the start may or may not be counted).
+    const ran = checks(counter) - counted;
+    expect(checks(token) - before, `${ran} passes`).to.be.within(ran - 1, ran + 1);
   });
 });
