@@ -1,11 +1,14 @@
 // WAL checkpoints off the serving thread (adapters/store/sqlite/checkpointer.ts): the serving
 // connection's commits never checkpoint, the worker's do, and the WAL stays bounded.
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { WalCheckpointer, WAL_SIZE_LIMIT_BYTES } from '../adapters/store/sqlite/checkpointer.ts';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
+import { ROOT } from '../lib/paths.ts';
 
 const PAGE = 4096;
 const walBytes = (file: string) => statSync(`${file}-wal`, { throwIfNoEntry: false })?.size ?? 0;
@@ -82,5 +85,21 @@ describe('WAL checkpointer', () => {
     expect(db.pragma('wal_autocheckpoint', { simple: true })).to.equal(1000);
     write(400);
     expect(walBytes(file)).to.be.below(1200 * PAGE);
+  });
+  it('stopping it keeps the process alive until the worker is done, when nothing else does', async () => {
+    // What `postern serve` meets on SIGTERM: everything else closed, the worker's stop awaited
+    // last. An unreferenced worker left the event loop empty, and the process exited at once
+    // (code 13, an unsettled top-level await) without its last checkpoint.
+    const script = `
+      import { openDb } from './adapters/store/sqlite/db.ts';
+      import { WalCheckpointer } from './adapters/store/sqlite/checkpointer.ts';
+      const db = openDb(${JSON.stringify(join(dir, 'alone.db'))});
+      const checkpointer = new WalCheckpointer(db, ${JSON.stringify(join(dir, 'alone.db'))});
+      await checkpointer.stop();
+      db.close();
+      console.log('stopped');
+    `;
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { cwd: ROOT });
+    expect(stdout.trim()).to.equal('stopped');
   });
 });

@@ -99,6 +99,9 @@ export class WalCheckpointer {
   async stop(): Promise<void> {
     if (this.stopped) return;
     const exited = new Promise<void>((resolve) => this.worker.once('exit', () => resolve()));
+    // Referenced until it exits: at shutdown nothing else may be left to keep the process alive,
+    // and it would exit mid-await (code 13) without the last checkpoint.
+    this.worker.ref();
     this.worker.postMessage({ type: 'stop' });
     await exited;
   }
