@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { MasterKey } from '../lib/crypto/master-key.ts';
 import { posternEnv, type MailEnv } from '../scripts/mailenv.ts';
+import { childPids } from '../test/processes.ts';
 
 const run = promisify(execFile);
 
@@ -29,6 +30,31 @@ export const median = (xs: readonly number[]) => pct(xs, 0.5);
 export function cpuSeconds(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
   return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/**
+ * CPU time (ms) of a process from /proc: user and system, and `reaped`, what the children it
+ * waited for used; zeros once it is gone.
+ */
+export function cpuTimes(pid: number): { user: number; system: number; reaped: number } {
+  try {
+    // Fields after the command name: state is [0], utime [11], stime [12], cutime [13], cstime [14].
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return { user: Number(f[11]) * 10, system: Number(f[12]) * 10, reaped: (Number(f[13]) + Number(f[14])) * 10 };
+  } catch {
+    return { user: 0, system: 0, reaped: 0 };
+  }
+}
+
+/** All the CPU time (ms) a process has used, with its children's that it waited for. */
+export function cpuMs(pid: number): number {
+  const t = cpuTimes(pid);
+  return t.user + t.system + t.reaped;
+}
+
+/** CPU time (ms) of a process and its live children (Dovecot's imap processes are its master's). */
+export function treeCpuMs(pid: number): number {
+  return cpuMs(pid) + childPids(pid).reduce((sum, child) => sum + cpuMs(child), 0);
 }
 
 /** Resident memory of a process now, in MB. */

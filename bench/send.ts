@@ -11,21 +11,18 @@
 //   npm run bench:send -- --write     # also replaces the send section of bench/RESULTS.md
 //   npm run bench:send -- --quick     # smaller numbers, for a smoke run
 //   npm run bench:send -- --memory-only=3   # only the 8 × 25 MB case, 3 times, printed as a log line
-import { randomBytes } from 'node:crypto';
 import { readFileSync, mkdtempSync, rmSync } from 'node:fs';
-import { Agent, request } from 'node:http';
+import { Agent } from 'node:http';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
-import { pino } from 'pino';
-import { loadConfig } from '../lib/config.ts';
-import { createPostern } from '../lib/server.ts';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
-import { childPids, spawnPostern, stopProcess } from '../test/processes.ts';
-import { benchServerEnv, f0, f1, log, median, runBench } from './common.ts';
+import { spawnPostern, stopProcess } from '../test/processes.ts';
+import { benchServerEnv, cpuMs, f0, f1, log, median, rssMb, runBench, treeCpuMs } from './common.ts';
+import { benchMessage, postJson, sendingInbox } from './sending.ts';
 import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));
@@ -44,53 +41,6 @@ const CONNECTIONS = 8;
 
 const f2 = (n: number) => n.toFixed(2);
 const now = () => performance.now();
-
-function message(from: string, to: string, size: number): Buffer {
-  const head = `From: <${from}>\r\nTo: <${to}>\r\nSubject: bench ${randomBytes(4).toString('hex')}\r\nDate: ${new Date().toUTCString()}\r\nMessage-ID: <${randomBytes(12).toString('hex')}@bench>\r\n\r\n`;
-  const lines: string[] = [];
-  let n = head.length;
-  while (n < size) {
-    const line = randomBytes(57).toString('base64');
-    lines.push(line);
-    n += line.length + 2;
-  }
-  return Buffer.from(`${head}${lines.join('\r\n')}\r\n`);
-}
-
-/** CPU time (ms) a process has used, with its children's that it waited for. */
-function cpuMs(pid: number): number {
-  try {
-    // Fields after the command name: state is [0], utime [11], stime [12], cutime [13], cstime [14].
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) * (1000 / 100);
-  } catch {
-    return 0; // gone
-  }
-}
-
-/** CPU time of a process and its live children (Dovecot's imap processes are its master's). */
-function treeCpuMs(pid: number): number {
-  return cpuMs(pid) + childPids(pid).reduce((sum, child) => sum + cpuMs(child), 0);
-}
-
-function rssMb(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) / 1024 : 0;
-}
-
-function post(agent: Agent, url: string, token: string, body: string): Promise<{ status: number; text: string }> {
-  return new Promise((resolve, reject) => {
-    const req = request(url, { method: 'POST', agent, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } });
-    req.on('response', (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (d: string) => (text += d));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
-}
 
 /** `count` sends by `CLIENTS` concurrent workers; returns messages per second. */
 async function run(count: number, sendOne: (i: number) => Promise<void>): Promise<number> {
@@ -131,7 +81,7 @@ interface PeakRss {
  * copies are filed, against what it idles at just before (with no copy left to file).
  */
 async function peakRss(pid: number, url: string, token: string, user: string, db: string): Promise<PeakRss> {
-  const big = message(user, 'bench-big@example.org', BIG).subarray(0, BIG);
+  const big = benchMessage(user, 'bench-big@example.org', BIG).subarray(0, BIG);
   const bigBody = JSON.stringify({ from: user, to: ['bench-big@example.org'], raw: Buffer.concat([big.subarray(0, BIG - 2), Buffer.from('\r\n')]).toString('base64') });
   const bigAgent = new Agent({ keepAlive: false });
   const store = new Database(db, { readonly: true });
@@ -146,7 +96,7 @@ async function peakRss(pid: number, url: string, token: string, user: string, db
   let peak = idle;
   const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 20);
   const t0 = now();
-  const answers = await Promise.all(Array.from({ length: BIG_CLIENTS }, () => post(bigAgent, url, token, bigBody)));
+  const answers = await Promise.all(Array.from({ length: BIG_CLIENTS }, () => postJson(bigAgent, url, token, bigBody)));
   const bigSeconds = (now() - t0) / 1000;
   const answeredPeak = Math.max(peak, rssMb(pid));
   await filed();
@@ -168,16 +118,7 @@ async function main(): Promise<void> {
   });
   let server: Awaited<ReturnType<typeof spawnPostern>> | null = null;
   try {
-    const stamp = Date.now().toString(36);
-    const user = `bench-send-${stamp}@${env.domain}`;
-    await addUser(env, user, 'pw-send');
-    const admin = createPostern(loadConfig(serverEnv), pino({ level: 'silent' }));
-    const project = await admin.admin.createProject('bench');
-    const member = await admin.admin.addMember(project.id, `bench-${stamp}@example.org`);
-    const { id } = await admin.admin.addInbox({ projectId: project.id, imapUser: user, addresses: [user], mode: 'compatible' });
-    await admin.admin.grant(member.id, id, 'owner');
-    const { token } = await admin.admin.createToken({ memberId: member.id, scopes: ['send'] });
-    await admin.close();
+    const { id, user, token } = await sendingInbox(env, serverEnv);
     server = await spawnPostern(serverEnv);
     const pid = server.child.pid!;
     const url = `${server.url}/v1/inboxes/${id}/messages`;
@@ -193,10 +134,10 @@ async function main(): Promise<void> {
       auth: { user: `${user}*${env.master.user}`, pass: env.master.password },
     });
 
-    const bodies = Array.from({ length: 64 }, (_, i) => message(user, `bench-${i}@example.org`, SIZE));
+    const bodies = Array.from({ length: 64 }, (_, i) => benchMessage(user, `bench-${i}@example.org`, SIZE));
     const viaPostern = async (i: number) => {
       const raw = bodies[i % bodies.length]!;
-      const res = await post(agent, url, token, JSON.stringify({ from: user, to: [`bench-${i % 64}@example.org`], raw: raw.toString('base64') }));
+      const res = await postJson(agent, url, token, JSON.stringify({ from: user, to: [`bench-${i % 64}@example.org`], raw: raw.toString('base64') }));
       if (res.status !== 200) throw new Error(`Postern answered ${res.status}: ${res.text}`);
     };
     const viaNodemailer = async (i: number) => {
@@ -280,7 +221,7 @@ async function main(): Promise<void> {
 
     // What filing a Sent copy costs Dovecot by itself: the same messages APPENDed to Sent by
     // imapflow, one connection, no Postern (a mail app filing its own copies does the same).
-    const appendUser = `bench-append-${stamp}@${env.domain}`;
+    const appendUser = `bench-append-${Date.now().toString(36)}@${env.domain}`;
     await addUser(env, appendUser, 'pw-append');
     const imap = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: appendUser, pass: 'pw-append' }, logger: false });
     await imap.connect();

@@ -13,14 +13,13 @@
 // --warm first appends 3 messages and FETCHes them as the index's sync does, so Dovecot has made
 // its caching decisions for the folder (as for a Sent the index has read before); --fetch then
 // also measures that FETCH of the messages appended.
-import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { addUser, status } from '../scripts/mailenv.ts';
-import { childPids } from '../test/processes.ts';
-import { log, median } from './common.ts';
+import { log, median, treeCpuMs } from './common.ts';
+import { benchMessage } from './sending.ts';
 
 const arg = (name: string) => process.argv.find((a) => a.startsWith(`--${name}=`))?.split('=')[1];
 const MESSAGES = Number(arg('messages') ?? 400);
@@ -28,26 +27,6 @@ const SIZE = 20 * 1024;
 const FETCH_ITEMS = 'UID FLAGS MODSEQ X-GUID RFC822.SIZE INTERNALDATE ENVELOPE';
 const REPEATS = Number(arg('repeats') ?? 3);
 
-function message(size: number): Buffer {
-  const head = `From: <a@example.org>\r\nTo: <b@example.org>\r\nSubject: probe ${randomBytes(4).toString('hex')}\r\nDate: ${new Date().toUTCString()}\r\nMessage-ID: <${randomBytes(12).toString('hex')}@probe>\r\n\r\n`;
-  const lines: string[] = [];
-  for (let n = head.length; n < size; ) {
-    const line = randomBytes(57).toString('base64');
-    lines.push(line);
-    n += line.length + 2;
-  }
-  return Buffer.from(`${head}${lines.join('\r\n')}\r\n`);
-}
-
-function cpuMs(pid: number): number {
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) * 10;
-  } catch {
-    return 0;
-  }
-}
-const treeCpuMs = (pid: number) => cpuMs(pid) + childPids(pid).reduce((s, c) => s + cpuMs(c), 0);
 
 /** A bare IMAP client: commands go out as given, tagged answers are awaited by tag. */
 class Raw {
@@ -106,7 +85,7 @@ async function main(): Promise<void> {
     });
     await new Promise<void>((r) => hints!.listen(Number(port), host, r));
   }
-  const bodies = Array.from({ length: 64 }, () => message(SIZE));
+  const bodies = Array.from({ length: 64 }, () => benchMessage('a@example.org', 'b@example.org', SIZE));
   const stamp = Date.now().toString(36);
   let n = 0;
   const modes: Array<{ name: string; batch: number; window: number }> = [

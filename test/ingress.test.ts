@@ -13,7 +13,7 @@ import { sealedEpoch } from '../lib/mail/seal.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import { call, envVars, mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
-import { flushPostfixQueue, ingressInbox, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
+import { ingressInbox, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
 import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { gpgDecrypt, openSealed, type TestEpochKey } from './seal-helpers.ts';
 
@@ -257,21 +257,12 @@ describe('delivery ingress when the ingress or Dovecot is down', function () {
   const attempts = (address: string, status: string) => postfixLog().split('\n').filter((l) => l.includes(`to=<${address}>`) && l.includes(`status=${status}`));
 
   /**
-   * Waits until Postfix has logged an attempt for `address` that `matches`, flushing its queue
-   * every second so the retry comes now rather than after its backoff (which grows, and pauses a
-   * next hop it marked dead); on a timeout, says what Postfix did log.
+   * Waits until Postfix has logged an attempt for `address` that `matches`, its queue flushed
+   * meanwhile (untilDelivered); on a timeout, says what Postfix did log.
    */
   async function attemptLogged(what: string, address: string, matches: (line: string) => boolean): Promise<void> {
-    let flushed = 0;
     try {
-      await until(what, async () => {
-        if (postfixLog().split('\n').some((l) => l.includes(`to=<${address}>`) && matches(l))) return true;
-        if (Date.now() - flushed > 1000) {
-          flushed = Date.now();
-          await flushPostfixQueue();
-        }
-        return false;
-      }, 60_000);
+      await untilDelivered(what, async () => postfixLog().split('\n').some((l) => l.includes(`to=<${address}>`) && matches(l)), 60_000);
     } catch (err) {
       const seen = postfixLog().split('\n').filter((l) => l.includes(`to=<${address}>`));
       throw new Error(`${(err as Error).message}; Postfix logged for ${address}:\n${seen.join('\n') || '(nothing)'}`);

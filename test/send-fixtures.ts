@@ -10,6 +10,7 @@ import type { SinkMessage } from '../scripts/mailenv.ts';
 import type { CloudEvent } from '../lib/events/types.ts';
 import { call, mailEnv, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
+import { postfixLog } from './ingress-helpers.ts';
 
 const run = promisify(execFile);
 
@@ -166,7 +167,7 @@ export async function postconfService(settings: Record<string, string | null>): 
  * already in a session, such as a pooled one, keeps the old settings until its session ends).
  */
 async function reloadPostfix(): Promise<void> {
-  const reloads = async () => (await readFile(join(mailEnv().dir, 'postfix', 'postfix.log'), 'utf8')).split('\n').filter((l) => /\/master\[\d+\]: reload /.test(l)).length;
+  const reloads = async () => postfixLog().split('\n').filter((l) => /\/master\[\d+\]: reload /.test(l)).length;
   const before = await reloads();
   await run('postfix', ['-c', postfixDir(), 'reload']);
   await until('the Postfix master to reload', async () => (await reloads()) > before, 20_000);
