@@ -1,17 +1,15 @@
-// The relay: Postfix's submission service, reached with nodemailer's SMTPConnection and
+// The relay: Postfix's submission service, reached through SubmissionSession and
 // authenticated as the inbox's own user (SASL through Dovecot, logging in with the master user:
 // "user*master"). Postfix then applies to Postern exactly what it applies to that user's mail
 // app: the sender-login check, size and recipient limits, any policy service.
 //
 // One pool of connections per inbox user, since SMTP AUTH is per connection; a pool nobody used
 // for a while is closed. The message is already built (the client's bytes, Bcc removed), so it
-// goes to SMTPConnection as it is: nodemailer's transport would first run it through its mail
-// composer and MIME stream, which cost as much CPU per send as the SMTP conversation itself
-// (bench/RESULTS.md, "Sending"). Postfix's replies are mapped here: 5xx is permanent, anything
-// else (4xx, a timeout, no connection) is temporary.
-import { Readable } from 'node:stream';
-import SMTPConnection from 'nodemailer/lib/smtp-connection';
+// goes out as it is, in one pipelined write per message (submission-session.ts). Postfix's
+// replies are mapped here: 5xx is permanent, anything else (4xx, a timeout, no connection) is
+// temporary.
 import type { Logger } from 'pino';
+import { SmtpFailure, SubmissionSession } from './submission-session.ts';
 import { RelayRefused, type Relay, type RelayAccepted, type RelayRequest } from '../../lib/send/ports.ts';
 
 export interface RelaySettings {
@@ -28,20 +26,13 @@ export interface RelaySettings {
   masterSeparator: string;
 }
 
-interface SmtpError extends Error {
-  code?: string;
-  responseCode?: number;
-  response?: string;
-  recipient?: string;
-}
-
 const IDLE_CLOSE_MS = 60_000;
 /** Messages per connection before it is replaced (as nodemailer's pool did with maxMessages). */
 const MAX_MESSAGES = 1000;
 
 /** One authenticated connection: free for the next message, or busy with one. */
 interface Lane {
-  conn: SMTPConnection;
+  session: SubmissionSession;
   messages: number;
   /** Closed or failed: never handed out again. */
   dead: boolean;
@@ -116,7 +107,7 @@ class UserPool {
   private discard(lane: Lane): void {
     if (!lane.dead) {
       lane.dead = true;
-      lane.conn.close();
+      lane.session.close();
     }
     if (lane.gone) return;
     lane.gone = true;
@@ -143,51 +134,18 @@ class UserPool {
     }
   }
 
-  private connect(): Promise<Lane> {
-    const conn = new SMTPConnection({
-      host: this.s.host,
-      port: this.s.port,
-      secure: this.s.secure,
-      // With secure=false STARTTLS is used when offered, as a mail app would.
-      connectionTimeout: this.s.timeoutMs,
-      greetingTimeout: this.s.timeoutMs,
-      socketTimeout: this.s.timeoutMs,
-      logger: false,
+  private async connect(): Promise<Lane> {
+    const session = await SubmissionSession.open(
+      { host: this.s.host, port: this.s.port, secure: this.s.secure, timeoutMs: this.s.timeoutMs },
+      { user: `${this.user}${this.s.masterSeparator}${this.s.masterUser}`, pass: this.s.masterPassword },
+    );
+    const lane: Lane = { session, messages: 0, dead: false, gone: false };
+    // Postfix ending an idle session (or a failure during a send) retires the lane.
+    session.onEnd(() => {
+      this.log.debug({ user: this.user }, 'relay connection ended');
+      this.died(lane);
     });
-    const lane: Lane = { conn, messages: 0, dead: false, gone: false };
-    return new Promise((resolve, reject) => {
-      let settled = false;
-      const fail = (err: unknown) => {
-        if (settled) return;
-        settled = true;
-        lane.dead = true;
-        conn.close();
-        reject(err);
-      };
-      // After the login, a failure while idle (Postfix ending the session) retires the lane;
-      // a failure during a send reaches that send's callback too.
-      conn.on('error', (err: Error) => {
-        if (!settled) return fail(err);
-        this.log.debug({ err, user: this.user }, 'relay connection failed');
-        this.died(lane);
-      });
-      conn.once('end', () => {
-        if (!settled) return fail(Object.assign(new Error('Connection closed unexpectedly'), { code: 'ECONNECTION' }));
-        this.died(lane);
-      });
-      conn.connect((err) => {
-        if (err) return fail(err);
-        if (!conn.allowsAuth) {
-          settled = true;
-          return resolve(lane);
-        }
-        conn.login({ credentials: { user: `${this.user}${this.s.masterSeparator}${this.s.masterUser}`, pass: this.s.masterPassword } }, (loginErr) => {
-          if (loginErr) return fail(loginErr);
-          settled = true;
-          resolve(lane);
-        });
-      });
-    });
+    return lane;
   }
 }
 
@@ -211,49 +169,33 @@ export class SmtpRelay implements Relay {
       try {
         ({ lane, reused } = await pool.acquire());
       } catch (err) {
-        const e = err as SmtpError;
+        const e = asFailure(err);
         // Postfix lost its connection to Dovecot's auth service (Dovecot restarted): each smtpd
         // process reconnects for its next login, so a few more tries on fresh connections (which
         // may meet other smtpd processes that have not noticed yet) are worth it.
-        if (attempt < 3 && e.code === 'EAUTH' && (e.responseCode ?? 0) >= 400 && (e.responseCode ?? 0) < 500) {
+        if (attempt < 3 && e.stage === 'login' && (e.replyCode ?? 0) >= 400 && (e.replyCode ?? 0) < 500) {
           await new Promise((r) => setTimeout(r, 100 * (attempt + 1)));
           continue;
         }
         throw refusal(e);
       }
-      // A stream, so that whether any of the message was handed to the socket is known; of
-      // slices of the message's pieces, never joined: SMTPConnection's dot-stuffing copies each
-      // chunk it changes, so one 25 MB chunk with a line starting with "." would cost another
-      // 25 MB, a slice 256 KB.
-      const message = new Readable({ read() {} });
-      for (const slice of slices(req.raw)) message.push(slice);
-      message.push(null);
       try {
-        const info = await new Promise<SMTPConnection.SentMessageInfo>((resolve, reject) => {
-          lane.conn.send(
-            // Bounces come back to the inbox naming this id (Original-Envelope-Id) and the headers only.
-            { from: req.from, to: [...req.to], dsn: { envid: req.envid, ret: 'HDRS', notify: ['FAILURE', 'DELAY'] } },
-            message,
-            (err, sent) => (err ? reject(err) : resolve(sent!)),
-          );
-        });
+        const delivered = await lane.session.send(
+          // Bounces come back to the inbox naming this id (Original-Envelope-Id) and the headers only.
+          { from: req.from, to: req.to, dsn: { envid: req.envid, ret: 'HDRS', notify: ['FAILURE', 'DELAY'] } },
+          req.raw,
+        );
         lane.messages++;
         pool.release(lane, true);
-        return {
-          reply: info.response ?? '',
-          rejected: (info.rejectedErrors ?? []).map((e, i) => ({ recipient: (e as SmtpError).recipient ?? info.rejected[i] ?? '', reply: e.response ?? e.message })),
-        };
+        return delivered;
       } catch (err) {
-        const e = err as SmtpError;
+        const e = asFailure(err);
         lane.messages++;
-        // A connection that sat idle may have been closed by Postfix just now: when not a byte
-        // of the message went out, it goes again on a fresh connection (nodemailer's pool did too).
-        if (reused && !message.readableDidRead && lane.dead && attempt < 3) {
-          pool.release(lane, false);
-          continue;
-        }
         // Refused or failed: the connection goes (a refusal is rare; a fresh session costs a login).
         pool.release(lane, false);
+        // A connection that sat idle may have been closed by Postfix just now: when the server
+        // took none of the message, it goes again on a fresh connection.
+        if (reused && e.unsent && attempt < 3) continue;
         throw refusal(e);
       }
     }
@@ -283,26 +225,19 @@ export class SmtpRelay implements Relay {
   }
 }
 
-/** The message goes to SMTPConnection in slices of at most this size. */
-const SLICE_BYTES = 256 * 1024;
-
-function* slices(pieces: readonly Buffer[]): Generator<Buffer> {
-  for (const piece of pieces) {
-    for (let at = 0; at < piece.length; at += SLICE_BYTES) yield piece.subarray(at, at + SLICE_BYTES);
-  }
+function asFailure(err: unknown): SmtpFailure {
+  return err instanceof SmtpFailure ? err : new SmtpFailure(err instanceof Error ? err.message : String(err), 'connection');
 }
 
 /** Postfix's answer (or the lack of one) as a permanent or temporary refusal. */
-function refusal(err: SmtpError): RelayRefused {
-  const reply = (err.response ?? '').trim();
-  const code = err.responseCode;
-  if (err.code === 'EAUTH') {
+function refusal(err: SmtpFailure): RelayRefused {
+  const reply = (err.reply ?? '').trim();
+  const code = err.replyCode;
+  if (err.stage === 'login') {
     // The relay refused Postern's own login: a deployment problem, not the sender's; retry later.
     return new RelayRefused(false, `the relay refused Postern's login (${reply || err.message})`);
   }
-  if (typeof code === 'number' && code >= 500) return new RelayRefused(true, reply || err.message);
-  if (typeof code === 'number' && code >= 400) return new RelayRefused(false, reply || err.message);
-  // SMTPConnection refusing before DATA because the relay's advertised SIZE is smaller.
-  if (err.code === 'EMESSAGE') return new RelayRefused(true, err.message);
-  return new RelayRefused(false, err.code ? `${err.code}: ${err.message}` : err.message);
+  // Only a refusal of the message itself is permanent: a greeting or EHLO refused is the relay's trouble.
+  if (err.stage === 'transaction' && typeof code === 'number' && code >= 500) return new RelayRefused(true, reply || err.message);
+  return new RelayRefused(false, reply || err.message);
 }
