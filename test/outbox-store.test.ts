@@ -1,6 +1,7 @@
 // The SQLite outbox's group commit of `relayed` (adapters/store/sqlite/outbox.ts): a state change
 // rides in the next reservation's transaction when one comes in the same turn, else commits on
-// its own; either way its caller hears of it only once it is committed.
+// its own; either way its caller hears of it only once it is committed. And the sending rate's
+// count: exact at every edge of its window, whatever the limit.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,10 +13,9 @@ import type { OutboxEntry } from '../lib/send/ports.ts';
 
 const RATE = { since: 0, max: 1000 };
 
-function entry(n: number): OutboxEntry {
-  const now = Date.now();
+function entry(n: number, now = Date.now()): OutboxEntry {
   return {
-    id: `e${n}`.padEnd(32, '0'),
+    id: `e${n}x`.padEnd(32, '0'),
     inboxId: 'ibx_test',
     projectId: 'prj_test',
     actor: 'tok_test',
@@ -81,5 +81,55 @@ describe('outbox store: relayed', () => {
     expect(committedState(entry(1).id)).to.equal('relaying');
     await done;
     expect(committedState(entry(1).id)).to.equal('filing');
+  });
+});
+
+describe('outbox store: the sending rate', () => {
+  let dir: string;
+  let db: Db;
+  let store: SqliteOutboxStore;
+  const HOUR = 3_600_000;
+  /** A moment 20 s into a minute, so sends land on either side of a minute's edge. */
+  const T = Math.floor(Date.now() / 60_000) * 60_000 + 20_000;
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'postern-outbox-'));
+    db = openDb(join(dir, 'postern.db'));
+    store = new SqliteOutboxStore(db);
+  });
+  afterEach(() => {
+    db.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const reserveAt = (n: number, at: number, max: number, now = at) => store.reserve(entry(n, at), [Buffer.from('copy')], { since: now - HOUR, max });
+
+  it('counts exactly the sends of the last hour, to the millisecond, across minute edges', async () => {
+    // Sends at -61 min, then 5 in the minute the window will start in (either side of its start), then 5 later.
+    const start = T + 90_000 - HOUR; // the window of a send at T + 90 s starts here, mid-minute
+    const times = [T - 61 * 60_000, start - 2, start - 1, start, start + 1, start + 2, T, T + 1, T + 60_000, T + 61_000, T + 89_000];
+    for (const [i, at] of times.entries()) expect(await reserveAt(i, at, 1000)).to.deep.equal({ ok: true });
+    // In the window of T + 90 s: start, start + 1, start + 2 and the 5 after: 8.
+    const refused = await reserveAt(100, T + 90_000, 8);
+    expect(refused).to.deep.include({ ok: false, reason: 'rate', sent: 8 });
+    expect(await reserveAt(101, T + 90_000, 9)).to.deep.equal({ ok: true });
+    // One millisecond later the send at `start` has left the window: 8 again, with the one just made.
+    expect(await reserveAt(102, T + 90_001, 9)).to.deep.equal({ ok: true });
+    expect(await reserveAt(103, T + 90_001, 10)).to.deep.equal({ ok: true });
+    expect(await reserveAt(104, T + 90_001, 10)).to.deep.include({ ok: false, reason: 'rate', sent: 10 });
+  });
+
+  it('does not count a send that was dropped (the relay never took it)', async () => {
+    expect(await reserveAt(1, T, 2)).to.deep.equal({ ok: true });
+    expect(await reserveAt(2, T + 1, 2)).to.deep.equal({ ok: true });
+    expect(await reserveAt(3, T + 2, 2)).to.deep.include({ ok: false, reason: 'rate', sent: 2 });
+    await store.drop(entry(2).id);
+    expect(await reserveAt(3, T + 3, 2)).to.deep.equal({ ok: true });
+  });
+
+  it('counts another inbox\'s sends apart', async () => {
+    expect(await reserveAt(1, T, 1)).to.deep.equal({ ok: true });
+    const other = { ...entry(2, T), inboxId: 'ibx_other' };
+    expect(await store.reserve(other, [Buffer.from('copy')], { since: T - HOUR, max: 1 })).to.deep.equal({ ok: true });
   });
 });

@@ -1,4 +1,5 @@
-// OutboxStore on SQLite (table mail_outbox, migration 11; the copies in mail_outbox_copies, 19).
+// OutboxStore on SQLite (table mail_outbox, migration 11; the copies in mail_outbox_copies, 19;
+// the sending rate's per-minute counts in mail_send_minutes, 21).
 import type { OutboxEntry, OutboxState, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
 import type { Db } from './db.ts';
 
@@ -21,6 +22,8 @@ interface Row {
 }
 
 const COLUMNS = 'id, inbox_id, project_id, actor, draft_id, fingerprint, state, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
+
+const MINUTE_MS = 60_000;
 
 /** A copy is stored in parts of this size, so no statement binds or reads a 25 MB value whole. */
 const PART_BYTES = 1024 * 1024;
@@ -96,9 +99,12 @@ export class SqliteOutboxStore implements OutboxStore {
 
   constructor(db: Db) {
     this.q = {
-      // Counts no further than the limit: the answer is the same, and a busy inbox's window is
-      // not walked whole on every send.
-      count: db.prepare<[string, number, number], number>('SELECT count(*) FROM (SELECT 1 FROM mail_outbox WHERE inbox_id = ? AND created_at >= ? LIMIT ?)').pluck(),
+      // The window's sends: whole minutes from their counts, the minute it starts in row by row.
+      minutes: db.prepare<[string, number], number>('SELECT coalesce(sum(sends), 0) FROM mail_send_minutes WHERE inbox_id = ? AND minute > ?').pluck(),
+      startMinute: db.prepare<[string, number, number], number>('SELECT count(*) FROM mail_outbox WHERE inbox_id = ? AND created_at >= ? AND created_at < ?').pluck(),
+      countSend: db.prepare<[string, number]>('INSERT INTO mail_send_minutes (inbox_id, minute, sends) VALUES (?, ?, 1) ON CONFLICT (inbox_id, minute) DO UPDATE SET sends = sends + 1'),
+      uncountSend: db.prepare<[string, number]>('UPDATE mail_send_minutes SET sends = sends - 1 WHERE inbox_id = ? AND minute = ?'),
+      forgetMinutes: db.prepare<[string, number]>('DELETE FROM mail_send_minutes WHERE inbox_id = ? AND minute < ?'),
       byDraft: db.prepare<[string, string], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?`),
       get: db.prepare<[string], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE id = ?`),
       insert: db.prepare(
@@ -108,7 +114,7 @@ export class SqliteOutboxStore implements OutboxStore {
       // length() of a blob is read from its header, without loading the value.
       copySize: db.prepare<[string], { parts: number; size: number | null }>('SELECT count(*) AS parts, sum(length(bytes)) AS size FROM mail_outbox_copies WHERE id = ?'),
       parts: db.prepare<[string], Buffer>('SELECT bytes FROM mail_outbox_copies WHERE id = ? ORDER BY part').pluck(),
-      drop: db.prepare<[string]>("DELETE FROM mail_outbox WHERE id = ? AND state = 'relaying'"),
+      drop: db.prepare<[string], { inbox_id: string; created_at: number }>("DELETE FROM mail_outbox WHERE id = ? AND state = 'relaying' RETURNING inbox_id, created_at"),
       dropCopy: db.prepare<[string]>('DELETE FROM mail_outbox_copies WHERE id = ?'),
       relayed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', next_attempt_at = ? WHERE id = ? AND state = 'relaying'"),
       due: db.prepare<[number, number], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`),
@@ -128,16 +134,25 @@ export class SqliteOutboxStore implements OutboxStore {
         const existing = this.q.byDraft.get(entry.inboxId, entry.draftId);
         if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
       }
-      const sent = this.q.count.get(entry.inboxId, since, max) ?? 0;
+      const first = Math.floor(since / MINUTE_MS);
+      let sent = this.q.minutes.get(entry.inboxId, first) ?? 0;
+      if (sent < max) sent += this.q.startMinute.get(entry.inboxId, since, (first + 1) * MINUTE_MS) ?? 0;
       if (sent >= max) return { ok: false, reason: 'rate', sent };
       this.q.insert.run(entry);
+      this.q.countSend.run(entry.inboxId, Math.floor(entry.createdAt / MINUTE_MS));
+      // Minutes the window has left behind (an index seek when there are none).
+      this.q.forgetMinutes.run(entry.inboxId, first);
       let part = 0;
       for (const bytes of parts(copy)) this.q.insertPart.run(entry.id, part++, bytes);
       return { ok: true };
     });
     // The entry and its copy go together (both only while the entry is still `relaying`).
     this.dropTx = db.transaction((id: string) => {
-      if (this.q.drop.run(id).changes === 1) this.q.dropCopy.run(id);
+      const dropped = this.q.drop.get(id);
+      if (!dropped) return;
+      this.q.dropCopy.run(id);
+      // A send that never left does not count toward the rate.
+      this.q.uncountSend.run(dropped.inbox_id, Math.floor(dropped.created_at / MINUTE_MS));
     });
     this.readCopy = db.transaction((id: string): Buffer | null => {
       const { parts, size } = this.q.copySize.get(id)!;

@@ -22,6 +22,7 @@ import memberKeyBlobs from './017_member_key_blobs.ts';
 import mailSyncedAt from './018_mail_synced_at.ts';
 import mailOutboxCopies from './019_mail_outbox_copies.ts';
 import watchCatalog from './020_watch_catalog.ts';
+import mailSendMinutes from './021_mail_send_minutes.ts';
 
 export interface Migration {
   version: number;
@@ -47,4 +48,5 @@ export const migrations: Migration[] = [
   { version: 18, name: 'mail_synced_at', sql: mailSyncedAt },
   { version: 19, name: 'mail_outbox_copies', sql: mailOutboxCopies },
   { version: 20, name: 'watch_catalog', sql: watchCatalog },
+  { version: 21, name: 'mail_send_minutes', sql: mailSendMinutes },
 ];
