@@ -1,7 +1,7 @@
 // The one id codec. Every public id is a prefix plus 26 Crockford base32 characters encoding
 // 128 bits: minted ids are ULIDs (time-ordered), mailbox and message ids encode Dovecot GUIDs,
 // so they decode back to what IMAP knows.
-import { randomBytes } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 
 const ALPHABET = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 const DECODE = new Map([...ALPHABET].map((c, i) => [c, i]));
@@ -14,12 +14,18 @@ const BODY = /^[0-9A-Z]{26}$/;
 /** 16 bytes → 26 characters (the top two of 130 bits are zero). */
 export function encode128(bytes: Uint8Array): string {
   if (bytes.length !== 16) throw new TypeError('encode128 needs 16 bytes');
-  let n = 0n;
-  for (const b of bytes) n = (n << 8n) | BigInt(b);
+  // Five bits at a time off a small accumulator (BigInt arithmetic cost a microsecond an id).
+  let acc = 0;
+  let bits = 2;
   let out = '';
-  for (let i = 0; i < 26; i++) {
-    out = ALPHABET[Number(n & 31n)] + out;
-    n >>= 5n;
+  for (const b of bytes) {
+    acc = (acc << 8) | b;
+    bits += 8;
+    while (bits >= 5) {
+      bits -= 5;
+      out += ALPHABET[(acc >> bits) & 31];
+    }
+    acc &= (1 << bits) - 1;
   }
   return out;
 }
@@ -27,17 +33,23 @@ export function encode128(bytes: Uint8Array): string {
 /** 26 characters → 16 bytes, or null when the text is not a canonical encoding. */
 export function decode128(text: string): Buffer | null {
   if (!BODY.test(text)) return null;
-  let n = 0n;
-  for (const c of text) {
-    const v = DECODE.get(c);
-    if (v === undefined) return null;
-    n = (n << 5n) | BigInt(v);
-  }
-  if (n >> 128n) return null;
+  const first = DECODE.get(text[0]!);
+  // The first character carries the two zero bits above the 128.
+  if (first === undefined || first > 7) return null;
   const out = Buffer.alloc(16);
-  for (let i = 15; i >= 0; i--) {
-    out[i] = Number(n & 0xffn);
-    n >>= 8n;
+  let acc = first;
+  let bits = 3;
+  let at = 0;
+  for (let i = 1; i < 26; i++) {
+    const v = DECODE.get(text[i]!);
+    if (v === undefined) return null;
+    acc = (acc << 5) | v;
+    bits += 5;
+    if (bits >= 8) {
+      bits -= 8;
+      out[at++] = (acc >> bits) & 0xff;
+      acc &= (1 << bits) - 1;
+    }
   }
   return out;
 }
@@ -56,6 +68,24 @@ export function isId(prefix: IdPrefix, id: unknown): id is string {
   return parseId(prefix, id) !== null;
 }
 
+const POOL = Buffer.alloc(4096);
+let poolAt = POOL.length;
+
+/**
+ * Random bytes (the CSPRNG's) from a pool refilled 4 KB at a time: each call to the CSPRNG costs
+ * more than the few bytes an id needs, as with randomUUID's own cache.
+ */
+export function randomId(bytes: number): Buffer {
+  if (poolAt + bytes > POOL.length) {
+    randomFillSync(POOL);
+    poolAt = 0;
+  }
+  const out = Buffer.from(POOL.subarray(poolAt, poolAt + bytes));
+  POOL.fill(0, poolAt, poolAt + bytes);
+  poolAt += bytes;
+  return out;
+}
+
 let lastTime = 0;
 let lastRandom: Buffer = Buffer.alloc(10);
 
@@ -70,7 +100,7 @@ export function newId(prefix: IdPrefix, now = Date.now()): string {
       if (random[i] !== 0) break;
     }
   } else {
-    random = randomBytes(10);
+    random = randomId(10);
   }
   lastTime = now;
   lastRandom = random;

@@ -2,7 +2,8 @@
 // limits Postern enforces before the relay sees anything, what is relayed, the draft replay
 // rule, and what happens after the relay answers. The relay (Postfix submission, authenticated
 // as the inbox's user) then applies the same checks and limits as for a mail app.
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
+import { randomId } from '../ids.ts';
 import type { Inbox } from '../directory/types.ts';
 import { badRequest, conflict, forbidden, unavailable, unprocessable } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
@@ -121,7 +122,7 @@ export class SendService {
     const added: string[] = [];
     const nl = lineEnding(head);
     if (!messageId) {
-      messageId = `<${randomBytes(16).toString('hex')}@${from.split('@')[1]}>`;
+      messageId = `<${randomId(16).toString('hex')}@${from.split('@')[1]}>`;
       added.push(`Message-ID: ${messageId}${nl}`);
     }
     if (headerValues(head, 'date').length === 0) added.push(`Date: ${rfc5322Date(new Date())}${nl}`);
@@ -136,7 +137,7 @@ export class SendService {
 
     const now = Date.now();
     const entry: OutboxEntry = {
-      id: randomBytes(16).toString('hex'),
+      id: randomId(16).toString('hex'),
       inboxId: inbox.id,
       projectId: inbox.projectId,
       actor,
