@@ -48,6 +48,8 @@ const BATCH_COPIES = 50;
 const BATCH_BYTES = 8 * 1024 * 1024;
 /** Due entries read per step of a pass. */
 const SCAN = 200;
+/** Filing waits for this long without a send beginning or ending in the process. */
+const QUIET_MS = 50;
 
 /**
  * The due entries in batches: first attempts of one inbox together, in order, up to the limits;
@@ -84,8 +86,9 @@ export class SentCopies implements CopyQueue {
   private readonly claimMs: number;
   private readonly memory: MemoryBudget | null;
   private readonly yieldMs: number;
-  /** Sends under way in this process, and the passes waiting for them to end. */
+  /** Sends under way in this process, when one last began or ended, and the passes waiting for them. */
   private sends = 0;
+  private lastSendAt = 0;
   private readonly waitingForQuiet = new Set<() => void>();
 
   constructor(
@@ -117,10 +120,12 @@ export class SentCopies implements CopyQueue {
 
   readonly sending = (): (() => void) => {
     this.sends++;
+    this.lastSendAt = Date.now();
     let ended = false;
     return () => {
       if (ended) return;
       ended = true;
+      this.lastSendAt = Date.now();
       if (--this.sends === 0) this.wakeWaiting();
     };
   };
@@ -191,20 +196,26 @@ export class SentCopies implements CopyQueue {
     }
   }
 
-  /** Waits while sends are under way in this process, until `since` + yieldMs at the latest; true when it waited. */
+  /**
+   * Waits while sends are under way in this process, and until none has begun or ended for
+   * QUIET_MS (a steady stream of sends has instants with none in flight, between one client's
+   * answer and its next request), until `since` + yieldMs at the latest; true when it waited.
+   */
   private async yieldToSends(since: number): Promise<boolean> {
     for (let waited = false; ; waited = true) {
-      const left = since + this.yieldMs - Date.now();
-      if (this.sends === 0 || this.stopped || left <= 0) return waited;
+      const now = Date.now();
+      const left = since + this.yieldMs - now;
+      const quietFor = now - this.lastSendAt;
+      if ((this.sends === 0 && quietFor >= QUIET_MS) || this.stopped || left <= 0) return waited;
       await new Promise<void>((resolve) => {
         const done = () => {
           clearTimeout(timer);
           this.waitingForQuiet.delete(done);
           resolve();
         };
-        const timer = setTimeout(done, left);
+        const timer = setTimeout(done, this.sends === 0 ? Math.min(left, QUIET_MS - quietFor) : left);
         timer.unref();
-        this.waitingForQuiet.add(done);
+        if (this.sends > 0) this.waitingForQuiet.add(done);
       });
     }
   }
