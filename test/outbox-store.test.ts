@@ -1,6 +1,6 @@
-// The SQLite outbox's group commit of `relayed` (adapters/store/sqlite/outbox.ts): a state change
-// rides in the next reservation's transaction when one comes in the same turn, else commits on
-// its own; either way its caller hears of it only once it is committed. And the sending rate's
+// The SQLite outbox on the connection's group commit (adapters/store/sqlite/group-commit.ts): a
+// state change rides in the transaction of the reservations and events of its turn, one write
+// that fails fails alone, and each caller hears of its write only once it is committed. And the sending rate's
 // count: exact at every edge of its window, whatever the limit.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -72,15 +72,19 @@ describe('outbox store: relayed', () => {
     expect(heard).to.equal(true);
   });
 
-  it('commits on its own when the reservation that carried it failed', async () => {
+  it('commits with its turn when a reservation of that turn failed: that one fails alone', async () => {
     await store.reserve(entry(1), [Buffer.from('copy')], RATE);
     const done = store.relayed(entry(1).id, Date.now());
-    // The same id again: the reservation's insert fails, its transaction rolls back.
-    const failed = await store.reserve(entry(1), [Buffer.from('copy')], RATE).catch((err: unknown) => err);
-    expect(failed).to.be.instanceOf(Error);
+    // The same id again: the reservation's insert fails, and only its savepoint rolls back.
+    const failed = store.reserve(entry(1), [Buffer.from('copy')], RATE).catch((err: unknown) => err);
+    const other = store.reserve(entry(3), [Buffer.from('copy 3')], RATE);
     expect(committedState(entry(1).id)).to.equal('relaying');
+    expect(await failed).to.be.instanceOf(Error);
+    expect(await other).to.deep.equal({ ok: true });
     await done;
     expect(committedState(entry(1).id)).to.equal('filing');
+    expect(committedState(entry(3).id)).to.equal('relaying');
+    expect(await store.copy(entry(1).id)).to.deep.equal(Buffer.from('copy'));
   });
 });
 

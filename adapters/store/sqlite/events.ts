@@ -2,12 +2,9 @@
 // (across processes too), so the position AUTOINCREMENT assigns, the stream counter, the recorded
 // time and the idempotency key are decided together and commit order is position order.
 //
-// Group commit: appends requested in the same turn of the event loop share one transaction (each
-// in its own savepoint, so one failing append fails alone). A commit costs far more than a row
-// here, so this is what lets 32 concurrent publishers exceed the one-row-per-commit rate; each
-// caller still learns of its event only after the commit that holds it.
+// Appends go through the connection's group commit (group-commit.ts): those of one turn of the
+// event loop share a transaction with each other and with the other stores' small writes.
 import type { Statement } from 'better-sqlite3';
-import { unavailable } from '../../../lib/errors.ts';
 import {
   formatSequence,
   type AppendRequest,
@@ -18,7 +15,8 @@ import {
   type StoredEventType,
 } from '../../../lib/events/store.ts';
 import { VISIBILITIES, type DataField, type StoredEvent, type Visibility } from '../../../lib/events/types.ts';
-import { BUSY_TIMEOUT_MS, isBusy, withoutBusyWait, type Db } from './db.ts';
+import type { Db } from './db.ts';
+import { groupCommitOf, type GroupCommit } from './group-commit.ts';
 
 interface EventRow {
   position: number;
@@ -48,14 +46,6 @@ interface KeyRow {
   created_at: number;
 }
 
-interface Pending {
-  req: AppendRequest;
-  resolve(result: AppendResult): void;
-  reject(err: unknown): void;
-  result?: AppendResult;
-  error?: unknown;
-}
-
 /** The prepared reads of one filter shape: the fast page, the bounded page, and how far a short page looked. */
 interface ReadShape {
   direct: Statement<unknown[], EventRow>;
@@ -64,16 +54,6 @@ interface ReadShape {
 }
 
 const VISIBILITY_SET: ReadonlySet<string> = new Set(VISIBILITIES);
-
-/** Appends give up when another process has held the write lock this long, as other writes do. */
-const LOCK_WAIT_MS = BUSY_TIMEOUT_MS;
-/**
- * For this long, retry on the very next turn of the event loop: another process's commit holds
- * the lock for about a millisecond, and each turn serves requests meanwhile. Waiting on a 1 ms
- * timer at once instead cost two workers about a quarter of their throughput. Then every ms.
- */
-const SPIN_MS = 10;
-
 
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
 
@@ -116,11 +96,9 @@ export class SqliteEventStore implements EventStore {
     putType: Statement<[string, string, number, string, string, number, number]>;
     purge: Statement<[number]>;
   };
-  private readonly appendBatch: (batch: Pending[]) => void;
-  private queue: Pending[] = [];
+  private readonly appendOne: (req: AppendRequest) => AppendResult;
+  private readonly commits: GroupCommit;
   private readonly types = new Map<string, StoredEventType>();
-  /** While another process holds the write lock: when this batch started waiting. */
-  private waitingSince: number | null = null;
   private readonly reads = new Map<string, ReadShape>();
   private readonly upsertTx: (
     projectId: string,
@@ -157,10 +135,16 @@ export class SqliteEventStore implements EventStore {
       purge: db.prepare('DELETE FROM event_idempotency WHERE created_at < ?'),
     };
 
-    // The recorded time of the batch's last append: read once per batch, not once per append.
+    this.commits = groupCommitOf(db);
+    // The recorded time of the transaction's last append: read once per transaction, not once per append.
     let lastRecorded: number | null = null;
+    let lastRecordedIn = -1;
     const append = (req: AppendRequest): AppendResult => {
       const s = this.s;
+      if (lastRecordedIn !== this.commits.transaction) {
+        lastRecorded = null;
+        lastRecordedIn = this.commits.transaction;
+      }
       if (req.idempotency) {
         const { key, fingerprint, ttlMs } = req.idempotency;
         const prior = s.getKey.get(req.projectId, key);
@@ -194,36 +178,9 @@ export class SqliteEventStore implements EventStore {
         },
       };
     };
-    // IMMEDIATE: take the write lock before reading the key and the counters, so two
-    // processes cannot both decide on the same ones. An append almost never fails, so the batch
-    // first runs them plainly; if one throws, the batch is rolled back and run again with each
-    // append in its own savepoint, so the bad one fails alone.
-    const plain = db.transaction((items: Pending[]) => {
-      lastRecorded = null;
-      for (const item of items) item.result = append(item.req);
-    });
-    const saved = db.transaction(append);
-    const careful = db.transaction((items: Pending[]) => {
-      lastRecorded = null;
-      for (const item of items) {
-        try {
-          item.result = saved(item.req);
-        } catch (err) {
-          item.error = err;
-        }
-      }
-    });
-    const batch = (items: Pending[]): void => {
-      try {
-        plain.immediate(items);
-      } catch (err) {
-        if (isBusy(err)) throw err;
-        for (const item of items) delete item.result;
-        careful.immediate(items);
-      }
-    };
-    // Appends wait for another process's lock on the event loop instead (see flush).
-    this.appendBatch = (items) => withoutBusyWait(db, () => batch(items));
+    // In an IMMEDIATE transaction (the group commit's): the write lock is taken before the key
+    // and the counters are read, so two processes cannot both decide on the same ones.
+    this.appendOne = append;
 
     const upsert = db.transaction(
       (projectId: string, name: string, version: number, decide: (existing: StoredEventType | null) => StoredEventType) => {
@@ -245,39 +202,7 @@ export class SqliteEventStore implements EventStore {
   }
 
   append(req: AppendRequest): Promise<AppendResult> {
-    return new Promise((resolve, reject) => {
-      if (this.queue.length === 0) setImmediate(() => this.flush());
-      this.queue.push({ req, resolve, reject });
-    });
-  }
-
-  private flush(): void {
-    const items = this.queue;
-    this.queue = [];
-    try {
-      this.appendBatch(items);
-    } catch (err) {
-      const waited = isBusy(err) ? performance.now() - (this.waitingSince ??= performance.now()) : Infinity;
-      if (waited < LOCK_WAIT_MS) {
-        // Another process holds the write lock. Try again on a later turn rather than sleep in
-        // SQLite's busy handler, which would stop this process meanwhile: its event loop keeps
-        // serving, and what arrives by the next try joins the same transaction.
-        this.queue = items.concat(this.queue);
-        if (waited < SPIN_MS) setImmediate(() => this.flush());
-        else setTimeout(() => this.flush(), 1);
-        return;
-      }
-      // The batch itself failed (locked past LOCK_WAIT_MS, disk full): nothing of it committed.
-      this.waitingSince = null;
-      const failure = isBusy(err) ? unavailable('the event store stayed locked by another process; try again') : err;
-      for (const item of items) item.reject(failure);
-      return;
-    }
-    this.waitingSince = null;
-    for (const item of items) {
-      if (item.result) item.resolve(item.result);
-      else item.reject(item.error);
-    }
+    return this.commits.run(() => this.appendOne(req));
   }
 
   async read(q: ReadQuery): Promise<ReadResult> {

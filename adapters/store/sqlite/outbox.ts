@@ -2,6 +2,7 @@
 // the sending rate's per-minute counts in mail_send_minutes, 21).
 import type { OutboxEntry, OutboxState, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
 import type { Db } from './db.ts';
+import { groupCommitOf, type GroupCommit } from './group-commit.ts';
 
 interface Row {
   id: string;
@@ -74,25 +75,14 @@ function* parts(pieces: readonly Buffer[]): Generator<Buffer> {
   if (pendingBytes > 0 || !any) yield pending.length === 1 ? pending[0]! : Buffer.concat(pending, pendingBytes);
 }
 
-/** A `relayed` waiting for the next commit. */
-interface PendingRelayed {
-  id: string;
-  now: number;
-  resolve(): void;
-  reject(err: unknown): void;
-}
-
 export class SqliteOutboxStore implements OutboxStore {
   private readonly q;
-  private readonly reserveTx;
-  private readonly relayedTx;
   /**
-   * Group commit of `relayed`: the state changes requested in one turn of the event loop commit
-   * together, in the next reservation's transaction if one comes in that turn (under load it
-   * nearly always does), else in their own. A commit costs far more than the row (WAL frames);
-   * each caller still hears of its change only after the commit that holds it.
+   * Reservations and `relayed` go through the connection's group commit: those of one turn of
+   * the event loop share a transaction (with the event appends of that turn too).
    */
-  private pendingRelayed: PendingRelayed[] = [];
+  private readonly commits: GroupCommit;
+  private readonly reserveOne: (entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number) => Reservation;
   private readonly dropTx;
   private readonly filedTx;
   private readonly readCopy;
@@ -122,14 +112,11 @@ export class SqliteOutboxStore implements OutboxStore {
       retry: db.prepare<[number, string]>("UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = ? WHERE id = ? AND state = 'filing'"),
       filed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filed', filed_at = ? WHERE id = ?"),
     };
-    // One write transaction: the rate count and the draft check see every other process's
-    // reservations, so concurrent requests cannot both slip under the limit or both claim a draft.
-    const markRelayed = (items: readonly PendingRelayed[]) => {
-      for (const item of items) this.q.relayed.run(item.now, item.id);
-    };
-    this.relayedTx = db.transaction(markRelayed);
-    this.reserveTx = db.transaction((entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number, carried: readonly PendingRelayed[]): Reservation => {
-      markRelayed(carried);
+    this.commits = groupCommitOf(db);
+    // In a write transaction (the group commit's IMMEDIATE one): the rate count and the draft
+    // check see every other process's reservations, so concurrent requests cannot both slip
+    // under the limit or both claim a draft.
+    this.reserveOne = (entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number): Reservation => {
       if (entry.draftId !== null) {
         const existing = this.q.byDraft.get(entry.inboxId, entry.draftId);
         if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
@@ -145,7 +132,7 @@ export class SqliteOutboxStore implements OutboxStore {
       let part = 0;
       for (const bytes of parts(copy)) this.q.insertPart.run(entry.id, part++, bytes);
       return { ok: true };
-    });
+    };
     // The entry and its copy go together (both only while the entry is still `relaying`).
     this.dropTx = db.transaction((id: string) => {
       const dropped = this.q.drop.get(id);
@@ -171,19 +158,8 @@ export class SqliteOutboxStore implements OutboxStore {
     });
   }
 
-  async reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {
-    const carried = this.takeRelayed();
-    let reservation: Reservation;
-    try {
-      reservation = this.reserveTx.immediate(entry, copy, rate.since, rate.max, carried);
-    } catch (err) {
-      // Not this reservation's to fail: they commit on their own, as if it had not come.
-      this.pendingRelayed = carried.concat(this.pendingRelayed);
-      if (this.pendingRelayed.length === carried.length) setImmediate(() => this.flushRelayed());
-      throw err;
-    }
-    for (const item of carried) item.resolve();
-    return reservation;
+  reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {
+    return this.commits.run(() => this.reserveOne(entry, copy, rate.since, rate.max));
   }
 
   async get(id: string): Promise<OutboxEntry | null> {
@@ -201,29 +177,9 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   relayed(id: string, now: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      if (this.pendingRelayed.length === 0) setImmediate(() => this.flushRelayed());
-      this.pendingRelayed.push({ id, now, resolve, reject });
+    return this.commits.run(() => {
+      this.q.relayed.run(now, id);
     });
-  }
-
-  private takeRelayed(): PendingRelayed[] {
-    const items = this.pendingRelayed;
-    this.pendingRelayed = [];
-    return items;
-  }
-
-  /** The state changes no reservation carried: one commit for all of them. */
-  private flushRelayed(): void {
-    const items = this.takeRelayed();
-    if (items.length === 0) return;
-    try {
-      this.relayedTx.immediate(items);
-    } catch (err) {
-      for (const item of items) item.reject(err);
-      return;
-    }
-    for (const item of items) item.resolve();
   }
 
   async due(now: number, limit: number): Promise<OutboxEntry[]> {
