@@ -53,10 +53,10 @@ export function createApp(options: AppOptions): Koa<AppState> {
     try {
       await next();
     } finally {
-      options.log.debug(
-        { method: ctx.method, path: ctx.path, status: ctx.status, ms: Math.round(performance.now() - started), requestId: ctx.state.requestId },
-        'request',
-      );
+      if (options.log.isLevelEnabled('debug')) {
+        const ms = Math.round(performance.now() - started);
+        options.log.debug({ method: ctx.method, path: ctx.path, status: ctx.status, ms, requestId: ctx.state.requestId }, 'request');
+      }
     }
   });
   app.use(errorMiddleware(options.log));
