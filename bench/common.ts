@@ -57,6 +57,39 @@ export function treeCpuMs(pid: number): number {
   return cpuMs(pid) + childPids(pid).reduce((sum, child) => sum + cpuMs(child), 0);
 }
 
+/** The machine's busy and total CPU time so far, from /proc/stat (all cores, in ticks). */
+export function machineTicks(): { busy: number; total: number } {
+  const [, ...fields] = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/);
+  const n = fields.map(Number);
+  // user nice system idle iowait irq softirq steal: idle and iowait are not busy.
+  const total = n.slice(0, 8).reduce((a, b) => a + b, 0);
+  return { busy: total - n[3]! - n[4]!, total };
+}
+
+/**
+ * Waits until `ready()` holds and the machine has been quiet (under `busyShare` of its CPU) for
+ * two 250 ms windows running, or `timeoutMs` passed: what one round of a bench set off (Postfix
+ * delivering its queue, Dovecot filing copies) is done before the next round starts, so each
+ * round is measured on the same quiet machine rather than on the last one's leftovers.
+ */
+export async function settle(ready: () => Promise<boolean> | boolean = () => true, busyShare = 0.15, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let quiet = 0;
+  while (Date.now() < deadline && quiet < 2) {
+    const a = machineTicks();
+    await sleep(250);
+    const b = machineTicks();
+    const share = (b.busy - a.busy) / Math.max(1, b.total - a.total);
+    quiet = share < busyShare && (await ready()) ? quiet + 1 : 0;
+  }
+}
+
+/** Messages in a Postfix queue (incoming, active, deferred, hold, maildrop): 0 once it delivered everything. */
+export async function postfixQueued(env: MailEnv): Promise<number> {
+  const { stdout } = await run('postqueue', ['-c', join(env.dir, 'postfix', 'conf'), '-j']);
+  return stdout.split('\n').filter((line) => line.trim() !== '').length;
+}
+
 /** Resident memory of a process now, in MB. */
 export function rssMb(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));

@@ -38,7 +38,7 @@ export async function sendingInbox(env: MailEnv, serverEnv: Record<string, strin
 }
 
 /** POSTs a JSON body with the token; the status and the answer's text. */
-export function postJson(agent: Agent, url: string, token: string, body: string): Promise<{ status: number; text: string }> {
+export function postJson(agent: Agent, url: string, token: string, body: string | Buffer): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     const req = request(url, { method: 'POST', agent, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } });
     req.on('response', (res) => {
