@@ -22,7 +22,8 @@ import nodemailer from 'nodemailer';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
 import { spawnPostern, stopProcess } from '../test/processes.ts';
 import { benchServerEnv, cpuMs, f0, f1, log, machineTicks, median, postfixQueued, rssMb, runBench, settle, treeCpuMs } from './common.ts';
-import { benchMessage, postJson, sendingInbox } from './sending.ts';
+import { Pool } from 'undici';
+import { benchMessage, postJson, postPooled, sendingInbox } from './sending.ts';
 import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));
@@ -122,7 +123,9 @@ async function main(): Promise<void> {
     server = await spawnPostern(serverEnv);
     const pid = server.child.pid!;
     const url = `${server.url}/v1/inboxes/${id}/messages`;
-    const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
+    // The 20 KB rounds' client: undici's pool, one keep-alive connection per concurrent client.
+    const pool = new Pool(server.url, { connections: CLIENTS });
+    const path = `/v1/inboxes/${id}/messages`;
     // The baseline logs in as the same user the same way Postern does (through the master user).
     const directAuth = nodemailer.createTransport({
       pool: true,
@@ -139,7 +142,7 @@ async function main(): Promise<void> {
     // share of the cores is its HTTP client, not base64 and JSON it would redo for every send.
     const requests = bodies.map((raw, i) => Buffer.from(JSON.stringify({ from: user, to: [`bench-${i}@example.org`], raw: raw.toString('base64') })));
     const viaPostern = async (i: number) => {
-      const res = await postJson(agent, url, token, requests[i % requests.length]!);
+      const res = await postPooled(pool, path, token, requests[i % requests.length]!);
       if (res.status !== 200) throw new Error(`Postern answered ${res.status}: ${res.text}`);
     };
     const viaNodemailer = async (i: number) => {
@@ -235,6 +238,7 @@ async function main(): Promise<void> {
       }
     }
     directAuth.close();
+    await pool.close();
     store.close();
 
     // What filing a Sent copy costs Dovecot by itself: the same messages APPENDed to Sent by
@@ -272,7 +276,7 @@ Command: \`npm run bench:send\`, ${new Date().toISOString().slice(0, 10)}. Poste
 
 Notes:
 - Both sides use ${CONNECTIONS} pooled connections to submission (\`POSTERN_SMTP_MAX_PER_INBOX=${CONNECTIONS}\`); Postern's default is 4.
-- CPU per message (medians; Postern's rounds include filing their Sent copies, which the run waits for before the baseline's round): Postern's process ${f2(median(perMsg.postern))} ms; Dovecot ${f2(median(perMsg.dovecot))} ms with Postern, ${f2(median(perMsg.baseDovecot))} ms with the baseline; the load generator ${f2(median(perMsg.client))} ms as an HTTP client, ${f2(median(perMsg.baseClient))} ms as nodemailer. Of Postern's rounds, until the last answer: Postern ${f2(median(split.posternAnswering))} ms, Dovecot ${f2(median(split.dovecotAnswering))} ms; after it, filing the rest of the copies: Postern ${f2(median(split.posternFiling))} ms, Dovecot ${f2(median(split.dovecotFiling))} ms.
+- CPU per message (medians; Postern's rounds include filing their Sent copies, which the run waits for before the baseline's round): Postern's process ${f2(median(perMsg.postern))} ms; Dovecot ${f2(median(perMsg.dovecot))} ms with Postern, ${f2(median(perMsg.baseDovecot))} ms with the baseline; the load generator ${f2(median(perMsg.client))} ms as an HTTP client (undici's keep-alive pool, 16 connections), ${f2(median(perMsg.baseClient))} ms as nodemailer. Of Postern's rounds, until the last answer: Postern ${f2(median(split.posternAnswering))} ms, Dovecot ${f2(median(split.dovecotAnswering))} ms; after it, filing the rest of the copies: Postern ${f2(median(split.posternFiling))} ms, Dovecot ${f2(median(split.dovecotFiling))} ms.
 - Until the Sent copies were filed: Postern's rounds timed from the first send to the last copy filed give ${f1(median(withFiling))} messages/s (rounds: ${withFiling.map(f1).join(', ')}), ratio ${median(filingRatios).toFixed(2)} to the baseline. Filing waits while sends are under way (\`POSTERN_SENT_COPY_YIELD_MS\`, 2 s per copy at most), so in rounds this short most of it comes after the answers; a steady load longer than that pays for the filing on the same cores (each copy waiting 2 s at most), which this bench does not measure.
 - Filing alone: imapflow APPENDing the same messages to Sent, one at a time, without Postern, takes ${f2(appendMs)} ms each and ${f2(appendCpu)} ms of Dovecot's CPU per message.
 - What Postern does per message that the baseline does not, on the same two cores as Postfix, Dovecot and the load generator: HTTP and token check, JSON and base64, the outbox reservation (rate count, the Sent copy) and the relay's outcome, \`mail.delivery.accepted\`, and the Sent copy: an IMAP APPEND (Dovecot saves it through mail_crypt and pushes a hint), then the index's sync and its \`message.added\`. A mail app files its Sent copy too, after submitting; the baseline does not. Until the last answer Dovecot does little of that (the split above): what keeps the ratio under the target is Postern's own work per answer on the shared cores, see the note under this section.

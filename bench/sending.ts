@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { type Agent, request } from 'node:http';
 import { pino } from 'pino';
+import type { Pool } from 'undici';
 import { loadConfig } from '../lib/config.ts';
 import { createPostern } from '../lib/server.ts';
 import { addUser, type MailEnv } from '../scripts/mailenv.ts';
@@ -50,4 +51,13 @@ export function postJson(agent: Agent, url: string, token: string, body: string 
     req.on('error', reject);
     req.end(body);
   });
+}
+
+/**
+ * POSTs a JSON body with the token through undici's keep-alive pool: the lean client a script
+ * sending at this rate would use, so the load generator's share of the cores stays small.
+ */
+export async function postPooled(pool: Pool, path: string, token: string, body: Buffer): Promise<{ status: number; text: string }> {
+  const res = await pool.request({ path, method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body });
+  return { status: res.statusCode, text: await res.body.text() };
 }
