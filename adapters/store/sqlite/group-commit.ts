@@ -1,6 +1,6 @@
 // Group commit for one SQLite connection: the small writes asked for in one turn of the event
 // loop (event appends, send reservations, outbox state changes) share one IMMEDIATE
-// transaction, each in its own savepoint, so one that fails fails alone. A commit costs far more
+// transaction, and one that fails fails alone. A commit costs far more
 // than a row (the WAL frames of every page it touched, the locks): this is what lets 32
 // concurrent publishers exceed one row per commit, and a send's reservation and the event of the
 // send before it share their index pages. Each caller still hears of its write only after the
@@ -37,8 +37,15 @@ export class GroupCommit {
   transaction = 0;
 
   constructor(db: Db) {
+    // A write almost never fails, so a batch first runs them plainly; if one throws, the batch is
+    // rolled back and run again with each write in its own savepoint. So a write must be one that
+    // can run twice (statements only, no effect outside the transaction).
+    const plain = db.transaction((items: Pending[]) => {
+      this.transaction++;
+      for (const item of items) item.done = { ok: true, value: item.work() };
+    });
     const one = db.transaction((work: () => unknown) => work());
-    const all = db.transaction((items: Pending[]) => {
+    const careful = db.transaction((items: Pending[]) => {
       this.transaction++;
       for (const item of items) {
         try {
@@ -50,10 +57,22 @@ export class GroupCommit {
         }
       }
     });
-    this.batch = (items) => withoutBusyWait(db, () => all.immediate(items));
+    this.batch = (items) =>
+      withoutBusyWait(db, () => {
+        try {
+          plain.immediate(items);
+        } catch (err) {
+          if (isBusy(err)) throw err;
+          for (const item of items) delete item.done;
+          careful.immediate(items);
+        }
+      });
   }
 
-  /** Runs `work` (synchronous statements) in the next group transaction; resolves once committed. */
+  /**
+   * Runs `work` (synchronous statements, safe to run twice) in the next group transaction;
+   * resolves with what it returned once committed, or rejects with what it threw.
+   */
   run<T>(work: () => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       if (this.queue.length === 0) setImmediate(this.flush);
