@@ -16,11 +16,13 @@ interface Stand {
   /** Most sessions open at once. */
   peak: number;
   messages: Buffer[];
+  /** Chunks in which a message's final dot and the next MAIL FROM arrived together. */
+  pipelined: number;
   close(): Promise<void>;
 }
 
 async function stand(): Promise<Stand> {
-  const s: Stand = { port: 0, logins: [], connections: new Set(), peak: 0, messages: [], close: async () => {} };
+  const s: Stand = { port: 0, logins: [], connections: new Set(), peak: 0, messages: [], pipelined: 0, close: async () => {} };
   const server = new SMTPServer({
     authOptional: false,
     allowInsecureAuth: true,
@@ -39,15 +41,24 @@ async function stand(): Promise<Stand> {
       const chunks: Buffer[] = [];
       stream.on('data', (c: Buffer) => chunks.push(c));
       stream.on('end', () => {
-        s.messages.push(Buffer.concat(chunks));
+        const message = Buffer.concat(chunks);
+        // A message the server refuses once it has it all (as Postfix does for a milter's no).
+        if (message.includes('Subject: refuse-at-dot')) return cb(Object.assign(new Error('5.7.1 refused at the end of data'), { responseCode: 554 }));
+        s.messages.push(message);
         cb(null, 'Ok: queued');
       });
     },
   });
+  // A client that hangs up while the server still writes (the relay closing a session after a
+  // refusal) is the server's EPIPE to ignore, as Postfix does.
+  server.on('error', () => {});
   const net = (server as unknown as { server: import('node:net').Server }).server;
   net.on('connection', (socket: Socket) => {
     s.connections.add(socket);
     s.peak = Math.max(s.peak, s.connections.size);
+    socket.on('data', (chunk: Buffer) => {
+      if (chunk.includes('\r\n.\r\nMAIL FROM:')) s.pipelined++;
+    });
     socket.on('close', () => s.connections.delete(socket));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -56,7 +67,7 @@ async function stand(): Promise<Stand> {
   return s;
 }
 
-const raw = (n: number) => Buffer.from(`From: <a@x.test>\r\nTo: <b@y.test>\r\nSubject: ${n}\r\n\r\n.dot at the start of a line\r\nbody ${n}\r\n`);
+const raw = (n: number | string) => Buffer.from(`From: <a@x.test>\r\nTo: <b@y.test>\r\nSubject: ${n}\r\n\r\n.dot at the start of a line\r\nbody ${n}\r\n`);
 
 describe('relay: its connection pool', () => {
   let s: Stand;
@@ -75,7 +86,7 @@ describe('relay: its connection pool', () => {
     await s.close();
   });
 
-  const send = (n: number, to = `rcpt-${n}@y.test`) => relay.send({ user: 'u@x.test', from: 'a@x.test', to: [to], raw: [raw(n)], envid: `env${n}` });
+  const send = (n: number | string, to = `rcpt-${n}@y.test`) => relay.send({ user: 'u@x.test', from: 'a@x.test', to: [to], raw: [raw(n)], envid: `env${n}` });
 
   it('sends 20 messages at once over at most maxPerInbox connections, each logged in as user*master, the bytes dot-stuffed', async () => {
     const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => send(i)));
@@ -86,6 +97,28 @@ describe('relay: its connection pool', () => {
     expect(s.logins.every((l) => l === 'u@x.test*master')).to.equal(true);
     // smtp-server undoes the dot-stuffing: what arrives is what was given.
     expect(s.messages.map(String)).to.include(raw(3).toString());
+  });
+
+  it('pipelines the next message\'s envelope behind a message\'s final dot when sends are waiting', async () => {
+    const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => send(i)));
+    expect(answers).to.have.length(30);
+    expect(s.messages).to.have.length(30);
+    expect(s.pipelined).to.be.above(0);
+  });
+
+  it('a message refused at the end of data takes none of the next one\'s bytes: that one goes on another connection, once', async () => {
+    const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 5 === 2 ? send('refuse-at-dot') : send(i)).then(() => 'sent', (err: unknown) => err)));
+    const refused = outcomes.filter((o) => o !== 'sent');
+    expect(refused).to.have.length(4);
+    for (const err of refused) {
+      expect(err).to.be.instanceOf(RelayRefused);
+      expect((err as RelayRefused).permanent).to.equal(true);
+      expect((err as RelayRefused).reason).to.include('refused at the end of data');
+    }
+    // Every other message arrived exactly once.
+    const subjects = s.messages.map((m) => /Subject: (\S+)/.exec(m.toString())![1]).sort();
+    expect(subjects).to.deep.equal(Array.from({ length: 20 }, (_, i) => i).filter((i) => i % 5 !== 2).map(String).sort());
+    expect(s.peak).to.be.at.most(2);
   });
 
   it('sends again on a fresh connection after the server closed its idle ones', async () => {

@@ -94,6 +94,25 @@ class UserPool {
     else this.free.push(lane);
   }
 
+  /**
+   * The message's bytes are written: when another send is waiting, it gets the connection now,
+   * before this message's final reply (its envelope follows this message's final dot).
+   */
+  handOver(lane: Lane): boolean {
+    if (lane.dead || this.closed || lane.messages >= MAX_MESSAGES) return false;
+    const next = this.waiting.shift();
+    if (!next) return false;
+    next(lane);
+    return true;
+  }
+
+  /** A connection handed over whose earlier message then failed: it goes, and the send now on it with it. */
+  retire(lane: Lane): void {
+    if (lane.dead) return;
+    lane.dead = true;
+    lane.session.close();
+  }
+
   close(): void {
     this.closed = true;
     for (const lane of this.free.splice(0)) this.discard(lane);
@@ -179,22 +198,29 @@ export class SmtpRelay implements Relay {
         }
         throw refusal(e);
       }
+      lane.messages++;
+      // Once this message's bytes are written, a waiting send may have the connection (the
+      // session pipelines its envelope behind them); this send still waits for its own reply.
+      let handedOver = false;
       try {
         const delivered = await lane.session.send(
           // Bounces come back to the inbox naming this id (Original-Envelope-Id) and the headers only.
           { from: req.from, to: req.to, dsn: { envid: req.envid, ret: 'HDRS', notify: ['FAILURE', 'DELAY'] } },
           req.raw,
+          () => (handedOver = pool.handOver(lane)),
         );
-        lane.messages++;
-        pool.release(lane, true);
+        if (!handedOver) pool.release(lane, true);
         return delivered;
       } catch (err) {
         const e = asFailure(err);
-        lane.messages++;
         // Refused or failed: the connection goes (a refusal is rare; a fresh session costs a login).
-        pool.release(lane, false);
-        // A connection that sat idle may have been closed by Postfix just now: when the server
-        // took none of the message, it goes again on a fresh connection.
+        // A send it was handed to meanwhile has written none of its message: it goes again
+        // on another connection, and gives the slot back.
+        if (handedOver) pool.retire(lane);
+        else pool.release(lane, false);
+        // When the server took none of the message (a connection that sat idle and that Postfix
+        // closed just now, or one given up because the message before failed), it goes again
+        // on a fresh connection.
         if (reused && e.unsent && attempt < 3) continue;
         throw refusal(e);
       }

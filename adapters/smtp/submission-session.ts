@@ -2,7 +2,8 @@
 // needs: greeting, EHLO, STARTTLS when offered, AUTH, then transactions. Where the server offers
 // PIPELINING (RFC 2920) a transaction is two writes: the envelope with DATA, then on 354 the
 // message dot-stuffed and its final dot, in one corked write of slices of its pieces (never
-// joined, never copied).
+// joined, never copied). Under load it is one: the next message's envelope leaves with this
+// one's final dot (see send).
 //
 // Not CHUNKING (RFC 3030), though Postfix offers it: MAIL, RCPT and `BDAT n LAST` with the bytes
 // in one write saves a round trip on paper, but Postfix flushes its first replies while it reads
@@ -122,17 +123,40 @@ export class SubmissionSession {
    * One message: resolves when the server accepted it for at least one recipient; rejects with
    * an SmtpFailure carrying the refusing reply. After a failure the session should be closed: its
    * state is not worth restoring with RSET.
+   *
+   * With PIPELINING the next message may be sent as soon as this one's bytes are written, before
+   * its final reply: `written` is called then, and answers whether a next message is about to
+   * follow at once. Its envelope then goes out in the same write as this message's final dot
+   * (RFC 2920 allows the next MAIL after the end of data), and the server answers both in one
+   * write too. A message's bytes go out only after every message before it on the session was
+   * accepted, so one refused or lost does not take the next one's bytes with it.
    */
-  async send(env: Envelope, pieces: readonly Buffer[]): Promise<Delivered> {
+  async send(env: Envelope, pieces: readonly Buffer[], written?: () => boolean): Promise<Delivered> {
+    const tx = { bodyWritten: false };
+    try {
+      return await this.transaction(env, pieces, tx, written);
+    } catch (err) {
+      // Postfix cannot have taken a message whose bytes it never got: sending it again elsewhere
+      // cannot deliver it twice.
+      if (err instanceof SmtpFailure && !tx.bodyWritten && err.stage === 'connection' && !err.unsent) {
+        throw new SmtpFailure(err.message, err.stage, err.replyCode, err.reply, true);
+      }
+      throw err;
+    }
+  }
+
+  private async transaction(env: Envelope, pieces: readonly Buffer[], tx: { bodyWritten: boolean }, written?: () => boolean): Promise<Delivered> {
     if (this.dead) throw new SmtpFailure('the session has ended', 'connection', undefined, undefined, true);
     const size = pieces.reduce((n, p) => n + p.length, 0);
     const commands = [this.mailFrom(env, size), ...env.to.map((to) => this.rcptTo(to, env))];
-    const pipelining = this.extensions.has('PIPELINING');
-    if (pipelining) {
+    const before = this.lastFinal;
+    if (this.extensions.has('PIPELINING')) {
       const replies = commands.map(() => this.next());
       const data = this.next();
       this.socket.write(`${commands.join('\r\n')}\r\nDATA\r\n`);
-      return this.outcome(env, replies, this.afterData(data, pieces));
+      const final = this.afterData(data, pieces, tx, before, written);
+      this.lastFinal = final;
+      return this.outcome(env, replies, final);
     }
     const replies: Reply[] = [];
     for (const command of commands) {
@@ -141,13 +165,24 @@ export class SubmissionSession {
       // MAIL refused: nothing after it would be taken.
       if (replies.length === 1 && r.code >= 400) return this.outcome(env, replies.map((x) => Promise.resolve(x)), Promise.resolve(r));
     }
-    return this.outcome(env, replies.map((x) => Promise.resolve(x)), this.afterData(this.command('DATA'), pieces));
+    return this.outcome(env, replies.map((x) => Promise.resolve(x)), this.afterData(this.command('DATA'), pieces, tx, null));
   }
 
-  /** After DATA's 354, the message dot-stuffed and its ending; the reply to that. */
-  private async afterData(data: Promise<Reply>, pieces: readonly Buffer[]): Promise<Reply> {
+  /** The previous message's final reply, while messages are pipelined one after another. */
+  private lastFinal: Promise<Reply> | null = null;
+
+  /**
+   * After DATA's 354 (and the previous message's acceptance), the message dot-stuffed and its
+   * ending; the reply to that.
+   */
+  private async afterData(data: Promise<Reply>, pieces: readonly Buffer[], tx: { bodyWritten: boolean }, before: Promise<Reply> | null, written?: () => boolean): Promise<Reply> {
     const r = await data;
     if (r.code !== 354) return r;
+    // Replies come in order: the one before this 354 has come already.
+    const previous = before ? await before.catch(() => null) : null;
+    if (before && (previous === null || previous.code >= 400)) {
+      throw new SmtpFailure('the message before this one on the session failed', 'connection', undefined, undefined, true);
+    }
     const final = this.next();
     this.socket.cork();
     let last = 0x0a;
@@ -166,7 +201,11 @@ export class SubmissionSession {
     }
     if (last !== 0x0a) this.socket.write(CRLF);
     this.socket.write(END);
-    process.nextTick(() => this.socket.uncork());
+    tx.bodyWritten = true;
+    // A next message coming at once writes its envelope before the uncork (its path is promise
+    // continuations, which all run before an immediate), so both leave in one write.
+    if (written?.()) setImmediate(() => this.socket.uncork());
+    else process.nextTick(() => this.socket.uncork());
     return final;
   }
 
