@@ -42,7 +42,7 @@ export class SmtpFailure extends Error {
     readonly replyCode?: number,
     /** The server's reply, in its own words. */
     readonly reply?: string,
-    /** Not a byte of the transaction reached the server, or it said it was closing first: safe to send again. */
+    /** No byte of the message was written, so the server cannot have taken it: safe to send again (decided in `send`). */
     readonly unsent = false,
   ) {
     super(message);
@@ -115,7 +115,7 @@ export class SubmissionSession {
 
   close(): void {
     if (!this.ended && this.socket && !this.socket.destroyed) this.socket.end('QUIT\r\n');
-    this.finish(new SmtpFailure('the session was closed', 'connection', undefined, undefined, true));
+    this.finish(new SmtpFailure('the session was closed', 'connection'));
     this.socket?.destroy();
   }
 
@@ -138,7 +138,7 @@ export class SubmissionSession {
     } catch (err) {
       // Postfix cannot have taken a message whose bytes it never got: sending it again elsewhere
       // cannot deliver it twice.
-      if (err instanceof SmtpFailure && !tx.bodyWritten && err.stage === 'connection' && !err.unsent) {
+      if (err instanceof SmtpFailure && !tx.bodyWritten && err.stage === 'connection') {
         throw new SmtpFailure(err.message, err.stage, err.replyCode, err.reply, true);
       }
       throw err;
@@ -146,7 +146,7 @@ export class SubmissionSession {
   }
 
   private async transaction(env: Envelope, pieces: readonly Buffer[], tx: { bodyWritten: boolean }, written?: () => boolean): Promise<Delivered> {
-    if (this.dead) throw new SmtpFailure('the session has ended', 'connection', undefined, undefined, true);
+    if (this.dead) throw new SmtpFailure('the session has ended', 'connection');
     const size = pieces.reduce((n, p) => n + p.length, 0);
     const commands = [this.mailFrom(env, size), ...env.to.map((to) => this.rcptTo(to, env))];
     const before = this.lastFinal;
@@ -181,7 +181,7 @@ export class SubmissionSession {
     // Replies come in order: the one before this 354 has come already.
     const previous = before ? await before.catch(() => null) : null;
     if (before && (previous === null || previous.code >= 400)) {
-      throw new SmtpFailure('the message before this one on the session failed', 'connection', undefined, undefined, true);
+      throw new SmtpFailure('the message before this one on the session failed', 'connection');
     }
     const final = this.next();
     this.socket.cork();
@@ -218,7 +218,7 @@ export class SubmissionSession {
     const [mail, ...rest] = settled.map((s) => (s as PromiseFulfilledResult<Reply>).value);
     const last = rest.pop()!;
     // 421 to MAIL: the server was closing the session (an idle timeout) and took none of it.
-    if (mail!.code === 421) throw new SmtpFailure(mail!.text, 'connection', 421, mail!.text, true);
+    if (mail!.code === 421) throw new SmtpFailure(mail!.text, 'connection', 421, mail!.text);
     if (mail!.code >= 400) throw this.refused(mail!);
     const rejected: Delivered['rejected'] = [];
     rest.forEach((r, i) => {
@@ -307,7 +307,7 @@ export class SubmissionSession {
   /** The next reply the server sends. */
   private next(): Promise<Reply> {
     if (this.ended) return Promise.reject(this.ended);
-    if (this.unsolicited) return Promise.reject(new SmtpFailure(this.unsolicited.text, 'connection', this.unsolicited.code, this.unsolicited.text, true));
+    if (this.unsolicited) return Promise.reject(new SmtpFailure(this.unsolicited.text, 'connection', this.unsolicited.code, this.unsolicited.text));
     return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
   }
 
@@ -369,7 +369,7 @@ export class SubmissionSession {
 
   private readonly onClose = (): void => {
     const said = this.unsolicited;
-    this.finish(said ? new SmtpFailure(said.text, 'connection', said.code, said.text, said.code === 421) : new SmtpFailure('the connection closed unexpectedly', 'connection'));
+    this.finish(said ? new SmtpFailure(said.text, 'connection', said.code, said.text) : new SmtpFailure('the connection closed unexpectedly', 'connection'));
   };
 
   private finish(failure: SmtpFailure): void {
