@@ -82,7 +82,6 @@ export class SqliteOutboxStore implements OutboxStore {
    * the event loop share a transaction (with the event appends of that turn too).
    */
   private readonly commits: GroupCommit;
-  private readonly reserveOne: (entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number) => Reservation;
   private readonly dropTx;
   private readonly filedTx;
   private readonly readCopy;
@@ -113,26 +112,6 @@ export class SqliteOutboxStore implements OutboxStore {
       filed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filed', filed_at = ? WHERE id = ?"),
     };
     this.commits = groupCommitOf(db);
-    // In a write transaction (the group commit's IMMEDIATE one): the rate count and the draft
-    // check see every other process's reservations, so concurrent requests cannot both slip
-    // under the limit or both claim a draft.
-    this.reserveOne = (entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number): Reservation => {
-      if (entry.draftId !== null) {
-        const existing = this.q.byDraft.get(entry.inboxId, entry.draftId);
-        if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
-      }
-      const first = Math.floor(since / MINUTE_MS);
-      let sent = this.q.minutes.get(entry.inboxId, first) ?? 0;
-      if (sent < max) sent += this.q.startMinute.get(entry.inboxId, since, (first + 1) * MINUTE_MS) ?? 0;
-      if (sent >= max) return { ok: false, reason: 'rate', sent };
-      this.q.insert.run(entry);
-      this.q.countSend.run(entry.inboxId, Math.floor(entry.createdAt / MINUTE_MS));
-      // Minutes the window has left behind (an index seek when there are none).
-      this.q.forgetMinutes.run(entry.inboxId, first);
-      let part = 0;
-      for (const bytes of parts(copy)) this.q.insertPart.run(entry.id, part++, bytes);
-      return { ok: true };
-    };
     // The entry and its copy go together (both only while the entry is still `relaying`).
     this.dropTx = db.transaction((id: string) => {
       const dropped = this.q.drop.get(id);
@@ -156,6 +135,29 @@ export class SqliteOutboxStore implements OutboxStore {
         this.q.dropCopy.run(id);
       }
     });
+  }
+
+  /**
+   * In a write transaction (the group commit's IMMEDIATE one): the rate count and the draft
+   * check see every other process's reservations, so concurrent requests cannot both slip under
+   * the limit or both claim a draft.
+   */
+  private reserveOne(entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number): Reservation {
+    if (entry.draftId !== null) {
+      const existing = this.q.byDraft.get(entry.inboxId, entry.draftId);
+      if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
+    }
+    const first = Math.floor(since / MINUTE_MS);
+    let sent = this.q.minutes.get(entry.inboxId, first) ?? 0;
+    if (sent < max) sent += this.q.startMinute.get(entry.inboxId, since, (first + 1) * MINUTE_MS) ?? 0;
+    if (sent >= max) return { ok: false, reason: 'rate', sent };
+    this.q.insert.run(entry);
+    this.q.countSend.run(entry.inboxId, Math.floor(entry.createdAt / MINUTE_MS));
+    // Minutes the window has left behind (an index seek when there are none).
+    this.q.forgetMinutes.run(entry.inboxId, first);
+    let part = 0;
+    for (const bytes of parts(copy)) this.q.insertPart.run(entry.id, part++, bytes);
+    return { ok: true };
   }
 
   reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {
