@@ -63,6 +63,16 @@ async function timed(s: TestServer, token: string, inboxId: string, count: numbe
   return Date.now() - t0;
 }
 
+/** A mail app of the inbox appends one message to `folder`; `timed` until its event is in the log. */
+async function appAppends(s: TestServer, token: string, inbox: TestInbox, folder: string, subject: string): Promise<number> {
+  const app = await mailApp(inbox);
+  try {
+    return await timed(s, token, inbox.id, 1, () => append(app, folder, { subject }));
+  } finally {
+    await app.logout();
+  }
+}
+
 /**
  * Holds every UID FETCH of a closed UID range (a first fill's older ranges; its newest range is
  * open-ended, `n:*`) until `release()`: a fill is caught midway, whatever the machine's speed.
@@ -411,12 +421,7 @@ describe('every inbox watched, always (issue 12)', function () {
       const token = await p.token(['events:read']);
       await seeded(s, inbox.id);
       const sweepsBefore = s.postern.watchAll.stats.sweeps;
-      const app = await mailApp(inbox);
-      try {
-        await timed(s, token, inbox.id, 1, () => append(app, 'INBOX', { subject: 'hint lost' }));
-      } finally {
-        await app.logout();
-      }
+      await appAppends(s, token, inbox, 'INBOX', 'hint lost');
       // The sweep that found it ends once it has given the hint its chance, and counts it missed.
       await until('the sweep that found it ended', async () => s.postern.watchAll.stats.sweeps > sweepsBefore);
       expect(s.postern.watchAll.stats.hints).to.equal(0);
@@ -444,12 +449,7 @@ describe('every inbox watched, always (issue 12)', function () {
       const token = await p.token(['events:read']);
       await until('the inbox watched', async () => s.postern.mailMirror.watching(inbox.id).live);
       await seeded(s, inbox.id);
-      const app = await mailApp(inbox);
-      try {
-        await timed(s, token, inbox.id, 1, () => append(app, 'Archive', { subject: 'notified' }));
-      } finally {
-        await app.logout();
-      }
+      await appAppends(s, token, inbox, 'Archive', 'notified');
       expect((await events(s, token, inbox.id)).map((e) => e.type)).to.deep.equal(['message.added']);
       expect(s.postern.watchAll.stats.hints).to.equal(0);
     } finally {
@@ -481,12 +481,7 @@ describe('every inbox watched, always (issue 12)', function () {
       hold.release();
       await seeded(s, inbox.id);
       expect(s.postern.mailMirror.watching(inbox.id).live, 'watched after its fill').to.equal(true);
-      const app = await mailApp(inbox);
-      try {
-        await timed(s, token, inbox.id, 1, () => append(app, 'Archive', { subject: 'after a long fill' }));
-      } finally {
-        await app.logout();
-      }
+      await appAppends(s, token, inbox, 'Archive', 'after a long fill');
       expect(s.postern.watchAll.stats.refusedWatches).to.equal(0);
     } finally {
       hold.restore();
@@ -511,12 +506,7 @@ describe('every inbox watched, always (issue 12)', function () {
       await until('the second inbox watched', async () => s.postern.mailMirror.watching(second.id).live, 20_000);
       // Its watcher's first pass indexes it (no sweep here).
       await seeded(s, second.id);
-      const app = await mailApp(second);
-      try {
-        await timed(s, token, second.id, 1, () => append(app, 'Archive', { subject: 'watched at last' }));
-      } finally {
-        await app.logout();
-      }
+      await appAppends(s, token, second, 'Archive', 'watched at last');
     } finally {
       await s.close();
     }
