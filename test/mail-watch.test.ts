@@ -63,6 +63,16 @@ async function timed(s: TestServer, token: string, inboxId: string, count: numbe
   return Date.now() - t0;
 }
 
+/** A new inbox with an events:read token, once its NOTIFY watcher is up and its first index done. */
+async function watchedInbox(s: TestServer): Promise<{ inbox: TestInbox; token: string }> {
+  const p = await newProject(s);
+  const inbox = await p.inbox();
+  const token = await p.token(['events:read']);
+  await until('the inbox watched', async () => s.postern.mailMirror.watching(inbox.id).live);
+  await seeded(s, inbox.id);
+  return { inbox, token };
+}
+
 /** A mail app of the inbox appends one message to `folder`; `timed` until its event is in the log. */
 async function appAppends(s: TestServer, token: string, inbox: TestInbox, folder: string, subject: string): Promise<number> {
   const app = await mailApp(inbox);
@@ -444,11 +454,7 @@ describe('every inbox watched, always (issue 12)', function () {
   it('without push (POSTERN_WATCH=notify) every inbox has a NOTIFY watcher, and its changes reach the log unstreamed', async () => {
     const s = await startPostern({ POSTERN_WATCH: 'notify', POSTERN_WATCH_SWEEP_MS: '0', POSTERN_EVENTS_SETTLE_MS: '0' });
     try {
-      const p = await newProject(s);
-      const inbox = await p.inbox();
-      const token = await p.token(['events:read']);
-      await until('the inbox watched', async () => s.postern.mailMirror.watching(inbox.id).live);
-      await seeded(s, inbox.id);
+      const { inbox, token } = await watchedInbox(s);
       await appAppends(s, token, inbox, 'Archive', 'notified');
       expect((await events(s, token, inbox.id)).map((e) => e.type)).to.deep.equal(['message.added']);
       expect(s.postern.watchAll.stats.hints).to.equal(0);
@@ -528,11 +534,7 @@ describe('every inbox watched, always (issue 12)', function () {
       return sync(...args);
     };
     try {
-      const p = await newProject(s);
-      const inbox = await p.inbox();
-      const token = await p.token(['events:read']);
-      await until('the inbox watched', async () => s.postern.mailMirror.watching(inbox.id).live);
-      await seeded(s, inbox.id);
+      const { inbox, token } = await watchedInbox(s);
       const app = await mailApp(inbox);
       try {
         failUntil = Date.now() + 1500;
