@@ -21,6 +21,56 @@ describe('sending: parsing', () => {
     expect(fromAddress(head('From: a@example.org\n\nLF only'))).to.equal('a@example.org');
   });
 
+  it('takes only a well-formed mailbox: what a mail app shows as the author is what was checked', () => {
+    const from = (value: string) => fromAddress(head(`From: ${value}\r\nTo: x@y.z\r\n\r\n`));
+    // Each of these reads as demo@example.org to a lenient parser, while a reader sees the CEO.
+    for (const spoof of [
+      'ceo@corp.example\r<demo@example.org>',
+      '<ceo@corp.example <demo@example.org>',
+      'ceo@corp.example <demo@example.org',
+      'ceo@corp.example <demo@example.org>',
+      'demo@example.org>',
+      '<demo@example.org>>',
+      '<demo@example.org> ceo@corp.example',
+      '"ceo@corp.example <demo@example.org>',
+      'CEO (ceo@corp.example <demo@example.org>',
+      'demo@example.org\u0000ceo@corp.example',
+      '<demo@example.org>\u0000',
+      'demo@example.org,',
+      ',demo@example.org',
+      'Board: demo@example.org;',
+      '<@relay.example:demo@example.org>',
+      'demo . x@example.org',
+      'demo@example.org\r',
+      '',
+    ]) expect(from(spoof), JSON.stringify(spoof)).to.equal(null);
+    // Well-formed ones, folding, comments and quoting included.
+    const good: Record<string, string> = {
+      'demo@example.org': 'demo@example.org',
+      '<Demo@Example.org>': 'demo@example.org',
+      'Demo User <demo@example.org>': 'demo@example.org',
+      '"Demo, User" <demo@example.org>': 'demo@example.org',
+      '"He said \\"hi\\"" <demo@example.org>': 'demo@example.org',
+      'John Q. Public <demo@example.org>': 'demo@example.org',
+      '=?utf-8?q?D=C3=A9mo?= <demo@example.org>': 'demo@example.org',
+      'Démo Ünïcode <démo@example.org>': 'démo@example.org',
+      'demo@example.org (Demo (the one) User)': 'demo@example.org',
+      '(c) Demo <demo@example.org> (c)': 'demo@example.org',
+      '"demo"@example.org': 'demo@example.org',
+      '"de mo"@example.org': '"de mo"@example.org',
+      'Demo\r\n <demo@example.org>': 'demo@example.org',
+      'demo@[192.0.2.1]': 'demo@[192.0.2.1]',
+    };
+    for (const [value, address] of Object.entries(good)) expect(from(value), JSON.stringify(value)).to.equal(address);
+    // A bare CR at the end of the field, before its CRLF, is not folding either.
+    expect(fromAddress(head('From: demo@example.org\r\r\n\r\n'))).to.equal(null);
+    // Bytes that are not UTF-8 (old mail's Latin-1) pass in a display name, never in the address.
+    const latin1 = (before: string, after: string) => fromAddress(Buffer.concat([Buffer.from(`From: ${before}`), Buffer.from([0xe9]), Buffer.from(`${after}\r\n\r\n`)]));
+    expect(latin1('"Ren', '" <demo@example.org>')).to.equal('demo@example.org');
+    expect(latin1('Ren', ' <demo@example.org>')).to.equal('demo@example.org');
+    expect(latin1('<demo', '@example.org>')).to.equal(null);
+  });
+
   it('removes every Bcc field with its continuation lines, and nothing else', () => {
     const h = head('From: a@example.org\r\nBcc: x@example.org,\r\n  y@example.org\r\nTo: b@example.org\r\nbcc: z@example.org\r\n\r\n');
     expect(withoutField(h, 'bcc').toString()).to.equal('From: a@example.org\r\nTo: b@example.org\r\n\r\n');

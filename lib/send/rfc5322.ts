@@ -1,6 +1,5 @@
 // The few things sending needs from an RFC 5322 message's header block, done on the bytes so
 // everything else (the body, every other header, line endings) is relayed exactly as given.
-import addressparser from 'nodemailer/lib/addressparser';
 
 export interface HeaderBlock {
   /** Bytes of the header block, up to and including the blank line (empty when there is none). */
@@ -68,17 +67,181 @@ export function headerValues(head: Buffer, name: string): string[] {
 
 /**
  * The bare address of the From header, lower case: null when there is not exactly one From
- * field holding exactly one mailbox (RFC 5322 allows several authors, but then Sender rules
- * apply, and a message sent from an inbox has one).
+ * field holding exactly one well-formed mailbox (RFC 5322 allows several authors, but then
+ * Sender rules apply, and a message sent from an inbox has one). Strict, because what a mail
+ * app shows as the author must be what was checked: a lenient parser reads
+ * `ceo@corp.example <demo@…` as demo@… while the reader sees the CEO.
  */
 export function fromAddress(head: Buffer): string | null {
   // A header block that is not all fields (an mbox "From " line first, say) is not a message.
-  if (fields(head).at(-1)?.end !== head.length - blankLineLength(head)) return null;
-  const values = headerValues(head, 'from');
-  if (values.length !== 1) return null;
-  const parsed = addressparser(values[0]!, { flatten: true });
-  if (parsed.length !== 1 || !parsed[0]!.address) return null;
-  return parsed[0]!.address.toLowerCase();
+  const all = fields(head);
+  if (all.at(-1)?.end !== head.length - blankLineLength(head)) return null;
+  const from = all.filter((f) => f.name === 'from');
+  if (from.length !== 1) return null;
+  // Header bytes are UTF-8 (RFC 6532). Old mail has Latin-1 display names: a byte that is not
+  // UTF-8 decodes to U+FFFD (never swallowing the ASCII after it), refused in the address only.
+  const text = head.toString('utf8', from[0]!.start, from[0]!.end);
+  // Drop the field's own line ending and unfold (a line break followed by a blank); any CR,
+  // LF or NUL left is not folding and makes the field malformed.
+  const value = text.slice(text.indexOf(':') + 1).replace(/\r?\n$/, '').replace(/\r?\n(?=[ \t])/g, '');
+  return mailbox(value);
+}
+
+// RFC 5322 3.2.3 atext, with RFC 6532's non-ASCII UTF-8.
+const ATEXT = /[A-Za-z0-9!#$%&'*+\-/=?^_`{|}~\u0080-\u{10FFFF}]/u;
+const DOT_ATOM_TEXT = /^[A-Za-z0-9!#$%&'*+\-/=?^_`{|}~\u0080-\u{10FFFF}]+(?:\.[A-Za-z0-9!#$%&'*+\-/=?^_`{|}~\u0080-\u{10FFFF}]+)*$/u;
+/** Nested comments deeper than this are refused rather than followed. */
+const MAX_COMMENT_DEPTH = 16;
+
+/**
+ * A mailbox list holding exactly one mailbox (RFC 5322 3.4: name-addr or addr-spec, with
+ * comments and folding white space), as its lower-case address; null for anything else.
+ * Of the obsolete forms only the display name's periods (`John Q. Public`) are taken: routes,
+ * CFWS inside a local part, empty list elements and control characters are not.
+ */
+function mailbox(value: string): string | null {
+  // Controls other than the tab never appear in a well-formed field (obs-NO-WS-CTL is refused).
+  if (/[\u0000-\u0008\u000a-\u001f\u007f]/.test(value)) return null;
+  const p = new Parser(value);
+  const start = p.pos;
+  // name-addr: an optional display name (a phrase), then <addr-spec>.
+  let words = 0;
+  p.cfws();
+  for (;;) {
+    if (p.peek() === '"') {
+      if (p.quoted() === null) return null;
+    } else if (p.atom() !== null) {
+      // An atom.
+    } else if (p.peek() === '.' && words > 0) {
+      p.pos++;
+    } else {
+      break;
+    }
+    words++;
+    if (!p.cfws()) return null;
+  }
+  let address: string | null;
+  if (p.peek() === '<') {
+    p.pos++;
+    address = p.addrSpec();
+    if (address === null || p.peek() !== '>') return null;
+    p.pos++;
+  } else {
+    // No angle bracket: the whole is a bare addr-spec.
+    p.pos = start;
+    address = p.addrSpec();
+  }
+  if (address === null || !p.cfws() || p.pos !== value.length || address.includes('\ufffd')) return null;
+  return address.toLowerCase();
+}
+
+class Parser {
+  pos = 0;
+  constructor(private readonly s: string) {}
+
+  peek(): string | undefined {
+    return this.s[this.pos];
+  }
+
+  /** Skips folding white space and comments; false for a comment that never closes. */
+  cfws(): boolean {
+    for (;;) {
+      const c = this.peek();
+      if (c === ' ' || c === '\t') this.pos++;
+      else if (c === '(') {
+        if (!this.comment()) return false;
+      } else return true;
+    }
+  }
+
+  private comment(): boolean {
+    let depth = 0;
+    while (this.pos < this.s.length) {
+      const c = this.s[this.pos++];
+      if (c === '(') {
+        if (++depth > MAX_COMMENT_DEPTH) return false;
+      } else if (c === ')') {
+        if (--depth === 0) return true;
+      } else if (c === '\\') {
+        // quoted-pair: a backslash quotes one visible character or blank.
+        if (this.pos >= this.s.length) return false;
+        this.pos++;
+      }
+    }
+    return false;
+  }
+
+  /** 1*atext, or null (nothing taken). */
+  atom(): string | null {
+    const from = this.pos;
+    while (this.pos < this.s.length) {
+      const cp = this.s.codePointAt(this.pos)!;
+      const ch = String.fromCodePoint(cp);
+      if (!ATEXT.test(ch)) break;
+      this.pos += ch.length;
+    }
+    return this.pos > from ? this.s.slice(from, this.pos) : null;
+  }
+
+  /** A quoted-string at the position (its DQUOTE first), unquoted; null when it never closes. */
+  quoted(): string | null {
+    let out = '';
+    this.pos++;
+    while (this.pos < this.s.length) {
+      const c = this.s[this.pos++]!;
+      if (c === '"') return out;
+      if (c === '\\') {
+        if (this.pos >= this.s.length) return null;
+        out += this.s[this.pos++];
+      } else out += c;
+    }
+    return null;
+  }
+
+  /**
+   * local-part "@" domain, each a dot-atom (CFWS only around it) or a quoted-string / domain
+   * literal; the address as written, a quoted local part unquoted when it needs no quotes.
+   */
+  addrSpec(): string | null {
+    if (!this.cfws()) return null;
+    let local: string | null;
+    if (this.peek() === '"') {
+      const text = this.quoted();
+      if (text === null) return null;
+      local = DOT_ATOM_TEXT.test(text) ? text : `"${text.replace(/["\\]/g, '\\$&')}"`;
+    } else {
+      local = this.dotAtom();
+    }
+    if (local === null || !this.cfws() || this.peek() !== '@') return null;
+    this.pos++;
+    if (!this.cfws()) return null;
+    let domain: string | null;
+    if (this.peek() === '[') {
+      const end = this.s.indexOf(']', this.pos);
+      if (end < 0) return null;
+      domain = this.s.slice(this.pos, end + 1);
+      // dtext (RFC 5322 3.4.1): visible characters but [ ] and \.
+      if (!/^\[[ \t]*(?:[\x21-\x5a\x5e-\x7e\u0080-\u{10FFFF}]+[ \t]*)*\]$/u.test(domain)) return null;
+      domain = domain.replace(/[ \t]/g, '');
+      this.pos = end + 1;
+    } else {
+      domain = this.dotAtom();
+    }
+    if (domain === null || !this.cfws()) return null;
+    return `${local}@${domain}`;
+  }
+
+  private dotAtom(): string | null {
+    let text = this.atom();
+    if (text === null) return null;
+    while (this.peek() === '.') {
+      this.pos++;
+      const next = this.atom();
+      if (next === null) return null;
+      text += `.${next}`;
+    }
+    return text;
+  }
 }
 
 /** The length of the empty line that ends a header block (0 when the message has no body). */
