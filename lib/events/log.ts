@@ -232,8 +232,8 @@ export class EventLog {
   }
 
   /**
-   * POST /events: one event of a registered `ext.*` type. 422 for an unregistered type, data
-   * that does not match, or an idempotency key reused with another request.
+   * POST /events: one event of a registered `ext.*` type. 422 for an unregistered type or data
+   * that does not match; a valid request with a key used in the last 24 hours is a duplicate.
    * The caller has checked the inbox (404) and the data size (413).
    */
   async publish(input: PublishInput): Promise<PublishResult> {
@@ -256,9 +256,7 @@ export class EventLog {
         : {}),
     });
     if (!result.duplicate) return { duplicate: false, id: result.stored.eventId, cursor: result.stored.cursor };
-    if (!result.sameRequest) {
-      throw unprocessable('Idempotency-Key was already used with a different request in the last 24 hours');
-    }
+    // Spec 4.6: the same key within 24 hours returns the first event, whatever this body holds.
     return { duplicate: true, id: result.eventId };
   }
 
