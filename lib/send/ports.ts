@@ -83,6 +83,8 @@ export interface OutboxStore {
    * are stored).
    */
   reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation>;
+  /** The inbox's sends since `since`, as reserve() counts them (exact up to `max`); a read, for checking early. */
+  sentSince(inboxId: string, since: number, max: number): Promise<number>;
   get(id: string): Promise<OutboxEntry | null>;
   byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null>;
   /** The relay refused: the entry goes, so the draft may be sent again and it counts for nothing. */

@@ -5,8 +5,7 @@
 // under a new one.
 import * as openpgp from 'openpgp';
 import { UnknownEpochError, type EpochKeys } from '../crypto/epoch-keys.ts';
-import { badRequest } from '../errors.ts';
-import { MAX_MESSAGE_BYTES } from './service.ts';
+import { badRequest, unprocessable } from '../errors.ts';
 
 export interface Sealed {
   draftId: string;
@@ -18,7 +17,12 @@ export interface Sealed {
 export class SealedOpener {
   constructor(private readonly keys: EpochKeys) {}
 
-  /** The RFC 5322 bytes; 400 for an unknown epoch, a ciphertext that does not open, or another draft's. */
+  /**
+   * The RFC 5322 bytes; 400 for an unknown epoch, a ciphertext that does not open, or another
+   * draft's; 422 for compressed data (a policy: the web app never compresses, and 30 KB of
+   * bzip2 opens to 25 MB the send memory budget never counted). Uncompressed, the opened
+   * message is never larger than its ciphertext.
+   */
   async open(inboxId: string, sealed: Sealed): Promise<Buffer> {
     let key: openpgp.PrivateKey;
     try {
@@ -30,9 +34,14 @@ export class SealedOpener {
     let opened: { data: Uint8Array; filename: string };
     try {
       const message = await openpgp.readMessage({ binaryMessage: Buffer.concat([sealed.wrappedDek, sealed.ciphertext]) });
-      const result = await openpgp.decrypt({ message, decryptionKeys: key, format: 'binary', config: { maxDecompressedMessageSize: MAX_MESSAGE_BYTES + 1 } });
+      // Nothing may come out of a compressed packet: it fails at its first decompressed byte
+      // (openpgp.js has no switch to refuse the packet before it starts).
+      const result = await openpgp.decrypt({ message, decryptionKeys: key, format: 'binary', config: { maxDecompressedMessageSize: 0 } });
       opened = { data: result.data, filename: result.filename };
-    } catch {
+    } catch (err) {
+      if (err instanceof Error && /decompress/i.test(err.message)) {
+        throw unprocessable('the draft holds compressed data, which is refused: seal the message without compression');
+      }
       throw badRequest(`the ciphertext does not open with the epoch ${sealed.epoch} key and this wrappedDek`);
     }
     if (opened.filename !== sealed.draftId) {

@@ -102,14 +102,30 @@ export class SendService {
     }
   }
 
-  private async relayAndQueue(inbox: Inbox, actor: string, req: SendRequest): Promise<{ sent: true }> {
+  /**
+   * The checks that need nothing opened: who may send as `from` (403), the recipients and the
+   * sending rate (422). /send makes them before opening a sealed draft; send() makes them again
+   * (the rate for good when it reserves). Gives the recipients, each once.
+   */
+  async admit(inbox: Inbox, req: { from: string; to: readonly string[] }): Promise<string[]> {
     const from = req.from.toLowerCase();
     if (!inbox.addresses.some((a) => a.toLowerCase() === from)) throw forbidden(`this inbox cannot send as ${req.from}`);
-    if (req.raw.length > MAX_MESSAGE_BYTES) throw unprocessable(`the message is over the ${MAX_MESSAGE_BYTES} byte limit`);
     // Each recipient once, as the client spelled it (a local part may be case-sensitive).
     const once = new Set<string>();
     const to = req.to.filter((a) => !once.has(a.toLowerCase()) && once.add(a.toLowerCase()));
     if (to.length < 1 || to.length > MAX_RECIPIENTS) throw unprocessable(`a message goes to 1 to ${MAX_RECIPIENTS} recipients`);
+    if ((await this.outbox.sentSince(inbox.id, Date.now() - HOUR_MS, this.limits.perHour)) >= this.limits.perHour) throw this.rateLimited();
+    return to;
+  }
+
+  private rateLimited(): Error {
+    return unprocessable(`sending rate limit reached: this inbox may send ${this.limits.perHour} messages per hour`);
+  }
+
+  private async relayAndQueue(inbox: Inbox, actor: string, req: SendRequest): Promise<{ sent: true }> {
+    const from = req.from.toLowerCase();
+    const to = await this.admit(inbox, req);
+    if (req.raw.length > MAX_MESSAGE_BYTES) throw unprocessable(`the message is over the ${MAX_MESSAGE_BYTES} byte limit`);
 
     const { head, body } = splitHeader(req.raw);
     const author = fromAddress(head);
@@ -157,9 +173,7 @@ export class SendService {
     for (;;) {
       const reservation = await this.outbox.reserve(entry, copy, { since: Date.now() - HOUR_MS, max: this.limits.perHour });
       if (reservation.ok) break;
-      if (reservation.reason === 'rate') {
-        throw unprocessable(`sending rate limit reached: this inbox may send ${this.limits.perHour} messages per hour`);
-      }
+      if (reservation.reason === 'rate') throw this.rateLimited();
       // The draft was sent (or is being sent) already: never twice.
       const first = reservation.existing;
       if (first.fingerprint !== entry.fingerprint) throw conflict(`draft ${entry.draftId} was already sent with other content`);

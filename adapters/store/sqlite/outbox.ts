@@ -148,8 +148,7 @@ export class SqliteOutboxStore implements OutboxStore {
       if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
     }
     const first = Math.floor(since / MINUTE_MS);
-    let sent = this.q.minutes.get(entry.inboxId, first) ?? 0;
-    if (sent < max) sent += this.q.startMinute.get(entry.inboxId, since, (first + 1) * MINUTE_MS) ?? 0;
+    const sent = this.countSince(entry.inboxId, since, max);
     if (sent >= max) return { ok: false, reason: 'rate', sent };
     this.q.insert.run(entry);
     this.q.countSend.run(entry.inboxId, Math.floor(entry.createdAt / MINUTE_MS));
@@ -158,6 +157,17 @@ export class SqliteOutboxStore implements OutboxStore {
     let part = 0;
     for (const bytes of parts(copy)) this.q.insertPart.run(entry.id, part++, bytes);
     return { ok: true };
+  }
+
+  /** The sends since `since` (counted up to `max`: past it, the exact number does not matter). */
+  private countSince(inboxId: string, since: number, max: number): number {
+    const first = Math.floor(since / MINUTE_MS);
+    const sent = this.q.minutes.get(inboxId, first) ?? 0;
+    return sent < max ? sent + (this.q.startMinute.get(inboxId, since, (first + 1) * MINUTE_MS) ?? 0) : sent;
+  }
+
+  async sentSince(inboxId: string, since: number, max: number): Promise<number> {
+    return this.countSince(inboxId, since, max);
   }
 
   reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {

@@ -102,6 +102,8 @@ export function sendRoutes(access: Access, send: SendService, opener: SealedOpen
         // A retry of a draft already sent is answered as the first time, without opening it again.
         const prior = await send.priorAnswer(inbox.id, body.draftId, fingerprint);
         if (prior) return prior;
+        // Who may send, the recipients and the rate first: opening is the costly part.
+        await send.admit(inbox, body);
         const raw = await opener.open(inbox.id, { draftId: body.draftId, epoch: body.epoch, wrappedDek, ciphertext });
         return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw, draft: { id: body.draftId, fingerprint } });
       });
