@@ -39,7 +39,12 @@ export interface Config {
   /** Postern's own sending limit per inbox, before the relay's. */
   send: { perHour: number; copyYieldMs: number };
   /** The LMTP delivery ingress (Postfix → Postern → Dovecot); `listen` null: off. */
-  ingress: { listen: { host: string; port: number } | null; dovecot: { host: string; port: number } };
+  ingress: {
+    listen: { host: string; port: number } | null;
+    dovecot: { host: string; port: number };
+    /** Dovecot's `recipient_delimiter`: each character starts an address's detail (empty: none). */
+    recipientDelimiter: string;
+  };
   /** Every inbox watched, always (issue 12, docs/watch.md). */
   watch: {
     mode: 'push' | 'notify' | 'off';
@@ -121,6 +126,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_LMTP_PORT', default: '', description: 'LMTP delivery ingress port; empty: no ingress' },
   { name: 'POSTERN_DOVECOT_LMTP_HOST', default: '127.0.0.1', description: 'Dovecot LMTP host the ingress hands mail on to' },
   { name: 'POSTERN_DOVECOT_LMTP_PORT', default: '24', description: 'Dovecot LMTP port' },
+  { name: 'POSTERN_RECIPIENT_DELIMITER', default: '+', description: 'Dovecot\'s recipient_delimiter (each character starts a detail, as in user+news@…); the ingress resolves recipients with it, so it must equal Dovecot\'s; empty: no details' },
   { name: 'REDIS_URL', default: '', description: 'Redis for several instances: carries events and live inbox changes between them; empty: one process alone' },
   { name: 'POSTERN_MASTER_KEY', default: '', description: 'service master key sealing epoch keys (32+ random bytes, base64 or hex)' },
   { name: 'POSTERN_TOKEN_TTL', default: '7776000', description: 'default API token lifetime in seconds (90 days); 0 = never expires' },
@@ -212,6 +218,10 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     }
     hints = { host: m[1]!.replace(/^\[|\]$/g, ''), port, secret };
   }
+  const recipientDelimiter = get('POSTERN_RECIPIENT_DELIMITER');
+  if (!/^[!#-'*+\-/=?^_`{|}~.]*$/.test(recipientDelimiter)) {
+    throw new ConfigError(`POSTERN_RECIPIENT_DELIMITER must be characters an address's local part may hold, not letters or digits (like Dovecot's recipient_delimiter: + or +-), got "${recipientDelimiter}"`);
+  }
   const watchMode = get('POSTERN_WATCH');
   if (!['auto', 'push', 'notify', 'off'].includes(watchMode)) throw new ConfigError(`POSTERN_WATCH must be auto, push, notify or off, got "${watchMode}"`);
   if (watchMode === 'push' && !hints) throw new ConfigError('POSTERN_WATCH=push needs POSTERN_HINT_LISTEN and POSTERN_HINT_SECRET');
@@ -251,6 +261,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     ingress: {
       listen: get('POSTERN_LMTP_PORT') === '' ? null : { host: get('POSTERN_LMTP_HOST'), port: int('POSTERN_LMTP_PORT', 0, 65535) },
       dovecot: { host: get('POSTERN_DOVECOT_LMTP_HOST'), port: int('POSTERN_DOVECOT_LMTP_PORT', 1, 65535) },
+      recipientDelimiter,
     },
     watch: {
       mode: watchMode === 'auto' ? (hints ? 'push' : 'notify') : (watchMode as Config['watch']['mode']),

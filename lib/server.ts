@@ -182,7 +182,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // The ingress's pool of sessions to Dovecot, closed after the ingress on shutdown.
   const dovecotLmtp = new DovecotLmtp(config.ingress.dovecot);
   const lmtp = config.ingress.listen
-    ? new LmtpIngress(new Ingress(directory, keys, dovecotLmtp, eventLog, log.child({ part: 'ingress' }), (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve()), { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) })
+    ? new LmtpIngress(new Ingress(directory, keys, dovecotLmtp, eventLog, log.child({ part: 'ingress' }), (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve(), config.ingress.recipientDelimiter), { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) })
     : null;
   const mail = new MailService(mailIndex, mailMirror, mailSource, mailChanges.expect);
   const sealed = new SealedMail(mail, mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), keys, keyStore);

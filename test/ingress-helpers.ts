@@ -28,6 +28,24 @@ export async function ingressInbox(s: TestServer, projectId: string, memberId: s
   return { id, address, imapUser, imapPassword };
 }
 
+/**
+ * An inbox whose IMAP user, and so its Dovecot user, is itself in the ingress domain, beside a
+ * listed address `NAME.box@…`: every form Dovecot resolves to the user (a detail, another case,
+ * the IMAP user name, the env's `alias-NAME@…` that Postfix rewrites) reaches it only through the
+ * ingress, as all mail does in a deployment.
+ */
+export async function ingressUserInbox(s: TestServer, projectId: string, memberId: string, mode: 'compatible' | 'zero-access'): Promise<TestInbox & { name: string }> {
+  const env = mailEnv();
+  const name = unique('user');
+  const imapUser = `${name}@${env.ingress.domain}`;
+  const imapPassword = randomBytes(12).toString('hex');
+  await addUser(env, imapUser, imapPassword);
+  const address = `${name}.box@${env.ingress.domain}`;
+  const { id } = await s.postern.admin.addInbox({ projectId, imapUser, addresses: [address], mode });
+  await s.postern.admin.grant(memberId, id, 'owner');
+  return { id, address, imapUser, imapPassword, name };
+}
+
 export interface LmtpResult {
   accepted: string[];
   rejected: Array<{ recipient: string; code: number; response: string }>;

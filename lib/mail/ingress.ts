@@ -1,7 +1,9 @@
 // Delivery from outside: what the LMTP ingress (adapters/smtp/lmtp-ingress.ts) does with each
 // message Postfix hands it. Each recipient is looked up in the directory: a zero-access inbox
 // gets the message sealed to its current epoch key (lib/mail/seal.ts), a compatible inbox gets
-// it as it came, and an address Postern does not know passes through untouched. Every copy goes
+// it as it came, and an address Postern does not know passes through untouched. A recipient is
+// resolved as Dovecot will resolve it (dovecotUser): a detail, another case or the bare IMAP user
+// name of a zero-access inbox is that inbox's mail, and is sealed. Every copy goes
 // on to the mail store (Dovecot's LMTP, behind LocalDelivery), and each recipient gets the
 // store's own answer, so Postfix retries exactly the recipients that failed for now. A message
 // accepted for an inbox is recorded as message.received.
@@ -43,6 +45,29 @@ export type InboxKeys = Pick<EpochKeys, 'current'>;
 
 const temporary = (reply: string): DeliveryOutcome => ({ ok: false, code: 451, reply });
 
+/** Dovecot's default `recipient_delimiter`, and Postern's (POSTERN_RECIPIENT_DELIMITER). */
+export const DEFAULT_RECIPIENT_DELIMITER = '+';
+
+/**
+ * The Dovecot user a recipient is delivered to, as Dovecot 2.3's LMTP names it
+ * (`smtp_address_detail_parse`, then `auth_username_format = %Lu`): the local part unquoted, cut
+ * at the first of the delimiter characters (each one is a delimiter; none: no detail), glued to
+ * the domain, lower-cased (ASCII only, as Dovecot and SQLite's NOCASE fold).
+ */
+export function dovecotUser(recipient: string, delimiters: string): string {
+  const at = recipient.lastIndexOf('@');
+  let local = at < 0 ? recipient : recipient.slice(0, at);
+  const domain = at < 0 ? '' : recipient.slice(at + 1);
+  // A quoted local part ("vault"@…) names the same mailbox as the bare one.
+  if (local.length >= 2 && local.startsWith('"') && local.endsWith('"')) local = local.slice(1, -1).replace(/\\(.)/g, '$1');
+  if (delimiters !== '') {
+    const cut = [...local].findIndex((c) => delimiters.includes(c));
+    if (cut >= 0) local = [...local].slice(0, cut).join('');
+  }
+  const user = domain === '' ? local : `${local}@${domain}`;
+  return user.replace(/[A-Z]+/g, (c) => c.toLowerCase());
+}
+
 /** A copy of the message and the recipients it goes to. */
 interface Copy {
   message: Uint8Array;
@@ -64,7 +89,22 @@ export class Ingress {
     private readonly events: EventLog,
     private readonly log: WarnLog,
     private readonly beforeSealed: SealedInboxHook = async () => undefined,
+    /** Dovecot's `recipient_delimiter`: Postern must cut details where Dovecot does. */
+    private readonly recipientDelimiter: string = DEFAULT_RECIPIENT_DELIMITER,
   ) {}
+
+  /**
+   * The inbox a recipient's mail lands in: one of its addresses as given, or, as Dovecot will
+   * resolve it (detail cut, case folded), one of its addresses or its IMAP user. Null: no inbox
+   * of Postern's, Dovecot's to decide. Whatever form reaches a zero-access user is found here, so
+   * nothing reaches it unsealed.
+   */
+  private async inboxFor(recipient: string): Promise<Inbox | null> {
+    const listed = await this.directory.findInboxByAddress(recipient);
+    if (listed) return listed;
+    const user = dovecotUser(recipient, this.recipientDelimiter);
+    return (await this.directory.findInboxByAddress(user)) ?? (await this.directory.getInboxByImapUser(user));
+  }
 
   /** Delivers one message to its recipients; one outcome per envelope recipient, in order. */
   async receive(envelope: Envelope, raw: Uint8Array): Promise<DeliveryOutcome[]> {
@@ -72,7 +112,7 @@ export class Ingress {
     const plain: Copy = { message: raw, rcpts: [] };
     const sealed = new Map<string, Copy>();
     for (const [index, to] of envelope.to.entries()) {
-      const inbox = await this.directory.findInboxByAddress(to);
+      const inbox = await this.inboxFor(to);
       if (!inbox) {
         // Not Postern's: Dovecot decides about it, as if Postern were not there.
         plain.rcpts.push({ index, to, inbox: null });

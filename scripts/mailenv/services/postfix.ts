@@ -39,6 +39,9 @@ export const postfix: Service<'postfix'> = {
       INGRESS_DOMAIN,
       INGRESS_HOST: HOST,
       INGRESS_PORT: p.ingress,
+      // alias-NAME@INGRESS_DOMAIN → NAME@INGRESS_DOMAIN: an alias Postfix rewrites before the ingress
+      // ($$ is a literal $ in main.cf).
+      VIRTUAL_ALIAS_MAPS: `regexp:{ {/^alias-(.+)@${INGRESS_DOMAIN.replace(/\./g, '\\.')}$/ $1@${INGRESS_DOMAIN}} }`.replaceAll('$', '$$$$'),
       RELAYHOST: `[${HOST}]:${p.sink}`,
       RETRY_DELAY: '1s',
       MAX_BACKOFF: '5s',
