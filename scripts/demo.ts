@@ -1,7 +1,9 @@
 // `postern demo`: the mail environment, a seeded project and the running service, in one command.
 // Seeds a compatible inbox with a few realistic messages in several labels (one delivered through
 // Postfix, the rest appended as a mail app would) and an empty zero-access inbox, then prints how
-// to call the API. Ctrl-C stops the service and whatever part of the environment it started.
+// to call the API. Mail reaches both inboxes as in a deployment (docs/ingress.md): Postfix →
+// Postern's LMTP ingress → Dovecot, so the zero-access inbox never holds a plaintext copy, not
+// even briefly. Ctrl-C stops the service and whatever part of the environment it started.
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -58,28 +60,48 @@ async function countInbox(client: ImapFlow): Promise<number> {
   return status ? (status.messages ?? 0) : 0;
 }
 
-async function seedMailbox(env: MailEnv, user: string): Promise<void> {
+/** A mail app's session as the demo user. */
+async function asMailApp<T>(env: MailEnv, user: string, fn: (client: ImapFlow) => Promise<T>): Promise<T> {
   const client = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user, pass: DEMO_PASSWORD }, logger: false });
   await client.connect();
   try {
-    if ((await countInbox(client)) > 0) return; // seeded by an earlier demo run
-    const list = await client.list();
-    if (!list.some((f) => f.path === 'Projects')) await client.mailboxCreate('Projects');
-    const messages = seedMessages(user);
-    // The newest INBOX message arrives the way mail really does: through Postfix into Dovecot.
-    const [delivered, ...appended] = messages;
-    const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true });
-    await transport.sendMail({ envelope: { from: 'maria@example.com', to: [user] }, raw: rfc5322(delivered!, 0) });
-    transport.close();
-    for (const [i, m] of appended.entries()) await client.append(m.folder, rfc5322(m, i + 1), m.flags, new Date(m.date));
-    // Wait for the delivered message so the first listing shows it.
-    for (let i = 0; i < 50; i++) {
-      if ((await countInbox(client)) >= 3) break;
-      await new Promise((r) => setTimeout(r, 200));
-    }
+    return await fn(client);
   } finally {
     await client.logout();
   }
+}
+
+/**
+ * Appends the seed messages as a mail app would, before Postern indexes the inbox; false when an
+ * earlier demo run seeded it already.
+ */
+async function seedMailbox(env: MailEnv, user: string): Promise<boolean> {
+  return asMailApp(env, user, async (client) => {
+    if ((await countInbox(client)) > 0) return false;
+    const list = await client.list();
+    if (!list.some((f) => f.path === 'Projects')) await client.mailboxCreate('Projects');
+    const [, ...appended] = seedMessages(user);
+    for (const [i, m] of appended.entries()) await client.append(m.folder, rfc5322(m, i + 1), m.flags, new Date(m.date));
+    return true;
+  });
+}
+
+/**
+ * The newest INBOX message arrives the way mail really does: through Postfix's MX port and
+ * Postern's ingress into Dovecot (so Postern must be listening). Waits for it so the first
+ * listing shows it.
+ */
+async function deliverSeed(env: MailEnv, user: string): Promise<void> {
+  const [delivered] = seedMessages(user);
+  const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true });
+  try {
+    await transport.sendMail({ envelope: { from: 'maria@example.com', to: [user] }, raw: rfc5322(delivered!, 0) });
+  } finally {
+    transport.close();
+  }
+  await asMailApp(env, user, async (client) => {
+    for (let i = 0; i < 50 && (await countInbox(client)) < 3; i++) await new Promise((r) => setTimeout(r, 200));
+  });
 }
 
 const TOKEN_SETS: Record<string, string[]> = {
@@ -109,11 +131,13 @@ export async function runDemo(_args: string[]): Promise<void> {
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
 
-  const demoUser = `demo@${env.domain}`;
-  const vaultUser = `vault@${env.domain}`;
+  // In the env's ingress domain, which Postfix delivers only through the ingress: every form of
+  // these users (their addresses, details, the IMAP user names) passes Postern on the way in.
+  const demoUser = `demo@${env.ingress.domain}`;
+  const vaultUser = `vault@${env.ingress.domain}`;
   await addUser(env, demoUser, DEMO_PASSWORD);
   await addUser(env, vaultUser, DEMO_PASSWORD);
-  await seedMailbox(env, demoUser);
+  const seeded = await seedMailbox(env, demoUser);
 
   // The demo's own master key, kept beside its database (0600) so `postern admin` commands on
   // that database can use it: POSTERN_MASTER_KEY=$(cat <dir>/master.key).
@@ -128,6 +152,9 @@ export async function runDemo(_args: string[]): Promise<void> {
     POSTERN_APP_ORIGIN: process.env.POSTERN_APP_ORIGIN ?? `http://localhost:${port}`,
     POSTERN_DB: join(dir, 'postern.db'),
     ...posternEnv(env),
+    // The delivery ingress on the port the env's Postfix delivers the ingress domain to.
+    POSTERN_LMTP_HOST: env.ingress.host,
+    POSTERN_LMTP_PORT: String(env.ingress.port),
     POSTERN_MASTER_KEY: readFileSync(masterKeyFile, 'utf8').trim(),
   });
   const postern = createPostern(config, pino({ level: process.env.POSTERN_LOG_LEVEL ?? 'warn' }));
@@ -145,7 +172,13 @@ export async function runDemo(_args: string[]): Promise<void> {
   // The web app is built from web/ on every demo run (dist/ is not committed).
   await buildApp();
 
-  const { url } = await postern.listen();
+  const testMailFile = join(dir, 'test-mail.eml');
+  writeFileSync(testMailFile, ['From: You <you@example.com>', `To: ${vaultUser}`, 'Subject: For the vault', '', 'For your eyes only.', ''].join('\r\n'));
+  const { url } = await postern.listen().catch((err: unknown) => {
+    const taken = (err as NodeJS.ErrnoException).code === 'EADDRINUSE';
+    throw taken ? new Error(`a port the demo needs is taken (${(err as Error).message}): is another demo, or an ingress test, running on this mail environment?`) : err;
+  });
+  if (seeded) await deliverSeed(env, demoUser);
   const base = `${url}/v1`;
   const app = `${url}/api/v1`;
   const summary = {
@@ -164,8 +197,17 @@ export async function runDemo(_args: string[]): Promise<void> {
     webApp: `${config.app.origin}/app/`,
     enrollmentLink: invite.link,
     // A mail app's outgoing server is Postfix's submission service (login with the same user and
-    // password); env.smtp is the MX port, which takes mail for the domain and relays nothing.
-    mailApp: { imap: `${env.imap.host}:${env.imap.port}`, users: [demoUser, vaultUser], password: DEMO_PASSWORD, smtp: `${env.submission.host}:${env.submission.port}` },
+    // password). mx is where mail from outside arrives (Postfix's MX port, no login, relays
+    // nothing): send test mail to the inboxes' addresses there; it goes through Postern's ingress.
+    mailApp: {
+      imap: `${env.imap.host}:${env.imap.port}`,
+      users: [demoUser, vaultUser],
+      password: DEMO_PASSWORD,
+      smtp: `${env.submission.host}:${env.submission.port}`,
+      mx: `${env.smtp.host}:${env.smtp.port}`,
+    },
+    // Test mail for the zero-access inbox, as from the internet: it is stored sealed.
+    testMail: `curl -s smtp://${env.smtp.host}:${env.smtp.port} --mail-from you@example.com --mail-rcpt ${vaultUser} -T ${testMailFile}`,
     try: [
       `curl -s -H 'Authorization: Bearer ${tokens.read}' ${base}/inboxes`,
       `curl -s -H 'Authorization: Bearer ${tokens.read}' ${base}/inboxes/${inbox.id}/labels`,
@@ -173,7 +215,8 @@ export async function runDemo(_args: string[]): Promise<void> {
     ],
   };
   process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-  process.stderr.write(`\nPostern is running at ${base} — try the curl lines above, or open the enrollment link, then ${summary.webApp}. Ctrl-C stops it.\n`);
+  process.stderr.write(`\nPostern is running at ${base} — try the curl lines above, or open the enrollment link, then ${summary.webApp}.\n`);
+  process.stderr.write(`Mail to ${demoUser} or ${vaultUser} arrives at ${summary.mailApp.mx} (SMTP, as from the internet) and passes Postern's ingress; testMail above sends one. Ctrl-C stops it.\n`);
 
   await untilSignal();
   await postern.close();

@@ -1,12 +1,50 @@
 // The README's first command: `postern demo` gives a running service whose printed curl lines work.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
 import { ROOT } from '../lib/paths.ts';
 import { mailEnv } from './harness.ts';
+import { until } from './mail-fixtures.ts';
+
+/**
+ * Sends what the demo's printed testMail line sends (curl's SMTP upload of the file) through the
+ * printed MX address, then waits for the zero-access inbox's next UID and returns every message
+ * from that UID on: a plaintext copy stored first and sealed later would take that UID and leave
+ * the sealed one a higher UID.
+ */
+async function sendTestMail(summary: DemoSummary): Promise<{ expectedUid: number; stored: Array<{ uid: number; source: Buffer }> }> {
+  const m = /^curl -s smtp:\/\/([^:\s]+):(\d+) --mail-from (\S+) --mail-rcpt (\S+) -T (\S+)$/.exec(summary.testMail);
+  expect(m, summary.testMail).to.not.equal(null);
+  const [, host, port, from, rcpt, file] = m!;
+  expect(`${host}:${port}`).to.equal(summary.mailApp.mx);
+  expect(rcpt).to.equal(summary.inboxes.zeroAccess.address);
+  const [imapHost, imapPort] = summary.mailApp.imap.split(':');
+  const client = new ImapFlow({ host: imapHost!, port: Number(imapPort), secure: false, auth: { user: summary.mailApp.users[1]!, pass: summary.mailApp.password }, logger: false });
+  client.on('error', () => undefined);
+  await client.connect();
+  try {
+    const expectedUid = Number((await client.mailboxOpen('INBOX')).uidNext);
+    const mx = nodemailer.createTransport({ host, port: Number(port), secure: false, ignoreTLS: true });
+    try {
+      await mx.sendMail({ envelope: { from: from!, to: [rcpt!] }, raw: readFileSync(file!) });
+    } finally {
+      mx.close();
+    }
+    const stored = await until('the test mail in the zero-access inbox', async () => {
+      const got: Array<{ uid: number; source: Buffer }> = [];
+      // Whatever Dovecot stored from that UID on ("n:*" also names the last message when none is that new).
+      for await (const msg of client.fetch(`${expectedUid}:*`, { uid: true, source: true }, { uid: true })) if (msg.uid >= expectedUid) got.push({ uid: msg.uid, source: msg.source! });
+      return got.length > 0 && got.sort((a, b) => a.uid - b.uid);
+    }, 30_000);
+    return { expectedUid, stored };
+  } finally {
+    await client.logout().catch(() => undefined);
+  }
+}
 
 interface DemoSummary {
   baseUrl: string;
@@ -17,7 +55,8 @@ interface DemoSummary {
   session: string;
   webApp: string;
   enrollmentLink: string;
-  mailApp: { imap: string; users: string[]; password: string; smtp: string };
+  mailApp: { imap: string; users: string[]; password: string; smtp: string; mx: string };
+  testMail: string;
   try: string[];
 }
 
@@ -74,6 +113,17 @@ describe('postern demo', function () {
       expect(options.status).to.equal(200);
       // The printed outgoing server is the one a mail app sends through: it takes the demo
       // user's login and relays the user's mail (the MX port would refuse both).
+      // Test mail to the zero-access inbox through the printed MX address passes Postern's
+      // ingress: the first copy Dovecot stores is the sealed one, no plaintext ever rests there.
+      expect(summary.mailApp.mx).to.equal(`${mailEnv().smtp.host}:${mailEnv().smtp.port}`);
+      const { expectedUid, stored } = await sendTestMail(summary);
+      expect(stored[0]!.uid, 'the first stored copy').to.equal(expectedUid);
+      const first = stored[0]!.source.toString('latin1');
+      expect(first).to.match(/^Content-Type: multipart\/encrypted; protocol="application\/pgp-encrypted";/m);
+      expect(first).to.match(/^X-Postern-Sealed: epoch=1;/m);
+      expect(first).to.not.include('For your eyes only');
+      expect(first).to.match(/^Subject: For the vault\r$/m);
+
       const [host, port] = summary.mailApp.smtp.split(':');
       expect(Number(port)).to.equal(mailEnv().submission.port);
       const user = summary.mailApp.users[0]!;
