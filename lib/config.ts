@@ -65,7 +65,13 @@ export interface Config {
   tokenTtlSeconds: number;
   sessionTtlSeconds: number;
   /** The web app: its origin (WebAuthn's origin and, from its host, RP ID) and invite lifetime. */
-  app: { origin: string; inviteTtlSeconds: number; ceremoniesPerMinute: number };
+  app: {
+    origin: string;
+    inviteTtlSeconds: number;
+    ceremoniesPerMinute: number;
+    /** How old a re-authentication (and the session that sets a first key) may be. */
+    reauthMaxAgeSeconds: number;
+  };
   events: { settleMs: number };
   stream: {
     heartbeatMs: number;
@@ -134,6 +140,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_APP_ORIGIN', default: 'http://localhost:8787', description: 'the web app\'s origin as browsers see it (https://…, or http://localhost…): passkeys are bound to its host name' },
   { name: 'POSTERN_SIGN_IN_RATE_PER_MINUTE', default: '30', description: 'passkey sign-in and enrollment requests one client address may make per minute (per worker), more get 429; 0 = no limit' },
   { name: 'POSTERN_INVITE_TTL', default: '604800', description: 'default passkey enrollment invite lifetime in seconds (7 days)' },
+  { name: 'POSTERN_REAUTH_MAX_AGE', default: '300', description: 'seconds a re-authentication challenge (replacing the key, adding a passkey) stays answerable, and how old a session may be to set the first key without one' },
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
@@ -281,7 +288,12 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     masterKey: get('POSTERN_MASTER_KEY') || null,
     tokenTtlSeconds: int('POSTERN_TOKEN_TTL'),
     sessionTtlSeconds: int('POSTERN_SESSION_TTL', 60),
-    app: { origin: appOrigin(get('POSTERN_APP_ORIGIN')), inviteTtlSeconds: int('POSTERN_INVITE_TTL', 60), ceremoniesPerMinute: int('POSTERN_SIGN_IN_RATE_PER_MINUTE', 0, 1000000) },
+    app: {
+      origin: appOrigin(get('POSTERN_APP_ORIGIN')),
+      inviteTtlSeconds: int('POSTERN_INVITE_TTL', 60),
+      ceremoniesPerMinute: int('POSTERN_SIGN_IN_RATE_PER_MINUTE', 0, 1000000),
+      reauthMaxAgeSeconds: int('POSTERN_REAUTH_MAX_AGE', 10, 3600),
+    },
     events: { settleMs: int('POSTERN_EVENTS_SETTLE_MS', 0, 60000) },
     stream: {
       heartbeatMs: int('POSTERN_STREAM_HEARTBEAT_MS', 10, 3600000),

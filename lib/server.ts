@@ -55,6 +55,7 @@ import { Validator } from './http/validate.ts';
 import { SqlitePasskeyStore } from '../adapters/store/sqlite/passkeys.ts';
 import { SqliteKeyBackupStore } from '../adapters/store/sqlite/key-backups.ts';
 import { Passkeys } from './auth/passkeys.ts';
+import { MemberKeyChange } from './auth/key-change.ts';
 import { KeyBackups } from './crypto/key-backups.ts';
 import { passkeyRoutes } from './http/routes/passkeys.ts';
 import { keyBackupRoutes } from './http/routes/key-backup.ts';
@@ -220,22 +221,24 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // Caps the live streams of one credential and of one project (both kinds of stream).
   const streamQuota = new StreamQuota({ maxPerCredential: config.stream.maxPerCredential, maxPerProject: config.stream.maxPerProject });
 
-  const routes = [
-    inboxRoutes(access),
-    eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
-    labelRoutes(access, mail),
-    messageRoutes(access, mail, validator, sealed),
-    keyRoutes(access, keys, userKeys, validator),
-    contentRoutes(access, sealed, eventLog),
-    inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
-    sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
-  ];
   const passkeys = new Passkeys(new SqlitePasskeyStore(db), directory, {
     origin: config.app.origin,
     rpName: 'Postern',
     sessionTtlSeconds: config.sessionTtlSeconds,
     inviteTtlSeconds: config.app.inviteTtlSeconds,
+    reauthMaxAgeSeconds: config.app.reauthMaxAgeSeconds,
+    events: eventLog,
   });
+  const routes = [
+    inboxRoutes(access),
+    eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
+    labelRoutes(access, mail),
+    messageRoutes(access, mail, validator, sealed),
+    keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
+    contentRoutes(access, sealed, eventLog),
+    inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
+    sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
+  ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
     passkeyRoutes({ access, passkeys, validator, ceremoniesPerMinute: config.app.ceremoniesPerMinute }),

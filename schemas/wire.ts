@@ -106,7 +106,10 @@ export interface EpochKeyList {
   epochs: EpochKey[];
 }
 
-/** PUT /me/key: the member's OpenPGP public key, armored or base64 of the binary (crypto.json UserKey). */
+/**
+ * PUT /me/key: the member's OpenPGP public key, armored or base64 of the binary (crypto.json
+ * UserKey); the request (app.json SetKeyRequest) adds `reauth` to replace a key already set.
+ */
 export interface UserKey {
   publicKey: string;
 }
@@ -139,6 +142,9 @@ export interface SendRequest {
 export interface SendResult {
   sent: true;
 }
+
+/** What a re-authentication confirms (app.json ReauthOperation): POST /me/reauth/options. */
+export type ReauthOperation = 'replace-key' | 'add-passkey';
 
 /** A member's passkey (app.json Passkey). */
 export interface Passkey {

@@ -4,6 +4,7 @@ import { expect } from 'chai';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { SqlitePasskeyStore } from '../adapters/store/sqlite/passkeys.ts';
 import { Passkeys } from '../lib/auth/passkeys.ts';
+import { userKeyPair } from './crypto-fixtures.ts';
 import { call, expectError, json, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
 import { SoftPasskey } from './webauthn-authenticator.ts';
 
@@ -62,6 +63,12 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
     const res = await post('/auth/enroll', { invite, name: 'Laptop', response: key.register(await enrollOptions(invite)) });
     expect(res.status, await res.clone().text()).to.equal(201);
     return { key, signedIn: await json<SignedIn>(res) };
+  }
+
+  async function reauthOptions(session: string, operation: string) {
+    const res = await post('/me/reauth/options', { operation }, session);
+    expect(res.status, await res.clone().text()).to.equal(200);
+    return (await json<{ publicKey: { challenge: string; allowCredentials: Array<{ id: string }>; userVerification: string } }>(res)).publicKey;
   }
 
   async function signInOptions() {
@@ -221,7 +228,8 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
     const { publicKey } = await json<{ publicKey: { challenge: string; user: { id: string }; excludeCredentials: Array<{ id: string }> } }>(optionsRes);
     expect(publicKey.excludeCredentials.map((c) => c.id)).to.deep.equal([key.id]);
     const phone = new SoftPasskey(ORIGIN);
-    const added = await post('/auth/passkeys', { name: 'Phone', response: phone.register(publicKey) }, signedIn.session);
+    const reauth = key.signIn(await reauthOptions(signedIn.session, 'add-passkey'));
+    const added = await post('/auth/passkeys', { name: 'Phone', response: phone.register(publicKey), reauth }, signedIn.session);
     expect(added.status).to.equal(201);
     const phoneView = await json<{ id: string; name: string }>(added);
     expect(phoneView.name).to.equal('Phone');
@@ -347,5 +355,202 @@ describe('the member\'s encrypted key (GET/PUT /me/key-backup)', () => {
     await expectError(await call(`${s.app}/me/key-backup`), 401);
     const token = await p.token(['messages:read']);
     await expectError(await call(`${s.base}/me/key-backup`, { token }), 404);
+  });
+});
+
+describe('re-authentication: replacing the key (PUT /me/key) and adding a passkey need a fresh passkey assertion', () => {
+  let s: TestServer;
+  let p: TestProject;
+  let logToken: string;
+
+  before(async () => {
+    s = await startPostern({ POSTERN_APP_ORIGIN: ORIGIN, POSTERN_SIGN_IN_RATE_PER_MINUTE: '0', POSTERN_EVENTS_SETTLE_MS: '0' });
+    p = await newProject(s);
+    logToken = await p.token(['events:read', 'project:read']);
+  });
+  after(() => s.close());
+
+  const post = (path: string, body: unknown, session?: string) =>
+    call(`${s.app}${path}`, { method: 'POST', ...(session ? { session } : {}), headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const putKey = (session: string, publicKey: string, reauth?: unknown) =>
+    call(`${s.app}/me/key`, { method: 'PUT', session, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ publicKey, ...(reauth ? { reauth } : {}) }) });
+  const storedKey = (memberId: string) => s.postern.db.prepare('SELECT fingerprint FROM member_keys WHERE member_id = ?').pluck().get(memberId) as string | undefined;
+  const newKey = async () => {
+    const { armoredPublic, privateKey } = await userKeyPair();
+    return { armored: armoredPublic, fingerprint: privateKey.getFingerprint().toUpperCase() };
+  };
+
+  /** The project log as a project:read token reads it: this member's events of `type`. */
+  async function logged(type: string, memberId: string): Promise<Array<{ actor: string; subject?: string; data: Record<string, unknown> }>> {
+    const res = await call(`${s.base}/events?types=${type}&limit=500`, { token: logToken });
+    expect(res.status, await res.clone().text()).to.equal(200);
+    const { events } = await json<{ events: Array<{ actor: string; subject?: string; data: Record<string, unknown> }> }>(res);
+    return events.filter((e) => e.data.memberId === memberId);
+  }
+
+  /** A clock an hour behind on the same store: what it issues is already stale for the server. */
+  const pastPasskeys = () => {
+    const db = s.postern.db;
+    return new Passkeys(new SqlitePasskeyStore(db), new SqliteDirectoryStore(db), {
+      origin: ORIGIN,
+      rpName: 'Postern',
+      sessionTtlSeconds: 2 * 3600,
+      inviteTtlSeconds: 60,
+      now: () => Date.now() - 3_600_000,
+    });
+  };
+
+  async function enrolled(memberId: string): Promise<{ key: SoftPasskey; session: string; passkeyId: string }> {
+    const { link } = await s.postern.passkeys.invite(memberId);
+    const invite = new URL(link).hash.replace('#enroll=', '');
+    const options = await json<{ publicKey: { challenge: string; user: { id: string } } }>(await post('/auth/enroll/options', { invite }));
+    const key = new SoftPasskey(ORIGIN);
+    const res = await post('/auth/enroll', { invite, name: 'Laptop', response: key.register(options.publicKey) });
+    expect(res.status, await res.clone().text()).to.equal(201);
+    const signedIn = await json<SignedIn>(res);
+    return { key, session: signedIn.session, passkeyId: signedIn.passkeyId };
+  }
+
+  async function reauthOptions(session: string, operation: string) {
+    const res = await post('/me/reauth/options', { operation }, session);
+    expect(res.status, await res.clone().text()).to.equal(200);
+    return (await json<{ publicKey: { challenge: string; allowCredentials: Array<{ id: string }>; userVerification: string } }>(res)).publicKey;
+  }
+
+  async function addOptions(session: string) {
+    const res = await post('/auth/passkeys/options', {}, session);
+    expect(res.status, await res.clone().text()).to.equal(200);
+    return (await json<{ publicKey: { challenge: string; user: { id: string } } }>(res)).publicKey;
+  }
+
+  it('the first key rides on the fresh sign-in; replacing it needs an assertion for replace-key, used once; both are in the project log', async () => {
+    const member = await p.member();
+    const { key, session, passkeyId } = await enrolled(member);
+    const first = await newKey();
+    const set = await putKey(session, first.armored);
+    expect(set.status, await set.clone().text()).to.equal(200);
+    const [firstSet, ...more] = await logged('access.key.set', member);
+    expect(more).to.deep.equal([]);
+    expect(firstSet).to.deep.include({ actor: member, subject: member, data: { memberId: member, fingerprint: first.fingerprint, confirmedBy: 'fresh-session', passkeyId } });
+    // The same key again changes nothing: no confirmation, no event.
+    expect((await putKey(session, first.armored)).status).to.equal(200);
+
+    // A stolen session replacing the key: refused, and the key stays.
+    const second = await newKey();
+    await expectError(await putKey(session, second.armored), 403, /re-authentication required.*replace-key/);
+    // An assertion made for another operation does not do.
+    const forAdding = key.signIn(await reauthOptions(session, 'add-passkey'));
+    await expectError(await putKey(session, second.armored, forAdding), 403, /another operation \(add-passkey\)/);
+    // A sign-in assertion is not one either.
+    const signInOptions = await json<{ publicKey: { challenge: string } }>(await post('/auth/sign-in/options', {}));
+    await expectError(await putKey(session, second.armored, key.signIn(signInOptions.publicKey)), 403, /another ceremony \(sign-in\)/);
+    expect(storedKey(member)).to.equal(first.fingerprint);
+    expect(await logged('access.key.set', member)).to.have.length(1);
+
+    const options = await reauthOptions(session, 'replace-key');
+    expect(options.userVerification).to.equal('required');
+    expect(options.allowCredentials.map((c) => c.id)).to.deep.equal([key.id]);
+    const reauth = key.signIn(options);
+    const replaced = await putKey(session, second.armored, reauth);
+    expect(replaced.status, await replaced.clone().text()).to.equal(200);
+    expect((await json<{ fingerprint: string }>(replaced)).fingerprint).to.equal(second.fingerprint);
+    expect(storedKey(member)).to.equal(second.fingerprint);
+    const events = await logged('access.key.set', member);
+    expect(events.map((e) => e.data)).to.deep.equal([
+      { memberId: member, fingerprint: first.fingerprint, confirmedBy: 'fresh-session', passkeyId },
+      { memberId: member, fingerprint: second.fingerprint, previousFingerprint: first.fingerprint, confirmedBy: 'passkey', passkeyId },
+    ]);
+    // Single use: the same answer cannot replace the key again.
+    const third = await newKey();
+    await expectError(await putKey(session, third.armored, reauth), 403, /already answered/);
+    expect(storedKey(member)).to.equal(second.fingerprint);
+  });
+
+  it('refuses a stale challenge, another member\'s challenge or passkey, and an assertion without user verification', async () => {
+    const member = await p.member();
+    const { key, session } = await enrolled(member);
+    const first = await newKey();
+    expect((await putKey(session, first.armored)).status).to.equal(200);
+    const second = await newKey();
+
+    // Issued an hour ago: older than POSTERN_REAUTH_MAX_AGE (5 minutes by default).
+    const stale = await pastPasskeys().reauthOptions(member, 'replace-key');
+    await expectError(await putKey(session, second.armored, key.signIn(stale)), 403, /expired/);
+
+    const other = await p.member();
+    const stranger = await enrolled(other);
+    // A challenge issued to another member, answered by that member's passkey.
+    const theirs = stranger.key.signIn(await reauthOptions(stranger.session, 'replace-key'));
+    await expectError(await putKey(session, second.armored, theirs), 403, /issued to another member/);
+    // This member's challenge, answered by another member's passkey.
+    const wrongKey = stranger.key.signIn(await reauthOptions(session, 'replace-key'));
+    await expectError(await putKey(session, second.armored, wrongKey), 403, /not one of yours/);
+
+    // The authenticator did not verify the user (no PIN, no biometrics): presence is not enough.
+    key.verifiesUser = false;
+    await expectError(await putKey(session, second.armored, key.signIn(await reauthOptions(session, 'replace-key'))), 403, /user.*verif/i);
+    key.verifiesUser = true;
+
+    // A malformed assertion is a 400, and an unknown operation too.
+    await expectError(await putKey(session, second.armored, { id: 'x' }), 400, /reauth/);
+    await expectError(await post('/me/reauth/options', { operation: 'become-admin' }, session), 400, /operation/);
+    expect(storedKey(member)).to.equal(first.fingerprint);
+    expect(await logged('access.key.set', member)).to.have.length(1);
+  });
+
+  it('a first key from a session older than the window needs the assertion too', async () => {
+    const member = await p.member();
+    const { key } = await enrolled(member);
+    // A session the passkey opened an hour ago (still alive).
+    const past = pastPasskeys();
+    const old = await past.signIn(key.signIn(await past.signInOptions()));
+    const mine = await newKey();
+    await expectError(await putKey(old.session, mine.armored), 403, /re-authentication required/);
+    expect(storedKey(member)).to.equal(undefined);
+    const ok = await putKey(old.session, mine.armored, key.signIn(await reauthOptions(old.session, 'replace-key')));
+    expect(ok.status, await ok.clone().text()).to.equal(200);
+    expect((await logged('access.key.set', member)).map((e) => e.data)).to.deep.equal([
+      { memberId: member, fingerprint: mine.fingerprint, confirmedBy: 'passkey', passkeyId: old.passkeyId },
+    ]);
+  });
+
+  it('adding a passkey needs an assertion for add-passkey, used once; every passkey added is in the project log', async () => {
+    const member = await p.member();
+    const { key, session, passkeyId } = await enrolled(member);
+    expect((await logged('access.passkey.added', member)).map((e) => e.data)).to.deep.equal([{ memberId: member, passkeyId, name: 'Laptop', via: 'invite' }]);
+
+    const phone = new SoftPasskey(ORIGIN);
+    await expectError(await post('/auth/passkeys', { name: 'Phone', response: phone.register(await addOptions(session)) }, session), 403, /re-authentication required.*add-passkey/);
+    const forKey = key.signIn(await reauthOptions(session, 'replace-key'));
+    await expectError(await post('/auth/passkeys', { name: 'Phone', response: phone.register(await addOptions(session)), reauth: forKey }, session), 403, /another operation \(replace-key\)/);
+    // (Asked for last: a new challenge stored drops the expired ones, and the answer would be "unknown".)
+    const response = phone.register(await addOptions(session));
+    const stale = key.signIn(await pastPasskeys().reauthOptions(member, 'add-passkey'));
+    await expectError(await post('/auth/passkeys', { name: 'Phone', response, reauth: stale }, session), 403, /expired/);
+    expect((await json<{ passkeys: unknown[] }>(await call(`${s.app}/auth/passkeys`, { session }))).passkeys).to.have.length(1);
+
+    const reauth = key.signIn(await reauthOptions(session, 'add-passkey'));
+    const added = await post('/auth/passkeys', { name: 'Phone', response: phone.register(await addOptions(session)), reauth }, session);
+    expect(added.status, await added.clone().text()).to.equal(201);
+    const { id } = await json<{ id: string }>(added);
+    expect((await logged('access.passkey.added', member)).map((e) => e.data)).to.deep.equal([
+      { memberId: member, passkeyId, name: 'Laptop', via: 'invite' },
+      { memberId: member, passkeyId: id, name: 'Phone', via: 'session', confirmedWith: passkeyId },
+    ]);
+    const tablet = new SoftPasskey(ORIGIN);
+    await expectError(await post('/auth/passkeys', { name: 'Tablet', response: tablet.register(await addOptions(session)), reauth }, session), 403, /already answered/);
+    // The passkey added confirms later operations like the first one.
+    const fromPhone = phone.signIn(await reauthOptions(session, 'add-passkey'));
+    expect((await post('/auth/passkeys', { name: 'Tablet', response: tablet.register(await addOptions(session)), reauth: fromPhone }, session)).status).to.equal(201);
+  });
+
+  it('POST /me/reauth/options is for sessions of members who have a passkey', async () => {
+    await expectError(await post('/me/reauth/options', { operation: 'replace-key' }), 401);
+    const token = await p.token(['messages:read']);
+    await expectError(await call(`${s.app}/me/reauth/options`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"operation":"replace-key"}' }), 401);
+    // A staff-issued session of a member who never enrolled: nothing to confirm with.
+    const staffSession = await p.session({ memberId: await p.member() });
+    await expectError(await post('/me/reauth/options', { operation: 'add-passkey' }, staffSession), 409, /none/);
+    await expectError(await post('/me/reauth/options', {}, staffSession), 400, /operation/);
   });
 });

@@ -50,6 +50,8 @@ export class SoftPasskey {
   private readonly publicKey: KeyObject;
   private userHandle = '';
   counter = 0;
+  /** Whether the authenticator says it verified the user (PIN, biometrics): the UV flag. */
+  verifiesUser = true;
 
   constructor(
     /** Where the "browser" says the page was. */
@@ -86,7 +88,7 @@ export class SoftPasskey {
   /** navigator.credentials.get() answering request options; the counter grows by one. */
   signIn(options: { challenge: string }): AuthenticationJSON {
     this.counter += 1;
-    const authData = this.authData(0x05);
+    const authData = this.authData(this.verifiesUser ? 0x05 : 0x01);
     const clientData = this.clientData('webauthn.get', options.challenge);
     const signature = sign('sha256', Buffer.concat([authData, sha256(clientData)]), this.privateKey);
     return {

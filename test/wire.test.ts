@@ -34,6 +34,7 @@ const MIRRORS: Record<string, string> = {
   ComposeData: 'crypto.json#/$defs/ComposeData',
   SendRequest: 'send.json#/$defs/SendRequest',
   SendResult: 'send.json#/$defs/SendResult',
+  ReauthOperation: 'app.json#/$defs/ReauthOperation',
   Passkey: 'app.json#/$defs/Passkey',
   PasskeyList: 'app.json#/$defs/PasskeyList',
   SignedIn: 'app.json#/$defs/SignedIn',

@@ -7,7 +7,7 @@ import { scryptAsync } from '@noble/hashes/scrypt.js';
 import { generateKey, readKey } from 'openpgp';
 import type { KeyBackup, UserKeySet } from '../schemas/wire.ts';
 import { api, ApiError, SIGNED_OUT } from './api.ts';
-import type { Unlocking } from './passkey.ts';
+import { confirmWithPasskey, type Unlocking } from './passkey.ts';
 
 /** scrypt at OWASP's recommended minimum (N=2^17, r=8, p=1: 128 MiB, about a second). */
 export const SCRYPT = { N: 2 ** 17, r: 8, p: 1 } as const;
@@ -104,9 +104,23 @@ async function save(envelope: Envelope, replaces: number): Promise<number> {
   return r.version;
 }
 
+/**
+ * PUT /me/key. The first key rides on the sign-in that just happened; replacing a key the server
+ * already has (this member's key backup was lost, say), or a first key set long after sign-in,
+ * is refused with 403 until a passkey confirms it: then the ceremony runs and the request again.
+ */
+async function putPublicKey(publicKey: string): Promise<UserKeySet> {
+  try {
+    return await api<UserKeySet>('PUT', '/me/key', { publicKey });
+  } catch (err) {
+    if (!(err instanceof ApiError && err.status === 403)) throw err;
+  }
+  return api<UserKeySet>('PUT', '/me/key', { publicKey, reauth: await confirmWithPasskey('replace-key') });
+}
+
 async function registerPublicKey(publicKey: string, fingerprint: string): Promise<string> {
   try {
-    const r = await api<UserKeySet>('PUT', '/me/key', { publicKey });
+    const r = await putPublicKey(publicKey);
     return r.fingerprint?.toLowerCase() === fingerprint.toLowerCase() ? 'registered' : 'registered, but the server reports another fingerprint';
   } catch (err) {
     if (err instanceof ApiError && (err.status === 404 || err.status === 405)) return 'not registered: this server has no PUT /me/key yet';

@@ -4,7 +4,7 @@
 // response goes to the server, which refuses any response carrying it.
 import { bufferToBase64URLString, startAuthentication, startRegistration } from '@simplewebauthn/browser';
 import type { AuthenticationResponseJSON, PublicKeyCredentialCreationOptionsJSON, PublicKeyCredentialRequestOptionsJSON, RegistrationResponseJSON } from '@simplewebauthn/browser';
-import type { SignedIn } from '../schemas/wire.ts';
+import type { ReauthOperation, SignedIn } from '../schemas/wire.ts';
 import { api } from './api.ts';
 
 /** The one PRF input: the output differs per passkey already, so the salt needs no secret. */
@@ -60,11 +60,22 @@ export async function enroll(invite: string, name: string): Promise<{ signedIn: 
   return { signedIn, unlocking };
 }
 
-/** Adds a passkey to the signed-in member. */
+/**
+ * Re-authentication: one of the member's passkeys confirms `operation` (with user verification)
+ * just before it is sent. The server refuses a passkey added or a key replaced on the strength of
+ * the session alone, which someone could have stolen (docs/app.md).
+ */
+export async function confirmWithPasskey(operation: ReauthOperation): Promise<AuthenticationResponseJSON> {
+  const { publicKey } = await api<{ publicKey: PublicKeyCredentialRequestOptionsJSON }>('POST', '/me/reauth/options', { operation });
+  return startAuthentication({ optionsJSON: publicKey });
+}
+
+/** Adds a passkey to the signed-in member, confirmed with one they already have. */
 export async function addPasskey(name: string): Promise<Unlocking> {
+  const reauth = await confirmWithPasskey('add-passkey');
   const { publicKey } = await api<{ publicKey: PublicKeyCredentialCreationOptionsJSON }>('POST', '/auth/passkeys/options');
   const { response, prf, prfEnabled } = await register(publicKey);
-  await api('POST', '/auth/passkeys', { name, response });
+  await api('POST', '/auth/passkeys', { name, response, reauth });
   return { credentialId: response.id, prf: prf ?? (prfEnabled ? await prfAfterRegistration(response.id, response.response.transports) : null) };
 }
 

@@ -1,5 +1,6 @@
 // The port passkey sign-in needs from storage: invites, passkeys, ceremony challenges, and the
 // sessions a passkey opens. Asynchronous like every store port (PostgreSQL comes later).
+import type { ReauthOperation } from '../../schemas/wire.ts';
 
 export interface InviteRecord {
   id: string;
@@ -27,13 +28,18 @@ export interface PasskeyRecord {
   disabledAt: number | null;
 }
 
-export type CeremonyKind = 'enroll' | 'add' | 'sign-in';
+export type CeremonyKind = 'enroll' | 'add' | 'sign-in' | 'reauth';
+
+/** What a re-authentication confirms: each needs a challenge issued for it (docs/app.md). */
+export type { ReauthOperation };
 
 export interface ChallengeRecord {
   challenge: string;
   kind: CeremonyKind;
   inviteId: string | null;
   memberId: string | null;
+  /** The operation a `reauth` challenge was issued for; null for the other kinds. */
+  operation: ReauthOperation | null;
   expiresAt: number;
 }
 
@@ -75,6 +81,7 @@ export interface PasskeyStore {
   /** The member's sessions that have not ended or expired, newest first. */
   listLiveSessions(memberId: string, now: number): Promise<MemberSession[]>;
   getSessionOwner(id: string): Promise<string | null>;
+  getSession(id: string): Promise<MemberSession | null>;
   /** True when a live session was ended now. */
   endSession(id: string, at: number): Promise<boolean>;
 }

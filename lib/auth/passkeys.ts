@@ -3,6 +3,9 @@
 // staff can issue). Every ceremony is checked against the one configured origin and its RP ID,
 // each challenge is answered at most once and lives CHALLENGE_TTL_MS, and a signature counter
 // that does not grow disables the passkey (WebAuthn §6.1.1: a possibly cloned authenticator).
+// A session is not enough to widen what it can reach: adding a passkey or replacing the member's
+// key needs a fresh assertion (re-authentication) from one of the member's passkeys, answering a
+// challenge issued for that operation at most `reauthMaxAgeSeconds` before (docs/app.md).
 import {
   generateAuthenticationOptions,
   generateRegistrationOptions,
@@ -20,9 +23,12 @@ import type { Member } from '../directory/types.ts';
 import { ApiError, badRequest, conflict, forbidden, notFound, unauthorized } from '../errors.ts';
 import { isId, newId, parseId } from '../ids.ts';
 import { mintInvite, mintSession, parseInvite, secretMatches } from './credentials.ts';
-import type { CeremonyKind, ChallengeRecord, MemberSession, PasskeyRecord, PasskeyStore } from './passkey-store.ts';
+import type { EventLog } from '../events/log.ts';
+import type { CeremonyKind, ChallengeRecord, MemberSession, PasskeyRecord, PasskeyStore, ReauthOperation } from './passkey-store.ts';
 
 export const CHALLENGE_TTL_MS = 5 * 60_000;
+/** POSTERN_REAUTH_MAX_AGE's default. */
+export const REAUTH_MAX_AGE_SECONDS = 300;
 /** Unanswered challenges at most: sign-in options are public, so they must not fill the store. */
 export const MAX_PENDING_CHALLENGES = 10_000;
 
@@ -32,8 +38,23 @@ export interface PasskeyOptions {
   rpName: string;
   sessionTtlSeconds: number;
   inviteTtlSeconds: number;
+  /** POSTERN_REAUTH_MAX_AGE: how old a re-authentication challenge (and a "fresh" session) may be. */
+  reauthMaxAgeSeconds?: number;
+  /**
+   * The project log, where every passkey added is recorded. The server always passes it; the
+   * staff CLI, which only makes invites, has none (and so cannot enroll or add passkeys).
+   */
+  events?: EventLog;
   now?: () => number;
 }
+
+/** How a key change was confirmed: a fresh assertion, or (the first key only) a fresh session. */
+export type KeyChangeProof = { confirmedBy: 'passkey'; passkeyId: string } | { confirmedBy: 'fresh-session'; passkeyId: string | null };
+
+const OPERATION_WORDS: Record<ReauthOperation, string> = {
+  'replace-key': 'replacing your encryption key',
+  'add-passkey': 'adding a passkey',
+};
 
 const iso = (ms: number) => new Date(ms).toISOString();
 const gone = (message: string) => new ApiError(410, message);
@@ -64,6 +85,7 @@ export class Passkeys {
   readonly origin: string;
   readonly rpId: string;
   private readonly now: () => number;
+  private readonly reauthMaxAgeMs: number;
 
   constructor(
     private readonly store: PasskeyStore,
@@ -74,6 +96,7 @@ export class Passkeys {
     this.origin = url.origin;
     this.rpId = url.hostname;
     this.now = options.now ?? Date.now;
+    this.reauthMaxAgeMs = (options.reauthMaxAgeSeconds ?? REAUTH_MAX_AGE_SECONDS) * 1000;
   }
 
   /** Staff: a one-time enrollment link for the member. */
@@ -107,6 +130,7 @@ export class Passkeys {
       await this.store.deletePasskey(passkey.id, this.now());
       throw gone('this invite has already been used');
     }
+    await this.recordAdded(member, passkey, { via: 'invite' });
     const session = await this.openSession(member, passkey.id);
     return { ...session, passkey: passkeyView(passkey) };
   }
@@ -116,64 +140,141 @@ export class Passkeys {
     return this.creationOptions(await this.member(memberId), 'add', null);
   }
 
-  async add(memberId: string, response: RegistrationResponseJSON, name: string | undefined): Promise<Passkey> {
+  /**
+   * Registers one more passkey: a passkey signs in for as long as it exists, so a stolen session
+   * must not be able to add its own. `reauth` is a fresh assertion for 'add-passkey' (403 without).
+   */
+  async add(memberId: string, response: RegistrationResponseJSON, name: string | undefined, reauth: AuthenticationResponseJSON | undefined): Promise<Passkey> {
     const member = await this.member(memberId);
+    const confirmedWith = await this.confirm(member.id, 'add-passkey', reauth);
     const challenge = await this.take(response.response.clientDataJSON, 'add', badRequest);
     if (challenge.memberId !== member.id) throw badRequest('this challenge was issued to another member');
     const passkey = await this.register(member, response, name, challenge.challenge);
     await this.save(passkey);
+    await this.recordAdded(member, passkey, { via: 'session', confirmedWith: confirmedWith.id });
     return passkeyView(passkey);
+  }
+
+  /**
+   * Request options for re-authentication before `operation`: one of the member's own passkeys
+   * (listed, so the browser offers no other), user verification required. 409 when the member
+   * has none to answer with (a staff-issued session of a member who never enrolled).
+   */
+  async reauthOptions(memberId: string, operation: ReauthOperation): Promise<PublicKeyCredentialRequestOptionsJSON> {
+    const member = await this.member(memberId);
+    const usable = (await this.store.listPasskeys(member.id)).filter((p) => p.disabledAt === null);
+    if (usable.length === 0) throw conflict(`${OPERATION_WORDS[operation]} needs one of your passkeys to confirm it, and you have none: enroll one from a staff invitation`);
+    const maxAge = this.reauthMaxAgeMs;
+    const options = await generateAuthenticationOptions({
+      rpID: this.rpId,
+      userVerification: 'required',
+      timeout: maxAge,
+      allowCredentials: usable.map((p) => ({ id: p.credentialId, transports: p.transports as never })),
+    });
+    await this.keep({ challenge: options.challenge, kind: 'reauth', inviteId: null, memberId: member.id, operation, expiresAt: this.now() + maxAge });
+    return options;
+  }
+
+  /**
+   * The member's passkey that just confirmed `operation`: `response` answers a challenge issued
+   * to this member for this operation, at most reauthMaxAgeSeconds ago, unused, with user
+   * verification. Every failure is a 403: the session stays good, only this operation is refused.
+   */
+  async confirm(memberId: string, operation: ReauthOperation, response: AuthenticationResponseJSON | undefined): Promise<PasskeyRecord> {
+    if (!response) {
+      throw forbidden(`re-authentication required: ${OPERATION_WORDS[operation]} needs a fresh passkey confirmation (POST /me/reauth/options with operation "${operation}", then send the passkey's answer as "reauth")`);
+    }
+    const refused = (message: string) => forbidden(`re-authentication refused: ${message}`);
+    const challenge = await this.take(response.response.clientDataJSON, 'reauth', refused);
+    if (challenge.memberId !== memberId) throw refused('this challenge was issued to another member');
+    if (challenge.operation !== operation) throw refused(`this challenge was issued for another operation (${challenge.operation})`);
+    const { passkey } = await this.verifyAssertion(response, challenge.challenge, 're-authentication', forbidden);
+    if (passkey.memberId !== memberId) throw refused('the passkey is not one of yours');
+    return passkey;
+  }
+
+  /**
+   * Whether the member's key may become another one. Replacing a key always needs a fresh
+   * assertion for 'replace-key'. The first key (none set yet) may instead rely on the session
+   * being at most reauthMaxAgeSeconds old: the web app sets it right after the enrollment or
+   * sign-in ceremony that opened the session, and a first key seals nothing the member could
+   * read before (docs/app.md says what this leaves open).
+   */
+  async authorizeKeyChange(memberId: string, sessionId: string, first: boolean, reauth: AuthenticationResponseJSON | undefined): Promise<KeyChangeProof> {
+    if (first && !reauth) {
+      const session = await this.store.getSession(sessionId);
+      if (session && session.memberId === memberId && session.createdAt >= this.now() - this.reauthMaxAgeMs) {
+        return { confirmedBy: 'fresh-session', passkeyId: session.passkeyId };
+      }
+    }
+    const passkey = await this.confirm(memberId, 'replace-key', reauth);
+    return { confirmedBy: 'passkey', passkeyId: passkey.id };
   }
 
   /** Request options for a discoverable credential: no account is named before the passkey answers. */
   async signInOptions(): Promise<PublicKeyCredentialRequestOptionsJSON> {
     const options = await generateAuthenticationOptions({ rpID: this.rpId, userVerification: 'required', timeout: CHALLENGE_TTL_MS });
-    await this.keep({ challenge: options.challenge, kind: 'sign-in', inviteId: null, memberId: null, expiresAt: this.now() + CHALLENGE_TTL_MS });
+    await this.keep({ challenge: options.challenge, kind: 'sign-in', inviteId: null, memberId: null, operation: null, expiresAt: this.now() + CHALLENGE_TTL_MS });
     return options;
   }
 
   async signIn(response: AuthenticationResponseJSON): Promise<SignedIn> {
     // Taken first: a challenge is spent by any answer, so a failed attempt cannot be retried.
     const challenge = await this.take(response.response.clientDataJSON, 'sign-in', unauthorized);
+    const { passkey, member } = await this.verifyAssertion(response, challenge.challenge, 'sign-in', unauthorized);
+    return this.openSession(member, passkey.id);
+  }
+
+  /**
+   * Checks an assertion (sign-in or re-authentication) by a registered passkey against the
+   * challenge it answers, and records its counter; `status` builds the error for a bad one.
+   */
+  private async verifyAssertion(
+    response: AuthenticationResponseJSON,
+    expectedChallenge: string,
+    what: 'sign-in' | 're-authentication',
+    status: (message: string) => ApiError,
+  ): Promise<{ passkey: PasskeyRecord; member: Member }> {
+    const fail = (message: string) => status(`${what} refused: ${message}`);
     const passkey = await this.store.getPasskeyByCredential(response.id);
-    if (!passkey) throw unauthorized('unknown passkey: it is not registered here (or was removed)');
+    if (!passkey) throw fail('unknown passkey: it is not registered here (or was removed)');
     if (passkey.disabledAt !== null) {
       throw forbidden('this passkey is disabled: a sign-in showed a signature counter that went backwards (a possible clone); remove it and enroll again');
     }
     const member = await this.directory.getMember(passkey.memberId);
-    if (!member) throw unauthorized('unknown passkey');
+    if (!member) throw fail('unknown passkey');
     const handle = response.response.userHandle;
-    if (handle && handle !== this.userId(member).toString('base64url')) throw unauthorized('the passkey answered for another account');
+    if (handle && handle !== this.userId(member).toString('base64url')) throw fail('the passkey answered for another account');
     let verified;
     try {
       // Counter 0 here: the library's own counter check would refuse a clone without telling it
       // apart from a bad signature; ours runs below, once the signature is known to be good.
       verified = await verifyAuthenticationResponse({
         response,
-        expectedChallenge: challenge.challenge,
+        expectedChallenge,
         expectedOrigin: this.origin,
         expectedRPID: this.rpId,
         credential: { id: passkey.credentialId, publicKey: new Uint8Array(passkey.publicKey), counter: 0, transports: passkey.transports as never },
         requireUserVerification: true,
       });
     } catch (err) {
-      throw unauthorized(`sign-in refused: ${(err as Error).message}`);
+      throw fail((err as Error).message);
     }
-    if (!verified.verified) throw unauthorized('sign-in refused: the signature does not verify');
+    if (!verified.verified) throw fail('the signature does not verify');
     const counter = verified.authenticationInfo.newCounter;
     const now = this.now();
     // WebAuthn §7.2 step 21: a counter that does not grow (when either side uses counters)
     // means another copy of the credential signed meanwhile. Refuse, and stop trusting it.
     if ((counter > 0 || passkey.counter > 0) && counter <= passkey.counter) {
       await this.store.disablePasskey(passkey.id, now);
-      throw forbidden('sign-in refused: the signature counter went backwards (a possibly cloned authenticator); the passkey is now disabled');
+      throw forbidden(`${what} refused: the signature counter went backwards (a possibly cloned authenticator); the passkey is now disabled`);
     }
     if (!(await this.store.recordUse(passkey.id, passkey.counter, counter, now))) {
-      // Another sign-in with the same counter value got there first: the same clone signal.
+      // Another use with the same counter value got there first: the same clone signal.
       await this.store.disablePasskey(passkey.id, now);
-      throw forbidden('sign-in refused: two sign-ins used the same signature counter; the passkey is now disabled');
+      throw forbidden(`${what} refused: two uses of the passkey had the same signature counter; the passkey is now disabled`);
     }
-    return this.openSession(member, passkey.id);
+    return { passkey, member };
   }
 
   async listPasskeys(memberId: string): Promise<Passkey[]> {
@@ -218,7 +319,7 @@ export class Passkeys {
       // Discoverable: sign-in names no account. Verified: the passkey is the only factor.
       authenticatorSelection: { residentKey: 'required', requireResidentKey: true, userVerification: 'required' },
     });
-    await this.keep({ challenge: options.challenge, kind, inviteId, memberId: member.id, expiresAt: this.now() + CHALLENGE_TTL_MS });
+    await this.keep({ challenge: options.challenge, kind, inviteId, memberId: member.id, operation: null, expiresAt: this.now() + CHALLENGE_TTL_MS });
     return options;
   }
 
@@ -261,6 +362,24 @@ export class Passkeys {
       if (err instanceof DuplicateError) throw conflict('this passkey is already registered');
       throw err;
     }
+  }
+
+  /** Every passkey a member gains is in the project log: one the member did not add is seen there. */
+  private async recordAdded(member: Member, passkey: PasskeyRecord, how: { via: 'invite' } | { via: 'session'; confirmedWith: string }): Promise<void> {
+    if (!this.options.events) throw new Error('Passkeys: adding a passkey needs the project log (options.events)');
+    await this.options.events.record({
+      type: 'access.passkey.added',
+      projectId: member.projectId,
+      actor: member.id,
+      subject: member.id,
+      data: {
+        memberId: member.id,
+        passkeyId: passkey.id,
+        name: passkey.name,
+        via: how.via,
+        ...(how.via === 'session' ? { confirmedWith: how.confirmedWith } : {}),
+      },
+    });
   }
 
   private async keep(challenge: ChallengeRecord): Promise<void> {

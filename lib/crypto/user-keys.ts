@@ -43,6 +43,11 @@ export class UserKeys {
     return { fingerprint };
   }
 
+  /** The fingerprint of the member's key (upper-case hex), or null before they set one. */
+  async fingerprint(memberId: string): Promise<string | null> {
+    return (await this.store.getMemberKey(memberId))?.fingerprint ?? null;
+  }
+
   /** Spec 2.8: every epoch's private key, each sealed to the member's user key; 409 without one. */
   async sealedEpochs(memberId: string, inboxId: string): Promise<EpochKey[]> {
     const record = await this.store.getMemberKey(memberId);

@@ -74,6 +74,9 @@ interface BuiltinSpec {
 
 const MSG = '^msg_[0-9A-Z]{26}$';
 const LBL = '^lbl_[0-9A-Z]{26}$';
+const MEM = '^mem_[0-9A-Z]{26}$';
+const PKY = '^pky_[0-9A-Z]{26}$';
+const FINGERPRINT = '^[0-9A-F]{40,64}$';
 /** The mail types share class, visibility, status and subject, and all name their message first. */
 function mailType(name: string, description: string, fields: BuiltinField[]): BuiltinSpec {
   return {
@@ -173,6 +176,38 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'msgId', type: 'string', pattern: MSG, required: true },
       { name: 'part', type: 'string', enum: ['content', 'source', 'attachment'], required: true, description: 'Which read.' },
       { name: 'attachment', type: 'integer', minimum: 0, description: 'The attachment index, for part = attachment.' },
+    ],
+  },
+  // Recorded by lib/auth (passkeys.ts, key-change.ts): what widens who can read a member's mail.
+  {
+    name: 'access.key.set',
+    description:
+      "A member's encryption key (PUT /me/key) was set or replaced: /keys seals every epoch key to it from now on. A replacement is confirmed with a fresh passkey assertion; the first key may rely on a session minutes old.",
+    class: 'access',
+    visibility: 'project',
+    status: 'stable',
+    subject: 'the member id (mem_…)',
+    fields: [
+      { name: 'memberId', type: 'string', pattern: MEM, required: true, description: 'Whose key.' },
+      { name: 'fingerprint', type: 'string', pattern: FINGERPRINT, required: true, description: 'The new key\'s fingerprint.' },
+      { name: 'previousFingerprint', type: 'string', pattern: FINGERPRINT, description: 'The key it replaced; absent for the first key.' },
+      { name: 'confirmedBy', type: 'string', enum: ['passkey', 'fresh-session'], required: true, description: 'A fresh passkey assertion, or (first key only) a session at most POSTERN_REAUTH_MAX_AGE old.' },
+      { name: 'passkeyId', type: 'string', pattern: PKY, description: 'The passkey that confirmed it (or that opened the fresh session).' },
+    ],
+  },
+  {
+    name: 'access.passkey.added',
+    description: 'A passkey was added to a member: enrolled from a staff invitation, or added by a signed-in member after confirming with another of their passkeys.',
+    class: 'access',
+    visibility: 'project',
+    status: 'stable',
+    subject: 'the member id (mem_…)',
+    fields: [
+      { name: 'memberId', type: 'string', pattern: MEM, required: true, description: 'Whose passkey.' },
+      { name: 'passkeyId', type: 'string', pattern: PKY, required: true, description: 'The new passkey.' },
+      { name: 'name', type: 'string', required: true, description: 'Its name, as the member gave it.' },
+      { name: 'via', type: 'string', enum: ['invite', 'session'], required: true, description: 'An enrollment link, or a signed-in session.' },
+      { name: 'confirmedWith', type: 'string', pattern: PKY, description: 'For via = session: the passkey whose fresh assertion confirmed it.' },
     ],
   },
 ];

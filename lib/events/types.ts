@@ -16,7 +16,7 @@ export type Visibility = (typeof VISIBILITIES)[number];
  * What kind of happening an event records:
  * - `mail`:     a message arrived, moved or changed in an inbox
  * - `delivery`: the outcome of sending
- * - `access`:   someone read protected content
+ * - `access`:   someone read protected content, or gained a way to (a member's key or passkey)
  * - `ext`:      a project's own registered type
  */
 export const EVENT_CLASSES = ['mail', 'delivery', 'access', 'ext'] as const;

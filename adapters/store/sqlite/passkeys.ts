@@ -49,8 +49,8 @@ export class SqlitePasskeyStore implements PasskeyStore {
       useInvite: db.prepare('UPDATE passkey_invites SET used_at = ? WHERE id = ? AND used_at IS NULL'),
       pruneChallenges: db.prepare('DELETE FROM webauthn_challenges WHERE expires_at <= ?'),
       countChallenges: db.prepare('SELECT count(*) FROM webauthn_challenges').pluck(),
-      insertChallenge: db.prepare('INSERT INTO webauthn_challenges (challenge, kind, invite_id, member_id, expires_at) VALUES (?, ?, ?, ?, ?)'),
-      takeChallenge: db.prepare('DELETE FROM webauthn_challenges WHERE challenge = ? RETURNING challenge, kind, invite_id AS inviteId, member_id AS memberId, expires_at AS expiresAt'),
+      insertChallenge: db.prepare('INSERT INTO webauthn_challenges (challenge, kind, invite_id, member_id, operation, expires_at) VALUES (?, ?, ?, ?, ?, ?)'),
+      takeChallenge: db.prepare('DELETE FROM webauthn_challenges WHERE challenge = ? RETURNING challenge, kind, invite_id AS inviteId, member_id AS memberId, operation, expires_at AS expiresAt'),
       insertPasskey: db.prepare(`INSERT INTO passkeys (id, member_id, credential_id, public_key, counter, transports, name, backed_up, created_at, last_used_at, disabled_at)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
       byCredential: db.prepare('SELECT * FROM passkeys WHERE credential_id = ?'),
@@ -64,6 +64,7 @@ export class SqlitePasskeyStore implements PasskeyStore {
       liveSessions: db.prepare(`SELECT ${SESSION_COLUMNS} FROM sessions
         WHERE member_id = ? AND revoked_at IS NULL AND expires_at > ? ORDER BY created_at DESC, id DESC`),
       sessionOwner: db.prepare('SELECT member_id FROM sessions WHERE id = ?').pluck(),
+      session: db.prepare(`SELECT ${SESSION_COLUMNS} FROM sessions WHERE id = ?`),
       endSession: db.prepare('UPDATE sessions SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL AND expires_at > ?'),
     };
   }
@@ -84,7 +85,7 @@ export class SqlitePasskeyStore implements PasskeyStore {
     return this.db.transaction(() => {
       this.q.pruneChallenges.run(now);
       if ((this.q.countChallenges.get() as number) >= limit) return false;
-      this.q.insertChallenge.run(c.challenge, c.kind, c.inviteId, c.memberId, c.expiresAt);
+      this.q.insertChallenge.run(c.challenge, c.kind, c.inviteId, c.memberId, c.operation, c.expiresAt);
       return true;
     }).immediate();
   }
@@ -139,6 +140,10 @@ export class SqlitePasskeyStore implements PasskeyStore {
 
   async getSessionOwner(id: string): Promise<string | null> {
     return (this.q.sessionOwner.get(id) as string | undefined) ?? null;
+  }
+
+  async getSession(id: string): Promise<MemberSession | null> {
+    return (this.q.session.get(id) as MemberSession | undefined) ?? null;
   }
 
   async endSession(id: string, at: number): Promise<boolean> {

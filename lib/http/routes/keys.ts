@@ -1,6 +1,8 @@
 // Keys (spec 4.2 `/keys`, 4.5 `/compose`) and the member's own user key (`PUT /me/key`, web app).
+import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import type { ComposeData, EpochKeyList, UserKey } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
+import type { MemberKeyChange } from '../../auth/key-change.ts';
 import type { EpochKeys } from '../../crypto/epoch-keys.ts';
 import type { UserKeys } from '../../crypto/user-keys.ts';
 import { badRequest, forbidden } from '../../errors.ts';
@@ -9,9 +11,10 @@ import { readJson } from '../body.ts';
 import type { AppRouter } from '../context.ts';
 import type { Validator } from '../validate.ts';
 
-const USER_KEY = 'https://postern.dev/schemas/crypto.json#/$defs/UserKey';
+/** The key and, to replace one, the passkey's answer to a 'replace-key' challenge. */
+const SET_KEY = 'https://postern.dev/schemas/app.json#/$defs/SetKeyRequest';
 
-export function keyRoutes(access: Access, epochs: EpochKeys, userKeys: UserKeys, validator: Validator) {
+export function keyRoutes(access: Access, epochs: EpochKeys, userKeys: UserKeys, keyChange: MemberKeyChange, validator: Validator) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/keys', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
@@ -34,13 +37,13 @@ export function keyRoutes(access: Access, epochs: EpochKeys, userKeys: UserKeys,
     // The web app sets the member's key; an API token acts for a member but is not the member.
     router.put('/me/key', allow(access, { token: 'any', session: true }), async (ctx) => {
       if (ctx.state.principal.kind !== 'session') throw forbidden('the encryption key is set from the web app (a session), not with an API token');
-      const { publicKey } = validator.body<UserKey>(USER_KEY, await readJson(ctx));
+      const { publicKey, reauth } = validator.body<UserKey & { reauth?: AuthenticationResponseJSON }>(SET_KEY, await readJson(ctx));
       const trimmed = publicKey.trim();
       let bytes: Uint8Array;
       if (trimmed.startsWith('-----BEGIN PGP')) bytes = Buffer.from(trimmed, 'utf8');
       else if (/^[A-Za-z0-9+/\s]+={0,2}$/.test(trimmed)) bytes = Buffer.from(trimmed, 'base64');
       else throw badRequest('publicKey must be an ASCII-armored OpenPGP key or base64 of the binary key');
-      ctx.body = await userKeys.set(ctx.state.principal.memberId, bytes);
+      ctx.body = await keyChange.set(ctx.state.principal, bytes, reauth);
     });
   };
 }

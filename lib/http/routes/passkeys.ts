@@ -3,6 +3,7 @@
 // passkey is the credential); everything else needs the session.
 import type { Access } from '../../auth/access.ts';
 import type { Passkeys } from '../../auth/passkeys.ts';
+import type { ReauthOperation } from '../../auth/passkey-store.ts';
 import type { AuthenticationResponseJSON, RegistrationResponseJSON } from '@simplewebauthn/server';
 import { readJson } from '../body.ts';
 import { authenticate } from '../authenticate.ts';
@@ -54,9 +55,14 @@ export function passkeyRoutes(deps: { access: Access; passkeys: Passkeys; valida
       ctx.body = { publicKey: await passkeys.addOptions(me(ctx)) };
     });
     router.post('/auth/passkeys', session, async (ctx) => {
-      const req = await body<{ name?: string; response: RegistrationResponseJSON }>(ctx, 'AddPasskeyRequest');
+      const req = await body<{ name?: string; response: RegistrationResponseJSON; reauth?: AuthenticationResponseJSON }>(ctx, 'AddPasskeyRequest');
       ctx.status = 201;
-      ctx.body = await passkeys.add(me(ctx), req.response, req.name);
+      ctx.body = await passkeys.add(me(ctx), req.response, req.name, req.reauth);
+    });
+    // Re-authentication before an operation that widens what the session's member can reach.
+    router.post('/me/reauth/options', session, async (ctx) => {
+      const { operation } = await body<{ operation: ReauthOperation }>(ctx, 'ReauthOptionsRequest');
+      ctx.body = { publicKey: await passkeys.reauthOptions(me(ctx), operation) };
     });
     router.delete('/auth/passkeys/:passkey', session, async (ctx) => {
       await passkeys.removePasskey(me(ctx), ctx.params.passkey!);

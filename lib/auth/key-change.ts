@@ -1,0 +1,42 @@
+// PUT /me/key: the member's OpenPGP key is what `/keys` seals every epoch key to, so whoever sets
+// it can read the member's zero-access mail. A session alone may not replace it: that needs a
+// fresh passkey assertion (Passkeys.authorizeKeyChange), and every change is in the project log.
+import type { UserKeySet } from '../../schemas/wire.ts';
+import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
+import { readUserKey, type UserKeys } from '../crypto/user-keys.ts';
+import type { EventLog } from '../events/log.ts';
+import type { Principal } from './access.ts';
+import type { Passkeys } from './passkeys.ts';
+
+export class MemberKeyChange {
+  constructor(
+    private readonly passkeys: Passkeys,
+    private readonly userKeys: UserKeys,
+    private readonly events: EventLog,
+  ) {}
+
+  /** Sets the session's member's key; `reauth` answers a 'replace-key' challenge (403 when needed and missing). */
+  async set(session: Principal, bytes: Uint8Array, reauth: AuthenticationResponseJSON | undefined): Promise<UserKeySet> {
+    // The key is checked before the challenge is spent: a typo does not cost a ceremony.
+    const fingerprint = (await readUserKey(bytes)).getFingerprint().toUpperCase();
+    const previous = await this.userKeys.fingerprint(session.memberId);
+    // The same key again changes nothing anyone can read.
+    if (previous === fingerprint) return { fingerprint };
+    const proof = await this.passkeys.authorizeKeyChange(session.memberId, session.credentialId, previous === null, reauth);
+    const set = await this.userKeys.set(session.memberId, bytes);
+    await this.events.record({
+      type: 'access.key.set',
+      projectId: session.projectId,
+      actor: session.actor,
+      subject: session.memberId,
+      data: {
+        memberId: session.memberId,
+        fingerprint: set.fingerprint,
+        ...(previous ? { previousFingerprint: previous } : {}),
+        confirmedBy: proof.confirmedBy,
+        ...(proof.passkeyId ? { passkeyId: proof.passkeyId } : {}),
+      },
+    });
+    return set;
+  }
+}
