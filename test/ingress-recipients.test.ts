@@ -8,6 +8,7 @@ import nodemailer from 'nodemailer';
 import { pino } from 'pino';
 import { DovecotLmtp } from '../adapters/smtp/dovecot-lmtp.ts';
 import { LmtpIngress } from '../adapters/smtp/lmtp-ingress.ts';
+import { openDb } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
 import { ConfigError, loadConfig } from '../lib/config.ts';
@@ -15,6 +16,7 @@ import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { newId } from '../lib/ids.ts';
 import { dovecotUser, Ingress } from '../lib/mail/ingress.ts';
 import { sealedEpoch } from '../lib/mail/seal.ts';
+import { addUser } from '../scripts/mailenv.ts';
 import { mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { ingressUserInbox, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
 
@@ -120,6 +122,15 @@ describe('delivery ingress: recipients resolved as Dovecot resolves them', funct
     expect(sealedEpoch(plainCopy)).to.equal(null);
     expect(plainCopy.includes(marker)).to.equal(true);
     expect(await storedMessages(vault)).to.have.length(1);
+    // And within one LMTP transaction, as Postfix hands a message for several users of one next hop.
+    const both = `${unique('both')}@example.org`;
+    const result = await lmtpSend(mailEnv().ingress.port, 'a@example.org', [`${open.name.toUpperCase()}+x@${domain}`, `${vault.name}+y@${domain}`], `Subject: both\r\nMessage-ID: <${both}>\r\n\r\nboth see ${marker}\r\n`);
+    expect(result.rejected).to.deep.equal([]);
+    expect(result.accepted).to.have.length(2);
+    expect((await storedCopy(open, both)).includes(`both see ${marker}`)).to.equal(true);
+    const sealedBoth = await storedCopy(vault, both);
+    expect(sealedEpoch(sealedBoth)).to.equal(1);
+    expect(sealedBoth.includes(marker)).to.equal(false);
   });
 });
 
@@ -139,18 +150,23 @@ describe('delivery ingress: a zero-access user reached by another form when seal
 
   it('answers 4xx, so Postfix keeps the message queued, never delivers it plain, and delivers it sealed once sealing works', async () => {
     const env = mailEnv();
-    const p = await newProject(admin);
-    // A zero-access inbox that has no epoch key yet, served by an ingress that cannot make one (no
-    // master key): sealing fails for it, as when its key cannot be read.
+    // A zero-access inbox that has no epoch key yet, in a store of its own that no running Postern
+    // would make a key in, served by an ingress that cannot make one (no master key): sealing
+    // fails for it, as when its key cannot be read.
     const name = unique('nokey');
     const imapUser = `${name}@${env.ingress.domain}`;
-    const { addUser } = await import('../scripts/mailenv.ts');
     await addUser(env, imapUser, 'nokey-password');
+    const dbFile = join(admin.dir, 'nokey.db');
+    const db = openDb(dbFile);
+    const directory = new SqliteDirectoryStore(db);
+    const projectId = newId('prj');
+    await directory.createProject({ id: projectId, name: 'no key yet', createdAt: Date.now() });
     const inboxId = newId('ibx');
-    await new SqliteDirectoryStore(admin.postern.db).createInbox({ id: inboxId, projectId: p.projectId, imapUser, addresses: [`${name}.box@${env.ingress.domain}`], mode: 'zero-access', createdAt: Date.now() });
+    await directory.createInbox({ id: inboxId, projectId, imapUser, addresses: [`${name}.box@${env.ingress.domain}`], mode: 'zero-access', createdAt: Date.now() });
     const log = pino({ level: 'silent' });
     const dovecot = new DovecotLmtp(admin.postern.config.ingress.dovecot);
-    const ingress = new Ingress(new SqliteDirectoryStore(admin.postern.db), new EpochKeyring(new SqliteKeyStore(admin.postern.db), null), dovecot, admin.postern.events, log);
+    // Its message.received events (none here) would go to the admin's log: only the ingress's keys and directory matter.
+    const ingress = new Ingress(directory, new EpochKeyring(new SqliteKeyStore(db), null), dovecot, admin.postern.events, log);
     failing = new LmtpIngress(ingress, { host: env.ingress.host, port: env.ingress.port, log });
     await failing.listen();
 
@@ -164,10 +180,11 @@ describe('delivery ingress: a zero-access user reached by another form when seal
     expect(await storedMessages(inbox)).to.deep.equal([]);
     await failing.close();
     await dovecot.close();
+    db.close();
     failing = null;
 
     // A Postern with the master key makes the inbox's key at start-up; Postfix's retry is sealed.
-    live = await startPostern({ POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_LMTP_PORT: String(env.ingress.port) });
+    live = await startPostern({ POSTERN_DB: dbFile, POSTERN_LMTP_PORT: String(env.ingress.port) });
     const source = await storedCopy(inbox, messageId);
     expect(sealedEpoch(source)).to.equal(1);
     expect(source.includes('never stored plain')).to.equal(false);
