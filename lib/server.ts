@@ -289,6 +289,8 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       }
       await eventLog.start();
       await mailLive.start();
+      // What a process that died mid-send left (this one's predecessor, say) is settled first.
+      await sentCopies.recover();
       sentCopies.start();
       await lmtp?.listen();
       await hintListener?.listen();

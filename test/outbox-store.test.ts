@@ -22,6 +22,7 @@ function entry(n: number, now = Date.now()): OutboxEntry {
     draftId: null,
     fingerprint: null,
     state: 'relaying',
+    outcomeUnknown: false,
     mailFrom: 'a@x.test',
     recipients: 1,
     messageId: `<${n}@x.test>`,
@@ -135,5 +136,74 @@ describe('outbox store: the sending rate', () => {
     expect(await reserveAt(1, T, 1)).to.deep.equal({ ok: true });
     const other = { ...entry(2, T), inboxId: 'ibx_other' };
     expect(await store.reserve(other, [Buffer.from('copy')], { since: T - HOUR, max: 1 })).to.deep.equal({ ok: true });
+  });
+});
+
+describe('outbox store: what a process that died left behind', () => {
+  let dir: string;
+  let db: Db;
+  /** Two processes sharing the store: `dead` is made to look gone, `live` recovers. */
+  let dead: SqliteOutboxStore;
+  let live: SqliteOutboxStore;
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'postern-outbox-'));
+    db = openDb(join(dir, 'postern.db'));
+    dead = new SqliteOutboxStore(db);
+    live = new SqliteOutboxStore(db);
+  });
+  afterEach(() => {
+    db.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** The owner of `id` now names a process that no longer runs (a pid with no /proc entry). */
+  const kill = (id: string) => db.prepare('UPDATE mail_outbox_owners SET pid = 2147483646 WHERE id = (SELECT owner FROM mail_outbox WHERE id = ?)').run(id);
+  const row = (id: string) => db.prepare('SELECT state, outcome, next_attempt_at AS next FROM mail_outbox WHERE id = ?').get(id) as { state: string; outcome: string | null; next: number } | undefined;
+
+  it('drops its sends that wrote nothing, keeps those that may have as outcome unknown, and takes back its claims at once', async () => {
+    const now = Date.now();
+    for (const n of [1, 2, 3, 4]) await dead.reserve(entry(n, now), [Buffer.from(`copy ${n}`)], RATE);
+    // 1 never written; 2 written, reply pending; 3 accepted, its copy claimed for 2 minutes; 4 accepted, due.
+    await dead.sending(entry(2).id);
+    await dead.relayed(entry(3).id, now);
+    await dead.relayed(entry(4).id, now);
+    expect(await dead.claim(entry(3).id, now, now + 120_000)).to.equal(true);
+
+    // While it runs, nothing of it is touched.
+    expect(await live.recover(now + 1)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0 });
+    expect(row(entry(1).id)?.state).to.equal('relaying');
+
+    kill(entry(1).id);
+    expect(await live.recover(now + 2)).to.deep.equal({ dropped: 1, unknown: 1, reclaimed: 1 });
+    expect(row(entry(1).id)).to.equal(undefined);
+    expect(await live.copy(entry(1).id)).to.equal(null);
+    expect(row(entry(2).id)).to.deep.equal({ state: 'filing', outcome: 'unknown', next: now + 2 });
+    expect((await live.get(entry(2).id))?.outcomeUnknown).to.equal(true);
+    expect(row(entry(3).id)).to.deep.equal({ state: 'filing', outcome: null, next: now + 2 });
+    expect(row(entry(4).id)?.next).to.equal(now);
+    // Due now, claimed before (so filed as a retry: looked for in Sent first).
+    const due = await live.due(now + 2, 10);
+    expect(due.map((e) => [e.id, e.claims])).to.deep.include.members([[entry(2).id, 0], [entry(3).id, 1], [entry(4).id, 0]]);
+    // The dropped draft-free send no longer counts toward the rate; once settled, nothing more to do.
+    expect(await live.recover(now + 3)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0 });
+  });
+
+  it('takes rows from before owners were recorded for outcome unknown', async () => {
+    await live.reserve(entry(1), [Buffer.from('copy')], RATE);
+    db.prepare('UPDATE mail_outbox SET owner = NULL').run();
+    expect(await live.recover(Date.now())).to.deep.include({ unknown: 1 });
+    expect(row(entry(1).id)).to.deep.include({ state: 'filing', outcome: 'unknown' });
+  });
+
+  it('answers a lost reply as outcome unknown, and a refusal after the bytes by dropping the send', async () => {
+    await live.reserve(entry(1), [Buffer.from('copy')], RATE);
+    await live.reserve(entry(2), [Buffer.from('copy')], RATE);
+    await live.sending(entry(1).id);
+    await live.sending(entry(2).id);
+    await live.outcomeUnknown(entry(1).id, 5);
+    await live.drop(entry(2).id);
+    expect(row(entry(1).id)).to.deep.equal({ state: 'filing', outcome: 'unknown', next: 5 });
+    expect(row(entry(2).id)).to.equal(undefined);
   });
 });

@@ -8,11 +8,25 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type { SinkMessage } from '../scripts/mailenv.ts';
 import type { CloudEvent } from '../lib/events/types.ts';
+import * as openpgp from 'openpgp';
+import { splitPkesk } from '../lib/crypto/sealed-mail.ts';
 import { call, mailEnv, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
 import { postfixLog } from './ingress-helpers.ts';
 
 const run = promisify(execFile);
+
+/** A fresh /send draft id. */
+export const draft = () => `draft_${randomBytes(12).toString('base64url')}`;
+
+/** What the web app does: seal the message to the epoch key, naming the literal data after the draft. */
+export async function sealDraft(epochPublic: string, raw: string, filename: string): Promise<{ wrappedDek: string; ciphertext: string }> {
+  const key = await openpgp.readKey({ binaryKey: Buffer.from(epochPublic, 'base64') });
+  const sealed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: Buffer.from(raw), filename }), encryptionKeys: key, format: 'binary' });
+  const parts = splitPkesk(sealed);
+  if (!parts) throw new Error('no PKESK in the sealed message');
+  return { wrappedDek: Buffer.from(parts.wrappedDek).toString('base64'), ciphertext: Buffer.from(parts.raw).toString('base64') };
+}
 
 /** A recipient nobody else uses: what the sink got for it is this test's. */
 export const rcpt = (label = 'to') => `${label}-${randomBytes(5).toString('hex')}@example.org`;

@@ -3,25 +3,12 @@
 // draft sends at most once, however often and however concurrently it is retried.
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
-import * as openpgp from 'openpgp';
-import { splitPkesk } from '../lib/crypto/sealed-mail.ts';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
-import { atSink, eventsOf, labelIds, listLabel, rcpt, withoutTrace } from './send-fixtures.ts';
-
-const draft = () => `draft_${randomBytes(12).toString('base64url')}`;
+import { atSink, draft, eventsOf, labelIds, listLabel, rcpt, sealDraft, withoutTrace } from './send-fixtures.ts';
 
 function message(from: string, to: string, subject: string): string {
   return [`From: <${from}>`, `To: <${to}>`, `Subject: ${subject}`, `Date: ${new Date().toUTCString()}`, `Message-ID: <${randomBytes(8).toString('hex')}@postern.test>`, '', 'Sealed in the browser.', ''].join('\r\n');
-}
-
-/** What the web app does: seal the message to the epoch key, naming the literal data after the draft. */
-async function seal(epochPublic: string, raw: string, filename: string): Promise<{ wrappedDek: string; ciphertext: string }> {
-  const key = await openpgp.readKey({ binaryKey: Buffer.from(epochPublic, 'base64') });
-  const sealed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: Buffer.from(raw), filename }), encryptionKeys: key, format: 'binary' });
-  const parts = splitPkesk(sealed);
-  if (!parts) throw new Error('no PKESK in the sealed message');
-  return { wrappedDek: Buffer.from(parts.wrappedDek).toString('base64'), ciphertext: Buffer.from(parts.raw).toString('base64') };
 }
 
 describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', function () {
@@ -50,7 +37,7 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     const to = rcpt();
     const raw = message(inbox.address, to, 'sealed');
     const draftId = draft();
-    const res = await post({ draftId, epoch: compose.epoch, ...(await seal(compose.epochPublic, raw, draftId)), from: inbox.address, to: [to] });
+    const res = await post({ draftId, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, raw, draftId)), from: inbox.address, to: [to] });
     expect(res.status, await res.clone().text()).to.equal(200);
     expect(await res.json()).to.deep.equal({ sent: true });
     const [got] = await atSink(to);
@@ -64,15 +51,15 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     const session = await p.session();
     const to2 = rcpt();
     const draft2 = draft();
-    const res2 = await post({ draftId: draft2, epoch: compose.epoch, ...(await seal(compose.epochPublic, message(inbox.address, to2, 'from the web app'), draft2)), from: inbox.address, to: [to2] }, { session }, s.app);
+    const res2 = await post({ draftId: draft2, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to2, 'from the web app'), draft2)), from: inbox.address, to: [to2] }, { session }, s.app);
     expect(res2.status, await res2.clone().text()).to.equal(200);
     await atSink(to2);
   });
 
-  it('sends a draft once under 20 concurrent retries; the same draft with other content is a 409', async () => {
+  it('sends a draft once under 20 concurrent retries; the same draft with other content is a 422', async () => {
     const to = rcpt();
     const draftId = draft();
-    const body = { draftId, epoch: compose.epoch, ...(await seal(compose.epochPublic, message(inbox.address, to, 'only once'), draftId)), from: inbox.address, to: [to] };
+    const body = { draftId, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'only once'), draftId)), from: inbox.address, to: [to] };
     const answers = await Promise.all(Array.from({ length: 20 }, () => post(body)));
     for (const a of answers) {
       expect(a.status, await a.clone().text()).to.equal(200);
@@ -80,11 +67,11 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     }
     // And once more, long after.
     expect((await post(body)).status).to.equal(200);
-    const other = { draftId, epoch: compose.epoch, ...(await seal(compose.epochPublic, message(inbox.address, to, 'other content'), draftId)), from: inbox.address, to: [to] };
-    await expectError(await post(other), 409, /already sent/);
+    const other = { draftId, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'other content'), draftId)), from: inbox.address, to: [to] };
+    await expectError(await post(other), 422, /already sent with other content/);
     // A positive signal that everything relayed so far has reached the sink: a later message.
     const marker = draft();
-    expect((await post({ draftId: marker, epoch: compose.epoch, ...(await seal(compose.epochPublic, message(inbox.address, to, 'marker'), marker)), from: inbox.address, to: [to] })).status).to.equal(200);
+    expect((await post({ draftId: marker, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'marker'), marker)), from: inbox.address, to: [to] })).status).to.equal(200);
     const got = await atSink(to, 2);
     expect(got.map((m) => /Subject: (.*)\r\n/.exec(m.raw.toString())![1]).sort()).to.deep.equal(['marker', 'only once']);
     expect(got).to.have.length(2);
@@ -95,12 +82,12 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     const to = rcpt();
     const raw = message(inbox.address, to, 'bad');
     const draftId = draft();
-    const boundElsewhere = await seal(compose.epochPublic, raw, draft());
+    const boundElsewhere = await sealDraft(compose.epochPublic, raw, draft());
     await expectError(await post({ draftId, epoch: compose.epoch, ...boundElsewhere, from: inbox.address, to: [to] }), 400, /not bound to/);
-    const good = await seal(compose.epochPublic, raw, draftId);
+    const good = await sealDraft(compose.epochPublic, raw, draftId);
     await expectError(await post({ draftId, epoch: compose.epoch + 5, ...good, from: inbox.address, to: [to] }), 400, /epoch/);
     await expectError(await post({ draftId, epoch: compose.epoch, wrappedDek: good.wrappedDek, ciphertext: Buffer.from('not a packet').toString('base64'), from: inbox.address, to: [to] }), 400, /does not open/);
-    const otherFrom = await seal(compose.epochPublic, message('someone@example.org', to, 'x'), draftId);
+    const otherFrom = await sealDraft(compose.epochPublic, message('someone@example.org', to, 'x'), draftId);
     await expectError(await post({ draftId, epoch: compose.epoch, ...otherFrom, from: inbox.address, to: [to] }), 400, /From header/);
     await expectError(await post({ draftId: 'draft_short', epoch: compose.epoch, ...good, from: inbox.address, to: [to] }), 400, /draftId/);
     await expectError(await post({ draftId, epoch: 0, ...good, from: inbox.address, to: [to] }), 400, /epoch/);

@@ -7,10 +7,10 @@
 // for a while is closed. The message is already built (the client's bytes, Bcc removed), so it
 // goes out as it is, in one pipelined write per message (submission-session.ts). Postfix's
 // replies are mapped here: 5xx is permanent, anything else (4xx, a timeout, no connection) is
-// temporary.
+// temporary, except a reply lost after the whole message was written: its outcome is unknown.
 import type { Logger } from 'pino';
 import { SmtpFailure, SubmissionSession } from './submission-session.ts';
-import { RelayRefused, type Relay, type RelayAccepted, type RelayRequest } from '../../lib/send/ports.ts';
+import { RelayOutcomeUnknown, RelayRefused, type Relay, type RelayAccepted, type RelayRequest } from '../../lib/send/ports.ts';
 
 export interface RelaySettings {
   host: string;
@@ -208,6 +208,7 @@ export class SmtpRelay implements Relay {
           { from: req.from, to: req.to, dsn: { envid: req.envid, ret: 'HDRS', notify: ['FAILURE', 'DELAY'] } },
           req.raw,
           () => (handedOver = pool.handOver(lane)),
+          req.writing,
         );
         if (!handedOver) pool.release(lane, true);
         return delivered;
@@ -222,6 +223,8 @@ export class SmtpRelay implements Relay {
         // closed just now, or one given up because the message before failed), it goes again
         // on a fresh connection.
         if (reused && e.unsent && attempt < 3) continue;
+        // Never sent again: Postfix has most likely queued it.
+        if (e.outcomeUnknown) throw new RelayOutcomeUnknown(e.message);
         throw refusal(e);
       }
     }

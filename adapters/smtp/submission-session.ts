@@ -44,6 +44,11 @@ export class SmtpFailure extends Error {
     readonly reply?: string,
     /** No byte of the message was written, so the server cannot have taken it: safe to send again (decided in `send`). */
     readonly unsent = false,
+    /**
+     * The whole message, its final dot included, was written and the server's reply to it never
+     * came: it has most likely taken the message (decided in `send`).
+     */
+    readonly outcomeUnknown = false,
   ) {
     super(message);
     this.name = 'SmtpFailure';
@@ -130,23 +135,30 @@ export class SubmissionSession {
    * (RFC 2920 allows the next MAIL after the end of data), and the server answers both in one
    * write too. A message's bytes go out only after every message before it on the session was
    * accepted, so one refused or lost does not take the next one's bytes with it.
+   *
+   * `writing`, when given, is started with the envelope and awaited before the message's first
+   * byte: the caller records that the message may be taken from then on.
    */
-  async send(env: Envelope, pieces: readonly Buffer[], written?: () => boolean): Promise<Delivered> {
+  async send(env: Envelope, pieces: readonly Buffer[], written?: () => boolean, writing?: () => Promise<void>): Promise<Delivered> {
     const tx = { bodyWritten: false };
     try {
-      return await this.transaction(env, pieces, tx, written);
+      return await this.transaction(env, pieces, tx, written, writing);
     } catch (err) {
-      // Postfix cannot have taken a message whose bytes it never got: sending it again elsewhere
-      // cannot deliver it twice.
-      if (err instanceof SmtpFailure && !tx.bodyWritten && err.stage === 'connection') {
-        throw new SmtpFailure(err.message, err.stage, err.replyCode, err.reply, true);
+      if (err instanceof SmtpFailure && err.stage === 'connection') {
+        // Postfix cannot have taken a message whose final dot it never got: sending it again
+        // elsewhere cannot deliver it twice. One whose final dot went and whose reply did not
+        // come, it has most likely queued (it answers once the message is safe in its queue).
+        if (!tx.bodyWritten) throw new SmtpFailure(err.message, err.stage, err.replyCode, err.reply, true);
+        if (err.replyCode === undefined) throw new SmtpFailure(err.message, err.stage, undefined, undefined, false, true);
       }
       throw err;
     }
   }
 
-  private async transaction(env: Envelope, pieces: readonly Buffer[], tx: { bodyWritten: boolean }, written?: () => boolean): Promise<Delivered> {
+  private async transaction(env: Envelope, pieces: readonly Buffer[], tx: { bodyWritten: boolean }, written?: () => boolean, writing?: () => Promise<void>): Promise<Delivered> {
     if (this.dead) throw new SmtpFailure('the session has ended', 'connection');
+    // Settled into a value, so a failure is never unhandled when the envelope fails first.
+    const ready = writing ? writing().then(() => null, (err: unknown) => err) : null;
     const size = pieces.reduce((n, p) => n + p.length, 0);
     const commands = [this.mailFrom(env, size), ...env.to.map((to) => this.rcptTo(to, env))];
     const before = this.lastFinal;
@@ -154,7 +166,7 @@ export class SubmissionSession {
       const replies = commands.map(() => this.next());
       const data = this.next();
       this.socket.write(`${commands.join('\r\n')}\r\nDATA\r\n`);
-      const final = this.afterData(data, pieces, tx, before, written);
+      const final = this.afterData(data, pieces, tx, before, written, ready);
       this.lastFinal = final;
       return this.outcome(env, replies, final);
     }
@@ -165,7 +177,7 @@ export class SubmissionSession {
       // MAIL refused: nothing after it would be taken.
       if (replies.length === 1 && r.code >= 400) return this.outcome(env, replies.map((x) => Promise.resolve(x)), Promise.resolve(r));
     }
-    return this.outcome(env, replies.map((x) => Promise.resolve(x)), this.afterData(this.command('DATA'), pieces, tx, null));
+    return this.outcome(env, replies.map((x) => Promise.resolve(x)), this.afterData(this.command('DATA'), pieces, tx, null, undefined, ready));
   }
 
   /** The previous message's final reply, while messages are pipelined one after another. */
@@ -175,7 +187,14 @@ export class SubmissionSession {
    * After DATA's 354 (and the previous message's acceptance), the message dot-stuffed and its
    * ending; the reply to that.
    */
-  private async afterData(data: Promise<Reply>, pieces: readonly Buffer[], tx: { bodyWritten: boolean }, before: Promise<Reply> | null, written?: () => boolean): Promise<Reply> {
+  private async afterData(
+    data: Promise<Reply>,
+    pieces: readonly Buffer[],
+    tx: { bodyWritten: boolean },
+    before: Promise<Reply> | null,
+    written?: () => boolean,
+    ready?: Promise<unknown> | null,
+  ): Promise<Reply> {
     const r = await data;
     if (r.code !== 354) return r;
     // Replies come in order: the one before this 354 has come already.
@@ -183,6 +202,11 @@ export class SubmissionSession {
     if (before && (previous === null || previous.code >= 400)) {
       throw new SmtpFailure('the message before this one on the session failed', 'connection');
     }
+    // Not a byte before the caller's record that the message may be taken. Without that record
+    // the message cannot go (the session, left in DATA, is closed by the caller).
+    const unrecorded = ready ? await ready : null;
+    if (unrecorded) throw new SmtpFailure(`could not record the send before writing it: ${unrecorded instanceof Error ? unrecorded.message : String(unrecorded)}`, 'connection');
+    if (this.ended) throw this.ended;
     const final = this.next();
     this.socket.cork();
     let last = 0x0a;

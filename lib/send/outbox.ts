@@ -6,6 +6,11 @@
 // the entry filed, and an APPEND whose answer was lost. The first attempt (nearly every copy)
 // cannot meet an earlier one, so it costs Dovecot no search of the Sent folder.
 //
+// What a process that died left behind is settled at start-up and every `recoverMs` after
+// (OutboxStore.recover): its sends that never left go (their drafts may be sent again), those
+// Postfix may have taken are kept with their outcome unknown and their copies filed, and the
+// copies it had claimed are due at once rather than when its claims run out.
+//
 // Cheap filing (bench/RESULTS.md, "Sending"): an inbox's first attempts are filed in batches,
 // one MULTIAPPEND each (one Dovecot transaction and push hint, one commit in the store, one
 // index refresh per pass), and filing yields to the sends under way in this process: a copy
@@ -32,6 +37,8 @@ export interface SentCopiesOptions {
   memory?: MemoryBudget;
   /** How long a due copy waits for the sends under way in this process before it is filed anyway. */
   yieldMs?: number;
+  /** Says this process runs, and settles what dead ones left, this often. */
+  recoverMs?: number;
 }
 
 /**
@@ -86,6 +93,8 @@ export class SentCopies implements CopyQueue {
   private readonly claimMs: number;
   private readonly memory: MemoryBudget | null;
   private readonly yieldMs: number;
+  private readonly recoverMs: number;
+  private lastRecover = 0;
   /** Sends under way in this process, when one last began or ended, and the passes waiting for them. */
   private sends = 0;
   private lastSendAt = 0;
@@ -104,6 +113,19 @@ export class SentCopies implements CopyQueue {
     this.claimMs = options.claimMs ?? 120_000;
     this.memory = options.memory ?? null;
     this.yieldMs = options.yieldMs ?? 2000;
+    this.recoverMs = options.recoverMs ?? 10_000;
+  }
+
+  /**
+   * Settles what processes that died left in the outbox (at start-up, before serving: a retry
+   * then finds its draft's send settled) and says this one runs.
+   */
+  async recover(): Promise<void> {
+    this.lastRecover = Date.now();
+    const settled = await this.outbox.recover(this.lastRecover);
+    if (settled.dropped + settled.unknown + settled.reclaimed > 0) {
+      this.log.warn(settled, 'settled the sends and Sent copies of a process that stopped: dropped never sent, unknown outcome, claims taken back');
+    }
   }
 
   start(): void {
@@ -229,7 +251,9 @@ export class SentCopies implements CopyQueue {
     if (this.timer) clearTimeout(this.timer);
     this.timer = setTimeout(() => {
       this.timer = null;
-      this.running = this.runOnce()
+      const recovering = Date.now() - this.lastRecover >= this.recoverMs ? this.recover() : Promise.resolve();
+      this.running = recovering
+        .then(() => this.runOnce())
         .catch((err: unknown) => this.log.warn({ err }, 'the outbox pass failed'))
         .finally(() => {
           this.running = null;

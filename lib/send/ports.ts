@@ -16,6 +16,11 @@ export interface RelayRequest {
   raw: readonly Buffer[];
   /** DSN ENVID: bounces carry it back as Original-Envelope-Id. */
   envid: string;
+  /**
+   * Called before any byte of the message is written, which waits for it to resolve: from then
+   * on the relay may take the message whatever it answers, so the outbox records that first.
+   */
+  writing?: () => Promise<void>;
 }
 
 export interface RelayAccepted {
@@ -37,13 +42,35 @@ export class RelayRefused extends Error {
   }
 }
 
+/**
+ * The whole message, its final dot included, was written, and the relay's reply never came (a
+ * timeout, the connection lost): it has most likely queued the message, and may not have.
+ */
+export class RelayOutcomeUnknown extends Error {
+  constructor(
+    /** What happened to the connection. */
+    readonly reason: string,
+  ) {
+    super(reason);
+    this.name = 'RelayOutcomeUnknown';
+  }
+}
+
 export interface Relay {
-  /** Resolves once the relay took responsibility for the message; rejects with RelayRefused. */
+  /**
+   * Resolves once the relay took responsibility for the message; rejects with RelayRefused, or
+   * RelayOutcomeUnknown when its answer to the whole message was lost.
+   */
   send(request: RelayRequest): Promise<RelayAccepted>;
   close(): Promise<void>;
 }
 
-export type OutboxState = 'relaying' | 'filing' | 'filed';
+/**
+ * `relaying`: reserved, no byte of the message written yet; `sending`: its bytes may have been
+ * written, the relay's answer not yet known; `filing`: accepted (or its outcome unknown), the Sent
+ * copy waiting; `filed`.
+ */
+export type OutboxState = 'relaying' | 'sending' | 'filing' | 'filed';
 
 /** One send: reserved before relaying, its Sent copy kept until Dovecot took it. */
 export interface OutboxEntry {
@@ -57,6 +84,11 @@ export interface OutboxEntry {
   draftId: string | null;
   fingerprint: string | null;
   state: OutboxState;
+  /**
+   * The relay's answer to the whole message was lost (or the process died waiting for it): never
+   * relayed again, its Sent copy filed, its retries answered that the outcome is unknown.
+   */
+  outcomeUnknown: boolean;
   mailFrom: string;
   recipients: number;
   messageId: string;
@@ -89,8 +121,19 @@ export interface OutboxStore {
   byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null>;
   /** The relay refused: the entry goes, so the draft may be sent again and it counts for nothing. */
   drop(id: string): Promise<void>;
+  /** The message's bytes are about to be written (`relaying` → `sending`); resolves once that is durable. */
+  sending(id: string): Promise<void>;
   /** The relay accepted: the Sent copy is due now. */
   relayed(id: string, now: number): Promise<void>;
+  /** The relay's answer to the whole message was lost: kept as sent, outcome unknown, its Sent copy due now. */
+  outcomeUnknown(id: string, now: number): Promise<void>;
+  /**
+   * Says this process is alive, and settles what processes that died left behind (their
+   * liveness is the store's to judge): an entry still `relaying` goes (nothing of it was written;
+   * its draft may be sent again), one `sending` becomes `filing` with its outcome unknown, and a
+   * claimed copy is due at once. Returns how many of each it settled.
+   */
+  recover(now: number): Promise<{ dropped: number; unknown: number; reclaimed: number }>;
   /** Entries in state `filing` whose next attempt is due, oldest first. */
   due(now: number, limit: number): Promise<OutboxEntry[]>;
   /**

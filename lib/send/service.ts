@@ -5,10 +5,10 @@
 import { createHash } from 'node:crypto';
 import { randomId } from '../ids.ts';
 import type { Inbox } from '../directory/types.ts';
-import { badRequest, conflict, forbidden, unavailable, unprocessable } from '../errors.ts';
+import { badRequest, forbidden, unavailable, unprocessable } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
 import type { WarnLog } from '../warn-log.ts';
-import { RelayRefused, type CopyQueue, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
+import { RelayOutcomeUnknown, RelayRefused, type CopyQueue, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
 
 /** Spec 8: both send operations. */
@@ -49,7 +49,7 @@ export interface Base64Part {
 const BASE64_SLICE = 48 * 1024;
 
 /**
- * A hash naming a /send request's content: the same draft with other content is a 409. A
+ * A hash naming a /send request's content: the same draft with other content is a 422. A
  * base64 field is hashed as its text, whether the request's parser kept the text or only its
  * bytes (a 33 MB text is never rebuilt whole for it).
  */
@@ -63,6 +63,16 @@ export function draftFingerprint(parts: ReadonlyArray<string | Base64Part>): str
   }
   return h.digest('hex');
 }
+
+/** Its relay has not answered yet (nothing written, or written and waiting for the reply). */
+const inFlight = (e: OutboxEntry) => e.state === 'relaying' || e.state === 'sending';
+
+/**
+ * A send whose relay answer was lost after the whole message was written, and every retry of its
+ * draft: a 422, final (docs/sending.md, "Exactly once").
+ */
+const outcomeUnknown = () =>
+  unprocessable('the mail server received the whole message but its reply was lost: it has most likely queued it, so the message will not be sent again (its copy is filed in Sent)');
 
 export class SendService {
   constructor(
@@ -82,14 +92,28 @@ export class SendService {
 
   /**
    * The first answer for a draft already sent with this content (no need to open it again);
-   * 409 when it was sent with other content; null when the draft is new (or still on its way,
+   * 422 when it was sent with other content; null when the draft is new (or still on its way,
    * which send() waits for).
    */
   async priorAnswer(inboxId: string, draftId: string, fingerprint: string): Promise<{ sent: true } | null> {
     const first = await this.outbox.byDraft(inboxId, draftId);
     if (!first) return null;
-    if (first.fingerprint !== fingerprint) throw conflict(`draft ${draftId} was already sent with other content`);
-    return first.state === 'relaying' ? null : { sent: true };
+    return inFlight(first) ? (this.sameContent(first, fingerprint), null) : this.answerOf(first, fingerprint);
+  }
+
+  /** 422 (spec 4.5: refused, with the reason) for a draft sent before with other content. */
+  private sameContent(first: OutboxEntry, fingerprint: string | null): void {
+    if (first.fingerprint !== fingerprint) throw unprocessable(`draft ${first.draftId} was already sent with other content`);
+  }
+
+  /**
+   * The answer for a draft whose first send is settled, however often it is asked again: sent,
+   * or (its relay's answer lost) a 422 saying the outcome is unknown and it will not go again.
+   */
+  private answerOf(first: OutboxEntry, fingerprint: string | null): { sent: true } {
+    this.sameContent(first, fingerprint);
+    if (first.outcomeUnknown) throw outcomeUnknown();
+    return { sent: true };
   }
 
   /** Relays the message and queues its Sent copy; resolves once the relay accepted it. */
@@ -160,6 +184,7 @@ export class SendService {
       draftId: req.draft?.id ?? null,
       fingerprint: req.draft?.fingerprint ?? null,
       state: 'relaying',
+      outcomeUnknown: false,
       mailFrom: from,
       recipients: to.length,
       messageId,
@@ -176,18 +201,28 @@ export class SendService {
       if (reservation.reason === 'rate') throw this.rateLimited();
       // The draft was sent (or is being sent) already: never twice.
       const first = reservation.existing;
-      if (first.fingerprint !== entry.fingerprint) throw conflict(`draft ${entry.draftId} was already sent with other content`);
-      if (first.state !== 'relaying') return { sent: true };
+      this.sameContent(first, entry.fingerprint);
+      if (!inFlight(first)) return this.answerOf(first, entry.fingerprint);
       const settled = await this.waitForRelay(first.id, deadline);
-      if (settled) return { sent: true };
+      if (settled) return this.answerOf(settled, entry.fingerprint);
       // The first attempt was refused (its entry is gone): this one may try, unless time is up.
       if (Date.now() > deadline) throw unavailable('the first request for this draft is still being relayed; try again');
     }
 
     let accepted: RelayAccepted;
     try {
-      accepted = await this.relay.send({ user: inbox.imapUser, from, to, raw: relayed, envid: entry.id });
+      // Recorded before the message's first byte: a process that dies from then on leaves a send
+      // Postfix may have taken, never one relayed again (lib/send/outbox.ts recovers it).
+      accepted = await this.relay.send({ user: inbox.imapUser, from, to, raw: relayed, envid: entry.id, writing: () => this.outbox.sending(entry.id) });
     } catch (err) {
+      if (err instanceof RelayOutcomeUnknown) {
+        // Postfix has most likely queued it: kept as sent (the rate, the draft, bounces), its Sent
+        // copy filed, and never relayed again; this answer and every retry's say so.
+        await this.outbox.outcomeUnknown(entry.id, Date.now());
+        this.copies.kick();
+        this.log.warn({ outbox: entry.id, messageId: entry.messageId, reason: err.reason }, "the relay's answer to a whole message was lost; its outcome is unknown");
+        throw outcomeUnknown();
+      }
       await this.outbox.drop(entry.id);
       if (err instanceof RelayRefused) {
         if (err.permanent) throw unprocessable(`the mail server refused the message: ${err.reason}`);
@@ -201,15 +236,15 @@ export class SendService {
     return { sent: true };
   }
 
-  /** True once the entry left `relaying` (accepted); false when it went away (refused) or time ran out. */
-  private async waitForRelay(id: string, deadline: number): Promise<boolean> {
+  /** The entry once its relay is settled; null when it went away (refused) or time ran out. */
+  private async waitForRelay(id: string, deadline: number): Promise<OutboxEntry | null> {
     while (Date.now() < deadline) {
       const now = await this.outbox.get(id);
-      if (!now) return false;
-      if (now.state !== 'relaying') return true;
+      if (!now) return null;
+      if (!inFlight(now)) return now;
       await sleep(50);
     }
-    return false;
+    return null;
   }
 
   private async recordAccepted(inbox: Inbox, entry: OutboxEntry, accepted: RelayAccepted): Promise<void> {

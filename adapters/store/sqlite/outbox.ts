@@ -1,8 +1,11 @@
 // OutboxStore on SQLite (table mail_outbox, migration 11; the copies in mail_outbox_copies, 19;
-// the sending rate's per-minute counts in mail_send_minutes, 21).
+// the sending rate's per-minute counts in mail_send_minutes, 21; outcomes, owners and the
+// processes they name, 23).
+import { randomBytes } from 'node:crypto';
 import type { OutboxEntry, OutboxState, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
 import type { Db } from './db.ts';
 import { groupCommitOf, type GroupCommit } from './group-commit.ts';
+import { stillRuns, thisProcess, type ProcessIdentity } from './process-liveness.ts';
 
 interface Row {
   id: string;
@@ -12,6 +15,7 @@ interface Row {
   draft_id: string | null;
   fingerprint: string | null;
   state: OutboxState;
+  outcome: 'unknown' | null;
   mail_from: string;
   recipients: number;
   message_id: string;
@@ -22,9 +26,16 @@ interface Row {
   created_at: number;
 }
 
-const COLUMNS = 'id, inbox_id, project_id, actor, draft_id, fingerprint, state, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
+const COLUMNS = 'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
 
 const MINUTE_MS = 60_000;
+/**
+ * A process on another host (a container beside this one, sharing the store's volume) is taken
+ * for dead once it has not said it runs for this long; one on this host is checked directly.
+ */
+const OTHER_HOST_STALE_MS = 120_000;
+/** Owners not seen for this long are forgotten (their rows were settled long before). */
+const FORGET_OWNER_MS = 7 * 24 * 3_600_000;
 
 /** A copy is stored in parts of this size, so no statement binds or reads a 25 MB value whole. */
 const PART_BYTES = 1024 * 1024;
@@ -37,6 +48,7 @@ const entryOf = (r: Row): OutboxEntry => ({
   draftId: r.draft_id,
   fingerprint: r.fingerprint,
   state: r.state,
+  outcomeUnknown: r.outcome === 'unknown',
   mailFrom: r.mail_from,
   recipients: r.recipients,
   messageId: r.message_id,
@@ -85,6 +97,11 @@ export class SqliteOutboxStore implements OutboxStore {
   private readonly dropTx;
   private readonly filedTx;
   private readonly readCopy;
+  private readonly recoverTx;
+  /** This process as the rows it reserves and claims name it (registered on its first write). */
+  private readonly owner = randomBytes(12).toString('hex');
+  private readonly self: ProcessIdentity = thisProcess();
+  private registered = false;
 
   constructor(db: Db) {
     this.q = {
@@ -97,29 +114,37 @@ export class SqliteOutboxStore implements OutboxStore {
       byDraft: db.prepare<[string, string], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?`),
       get: db.prepare<[string], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE id = ?`),
       insert: db.prepare(
-        `INSERT INTO mail_outbox (${COLUMNS}) VALUES (@id, @inboxId, @projectId, @actor, @draftId, @fingerprint, 'relaying', @mailFrom, @recipients, @messageId, @size, 0, 0, @nextAttemptAt, @createdAt)`,
+        `INSERT INTO mail_outbox (${COLUMNS}, owner) VALUES (@id, @inboxId, @projectId, @actor, @draftId, @fingerprint, 'relaying', NULL, @mailFrom, @recipients, @messageId, @size, 0, 0, @nextAttemptAt, @createdAt, @owner)`,
       ),
       insertPart: db.prepare<[string, number, Buffer]>('INSERT INTO mail_outbox_copies (id, part, bytes) VALUES (?, ?, ?)'),
       // length() of a blob is read from its header, without loading the value.
       copySize: db.prepare<[string], { parts: number; size: number | null }>('SELECT count(*) AS parts, sum(length(bytes)) AS size FROM mail_outbox_copies WHERE id = ?'),
       parts: db.prepare<[string], Buffer>('SELECT bytes FROM mail_outbox_copies WHERE id = ? ORDER BY part').pluck(),
-      drop: db.prepare<[string], { inbox_id: string; created_at: number }>("DELETE FROM mail_outbox WHERE id = ? AND state = 'relaying' RETURNING inbox_id, created_at"),
+      drop: db.prepare<[string], { inbox_id: string; created_at: number }>("DELETE FROM mail_outbox WHERE id = ? AND state IN ('relaying', 'sending') RETURNING inbox_id, created_at"),
       dropCopy: db.prepare<[string]>('DELETE FROM mail_outbox_copies WHERE id = ?'),
-      relayed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', next_attempt_at = ? WHERE id = ? AND state = 'relaying'"),
+      sending: db.prepare<[string]>("UPDATE mail_outbox SET state = 'sending' WHERE id = ? AND state = 'relaying'"),
+      relayed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')"),
+      unknown: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')"),
       due: db.prepare<[number, number], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`),
-      claim: db.prepare<[number, string, number]>("UPDATE mail_outbox SET next_attempt_at = ?, claims = claims + 1 WHERE id = ? AND state = 'filing' AND next_attempt_at = ?"),
+      claim: db.prepare<[number, string, string, number]>("UPDATE mail_outbox SET next_attempt_at = ?, owner = ?, claims = claims + 1 WHERE id = ? AND state = 'filing' AND next_attempt_at = ?"),
       retry: db.prepare<[number, string]>("UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = ? WHERE id = ? AND state = 'filing'"),
       filed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filed', filed_at = ? WHERE id = ?"),
+      // Processes: this one says it runs; the owners of unsettled rows (mail_outbox_unsettled).
+      seen: db.prepare<[string, string, number, string, number]>(
+        'INSERT INTO mail_outbox_owners (id, host, pid, pid_start, seen_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at',
+      ),
+      owners: db.prepare<[], string | null>("SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed'").pluck(),
+      ownerOf: db.prepare<[string], { host: string; pid: number; pid_start: string; seen_at: number }>('SELECT host, pid, pid_start, seen_at FROM mail_outbox_owners WHERE id = ?'),
+      forgetOwner: db.prepare<[string]>('DELETE FROM mail_outbox_owners WHERE id = ?'),
+      forgetOwners: db.prepare<[number]>('DELETE FROM mail_outbox_owners WHERE seen_at < ?'),
+      // `owner IS ?` matches NULL too: rows from before owners were recorded.
+      unsent: db.prepare<[string | null], string>("SELECT id FROM mail_outbox WHERE owner IS ? AND state = 'relaying'").pluck(),
+      mayBeSent: db.prepare<[number, string | null, string]>("UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE owner IS ? AND state = ?"),
+      reclaim: db.prepare<[number, string | null, number]>("UPDATE mail_outbox SET next_attempt_at = ? WHERE owner IS ? AND state = 'filing' AND next_attempt_at > ?"),
     };
     this.commits = groupCommitOf(db);
     // The entry and its copy go together (both only while the entry is still `relaying`).
-    this.dropTx = db.transaction((id: string) => {
-      const dropped = this.q.drop.get(id);
-      if (!dropped) return;
-      this.q.dropCopy.run(id);
-      // A send that never left does not count toward the rate.
-      this.q.uncountSend.run(dropped.inbox_id, Math.floor(dropped.created_at / MINUTE_MS));
-    });
+    this.dropTx = db.transaction((id: string) => this.dropOne(id));
     this.readCopy = db.transaction((id: string): Buffer | null => {
       const { parts, size } = this.q.copySize.get(id)!;
       if (parts === 0) return null;
@@ -128,6 +153,26 @@ export class SqliteOutboxStore implements OutboxStore {
       for (const bytes of this.q.parts.iterate(id)) at += bytes.copy(out, at);
       return out;
     });
+    this.recoverTx = db.transaction((now: number) => {
+      const settled = { dropped: 0, unknown: 0, reclaimed: 0 };
+      this.q.seen.run(this.owner, this.self.host, this.self.pid, this.self.pidStart, now);
+      for (const owner of this.q.owners.all()) {
+        if (owner === this.owner || !this.dead(owner, now)) continue;
+        if (owner === null) {
+          // Before owners and `sending` were recorded, a `relaying` row may have been written.
+          settled.unknown += this.q.mayBeSent.run(now, null, 'relaying').changes;
+        } else {
+          // Nothing of a `relaying` row was written: it goes, as a refused send does.
+          for (const id of this.q.unsent.all(owner)) settled.dropped += this.dropOne(id);
+          this.q.forgetOwner.run(owner);
+        }
+        settled.unknown += this.q.mayBeSent.run(now, owner, 'sending').changes;
+        // A copy its dead claimer held is due now, not when the claim runs out.
+        settled.reclaimed += this.q.reclaim.run(now, owner, now).changes;
+      }
+      this.q.forgetOwners.run(now - FORGET_OWNER_MS);
+      return settled;
+    });
     // A batch filed together is marked together: one commit.
     this.filedTx = db.transaction((ids: readonly string[], now: number) => {
       for (const id of ids) {
@@ -135,6 +180,33 @@ export class SqliteOutboxStore implements OutboxStore {
         this.q.dropCopy.run(id);
       }
     });
+  }
+
+  /** Deletes an entry not (or not yet) relayed, with its copy; 1 when there was one. */
+  private dropOne(id: string): number {
+    const dropped = this.q.drop.get(id);
+    if (!dropped) return 0;
+    this.q.dropCopy.run(id);
+    // A send that never left does not count toward the rate.
+    this.q.uncountSend.run(dropped.inbox_id, Math.floor(dropped.created_at / MINUTE_MS));
+    return 1;
+  }
+
+  /** Whether the process that owns rows is gone (null: rows from before owners were recorded). */
+  private dead(owner: string | null, now: number): boolean {
+    if (owner === null) return true;
+    const o = this.q.ownerOf.get(owner);
+    // Rows name their owner only once it is registered (register), so none known is long gone.
+    if (!o) return true;
+    const runs = stillRuns({ host: o.host, pid: o.pid, pidStart: o.pid_start }, this.self);
+    return runs === null ? o.seen_at < now - OTHER_HOST_STALE_MS : !runs;
+  }
+
+  /** This process is recorded before the first row names it. */
+  private register(): void {
+    if (this.registered) return;
+    this.q.seen.run(this.owner, this.self.host, this.self.pid, this.self.pidStart, Date.now());
+    this.registered = true;
   }
 
   /**
@@ -150,7 +222,7 @@ export class SqliteOutboxStore implements OutboxStore {
     const first = Math.floor(since / MINUTE_MS);
     const sent = this.countSince(entry.inboxId, since, max);
     if (sent >= max) return { ok: false, reason: 'rate', sent };
-    this.q.insert.run(entry);
+    this.q.insert.run({ ...entry, owner: this.owner });
     this.q.countSend.run(entry.inboxId, Math.floor(entry.createdAt / MINUTE_MS));
     // Minutes the window has left behind (an index seek when there are none).
     this.q.forgetMinutes.run(entry.inboxId, first);
@@ -171,6 +243,7 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {
+    this.register();
     return this.commits.run(() => this.reserveOne(entry, copy, rate.since, rate.max));
   }
 
@@ -188,10 +261,28 @@ export class SqliteOutboxStore implements OutboxStore {
     this.dropTx.immediate(id);
   }
 
+  sending(id: string): Promise<void> {
+    return this.commits.run(() => {
+      this.q.sending.run(id);
+    });
+  }
+
   relayed(id: string, now: number): Promise<void> {
     return this.commits.run(() => {
       this.q.relayed.run(now, id);
     });
+  }
+
+  outcomeUnknown(id: string, now: number): Promise<void> {
+    return this.commits.run(() => {
+      this.q.unknown.run(now, id);
+    });
+  }
+
+  async recover(now: number): Promise<{ dropped: number; unknown: number; reclaimed: number }> {
+    const settled = this.recoverTx.immediate(now);
+    this.registered = true;
+    return settled;
   }
 
   async due(now: number, limit: number): Promise<OutboxEntry[]> {
@@ -199,7 +290,8 @@ export class SqliteOutboxStore implements OutboxStore {
   }
 
   async claim(id: string, expectedNext: number, until: number): Promise<boolean> {
-    return this.q.claim.run(until, id, expectedNext).changes === 1;
+    this.register();
+    return this.q.claim.run(until, this.owner, id, expectedNext).changes === 1;
   }
 
   async copy(id: string): Promise<Buffer | null> {
