@@ -13,7 +13,9 @@ export const DOMAIN = 'postern.test';
 /**
  * Mail for this domain goes through Postern's LMTP ingress (Postfix → Postern → Dovecot), as all
  * of a deployment's mail does; DOMAIN goes straight to Dovecot, so tests without a Postern
- * listening for LMTP still get their mail. An inbox receiving here has its IMAP user in DOMAIN.
+ * listening for LMTP still get their mail. An inbox receiving here has its IMAP user in DOMAIN,
+ * or here too: then no form of its Dovecot user reaches Dovecot around the ingress (the demo's
+ * inboxes, scripts/demo.ts).
  */
 export const INGRESS_DOMAIN = 'ingress.postern.test';
 /** Dovecot master user: log in as `user*postern-master`, or SASL PLAIN with authzid = user. */
