@@ -7,7 +7,7 @@ import { pino } from 'pino';
 import { SMTPServer } from 'smtp-server';
 import type { Socket } from 'node:net';
 import { SmtpRelay } from '../adapters/smtp/relay.ts';
-import { RelayRefused } from '../lib/send/ports.ts';
+import { RelayOutcomeUnknown, RelayRefused } from '../lib/send/ports.ts';
 
 interface Stand {
   port: number;
@@ -37,7 +37,7 @@ async function stand(): Promise<Stand> {
       if (address.address.startsWith('refused')) return cb(Object.assign(new Error('5.1.1 no such user'), { responseCode: 550 }));
       cb();
     },
-    onData(stream, _session, cb) {
+    onData(stream, session, cb) {
       const chunks: Buffer[] = [];
       stream.on('data', (c: Buffer) => chunks.push(c));
       stream.on('end', () => {
@@ -45,6 +45,11 @@ async function stand(): Promise<Stand> {
         // A message the server refuses once it has it all (as Postfix does for a milter's no).
         if (message.includes('Subject: refuse-at-dot')) return cb(Object.assign(new Error('5.7.1 refused at the end of data'), { responseCode: 554 }));
         s.messages.push(message);
+        // Taken, and the connection lost before the reply (a timeout, a network cut).
+        if (message.includes('Subject: lose-reply')) {
+          for (const socket of s.connections) if (socket.remotePort === session.remotePort) socket.destroy();
+          return;
+        }
         cb(null, 'Ok: queued');
       });
     },
@@ -141,6 +146,31 @@ describe('relay: its connection pool', () => {
     // Both slots still serve: a leaked one would leave these waiting.
     for (let i = 0; i < 3; i++) await Promise.all([send(10 + i), send(20 + i), send(30 + i, 'refused@y.test').catch(() => null)]);
     expect(s.messages).to.have.length(6);
+  });
+
+  it('a reply lost after the final dot is RelayOutcomeUnknown, never sent again, even on a reused connection', async () => {
+    await send(1);
+    const order: string[] = [];
+    const err = await relay
+      .send({ user: 'u@x.test', from: 'a@x.test', to: ['b@y.test'], raw: [raw('lose-reply')], envid: 'envl', writing: async () => void order.push(`writing with ${s.messages.length} messages in`) })
+      .catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(RelayOutcomeUnknown);
+    expect(order).to.deep.equal(['writing with 1 messages in']);
+    expect(s.messages.filter((m) => m.includes('Subject: lose-reply'))).to.have.length(1);
+    // The next send gets a fresh connection and goes.
+    await send(2);
+    expect(s.messages).to.have.length(3);
+  });
+
+  it('writes nothing of a message whose writing could not be recorded: a temporary RelayRefused', async () => {
+    const err = await relay
+      .send({ user: 'u@x.test', from: 'a@x.test', to: ['b@y.test'], raw: [raw('unrecorded')], envid: 'envu', writing: () => Promise.reject(new Error('disk full')) })
+      .catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(RelayRefused);
+    expect((err as RelayRefused).permanent).to.equal(false);
+    expect((err as RelayRefused).reason).to.include('disk full');
+    await send(3);
+    expect(s.messages.map(String).some((m) => m.includes('unrecorded'))).to.equal(false);
   });
 
   it('no connection is a temporary RelayRefused', async () => {
