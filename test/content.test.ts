@@ -2,12 +2,15 @@
 // on compatible inboxes, each read audited as access.content.read before any byte goes out,
 // never cached; every 403/404 case; a 20 MB attachment streamed whole.
 import { randomBytes } from 'node:crypto';
+import { PassThrough } from 'node:stream';
+import { finished } from 'node:stream/promises';
 import { expect } from 'chai';
 import type { ImapFlow } from 'imapflow';
 import * as openpgp from 'openpgp';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { getPage } from './events-helpers.ts';
+import { openAttachment } from '../lib/mail/content.ts';
 import { mailApp } from './mail-fixtures.ts';
 import { inboxMessages } from './crypto-fixtures.ts';
 
@@ -74,6 +77,11 @@ describe('decrypted content', function () {
   });
 
   const url = (path: string, base = s.base) => `${base}/inboxes/${inbox.id}/messages/${msgId}${path}`;
+
+  async function appendAndFind(raw: Buffer): Promise<string> {
+    const at = await appendRaw(client, raw);
+    return (await inboxMessages(s, token, inbox.id)).find((m) => m.uid === at)!.id;
+  }
 
   async function auditEvents(): Promise<Array<{ subject?: string; data: { msgId: string; part: string; attachment?: number } }>> {
     const reader = await p.token(['events:read', 'audit:read']);
@@ -166,15 +174,66 @@ describe('decrypted content', function () {
     }
   });
 
-  it('422 from /content when the parser cannot read the message (over 1000 MIME parts), which /source still serves', async () => {
-    const parts = Array.from({ length: 1100 }, (_, i) => `--b\r\nContent-Type: text/plain\r\n\r\npart ${i}\r\n`).join('');
-    const raw = Buffer.from(`From: a@example.org\r\nSubject: too many parts\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n${parts}--b--\r\n`);
-    const manyUid = await appendRaw(client, raw);
-    const id = (await inboxMessages(s, token, inbox.id)).find((m) => m.uid === manyUid)!.id;
-    await expectError(await call(`${s.base}/inboxes/${inbox.id}/messages/${id}/content`, { token }), 422, /\/source/);
-    await expectError(await call(`${s.base}/inboxes/${inbox.id}/messages/${id}/attachments/0`, { token }), 422, /\/source/);
-    const source = await call(`${s.base}/inboxes/${inbox.id}/messages/${id}/source`, { token });
-    expect(Buffer.from(await source.arrayBuffer()).equals(raw)).to.equal(true);
+  /** A message whose multipart boundary never closes, with `parts` attachments (the last has no end). */
+  function manyParts(parts: number, close = false): Buffer {
+    const body = Array.from({ length: parts }, (_, i) => `--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename="p${i}.bin"\r\n\r\npart ${i}\r\n`).join('');
+    return Buffer.from(`From: a@example.org\r\nSubject: ${parts} parts\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n${body}${close ? '--b--\r\n' : ''}`);
+  }
+
+  /** The whole answer (status and body) within `ms`, or the test fails: a content read never hangs. */
+  async function answered(path: string, ms = 30_000): Promise<{ status: number; body: Buffer }> {
+    const res = await call(path, { token, signal: AbortSignal.timeout(ms) });
+    return { status: res.status, body: Buffer.from(await res.arrayBuffer()) };
+  }
+
+  it('answers every read of a hostile message in bounded time: 1,000 parts with a boundary that never closes', async () => {
+    const raw = manyParts(1000);
+    const id = await appendAndFind(raw);
+    const base = `${s.base}/inboxes/${inbox.id}/messages/${id}`;
+    const content = await answered(`${base}/content`);
+    expect(content.status, content.body.toString().slice(0, 200)).to.equal(200);
+    const { attachments } = JSON.parse(content.body.toString()) as Content;
+    expect(attachments).to.have.length(1000);
+    expect(attachments[999]).to.deep.include({ index: 999, filename: 'p999.bin' });
+    for (const n of [0, 500, 999]) {
+      const got = await answered(`${base}/attachments/${n}`);
+      expect(got.status, `attachment ${n}`).to.equal(200);
+      // The last part runs to the end of the message (its boundary never closes).
+      expect(got.body.toString().replace(/\r\n$/, ''), `attachment ${n}`).to.equal(`part ${n}`);
+    }
+    expect((await answered(`${base}/attachments/1000`)).status).to.equal(404);
+  });
+
+  it('422 from /content past 10,000 MIME parts (Dovecot\'s own limit), which /source still serves; attachments answer in bounded time', async () => {
+    const raw = manyParts(10_050, true);
+    const id = await appendAndFind(raw);
+    const base = `${s.base}/inboxes/${inbox.id}/messages/${id}`;
+    await expectError(await call(`${base}/content`, { token, signal: AbortSignal.timeout(30_000) }), 422, /\/source/);
+    // Past where the parser gives up: 422. Before it: the part, or a 422, but always an answer.
+    await expectError(await call(`${base}/attachments/10020`, { token, signal: AbortSignal.timeout(30_000) }), 422, /\/source/);
+    const early = await answered(`${base}/attachments/0`);
+    if (early.status === 200) expect(early.body.toString().replace(/\r\n$/, '')).to.equal('part 0');
+    else expect(early.status).to.equal(422);
+    const source = await answered(`${base}/source`);
+    expect(source.body.equals(raw)).to.equal(true);
+  });
+
+  it('an attachment already handed out fails its stream when the message cannot be read on, never stalls it', async () => {
+    const source = new PassThrough();
+    source.write('From: a@example.org\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n');
+    // Over the 64 KB mailparser gathers before it parses, so the attachment starts now.
+    source.write(`--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename="first.bin"\r\n\r\n${'first bytes\r\n'.repeat(10_000)}`);
+    const found = await openAttachment(source, 0);
+    expect(found?.info.filename).to.equal('first.bin');
+    // The mail server connection is lost mid-message (the IMAP adapter fails the stream so).
+    source.destroy(new Error('the mail server connection was lost mid-message'));
+    // Read it, as a response would.
+    found!.content.resume();
+    const outcome = await Promise.race([
+      finished(found!.content).then(() => 'ended', (err: Error) => `failed: ${err.message}`),
+      new Promise<string>((r) => setTimeout(() => r('stalled'), 10_000).unref()),
+    ]);
+    expect(outcome).to.equal('failed: the mail server connection was lost mid-message');
   });
 
   it('streams a 20 MB attachment whole, and /raw of that message opens to the same bytes', async () => {

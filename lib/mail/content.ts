@@ -24,6 +24,20 @@ export interface ParsedContent {
 /** The message could not be parsed (a 422 where it is read through the API). */
 export class UnparseableMessageError extends Error {}
 
+/**
+ * MIME parts a message may have: Dovecot's own limit (its message parser's
+ * max_total_mime_parts), so every message it splits into parts is read here as it reads it.
+ * mailparser's default of 1,000 failed a 1,000-part message, and a failure after an attachment
+ * was handed out left that attachment's stream open for good.
+ */
+export const MAX_MIME_PARTS = 10_000;
+/**
+ * How long parsing may take before it has what was asked (all of /content, or the first bytes
+ * of an attachment): far more than any message needs (25 MB of attachments parse in about a
+ * second), so only a message that makes the parser stall meets it. Settable for tests.
+ */
+export const PARSE_LIMITS = { deadlineMs: 30_000 };
+
 /** Spec 2.10: the decoded headers among these, only those present. */
 const HEADERS: ReadonlyArray<[string, string]> = [
   ['from', 'from'],
@@ -59,22 +73,31 @@ function describe(att: AttachmentStream, index: number, size: number): Attachmen
 
 /**
  * Walks the message. `onAttachment` decides per attachment: return true to take its stream
- * (and call `release` once done with it), false to have it counted and skipped.
+ * (and call `release` once done with it), false to have it counted and skipped. The returned
+ * `stop` ends the walk early: without an error when the rest is not needed, or failing it.
  */
 function walk(
   source: Readable,
   onAttachment: (att: AttachmentStream, index: number) => boolean,
   collect: { headers?: Map<string, HeaderValue>; text?: MessageText; sizes: number[]; infos: AttachmentInfo[] },
-): Promise<void> {
-  return new Promise((resolve, reject) => {
-    // skipTextToHtml: `html` is the message's own HTML only (spec: "empty string if none").
-    const parser = new MailParser({ skipTextToHtml: true, skipImageLinks: true });
+): { done: Promise<void>; stop: (err?: Error) => void } {
+  // skipTextToHtml: `html` is the message's own HTML only (spec: "empty string if none").
+  // maxChildNodes is mailsplit's option, passed through by mailparser (not in its types).
+  const options = { skipTextToHtml: true, skipImageLinks: true, maxChildNodes: MAX_MIME_PARTS };
+  const parser = new MailParser(options as ConstructorParameters<typeof MailParser>[0]);
+  let stop: (err?: Error) => void = () => {};
+  const done = new Promise<void>((resolve, reject) => {
     let index = 0;
-    const fail = (err: unknown) => {
+    let settled = false;
+    const finish = (err?: unknown) => {
+      if (settled) return;
+      settled = true;
       source.destroy();
       parser.destroy();
-      reject(err instanceof UnparseableMessageError ? err : new UnparseableMessageError((err as Error)?.message ?? String(err)));
+      if (err === undefined) resolve();
+      else reject(err instanceof UnparseableMessageError ? err : new UnparseableMessageError((err as Error)?.message ?? String(err)));
     };
+    stop = finish;
     parser.on('headers', (headers: Map<string, HeaderValue>) => (collect.headers = headers));
     parser.on('data', (data: AttachmentStream | MessageText) => {
       if (data.type === 'text') {
@@ -90,18 +113,29 @@ function walk(
         collect.infos.push(describe(data, n, size));
         data.release?.();
       });
-      content.on('error', fail);
+      content.on('error', finish);
     });
-    parser.on('end', () => resolve());
-    parser.on('error', fail);
-    source.on('error', fail);
+    parser.on('end', () => {
+      settled = true;
+      resolve();
+    });
+    parser.on('error', finish);
+    source.on('error', finish);
     source.pipe(parser);
   });
+  return { done, stop };
+}
+
+/** Fails the walk (and so `work`) when `work` has not settled within the deadline. */
+function withDeadline<T>(work: Promise<T>, stop: (err: Error) => void): Promise<T> {
+  const timer = setTimeout(() => stop(new UnparseableMessageError(`parsing took longer than ${PARSE_LIMITS.deadlineMs} ms`)), PARSE_LIMITS.deadlineMs);
+  return work.finally(() => clearTimeout(timer));
 }
 
 export async function parseContent(source: Readable): Promise<ParsedContent> {
   const collect: { headers?: Map<string, HeaderValue>; text?: MessageText; sizes: number[]; infos: AttachmentInfo[] } = { sizes: [], infos: [] };
-  await walk(source, () => false, collect);
+  const { done, stop } = walk(source, () => false, collect);
+  await withDeadline(done, stop);
   const headers: Record<string, string> = {};
   for (const [name, field] of HEADERS) {
     const value = collect.headers?.get(name);
@@ -118,33 +152,41 @@ export async function parseContent(source: Readable): Promise<ParsedContent> {
   };
 }
 
-/** Attachment `n` as a stream of its decoded bytes, with what describes it; null when there is none. */
+/**
+ * Attachment `n` as a stream of its decoded bytes, with what describes it; null when there is
+ * none. Resolves once its first bytes (or its end) are there, so a message that fails to parse
+ * before then is an UnparseableMessageError, never a response that starts and stalls; one
+ * that fails later fails the stream. Parsing stops when the attachment has been read.
+ */
 export function openAttachment(source: Readable, n: number): Promise<{ info: Omit<AttachmentInfo, 'size'>; content: Readable } | null> {
-  return new Promise((resolve, reject) => {
-    let found = false;
-    walk(
-      source,
-      (att, index) => {
-        if (index !== n) return false;
-        found = true;
-        const content = att.content as Readable;
-        content.once('end', () => att.release?.());
-        content.once('close', () => {
-          // The reader left early: stop parsing the rest.
-          if (!content.readableEnded) source.destroy();
-        });
-        const { size: _size, ...info } = describe(att, index, 0);
-        resolve({ info, content });
-        return true;
-      },
-      { sizes: [], infos: [] },
-    ).then(
-      () => {
-        if (!found) resolve(null);
-      },
-      (err: unknown) => {
-        if (!found) reject(err);
-      },
-    );
+  let taken: Readable | null = null;
+  let found!: (value: { info: Omit<AttachmentInfo, 'size'>; content: Readable }) => void;
+  const first = new Promise<{ info: Omit<AttachmentInfo, 'size'>; content: Readable }>((resolve) => (found = resolve));
+  const { done, stop } = walk(
+    source,
+    (att, index) => {
+      if (index !== n) return false;
+      const content = att.content as Readable;
+      taken = content;
+      content.once('end', () => {
+        att.release?.();
+        stop();
+      });
+      content.once('close', () => {
+        // The reader left early: stop parsing the rest.
+        if (!content.readableEnded) stop();
+      });
+      const { size: _size, ...info } = describe(att, index, 0);
+      content.once('readable', () => found({ info, content }));
+      return true;
+    },
+    { sizes: [], infos: [] },
+  );
+  done.catch((err: unknown) => {
+    // Handed out already: its reader learns of it (the response ends early, never hangs).
+    const content = taken as Readable | null;
+    if (content && !content.readableEnded) content.destroy(err as Error);
   });
+  // The first bytes, or the walk's end (no such attachment) or failure, whichever comes first.
+  return withDeadline(Promise.race([first, done.then(() => null)]), stop);
 }
