@@ -124,6 +124,58 @@ describe('web app (Chromium, virtual passkeys)', function () {
     expect((await call(`${s.app}/inboxes`, { session: (await sessionOf(a.page)).session })).status).to.equal(200);
   });
 
+  it('re-authentication: the first key rides on the sign-in; replacing it, the app runs a passkey ceremony first', async () => {
+    const member = await p.member();
+    const { link } = await s.postern.passkeys.invite(member);
+    const a = await device({ prf: true });
+    const asked: string[] = [];
+    a.page.on('request', (r) => {
+      const path = new URL(r.url()).pathname;
+      if (path.startsWith('/api/v1/me/') || path.startsWith('/api/v1/auth/')) asked.push(`${r.method()} ${path}`);
+    });
+    await a.page.goto(link);
+    await a.page.click('#enroll');
+    const first = await fingerprint(a.page);
+    expect(await a.page.locator('#key-status').textContent()).to.include('Public key: registered.');
+    // Set right after the enrollment ceremony: no second one.
+    expect(asked).to.include('PUT /api/v1/me/key').and.not.include('POST /api/v1/me/reauth/options');
+    const keyEvents = async () => {
+      const { events } = await s.postern.events.backfill(
+        { projectId: p.projectId, inboxes: null, allowedInboxes: [], visibilities: ['project'], types: ['access.key.set'], redactActor: false },
+        0,
+        1000,
+      );
+      return events.map((e) => (JSON.parse(e.json) as { data: Record<string, string> }).data).filter((d) => d.memberId === member);
+    };
+    expect((await keyEvents()).map((d) => d.confirmedBy)).to.deep.equal(['fresh-session']);
+
+    // The key envelope is lost (say, a restore from an old backup): the next sign-in makes a new
+    // key pair, and registering it replaces the key the server has. The server refuses that on
+    // the session alone; the app confirms with the passkey and sends it again.
+    s.postern.db.prepare('DELETE FROM member_key_blobs WHERE member_id = ?').run(member);
+    await a.page.click('#sign-out');
+    await a.page.getByRole('heading', { name: 'Sign in to Postern' }).waitFor();
+    asked.length = 0;
+    await a.page.click('#sign-in');
+    const second = await fingerprint(a.page);
+    expect(second).to.not.equal(first);
+    expect(await a.page.locator('#key-status').textContent()).to.include('Public key: registered.');
+    expect(asked.filter((r) => r !== 'GET /api/v1/me/key-backup' && r !== 'PUT /api/v1/me/key-backup')).to.deep.equal([
+      'POST /api/v1/auth/sign-in/options',
+      'POST /api/v1/auth/sign-in',
+      'PUT /api/v1/me/key',
+      'POST /api/v1/me/reauth/options',
+      'PUT /api/v1/me/key',
+      'GET /api/v1/auth/passkeys',
+      'GET /api/v1/auth/sessions',
+    ]);
+    const events = await keyEvents();
+    expect(events.map((d) => [d.confirmedBy, d.fingerprint?.toLowerCase(), d.previousFingerprint?.toLowerCase()])).to.deep.equal([
+      ['fresh-session', first, undefined],
+      ['passkey', second, first],
+    ]);
+  });
+
   it('passphrase: without PRF the member chooses a passphrase; another device unlocks with it', async () => {
     const member = await p.member();
     const inbox = await p.inbox({ memberId: member });
