@@ -1,78 +1,63 @@
 // How the Sent copies are filed (lib/send/outbox.ts, adapters/imap/sent.ts): an inbox's copies
 // in one MULTIAPPEND after the sends under way, and each exactly once when the IMAP connection
 // drops in the middle of that batch or after Dovecot saved it but before its answer arrived.
-// Postern reaches Dovecot through a TCP relay here that can cut the connection at those points.
+// Postern reaches Dovecot through a TCP relay here (test/tcp-tap.ts) that can cut the connection at those points.
 import { randomBytes } from 'node:crypto';
-import { connect, createServer, type Server, type Socket } from 'node:net';
 import { expect } from 'chai';
 import { mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
 import { atSink, postRaw, rcpt } from './send-fixtures.ts';
+import { TcpTap, type TapConnection } from './tcp-tap.ts';
 
 /** The first line of an APPEND command, as a client writes it (tag, then the command). */
 const APPEND_LINE = /(?:^|\r\n)[^\s]+ APPEND /g;
 
 /** A TCP relay to Dovecot's IMAP port that counts APPEND commands and cuts one on request. */
 class ImapRelay {
-  private server: Server | null = null;
-  private readonly sockets = new Set<Socket>();
   /** APPEND commands clients sent, in all. */
   appends = 0;
   private cut: { at: 'upload'; after: number; done: () => void } | { at: 'answer'; done: () => void } | null = null;
-
-  async start(): Promise<number> {
-    const env = mailEnv();
-    this.server = createServer((client) => {
-      const upstream = connect(env.imap.port, env.imap.host);
-      this.sockets.add(client).add(upstream);
-      const drop = () => {
-        client.destroy();
-        upstream.destroy();
-      };
-      client.on('close', drop).on('error', drop);
-      upstream.on('close', drop).on('error', drop);
-      // Bytes of the APPEND being cut that went to Dovecot; -1 until it starts.
-      let sent = -1;
-      client.on('data', (chunk: Buffer) => {
-        const starts = [...chunk.toString('latin1').matchAll(APPEND_LINE)];
-        this.appends += starts.length;
-        const cut = this.cut;
-        if (cut?.at === 'upload') {
-          let from = 0;
-          if (sent < 0 && starts.length > 0) {
-            from = starts[0]!.index;
-            sent = 0;
-          }
-          if (sent >= 0) {
-            const room = cut.after - sent;
-            if (chunk.length - from > room) {
-              // Dovecot gets part of the batch, then the connection is gone.
-              this.cut = null;
-              upstream.write(chunk.subarray(0, from + room), () => {
-                drop();
-                cut.done();
-              });
-              return;
-            }
-            sent += chunk.length - from;
-          }
-        }
-        upstream.write(chunk);
-      });
-      upstream.on('data', (chunk: Buffer) => {
-        const cut = this.cut;
-        if (cut?.at === 'answer' && chunk.toString('latin1').includes('OK [APPENDUID')) {
-          // Dovecot saved the batch; its answer never arrives.
-          this.cut = null;
-          drop();
+  /** Bytes of the APPEND being cut that went to Dovecot, per connection; absent until it starts. */
+  private readonly sent = new WeakMap<TapConnection, number>();
+  private readonly tap = new TcpTap(mailEnv().imap, {
+    onClient: (chunk, conn) => {
+      const starts = [...chunk.toString('latin1').matchAll(APPEND_LINE)];
+      this.appends += starts.length;
+      const cut = this.cut;
+      if (cut?.at !== 'upload') return 'forward';
+      let from = 0;
+      let sent = this.sent.get(conn) ?? -1;
+      if (sent < 0 && starts.length > 0) {
+        from = starts[0]!.index;
+        sent = 0;
+      }
+      if (sent < 0) return 'forward';
+      const room = cut.after - sent;
+      if (chunk.length - from > room) {
+        // Dovecot gets part of the batch, then the connection is gone.
+        this.cut = null;
+        conn.toServer(chunk.subarray(0, from + room), () => {
+          conn.drop();
           cut.done();
-          return;
-        }
-        client.write(chunk);
-      });
-    });
-    await new Promise<void>((r) => this.server!.listen(0, '127.0.0.1', r));
-    return (this.server.address() as { port: number }).port;
+        });
+        return 'handled';
+      }
+      this.sent.set(conn, sent + chunk.length - from);
+      return 'forward';
+    },
+    onServer: (chunk, conn) => {
+      const cut = this.cut;
+      if (cut?.at !== 'answer' || !chunk.toString('latin1').includes('OK [APPENDUID')) return 'forward';
+      // Dovecot saved the batch; its answer never arrives.
+      this.cut = null;
+      conn.drop();
+      cut.done();
+      return 'handled';
+    },
+  });
+
+  start(): Promise<number> {
+    return this.tap.start();
   }
 
   /** Cuts the next APPEND after `bytes` of it reached Dovecot; resolves once it did. */
@@ -85,9 +70,8 @@ class ImapRelay {
     return new Promise((done) => (this.cut = { at: 'answer', done }));
   }
 
-  async close(): Promise<void> {
-    for (const s of this.sockets) s.destroy();
-    await new Promise<void>((r) => (this.server ? this.server.close(() => r()) : r()));
+  close(): Promise<void> {
+    return this.tap.close();
   }
 }
 
