@@ -124,7 +124,7 @@ describe('web app (Chromium, virtual passkeys)', function () {
     expect((await call(`${s.app}/inboxes`, { session: (await sessionOf(a.page)).session })).status).to.equal(200);
   });
 
-  it('re-authentication: the first key rides on the sign-in; replacing it, the app runs a passkey ceremony first', async () => {
+  it('re-authentication: the first key rides on the sign-in; replacing it or adding a passkey, the app runs a passkey ceremony first', async () => {
     const member = await p.member();
     const { link } = await s.postern.passkeys.invite(member);
     const a = await device({ prf: true });
@@ -174,6 +174,27 @@ describe('web app (Chromium, virtual passkeys)', function () {
       ['fresh-session', first, undefined],
       ['passkey', second, first],
     ]);
+
+    // "Add a passkey": the passkey it has confirms first. One virtual authenticator cannot both
+    // hold the passkey that confirms and make one the options exclude, so once the confirmation
+    // is done (the creation options are asked for next) the old credential leaves it.
+    const [enrolledKey] = (await a.cdp.send('WebAuthn.getCredentials', { authenticatorId: a.authenticatorId })).credentials;
+    await a.page.route('**/api/v1/auth/passkeys/options', async (route) => {
+      await a.cdp.send('WebAuthn.removeCredential', { authenticatorId: a.authenticatorId, credentialId: enrolledKey!.credentialId });
+      await route.continue();
+    });
+    asked.length = 0;
+    await a.page.click('#add-passkey');
+    await a.page.locator('#passkeys li').nth(1).waitFor({ timeout: 60_000 });
+    expect(asked.slice(0, 3)).to.deep.equal(['POST /api/v1/me/reauth/options', 'POST /api/v1/auth/passkeys/options', 'POST /api/v1/auth/passkeys']);
+    const { events: added } = await s.postern.events.backfill(
+      { projectId: p.projectId, inboxes: null, allowedInboxes: [], visibilities: ['project'], types: ['access.passkey.added'], redactActor: false },
+      0,
+      1000,
+    );
+    const mine = added.map((e) => (JSON.parse(e.json) as { data: Record<string, string> }).data).filter((d) => d.memberId === member);
+    expect(mine.map((d) => d.via)).to.deep.equal(['invite', 'session']);
+    expect(mine[1]!.confirmedWith).to.equal(mine[0]!.passkeyId);
   });
 
   it('passphrase: without PRF the member chooses a passphrase; another device unlocks with it', async () => {
