@@ -10,6 +10,8 @@ export interface Config {
     /** A request's headers, and then its whole request (headers and body), must arrive within these (408). */
     headersTimeoutMs: number;
     requestTimeoutMs: number;
+    /** A body being read that sends no byte for this long is cut (408), like nginx's client_body_timeout. */
+    bodyIdleTimeoutMs: number;
     /** Open connections from one client address at most (0: no cap; not applied behind a trusted proxy). */
     maxConnectionsPerAddress: number;
   };
@@ -101,6 +103,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_TRUST_PROXY', default: 'false', description: 'trust X-Forwarded-* from a reverse proxy' },
   { name: 'POSTERN_HEADERS_TIMEOUT_MS', default: '20000', description: 'a request\'s headers must arrive within this long of connecting (or of the previous response), else 408 and the connection closes' },
   { name: 'POSTERN_REQUEST_TIMEOUT_MS', default: '300000', description: 'a request\'s headers and body must arrive within this long (Node\'s default: room for a large send on a slow link), else 408 and the connection closes; an open event stream is not cut by it' },
+  { name: 'POSTERN_BODY_IDLE_TIMEOUT_MS', default: '30000', description: 'a request body that sends no byte for this long while it is read is cut: 408 and the connection closes (like nginx\'s client_body_timeout); a slow body that keeps moving has POSTERN_REQUEST_TIMEOUT_MS' },
   { name: 'POSTERN_MAX_CONNECTIONS_PER_ADDRESS', default: '256', description: 'open connections from one client address at most, more get 429; 0 = no cap; not applied with POSTERN_TRUST_PROXY (the proxy is every client\'s address)' },
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
   { name: 'POSTERN_IMAP_HOST', default: '127.0.0.1', description: 'Dovecot IMAP host' },
@@ -239,6 +242,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       trustProxy: bool('POSTERN_TRUST_PROXY'),
       headersTimeoutMs,
       requestTimeoutMs,
+      bodyIdleTimeoutMs: int('POSTERN_BODY_IDLE_TIMEOUT_MS', 100, 3600000),
       maxConnectionsPerAddress: int('POSTERN_MAX_CONNECTIONS_PER_ADDRESS', 0, 1000000),
     },
     workers: get('POSTERN_WORKERS') === 'auto' ? availableParallelism() : int('POSTERN_WORKERS', 1, 64),

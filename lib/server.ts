@@ -250,6 +250,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     access,
     log,
     trustProxy: config.http.trustProxy,
+    bodyIdleTimeoutMs: config.http.bodyIdleTimeoutMs,
     publicRoutes: [healthRoutes(() => void healthCheck.get()), openApiRoutes(openApi, Object.values(SURFACES)), apiReferenceRoutes(), webAppRoutes()],
     routes,
     appRoutes,

@@ -53,6 +53,7 @@ describe('configuration', () => {
       [{ POSTERN_WORKERS: 'many' }, /^POSTERN_WORKERS must be a whole number/],
       [{ POSTERN_TRUST_PROXY: 'maybe' }, /^POSTERN_TRUST_PROXY must be true or false/],
       [{ POSTERN_LOG_LEVEL: 'loud' }, /^POSTERN_LOG_LEVEL must be a pino level/],
+      [{ POSTERN_BODY_IDLE_TIMEOUT_MS: '0' }, /^POSTERN_BODY_IDLE_TIMEOUT_MS must be/],
     ];
     for (const [env, message] of cases) expect(refusal({ ...PASSWORD, ...env }), JSON.stringify(env)).to.match(message);
   });
@@ -66,6 +67,9 @@ describe('configuration', () => {
     expect(config.redisUrl).to.equal('rediss://:pw@redis.internal:6380/2');
     expect(config.http.host).to.equal('0.0.0.0');
     expect(loadConfig(PASSWORD).redisUrl).to.equal(null);
+    // A stalled body is cut long before the whole request's deadline (nginx's client_body_timeout).
+    expect(loadConfig(PASSWORD).http).to.deep.include({ bodyIdleTimeoutMs: 30_000, requestTimeoutMs: 300_000 });
+    expect(loadConfig({ ...PASSWORD, POSTERN_BODY_IDLE_TIMEOUT_MS: '1500' }).http.bodyIdleTimeoutMs).to.equal(1500);
   });
 
   describe('bin/postern serve', function () {

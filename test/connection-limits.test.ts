@@ -1,7 +1,8 @@
 // Issue 8.6: slow clients do not hold sockets forever. A connection whose headers, or whose body,
 // do not arrive in time gets a JSON 408 and is closed; an open event stream is not cut by those
-// deadlines; one address holds a bounded number of connections (429 beyond), except behind a
-// trusted proxy; and clustered workers (POSTERN_WORKERS) apply the same settings.
+// deadlines; a body that stops arriving is cut after POSTERN_BODY_IDLE_TIMEOUT_MS, while a slow one
+// that keeps moving is not; one address holds a bounded number of connections (429 beyond), except
+// behind a trusted proxy; and clustered workers (POSTERN_WORKERS) apply the same settings.
 import { connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { expect } from 'chai';
@@ -139,6 +140,54 @@ describe('slow clients and connections per address', function () {
       } finally {
         c.close();
       }
+    });
+  });
+
+  describe('a request body that stops arriving (POSTERN_BODY_IDLE_TIMEOUT_MS)', () => {
+    let s: TestServer;
+    let writer: string;
+    // The whole request may take a minute: only the idle limit can cut these within seconds.
+    before(async () => {
+      s = await startPostern({ POSTERN_BODY_IDLE_TIMEOUT_MS: '500', POSTERN_REQUEST_TIMEOUT_MS: '60000' });
+      const p = await newProject(s);
+      writer = await p.token(['events:write']);
+      const res = await fetch(`${s.base}/event-types`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${writer}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'ext.upload.done', description: 'x', data: [{ name: 'note', type: 'string' }] }),
+      });
+      expect(res.status).to.equal(201);
+    });
+    after(() => s?.close());
+
+    const post = (length: number) => {
+      const host = new URL(s.url).host;
+      return `POST /v1/events HTTP/1.1\r\nHost: ${host}\r\nAuthorization: Bearer ${writer}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
+    };
+
+    it('cuts a body that sends nothing for the idle limit: a JSON 408, and the connection closes', async () => {
+      const c = await rawConnection(s.url, `${post(1000)}{"type":`);
+      const closedAt = await c.closed(5000);
+      expect(closedAt).to.be.at.least(450);
+      const res = parseResponse(c.received());
+      expect(res.status).to.equal(408);
+      expect(res.headers).to.match(/connection: close/i);
+      expect(res.body.error).to.match(/stopped arriving/);
+    });
+
+    it('lets a slow body that keeps moving take longer than the idle limit', async () => {
+      const body = JSON.stringify({ type: 'ext.upload.done', data: { note: 'x'.repeat(100) } });
+      const c = await rawConnection(s.url, post(Buffer.byteLength(body)));
+      const started = performance.now();
+      // A byte or so every 150 ms: about 2 s in all, four idle limits, never idle for one.
+      const pieces = body.match(/.{1,10}/g)!;
+      for (const piece of pieces) {
+        await new Promise((r) => setTimeout(r, 150));
+        c.socket.write(piece);
+      }
+      expect(performance.now() - started).to.be.above(2000);
+      expect(await responseOf(c, 5000)).to.equal(201);
+      c.socket.destroy();
     });
   });
 

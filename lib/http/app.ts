@@ -21,6 +21,8 @@ export interface AppOptions {
   /** Mounted at the root, without authentication (health, metrics, the OpenAPI document). */
   publicRoutes?: RouteModule[];
   trustProxy?: boolean;
+  /** POSTERN_BODY_IDLE_TIMEOUT_MS: what lib/http/body.ts allows a body to stall. */
+  bodyIdleTimeoutMs: number;
 }
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
@@ -45,6 +47,7 @@ export function createApp(options: AppOptions): Koa<AppState> {
   app.use(async (ctx, next) => {
     const incoming = ctx.get('x-request-id');
     ctx.state.requestId = /^[\w.-]{1,128}$/.test(incoming) ? incoming : randomUUID();
+    ctx.state.bodyIdleMs = options.bodyIdleTimeoutMs;
     ctx.set('X-Request-Id', ctx.state.requestId);
     // Shared caches never store responses (spec 1); routes that can be cached privately say so.
     ctx.set('Cache-Control', 'no-store');

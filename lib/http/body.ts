@@ -1,16 +1,23 @@
 // Reads a JSON request body with a byte limit, refusing an oversized body before buffering it.
-import type { Context } from 'koa';
+import type { ParameterizedContext } from 'koa';
 import { ApiError, badRequest, tooLarge } from '../errors.ts';
+import type { AppState } from './context.ts';
+
+/** What reading a body needs of the request's context (any route's). */
+type BodyContext = ParameterizedContext<Pick<AppState, 'bodyIdleMs'>>;
 
 export const DEFAULT_BODY_LIMIT = 256 * 1024;
 const PREALLOCATE_FROM = 1024 * 1024;
 
 /**
- * The raw body, or 413 as soon as it passes `limit` bytes. No timer here: a body that stops coming
- * is cut by the server's POSTERN_REQUEST_TIMEOUT_MS (lib/http/connections.ts), and the `close`
- * that follows rejects this.
+ * The raw body, or 413 as soon as it passes `limit` bytes. A body that sends no byte for
+ * `ctx.state.bodyIdleMs` (POSTERN_BODY_IDLE_TIMEOUT_MS) is a 408 and the connection closes, like
+ * nginx's client_body_timeout: the whole request's POSTERN_REQUEST_TIMEOUT_MS (lib/http/
+ * connections.ts) must leave a slow upload minutes, and a stalled one should not hold its socket,
+ * its handler and its memory budget (lib/http/body-gate.ts) that long. The timer runs only
+ * while the body is read: a request waiting for the budget is not reading, and not idle.
  */
-export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
+export function readRaw(ctx: BodyContext, limit: number): Promise<Buffer> {
   const declared = Number(ctx.get('content-length') || NaN);
   if (declared > limit) return Promise.reject(tooLarge(`request body is over ${limit} bytes`));
   const req = ctx.req;
@@ -24,7 +31,12 @@ export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
     // A large body of declared length is copied into one buffer as it arrives, so it is never
     // held twice (its chunks and their concatenation) at the end.
     const whole = declared > PREALLOCATE_FROM ? Buffer.allocUnsafe(declared) : null;
+    const idle = setTimeout(() => {
+      // The rest of the body may still come: the connection cannot carry another request.
+      done(new ApiError(408, `the request body stopped arriving: no bytes for ${ctx.state.bodyIdleMs} ms`, { Connection: 'close' }));
+    }, ctx.state.bodyIdleMs);
     const done = (err: ApiError | null) => {
+      clearTimeout(idle);
       req.off('data', onData);
       req.off('end', onEnd);
       req.off('error', onAbort);
@@ -37,6 +49,7 @@ export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
       else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     };
     const onData = (chunk: Buffer) => {
+      idle.refresh();
       size += chunk.length;
       if (size > limit) {
         // The rest of the body stays unread: the connection cannot carry another request.
@@ -63,7 +76,7 @@ export function readRaw(ctx: Context, limit: number): Promise<Buffer> {
 }
 
 /** The parsed JSON body; 400 when absent or not JSON, 415 for another content type. */
-export async function readJson(ctx: Context, limit = DEFAULT_BODY_LIMIT): Promise<unknown> {
+export async function readJson(ctx: BodyContext, limit = DEFAULT_BODY_LIMIT): Promise<unknown> {
   const type = ctx.get('content-type');
   if (type && !/^application\/([\w.+-]+\+)?json\s*(;|$)/i.test(type)) {
     throw new ApiError(415, 'send the body as Content-Type: application/json');

@@ -11,6 +11,8 @@ export interface AppState {
   /** Set by the authentication middleware before any route handler runs. */
   principal: Principal;
   requestId: string;
+  /** How long a body being read may send nothing (POSTERN_BODY_IDLE_TIMEOUT_MS); set before any route runs. */
+  bodyIdleMs: number;
 }
 
 export type AppRouter = Router<AppState>;
