@@ -40,11 +40,10 @@ async function sealZlib(epochPublic: string, raw: Buffer, filename: string): Pro
 
 /** A literal data packet compressed with bzip2 (which openpgp.js reads but cannot write), sealed. */
 async function sealBzip2(epochPublic: string, raw: Buffer, filename: string): Promise<Parts & { packetBytes: number }> {
-  const literal = new openpgp.LiteralDataPacket();
-  literal.setBytes(raw, openpgp.enums.literal.binary);
-  literal.setFilename(filename);
+  // The literal data packet, as a message of it writes it.
+  const literal = (await openpgp.createMessage({ binary: raw, filename })).write() as Uint8Array;
   const compressed = new openpgp.CompressedDataPacket();
-  Object.assign(compressed, { algorithm: openpgp.enums.compression.bzip2, compressed: execFileSync('bzip2', ['-9c'], { input: new openpgp.PacketList(literal).write() as Uint8Array }) });
+  Object.assign(compressed, { algorithm: openpgp.enums.compression.bzip2, compressed: execFileSync('bzip2', ['-9c'], { input: literal }) });
   const packets = new openpgp.PacketList<openpgp.AnyPacket>();
   packets.push(compressed);
   const sealed = await new openpgp.Message(packets).encrypt([await epochKey(epochPublic)]);
