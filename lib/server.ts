@@ -46,7 +46,7 @@ import { Ingress } from './mail/ingress.ts';
 import { Resealer } from './mail/reseal.ts';
 import type { LiveChange } from './mail/types.ts';
 import { ImapMessageReplacer } from '../adapters/imap/replace.ts';
-import { SqliteResealClaims } from '../adapters/store/sqlite/reseal-claims.ts';
+import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-claims.ts';
 import { DovecotLmtp } from '../adapters/smtp/dovecot-lmtp.ts';
 import { LmtpIngress } from '../adapters/smtp/lmtp-ingress.ts';
 import { WatchAll } from './mail/watch-all.ts';
@@ -163,7 +163,16 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // and bounces are read from what the index adds (a zero-access inbox's by the ingress, before
   // it seals them).
   const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }) });
-  const resealer = new Resealer(directory, keys, new ImapMessageReplacer(mailSource.pool, mailIndex), new SqliteResealClaims(db), log.child({ part: 'reseal' }));
+  // A durable job: every unsealed message of a zero-access inbox, found by sweeps and at start.
+  // A round that replaced messages asks for a sync, so the index drops the originals.
+  let mailMirrorRef: MailMirror | null = null;
+  const resealer = new Resealer(directory, keys, new ImapMessageReplacer(mailSource.pool, mailIndex), new SqliteResealJobs(db), log.child({ part: 'reseal' }), {
+    holder: mailLive.origin,
+    onReplaced: (inbox) => void mailMirrorRef?.nudge(inbox, { background: true }),
+    ensureIndexed: async (inbox) => {
+      if (!(await mailIndex.isSeeded(inbox.id))) void mailMirrorRef?.nudge(inbox, { background: true });
+    },
+  });
   let bounces: BounceMatcher | null = null;
   const onChanges = (inboxId: string, changes: readonly LiveChange[]) => {
     mailChanges.onChanges(inboxId, changes);
@@ -180,6 +189,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     leaseMs: config.imap.watchLeaseMs,
     fillWaitMs: config.watch.fillWaitMs,
   });
+  mailMirrorRef = mailMirror;
   // The ingress's pool of sessions to Dovecot, closed after the ingress on shutdown.
   const dovecotLmtp = new DovecotLmtp(config.ingress.dovecot);
   const lmtp = config.ingress.listen
@@ -296,6 +306,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       await lmtp?.listen();
       await hintListener?.listen();
       await watchAll.start();
+      resealer.start();
       // Request deadlines and the per-address cap (lib/http/connections.ts); cluster workers
       // each run this with the same configuration.
       server = createHttpServer(app.callback(), config.http);

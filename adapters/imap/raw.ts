@@ -14,6 +14,7 @@ import { normalizeImapFlags } from '../../lib/mail/flags.ts';
 import { specialUseOf } from '../../lib/mail/labels.ts';
 import type { SpecialUse } from '../../schemas/wire.ts';
 import type { MessageRecord } from '../../lib/mail/types.ts';
+import { isPgpMime } from '../../lib/mail/seal.ts';
 import { createHash } from 'node:crypto';
 
 export type Untagged = (response: ImapResponse) => void | Promise<void>;
@@ -201,7 +202,13 @@ export interface FetchedRow {
   message: MessageRecord | null;
 }
 
-export const FULL_ITEMS = ['UID', 'FLAGS', 'MODSEQ', 'X-GUID', 'RFC822.SIZE', 'INTERNALDATE', 'ENVELOPE'];
+/**
+ * `BODY.PEEK[HEADER.FIELDS (CONTENT-TYPE)]`: whether a message is PGP/MIME is known at index time
+ * (a zero-access inbox's resealer finds what to seal in the index, lib/mail/reseal.ts). Dovecot
+ * parses the header for ENVELOPE anyway, so this costs a few bytes a row.
+ */
+const CONTENT_TYPE_ITEM: ImapCompileNode = { type: 'ATOM', value: 'BODY.PEEK', section: [{ type: 'ATOM', value: 'HEADER.FIELDS' }, [{ type: 'ATOM', value: 'CONTENT-TYPE' }]] };
+export const FULL_ITEMS: ReadonlyArray<string | ImapCompileNode> = ['UID', 'FLAGS', 'MODSEQ', 'X-GUID', 'RFC822.SIZE', 'INTERNALDATE', 'ENVELOPE', CONTENT_TYPE_ITEM];
 export const FLAG_ITEMS = ['UID', 'FLAGS', 'MODSEQ'];
 
 type Address = { name?: string | undefined; address?: string | undefined };
@@ -222,6 +229,7 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
   let size = 0;
   let internalDate: number | null = null;
   let envelope: ImapAttributeList | null = null;
+  let sealed: boolean | undefined;
   for (let i = 0; i + 1 < list.length; i += 2) {
     const key = text(list[i])?.toUpperCase();
     const v = list[i + 1];
@@ -251,6 +259,12 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
       case 'ENVELOPE':
         envelope = isList(v) ? v : null;
         break;
+      // BODY[HEADER.FIELDS (CONTENT-TYPE)]: the only body section asked for.
+      case 'BODY': {
+        const header = v && !isList(v) && Buffer.isBuffer(v.value) ? v.value : Buffer.from(text(v) ?? '', 'latin1');
+        sealed = isPgpMime(header.length > 0 ? header : Buffer.from('\r\n'));
+        break;
+      }
     }
   }
   if (uid === null) return null;
@@ -274,6 +288,7 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
       messageId: env.messageId ?? null,
       inReplyTo: env.inReplyTo ?? null,
       fromAddress: env.from?.[0]?.address?.toLowerCase() || null,
+      ...(sealed === undefined ? {} : { sealed }),
     };
   }
   return { uid, modseq, flags, message };
@@ -289,8 +304,8 @@ export interface FetchOptions {
  * UID FETCH of a range, one row at a time to `onRow` as the server sends them (bounded memory:
  * imapflow does not read on while a handler runs).
  */
-export async function uidFetch(client: ImapFlow, range: string, items: string[], onRow: (row: FetchedRow) => void | Promise<void>, options: FetchOptions = {}): Promise<void> {
-  const attributes: ImapCompileNode[] = [{ type: 'SEQUENCE', value: range }, items.map(atom)];
+export async function uidFetch(client: ImapFlow, range: string, items: ReadonlyArray<string | ImapCompileNode>, onRow: (row: FetchedRow) => void | Promise<void>, options: FetchOptions = {}): Promise<void> {
+  const attributes: ImapCompileNode[] = [{ type: 'SEQUENCE', value: range }, items.map((i) => (typeof i === 'string' ? atom(i) : i))];
   if (options.changedSince !== undefined) {
     attributes.push([atom('CHANGEDSINCE'), atom(String(options.changedSince)), ...(options.onVanished ? [atom('VANISHED')] : [])]);
   }

@@ -66,15 +66,16 @@ export function clearHeaders(raw: Uint8Array): string {
 
 /**
  * Seals `raw` to `key`: RFC 3156 multipart/encrypted whose encrypted part opens (OpenPGP, armored)
- * to exactly `raw`. The result is CRLF throughout.
+ * to exactly `raw`. The result is CRLF throughout. `of`, the message GUID of the plaintext it
+ * replaces (lib/mail/reseal.ts), goes in the marker header, so a retry finds this copy.
  */
-export async function seal(raw: Uint8Array, key: SealKey): Promise<Buffer> {
+export async function seal(raw: Uint8Array, key: SealKey, options: { of?: string } = {}): Promise<Buffer> {
   const message = await openpgp.createMessage({ binary: raw, format: 'binary' });
   const armored = await openpgp.encrypt({ message, encryptionKeys: key.publicKey, format: 'armored' });
   const boundary = `postern-${randomBytes(12).toString('hex')}`;
   const head =
     clearHeaders(raw) +
-    `${SEALED_HEADER}: epoch=${key.epoch}; fingerprint=${key.publicKey.getFingerprint()}${CRLF}` +
+    `${SEALED_HEADER}: epoch=${key.epoch}; fingerprint=${key.publicKey.getFingerprint()}${options.of && /^[0-9a-f]+$/i.test(options.of) ? `; of=${options.of}` : ''}${CRLF}` +
     `MIME-Version: 1.0${CRLF}` +
     `Content-Type: multipart/encrypted; protocol="application/pgp-encrypted";${CRLF} boundary="${boundary}"${CRLF}` +
     CRLF +

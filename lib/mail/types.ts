@@ -80,6 +80,11 @@ export interface MessageRecord {
   inReplyTo: string | null;
   /** The bare From address, lower case, for `direction`. */
   fromAddress: string | null;
+  /**
+   * PGP/MIME (RFC 3156 multipart/encrypted: sealed by Postern or by its sender), so no plaintext,
+   * from its Content-Type at index time; absent when the sync did not ask (lib/mail/reseal.ts).
+   */
+  sealed?: boolean;
 }
 
 /** A message in one label: IMAP flags are per mailbox. */

@@ -62,6 +62,11 @@ const labelParams = (inboxId: string, l: LabelState) => ({
   keepFill: l.fillLow === undefined ? 1 : 0,
 });
 
+const messageParams = (inboxId: string, m: MessageRecord) => {
+  const { sealed, ...rest } = m;
+  return { inboxId, ...rest, sealed: sealed === undefined ? null : sealed ? 1 : 0 };
+};
+
 const toMessage = (r: MessageRow): MessageRecord => ({
   guid: r.guid,
   size: r.size,
@@ -147,9 +152,10 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
           uid_next = CASE WHEN uid_validity = excluded.uid_validity THEN max(uid_next, excluded.uid_next) ELSE excluded.uid_next END,
           highest_modseq = CASE WHEN uid_validity = excluded.uid_validity THEN max(highest_modseq, excluded.highest_modseq) ELSE excluded.highest_modseq END`),
       counts: p('SELECT label_guid, count(*) AS total, count(*) - sum(seen) AS unread FROM mail_locations WHERE inbox_id = ? GROUP BY label_guid'),
-      putMessage: p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address)
-        VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress)
-        ON CONFLICT (inbox_id, guid) DO NOTHING`),
+      // `sealed` is learnt once (a row indexed before it was asked for gets it on its next fetch).
+      putMessage: p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed)
+        VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress, @sealed)
+        ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = excluded.sealed WHERE sealed IS NULL AND excluded.sealed IS NOT NULL`),
       // The same message at the same place with an older MODSEQ (another process fetched it
       // earlier and applied it later) leaves the newer flags in place.
       putLocation: p(`INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
@@ -196,12 +202,12 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       const unapplied: number[] = [];
       for (const [i, op] of ops.entries()) {
         if (op.op === 'stage') {
-          this.s.putMessage!.run({ inboxId, ...op.message });
+          this.s.putMessage!.run(messageParams(inboxId, op.message));
           const l = op.location;
           this.s.putStaged!.run(inboxId, l.labelGuid, l.uid, l.msgGuid, l.modseq, JSON.stringify(l.flags), isSeen(l.flags));
         } else if (op.op === 'put') {
           const m = op.message;
-          this.s.putMessage!.run({ inboxId, ...m });
+          this.s.putMessage!.run(messageParams(inboxId, m));
           const l = op.location;
           const previous = this.s.locationAt!.get(inboxId, l.labelGuid, l.uid) as string | undefined;
           if (previous !== undefined && previous !== l.msgGuid) orphans.add(previous);
@@ -269,7 +275,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     this.releaseTx = db.transaction((inboxIds: readonly string[], holder: string) => {
       for (const inboxId of inboxIds) this.s.release!.run(inboxId, holder);
     });
-    const dropInbox = ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases'].map((table) =>
+    const dropInbox = ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map((table) =>
       p(`DELETE FROM ${table} WHERE inbox_id = ?`),
     );
     // The inbox's row stays as a tombstone (a few bytes; inbox ids are never reused): a pass

@@ -23,6 +23,7 @@ import mailSyncedAt from './018_mail_synced_at.ts';
 import mailOutboxCopies from './019_mail_outbox_copies.ts';
 import watchCatalog from './020_watch_catalog.ts';
 import mailSendMinutes from './021_mail_send_minutes.ts';
+import resealJobs from './022_reseal_jobs.ts';
 import mailOutboxOutcome from './023_mail_outbox_outcome.ts';
 import reauthChallenges from './024_reauth_challenges.ts';
 
@@ -51,6 +52,7 @@ export const migrations: Migration[] = [
   { version: 19, name: 'mail_outbox_copies', sql: mailOutboxCopies },
   { version: 20, name: 'watch_catalog', sql: watchCatalog },
   { version: 21, name: 'mail_send_minutes', sql: mailSendMinutes },
+  { version: 22, name: 'reseal_jobs', sql: resealJobs },
   { version: 23, name: 'mail_outbox_outcome', sql: mailOutboxOutcome },
   { version: 24, name: 'reauth_challenges', sql: reauthChallenges },
 ];
