@@ -16,6 +16,8 @@ import { isId } from '../lib/ids.ts';
 import { readFileSync } from 'node:fs';
 import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
+import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-claims.ts';
+import { ImapMailUsers } from '../adapters/imap/users.ts';
 import { REPORT_MS } from '../lib/mail/watch-all.ts';
 import { notFound } from '../lib/errors.ts';
 import { createPostern } from '../lib/server.ts';
@@ -66,7 +68,7 @@ function seconds(value: string | undefined, name: string): number | undefined {
 
 const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
 
-function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDirectoryStore; index: SqliteMailIndex; config: Config; passkeys: Passkeys; close: () => void } {
+function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDirectoryStore; index: SqliteMailIndex; sealing: SqliteResealJobs; config: Config; passkeys: Passkeys; close: () => void } {
   const config = loadConfig();
   const db = openDb(config.dbFile);
   // The same POSTERN_MASTER_KEY as `serve`: only commands that make or open keys need it, and
@@ -85,6 +87,8 @@ function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDi
     // store's inbox list version) and stops watching it; a pass of it running there meanwhile
     // has its writes refused (the index's tombstone), so the index stays dropped.
     onInboxRemoved: (id) => index.dropInbox(id),
+    // `inbox add` refuses an IMAP user the mail server does not have.
+    mailUsers: new ImapMailUsers(config.imap),
   });
   const passkeys = new Passkeys(new SqlitePasskeyStore(db), directory, {
     origin: config.app.origin,
@@ -92,7 +96,7 @@ function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDi
     sessionTtlSeconds: config.sessionTtlSeconds,
     inviteTtlSeconds: config.app.inviteTtlSeconds,
   });
-  return { admin, userKeys: new UserKeys(keyStore, keys), directory, index, config, passkeys, close: () => db.close() };
+  return { admin, userKeys: new UserKeys(keyStore, keys), directory, index, sealing: new SqliteResealJobs(db), config, passkeys, close: () => db.close() };
 }
 
 const ADMIN_COMMANDS = ['project create', 'member add', 'member set-key', 'member invite', 'inbox add', 'inbox remove', 'inbox status', 'inbox rotate-key', 'token create', 'token revoke', 'session create'];
@@ -101,7 +105,7 @@ async function admin(args: string[]): Promise<unknown> {
   // Commands are one word (grant, revoke) or a noun and a verb (token create).
   const twoWords = args.slice(0, 2).join(' ');
   const [command, tail] = ADMIN_COMMANDS.includes(twoWords) ? [twoWords, args.slice(2)] : [args[0] ?? '', args.slice(1)];
-  const { admin, userKeys, directory, index, config, passkeys, close } = adminFromEnv();
+  const { admin, userKeys, directory, index, sealing, config, passkeys, close } = adminFromEnv();
   try {
     switch (command) {
       case 'project create': {
@@ -140,19 +144,22 @@ async function admin(args: string[]): Promise<unknown> {
           'imap-password': { type: 'string' },
         });
         const imapUser = required(v, 'imap-user');
+        const projectId = required(v, 'project');
+        if (v['imap-password'] && !v['create-imap-user']) throw new UsageError('--imap-password goes with --create-imap-user');
+        // Every check first (Admin.addInbox); the Dovecot user is made only once they passed.
+        let password: string | null = null;
+        const createImapUser = async () => {
+          const { createBundledImapUser } = await import('../scripts/mailenv-user.ts');
+          password = await createBundledImapUser(imapUser, v['imap-password'], v.address ?? []);
+        };
         const created = await admin.addInbox({
-          projectId: required(v, 'project'),
+          projectId,
           imapUser,
           addresses: v.address ?? [],
           ...(v.mode ? { mode: v.mode } : {}),
+          ...(v['create-imap-user'] ? { createImapUser } : {}),
         });
-        if (!v['create-imap-user']) {
-          if (v['imap-password']) throw new UsageError('--imap-password goes with --create-imap-user');
-          return created;
-        }
-        const { createBundledImapUser } = await import('../scripts/mailenv-user.ts');
-        const password = await createBundledImapUser(imapUser, v['imap-password'], v.address ?? []);
-        return { ...created, imapUser, imapPassword: password };
+        return password === null ? created : { ...created, imapUser, imapPassword: password };
       }
       case 'inbox rotate-key': {
         const v = flags(tail, { inbox: { type: 'string' } });
@@ -173,6 +180,9 @@ async function admin(args: string[]): Promise<unknown> {
           imapUser: inbox.imapUser,
           indexed: { complete: s.seeded, messages: s.messages, places: s.locations, labels: s.labels },
           lastSync: s.syncedAt === null ? null : new Date(s.syncedAt).toISOString(),
+          // Zero-access: messages the index holds that are not sealed yet (docs/encryption.md,
+          // "Sealing what is already there"); 0 once `indexed.complete` means none is left.
+          sealing: inbox.mode === 'zero-access' ? await sealing.status(id) : null,
           // How `postern serve` with this configuration watches it, and why; `notifyWatcher`: the
           // process holding its NOTIFY lease; `lastHint`: the last push hint for it.
           watch: {

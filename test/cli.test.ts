@@ -7,6 +7,9 @@ import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
 import { ROOT } from '../lib/paths.ts';
+import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
+import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
+import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
 import { envVars, mailEnv, unique } from './harness.ts';
 import { spawnListening, stopProcess } from './processes.ts';
 
@@ -85,7 +88,7 @@ describe('staff CLI', function () {
     }
 
     const vaultAddress = `${unique('vault')}@${mailEnv().domain}`;
-    const vault = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', vaultAddress, '--address', vaultAddress, '--mode', 'zero-access')).id as string;
+    const vault = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', vaultAddress, '--address', vaultAddress, '--mode', 'zero-access', '--create-imap-user')).id as string;
 
     expect(await ok('admin', 'grant', '--member', member, '--inbox', inbox.id as string, '--role', 'owner')).to.deep.equal({ memberId: member, inboxId: inbox.id, role: 'owner' });
     await ok('admin', 'grant', '--member', member, '--inbox', vault, '--role', 'reader');
@@ -166,11 +169,115 @@ describe('staff CLI', function () {
     const user = `${unique('d')}@${mailEnv().domain}`;
     const badMode = await run('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user, '--mode', 'open');
     expect(badMode.out.error).to.match(/mode must be one of/);
-    const inbox = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user)).id as string;
+    const inbox = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user, '--create-imap-user')).id as string;
     const again = await run('admin', 'inbox', 'add', '--project', project, '--imap-user', `${unique('e')}@x.example`, '--address', user);
     expect(again.out.error).to.match(/address .* already exists/);
     const badRole = await run('admin', 'grant', '--member', member, '--inbox', inbox, '--role', 'god');
     expect(badRole.out.error).to.match(/role must be one of owner, member, reader/);
+  });
+});
+
+describe('staff CLI: a command that fails changes nothing', function () {
+  this.timeout(300_000);
+  let dir: string;
+  let env: Record<string, string>;
+  let db: Db;
+  let directory: SqliteDirectoryStore;
+  let keyStore: SqliteKeyStore;
+
+  const run = (args: string[], extra: Record<string, string | undefined> = {}): Promise<{ code: number; out: Record<string, unknown> }> =>
+    new Promise((resolve, reject) => {
+      const childEnv: Record<string, string | undefined> = { ...process.env, ...env, ...extra };
+      for (const [k, v] of Object.entries(extra)) if (v === undefined) delete childEnv[k];
+      const child = spawn(BIN, args, { env: childEnv as NodeJS.ProcessEnv, stdio: ['ignore', 'pipe', 'ignore'] });
+      let stdout = '';
+      child.stdout.on('data', (d: Buffer) => (stdout += d));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code: code ?? -1, out: JSON.parse(stdout.trim().split('\n').at(-1) || '{}') as Record<string, unknown> }));
+    });
+  const ok = async (...args: string[]) => {
+    const r = await run(args);
+    expect(r.code, JSON.stringify(r.out)).to.equal(0);
+    return r.out;
+  };
+  /** Fails with `code` and a message matching `message`, and the directory is as it was. */
+  const refused = async (args: string[], code: number, message: RegExp, extra: Record<string, string | undefined> = {}) => {
+    const before = await snapshot();
+    const r = await run(args, extra);
+    expect(r.code, `${args.join(' ')}: ${JSON.stringify(r.out)}`).to.equal(code);
+    expect(Object.keys(r.out)).to.deep.equal(['error']);
+    expect(r.out.error).to.match(message);
+    expect(await snapshot(), `${args.join(' ')} changed the store`).to.deep.equal(before);
+  };
+  /** What the staff commands write, read through the stores' own API. */
+  const snapshot = async () => {
+    const inboxes = await directory.listInboxes();
+    return {
+      version: await directory.inboxesVersion(),
+      inboxes: await Promise.all(inboxes.map(async (i) => ({ ...i, epochs: (await keyStore.list(i.id)).map((k) => k.epoch) }))),
+    };
+  };
+
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'postern-cli-'));
+    env = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db') });
+  });
+  after(() => {
+    db?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('checks the master key, the IMAP user and every argument before it writes', async () => {
+    const project = (await ok('admin', 'project', 'create', '--name', 'checks')).id as string;
+    const member = (await ok('admin', 'member', 'add', '--project', project, '--email', `${unique('m')}@example.org`)).id as string;
+    db = openDb(join(dir, 'postern.db'));
+    directory = new SqliteDirectoryStore(db);
+    keyStore = new SqliteKeyStore(db);
+    const user = `${unique('chk')}@${mailEnv().domain}`;
+    const add = ['admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user];
+
+    // inbox add: no master key (with and without making the IMAP user), no such IMAP user, a
+    // password without the user, a bad mode, an unknown project: no inbox row, no key, no user.
+    await refused(add, 1, /POSTERN_MASTER_KEY is not set/, { POSTERN_MASTER_KEY: undefined });
+    await refused([...add, '--create-imap-user'], 1, /POSTERN_MASTER_KEY is not set/, { POSTERN_MASTER_KEY: undefined });
+    await refused(add, 1, /has no IMAP user/);
+    await refused([...add, '--imap-password', 'secret-pw'], 2, /--imap-password goes with --create-imap-user/);
+    await refused([...add, '--mode', 'open', '--create-imap-user'], 1, /mode must be one of/);
+    await refused(['admin', 'inbox', 'add', '--project', 'prj_01M80W1F3RD7BV8C61QAP73X5Y', '--imap-user', user, '--address', user, '--create-imap-user'], 1, /no project/);
+    // None of those made the Dovecot user: this add checks it and still finds none.
+    await refused(add, 1, /has no IMAP user/);
+    const inbox = (await ok(...add, '--create-imap-user')).id as string;
+    expect((await snapshot()).inboxes.map((i) => [i.id, i.epochs])).to.deep.equal([[inbox, [1]]]);
+    // Over a user that exists: added (the check passes), once.
+    await refused(add, 1, /inbox for this IMAP user already exists/);
+    const other = `${unique('chk')}@${mailEnv().domain}`;
+    await refused(['admin', 'inbox', 'add', '--project', project, '--imap-user', other, '--address', user, '--create-imap-user'], 1, /address .* already exists/);
+
+    // inbox rotate-key without the master key: no new epoch.
+    await refused(['admin', 'inbox', 'rotate-key', '--inbox', inbox], 1, /POSTERN_MASTER_KEY is not set/, { POSTERN_MASTER_KEY: undefined });
+    expect(await ok('admin', 'inbox', 'rotate-key', '--inbox', inbox)).to.include({ epoch: 2 });
+    await refused(['admin', 'inbox', 'rotate-key', '--inbox', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no inbox/);
+    // inbox remove / status of an unknown inbox.
+    await refused(['admin', 'inbox', 'remove', '--inbox', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no inbox/);
+    await refused(['admin', 'inbox', 'status', '--inbox', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no inbox/);
+
+    // grant with a bad role, or across projects: no grant (revoke finds none).
+    await refused(['admin', 'grant', '--member', member, '--inbox', inbox, '--role', 'god'], 1, /role must be one of/);
+    const elsewhere = (await ok('admin', 'project', 'create', '--name', 'elsewhere')).id as string;
+    const stranger = (await ok('admin', 'member', 'add', '--project', elsewhere, '--email', `${unique('s')}@example.org`)).id as string;
+    await refused(['admin', 'grant', '--member', stranger, '--inbox', inbox, '--role', 'owner'], 1, /different projects/);
+    expect(await ok('admin', 'revoke', '--member', member, '--inbox', inbox)).to.deep.equal({ revoked: false });
+    await refused(['admin', 'revoke', '--member', stranger, '--inbox', inbox], 1, /different projects/);
+
+    // project create, member add, member set-key, member invite, token and session create.
+    await refused(['admin', 'project', 'create', '--name', '   '], 1, /project name/);
+    await refused(['admin', 'member', 'add', '--project', project, '--email', 'not-an-address'], 1, /not an e-mail address/);
+    await refused(['admin', 'member', 'set-key', '--member', member, '--public-key-file', join(dir, 'missing.asc')], 2, /cannot read/);
+    await refused(['admin', 'member', 'invite', '--member', member, '--expires-in', '0'], 1, /positive whole number/);
+    await refused(['admin', 'token', 'create', '--member', stranger, '--scopes', 'messages:read', '--inboxes', inbox], 1, /no inbox .* in the member's project/);
+    await refused(['admin', 'token', 'create', '--member', member, '--scopes', 'root'], 1, /unknown scope/);
+    await refused(['admin', 'session', 'create', '--member', member, '--expires-in', '0'], 1, /positive whole number/);
+    await refused(['admin', 'token', 'revoke', '--id', 'tok_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no token/);
   });
 });
 

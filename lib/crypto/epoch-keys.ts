@@ -30,6 +30,8 @@ export interface EpochKeys {
   ensure(inboxId: string): Promise<EpochPublic>;
   /** Starts a new epoch and returns it. */
   rotate(inboxId: string): Promise<EpochPublic>;
+  /** Throws (MasterKeyError) unless keys can be made: the master key is set and opens the stored ones. */
+  check(): Promise<void>;
 }
 
 export class UnknownEpochError extends Error {}
@@ -112,14 +114,19 @@ export class EpochKeyring implements EpochKeys {
     return { backfilled: missing };
   }
 
-  private async add(inboxId: string, epoch: number): Promise<EpochPublic> {
-    const master = this.requireMaster();
+  async check(): Promise<void> {
+    this.requireMaster();
     // A wrong master key must not seal new keys beside ones it cannot open.
     if (!this.verified) {
       const sample = await this.store.sample();
       if (sample) await this.open(sample);
       this.verified = true;
     }
+  }
+
+  private async add(inboxId: string, epoch: number): Promise<EpochPublic> {
+    const master = this.requireMaster();
+    await this.check();
     const { privateKey, publicKey } = await generateEpochKey(inboxId, epoch);
     const record: EpochKeyRecord = {
       inboxId,

@@ -2,7 +2,7 @@
 import { mintSession, mintToken } from '../auth/credentials.ts';
 import { isRole, isScope, ROLES, SCOPES } from '../auth/scopes.ts';
 import type { EpochKeys } from '../crypto/epoch-keys.ts';
-import { ApiError, badRequest, notFound } from '../errors.ts';
+import { ApiError, badRequest, conflict, notFound } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
 import { DuplicateError, type DirectoryStore } from './store.ts';
 import { INBOX_MODES, isInboxMode } from './types.ts';
@@ -11,6 +11,12 @@ const EMAIL = /^[^\s@<>()",;:\\[\]]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:
 
 export function isEmail(value: string): boolean {
   return value.length <= 254 && EMAIL.test(value);
+}
+
+/** The mail server's users (adapters/imap/users.ts): an inbox is added only over one that exists. */
+export interface MailUsers {
+  /** False when the mail server has no such user; throws (503) when it cannot be asked. */
+  exists(user: string): Promise<boolean>;
 }
 
 export interface AdminOptions {
@@ -23,6 +29,8 @@ export interface AdminOptions {
   onInboxAdded?: (inbox: { id: string; imapUser: string; addresses: readonly string[] }) => void;
   /** Told of every inbox removed, once deleted (its watch stops, its index goes). */
   onInboxRemoved?: (inboxId: string) => Promise<void>;
+  /** When set, `addInbox` refuses an IMAP user the mail server does not have (the staff CLI). */
+  mailUsers?: MailUsers;
 }
 
 export class Admin {
@@ -51,11 +59,19 @@ export class Admin {
     return { id };
   }
 
+  /**
+   * Everything is checked before anything is written (issue 16 item 8): the project, the names,
+   * that the IMAP user and addresses are free, that keys can be made (the master key), and, with
+   * `mailUsers`, that the mail server has the user. `createImapUser`, when given, makes the
+   * mail server's user after those checks and before the inbox is written. A key that still
+   * cannot be stored takes the inbox row back out: no inbox is ever left without a key.
+   */
   async addInbox(input: {
     projectId: string;
     imapUser: string;
     addresses: string[];
     mode?: string;
+    createImapUser?: () => Promise<void>;
   }): Promise<{ id: string }> {
     await this.project(input.projectId);
     if (!input.imapUser.trim() || /\s/.test(input.imapUser)) throw badRequest('IMAP user must be a non-empty name without spaces');
@@ -65,12 +81,25 @@ export class Admin {
     if (new Set(addresses).size !== addresses.length) throw badRequest('addresses repeat');
     const mode = input.mode ?? 'compatible';
     if (!isInboxMode(mode)) throw badRequest(`mode must be one of ${INBOX_MODES.join(', ')}`);
+    // Taken already: said before the mail server is asked or a user made (the store's unique
+    // constraints still decide a race between two staff).
+    if (await this.store.getInboxByImapUser(input.imapUser)) throw conflict('inbox for this IMAP user already exists');
+    for (const a of addresses) if (await this.store.findInboxByAddress(a)) throw conflict(`address ${a} already exists`);
+    await this.options.keys.check();
+    if (input.createImapUser) await input.createImapUser();
+    else if (this.options.mailUsers && !(await this.options.mailUsers.exists(input.imapUser))) {
+      throw notFound(`the mail server has no IMAP user ${input.imapUser} (or POSTERN_IMAP_MASTER_USER/PASSWORD cannot log in as it): create the user first`);
+    }
     const id = newId('ibx');
-    await this.unique(() =>
-      this.store.createInbox({ id, projectId: input.projectId, imapUser: input.imapUser, addresses, mode, createdAt: this.now() }),
-    );
+    const createdAt = this.now();
+    await this.unique(() => this.store.createInbox({ id, projectId: input.projectId, imapUser: input.imapUser, addresses, mode, createdAt }));
     // Made right away, so an inbox never exists without a key to seal its mail to.
-    await this.options.keys.ensure(id);
+    try {
+      await this.options.keys.ensure(id);
+    } catch (err) {
+      await this.store.deleteInbox(id, this.now());
+      throw err;
+    }
     this.options.onInboxAdded?.({ id, imapUser: input.imapUser, addresses });
     return { id };
   }
