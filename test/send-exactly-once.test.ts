@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import { call, envVars, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
-import { freePort, spawnPostern, type Listening } from './processes.ts';
+import { childPids, freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { atSink, draft, rcpt, sealDraft } from './send-fixtures.ts';
 import { TcpTap, type TapConnection } from './tcp-tap.ts';
 
@@ -147,26 +147,39 @@ describe('sending exactly once: a lost final reply', function () {
 
 describe('sending exactly once: postern serve killed with sends under way', function () {
   this.timeout(180_000);
-  let admin: TestServer;
+  let admin: TestServer | null = null;
   let child: Listening | null = null;
 
-  after(async () => {
-    if (child && child.child.exitCode === null && child.child.signalCode === null) child.child.kill('SIGKILL');
+  afterEach(async () => {
+    if (child) await stopProcess(child.child);
+    child = null;
     await admin?.close();
+    admin = null;
   });
 
-  it('settles every send at restart: none left in flight, each draft answered definitely, one Sent copy each, promptly, nothing twice', async () => {
-    admin = await startPostern();
+  it('settles every send at restart: none left in flight, each draft answered definitely, one Sent copy each, promptly, nothing twice', () => killUnderLoad('server'));
+
+  it('with POSTERN_WORKERS=2, settles a killed worker\'s sends and leaves its live sibling\'s alone', () => killUnderLoad('worker'));
+
+  /**
+   * 16 senders post sealed drafts; `postern serve` (or one of its two workers) is killed with
+   * `kill -9` under them. The server is restarted (or the primary replaces the worker), and every
+   * draft whose request died is sent again.
+   */
+  async function killUnderLoad(what: 'server' | 'worker'): Promise<void> {
+    const server = (admin = await startPostern());
     // Only the served process files copies: what it left at the kill is the restarted one's.
-    await admin.postern.sentCopies.stop();
+    await server.postern.sentCopies.stop();
     const p = await newProject(admin);
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'send']);
-    const compose = await json<{ epoch: number; epochPublic: string }>(await call(`${admin.base}/inboxes/${inbox.id}/compose`, { token }));
-    const env = envVars(mailEnv(), { POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_PORT: String(await freePort()), POSTERN_SEND_RATE_PER_HOUR: '100000' });
+    const compose = await json<{ epoch: number; epochPublic: string }>(await call(`${server.base}/inboxes/${inbox.id}/compose`, { token }));
+    const env = envVars(mailEnv(), { POSTERN_DB: join(server.dir, 'postern.db'), POSTERN_PORT: String(await freePort()), POSTERN_SEND_RATE_PER_HOUR: '100000' });
     // Copies are filed while sends go on, so some are claimed when the process dies.
-    child = await spawnPostern({ ...env, POSTERN_SENT_COPY_YIELD_MS: '0' });
+    child = await spawnPostern({ ...env, POSTERN_SENT_COPY_YIELD_MS: '0', ...(what === 'worker' ? { POSTERN_WORKERS: '2' } : {}) });
     const base = `${child.url}/v1`;
+    const workers = what === 'worker' ? childPids(child.child.pid!) : [];
+    if (what === 'worker') expect(workers).to.have.length(2);
 
     const to = rcpt();
     // Sealed beforehand: the senders only post, so 16 requests are under way at any moment.
@@ -196,18 +209,21 @@ describe('sending exactly once: postern serve killed with sends under way', func
     };
     const senders = Array.from({ length: 16 }, (_, n) => sender(n));
     await until('sends under way', async () => accepted >= 48, 60_000);
-    child.child.kill('SIGKILL');
+    if (what === 'server') child.child.kill('SIGKILL');
+    else process.kill(workers[0]!, 'SIGKILL');
     killed = true;
     await Promise.all(senders);
     const killedAt = Date.now();
-    const left = admin.postern.db
+    const left = server.postern.db
       .prepare("SELECT sum(state = 'relaying') AS relaying, sum(state = 'sending') AS sending, sum(state = 'filing' AND next_attempt_at > ?) AS claimed FROM mail_outbox WHERE inbox_id = ?")
       .get(killedAt + 60_000, inbox.id) as { relaying: number; sending: number; claimed: number };
     const lost = sends.filter((x) => x.status === 'lost');
-    expect(sends.filter((x) => x.status !== 200 && x.status !== 'lost'), 'answers before the kill').to.deep.equal([]);
+    // Every request the process (or worker) answered before it died was sent.
+    expect(sends.filter((x) => x.status !== 200 && x.status !== 'lost').map((x) => x.status), 'answers before the kill').to.deep.equal([]);
     expect(lost.length, `sends in flight at the kill (rows left: ${JSON.stringify(left)})`).to.be.greaterThan(0);
 
-    child = await spawnPostern(env);
+    // The other worker goes on meanwhile; the primary starts a new one, which settles what the dead one left.
+    if (what === 'server') child = await spawnPostern(env);
     const restartedAt = Date.now();
     const restarted = `${child.url}/v1`;
     // Every draft whose request died gets a definite answer at once: sent now, or outcome unknown.
@@ -225,7 +241,7 @@ describe('sending exactly once: postern serve killed with sends under way', func
     for (const { x } of retried) expect((await post(restarted, token, inbox.id, x.body)).status, x.subject).to.equal(x.status);
 
     // Nothing left in flight; every copy filed well before a dead process's claims (2 minutes) run out.
-    const unsettled = () => admin.postern.db.prepare("SELECT count(*) FROM mail_outbox WHERE inbox_id = ? AND state <> 'filed'").pluck().get(inbox.id) as number;
+    const unsettled = () => server.postern.db.prepare("SELECT count(*) FROM mail_outbox WHERE inbox_id = ? AND state <> 'filed'").pluck().get(inbox.id) as number;
     await until('every Sent copy filed', async () => unsettled() === 0, 60_000);
     expect(Date.now() - killedAt).to.be.below(90_000);
 
@@ -247,5 +263,5 @@ describe('sending exactly once: postern serve killed with sends under way', func
     for (const x of [...acknowledged, ...unknown]) expect(sent.get(x.subject), x.subject).to.equal(1);
     for (const [subject, n] of sent) expect(n, subject).to.equal(1);
     expect(sent.size).to.equal(acknowledged.length + unknown.length);
-  });
+  }
 });
