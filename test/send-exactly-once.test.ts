@@ -9,7 +9,7 @@ import { expect } from 'chai';
 import { call, envVars, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
 import { childPids, freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
-import { atSink, draft, rcpt, sealDraft } from './send-fixtures.ts';
+import { atSink, draft, postRaw, rcpt, sealDraft } from './send-fixtures.ts';
 import { TcpTap, type TapConnection } from './tcp-tap.ts';
 
 /** The answer to a send whose final reply was lost, the first time and on every retry. */
@@ -132,6 +132,15 @@ describe('sending exactly once: a lost final reply', function () {
     await until('the Sent copies filed', async () => (await sentCopies(inbox)).get('marker') === 1 && (await sentCopies(inbox)).get('reply lost') === 1);
     const row = s.postern.db.prepare('SELECT state, outcome FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?').get(inbox.id, body.draftId);
     expect(row).to.deep.equal({ state: 'filed', outcome: 'unknown' });
+  });
+
+  it('answers 422 (outcome unknown) to POST /messages too: a client that retried a 503 there would send a second copy', async () => {
+    const to = rcpt();
+    const lost = new Promise<void>((done) => (lose = { done, after: null }));
+    await expectError(await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: message(inbox.address, to, 'raw reply lost') }), 422, UNKNOWN);
+    await lost;
+    expect(Object.fromEntries(await sinkCounts(to, 1))).to.deep.equal({ 'raw reply lost': 1 });
+    await until('its Sent copy filed', async () => (await sentCopies(inbox)).get('raw reply lost') === 1);
   });
 
   it('answers 422 to a used draftId with other content, and sends nothing', async () => {
