@@ -229,7 +229,8 @@ describe('sending exactly once: postern serve killed with sends under way', func
     const lost = sends.filter((x) => x.status === 'lost');
     // Every request the process (or worker) answered before it died was sent.
     expect(sends.filter((x) => x.status !== 200 && x.status !== 'lost').map((x) => x.status), 'answers before the kill').to.deep.equal([]);
-    expect(lost.length, `sends in flight at the kill (rows left: ${JSON.stringify(left)})`).to.be.greaterThan(0);
+    // A worker may die between its requests (its sibling took the rest); a whole server cannot.
+    if (what === 'server') expect(lost.length, `sends in flight at the kill (rows left: ${JSON.stringify(left)})`).to.be.greaterThan(0);
 
     // The other worker goes on meanwhile; the primary starts a new one, which settles what the dead one left.
     if (what === 'server') child = await spawnPostern(env);
