@@ -18,7 +18,7 @@ import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-claims.ts';
 import { ImapMessageReplacer } from '../adapters/imap/replace.ts';
 import { ROOT } from '../lib/paths.ts';
-import { LEASE_MS, Resealer, SWEEP_MS } from '../lib/mail/reseal.ts';
+import { LEASE_MS, Resealer, SWEEP_MS, type MessageReplacer } from '../lib/mail/reseal.ts';
 import { seal, sealedEpoch } from '../lib/mail/seal.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import { call, envVars, mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
@@ -250,6 +250,56 @@ describe('sealing what a zero-access inbox already holds', function () {
       await exited;
       db.close();
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('never gives up: a message whose sealing failed six times is sealed on the seventh attempt', async () => {
+    const s = await startPostern();
+    try {
+      await s.postern.resealer.close();
+      const p = await newProject(s);
+      const inbox = await p.inbox({ mode: 'zero-access' });
+      const app = await mailApp(inbox);
+      try {
+        await app.append('INBOX', plaintext('stubborn', 'sealed in the end'), []);
+      } finally {
+        await app.logout();
+      }
+      const index = new SqliteMailIndex(s.postern.db);
+      const jobs = new SqliteResealJobs(s.postern.db);
+      const imap = new ImapMessageReplacer(s.postern.mailSource.pool, index);
+      // The mail server fails the first six attempts midway (the old resealer gave up after four).
+      let failures = 0;
+      const flaky: MessageReplacer = {
+        replace: (inb, label, work) =>
+          imap.replace(inb, label, (one) =>
+            work(async (uid, transform, options) => {
+              if (failures < 6) {
+                failures++;
+                throw new Error('connection lost');
+              }
+              return one(uid, transform, options);
+            }),
+          ),
+      };
+      const quiet = { warn: () => undefined };
+      const resealer = new Resealer(new SqliteDirectoryStore(s.postern.db), s.postern.keys, flaky, jobs, quiet, { holder: 'flaky', sweepMs: 100, retryMinMs: 20 });
+      // Indexed (the first fill, silent), then found by the sweep.
+      const token = await p.token(['messages:read']);
+      expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token })).status).to.equal(200);
+      resealer.start();
+      try {
+        const stored = await until('sealed after the failures', async () => {
+          const got = await storedMessages(inbox);
+          return got.length === 1 && sealedEpoch(got[0]!.source) !== null && got;
+        }, 60_000);
+        expect(failures).to.equal(6);
+        expect(stored).to.have.length(1);
+      } finally {
+        await resealer.close();
+      }
+    } finally {
+      await s.close();
     }
   });
 

@@ -54,6 +54,8 @@ export interface ResealJobs {
   due(inboxId: string, holder: string, now: number, limit: number): Promise<ResealPlace[]>;
   /** Takes the place until `now + leaseMs` unless another holds it or it is done: the attempts so far, this one included; null if not taken. */
   claim(inboxId: string, place: ResealPlace, holder: string, now: number, leaseMs: number): Promise<number | null>;
+  /** Extends this holder's lease to `until`: false when another process has taken the place meanwhile. */
+  renew(inboxId: string, place: ResealPlace, holder: string, until: number): Promise<boolean>;
   /** The place holds no plaintext any more (replaced, found sealed, or gone). */
   done(inboxId: string, place: ResealPlace, holder: string, now: number): Promise<void>;
   /** The attempt failed: the lease is given back and the place waits until `retryAt`. */
@@ -73,6 +75,8 @@ export interface ResealerOptions {
   ensureIndexed?: (inbox: MailInbox) => Promise<void>;
   sweepMs?: number;
   leaseMs?: number;
+  /** The first retry's wait (RETRY_MIN_MS). */
+  retryMinMs?: number;
 }
 
 /** How often every zero-access inbox is checked for unsealed messages (a query each). */
@@ -174,12 +178,20 @@ export class Resealer {
             try {
               const key = await this.keys.current(inbox.id);
               // A second attempt may follow one that died after its APPEND: look for that copy.
-              const outcome = await one(place.uid, async (source) => (isPgpMime(source) ? null : seal(source, key, { of: place.msgGuid })), attempts > 1 ? { sealedCopyOf: place.msgGuid } : {});
+              const transform = async (source: Buffer) => {
+                if (isPgpMime(source)) return null;
+                const sealed = await seal(source, key, { of: place.msgGuid });
+                // Still ours right before the APPEND: a process stalled past its lease (a huge
+                // message, a paused VM) must not append beside the one that took over.
+                if (!(await this.jobs.renew(inbox.id, place, this.options.holder, Date.now() + this.leaseMs))) throw new Error('the lease on this message lapsed and another process took it');
+                return sealed;
+              };
+              const outcome = await one(place.uid, transform, attempts > 1 ? { sealedCopyOf: place.msgGuid } : {});
               if (outcome === 'unchanged') await this.jobs.markSealed(inbox.id, place.msgGuid);
               if (outcome === 'replaced') replaced++;
               await this.jobs.done(inbox.id, place, this.options.holder, Date.now());
             } catch (err) {
-              const retryMs = Math.min(RETRY_MAX_MS, RETRY_MIN_MS * 2 ** Math.min(20, attempts - 1));
+              const retryMs = Math.min(RETRY_MAX_MS, (this.options.retryMinMs ?? RETRY_MIN_MS) * 2 ** Math.min(20, attempts - 1));
               await this.jobs.failed(inbox.id, place, this.options.holder, Date.now() + retryMs, err instanceof Error ? err.message : String(err));
               this.log.warn({ err, inbox: inbox.id, uid: place.uid, attempts, retryMs }, 'could not seal a message; trying again later');
               // The connection is likely gone: the rest of the round waits for the next one.

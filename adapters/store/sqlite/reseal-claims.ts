@@ -40,6 +40,7 @@ export class SqliteResealJobs implements ResealJobs {
         ON CONFLICT (inbox_id, label_guid, uid_validity, uid) DO UPDATE SET holder = excluded.holder, lease_until = excluded.lease_until, attempts = attempts + 1
         WHERE done_at IS NULL AND next_at <= @now AND (lease_until <= @now OR holder = excluded.holder)
         RETURNING attempts`),
+      renew: db.prepare(`UPDATE reseal_jobs SET lease_until = @until WHERE ${key} AND holder = @holder AND done_at IS NULL`),
       done: db.prepare(`UPDATE reseal_jobs SET done_at = @now, holder = NULL, lease_until = 0, last_error = NULL WHERE ${key} AND holder = @holder`),
       failed: db.prepare(`UPDATE reseal_jobs SET holder = NULL, lease_until = 0, next_at = @retryAt, last_error = @error WHERE ${key} AND holder = @holder`),
       markSealed: db.prepare('UPDATE mail_messages SET sealed = 1 WHERE inbox_id = ? AND guid = ?'),
@@ -57,6 +58,10 @@ export class SqliteResealJobs implements ResealJobs {
   async claim(inboxId: string, p: ResealPlace, holder: string, now: number, leaseMs: number): Promise<number | null> {
     const row = this.q.claim.get({ inboxId, labelGuid: p.labelGuid, uidValidity: p.uidValidity, uid: p.uid, holder, until: now + leaseMs, now }) as { attempts: number } | undefined;
     return row ? row.attempts : null;
+  }
+
+  async renew(inboxId: string, p: ResealPlace, holder: string, until: number): Promise<boolean> {
+    return this.q.renew.run({ inboxId, labelGuid: p.labelGuid, uidValidity: p.uidValidity, uid: p.uid, holder, until }).changes === 1;
   }
 
   async done(inboxId: string, p: ResealPlace, holder: string, now: number): Promise<void> {
