@@ -2,34 +2,13 @@
 // invites, ~140 malformed) go into real mailboxes two ways: APPENDed byte for byte as a mail app
 // would, and delivered through Postfix into Dovecot. Each is then listed and read over the API:
 // no 5xx, no message lost, and what a parser can read comes back ungarbled.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
 import { simpleParser } from 'mailparser';
 import nodemailer from 'nodemailer';
-import { ROOT } from '../lib/paths.ts';
+import { corpusFiles, describeWithCorpus, type CorpusFile } from './corpus-files.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { untilDelivered } from './ingress-helpers.ts';
-
-/** Kept outside the repository (../shared/corpus by default); POSTERN_CORPUS_DIR points elsewhere. */
-const CORPUS = process.env.POSTERN_CORPUS_DIR || join(ROOT, '..', 'shared', 'corpus');
-/** CI runs every suite: there a missing corpus is a failure, not a skip. */
-const IN_CI = !['', '0', 'false', 'no'].includes((process.env.CI ?? '').toLowerCase());
-
-interface CorpusFile {
-  name: string;
-  raw: Buffer;
-}
-
-function corpus(): CorpusFile[] {
-  return ['eml', 'eml2'].flatMap((sub) =>
-    readdirSync(join(CORPUS, sub))
-      .filter((f) => f.endsWith('.eml'))
-      .sort()
-      .map((f) => ({ name: `${sub}/${f}`, raw: readFileSync(join(CORPUS, sub, f)) })),
-  );
-}
 
 interface Summary {
   id: string;
@@ -71,16 +50,9 @@ function subjectHeaders(raw: Buffer): number {
 /** Whether a decoded header is something a parser read cleanly (no replacement characters). */
 const clean = (text: string | undefined): text is string => typeof text === 'string' && !text.includes('\uFFFD');
 
-if (!existsSync(CORPUS)) {
-  // A clone without the corpus still runs everything else, and the skip shows in the report.
-  describe('the real-world corpus', () => {
-    (IN_CI ? it : it.skip)(`needs the corpus at ${CORPUS} (POSTERN_CORPUS_DIR)`, () => {
-      throw new Error(`the corpus is missing at ${CORPUS}; CI (CI=${process.env.CI}) must run this suite: provide it, or point POSTERN_CORPUS_DIR at it`);
-    });
-  });
-} else describe('the real-world corpus', function () {
+describeWithCorpus('the real-world corpus', function () {
   this.timeout(300_000);
-  const files = corpus();
+  const files = corpusFiles();
   let s: TestServer;
   let p: TestProject;
   let token: string;

@@ -1,18 +1,14 @@
 // Every message of ../shared/corpus (see corpus.test.ts), APPENDed byte for byte into a
 // compatible inbox, goes through /raw → decrypt (as the web app does) → byte-equal to what
 // Dovecot holds, and through /content: never a 5xx, a 422 only where the parser cannot read it.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
 import { epochKeys, openMessage, type Session } from '../docs/examples/open-message.ts';
-import { ROOT } from '../lib/paths.ts';
+import { corpusFiles, describeWithCorpus } from './corpus-files.ts';
 import { call, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
 import { putKey, userKeyPair } from './crypto-fixtures.ts';
 
-const CORPUS = join(ROOT, '..', 'shared', 'corpus');
-
-(existsSync(CORPUS) ? describe : describe.skip)('the real-world corpus, encrypted and decrypted', function () {
+describeWithCorpus('the real-world corpus, encrypted and decrypted', function () {
   this.timeout(600_000);
   let s: TestServer;
 
@@ -20,11 +16,7 @@ const CORPUS = join(ROOT, '..', 'shared', 'corpus');
   after(() => s?.close());
 
   it('opens every message from /raw to the exact stored bytes, and /content never fails with a 5xx', async () => {
-    const files = ['eml', 'eml2'].flatMap((sub) =>
-      readdirSync(join(CORPUS, sub))
-        .filter((f) => f.endsWith('.eml'))
-        .map((f) => ({ name: `${sub}/${f}`, raw: readFileSync(join(CORPUS, sub, f)) })),
-    );
+    const files = corpusFiles();
     const p = await newProject(s);
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'content:read']);

@@ -13,6 +13,7 @@ import { sealedEpoch } from '../lib/mail/seal.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import { call, envVars, mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
+import { CORPUS_DIR, corpusFiles, itWithCorpus } from './corpus-files.ts';
 import { ingressInbox, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
 import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { gpgDecrypt, openSealed, type TestEpochKey } from './seal-helpers.ts';
@@ -201,12 +202,9 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
     expect(got!.source.toString().endsWith(message)).to.equal(true);
   });
 
-  it('delivers every corpus message sealed, each opening to exactly the bytes delivered', async function () {
+  itWithCorpus('delivers every corpus message sealed, each opening to exactly the bytes delivered', async function () {
     this.timeout(600_000);
-    const { readdirSync: list } = await import('node:fs');
-    const { ROOT } = await import('../lib/paths.ts');
-    const corpusDir = join(ROOT, '..', 'shared', 'corpus');
-    const files = ['eml', 'eml2'].flatMap((sub) => list(join(corpusDir, sub)).filter((f) => f.endsWith('.eml')).sort().map((f) => join(corpusDir, sub, f)));
+    const files = corpusFiles().map((f) => join(CORPUS_DIR, f.name));
     const box = await ingressInbox(s, p.projectId, p.memberId, 'zero-access');
     // Four at a time, as Postfix would; stored order is then arrival order, so match by content.
     const sent = new Map<string, string>();

@@ -1,15 +1,11 @@
 // The sealing function on its own: what a zero-access inbox stores opens, with openpgp.js and
 // with GnuPG as a mail app would, to exactly the bytes that arrived, and shows only the routing
 // headers in clear.
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { simpleParser } from 'mailparser';
-import { ROOT } from '../lib/paths.ts';
 import { clearHeaders, isPgpMime, seal, sealedEpoch } from '../lib/mail/seal.ts';
+import { corpusFiles, itWithCorpus } from './corpus-files.ts';
 import { gpgDecrypt, openSealed, testEpochKey, type TestEpochKey } from './seal-helpers.ts';
-
-const CORPUS = join(ROOT, '..', 'shared', 'corpus');
 
 describe('sealing a message for a zero-access inbox', function () {
   this.timeout(60_000);
@@ -87,15 +83,12 @@ describe('sealing a message for a zero-access inbox', function () {
     }
   });
 
-  it('seals every corpus message and opens it byte for byte', async () => {
+  itWithCorpus('seals every corpus message and opens it byte for byte', async () => {
     let n = 0;
-    for (const sub of ['eml', 'eml2']) {
-      for (const f of readdirSync(join(CORPUS, sub)).filter((x) => x.endsWith('.eml'))) {
-        const raw = readFileSync(join(CORPUS, sub, f));
-        const sealed = await seal(raw, key.sealKey);
-        expect(Buffer.compare(await openSealed(sealed, key), raw), f).to.equal(0);
-        n++;
-      }
+    for (const { name, raw } of corpusFiles()) {
+      const sealed = await seal(raw, key.sealKey);
+      expect(Buffer.compare(await openSealed(sealed, key), raw), name).to.equal(0);
+      n++;
     }
     expect(n).to.be.greaterThan(370);
   });

@@ -3,17 +3,13 @@
 // line endings: SMTP carries CRLF, so a file with bare LF arrives with CRLF; and Return-Path,
 // a trace field Postfix drops from what it is given; and lines over 998 bytes, which Postfix folds). A message without
 // one From address (or with an address that is not one) is refused with 400; nothing is a 5xx.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { isEmail } from '../lib/directory/admin.ts';
-import { ROOT } from '../lib/paths.ts';
 import { fromAddress, splitHeader } from '../lib/send/rfc5322.ts';
 import { addSenderLogins, addUser } from '../scripts/mailenv.ts';
+import { corpusFiles, describeWithCorpus } from './corpus-files.ts';
 import { mailEnv, newProject, startPostern, unique, type TestServer } from './harness.ts';
 import { atSink, postRaw, rcpt, withoutTrace } from './send-fixtures.ts';
-
-const CORPUS = join(ROOT, '..', 'shared', 'corpus');
 
 /**
  * What Postfix passes on for a message it was given: SMTP's line endings (every line ends in
@@ -31,7 +27,7 @@ function asRelayed(raw: Buffer): Buffer {
   return Buffer.from(kept + text.slice(head.length), 'latin1');
 }
 
-(existsSync(CORPUS) ? describe : describe.skip)('sending the real-world corpus through /messages', function () {
+describeWithCorpus('sending the real-world corpus through /messages', function () {
   this.timeout(300_000);
   let s: TestServer;
 
@@ -43,12 +39,7 @@ function asRelayed(raw: Buffer): Buffer {
   });
 
   it('arrives byte for byte at the sink, or is refused with 400 when it has no single From address', async () => {
-    const files = ['eml', 'eml2'].flatMap((sub) =>
-      readdirSync(join(CORPUS, sub))
-        .filter((f) => f.endsWith('.eml'))
-        .sort()
-        .map((f) => ({ name: `${sub}/${f}`, raw: readFileSync(join(CORPUS, sub, f)) })),
-    );
+    const files = corpusFiles();
     const env = mailEnv();
     const user = `${unique('corpus')}@${env.domain}`;
     await addUser(env, user, unique('pw'));
