@@ -35,7 +35,7 @@ const USAGE = `usage:
                           [--mode compatible|zero-access] [--create-imap-user [--imap-password PW]]
   postern admin member set-key --member MEM --public-key-file FILE   (OpenPGP public key, armored or binary)
   postern admin inbox remove --inbox IBX      stops watching it and drops its index; its events stay
-  postern admin inbox status --inbox IBX      what is indexed, the last sync, how it is watched
+  postern admin inbox status --inbox IBX      what is indexed, the last sync, how it is watched, what is left to seal
   postern admin grant --member MEM --inbox IBX --role owner|member|reader
   postern admin revoke --member MEM --inbox IBX
   postern admin inbox rotate-key --inbox IBX

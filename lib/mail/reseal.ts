@@ -50,7 +50,7 @@ export interface ResealPlace {
 
 /** The jobs in the store, shared by every process. */
 export interface ResealJobs {
-  /** Up to `limit` places of the inbox's unsealed messages that are not done, not held by another, not backing off; by label. */
+  /** Up to `limit` places of the inbox's unsealed messages that are not done, not held by another, not backing off. */
   due(inboxId: string, holder: string, now: number, limit: number): Promise<ResealPlace[]>;
   /** Takes the place until `now + leaseMs` unless another holds it or it is done: the attempts so far, this one included; null if not taken. */
   claim(inboxId: string, place: ResealPlace, holder: string, now: number, leaseMs: number): Promise<number | null>;
@@ -227,7 +227,7 @@ export class Resealer {
   }
 }
 
-/** Places grouped by label, in the order given (the store gives them by label). */
+/** Places grouped by label (one IMAP session each), in the order given. */
 function byLabel(places: readonly ResealPlace[]): ResealPlace[][] {
   const groups = new Map<string, ResealPlace[]>();
   for (const p of places) {

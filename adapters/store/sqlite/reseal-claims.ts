@@ -24,16 +24,18 @@ export class SqliteResealJobs implements ResealJobs {
   private readonly q;
 
   constructor(db: Db) {
+    // From the partial index on unsealed messages (an inbox all sealed costs nothing to sweep),
+    // and no ORDER BY: the scan stops at the limit, whatever the number left.
     const key = 'inbox_id = @inboxId AND label_guid = @labelGuid AND uid_validity = @uidValidity AND uid = @uid';
     this.q = {
       due: db.prepare(`SELECT l.label_guid, lb.uid_validity, l.uid, l.msg_guid
-        FROM mail_messages m
-        JOIN mail_locations l ON l.inbox_id = m.inbox_id AND l.msg_guid = m.guid
+        FROM mail_messages m INDEXED BY mail_messages_unsealed
+        CROSS JOIN mail_locations l ON l.inbox_id = m.inbox_id AND l.msg_guid = m.guid
         JOIN mail_labels lb ON lb.inbox_id = l.inbox_id AND lb.guid = l.label_guid
         LEFT JOIN reseal_jobs j ON j.inbox_id = l.inbox_id AND j.label_guid = l.label_guid AND j.uid_validity = lb.uid_validity AND j.uid = l.uid
         WHERE m.inbox_id = @inboxId AND m.sealed IS NOT 1
           AND (j.inbox_id IS NULL OR (j.done_at IS NULL AND j.next_at <= @now AND (j.lease_until <= @now OR j.holder = @holder)))
-        ORDER BY l.label_guid, l.uid LIMIT @limit`),
+        LIMIT @limit`),
       // Free, lapsed or already ours, not done, not backing off: taken, and one attempt more.
       claim: db.prepare(`INSERT INTO reseal_jobs (inbox_id, label_guid, uid_validity, uid, holder, lease_until, attempts)
         VALUES (@inboxId, @labelGuid, @uidValidity, @uid, @holder, @until, 1)
@@ -45,7 +47,7 @@ export class SqliteResealJobs implements ResealJobs {
       failed: db.prepare(`UPDATE reseal_jobs SET holder = NULL, lease_until = 0, next_at = @retryAt, last_error = @error WHERE ${key} AND holder = @holder`),
       markSealed: db.prepare('UPDATE mail_messages SET sealed = 1 WHERE inbox_id = ? AND guid = ?'),
       prune: db.prepare('DELETE FROM reseal_jobs WHERE done_at IS NOT NULL AND done_at < ?'),
-      unsealed: db.prepare('SELECT count(*) FROM mail_messages WHERE inbox_id = ? AND sealed IS NOT 1').pluck(),
+      unsealed: db.prepare('SELECT count(*) FROM mail_messages INDEXED BY mail_messages_unsealed WHERE inbox_id = ? AND sealed IS NOT 1').pluck(),
       retrying: db.prepare('SELECT count(*) AS n, max(last_error) AS lastError FROM reseal_jobs WHERE inbox_id = ? AND done_at IS NULL AND last_error IS NOT NULL'),
     };
   }
