@@ -5,15 +5,24 @@ import * as fs from 'node:fs/promises';
 
 export interface CommandResult { code: number; stdout: string; stderr: string }
 
+export interface RunOptions {
+  input?: string;
+  env?: NodeJS.ProcessEnv;
+  /** Run as this unprivileged user (a daemon that refuses root, such as PostgreSQL). */
+  as?: { uid: number; gid: number };
+  cwd?: string;
+}
+
 /** Runs a command to completion; never rejects on a non-zero exit (callers decide). */
-export function runCommand(
-  cmd: string,
-  args: string[],
-  opts: { input?: string; env?: NodeJS.ProcessEnv } = {},
-): Promise<CommandResult> {
+export function runCommand(cmd: string, args: string[], opts: RunOptions = {}): Promise<CommandResult> {
   return new Promise((resolve, reject) => {
     const input = opts.input;
-    const child = spawn(cmd, args, { env: opts.env ?? process.env, stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'] });
+    const child = spawn(cmd, args, {
+      env: opts.env ?? process.env,
+      stdio: [input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
+      ...(opts.as ? { uid: opts.as.uid, gid: opts.as.gid } : {}),
+      ...(opts.cwd ? { cwd: opts.cwd } : {}),
+    });
     const out: Buffer[] = [];
     const err: Buffer[] = [];
     child.stdout?.on('data', (b: Buffer) => out.push(b));
@@ -52,7 +61,7 @@ export async function runStarter(cmd: string, args: string[], outFile: string, w
   if (code !== 0) throw new Error(`mailenv: ${what} failed (${cmd} ${args.join(' ')}, exit ${code}):\n${await fileTail(outFile)}`);
 }
 
-export async function mustRun(cmd: string, args: string[], what: string, opts: { input?: string; env?: NodeJS.ProcessEnv } = {}): Promise<CommandResult> {
+export async function mustRun(cmd: string, args: string[], what: string, opts: RunOptions = {}): Promise<CommandResult> {
   const res = await runCommand(cmd, args, opts);
   if (res.code !== 0) throw new Error(`mailenv: ${what} failed (${cmd} ${args.join(' ')}, exit ${res.code}):\n${tail(res.stdout + res.stderr)}`);
   return res;

@@ -1,6 +1,7 @@
 // What an environment looks like to its users (tests, the demo, Postern itself).
 import { DOMAIN, INGRESS_DOMAIN, MASTER_USER, type Layout } from './layout.ts';
 import { HOST, ports } from './ports.ts';
+import { POSTGRES_DATABASE, POSTGRES_USER } from './services/postgres.ts';
 
 export interface MailEnv {
   dir: string;
@@ -17,6 +18,11 @@ export interface MailEnv {
   /** The SMTP sink that receives everything relayed outside `domain`. */
   sink: { host: string; port: number; dir: string };
   redis: { url: string };
+  /**
+   * The private PostgreSQL cluster and its database `postern` (superuser `postern`, a generated
+   * password). Not in posternEnv(): Postern serves from SQLite unless told otherwise.
+   */
+  postgres: { host: string; port: number; url: string };
   /** Dovecot master user: log in as `user*master.user`, or SASL PLAIN with authzid = user. */
   master: { user: string; password: string };
   passwdFile: string;
@@ -24,7 +30,7 @@ export interface MailEnv {
   hints: { listen: string; secret: string };
 }
 
-export function describe(l: Layout, masterPassword: string, hintSecret: string): MailEnv {
+export function describe(l: Layout, masterPassword: string, hintSecret: string, postgresPassword: string): MailEnv {
   const p = ports(l.basePort);
   return {
     dir: l.dir,
@@ -36,6 +42,11 @@ export function describe(l: Layout, masterPassword: string, hintSecret: string):
     submission: { host: HOST, port: p.submission },
     sink: { host: HOST, port: p.sink, dir: l.sinkMessagesDir },
     redis: { url: `redis://${HOST}:${p.redis}` },
+    postgres: {
+      host: HOST,
+      port: p.postgres,
+      url: `postgres://${POSTGRES_USER}:${encodeURIComponent(postgresPassword)}@${HOST}:${p.postgres}/${POSTGRES_DATABASE}`,
+    },
     master: { user: MASTER_USER, password: masterPassword },
     passwdFile: l.passwdFile,
     hints: { listen: `${HOST}:${p.hints}`, secret: hintSecret },

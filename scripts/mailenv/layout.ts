@@ -67,6 +67,13 @@ export interface Layout {
   redisDir: string;
   redisPidFile: string;
   redisLog: string;
+  /** The private PostgreSQL cluster: its data directory (owned by VMAIL_USER), socket dir, log, password. */
+  postgresDir: string;
+  postgresDataDir: string;
+  postgresSocketDir: string;
+  postgresLog: string;
+  postgresPidFile: string;
+  postgresPasswordFile: string;
 }
 
 // Unix socket paths are limited to 107 bytes; Dovecot's longest below base_dir is about 25.
@@ -89,6 +96,14 @@ export function layout(opts: MailEnvOptions = {}): Layout {
   const postfixRoot = path.join(dir, 'postfix');
   const sinkDir = path.join(dir, 'sink');
   const redisDir = path.join(dir, 'redis');
+  const postgresDir = path.join(dir, 'postgres');
+  const postgresDataDir = path.join(postgresDir, 'data');
+  // The socket path (dir + "/.s.PGSQL.NNNNN") must fit in 107 bytes too.
+  let postgresSocketDir = path.join(postgresDir, 'run');
+  if (postgresSocketDir.length > MAX_BASE_DIR_LENGTH) {
+    const h = createHash('sha256').update(dir).digest('hex').slice(0, 12);
+    postgresSocketDir = path.join(os.tmpdir(), `postern-postgres-${h}`);
+  }
   return {
     dir,
     basePort,
@@ -121,5 +136,11 @@ export function layout(opts: MailEnvOptions = {}): Layout {
     redisDir,
     redisPidFile: path.join(redisDir, 'redis.pid'),
     redisLog: path.join(redisDir, 'redis.log'),
+    postgresDir,
+    postgresDataDir,
+    postgresSocketDir,
+    postgresLog: path.join(postgresDir, 'postgres.log'),
+    postgresPidFile: path.join(postgresDataDir, 'postmaster.pid'),
+    postgresPasswordFile: path.join(postgresDir, 'password'),
   };
 }

@@ -13,7 +13,7 @@ import { ensureMasterUsersFile, syncUsersDir } from './passwd.ts';
 import { HOST } from './ports.ts';
 import { portOpen, probeOnce, type Probe } from './probes.ts';
 import { isAlive, readPid, signal, waitGone, withDescendants } from './processes.ts';
-import { ensureCryptKeys, masterPassword, pushSecret, SECRETS_PACKAGES } from './secrets.ts';
+import { ensureCryptKeys, masterPassword, postgresPassword, pushSecret, SECRETS_PACKAGES } from './secrets.ts';
 import { SERVICES, type Service, type ServiceName } from './services/index.ts';
 import { sleep } from './util.ts';
 
@@ -134,7 +134,7 @@ export async function up(opts: MailEnvOptions = {}): Promise<MailEnv & { started
       startedNow.push(service.name);
     }
     await Promise.all(SERVICES.flatMap((service) => service.probes(l).map((probe) => waitReady(l, service, probe))));
-    return { ...describe(l, password, hintSecret), startedNow };
+    return { ...describe(l, password, hintSecret, await postgresPassword(l)), startedNow };
   });
 }
 
@@ -160,5 +160,5 @@ export async function status(opts: MailEnvOptions = {}): Promise<{ running: Reco
   const l = layout(opts);
   const running = {} as Record<ServiceName, boolean>;
   for (const service of SERVICES) running[service.name] = (await servicePid(l, service)) !== null;
-  return { running, env: describe(l, await masterPassword(l), await pushSecret(l)) };
+  return { running, env: describe(l, await masterPassword(l), await pushSecret(l), await postgresPassword(l)) };
 }

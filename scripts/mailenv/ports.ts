@@ -13,6 +13,8 @@ export const PORT_OFFSETS = {
   ingress: 27,
   imap: 43,
   redis: 79,
+  /** The private PostgreSQL cluster (never 5432: a system cluster may be there). */
+  postgres: 32,
   /** Postfix submission (SASL through Dovecot): where Postern and mail apps send. */
   submission: 87,
   /** Dovecot's auth service for Postfix's SASL. */

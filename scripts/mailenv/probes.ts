@@ -12,6 +12,8 @@ export interface Probe {
   send?: string;
   /** Sent before disconnecting, so that the server logs an orderly goodbye. */
   quit: string;
+  /** A binary protocol: the answer is `expect`'s bytes, not a line (`send` is written as latin1). */
+  binary?: boolean;
 }
 
 /**
@@ -39,11 +41,11 @@ export function probeOnce(probe: Probe): Promise<void> {
     socket.setTimeout(2000, () => done(new Error('no greeting within 2 s')));
     socket.on('error', (e) => done(e));
     socket.on('connect', () => {
-      if (probe.send) socket.write(probe.send);
+      if (probe.send) socket.write(probe.send, 'latin1');
     });
     socket.on('data', (b: Buffer) => {
       buf += b.toString('latin1');
-      if (!buf.includes('\n')) return;
+      if (probe.binary ? buf.length < probe.expect.length : !buf.includes('\n')) return;
       if (buf.startsWith(probe.expect)) done();
       else done(new Error(`unexpected greeting ${JSON.stringify(buf.split('\r\n')[0])}`));
     });

@@ -22,6 +22,11 @@ export function pushSecret(l: Layout): Promise<string> {
   return randomSecret(l.pushSecretFile);
 }
 
+/** The password of the private PostgreSQL cluster's superuser `postern`, like the master password. */
+export function postgresPassword(l: Layout): Promise<string> {
+  return randomSecret(l.postgresPasswordFile);
+}
+
 async function randomSecret(file: string): Promise<string> {
   const existing = await fs.readFile(file, 'utf8').catch(() => null);
   if (existing !== null && existing.trim().length > 0) return existing.trim();
