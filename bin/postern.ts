@@ -42,7 +42,8 @@ const USAGE = `usage:
   postern admin token create --member MEM --scopes a,b,c [--inboxes IBX,IBX] [--expires-in SECONDS]
   postern admin token revoke --id TOK
   postern admin session create --member MEM [--expires-in SECONDS]
-  postern admin member invite --member MEM [--expires-in SECONDS]   one-time passkey enrollment link`;
+  postern admin member invite --member MEM [--expires-in SECONDS]   one-time passkey enrollment link
+  postern admin migrate                       brings the store's schema up to date (PostgreSQL with POSTERN_DATABASE_URL)`;
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 
@@ -105,6 +106,8 @@ async function admin(args: string[]): Promise<unknown> {
   // Commands are one word (grant, revoke) or a noun and a verb (token create).
   const twoWords = args.slice(0, 2).join(' ');
   const [command, tail] = ADMIN_COMMANDS.includes(twoWords) ? [twoWords, args.slice(2)] : [args[0] ?? '', args.slice(1)];
+  // Before the SQLite store and the keys are opened: migrate is the one command for PostgreSQL.
+  if (command === 'migrate') return migrate(tail);
   const { admin, userKeys, directory, index, sealing, config, passkeys, close } = adminFromEnv();
   try {
     switch (command) {
@@ -243,6 +246,28 @@ async function admin(args: string[]): Promise<unknown> {
     }
   } finally {
     close();
+  }
+}
+
+/**
+ * PostgreSQL (POSTERN_DATABASE_URL): applies the migrations not yet applied, under the lock that
+ * lets several instances run it at once. SQLite migrates whenever it is opened, so opening it is
+ * the whole of it there.
+ */
+async function migrate(args: string[]): Promise<unknown> {
+  flags(args, {});
+  const config = loadConfig(process.env, { postgres: true });
+  if (config.databaseUrl === null) {
+    openDb(config.dbFile).close();
+    return { store: 'sqlite', file: config.dbFile, migrated: true };
+  }
+  const { openPgPool, migratePg } = await import('../adapters/store/postgres/db.ts');
+  const pool = openPgPool(config.databaseUrl, { max: 1, applicationName: 'postern admin migrate' });
+  try {
+    const { applied, version } = await migratePg(pool);
+    return { store: 'postgresql', applied, version };
+  } finally {
+    await pool.end();
   }
 }
 
