@@ -9,10 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ImapFlow, type ImapFlowOptions } from 'imapflow';
 import nodemailer, { type Transporter } from 'nodemailer';
+import pg from 'pg';
 import { addUser, down, readSink, status, up, type MailEnv, type SinkMessage } from '../scripts/mailenv.ts';
+import { layout } from '../scripts/mailenv/layout.ts';
 
 // Inside the run's own port block when it has one: base + 4 shares no port with the env at base
-// (ports.ts: offsets 24-26, 43 and 79), and stays below base + 100.
+// (ports.ts: offsets 24-27, 32, 43, 79, 80, 87 and 88), and stays below base + 100.
 const BASE_PORT = Number(
   process.env.MAILENV_TEST_BASE_PORT ?? (process.env.POSTERN_ENV_BASE_PORT ? Number(process.env.POSTERN_ENV_BASE_PORT) + 4 : 15300),
 );
@@ -97,7 +99,7 @@ describe('mail environment (scripts/mailenv.ts)', function () {
   before(async function () {
     dir = mkdtempSync(join(tmpdir(), 'postern-mailenv-test-'));
     const first = await up({ dir, basePort: BASE_PORT });
-    expect(first.startedNow).to.have.members(['dovecot', 'postfix', 'sink', 'redis']);
+    expect(first.startedNow).to.have.members(['dovecot', 'postfix', 'sink', 'redis', 'postgres']);
     env = first;
   });
 
@@ -117,6 +119,8 @@ describe('mail environment (scripts/mailenv.ts)', function () {
     expect(env.smtp).to.deep.equal({ host: '127.0.0.1', port: BASE_PORT + 25 });
     expect(env.sink.port).to.equal(BASE_PORT + 26);
     expect(env.redis.url).to.equal(`redis://127.0.0.1:${BASE_PORT + 79}`);
+    expect(env.postgres).to.include({ host: '127.0.0.1', port: BASE_PORT + 32 });
+    expect(env.postgres.url).to.match(new RegExp(`^postgres://postern:[^@]{20,}@127\\.0\\.0\\.1:${BASE_PORT + 32}/postern$`));
     expect(env.master.user).to.equal('postern-master');
     expect(env.master.password).to.have.length.greaterThan(20);
   });
@@ -137,7 +141,7 @@ describe('mail environment (scripts/mailenv.ts)', function () {
 
   it('status reports every service running', async function () {
     const s = await status({ dir, basePort: BASE_PORT });
-    expect(s.running).to.deep.equal({ dovecot: true, postfix: true, sink: true, redis: true });
+    expect(s.running).to.deep.equal({ dovecot: true, postfix: true, sink: true, redis: true, postgres: true });
     expect(s.env.imap).to.deep.equal(env.imap);
     expect(s.env.master).to.deep.equal(env.master);
   });
@@ -153,6 +157,31 @@ describe('mail environment (scripts/mailenv.ts)', function () {
       s.on('error', reject);
     });
     expect(reply).to.equal('+PONG\r\n');
+  });
+
+  it('answers PostgreSQL on its private port: the database postern with the generated password, not another', async function () {
+    const client = new pg.Client({ connectionString: env.postgres.url });
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ db: string; user: string; superuser: string }>(
+        "SELECT current_database() AS db, current_user AS user, current_setting('is_superuser') AS superuser",
+      );
+      expect(rows).to.deep.equal([{ db: 'postern', user: 'postern', superuser: 'on' }]);
+      await client.query('CREATE TABLE kept_across_restarts (x integer)');
+    } finally {
+      await client.end();
+    }
+    const wrong = new URL(env.postgres.url);
+    wrong.password = 'not-the-password';
+    const refused = new pg.Client({ connectionString: wrong.toString() });
+    const err = await refused.connect().then(() => null, (e: unknown) => e as Error & { code?: string });
+    await refused.end().catch(() => undefined);
+    // 28P01: invalid_password (scram on loopback, not trust).
+    expect(err?.code).to.equal('28P01');
+    // Owned by the env's unprivileged user (PostgreSQL refuses root), and closed to others.
+    const st = await fs.stat(layout({ dir, basePort: BASE_PORT }).postgresDataDir);
+    expect(st.mode & 0o077).to.equal(0);
+    expect(st.uid).to.not.equal(0);
   });
 
   it('addUser: the user logs in with the password, and a wrong password fails', async function () {
@@ -393,19 +422,29 @@ describe('mail environment (scripts/mailenv.ts)', function () {
     const before = processesOf(dir);
     expect(before.length).to.be.greaterThan(5);
     const stopped = await down({ dir, basePort: BASE_PORT });
-    expect(stopped.stopped).to.have.members(['dovecot', 'postfix', 'sink', 'redis']);
+    expect(stopped.stopped).to.have.members(['dovecot', 'postfix', 'sink', 'redis', 'postgres']);
     expect(processesOf(dir).map((pid) => `${pid} ${readFileSync(`/proc/${pid}/cmdline`, 'utf8').replace(/\0/g, ' ')}`)).to.deep.equal([]);
     const alive = before.filter(isRunning);
     expect(alive).to.deep.equal([]);
     const s = await status({ dir, basePort: BASE_PORT });
-    expect(s.running).to.deep.equal({ dovecot: false, postfix: false, sink: false, redis: false });
+    expect(s.running).to.deep.equal({ dovecot: false, postfix: false, sink: false, redis: false, postgres: false });
     expect((await down({ dir, basePort: BASE_PORT })).stopped).to.deep.equal([]);
   });
 
   it('comes back up after down, with the same master password and users', async function () {
     const again = await up({ dir, basePort: BASE_PORT });
-    expect(again.startedNow).to.have.members(['dovecot', 'postfix', 'sink', 'redis']);
+    expect(again.startedNow).to.have.members(['dovecot', 'postfix', 'sink', 'redis', 'postgres']);
     expect(again.master.password).to.equal(env.master.password);
+    // The cluster is reused (no second initdb): same password, and what was written is still there.
+    expect(again.postgres.url).to.equal(env.postgres.url);
+    const client = new pg.Client({ connectionString: again.postgres.url });
+    await client.connect();
+    try {
+      const { rows } = await client.query<{ kept: boolean }>("SELECT to_regclass('kept_across_restarts') IS NOT NULL AS kept");
+      expect(rows).to.deep.equal([{ kept: true }]);
+    } finally {
+      await client.end();
+    }
     const u = newUser(env);
     await addUser(env, u.user, u.password);
     expect(await withImap(env, { user: u.user, pass: u.password }, async (c) => c.authenticated)).to.not.equal(false);
