@@ -1,0 +1,225 @@
+// The PostgreSQL store's foundation (issue 17): the mail environment's private cluster (or the
+// server POSTERN_TEST_DATABASE_URL names), the pool's settings, the migrations (applied in order,
+// each once even when several migrators start together, a failed one leaving nothing behind)
+// and `postern admin migrate`. Each test works in a database of its own, dropped after.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import pg from 'pg';
+import { migratePg, openPgPool, readPgMigrations, type MigrateResult, type PgMigration } from '../adapters/store/postgres/db.ts';
+import { openDb } from '../adapters/store/sqlite/db.ts';
+import { ROOT } from '../lib/paths.ts';
+import { mailEnv } from './harness.ts';
+
+const BIN = join(ROOT, 'bin', 'postern');
+
+/** The server tests may create databases on: POSTERN_TEST_DATABASE_URL, else the env's cluster. */
+function serverUrl(): string {
+  return process.env.POSTERN_TEST_DATABASE_URL || mailEnv().postgres.url;
+}
+
+async function onServer<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: serverUrl() });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+/** An empty database of its own: its URL, and how to drop it (connections still open are ended). */
+async function emptyDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `postern_test_${randomBytes(6).toString('hex')}`;
+  await onServer((c) => c.query(`CREATE DATABASE ${name}`));
+  const url = new URL(serverUrl());
+  url.pathname = `/${name}`;
+  return { url: url.toString(), drop: () => onServer((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined) };
+}
+
+interface Run { code: number; out: Record<string, unknown>; stdout: string; stderr: string }
+
+function postern(args: string[], env: Record<string, string>): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      let out: Record<string, unknown> = {};
+      try {
+        out = JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as Record<string, unknown>;
+      } catch {
+        // Left empty: the assertion on `out` reports it.
+      }
+      resolve({ code: code ?? -1, out, stdout, stderr });
+    });
+  });
+}
+
+const EVENT_LOG_TABLES = ['events', 'event_streams', 'event_idempotency', 'event_log', 'event_types'];
+
+const versions = (list: { version: number }[]) => list.map((m) => m.version);
+
+describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
+  this.timeout(60_000);
+  let db: { url: string; drop: () => Promise<void> };
+  const pools: pg.Pool[] = [];
+  const pool = (opts: Parameters<typeof openPgPool>[1] = {}) => {
+    const p = openPgPool(db.url, opts);
+    pools.push(p);
+    return p;
+  };
+
+  beforeEach(async function () {
+    db = await emptyDatabase();
+  });
+
+  afterEach(async function () {
+    await Promise.all(pools.splice(0).map((p) => p.end()));
+    await db.drop();
+  });
+
+  it('the cluster answers through openPgPool, with its application name, statement timeout and BIGINTs as numbers', async function () {
+    const p = pool({ applicationName: 'postern test' });
+    const { rows } = await p.query<{ app: string; timeout: string; big: number; now_ms: number }>(
+      `SELECT current_setting('application_name') AS app, current_setting('statement_timeout') AS timeout,
+              9007199254740991::bigint AS big, (extract(epoch FROM now()) * 1000)::bigint AS now_ms`,
+    );
+    expect(rows[0]).to.include({ app: 'postern test', timeout: '30s', big: Number.MAX_SAFE_INTEGER });
+    expect(rows[0]!.now_ms).to.be.a('number').and.be.closeTo(Date.now(), 60_000);
+    // Past 2^53 a number would lose digits: refused rather than rounded.
+    const err = await p.query('SELECT 9007199254740993::bigint AS n').then(() => null, (e: unknown) => e as Error);
+    expect(err).to.be.instanceOf(RangeError);
+    // The statement timeout is the server's: a longer statement is cancelled (57014).
+    const slow = pool({ statementTimeoutMs: 100 });
+    const cancelled = await slow.query('SELECT pg_sleep(5)').then(() => null, (e: unknown) => e as Error & { code?: string });
+    expect(cancelled?.code).to.equal('57014');
+  });
+
+  it("applies every migration to an empty database, in order; SQLite's every directory and mail table and column is there by the same name", async function () {
+    const files = readPgMigrations();
+    expect(versions(files)).to.deep.equal([...versions(files)].sort((a, b) => a - b));
+    expect(versions(files)).to.include.members([1, 3]);
+    const result = await migratePg(pool());
+    expect(result.applied).to.deep.equal(files.map(({ version, name }) => ({ version, name })));
+    expect(result.version).to.equal(files.at(-1)!.version);
+
+    const pgColumns = new Map<string, Set<string>>();
+    const { rows } = await pool().query<{ table_name: string; column_name: string }>(
+      "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public'",
+    );
+    for (const r of rows) pgColumns.set(r.table_name, (pgColumns.get(r.table_name) ?? new Set()).add(r.column_name));
+
+    // The SQLite schema as its migrations leave it: what the PostgreSQL adapters translate.
+    const dir = mkdtempSync(join(tmpdir(), 'postern-pg-schema-'));
+    const missing: string[] = [];
+    try {
+      const sqlite = openDb(join(dir, 'schema.db'));
+      const tables = sqlite.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").pluck().all() as string[];
+      expect(tables.length).to.be.greaterThan(30);
+      // The event log's tables (002_events.sql) are shaped by PostgreSQL's own ordering of
+      // concurrent writers (issue 17, item 4), not translated column for column.
+      for (const table of tables.filter((t) => !EVENT_LOG_TABLES.includes(t))) {
+        const columns = (sqlite.pragma(`table_info(${table})`) as { name: string }[]).map((c) => c.name);
+        for (const column of columns) if (!pgColumns.get(table)?.has(column)) missing.push(`${table}.${column}`);
+      }
+      sqlite.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    expect(missing, 'SQLite columns without a PostgreSQL twin').to.deep.equal([]);
+  });
+
+  it('re-running applies nothing', async function () {
+    const first = await migratePg(pool());
+    expect(first.applied).to.not.be.empty;
+    const again = await migratePg(pool());
+    expect(again).to.deep.equal({ applied: [], version: first.version });
+  });
+
+  it('two migrators starting at once (two pools) apply each migration exactly once', async function () {
+    const files = readPgMigrations();
+    const results: MigrateResult[] = await Promise.all([migratePg(pool()), migratePg(pool())]);
+    const applied = results.flatMap((r) => versions(r.applied));
+    expect(applied.sort((a, b) => a - b)).to.deep.equal(versions(files));
+    // The lock is held for the whole run: one did everything, the other found nothing left.
+    expect(results.map((r) => r.applied.length).sort()).to.deep.equal([0, files.length]);
+    const { rows } = await pool().query<{ version: number; n: number }>('SELECT version, count(*)::int AS n FROM schema_migrations GROUP BY version ORDER BY version');
+    expect(rows).to.deep.equal(files.map((f) => ({ version: f.version, n: 1 })));
+  });
+
+  it('a migration that fails leaves nothing of itself, is not recorded, and the next run retries it', async function () {
+    const good: PgMigration = { version: 1, name: 'good', sql: 'CREATE TABLE good (id integer);' };
+    const bad: PgMigration = { version: 2, name: 'bad', sql: 'CREATE TABLE half (id integer); SELECT no_such_function();' };
+    const err = await migratePg(pool(), [good, bad]).then(() => null, (e: unknown) => e as Error);
+    expect(err?.message).to.match(/migration 002_bad\.sql failed: .*no_such_function/);
+    const p = pool();
+    const tables = await p.query<{ t: string | null }>("SELECT to_regclass('good')::text AS t UNION ALL SELECT to_regclass('half')::text");
+    expect(tables.rows.map((r) => r.t)).to.deep.equal(['good', null]);
+    expect((await p.query('SELECT version FROM schema_migrations')).rows).to.deep.equal([{ version: 1 }]);
+    const fixed: PgMigration = { ...bad, sql: 'CREATE TABLE half (id integer);' };
+    expect((await migratePg(p, [good, fixed])).applied).to.deep.equal([{ version: 2, name: 'bad' }]);
+    // The failed run's connection was dropped, not pooled with its lock: nothing waits on it.
+    const locks = await p.query("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
+    expect(locks.rows).to.deep.equal([{ n: 0 }]);
+  });
+
+  describe('postern admin migrate', function () {
+    // Each command is a fresh Node process: seconds apiece on a busy machine.
+    this.timeout(180_000);
+
+    it('two at once apply each migration once and print what they applied; a third applies nothing', async function () {
+      const files = readPgMigrations();
+      const env = { POSTERN_DATABASE_URL: db.url };
+      const runs = await Promise.all([postern(['admin', 'migrate'], env), postern(['admin', 'migrate'], env)]);
+      for (const r of runs) {
+        expect(r.code, r.stdout + r.stderr).to.equal(0);
+        expect(r.stdout.trim().split('\n'), 'exactly one line of JSON').to.have.length(1);
+        expect(r.out).to.include({ store: 'postgresql', version: files.at(-1)!.version });
+        // The URL's password is never printed.
+        expect(r.stdout).to.not.include(new URL(db.url).password);
+      }
+      const applied = runs.flatMap((r) => r.out.applied as { version: number; name: string }[]);
+      expect(applied.sort((a, b) => a.version - b.version)).to.deep.equal(files.map(({ version, name }) => ({ version, name })));
+      const third = await postern(['admin', 'migrate'], env);
+      expect(third.out).to.deep.equal({ store: 'postgresql', applied: [], version: files.at(-1)!.version });
+    });
+
+    it('without POSTERN_DATABASE_URL migrates the SQLite file; a URL that is not postgres:// is refused', async function () {
+      const dir = mkdtempSync(join(tmpdir(), 'postern-migrate-'));
+      try {
+        const file = join(dir, 'postern.db');
+        const sqlite = await postern(['admin', 'migrate'], { POSTERN_DB: file, POSTERN_DATABASE_URL: '' });
+        expect(sqlite.code, sqlite.stdout + sqlite.stderr).to.equal(0);
+        expect(sqlite.out).to.deep.equal({ store: 'sqlite', file, migrated: true });
+        const bad = await postern(['admin', 'migrate'], { POSTERN_DATABASE_URL: 'mysql://localhost/postern' });
+        expect(bad.code).to.equal(1);
+        expect(bad.out.error).to.equal('POSTERN_DATABASE_URL must be a postgres:// or postgresql:// URL with a host');
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it('serve and the other staff commands refuse to start with POSTERN_DATABASE_URL set, rather than use SQLite', async function () {
+      const dir = mkdtempSync(join(tmpdir(), 'postern-migrate-'));
+      try {
+        const env = { POSTERN_DATABASE_URL: db.url, POSTERN_DB: join(dir, 'postern.db'), POSTERN_IMAP_MASTER_PASSWORD: 'x', POSTERN_PORT: '0' };
+        const [serve, staff] = await Promise.all([postern(['serve'], env), postern(['admin', 'project', 'create', '--name', 'x'], env)]);
+        for (const r of [serve, staff]) {
+          expect(r.code, r.stdout + r.stderr).to.equal(1);
+          expect(r.out.error).to.match(/^POSTERN_DATABASE_URL is set, but this version of Postern serves from SQLite only \(POSTERN_DB\): unset it/);
+        }
+        // Refused before anything was opened: no SQLite file made behind the operator's back.
+        expect(existsSync(env.POSTERN_DB)).to.equal(false);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+  });
+});
