@@ -110,6 +110,26 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       expect(JSON.parse(early.json)).to.deep.equal({ sequence: formatSequence(3), recordedAt: last });
     });
 
+    it('appends made together: one whose body fails, or that names no project, fails alone; the others keep gap-free positions and sequences', async () => {
+      const projectId = await engine.newProject();
+      const results = await Promise.allSettled([
+        store.append(request({ projectId })),
+        store.append({
+          ...request({ projectId }),
+          build: () => {
+            throw new Error('bad event');
+          },
+        }),
+        store.append(request({ projectId: 'prj_no_such_project', stream: projectId })),
+        store.append(request({ projectId })),
+      ]);
+      expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected', 'rejected', 'fulfilled']);
+      const [first, , , last] = results.map((r) => (r.status === 'fulfilled' ? appended(r.value) : null));
+      expect(last!.position).to.equal(first!.position + 1);
+      expect([first, last].map((e) => (JSON.parse(e!.json) as Built).sequence)).to.deep.equal([1, 2].map(formatSequence));
+      expect((await store.read(readQuery(projectId, 0))).events).to.deep.equal([first, last]);
+    });
+
     it('a key used within its lifetime returns the first event, whatever the body, and says whether the request matched', async () => {
       const projectId = await engine.newProject();
       const key = randomUUID();
