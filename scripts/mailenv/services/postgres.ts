@@ -100,6 +100,18 @@ async function initCluster(l: Layout, vmail: Account): Promise<void> {
   await fs.rename(building, l.postgresDataDir);
 }
 
+/** pg_ctl as the data dir's owner; returns once the postmaster is forked (-W), the probe waits. */
+async function pgCtl(l: Layout, args: string[], what: string): Promise<void> {
+  const owner = await fs.stat(l.postgresDataDir);
+  const res = await runCommand(bin('pg_ctl'), [...args, '-D', l.postgresDataDir, '-l', l.postgresLog, '-W', '-s'], {
+    as: { uid: owner.uid, gid: owner.gid },
+    cwd: l.postgresDir,
+  });
+  if (res.code !== 0) {
+    throw new Error(`mailenv: ${what} failed (exit ${res.code}): ${res.stderr.trim()}\n--- ${l.postgresLog} ---\n${await fileTail(l.postgresLog)}`);
+  }
+}
+
 export const postgres: Service<'postgres'> = {
   name: 'postgres',
   packages: [
@@ -127,9 +139,10 @@ export const postgres: Service<'postgres'> = {
     return writeAtomic(path.join(l.postgresDataDir, SETTINGS_FILE), settings(l), 0o600, vmail);
   },
 
+  // A restart, not SIGHUP: the port and the socket dir (all that changes with the env) are read
+  // at start only. Connections still open are ended, as by `down`.
   async reload(l: Layout): Promise<void> {
-    const pid = await fs.readFile(l.postgresPidFile, 'utf8').then((t) => Number.parseInt(t, 10));
-    signal(pid, 'SIGHUP');
+    await pgCtl(l, ['restart', '-m', 'fast'], 'restarting postgres');
   },
 
   probes(l: Layout) {
@@ -142,16 +155,9 @@ export const postgres: Service<'postgres'> = {
   isOurs: (l, pid) => procCmdline(pid).includes(l.postgresDataDir),
 
   async start(l: Layout): Promise<void> {
-    const vmail = await fs.stat(l.postgresDataDir);
     // Only called when the pid file names no live postmaster of ours (one left by a kill -9).
     await fs.rm(l.postgresPidFile, { force: true });
-    const res = await runCommand(bin('pg_ctl'), ['start', '-D', l.postgresDataDir, '-l', l.postgresLog, '-W', '-s'], {
-      as: { uid: vmail.uid, gid: vmail.gid },
-      cwd: l.postgresDir,
-    });
-    if (res.code !== 0) {
-      throw new Error(`mailenv: starting postgres failed (exit ${res.code}): ${res.stderr.trim()}\n--- ${l.postgresLog} ---\n${await fileTail(l.postgresLog)}`);
-    }
+    await pgCtl(l, ['start'], 'starting postgres');
   },
 
   // SIGINT is PostgreSQL's fast shutdown: clients still connected (a test's pool) are ended,
