@@ -11,6 +11,7 @@ import { expect } from 'chai';
 import pg from 'pg';
 import { migratePg, openPgPool, readPgMigrations, type MigrateResult, type PgMigration } from '../adapters/store/postgres/db.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
+import { ConfigError, loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
 import { mailEnv } from './harness.ts';
 
@@ -168,6 +169,18 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
     // The failed run's connection was dropped, not pooled with its lock: nothing waits on it.
     const locks = await p.query("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
     expect(locks.rows).to.deep.equal([{ n: 0 }]);
+  });
+
+  it('POSTERN_DATABASE_URL: a postgres:// or postgresql:// URL, accepted only where PostgreSQL is meant', function () {
+    const url = 'postgresql://u:p@db.example.org:5433/postern';
+    expect(loadConfig({ POSTERN_DATABASE_URL: url }, { postgres: true }).databaseUrl).to.equal(url);
+    expect(loadConfig({}, { postgres: true }).databaseUrl).to.equal(null);
+    expect(loadConfig({}).databaseUrl).to.equal(null);
+    for (const bad of ['mysql://db.example.org/x', 'postgres://', 'not a url']) {
+      expect(() => loadConfig({ POSTERN_DATABASE_URL: bad }, { postgres: true }), bad).to.throw(ConfigError, /POSTERN_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/);
+    }
+    expect(() => loadConfig({ POSTERN_DATABASE_URL: url })).to.throw(ConfigError, /serves from SQLite only/);
+    expect(() => loadConfig({ POSTERN_DATABASE_URL: url, POSTERN_IMAP_MASTER_PASSWORD: 'x' }, { serve: true })).to.throw(ConfigError, /serves from SQLite only/);
   });
 
   describe('postern admin migrate', function () {
