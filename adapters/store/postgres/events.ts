@@ -39,13 +39,13 @@ import {
 import { VISIBILITIES, type DataField, type StoredEvent, type Visibility } from '../../../lib/events/types.ts';
 
 interface EventRow {
-  position: string;
+  position: number;
   event_id: string;
   project_id: string;
   inbox_id: string | null;
   type: string;
   visibility: Visibility;
-  recorded_at: string;
+  recorded_at: number;
   body: string;
 }
 
@@ -55,23 +55,22 @@ interface TypeRow {
   version: number;
   description: string;
   fields: string;
-  created_at: string;
-  updated_at: string;
+  created_at: number;
+  updated_at: number;
 }
 
 const VISIBILITY_SET: ReadonlySet<string> = new Set(VISIBILITIES);
 
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
 
-// BIGINT arrives as text from `pg`; positions and times stay far below 2^53.
 const toEvent = (r: EventRow): StoredEvent => ({
-  position: Number(r.position),
+  position: r.position,
   eventId: r.event_id,
   projectId: r.project_id,
   inboxId: r.inbox_id,
   type: r.type,
   visibility: r.visibility,
-  recordedAt: Number(r.recorded_at),
+  recordedAt: r.recorded_at,
   json: r.body,
 });
 
@@ -81,8 +80,8 @@ const toType = (r: TypeRow): StoredEventType => ({
   version: r.version,
   description: r.description,
   fields: JSON.parse(r.fields) as DataField[],
-  createdAt: Number(r.created_at),
-  updatedAt: Number(r.updated_at),
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
 });
 
 /** A named statement: prepared once per connection by `pg`, on its first use there. */
@@ -194,6 +193,7 @@ export class PgEventStore implements EventStore {
   private pumping = false;
   private head: Promise<{ id: string; secret: Uint8Array }> | null = null;
 
+  /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
   constructor(private readonly pool: Pool) {}
 
   private async rows<R extends QueryResultRow>(q: QueryConfig<unknown[]>, client: Pool | PoolClient = this.pool): Promise<R[]> {
@@ -203,6 +203,8 @@ export class PgEventStore implements EventStore {
   /** Runs `fn` in a transaction, again from the start if it lost a race (`Raced`), `beforeRetry` first. */
   private async transaction<T>(fn: (c: PoolClient) => Promise<T>, beforeRetry?: () => void): Promise<T> {
     const c = await this.pool.connect();
+    // A connection that failed to roll back is closed, not handed to the next caller mid-transaction.
+    let broken: Error | undefined;
     try {
       for (;;) {
         await c.query('BEGIN');
@@ -211,13 +213,15 @@ export class PgEventStore implements EventStore {
           await c.query('COMMIT');
           return out;
         } catch (err) {
-          await c.query('ROLLBACK');
-          if (!(err instanceof Raced)) throw err;
+          await c.query('ROLLBACK').catch((e: Error) => {
+            broken = e;
+          });
+          if (broken || !(err instanceof Raced)) throw err;
           beforeRetry?.();
         }
       }
     } finally {
-      c.release();
+      c.release(broken);
     }
   }
 
@@ -306,15 +310,15 @@ export class PgEventStore implements EventStore {
       if (writing.length === 0) return;
       const counts = new Map<string, number>();
       for (const p of writing) counts.set(p.req.stream, (counts.get(p.req.stream) ?? 0) + 1);
-      const bumped = await this.rows<{ stream: string; seq: string }>(S.bump([[...counts.keys()], [...counts.values()]]), c);
+      const bumped = await this.rows<{ stream: string; seq: number }>(S.bump([[...counts.keys()], [...counts.values()]]), c);
       // The first number of each stream's run in this batch.
-      const next = new Map(bumped.map((r) => [r.stream, Number(r.seq) - counts.get(r.stream)! + 1]));
-      const [head] = (await this.rows<{ last_position: string; last_recorded_at: string }>(
+      const next = new Map(bumped.map((r) => [r.stream, r.seq - counts.get(r.stream)! + 1]));
+      const [head] = (await this.rows<{ last_position: number; last_recorded_at: number }>(
         S.takePositions([writing.length, Math.max(...writing.map((p) => p.req.now))]),
         c,
-      )) as [{ last_position: string; last_recorded_at: string }];
-      const recordedAt = Number(head.last_recorded_at);
-      let position = Number(head.last_position) - writing.length;
+      )) as [{ last_position: number; last_recorded_at: number }];
+      const recordedAt = head.last_recorded_at;
+      let position = head.last_position - writing.length;
       const events: StoredEvent[] = [];
       for (const p of writing) {
         const seq = next.get(p.req.stream)!;
@@ -377,10 +381,10 @@ export class PgEventStore implements EventStore {
   private duplicateOf(p: Pending): void {
     const { req } = p;
     const { key, fingerprint, ttlMs } = req.idempotency!;
-    this.rows<{ fingerprint: string; event_id: string; created_at: string; position: string }>(S.getKey([req.projectId, key])).then(
+    this.rows<{ fingerprint: string; event_id: string; created_at: number; position: number }>(S.getKey([req.projectId, key])).then(
       ([prior]) => {
-        if (prior && Number(prior.created_at) > req.now - ttlMs) {
-          p.resolve({ kind: 'duplicate', eventId: prior.event_id, position: Number(prior.position), sameRequest: prior.fingerprint === fingerprint });
+        if (prior && prior.created_at > req.now - ttlMs) {
+          p.resolve({ kind: 'duplicate', eventId: prior.event_id, position: prior.position, sameRequest: prior.fingerprint === fingerprint });
         } else this.requeue(p);
       },
       (err: unknown) => p.reject(err),
@@ -390,7 +394,7 @@ export class PgEventStore implements EventStore {
   async read(q: ReadQuery): Promise<ReadResult> {
     const upTo =
       q.recordedBefore !== null
-        ? Number((await this.rows<{ position: string }>(S.horizon([q.recordedBefore])))[0]?.position ?? 0)
+        ? ((await this.rows<{ position: number }>(S.horizon([q.recordedBefore])))[0]?.position ?? 0)
         : await this.lastPosition();
     if (upTo <= q.after) return { events: [], scannedTo: q.after, complete: true };
     const exact = q.types ? q.types.filter((t) => !t.endsWith('*')) : [];
@@ -401,17 +405,17 @@ export class PgEventStore implements EventStore {
     // Fast path, the plain query: within maxScan positions there are at most maxScan of the
     // project's rows, so a full page here is exactly the full page of the bounded scan below.
     const quick = await this.rows<EventRow>(shape.direct([q.projectId, q.after, Math.min(upTo, q.after + q.maxScan), ...filters, q.limit]));
-    if (quick.length === q.limit) return { events: quick.map(toEvent), scannedTo: Number(quick[quick.length - 1]!.position), complete: false };
+    if (quick.length === q.limit) return { events: quick.map(toEvent), scannedTo: quick[quick.length - 1]!.position, complete: false };
     const rows = await this.rows<EventRow>(shape.rows([q.projectId, q.after, upTo, ...filters, q.maxScan, q.limit]));
-    if (rows.length === q.limit) return { events: rows.map(toEvent), scannedTo: Number(rows[rows.length - 1]!.position), complete: false };
+    if (rows.length === q.limit) return { events: rows.map(toEvent), scannedTo: rows[rows.length - 1]!.position, complete: false };
     // A short page: the cursor moves to the last row the scan looked at, the project's (or its
     // named inboxes'), so it never moves with other projects' events (docs/events.md, "Cursors").
     // The scan's rows below upTo are all committed (position order is commit order), so this
     // statement's snapshot sees the same ones the previous one did.
-    const [seen] = await this.rows<{ last: string | null; n: number }>(
+    const [seen] = await this.rows<{ last: number | null; n: number }>(
       shape.scanned([q.projectId, q.after, upTo, ...(q.inboxes ? [q.inboxes] : []), q.maxScan]),
     );
-    return { events: rows.map(toEvent), scannedTo: seen?.last != null ? Number(seen.last) : q.after, complete: (seen?.n ?? 0) < q.maxScan };
+    return { events: rows.map(toEvent), scannedTo: seen?.last ?? q.after, complete: (seen?.n ?? 0) < q.maxScan };
   }
 
   async readAll(after: number, limit: number): Promise<StoredEvent[]> {
@@ -420,12 +424,12 @@ export class PgEventStore implements EventStore {
 
   async lastPosition(): Promise<number> {
     // The head row moves in the same transaction as the event it numbers.
-    return Number((await this.rows<{ last_position: string }>(S.log([])))[0]!.last_position);
+    return (await this.rows<{ last_position: number }>(S.log([])))[0]!.last_position;
   }
 
   async positionOf(projectId: string, eventId: string): Promise<number | null> {
-    const [row] = await this.rows<{ position: string }>(S.positionOf([projectId, eventId]));
-    return row ? Number(row.position) : null;
+    const [row] = await this.rows<{ position: number }>(S.positionOf([projectId, eventId]));
+    return row?.position ?? null;
   }
 
   async upsertType(
