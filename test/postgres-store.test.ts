@@ -167,7 +167,9 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
     const fixed: PgMigration = { ...bad, sql: 'CREATE TABLE half (id integer);' };
     expect((await migratePg(p, [good, fixed])).applied).to.deep.equal([{ version: 2, name: 'bad' }]);
     // The failed run's connection was dropped, not pooled with its lock: nothing waits on it.
-    const locks = await p.query("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
+    const locks = await p.query(
+      "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
     expect(locks.rows).to.deep.equal([{ n: 0 }]);
   });
 
