@@ -232,6 +232,17 @@ export class EventLog {
   }
 
   /**
+   * The first event of a client's Idempotency-Key used within its 24 hours, if any. Spec 4.6: the
+   * same key returns the first event whatever the new request holds, so POST /events asks this
+   * before it validates the body.
+   */
+  async keyed(projectId: string, key: string): Promise<{ id: string } | null> {
+    if (!CLIENT_KEY.test(key)) throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
+    const prior = await this.store.keyedEvent(projectId, key, this.now() - IDEMPOTENCY_TTL_MS);
+    return prior && { id: prior.eventId };
+  }
+
+  /**
    * POST /events: one event of a registered `ext.*` type. 422 for an unregistered type or data
    * that does not match; a valid request with a key used in the last 24 hours is a duplicate.
    * The caller has checked the inbox (404) and the data size (413).

@@ -106,6 +106,12 @@ export interface EventStore {
   typeVersions(projectId: string, name: string, below: number | null, limit: number): Promise<StoredEventType[]>;
   listTypes(projectId: string): Promise<StoredEventType[]>;
 
+  /**
+   * The event a live idempotency key (recorded after `since`) names, if any: a request repeating
+   * the key is answered from it before its body is even validated (spec 4.6).
+   */
+  keyedEvent(projectId: string, key: string, since: number): Promise<{ eventId: string; position: number } | null>;
+
   /** Forgets idempotency keys older than the cutoff; returns how many. */
   purgeIdempotency(olderThan: number): Promise<number>;
 }

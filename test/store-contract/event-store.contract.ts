@@ -142,6 +142,11 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       expect(same).to.deep.equal({ kind: 'duplicate', eventId: first.eventId, position: first.position, sameRequest: true });
       expect(other).to.deep.equal({ kind: 'duplicate', eventId: first.eventId, position: first.position, sameRequest: false });
       expect(built).to.equal(0);
+      // Looked up without appending: the event the key names while it lives, per project.
+      expect(await store.keyedEvent(projectId, key, Date.now() - 86_400_000)).to.deep.equal({ eventId: first.eventId, position: first.position });
+      expect(await store.keyedEvent(projectId, key, Date.now() + 60_000)).to.equal(null);
+      expect(await store.keyedEvent(projectId, randomUUID(), 0)).to.equal(null);
+      expect(await store.keyedEvent(await engine.newProject(), key, 0)).to.equal(null);
       // Keys are per project.
       const elsewhere = await store.append(request({ projectId: await engine.newProject(), idempotency: { key, fingerprint: 'f1', ttlMs: 86_400_000 } }));
       expect(elsewhere.kind).to.equal('appended');

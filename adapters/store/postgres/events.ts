@@ -49,6 +49,14 @@ interface EventRow {
   body: string;
 }
 
+/** An idempotency key and the position of the event it names. */
+interface KeyRow {
+  fingerprint: string;
+  event_id: string;
+  created_at: number;
+  position: number;
+}
+
 interface TypeRow {
   project_id: string;
   name: string;
@@ -381,7 +389,7 @@ export class PgEventStore implements EventStore {
   private duplicateOf(p: Pending): void {
     const { req } = p;
     const { key, fingerprint, ttlMs } = req.idempotency!;
-    this.rows<{ fingerprint: string; event_id: string; created_at: number; position: number }>(S.getKey([req.projectId, key])).then(
+    this.rows<KeyRow>(S.getKey([req.projectId, key])).then(
       ([prior]) => {
         if (prior && prior.created_at > req.now - ttlMs) {
           p.resolve({ kind: 'duplicate', eventId: prior.event_id, position: prior.position, sameRequest: prior.fingerprint === fingerprint });
@@ -478,6 +486,11 @@ export class PgEventStore implements EventStore {
       this.types.set(signature, type);
     }
     return type;
+  }
+
+  async keyedEvent(projectId: string, key: string, since: number): Promise<{ eventId: string; position: number } | null> {
+    const [prior] = await this.rows<KeyRow>(S.getKey([projectId, key]));
+    return prior && prior.created_at > since ? { eventId: prior.event_id, position: prior.position } : null;
   }
 
   async purgeIdempotency(olderThan: number): Promise<number> {

@@ -316,6 +316,11 @@ export class SqliteEventStore implements EventStore {
     return type;
   }
 
+  async keyedEvent(projectId: string, key: string, since: number): Promise<{ eventId: string; position: number } | null> {
+    const prior = this.s.getKey.get(projectId, key);
+    return prior && prior.created_at > since ? { eventId: prior.event_id, position: prior.position } : null;
+  }
+
   async purgeIdempotency(olderThan: number): Promise<number> {
     return this.s.purge.run(olderThan).changes;
   }

@@ -222,6 +222,13 @@ export function eventRoutes(o: EventRouteOptions) {
         if (err instanceof ApiError && err.status === 413) throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes`);
         throw err;
       }
+      // Spec 4.6: a key used within 24 hours returns the first event, whatever this body holds.
+      const first = key ? await events.keyed(p.projectId, key) : null;
+      if (first) {
+        ctx.status = 200;
+        ctx.body = { id: first.id, duplicate: true };
+        return;
+      }
       const body = bodyAs<NewEventBody>(validator, `${SCHEMA}#/$defs/NewEvent`, raw);
       if (body.data !== undefined && Buffer.byteLength(JSON.stringify(body.data)) > MAX_DATA_BYTES) {
         throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes (measured as compact JSON)`);
