@@ -3,6 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { migratePg, openPgPool } from '../../adapters/store/postgres/db.ts';
+import { PgDirectoryStore } from '../../adapters/store/postgres/directory.ts';
 import { newId } from '../../lib/ids.ts';
 
 /** The server the suite may create databases on: the override, or the environment test/setup.ts started. */
@@ -18,7 +19,7 @@ export function testDatabaseUrl(): string {
 export interface FreshDatabase {
   url: string;
   pool: pg.Pool;
-  /** A project row, for stores whose rows name one (until the PostgreSQL directory store exists). */
+  /** A new project, for stores whose rows name one. */
   newProject(): Promise<string>;
   drop(): Promise<void>;
 }
@@ -37,13 +38,13 @@ export async function freshDatabase(poolSize = 10): Promise<FreshDatabase> {
   url.pathname = `/${name}`;
   const pool = openPgPool(url.toString(), { max: poolSize });
   await migratePg(pool);
+  const directory = new PgDirectoryStore(pool);
   return {
     url: url.toString(),
     pool,
     async newProject() {
       const id = newId('prj');
-      // SQL outside adapters/store only until the PostgreSQL directory store lands (issue 17, item 2).
-      await pool.query('INSERT INTO projects (id, name, created_at) VALUES ($1, $2, $3)', [id, 'contract test', Date.now()]);
+      await directory.createProject({ id, name: 'contract test', createdAt: Date.now() });
       return id;
     },
     async drop() {

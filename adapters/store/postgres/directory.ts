@@ -1,0 +1,262 @@
+// DirectoryStore on PostgreSQL: the statements of the SQLite adapter (adapters/store/sqlite/directory.ts),
+// one for one, with lists as arrays rather than space-joined strings.
+import type { Pool } from 'pg';
+import { DuplicateError, type DirectoryStore } from '../../../lib/directory/store.ts';
+import type { Grant, Inbox, InboxMode, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
+import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
+
+interface InboxRow {
+  id: string;
+  project_id: string;
+  imap_user: string;
+  mode: InboxMode;
+  created_at: number;
+  addresses: string[];
+}
+
+interface TokenRow {
+  id: string;
+  project_id: string;
+  member_id: string;
+  scopes: string;
+  secret_hash: Buffer;
+  created_at: number;
+  expires_at: number | null;
+  revoked_at: number | null;
+  inboxes: string[] | null;
+}
+
+interface SessionRow {
+  id: string;
+  member_id: string;
+  secret_hash: Buffer;
+  created_at: number;
+  expires_at: number;
+  revoked_at: number | null;
+}
+
+const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
+  array(SELECT address FROM inbox_addresses a WHERE a.inbox_id = i.id ORDER BY position) AS addresses
+  FROM inboxes i`;
+
+const toInbox = (r: InboxRow): Inbox => ({
+  id: r.id,
+  projectId: r.project_id,
+  imapUser: r.imap_user,
+  mode: r.mode,
+  createdAt: r.created_at,
+  addresses: r.addresses,
+});
+
+const toToken = (r: TokenRow): TokenRecord => ({
+  id: r.id,
+  projectId: r.project_id,
+  memberId: r.member_id,
+  scopes: r.scopes ? r.scopes.split(' ') : [],
+  inboxes: r.inboxes,
+  secretHash: r.secret_hash,
+  createdAt: r.created_at,
+  expiresAt: r.expires_at,
+  revokedAt: r.revoked_at,
+});
+
+const toSession = (r: SessionRow): SessionRecord => ({
+  id: r.id,
+  memberId: r.member_id,
+  secretHash: r.secret_hash,
+  createdAt: r.created_at,
+  expiresAt: r.expires_at,
+  revokedAt: r.revoked_at,
+});
+
+const stmt = statements('directory');
+
+const S = {
+  insertProject: stmt('insertProject', 'INSERT INTO projects (id, name, created_at) VALUES ($1, $2, $3)'),
+  getProject: stmt('getProject', 'SELECT id, name, created_at AS "createdAt" FROM projects WHERE id = $1'),
+  insertMember: stmt('insertMember', 'INSERT INTO members (id, project_id, email, created_at) VALUES ($1, $2, $3, $4)'),
+  getMember: stmt('getMember', 'SELECT id, project_id AS "projectId", email, created_at AS "createdAt" FROM members WHERE id = $1'),
+  insertInbox: stmt('insertInbox', 'INSERT INTO inboxes (id, project_id, imap_user, mode, created_at) VALUES ($1, $2, $3, $4, $5)'),
+  insertAddress: stmt('insertAddress', 'INSERT INTO inbox_addresses (address, inbox_id, position) VALUES ($1, $2, $3)'),
+  getInbox: stmt('getInbox', `${INBOX_SELECT} WHERE i.id = $1`),
+  // lower() on both sides uses the unique indexes of 001_directory.sql (ASCII case only, as SQLite's lower()).
+  findInboxByAddress: stmt('findInboxByAddress', `${INBOX_SELECT} WHERE i.id = (SELECT inbox_id FROM inbox_addresses WHERE lower(address) = lower($1))`),
+  getInboxByImapUser: stmt('getInboxByImapUser', `${INBOX_SELECT} WHERE lower(i.imap_user) = lower($1)`),
+  listInboxes: stmt('listInboxes', `${INBOX_SELECT} ORDER BY i.id`),
+  // One statement: the RI checks of `inboxes` run at its end, when the rows naming it are gone.
+  // Every CTE reads the snapshot from before the statement, so the narrowing count is the one
+  // before token_inboxes loses its rows.
+  deleteInbox: stmt(
+    'deleteInbox',
+    `WITH revoked AS (
+       UPDATE tokens SET revoked_at = $2 WHERE revoked_at IS NULL
+         AND id IN (SELECT token_id FROM token_inboxes WHERE inbox_id = $1)
+         AND (SELECT count(*) FROM token_inboxes t WHERE t.token_id = tokens.id) = 1),
+     mk AS (DELETE FROM message_keys WHERE inbox_id = $1),
+     ek AS (DELETE FROM epoch_keys WHERE inbox_id = $1),
+     ti AS (DELETE FROM token_inboxes WHERE inbox_id = $1),
+     g AS (DELETE FROM grants WHERE inbox_id = $1),
+     a AS (DELETE FROM inbox_addresses WHERE inbox_id = $1)
+     DELETE FROM inboxes WHERE id = $1`,
+  ),
+  // Raised by triggers on `inboxes` (003_mail.sql) in the writer's transaction.
+  inboxesVersion: stmt('inboxesVersion', 'SELECT version FROM inbox_catalog WHERE id = 1'),
+  putGrant: stmt(
+    'putGrant',
+    `INSERT INTO grants (member_id, inbox_id, role, created_at) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (member_id, inbox_id) DO UPDATE SET role = excluded.role`,
+  ),
+  deleteGrant: stmt('deleteGrant', 'DELETE FROM grants WHERE member_id = $1 AND inbox_id = $2'),
+  getGrant: stmt(
+    'getGrant',
+    `SELECT member_id AS "memberId", inbox_id AS "inboxId", role, created_at AS "createdAt"
+     FROM grants WHERE member_id = $1 AND inbox_id = $2`,
+  ),
+  listGrants: stmt(
+    'listGrants',
+    `SELECT g.role, g.created_at AS grant_created_at, x.*
+     FROM grants g JOIN (${INBOX_SELECT}) x ON x.id = g.inbox_id
+     WHERE g.member_id = $1 ORDER BY g.created_at, x.id`,
+  ),
+  insertToken: stmt(
+    'insertToken',
+    `INSERT INTO tokens (id, project_id, member_id, scopes, secret_hash, created_at, expires_at, revoked_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+  ),
+  insertTokenInboxes: stmt('insertTokenInboxes', 'INSERT INTO token_inboxes (token_id, inbox_id) SELECT $1, unnest($2::text[])'),
+  // No rows: an unnarrowed token (array_agg of nothing is NULL).
+  getToken: stmt(
+    'getToken',
+    `SELECT t.*, (SELECT array_agg(inbox_id ORDER BY inbox_id) FROM token_inboxes WHERE token_id = t.id) AS inboxes
+     FROM tokens t WHERE t.id = $1`,
+  ),
+  revokeToken: stmt('revokeToken', 'UPDATE tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL'),
+  insertSession: stmt(
+    'insertSession',
+    'INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)',
+  ),
+  getSession: stmt('getSession', 'SELECT id, member_id, secret_hash, created_at, expires_at, revoked_at FROM sessions WHERE id = $1'),
+};
+
+export class PgDirectoryStore implements DirectoryStore {
+  /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
+  constructor(private readonly pool: Pool) {}
+
+  async createProject(p: Project): Promise<void> {
+    await this.pool.query(S.insertProject([p.id, p.name, p.createdAt]));
+  }
+
+  async getProject(id: string): Promise<Project | null> {
+    return rowOf<Project>(this.pool, S.getProject([id]));
+  }
+
+  async createMember(m: Member): Promise<void> {
+    try {
+      await this.pool.query(S.insertMember([m.id, m.projectId, m.email, m.createdAt]));
+    } catch (err) {
+      if (isUniqueViolation(err)) throw new DuplicateError('member with this email');
+      throw err;
+    }
+  }
+
+  async getMember(id: string): Promise<Member | null> {
+    return rowOf<Member>(this.pool, S.getMember([id]));
+  }
+
+  async createInbox(inbox: Inbox): Promise<void> {
+    await inTransaction(this.pool, async (c) => {
+      try {
+        await c.query(S.insertInbox([inbox.id, inbox.projectId, inbox.imapUser, inbox.mode, inbox.createdAt]));
+      } catch (err) {
+        if (isUniqueViolation(err)) throw new DuplicateError('inbox for this IMAP user');
+        throw err;
+      }
+      // One at a time, as on SQLite, so the error names the address that is taken.
+      for (const [position, address] of inbox.addresses.entries()) {
+        try {
+          await c.query(S.insertAddress([address, inbox.id, position]));
+        } catch (err) {
+          if (isUniqueViolation(err)) throw new DuplicateError(`address ${address}`);
+          throw err;
+        }
+      }
+    });
+  }
+
+  async getInbox(id: string): Promise<Inbox | null> {
+    const r = await rowOf<InboxRow>(this.pool, S.getInbox([id]));
+    return r ? toInbox(r) : null;
+  }
+
+  async findInboxByAddress(address: string): Promise<Inbox | null> {
+    const r = await rowOf<InboxRow>(this.pool, S.findInboxByAddress([address]));
+    return r ? toInbox(r) : null;
+  }
+
+  async getInboxByImapUser(imapUser: string): Promise<Inbox | null> {
+    const r = await rowOf<InboxRow>(this.pool, S.getInboxByImapUser([imapUser]));
+    return r ? toInbox(r) : null;
+  }
+
+  async deleteInbox(id: string, at: number): Promise<boolean> {
+    return (await changed(this.pool, S.deleteInbox([id, at]))) > 0;
+  }
+
+  async inboxesVersion(): Promise<number> {
+    return (await rowOf<{ version: number }>(this.pool, S.inboxesVersion([])))!.version;
+  }
+
+  async listInboxes(): Promise<Inbox[]> {
+    return (await rowsOf<InboxRow>(this.pool, S.listInboxes([]))).map(toInbox);
+  }
+
+  async putGrant(g: Grant): Promise<void> {
+    await this.pool.query(S.putGrant([g.memberId, g.inboxId, g.role, g.createdAt]));
+  }
+
+  async deleteGrant(memberId: string, inboxId: string): Promise<boolean> {
+    return (await changed(this.pool, S.deleteGrant([memberId, inboxId]))) > 0;
+  }
+
+  async getGrant(memberId: string, inboxId: string): Promise<Grant | null> {
+    return rowOf<Grant>(this.pool, S.getGrant([memberId, inboxId]));
+  }
+
+  async listGrants(memberId: string): Promise<Array<{ grant: Grant; inbox: Inbox }>> {
+    const rows = await rowsOf<InboxRow & { role: string; grant_created_at: number }>(this.pool, S.listGrants([memberId]));
+    return rows.map((r) => ({
+      grant: { memberId, inboxId: r.id, role: r.role, createdAt: r.grant_created_at },
+      inbox: toInbox(r),
+    }));
+  }
+
+  async createToken(t: TokenRecord): Promise<void> {
+    const insert = S.insertToken([t.id, t.projectId, t.memberId, t.scopes.join(' '), t.secretHash, t.createdAt, t.expiresAt, t.revokedAt]);
+    if (!t.inboxes?.length) {
+      await this.pool.query(insert);
+      return;
+    }
+    await inTransaction(this.pool, async (c) => {
+      await c.query(insert);
+      await c.query(S.insertTokenInboxes([t.id, t.inboxes]));
+    });
+  }
+
+  async getToken(id: string): Promise<TokenRecord | null> {
+    const r = await rowOf<TokenRow>(this.pool, S.getToken([id]));
+    return r ? toToken(r) : null;
+  }
+
+  async revokeToken(id: string, at: number): Promise<boolean> {
+    return (await changed(this.pool, S.revokeToken([at, id]))) > 0;
+  }
+
+  async createSession(s: SessionRecord): Promise<void> {
+    await this.pool.query(S.insertSession([s.id, s.memberId, s.secretHash, s.createdAt, s.expiresAt, s.revokedAt]));
+  }
+
+  async getSession(id: string): Promise<SessionRecord | null> {
+    const r = await rowOf<SessionRow>(this.pool, S.getSession([id]));
+    return r ? toSession(r) : null;
+  }
+}

@@ -1,0 +1,59 @@
+// What every PostgreSQL adapter shares: named statements, a transaction on one pooled connection,
+// and the error code of a unique constraint refusing a write.
+import type { Pool, PoolClient, QueryConfig, QueryResultRow } from 'pg';
+
+export type Statement = (values: unknown[]) => QueryConfig<unknown[]>;
+
+/**
+ * Named statements of one adapter: each is prepared once per connection by `pg`, on its first use
+ * there. The prefix keeps names unique across adapters sharing a pool (a name reused with another
+ * text fails on a connection that prepared the first).
+ */
+export const statements =
+  (prefix: string) =>
+  (name: string, text: string): Statement =>
+  (values) => ({ name: `${prefix}.${name}`, text, values });
+
+/** A pool or, inside `inTransaction`, its connection. */
+export type Queryable = Pool | PoolClient;
+
+export async function rowsOf<R extends QueryResultRow>(on: Queryable, q: QueryConfig<unknown[]>): Promise<R[]> {
+  return (await on.query<R>(q)).rows;
+}
+
+/** The first row, or null for none. */
+export async function rowOf<R extends QueryResultRow>(on: Queryable, q: QueryConfig<unknown[]>): Promise<R | null> {
+  return (await on.query<R>(q)).rows[0] ?? null;
+}
+
+/** Rows the statement wrote (updated, deleted, inserted). */
+export async function changed(on: Queryable, q: QueryConfig<unknown[]>): Promise<number> {
+  return (await on.query(q)).rowCount ?? 0;
+}
+
+/** Runs `fn` in one transaction: committed when it returns, rolled back when it throws. */
+export async function inTransaction<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
+  const c = await pool.connect();
+  // A connection that failed to roll back is closed, not handed to the next caller mid-transaction.
+  let broken: Error | undefined;
+  try {
+    await c.query('BEGIN');
+    try {
+      const out = await fn(c);
+      await c.query('COMMIT');
+      return out;
+    } catch (err) {
+      await c.query('ROLLBACK').catch((e: Error) => {
+        broken = e;
+      });
+      throw err;
+    }
+  } finally {
+    c.release(broken);
+  }
+}
+
+/** A write refused for a primary key or UNIQUE index already taken (SQLSTATE 23505). */
+export function isUniqueViolation(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === '23505';
+}
