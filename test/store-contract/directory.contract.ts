@@ -198,6 +198,28 @@ export function directoryContract(engineName: string, traits: DirectoryEngineTra
       await s.inbox({ imapUser: gone.imapUser, addresses: gone.addresses });
     });
 
+    it('deleteInbox run at once on each inbox of a narrowed token revokes it, never widens it to every inbox', async () => {
+      const s = await seed(d);
+      const pairs = await Promise.all(Array.from({ length: 4 }, async () => [await s.inbox(), await s.inbox()] as const));
+      const tokens = await Promise.all(pairs.map(([a, b]) => s.token([a.id, b.id])));
+      await Promise.all(pairs.flatMap(([a, b]) => [d.deleteInbox(a.id, 42), d.deleteInbox(b.id, 42)]));
+      for (const t of tokens) expect((await d.getToken(t.id))!.revokedAt, `token ${t.id}`).to.equal(42);
+    });
+
+    it('deleteInbox racing a token narrowed to that inbox: the inbox goes, and the token either fails or is revoked', async () => {
+      const s = await seed(d);
+      const inboxes = await Promise.all(Array.from({ length: 6 }, () => s.inbox()));
+      const ids = inboxes.map(() => newId('tok'));
+      const raced = await Promise.all(
+        inboxes.map((inbox, n) => Promise.allSettled([s.token([inbox.id], { id: ids[n]! }), d.deleteInbox(inbox.id, 42)])),
+      );
+      for (const [n, [, deleted]] of raced.entries()) {
+        expect(deleted.status === 'fulfilled' ? deleted.value : deleted.reason).to.equal(true);
+        const token = await d.getToken(ids[n]!);
+        if (token) expect(token.revokedAt, `token ${token.id}`).to.equal(42);
+      }
+    });
+
     it('puts, replaces, lists and deletes grants', async () => {
       const s = await seed(d);
       const x = await s.inbox();

@@ -83,9 +83,22 @@ const S = {
   findInboxByAddress: stmt('findInboxByAddress', `${INBOX_SELECT} WHERE i.id = (SELECT inbox_id FROM inbox_addresses WHERE lower(address) = lower($1))`),
   getInboxByImapUser: stmt('getInboxByImapUser', `${INBOX_SELECT} WHERE lower(i.imap_user) = lower($1)`),
   listInboxes: stmt('listInboxes', `${INBOX_SELECT} ORDER BY i.id`),
+  // deleteInbox, in one transaction, takes two locks before it writes (SQLite's one writer needs
+  // neither). The inbox row: a writer naming the inbox (a narrowed token, a grant, a key) holds a
+  // key-share lock on it until its commit, so the statements after this see every such row and
+  // delete it, and later writers find the inbox gone. Then the tokens narrowed to the inbox, in
+  // id order (two deletions never wait on each other in a cycle): a deletion of another inbox of
+  // the same token has then committed, and the next statement's snapshot sees its narrowing gone.
+  // Counting in the snapshot alone, two deletions of a token's only two inboxes would each see
+  // two, neither would revoke, and the token would be left narrowed to nothing: every inbox.
+  lockInbox: stmt('lockInbox', 'SELECT 1 FROM inboxes WHERE id = $1 FOR UPDATE'),
+  lockNarrowed: stmt(
+    'lockNarrowed',
+    'SELECT id FROM tokens WHERE id IN (SELECT token_id FROM token_inboxes WHERE inbox_id = $1) ORDER BY id FOR UPDATE',
+  ),
   // One statement: the RI checks of `inboxes` run at its end, when the rows naming it are gone.
-  // Every CTE reads the snapshot from before the statement, so the narrowing count is the one
-  // before token_inboxes loses its rows.
+  // Every CTE reads the statement's snapshot, so the narrowing count is the one before
+  // token_inboxes loses this inbox's rows.
   deleteInbox: stmt(
     'deleteInbox',
     `WITH revoked AS (
@@ -199,7 +212,11 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async deleteInbox(id: string, at: number): Promise<boolean> {
-    return (await changed(this.pool, S.deleteInbox([id, at]))) > 0;
+    return inTransaction(this.pool, async (c) => {
+      await c.query(S.lockInbox([id]));
+      await c.query(S.lockNarrowed([id]));
+      return (await changed(c, S.deleteInbox([id, at]))) > 0;
+    });
   }
 
   async inboxesVersion(): Promise<number> {

@@ -48,6 +48,9 @@ CREATE TABLE grants (
   created_at  BIGINT NOT NULL,
   PRIMARY KEY (member_id, inbox_id)
 );
+-- Removing an inbox deletes its grants and token narrowings by inbox, and PostgreSQL checks the
+-- foreign keys of both on that delete: neither primary key leads with inbox_id.
+CREATE INDEX grants_inbox ON grants (inbox_id);
 
 CREATE TABLE tokens (
   id          TEXT PRIMARY KEY,
@@ -67,6 +70,7 @@ CREATE TABLE token_inboxes (
   inbox_id    TEXT NOT NULL REFERENCES inboxes(id),
   PRIMARY KEY (token_id, inbox_id)
 );
+CREATE INDEX token_inboxes_inbox ON token_inboxes (inbox_id);
 
 -- Sessions remember the passkey that opened them, so removing a passkey ends what it opened.
 CREATE TABLE sessions (
