@@ -1,0 +1,515 @@
+// The mailbox index on PostgreSQL (DESIGN.md 4), with the SQLite adapter's semantics
+// (adapters/store/sqlite/mail-index.ts). Two things differ because of the engine:
+// - Writes of one inbox take turns on its mail_inboxes row: every index write starts by bumping
+//   the inbox's version (an upsert that locks the row until COMMIT, and says whether the inbox
+//   was removed), so writers on several instances never interleave within an inbox nor deadlock
+//   on its rows; different inboxes are written in parallel.
+// - A batch costs round trips, not statement executions: each run of ops of one kind becomes one
+//   multi-row statement over unnest() arrays (SQLite runs one cheap statement per row instead).
+//   A run ends where the kind changes or a place repeats, so the ops still apply in their order.
+import type { Pool, PoolClient } from 'pg';
+import type { SpecialUse } from '../../../schemas/wire.ts';
+import type { IndexOp, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
+import { notFound } from '../../../lib/errors.ts';
+import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
+
+interface LabelRow {
+  guid: string;
+  path: string;
+  special_use: string | null;
+  uid_validity: number;
+  uid_next: number;
+  highest_modseq: number;
+  fill_low: number | null;
+}
+
+interface MessageRow {
+  guid: string;
+  size: number;
+  received_at: number;
+  date: string | null;
+  from_text: string | null;
+  to_text: string | null;
+  cc_text: string | null;
+  reply_to_text: string | null;
+  subject: string | null;
+  message_id: string | null;
+  in_reply_to: string | null;
+  from_address: string | null;
+}
+
+interface LocationRow {
+  label_guid: string;
+  uid: number;
+  msg_guid: string;
+  modseq: number;
+  flags: string;
+}
+
+const toLabel = (r: LabelRow): LabelState => ({
+  guid: r.guid,
+  path: r.path,
+  specialUse: r.special_use as SpecialUse | null,
+  uidValidity: r.uid_validity,
+  uidNext: r.uid_next,
+  highestModseq: r.highest_modseq,
+  fillLow: r.fill_low,
+});
+
+const toMessage = (r: MessageRow): MessageRecord => ({
+  guid: r.guid,
+  size: r.size,
+  receivedAt: r.received_at,
+  date: r.date,
+  from: r.from_text,
+  to: r.to_text,
+  cc: r.cc_text,
+  replyTo: r.reply_to_text,
+  subject: r.subject,
+  messageId: r.message_id,
+  inReplyTo: r.in_reply_to,
+  fromAddress: r.from_address,
+});
+
+const toLocation = (r: LocationRow): Location => ({
+  labelGuid: r.label_guid,
+  uid: r.uid,
+  msgGuid: r.msg_guid,
+  modseq: r.modseq,
+  flags: JSON.parse(r.flags) as string[],
+});
+
+const isSeen = (flags: readonly string[]) => flags.some((f) => f.toLowerCase() === '\\seen');
+
+/** A write for an inbox removed meanwhile: to a read racing the removal, the inbox is gone. */
+const removedInbox = () => notFound('inbox not found: it was removed');
+
+/** A new inbox row's version starts at the clock (microseconds): a rebuilt index never repeats one. */
+const firstVersion = () => Date.now() * 1000;
+
+const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
+const LOCATION_COLUMNS = 'label_guid, uid, msg_guid, modseq, flags';
+/** Where a place's rows are: (label, uid) pairs as two arrays. */
+const PLACES = 'unnest($2::text[], $3::bigint[]) AS t(label_guid, uid)';
+
+const stmt = statements('mailIndex');
+const S = {
+  // Every index write starts here: the inbox's row locked to COMMIT, its version bumped.
+  bump: stmt(
+    'bump',
+    `INSERT INTO mail_inboxes (inbox_id, seeded, version) VALUES ($1, false, $2)
+     ON CONFLICT (inbox_id) DO UPDATE SET version = mail_inboxes.version + 1 RETURNING removed_at`,
+  ),
+  lockInbox: stmt('lockInbox', 'SELECT removed_at FROM mail_inboxes WHERE inbox_id = $1 FOR UPDATE'),
+  seeded: stmt('seeded', 'SELECT seeded FROM mail_inboxes WHERE inbox_id = $1'),
+  markSeeded: stmt(
+    'markSeeded',
+    `INSERT INTO mail_inboxes (inbox_id, seeded, version) VALUES ($1, $2, $3)
+     ON CONFLICT (inbox_id) DO UPDATE SET seeded = excluded.seeded, version = mail_inboxes.version + 1 WHERE mail_inboxes.removed_at IS NULL`,
+  ),
+  tombstone: stmt(
+    'tombstone',
+    `INSERT INTO mail_inboxes (inbox_id, seeded, version, removed_at) VALUES ($1, false, $2, $3)
+     ON CONFLICT (inbox_id) DO UPDATE SET seeded = false, version = mail_inboxes.version + 1, synced_at = NULL, removed_at = excluded.removed_at`,
+  ),
+  version: stmt('version', 'SELECT version FROM mail_inboxes WHERE inbox_id = $1'),
+  markSynced: stmt(
+    'markSynced',
+    `INSERT INTO mail_inboxes (inbox_id, seeded, version, synced_at) VALUES ($1, false, $2, $3)
+     ON CONFLICT (inbox_id) DO UPDATE SET synced_at = excluded.synced_at WHERE mail_inboxes.removed_at IS NULL`,
+  ),
+  statusInbox: stmt('statusInbox', 'SELECT seeded, synced_at, hinted_at FROM mail_inboxes WHERE inbox_id = $1'),
+  markHinted: stmt('markHinted', 'UPDATE mail_inboxes SET hinted_at = $1 WHERE inbox_id = $2 AND removed_at IS NULL'),
+  putReport: stmt(
+    'putReport',
+    `INSERT INTO watch_reports (origin, report, updated_at) VALUES ($1, $2, $3)
+     ON CONFLICT (origin) DO UPDATE SET report = excluded.report, updated_at = excluded.updated_at`,
+  ),
+  reports: stmt('reports', 'SELECT origin, report, updated_at FROM watch_reports WHERE updated_at >= $1 ORDER BY updated_at DESC'),
+  // Reports of processes gone for a day are of no use to anyone.
+  pruneReports: stmt('pruneReports', 'DELETE FROM watch_reports WHERE updated_at < $1'),
+  statusCounts: stmt(
+    'statusCounts',
+    `SELECT (SELECT count(*) FROM mail_messages WHERE inbox_id = $1) AS messages,
+       (SELECT count(*) FROM mail_locations WHERE inbox_id = $1) AS locations,
+       (SELECT count(*) FROM mail_labels WHERE inbox_id = $1) AS labels`,
+  ),
+  statusLease: stmt('statusLease', 'SELECT holder, expires_at FROM mail_watch_leases WHERE inbox_id = $1'),
+  labels: stmt('labels', 'SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = $1'),
+  label: stmt('label', 'SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = $1 AND guid = $2'),
+  // A fill's progress only goes down, and a complete label (NULL) stays complete; within one
+  // UIDVALIDITY uid_next and highest_modseq never decrease (SET reads the row as it was).
+  putLabel: stmt(
+    'putLabel',
+    `INSERT INTO mail_labels (inbox_id, guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+     ON CONFLICT (inbox_id, guid) DO UPDATE SET path = excluded.path, special_use = excluded.special_use,
+       uid_validity = excluded.uid_validity,
+       fill_low = CASE WHEN mail_labels.uid_validity <> excluded.uid_validity THEN excluded.fill_low
+         WHEN $9::boolean THEN mail_labels.fill_low
+         WHEN mail_labels.fill_low IS NULL OR excluded.fill_low IS NULL THEN NULL
+         ELSE LEAST(mail_labels.fill_low, excluded.fill_low) END,
+       uid_next = CASE WHEN mail_labels.uid_validity = excluded.uid_validity THEN GREATEST(mail_labels.uid_next, excluded.uid_next) ELSE excluded.uid_next END,
+       highest_modseq = CASE WHEN mail_labels.uid_validity = excluded.uid_validity
+         THEN GREATEST(mail_labels.highest_modseq, excluded.highest_modseq) ELSE excluded.highest_modseq END`,
+  ),
+  counts: stmt(
+    'counts',
+    'SELECT label_guid, count(*) AS total, count(*) FILTER (WHERE NOT seen) AS unread FROM mail_locations WHERE inbox_id = $1 GROUP BY label_guid',
+  ),
+  // `sealed` is learnt once (a row indexed before it was asked for gets it on its next fetch).
+  putMessages: stmt(
+    'putMessages',
+    `INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed)
+     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::boolean[])
+       AS t(guid) ORDER BY guid
+     ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = excluded.sealed WHERE mail_messages.sealed IS NULL AND excluded.sealed IS NOT NULL`,
+  ),
+  locationsAt: stmt(
+    'locationsAt',
+    `SELECT l.label_guid, l.uid, l.msg_guid FROM mail_locations l JOIN ${PLACES} ON l.label_guid = t.label_guid AND l.uid = t.uid WHERE l.inbox_id = $1`,
+  ),
+  // The same message at the same place with an older MODSEQ (another process fetched it
+  // earlier and applied it later) leaves the newer flags in place.
+  putLocations: stmt(
+    'putLocations',
+    `INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
+     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::boolean[]) AS t(label_guid, uid) ORDER BY label_guid, uid
+     ON CONFLICT (inbox_id, label_guid, uid) DO UPDATE SET msg_guid = excluded.msg_guid, modseq = excluded.modseq, flags = excluded.flags, seen = excluded.seen
+       WHERE mail_locations.msg_guid <> excluded.msg_guid OR excluded.modseq = 0 OR excluded.modseq >= mail_locations.modseq`,
+  ),
+  putStaged: stmt(
+    'putStaged',
+    `INSERT INTO mail_staged_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
+     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::boolean[]) AS t(label_guid, uid) ORDER BY label_guid, uid
+     ON CONFLICT (inbox_id, label_guid, uid) DO UPDATE SET msg_guid = excluded.msg_guid, modseq = excluded.modseq, flags = excluded.flags, seen = excluded.seen`,
+  ),
+  // Only a newer MODSEQ replaces flags (0: a server without CONDSTORE, nothing to compare).
+  setFlags: stmt(
+    'setFlags',
+    `UPDATE mail_locations l SET modseq = t.modseq, flags = t.flags, seen = t.seen
+     FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::boolean[]) AS t(label_guid, uid, modseq, flags, seen)
+     WHERE l.inbox_id = $1 AND l.label_guid = t.label_guid AND l.uid = t.uid AND (t.modseq = 0 OR l.modseq < t.modseq)
+     RETURNING l.label_guid, l.uid`,
+  ),
+  removeLocations: stmt(
+    'removeLocations',
+    `DELETE FROM mail_locations l USING ${PLACES} WHERE l.inbox_id = $1 AND l.label_guid = t.label_guid AND l.uid = t.uid
+     RETURNING l.label_guid, l.uid, l.msg_guid`,
+  ),
+  // A message lives as long as some label holds it (or a refill being staged does).
+  gcMessages: stmt(
+    'gcMessages',
+    `DELETE FROM mail_messages m WHERE m.inbox_id = $1 AND m.guid = ANY($2::text[])
+       AND NOT EXISTS (SELECT 1 FROM mail_locations WHERE inbox_id = $1 AND msg_guid = m.guid)
+       AND NOT EXISTS (SELECT 1 FROM mail_staged_locations WHERE inbox_id = $1 AND msg_guid = m.guid)`,
+  ),
+  dropStaged: stmt('dropStaged', 'DELETE FROM mail_staged_locations WHERE inbox_id = $1 AND label_guid = $2 RETURNING msg_guid'),
+  dropLocations: stmt('dropLocations', `DELETE FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2 RETURNING ${LOCATION_COLUMNS}`),
+  unstage: stmt(
+    'unstage',
+    `INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
+     SELECT inbox_id, label_guid, uid, msg_guid, modseq, flags, seen FROM mail_staged_locations WHERE inbox_id = $1 AND label_guid = $2`,
+  ),
+  dropLabel: stmt('dropLabel', 'DELETE FROM mail_labels WHERE inbox_id = $1 AND guid = $2'),
+  locationsByUid: stmt('locationsByUid', `SELECT ${LOCATION_COLUMNS} FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2 AND uid = ANY($3::bigint[])`),
+  uidsOf: stmt('uidsOf', 'SELECT uid, msg_guid AS "msgGuid" FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2 AND uid > $3 ORDER BY uid LIMIT $4'),
+  countIn: stmt('countIn', 'SELECT count(*) AS n FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2'),
+  page: stmt(
+    'page',
+    `SELECT l.label_guid, l.uid, l.msg_guid, l.modseq, l.flags, ${MESSAGE_COLUMNS}
+     FROM mail_locations l JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
+     WHERE l.inbox_id = $1 AND l.label_guid = $2 AND l.uid < $3 ORDER BY l.uid DESC LIMIT $4`,
+  ),
+  message: stmt('message', `SELECT ${MESSAGE_COLUMNS} FROM mail_messages m WHERE m.inbox_id = $1 AND m.guid = $2`),
+  messageLocations: stmt('messageLocations', `SELECT ${LOCATION_COLUMNS} FROM mail_locations WHERE inbox_id = $1 AND msg_guid = $2 ORDER BY label_guid, uid`),
+  // Taken when free, lapsed or already ours; another holder's live lease is left alone. One
+  // statement for all of them, in key order (no deadlock with another claimer).
+  claim: stmt(
+    'claim',
+    `INSERT INTO mail_watch_leases (inbox_id, holder, expires_at) SELECT DISTINCT i, $2::text, $3::bigint FROM unnest($1::text[]) AS t(i) ORDER BY i
+     ON CONFLICT (inbox_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+       WHERE mail_watch_leases.holder = excluded.holder OR mail_watch_leases.expires_at <= $4
+     RETURNING inbox_id`,
+  ),
+  release: stmt('release', 'DELETE FROM mail_watch_leases WHERE inbox_id = ANY($1::text[]) AND holder = $2'),
+  dropInbox: Object.fromEntries(
+    ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map((table) => [
+      table,
+      stmt(`dropInbox.${table}`, `DELETE FROM ${table} WHERE inbox_id = $1`),
+    ]),
+  ),
+};
+
+/** A label's row to write; `fillLow` left out keeps what the row says (a rename, say). */
+const labelParams = (inboxId: string, l: LabelState) => [inboxId, l.guid, l.path, l.specialUse, l.uidValidity, l.uidNext, l.highestModseq, l.fillLow ?? null, l.fillLow === undefined];
+
+/**
+ * The messages of a run, one row per GUID: as if upserted in order, the first record's columns
+ * and the first `sealed` known.
+ */
+function messageArrays(inboxId: string, records: readonly MessageRecord[]): unknown[] {
+  const byGuid = new Map<string, MessageRecord & { known: boolean | null }>();
+  for (const m of records) {
+    const seen = byGuid.get(m.guid);
+    if (!seen) byGuid.set(m.guid, { ...m, known: m.sealed ?? null });
+    else if (seen.known === null && m.sealed !== undefined) seen.known = m.sealed;
+  }
+  const ms = [...byGuid.values()];
+  const col = <T>(f: (m: MessageRecord & { known: boolean | null }) => T) => ms.map(f);
+  return [
+    inboxId,
+    col((m) => m.guid),
+    col((m) => m.size),
+    col((m) => m.receivedAt),
+    col((m) => m.date),
+    col((m) => m.from),
+    col((m) => m.to),
+    col((m) => m.cc),
+    col((m) => m.replyTo),
+    col((m) => m.subject),
+    col((m) => m.messageId),
+    col((m) => m.inReplyTo),
+    col((m) => m.fromAddress),
+    col((m) => m.known),
+  ];
+}
+
+const locationArrays = (inboxId: string, ls: readonly Location[]): unknown[] => [
+  inboxId,
+  ls.map((l) => l.labelGuid),
+  ls.map((l) => l.uid),
+  ls.map((l) => l.msgGuid),
+  ls.map((l) => l.modseq),
+  ls.map((l) => JSON.stringify(l.flags)),
+  ls.map((l) => isSeen(l.flags)),
+];
+
+const placeKey = (labelGuid: string, uid: number) => `${labelGuid}\n${uid}`;
+
+type Run = { kind: IndexOp['op']; ops: Array<[number, IndexOp]> };
+
+/** The ops cut into runs of one kind in which no place repeats (a multi-row statement touches a row once). */
+function runsOf(ops: readonly IndexOp[]): Run[] {
+  const runs: Run[] = [];
+  let places = new Set<string>();
+  for (const [i, op] of ops.entries()) {
+    const key = op.op === 'put' || op.op === 'stage' ? placeKey(op.location.labelGuid, op.location.uid) : placeKey(op.labelGuid, op.uid);
+    const last = runs[runs.length - 1];
+    if (!last || last.kind !== op.op || places.has(key)) {
+      runs.push({ kind: op.op, ops: [] });
+      places = new Set();
+    }
+    places.add(key);
+    runs[runs.length - 1]!.ops.push([i, op]);
+  }
+  return runs;
+}
+
+export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
+  /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
+  constructor(private readonly pool: Pool) {}
+
+  /** First in every index write's transaction: the inbox's row locked and its version bumped, unless it was removed. */
+  private async begin(c: PoolClient, inboxId: string): Promise<void> {
+    const [row] = await rowsOf<{ removed_at: number | null }>(c, S.bump([inboxId, firstVersion()]));
+    if (row?.removed_at != null) throw removedInbox();
+  }
+
+  private async gc(c: Queryable, inboxId: string, guids: Iterable<string>): Promise<void> {
+    const list = [...new Set(guids)];
+    if (list.length > 0) await c.query(S.gcMessages([inboxId, list]));
+  }
+
+  async apply(inboxId: string, ops: readonly IndexOp[], label?: LabelState): Promise<number[]> {
+    return inTransaction(this.pool, async (c) => {
+      await this.begin(c, inboxId);
+      const orphans = new Set<string>();
+      const unapplied: number[] = [];
+      for (const run of runsOf(ops)) {
+        if (run.kind === 'put' || run.kind === 'stage') {
+          const puts = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'put' | 'stage' }>);
+          await c.query(S.putMessages(messageArrays(inboxId, puts.map((p) => p.message))));
+          const locations = puts.map((p) => p.location);
+          if (run.kind === 'stage') {
+            await c.query(S.putStaged(locationArrays(inboxId, locations)));
+            continue;
+          }
+          const previous = await rowsOf<{ label_guid: string; uid: number; msg_guid: string }>(
+            c,
+            S.locationsAt([inboxId, locations.map((l) => l.labelGuid), locations.map((l) => l.uid)]),
+          );
+          const next = new Map(locations.map((l) => [placeKey(l.labelGuid, l.uid), l.msgGuid]));
+          for (const p of previous) if (next.get(placeKey(p.label_guid, p.uid)) !== p.msg_guid) orphans.add(p.msg_guid);
+          await c.query(S.putLocations(locationArrays(inboxId, locations)));
+        } else if (run.kind === 'flags') {
+          const fs = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'flags' }>);
+          const done = await rowsOf<{ label_guid: string; uid: number }>(
+            c,
+            S.setFlags([inboxId, fs.map((f) => f.labelGuid), fs.map((f) => f.uid), fs.map((f) => f.modseq), fs.map((f) => JSON.stringify(f.flags)), fs.map((f) => isSeen(f.flags))]),
+          );
+          // The index already holds a newer state (or the message left the label meanwhile).
+          const applied = new Set(done.map((d) => placeKey(d.label_guid, d.uid)));
+          for (const [i, f] of run.ops as Array<[number, Extract<IndexOp, { op: 'flags' }>]>) if (!applied.has(placeKey(f.labelGuid, f.uid))) unapplied.push(i);
+        } else {
+          const rs = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'remove' }>);
+          const gone = await rowsOf<{ label_guid: string; uid: number; msg_guid: string }>(
+            c,
+            S.removeLocations([inboxId, rs.map((r) => r.labelGuid), rs.map((r) => r.uid)]),
+          );
+          const removed = new Set(gone.map((g) => placeKey(g.label_guid, g.uid)));
+          for (const g of gone) orphans.add(g.msg_guid);
+          for (const [i, r] of run.ops as Array<[number, Extract<IndexOp, { op: 'remove' }>]>) if (!removed.has(placeKey(r.labelGuid, r.uid))) unapplied.push(i);
+        }
+      }
+      await this.gc(c, inboxId, orphans);
+      if (label) await c.query(S.putLabel(labelParams(inboxId, label)));
+      return unapplied.sort((a, b) => a - b);
+    });
+  }
+
+  async dropLabel(inboxId: string, guid: string): Promise<Location[]> {
+    return inTransaction(this.pool, async (c) => {
+      await this.begin(c, inboxId);
+      const removed = (await rowsOf<LocationRow>(c, S.dropLocations([inboxId, guid]))).map(toLocation).sort((a, b) => a.uid - b.uid);
+      const staged = await rowsOf<{ msg_guid: string }>(c, S.dropStaged([inboxId, guid]));
+      await c.query(S.dropLabel([inboxId, guid]));
+      await this.gc(c, inboxId, [...removed.map((l) => l.msgGuid), ...staged.map((s) => s.msg_guid)]);
+      return removed;
+    });
+  }
+
+  async clearStaged(inboxId: string, labelGuid: string): Promise<void> {
+    // Not a change to what reads see: the version stays, the inbox's row is only locked.
+    await inTransaction(this.pool, async (c) => {
+      const [row] = await rowsOf<{ removed_at: number | null }>(c, S.lockInbox([inboxId]));
+      if (row?.removed_at != null) throw removedInbox();
+      const staged = await rowsOf<{ msg_guid: string }>(c, S.dropStaged([inboxId, labelGuid]));
+      await this.gc(c, inboxId, staged.map((s) => s.msg_guid));
+    });
+  }
+
+  async commitStaged(inboxId: string, label: LabelState): Promise<void> {
+    await inTransaction(this.pool, async (c) => {
+      await this.begin(c, inboxId);
+      const old = await rowsOf<LocationRow>(c, S.dropLocations([inboxId, label.guid]));
+      await c.query(S.unstage([inboxId, label.guid]));
+      await c.query(S.dropStaged([inboxId, label.guid]));
+      await this.gc(c, inboxId, old.map((l) => l.msg_guid));
+      await c.query(S.putLabel(labelParams(inboxId, label)));
+    });
+  }
+
+  async claim(inboxIds: readonly string[], holder: string, ttlMs: number): Promise<Set<string>> {
+    if (inboxIds.length === 0) return new Set();
+    const now = Date.now();
+    const held = await rowsOf<{ inbox_id: string }>(this.pool, S.claim([inboxIds, holder, now + ttlMs, now]));
+    return new Set(held.map((r) => r.inbox_id));
+  }
+
+  async release(inboxIds: readonly string[], holder: string): Promise<void> {
+    if (inboxIds.length > 0) await this.pool.query(S.release([inboxIds, holder]));
+  }
+
+  async version(inboxId: string): Promise<number> {
+    const [row] = await rowsOf<{ version: number }>(this.pool, S.version([inboxId]));
+    return row?.version ?? 0;
+  }
+
+  async isSeeded(inboxId: string): Promise<boolean> {
+    const [row] = await rowsOf<{ seeded: boolean }>(this.pool, S.seeded([inboxId]));
+    return row?.seeded === true;
+  }
+
+  async markSeeded(inboxId: string, seeded: boolean): Promise<void> {
+    if ((await changed(this.pool, S.markSeeded([inboxId, seeded, firstVersion()]))) === 0) throw removedInbox();
+  }
+
+  async markSynced(inboxId: string, at: number): Promise<void> {
+    await this.pool.query(S.markSynced([inboxId, firstVersion(), at]));
+  }
+
+  async status(inboxId: string): Promise<IndexStatus> {
+    const [inbox] = await rowsOf<{ seeded: boolean; synced_at: number | null; hinted_at: number | null }>(this.pool, S.statusInbox([inboxId]));
+    const [counts] = await rowsOf<{ messages: number; locations: number; labels: number }>(this.pool, S.statusCounts([inboxId]));
+    const [lease] = await rowsOf<{ holder: string; expires_at: number }>(this.pool, S.statusLease([inboxId]));
+    return {
+      seeded: inbox?.seeded === true,
+      messages: counts!.messages,
+      locations: counts!.locations,
+      labels: counts!.labels,
+      syncedAt: inbox?.synced_at ?? null,
+      hintedAt: inbox?.hinted_at ?? null,
+      watcher: lease && lease.expires_at > Date.now() ? { holder: lease.holder, expiresAt: lease.expires_at } : null,
+    };
+  }
+
+  async markHinted(inboxId: string, at: number): Promise<void> {
+    await this.pool.query(S.markHinted([at, inboxId]));
+  }
+
+  async putWatchReport(origin: string, report: WatchReport, at: number): Promise<void> {
+    await this.pool.query(S.putReport([origin, JSON.stringify(report), at]));
+    await this.pool.query(S.pruneReports([at - 86_400_000]));
+  }
+
+  async watchReports(since: number): Promise<Array<{ origin: string; report: WatchReport; updatedAt: number }>> {
+    const found = await rowsOf<{ origin: string; report: string; updated_at: number }>(this.pool, S.reports([since]));
+    return found.map((r) => ({ origin: r.origin, report: JSON.parse(r.report) as WatchReport, updatedAt: r.updated_at }));
+  }
+
+  async dropInbox(inboxId: string): Promise<void> {
+    // The inbox's row stays as a tombstone (inbox ids are never reused): a pass that was running
+    // when the inbox was removed, here or on another instance, has its next write refused. Taken
+    // first, so a write under way finishes before the rows go.
+    await inTransaction(this.pool, async (c) => {
+      await c.query(S.tombstone([inboxId, firstVersion(), Date.now()]));
+      for (const statement of Object.values(S.dropInbox)) await c.query(statement([inboxId]));
+    });
+  }
+
+  async labels(inboxId: string): Promise<LabelState[]> {
+    return (await rowsOf<LabelRow>(this.pool, S.labels([inboxId]))).map(toLabel);
+  }
+
+  async label(inboxId: string, guid: string): Promise<LabelState | null> {
+    const [row] = await rowsOf<LabelRow>(this.pool, S.label([inboxId, guid]));
+    return row ? toLabel(row) : null;
+  }
+
+  async counts(inboxId: string): Promise<Map<string, { total: number; unread: number }>> {
+    const found = await rowsOf<{ label_guid: string; total: number; unread: number }>(this.pool, S.counts([inboxId]));
+    return new Map(found.map((r) => [r.label_guid, { total: r.total, unread: r.unread }]));
+  }
+
+  async locations(inboxId: string, labelGuid: string, uids: readonly number[]): Promise<Location[]> {
+    if (uids.length === 0) return [];
+    const byUid = new Map((await rowsOf<LocationRow>(this.pool, S.locationsByUid([inboxId, labelGuid, uids]))).map((r) => [r.uid, toLocation(r)]));
+    // In the order asked, as SQLite answers.
+    return uids.flatMap((uid) => {
+      const l = byUid.get(uid);
+      return l ? [l] : [];
+    });
+  }
+
+  async uidsOf(inboxId: string, labelGuid: string, afterUid: number, limit: number): Promise<Array<{ uid: number; msgGuid: string }>> {
+    return rowsOf<{ uid: number; msgGuid: string }>(this.pool, S.uidsOf([inboxId, labelGuid, afterUid, limit]));
+  }
+
+  async countIn(inboxId: string, labelGuid: string): Promise<number> {
+    const [row] = await rowsOf<{ n: number }>(this.pool, S.countIn([inboxId, labelGuid]));
+    return row?.n ?? 0;
+  }
+
+  async page(inboxId: string, labelGuid: string, before: number | null, limit: number): Promise<PageRow[]> {
+    // UIDs are 32-bit: 2^32 is above every UID.
+    const found = await rowsOf<LocationRow & MessageRow>(this.pool, S.page([inboxId, labelGuid, before ?? 2 ** 32, limit]));
+    return found.map((r) => ({ message: toMessage(r), location: toLocation(r) }));
+  }
+
+  async message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null> {
+    const [row] = await rowsOf<MessageRow>(this.pool, S.message([inboxId, msgGuid]));
+    if (!row) return null;
+    return { message: toMessage(row), locations: (await rowsOf<LocationRow>(this.pool, S.messageLocations([inboxId, msgGuid]))).map(toLocation) };
+  }
+}
