@@ -303,6 +303,26 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       expect(await index.label(inbox, labels[2]!)).to.deep.include({ uidNext: 7000 });
     });
 
+    it('a removal racing writes of several processes wins: afterwards nothing of the inbox is left, and writes are refused', async () => {
+      for (let round = 0; round < 3; round++) {
+        const inbox = newId('ibx');
+        const lbl = guid();
+        const writers = Array.from({ length: 5 }, () => engine.newIndex());
+        const write = (w: MailIndex, i: number) => {
+          const ms = Array.from({ length: 10 }, () => message());
+          return w.apply(inbox, ms.map((m, n) => put(m, loc(lbl, 100 * i + n + 1, m.guid))), label(lbl)).then(
+            () => 'applied',
+            (e: unknown) => (e as Error).message,
+          );
+        };
+        await index.apply(inbox, [], label(lbl));
+        const results = await Promise.all([...writers.map(write), engine.newIndex().dropInbox(inbox).then(() => 'dropped')]);
+        for (const r of results) expect(r).to.match(/^(applied|dropped)$|removed/);
+        expect(await index.status(inbox)).to.deep.include({ messages: 0, locations: 0, labels: 0 });
+        expect(await write(index, 9)).to.match(/removed/);
+      }
+    });
+
     describe('watch leases', () => {
       it('gives each inbox one holder at a time; renewing keeps it, a lapsed lease is taken over', async () => {
         const [x, y] = [newId('ibx'), newId('ibx')];
