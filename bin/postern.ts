@@ -16,7 +16,7 @@ import { isId } from '../lib/ids.ts';
 import { readFileSync } from 'node:fs';
 import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
-import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-claims.ts';
+import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-jobs.ts';
 import { ImapMailUsers } from '../adapters/imap/users.ts';
 import { REPORT_MS } from '../lib/mail/watch-all.ts';
 import { notFound } from '../lib/errors.ts';

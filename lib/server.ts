@@ -46,7 +46,7 @@ import { Ingress } from './mail/ingress.ts';
 import { Resealer } from './mail/reseal.ts';
 import type { LiveChange } from './mail/types.ts';
 import { ImapMessageReplacer } from '../adapters/imap/replace.ts';
-import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-claims.ts';
+import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-jobs.ts';
 import { DovecotLmtp } from '../adapters/smtp/dovecot-lmtp.ts';
 import { LmtpIngress } from '../adapters/smtp/lmtp-ingress.ts';
 import { WatchAll } from './mail/watch-all.ts';

@@ -3,7 +3,6 @@
 // each once even when several migrators start together, a failed one leaving nothing behind)
 // and `postern admin migrate`. Each test works in a database of its own, dropped after.
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,33 +12,9 @@ import { migratePg, openPgPool, readPgMigrations, type MigrateResult, type PgMig
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { ConfigError, loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
-import { mailEnv } from './harness.ts';
+import { emptyDatabase } from './store-contract/postgres.ts';
 
 const BIN = join(ROOT, 'bin', 'postern');
-
-/** The server tests may create databases on: POSTERN_TEST_DATABASE_URL, else the env's cluster. */
-function serverUrl(): string {
-  return process.env.POSTERN_TEST_DATABASE_URL || mailEnv().postgres.url;
-}
-
-async function onServer<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: serverUrl() });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end();
-  }
-}
-
-/** An empty database of its own: its URL, and how to drop it (connections still open are ended). */
-async function emptyDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
-  const name = `postern_test_${randomBytes(6).toString('hex')}`;
-  await onServer((c) => c.query(`CREATE DATABASE ${name}`));
-  const url = new URL(serverUrl());
-  url.pathname = `/${name}`;
-  return { url: url.toString(), drop: () => onServer((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined) };
-}
 
 interface Run { code: number; out: Record<string, unknown>; stdout: string; stderr: string }
 

@@ -15,7 +15,7 @@ import { expect } from 'chai';
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
-import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-claims.ts';
+import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-jobs.ts';
 import { ImapMessageReplacer } from '../adapters/imap/replace.ts';
 import { ROOT } from '../lib/paths.ts';
 import { LEASE_MS, Resealer, SWEEP_MS, type MessageReplacer } from '../lib/mail/reseal.ts';

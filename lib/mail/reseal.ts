@@ -48,6 +48,15 @@ export interface ResealPlace {
   msgGuid: string;
 }
 
+/** What `postern admin inbox status` says of an inbox's sealing. */
+export interface SealingStatus {
+  /** Messages the index holds that are not known to be PGP/MIME. */
+  unsealed: number;
+  /** Places whose last attempt failed, waiting for their retry. */
+  retrying: number;
+  lastError: string | null;
+}
+
 /** The jobs in the store, shared by every process. */
 export interface ResealJobs {
   /** Up to `limit` places of the inbox's unsealed messages that are not done, not held by another, not backing off. */
@@ -64,6 +73,8 @@ export interface ResealJobs {
   markSealed(inboxId: string, msgGuid: string): Promise<void>;
   /** Forgets jobs done before `before`. */
   prune(before: number): Promise<void>;
+  /** How many of the inbox's messages are left to seal, and how their attempts fare. */
+  status(inboxId: string): Promise<SealingStatus>;
 }
 
 export interface ResealerOptions {

@@ -24,23 +24,34 @@ export interface FreshDatabase {
   drop(): Promise<void>;
 }
 
-export async function freshDatabase(poolSize = 10): Promise<FreshDatabase> {
-  const server = testDatabaseUrl();
-  const name = `postern_test_${randomBytes(6).toString('hex')}`;
-  const admin = new pg.Client({ connectionString: server });
-  await admin.connect();
+/** Runs `fn` on a connection to the test server's maintenance database. */
+async function onServer<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: testDatabaseUrl() });
+  await c.connect();
   try {
-    await admin.query(`CREATE DATABASE ${name}`);
+    return await fn(c);
   } finally {
-    await admin.end();
+    await c.end();
   }
-  const url = new URL(server);
+}
+
+/** An empty database of its own: its URL, and how to drop it (connections still open are ended). */
+export async function emptyDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+  const name = `postern_test_${randomBytes(6).toString('hex')}`;
+  await onServer((c) => c.query(`CREATE DATABASE ${name}`));
+  const url = new URL(testDatabaseUrl());
   url.pathname = `/${name}`;
-  const pool = openPgPool(url.toString(), { max: poolSize });
+  return { url: url.toString(), drop: () => onServer((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined) };
+}
+
+/** An empty database migrated as Postern migrates it, with a pool on it. */
+export async function freshDatabase(poolSize = 10): Promise<FreshDatabase> {
+  const db = await emptyDatabase();
+  const pool = openPgPool(db.url, { max: poolSize });
   await migratePg(pool);
   const directory = new PgDirectoryStore(pool);
   return {
-    url: url.toString(),
+    url: db.url,
     pool,
     async newProject() {
       const id = newId('prj');
@@ -49,13 +60,7 @@ export async function freshDatabase(poolSize = 10): Promise<FreshDatabase> {
     },
     async drop() {
       await pool.end();
-      const c = new pg.Client({ connectionString: server });
-      await c.connect();
-      try {
-        await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      } finally {
-        await c.end();
-      }
+      await db.drop();
     },
   };
 }

@@ -5,12 +5,11 @@ import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import type { ResealJobs, ResealPlace } from '../../lib/mail/reseal.ts';
 import type { MailIndexStore, MessageRecord } from '../../lib/mail/types.ts';
-import type { SealingStatus } from '../../adapters/store/sqlite/reseal-claims.ts';
 import { newId } from '../../lib/ids.ts';
 
 export interface ResealEngine {
   /** Another process's jobs on the engine's database. */
-  newJobs(): ResealJobs & { status(inboxId: string): Promise<SealingStatus> };
+  newJobs(): ResealJobs;
   index: MailIndexStore;
   close(): Promise<void>;
 }

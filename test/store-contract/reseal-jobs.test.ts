@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDb, type Db } from '../../adapters/store/sqlite/db.ts';
 import { SqliteMailIndex } from '../../adapters/store/sqlite/mail-index.ts';
-import { SqliteResealJobs } from '../../adapters/store/sqlite/reseal-claims.ts';
+import { SqliteResealJobs } from '../../adapters/store/sqlite/reseal-jobs.ts';
 import { PgMailIndex } from '../../adapters/store/postgres/mail-index.ts';
 import { PgResealJobs } from '../../adapters/store/postgres/reseal-jobs.ts';
 import { resealJobsContract } from './reseal-jobs.contract.ts';

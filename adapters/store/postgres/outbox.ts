@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
 import type { OutboxEntry, OutboxState, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
 // Which process runs is the host's to say, not the engine's: one module for both engines.
-import { stillRuns, thisProcess, type ProcessIdentity } from '../sqlite/process-liveness.ts';
+import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
 interface Row {

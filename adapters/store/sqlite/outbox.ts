@@ -5,7 +5,7 @@ import { randomBytes } from 'node:crypto';
 import type { OutboxEntry, OutboxState, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
 import type { Db } from './db.ts';
 import { groupCommitOf, type GroupCommit } from './group-commit.ts';
-import { stillRuns, thisProcess, type ProcessIdentity } from './process-liveness.ts';
+import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
 
 interface Row {
   id: string;

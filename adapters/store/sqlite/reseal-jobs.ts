@@ -1,17 +1,8 @@
 // ResealJobs on SQLite (lib/mail/reseal.ts). What is left to seal is read from the index (the
 // messages whose `sealed` is not 1, at their places); a job row exists once a process has worked
 // on a place, and its conditional upsert decides between processes.
-import type { ResealJobs, ResealPlace } from '../../../lib/mail/reseal.ts';
+import type { ResealJobs, ResealPlace, SealingStatus } from '../../../lib/mail/reseal.ts';
 import type { Db } from './db.ts';
-
-/** What `postern admin inbox status` says of an inbox's sealing. */
-export interface SealingStatus {
-  /** Messages the index holds that are not known to be PGP/MIME. */
-  unsealed: number;
-  /** Places whose last attempt failed, waiting for their retry. */
-  retrying: number;
-  lastError: string | null;
-}
 
 interface PlaceRow {
   label_guid: string;
