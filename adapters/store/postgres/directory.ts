@@ -2,72 +2,18 @@
 // one for one, with lists as arrays rather than space-joined strings.
 import type { Pool } from 'pg';
 import { DuplicateError, type DirectoryStore } from '../../../lib/directory/store.ts';
-import type { Grant, Inbox, InboxMode, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
+import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
 import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
-
-interface InboxRow {
-  id: string;
-  project_id: string;
-  imap_user: string;
-  mode: InboxMode;
-  created_at: number;
-  addresses: string[];
-}
-
-interface TokenRow {
-  id: string;
-  project_id: string;
-  member_id: string;
-  scopes: string;
-  secret_hash: Buffer;
-  created_at: number;
-  expires_at: number | null;
-  revoked_at: number | null;
-  inboxes: string[] | null;
-}
-
-interface SessionRow {
-  id: string;
-  member_id: string;
-  secret_hash: Buffer;
-  created_at: number;
-  expires_at: number;
-  revoked_at: number | null;
-}
+import { grantOf, inboxOf, tokenOf, toSession, type GrantedInboxRow, type InboxRow, type SessionRow, type TokenRow } from '../rows/directory.ts';
 
 const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
   array(SELECT address FROM inbox_addresses a WHERE a.inbox_id = i.id ORDER BY position) AS addresses
   FROM inboxes i`;
 
-const toInbox = (r: InboxRow): Inbox => ({
-  id: r.id,
-  projectId: r.project_id,
-  imapUser: r.imap_user,
-  mode: r.mode,
-  createdAt: r.created_at,
-  addresses: r.addresses,
-});
+// Lists come back as arrays on this engine.
+const toInbox = (r: InboxRow<string[]>): Inbox => inboxOf(r, r.addresses);
 
-const toToken = (r: TokenRow): TokenRecord => ({
-  id: r.id,
-  projectId: r.project_id,
-  memberId: r.member_id,
-  scopes: r.scopes ? r.scopes.split(' ') : [],
-  inboxes: r.inboxes,
-  secretHash: r.secret_hash,
-  createdAt: r.created_at,
-  expiresAt: r.expires_at,
-  revokedAt: r.revoked_at,
-});
-
-const toSession = (r: SessionRow): SessionRecord => ({
-  id: r.id,
-  memberId: r.member_id,
-  secretHash: r.secret_hash,
-  createdAt: r.created_at,
-  expiresAt: r.expires_at,
-  revokedAt: r.revoked_at,
-});
+const toToken = (r: TokenRow<string[]>): TokenRecord => tokenOf(r, r.inboxes);
 
 const stmt = statements('directory');
 
@@ -197,17 +143,17 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async getInbox(id: string): Promise<Inbox | null> {
-    const r = await rowOf<InboxRow>(this.pool, S.getInbox([id]));
+    const r = await rowOf<InboxRow<string[]>>(this.pool, S.getInbox([id]));
     return r ? toInbox(r) : null;
   }
 
   async findInboxByAddress(address: string): Promise<Inbox | null> {
-    const r = await rowOf<InboxRow>(this.pool, S.findInboxByAddress([address]));
+    const r = await rowOf<InboxRow<string[]>>(this.pool, S.findInboxByAddress([address]));
     return r ? toInbox(r) : null;
   }
 
   async getInboxByImapUser(imapUser: string): Promise<Inbox | null> {
-    const r = await rowOf<InboxRow>(this.pool, S.getInboxByImapUser([imapUser]));
+    const r = await rowOf<InboxRow<string[]>>(this.pool, S.getInboxByImapUser([imapUser]));
     return r ? toInbox(r) : null;
   }
 
@@ -224,7 +170,7 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async listInboxes(): Promise<Inbox[]> {
-    return (await rowsOf<InboxRow>(this.pool, S.listInboxes([]))).map(toInbox);
+    return (await rowsOf<InboxRow<string[]>>(this.pool, S.listInboxes([]))).map(toInbox);
   }
 
   async putGrant(g: Grant): Promise<void> {
@@ -240,9 +186,9 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async listGrants(memberId: string): Promise<Array<{ grant: Grant; inbox: Inbox }>> {
-    const rows = await rowsOf<InboxRow & { role: string; grant_created_at: number }>(this.pool, S.listGrants([memberId]));
+    const rows = await rowsOf<GrantedInboxRow<string[]>>(this.pool, S.listGrants([memberId]));
     return rows.map((r) => ({
-      grant: { memberId, inboxId: r.id, role: r.role, createdAt: r.grant_created_at },
+      grant: grantOf(memberId, r),
       inbox: toInbox(r),
     }));
   }
@@ -260,7 +206,7 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async getToken(id: string): Promise<TokenRecord | null> {
-    const r = await rowOf<TokenRow>(this.pool, S.getToken([id]));
+    const r = await rowOf<TokenRow<string[]>>(this.pool, S.getToken([id]));
     return r ? toToken(r) : null;
   }
 

@@ -36,64 +36,13 @@ import {
   type ReadResult,
   type StoredEventType,
 } from '../../../lib/events/store.ts';
-import { VISIBILITIES, type DataField, type StoredEvent, type Visibility } from '../../../lib/events/types.ts';
-
-interface EventRow {
-  position: number;
-  event_id: string;
-  project_id: string;
-  inbox_id: string | null;
-  type: string;
-  visibility: Visibility;
-  recorded_at: number;
-  body: string;
-}
-
-/** An idempotency key and the position of the event it names. */
-interface KeyRow {
-  fingerprint: string;
-  event_id: string;
-  created_at: number;
-  position: number;
-}
-
-interface TypeRow {
-  project_id: string;
-  name: string;
-  version: number;
-  description: string;
-  fields: string;
-  created_at: number;
-  updated_at: number;
-}
-
-const VISIBILITY_SET: ReadonlySet<string> = new Set(VISIBILITIES);
+import type { StoredEvent } from '../../../lib/events/types.ts';
+import { EventTypeCache, toEvent, toType, VISIBILITY_SET, type EventRow, type KeyRow, type TypeRow } from '../rows/events.ts';
+import { inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
 
-const toEvent = (r: EventRow): StoredEvent => ({
-  position: r.position,
-  eventId: r.event_id,
-  projectId: r.project_id,
-  inboxId: r.inbox_id,
-  type: r.type,
-  visibility: r.visibility,
-  recordedAt: r.recorded_at,
-  json: r.body,
-});
-
-const toType = (r: TypeRow): StoredEventType => ({
-  projectId: r.project_id,
-  name: r.name,
-  version: r.version,
-  description: r.description,
-  fields: JSON.parse(r.fields) as DataField[],
-  createdAt: r.created_at,
-  updatedAt: r.updated_at,
-});
-
-/** A named statement: prepared once per connection by `pg`, on its first use there. */
-const stmt = (name: string, text: string) => (values: unknown[]): QueryConfig<unknown[]> => ({ name: `events.${name}`, text, values });
+const stmt = statements('events');
 
 // Who may see what and which types, on top of a scan; lists are array parameters, so one
 // statement serves every length. $4 visibilities, $5 inboxes (named or allowed), $6 typed,
@@ -196,7 +145,7 @@ interface Pending {
 const MAX_BATCH = 256;
 
 export class PgEventStore implements EventStore {
-  private readonly types = new Map<string, StoredEventType>();
+  private readonly types = new EventTypeCache();
   private readonly queue: Pending[] = [];
   private pumping = false;
   private head: Promise<{ id: string; secret: Uint8Array }> | null = null;
@@ -204,32 +153,19 @@ export class PgEventStore implements EventStore {
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
   constructor(private readonly pool: Pool) {}
 
-  private async rows<R extends QueryResultRow>(q: QueryConfig<unknown[]>, client: Pool | PoolClient = this.pool): Promise<R[]> {
-    return (await client.query<R>(q)).rows;
+  private rows<R extends QueryResultRow>(q: QueryConfig<unknown[]>, client: Queryable = this.pool): Promise<R[]> {
+    return rowsOf<R>(client, q);
   }
 
-  /** Runs `fn` in a transaction, again from the start if it lost a race (`Raced`), `beforeRetry` first. */
+  /** Runs `fn` in a transaction (sql.ts), again from the start if it lost a race (`Raced`), `beforeRetry` first. */
   private async transaction<T>(fn: (c: PoolClient) => Promise<T>, beforeRetry?: () => void): Promise<T> {
-    const c = await this.pool.connect();
-    // A connection that failed to roll back is closed, not handed to the next caller mid-transaction.
-    let broken: Error | undefined;
-    try {
-      for (;;) {
-        await c.query('BEGIN');
-        try {
-          const out = await fn(c);
-          await c.query('COMMIT');
-          return out;
-        } catch (err) {
-          await c.query('ROLLBACK').catch((e: Error) => {
-            broken = e;
-          });
-          if (broken || !(err instanceof Raced)) throw err;
-          beforeRetry?.();
-        }
+    for (;;) {
+      try {
+        return await inTransaction(this.pool, fn);
+      } catch (err) {
+        if (!(err instanceof Raced)) throw err;
+        beforeRetry?.();
       }
-    } finally {
-      c.release(broken);
     }
   }
 
@@ -462,30 +398,15 @@ export class PgEventStore implements EventStore {
 
   async getType(projectId: string, name: string, version: number): Promise<StoredEventType | null> {
     const [row] = await this.rows<TypeRow>(S.getType([projectId, name, version]));
-    return row ? this.typeOf(row) : null;
+    return row ? this.types.of(row) : null;
   }
 
   async typeVersions(projectId: string, name: string, below: number | null, limit: number): Promise<StoredEventType[]> {
-    return (await this.rows<TypeRow>(S.typeVersions([projectId, name, below ?? 2 ** 31 - 1, limit]))).map((r) => this.typeOf(r));
+    return (await this.rows<TypeRow>(S.typeVersions([projectId, name, below ?? 2 ** 31 - 1, limit]))).map((r) => this.types.of(r));
   }
 
   async listTypes(projectId: string): Promise<StoredEventType[]> {
-    return (await this.rows<TypeRow>(S.listTypes([projectId]))).map((r) => this.typeOf(r));
-  }
-
-  /**
-   * Every publish reads its type: a row read again unchanged comes back as the same object,
-   * parsed once, so what callers derive from it can be found by identity.
-   */
-  private typeOf(row: TypeRow): StoredEventType {
-    const signature = `${row.project_id}\n${row.name}\n${row.version}\n${row.created_at}\n${row.updated_at}\n${row.description}\n${row.fields}`;
-    let type = this.types.get(signature);
-    if (!type) {
-      if (this.types.size >= 10_000) this.types.delete(this.types.keys().next().value!);
-      type = toType(row);
-      this.types.set(signature, type);
-    }
-    return type;
+    return (await this.rows<TypeRow>(S.listTypes([projectId]))).map((r) => this.types.of(r));
   }
 
   async keyedEvent(projectId: string, key: string, since: number): Promise<{ eventId: string; position: number } | null> {

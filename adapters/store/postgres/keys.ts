@@ -10,16 +10,8 @@ import type {
   MessageKeyRecord,
   MessageKeyStore,
 } from '../../../lib/crypto/store.ts';
+import { toEpoch, type EpochRow } from '../rows/keys.ts';
 import { isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
-
-interface EpochRow {
-  inbox_id: string;
-  epoch: number;
-  public_key: Buffer;
-  fingerprint: string;
-  sealed_private: Buffer;
-  created_at: number;
-}
 
 interface MemberKeyRow {
   member_id: string;
@@ -35,15 +27,6 @@ interface MessageKeyRow {
   wrapped_dek: Buffer;
   created_at: number;
 }
-
-const toEpoch = (r: EpochRow): EpochKeyRecord => ({
-  inboxId: r.inbox_id,
-  epoch: r.epoch,
-  publicKey: new Uint8Array(r.public_key),
-  fingerprint: r.fingerprint,
-  sealedPrivate: new Uint8Array(r.sealed_private),
-  createdAt: r.created_at,
-});
 
 const toMessageKey = (r: MessageKeyRow): MessageKeyRecord => ({
   inboxId: r.inbox_id,

@@ -7,60 +7,16 @@
 // constraint is the backstop: a draft is never stored twice whatever the locks.
 import { randomBytes } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
-import type { OutboxEntry, OutboxState, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
+import type { OutboxEntry, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
 // Which process runs is the host's to say, not the engine's: one module for both engines.
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
+import { entryOf, FORGET_OWNER_MS, MINUTE_MS, OTHER_HOST_STALE_MS, PART_BYTES, type OutboxRow } from '../rows/outbox.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
-
-interface Row {
-  id: string;
-  inbox_id: string;
-  project_id: string;
-  actor: string;
-  draft_id: string | null;
-  fingerprint: string | null;
-  state: OutboxState;
-  outcome: 'unknown' | null;
-  mail_from: string;
-  recipients: number;
-  message_id: string;
-  size: number;
-  attempts: number;
-  claims: number;
-  next_attempt_at: number;
-  created_at: number;
-}
 
 const COLUMNS = 'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
 
-const MINUTE_MS = 60_000;
-/** As on SQLite: a process on another host is taken for dead once not seen for this long. */
-const OTHER_HOST_STALE_MS = 120_000;
-/** Owners not seen for this long are forgotten (their rows were settled long before). */
-const FORGET_OWNER_MS = 7 * 24 * 3_600_000;
-/** A copy is stored in parts of this size, so no statement binds or reads a 25 MB value whole. */
-const PART_BYTES = 1024 * 1024;
 /** Recoveries by several instances at once take turns (any constant, the same everywhere). */
 const RECOVER_LOCK = '7342914530152170023';
-
-const entryOf = (r: Row): OutboxEntry => ({
-  id: r.id,
-  inboxId: r.inbox_id,
-  projectId: r.project_id,
-  actor: r.actor,
-  draftId: r.draft_id,
-  fingerprint: r.fingerprint,
-  state: r.state,
-  outcomeUnknown: r.outcome === 'unknown',
-  mailFrom: r.mail_from,
-  recipients: r.recipients,
-  messageId: r.message_id,
-  size: r.size,
-  attempts: r.attempts,
-  claims: r.claims,
-  nextAttemptAt: r.next_attempt_at,
-  createdAt: r.created_at,
-});
 
 /** The copy joined and cut into parts of PART_BYTES (one empty part for an empty copy). */
 function parts(pieces: readonly Buffer[]): Buffer[] {
@@ -168,7 +124,7 @@ export class PgOutboxStore implements OutboxStore {
       // Taken first: whoever held it has committed, so what follows sees its reservation.
       await c.query(S.lockInbox([entry.inboxId]));
       if (entry.draftId !== null) {
-        const [existing] = await rowsOf<Row>(c, S.byDraft([entry.inboxId, entry.draftId]));
+        const [existing] = await rowsOf<OutboxRow>(c, S.byDraft([entry.inboxId, entry.draftId]));
         if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
       }
       const sent = await this.countSince(c, entry.inboxId, rate.since, rate.max);
@@ -191,12 +147,12 @@ export class PgOutboxStore implements OutboxStore {
   }
 
   async get(id: string): Promise<OutboxEntry | null> {
-    const [r] = await rowsOf<Row>(this.pool, S.get([id]));
+    const [r] = await rowsOf<OutboxRow>(this.pool, S.get([id]));
     return r ? entryOf(r) : null;
   }
 
   async byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null> {
-    const [r] = await rowsOf<Row>(this.pool, S.byDraft([inboxId, draftId]));
+    const [r] = await rowsOf<OutboxRow>(this.pool, S.byDraft([inboxId, draftId]));
     return r ? entryOf(r) : null;
   }
 
@@ -263,7 +219,7 @@ export class PgOutboxStore implements OutboxStore {
   }
 
   async due(now: number, limit: number): Promise<OutboxEntry[]> {
-    return (await rowsOf<Row>(this.pool, S.due([now, limit]))).map(entryOf);
+    return (await rowsOf<OutboxRow>(this.pool, S.due([now, limit]))).map(entryOf);
   }
 
   async claim(id: string, expectedNext: number, until: number): Promise<boolean> {

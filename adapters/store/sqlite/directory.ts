@@ -3,7 +3,6 @@ import { DuplicateError, type DirectoryStore } from '../../../lib/directory/stor
 import type {
   Grant,
   Inbox,
-  InboxMode,
   Member,
   Project,
   SessionRecord,
@@ -11,72 +10,18 @@ import type {
 } from '../../../lib/directory/types.ts';
 import type { Statement } from 'better-sqlite3';
 import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
-
-interface InboxRow {
-  id: string;
-  project_id: string;
-  imap_user: string;
-  mode: InboxMode;
-  created_at: number;
-  addresses: string;
-}
-
-interface TokenRow {
-  id: string;
-  project_id: string;
-  member_id: string;
-  scopes: string;
-  secret_hash: Buffer;
-  created_at: number;
-  expires_at: number | null;
-  revoked_at: number | null;
-  inboxes: string | null;
-}
-
-interface SessionRow {
-  id: string;
-  member_id: string;
-  secret_hash: Buffer;
-  created_at: number;
-  expires_at: number;
-  revoked_at: number | null;
-}
+import { grantOf, inboxOf, tokenOf, toSession, type GrantedInboxRow, type InboxRow, type TokenRow } from '../rows/directory.ts';
 
 const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
   (SELECT group_concat(address, ' ') FROM (SELECT address FROM inbox_addresses a
      WHERE a.inbox_id = i.id ORDER BY position)) AS addresses
   FROM inboxes i`;
 
-// Addresses never contain spaces (they are validated as e-mail addresses at the edge).
-const toInbox = (r: InboxRow): Inbox => ({
-  id: r.id,
-  projectId: r.project_id,
-  imapUser: r.imap_user,
-  mode: r.mode,
-  createdAt: r.created_at,
-  addresses: r.addresses ? r.addresses.split(' ') : [],
-});
+// Lists come back as space-joined text on this engine (group_concat). Addresses never contain
+// spaces (they are validated as e-mail addresses at the edge).
+const toInbox = (r: InboxRow<string>): Inbox => inboxOf(r, r.addresses ? r.addresses.split(' ') : []);
 
-const toToken = (r: TokenRow): TokenRecord => ({
-  id: r.id,
-  projectId: r.project_id,
-  memberId: r.member_id,
-  scopes: r.scopes ? r.scopes.split(' ') : [],
-  inboxes: r.inboxes === null ? null : r.inboxes.split(' '),
-  secretHash: r.secret_hash,
-  createdAt: r.created_at,
-  expiresAt: r.expires_at,
-  revokedAt: r.revoked_at,
-});
-
-const toSession = (r: SessionRow): SessionRecord => ({
-  id: r.id,
-  memberId: r.member_id,
-  secretHash: r.secret_hash,
-  createdAt: r.created_at,
-  expiresAt: r.expires_at,
-  revokedAt: r.revoked_at,
-});
+const toToken = (r: TokenRow<string>): TokenRecord => tokenOf(r, r.inboxes === null ? null : r.inboxes.split(' '));
 
 export class SqliteDirectoryStore implements DirectoryStore {
   private readonly q;
@@ -201,7 +146,7 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async listInboxes(): Promise<Inbox[]> {
-    return (this.q.listInboxes.all() as InboxRow[]).map(toInbox);
+    return (this.q.listInboxes.all() as InboxRow<string>[]).map(toInbox);
   }
 
   async putGrant(g: Grant): Promise<void> {
@@ -217,11 +162,9 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async listGrants(memberId: string): Promise<Array<{ grant: Grant; inbox: Inbox }>> {
-    const rows = this.q.listGrants.all(memberId) as Array<
-      InboxRow & { role: string; grant_created_at: number }
-    >;
+    const rows = this.q.listGrants.all(memberId) as GrantedInboxRow<string>[];
     return rows.map((r) => ({
-      grant: { memberId, inboxId: r.id, role: r.role, createdAt: r.grant_created_at },
+      grant: grantOf(memberId, r),
       inbox: toInbox(r),
     }));
   }

@@ -14,37 +14,10 @@ import {
   type ReadResult,
   type StoredEventType,
 } from '../../../lib/events/store.ts';
-import { VISIBILITIES, type DataField, type StoredEvent, type Visibility } from '../../../lib/events/types.ts';
+import type { StoredEvent, Visibility } from '../../../lib/events/types.ts';
+import { EventTypeCache, toEvent, toType, VISIBILITY_SET, type EventRow, type KeyRow, type TypeRow } from '../rows/events.ts';
 import type { Db } from './db.ts';
 import { groupCommitOf, type GroupCommit } from './group-commit.ts';
-
-interface EventRow {
-  position: number;
-  event_id: string;
-  project_id: string;
-  inbox_id: string | null;
-  type: string;
-  visibility: Visibility;
-  recorded_at: number;
-  body: string;
-}
-
-interface TypeRow {
-  project_id: string;
-  name: string;
-  version: number;
-  description: string;
-  fields: string;
-  created_at: number;
-  updated_at: number;
-}
-
-interface KeyRow {
-  fingerprint: string;
-  event_id: string;
-  position: number;
-  created_at: number;
-}
 
 /** The prepared reads of one filter shape: the fast page, the bounded page, and how far a short page looked. */
 interface ReadShape {
@@ -53,30 +26,7 @@ interface ReadShape {
   scanned: Statement<unknown[], { last: number | null; n: number }>;
 }
 
-const VISIBILITY_SET: ReadonlySet<string> = new Set(VISIBILITIES);
-
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
-
-const toEvent = (r: EventRow): StoredEvent => ({
-  position: r.position,
-  eventId: r.event_id,
-  projectId: r.project_id,
-  inboxId: r.inbox_id,
-  type: r.type,
-  visibility: r.visibility,
-  recordedAt: r.recorded_at,
-  json: r.body,
-});
-
-const toType = (r: TypeRow): StoredEventType => ({
-  projectId: r.project_id,
-  name: r.name,
-  version: r.version,
-  description: r.description,
-  fields: JSON.parse(r.fields) as DataField[],
-  createdAt: r.created_at,
-  updatedAt: r.updated_at,
-});
 
 export class SqliteEventStore implements EventStore {
   private readonly s: {
@@ -98,7 +48,7 @@ export class SqliteEventStore implements EventStore {
   };
   private readonly appendOne: (req: AppendRequest) => AppendResult;
   private readonly commits: GroupCommit;
-  private readonly types = new Map<string, StoredEventType>();
+  private readonly types = new EventTypeCache();
   private readonly reads = new Map<string, ReadShape>();
   private readonly upsertTx: (
     projectId: string,
@@ -290,30 +240,15 @@ export class SqliteEventStore implements EventStore {
 
   async getType(projectId: string, name: string, version: number): Promise<StoredEventType | null> {
     const row = this.s.getType.get(projectId, name, version);
-    return row ? this.typeOf(row) : null;
+    return row ? this.types.of(row) : null;
   }
 
   async typeVersions(projectId: string, name: string, below: number | null, limit: number): Promise<StoredEventType[]> {
-    return this.s.typeVersions.all(projectId, name, below ?? Number.MAX_SAFE_INTEGER, limit).map((r) => this.typeOf(r));
+    return this.s.typeVersions.all(projectId, name, below ?? Number.MAX_SAFE_INTEGER, limit).map((r) => this.types.of(r));
   }
 
   async listTypes(projectId: string): Promise<StoredEventType[]> {
-    return this.s.listTypes.all(projectId).map((r) => this.typeOf(r));
-  }
-
-  /**
-   * Every publish reads its type: a row read again unchanged comes back as the same object,
-   * parsed once, so what callers derive from it can be found by identity.
-   */
-  private typeOf(row: TypeRow): StoredEventType {
-    const signature = `${row.project_id}\n${row.name}\n${row.version}\n${row.created_at}\n${row.updated_at}\n${row.description}\n${row.fields}`;
-    let type = this.types.get(signature);
-    if (!type) {
-      if (this.types.size >= 10_000) this.types.delete(this.types.keys().next().value!);
-      type = toType(row);
-      this.types.set(signature, type);
-    }
-    return type;
+    return this.s.listTypes.all(projectId).map((r) => this.types.of(r));
   }
 
   async keyedEvent(projectId: string, key: string, since: number): Promise<{ eventId: string; position: number } | null> {

@@ -8,25 +8,8 @@ import type {
   MessageKeyRecord,
   MessageKeyStore,
 } from '../../../lib/crypto/store.ts';
+import { toEpoch, type EpochRow } from '../rows/keys.ts';
 import { isUniqueViolation, type Db } from './db.ts';
-
-interface EpochRow {
-  inbox_id: string;
-  epoch: number;
-  public_key: Buffer;
-  fingerprint: string;
-  sealed_private: Buffer;
-  created_at: number;
-}
-
-const toEpoch = (r: EpochRow): EpochKeyRecord => ({
-  inboxId: r.inbox_id,
-  epoch: r.epoch,
-  publicKey: new Uint8Array(r.public_key),
-  fingerprint: r.fingerprint,
-  sealedPrivate: new Uint8Array(r.sealed_private),
-  createdAt: r.created_at,
-});
 
 export class SqliteKeyStore implements EpochKeyStore, MemberKeyStore, MessageKeyStore {
   private readonly s;

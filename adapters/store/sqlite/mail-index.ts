@@ -1,53 +1,10 @@
 // The mailbox index in SQLite (DESIGN.md 4). Statements are prepared once; every write goes
 // through one transaction per batch so a label's sync state never runs ahead of its rows.
 import type { Statement } from 'better-sqlite3';
-import type { SpecialUse } from '../../../schemas/wire.ts';
 import type { IndexOp, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
 import { notFound } from '../../../lib/errors.ts';
 import { rowOrNull, type Db } from './db.ts';
-
-interface LabelRow {
-  guid: string;
-  path: string;
-  special_use: string | null;
-  uid_validity: number;
-  uid_next: number;
-  highest_modseq: number;
-  fill_low: number | null;
-}
-
-interface MessageRow {
-  guid: string;
-  size: number;
-  received_at: number;
-  date: string | null;
-  from_text: string | null;
-  to_text: string | null;
-  cc_text: string | null;
-  reply_to_text: string | null;
-  subject: string | null;
-  message_id: string | null;
-  in_reply_to: string | null;
-  from_address: string | null;
-}
-
-interface LocationRow {
-  label_guid: string;
-  uid: number;
-  msg_guid: string;
-  modseq: number;
-  flags: string;
-}
-
-const toLabel = (r: LabelRow): LabelState => ({
-  guid: r.guid,
-  path: r.path,
-  specialUse: r.special_use as SpecialUse | null,
-  uidValidity: r.uid_validity,
-  uidNext: r.uid_next,
-  highestModseq: r.highest_modseq,
-  fillLow: r.fill_low,
-});
+import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
 
 /** A label's row to write; `fillLow` left out keeps what the row says (a rename, say). */
 const labelParams = (inboxId: string, l: LabelState) => ({
@@ -66,29 +23,6 @@ const messageParams = (inboxId: string, m: MessageRecord) => {
   const { sealed, ...rest } = m;
   return { inboxId, ...rest, sealed: sealed === undefined ? null : sealed ? 1 : 0 };
 };
-
-const toMessage = (r: MessageRow): MessageRecord => ({
-  guid: r.guid,
-  size: r.size,
-  receivedAt: r.received_at,
-  date: r.date,
-  from: r.from_text,
-  to: r.to_text,
-  cc: r.cc_text,
-  replyTo: r.reply_to_text,
-  subject: r.subject,
-  messageId: r.message_id,
-  inReplyTo: r.in_reply_to,
-  fromAddress: r.from_address,
-});
-
-const toLocation = (r: LocationRow): Location => ({
-  labelGuid: r.label_guid,
-  uid: r.uid,
-  msgGuid: r.msg_guid,
-  modseq: r.modseq,
-  flags: JSON.parse(r.flags) as string[],
-});
 
 const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() === '\\seen') ? 1 : 0);
 

@@ -2,62 +2,13 @@
 // the sending rate's per-minute counts in mail_send_minutes, 21; outcomes, owners and the
 // processes they name, 23).
 import { randomBytes } from 'node:crypto';
-import type { OutboxEntry, OutboxState, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
+import type { OutboxEntry, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
 import type { Db } from './db.ts';
 import { groupCommitOf, type GroupCommit } from './group-commit.ts';
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
-
-interface Row {
-  id: string;
-  inbox_id: string;
-  project_id: string;
-  actor: string;
-  draft_id: string | null;
-  fingerprint: string | null;
-  state: OutboxState;
-  outcome: 'unknown' | null;
-  mail_from: string;
-  recipients: number;
-  message_id: string;
-  size: number;
-  attempts: number;
-  claims: number;
-  next_attempt_at: number;
-  created_at: number;
-}
+import { entryOf, FORGET_OWNER_MS, MINUTE_MS, OTHER_HOST_STALE_MS, PART_BYTES, type OutboxRow } from '../rows/outbox.ts';
 
 const COLUMNS = 'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
-
-const MINUTE_MS = 60_000;
-/**
- * A process on another host (a container beside this one, sharing the store's volume) is taken
- * for dead once it has not said it runs for this long; one on this host is checked directly.
- */
-const OTHER_HOST_STALE_MS = 120_000;
-/** Owners not seen for this long are forgotten (their rows were settled long before). */
-const FORGET_OWNER_MS = 7 * 24 * 3_600_000;
-
-/** A copy is stored in parts of this size, so no statement binds or reads a 25 MB value whole. */
-const PART_BYTES = 1024 * 1024;
-
-const entryOf = (r: Row): OutboxEntry => ({
-  id: r.id,
-  inboxId: r.inbox_id,
-  projectId: r.project_id,
-  actor: r.actor,
-  draftId: r.draft_id,
-  fingerprint: r.fingerprint,
-  state: r.state,
-  outcomeUnknown: r.outcome === 'unknown',
-  mailFrom: r.mail_from,
-  recipients: r.recipients,
-  messageId: r.message_id,
-  size: r.size,
-  attempts: r.attempts,
-  claims: r.claims,
-  nextAttemptAt: r.next_attempt_at,
-  createdAt: r.created_at,
-});
 
 /**
  * The copy's pieces cut into parts of PART_BYTES (the last one shorter; one empty part for an
@@ -111,8 +62,8 @@ export class SqliteOutboxStore implements OutboxStore {
       countSend: db.prepare<[string, number]>('INSERT INTO mail_send_minutes (inbox_id, minute, sends) VALUES (?, ?, 1) ON CONFLICT (inbox_id, minute) DO UPDATE SET sends = sends + 1'),
       uncountSend: db.prepare<[string, number]>('UPDATE mail_send_minutes SET sends = sends - 1 WHERE inbox_id = ? AND minute = ?'),
       forgetMinutes: db.prepare<[string, number]>('DELETE FROM mail_send_minutes WHERE inbox_id = ? AND minute < ?'),
-      byDraft: db.prepare<[string, string], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?`),
-      get: db.prepare<[string], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE id = ?`),
+      byDraft: db.prepare<[string, string], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?`),
+      get: db.prepare<[string], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE id = ?`),
       insert: db.prepare(
         `INSERT INTO mail_outbox (${COLUMNS}, owner) VALUES (@id, @inboxId, @projectId, @actor, @draftId, @fingerprint, 'relaying', NULL, @mailFrom, @recipients, @messageId, @size, 0, 0, @nextAttemptAt, @createdAt, @owner)`,
       ),
@@ -125,7 +76,7 @@ export class SqliteOutboxStore implements OutboxStore {
       sending: db.prepare<[string]>("UPDATE mail_outbox SET state = 'sending' WHERE id = ? AND state = 'relaying'"),
       relayed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')"),
       unknown: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')"),
-      due: db.prepare<[number, number], Row>(`SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`),
+      due: db.prepare<[number, number], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`),
       claim: db.prepare<[number, string, string, number]>("UPDATE mail_outbox SET next_attempt_at = ?, owner = ?, claims = claims + 1 WHERE id = ? AND state = 'filing' AND next_attempt_at = ?"),
       retry: db.prepare<[number, string]>("UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = ? WHERE id = ? AND state = 'filing'"),
       filed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filed', filed_at = ? WHERE id = ?"),

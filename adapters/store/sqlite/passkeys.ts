@@ -7,35 +7,12 @@ import type {
   PasskeyRecord,
   PasskeyStore,
 } from '../../../lib/auth/passkey-store.ts';
+import { passkeyOf, type PasskeyRow as EnginePasskeyRow } from '../rows/passkeys.ts';
 import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
 
-interface PasskeyRow {
-  id: string;
-  member_id: string;
-  credential_id: string;
-  public_key: Buffer;
-  counter: number;
-  transports: string;
-  name: string;
-  backed_up: number;
-  created_at: number;
-  last_used_at: number | null;
-  disabled_at: number | null;
-}
-
-const toPasskey = (r: PasskeyRow): PasskeyRecord => ({
-  id: r.id,
-  memberId: r.member_id,
-  credentialId: r.credential_id,
-  publicKey: r.public_key,
-  counter: r.counter,
-  transports: r.transports ? r.transports.split(' ') : [],
-  name: r.name,
-  backedUp: r.backed_up === 1,
-  createdAt: r.created_at,
-  lastUsedAt: r.last_used_at,
-  disabledAt: r.disabled_at,
-});
+// backed_up is a 0/1 INTEGER on this engine (SQLite has no booleans).
+type PasskeyRow = EnginePasskeyRow<number>;
+const toPasskey = (r: PasskeyRow): PasskeyRecord => passkeyOf(r, r.backed_up === 1);
 
 const SESSION_COLUMNS = 'id, member_id AS memberId, passkey_id AS passkeyId, created_at AS createdAt, expires_at AS expiresAt, revoked_at AS revokedAt';
 

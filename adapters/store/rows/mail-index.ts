@@ -1,0 +1,70 @@
+// The mail index's rows as both engines return them (same tables and columns; PostgreSQL's
+// BIGINT columns come back as numbers, postgres/db.ts), and their mapping to the domain's records.
+import type { SpecialUse } from '../../../schemas/wire.ts';
+import type { LabelState, Location, MessageRecord } from '../../../lib/mail/types.ts';
+
+export interface LabelRow {
+  guid: string;
+  path: string;
+  special_use: string | null;
+  uid_validity: number;
+  uid_next: number;
+  highest_modseq: number;
+  fill_low: number | null;
+}
+
+export interface MessageRow {
+  guid: string;
+  size: number;
+  received_at: number;
+  date: string | null;
+  from_text: string | null;
+  to_text: string | null;
+  cc_text: string | null;
+  reply_to_text: string | null;
+  subject: string | null;
+  message_id: string | null;
+  in_reply_to: string | null;
+  from_address: string | null;
+}
+
+export interface LocationRow {
+  label_guid: string;
+  uid: number;
+  msg_guid: string;
+  modseq: number;
+  flags: string;
+}
+
+export const toLabel = (r: LabelRow): LabelState => ({
+  guid: r.guid,
+  path: r.path,
+  specialUse: r.special_use as SpecialUse | null,
+  uidValidity: r.uid_validity,
+  uidNext: r.uid_next,
+  highestModseq: r.highest_modseq,
+  fillLow: r.fill_low,
+});
+
+export const toMessage = (r: MessageRow): MessageRecord => ({
+  guid: r.guid,
+  size: r.size,
+  receivedAt: r.received_at,
+  date: r.date,
+  from: r.from_text,
+  to: r.to_text,
+  cc: r.cc_text,
+  replyTo: r.reply_to_text,
+  subject: r.subject,
+  messageId: r.message_id,
+  inReplyTo: r.in_reply_to,
+  fromAddress: r.from_address,
+});
+
+export const toLocation = (r: LocationRow): Location => ({
+  labelGuid: r.label_guid,
+  uid: r.uid,
+  msgGuid: r.msg_guid,
+  modseq: r.modseq,
+  flags: JSON.parse(r.flags) as string[],
+});

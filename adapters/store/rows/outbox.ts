@@ -1,0 +1,53 @@
+// The outbox's rows as both engines return them (same tables and columns; PostgreSQL's BIGINT
+// columns come back as numbers, postgres/db.ts), their mapping to the domain's records, and the
+// limits both adapters must agree on.
+import type { OutboxEntry, OutboxState } from '../../../lib/send/ports.ts';
+
+export interface OutboxRow {
+  id: string;
+  inbox_id: string;
+  project_id: string;
+  actor: string;
+  draft_id: string | null;
+  fingerprint: string | null;
+  state: OutboxState;
+  outcome: 'unknown' | null;
+  mail_from: string;
+  recipients: number;
+  message_id: string;
+  size: number;
+  attempts: number;
+  claims: number;
+  next_attempt_at: number;
+  created_at: number;
+}
+
+export const MINUTE_MS = 60_000;
+/**
+ * A process on another host (a container beside this one, sharing the store's volume) is taken
+ * for dead once it has not said it runs for this long; one on this host is checked directly.
+ */
+export const OTHER_HOST_STALE_MS = 120_000;
+/** Owners not seen for this long are forgotten (their rows were settled long before). */
+export const FORGET_OWNER_MS = 7 * 24 * 3_600_000;
+/** A copy is stored in parts of this size, so no statement binds or reads a 25 MB value whole. */
+export const PART_BYTES = 1024 * 1024;
+
+export const entryOf = (r: OutboxRow): OutboxEntry => ({
+  id: r.id,
+  inboxId: r.inbox_id,
+  projectId: r.project_id,
+  actor: r.actor,
+  draftId: r.draft_id,
+  fingerprint: r.fingerprint,
+  state: r.state,
+  outcomeUnknown: r.outcome === 'unknown',
+  mailFrom: r.mail_from,
+  recipients: r.recipients,
+  messageId: r.message_id,
+  size: r.size,
+  attempts: r.attempts,
+  claims: r.claims,
+  nextAttemptAt: r.next_attempt_at,
+  createdAt: r.created_at,
+});
