@@ -128,17 +128,23 @@ export class SendService {
 
   /**
    * The checks that need nothing opened: who may send as `from` (403), the recipients and the
-   * sending rate (422). /send makes them before opening a sealed draft; send() makes them again
-   * (the rate for good when it reserves). Gives the recipients, each once.
+   * sending rate (422). /send makes them before opening a sealed draft; send() makes them again,
+   * the rate for good when it reserves. Gives the recipients, each once.
    */
   async admit(inbox: Inbox, req: { from: string; to: readonly string[] }): Promise<string[]> {
+    const to = this.envelopeOf(inbox, req);
+    if ((await this.outbox.sentSince(inbox.id, Date.now() - HOUR_MS, this.limits.perHour)) >= this.limits.perHour) throw this.rateLimited();
+    return to;
+  }
+
+  /** Who may send as `from` (403) and the recipients (422): the recipients, each once. */
+  private envelopeOf(inbox: Inbox, req: { from: string; to: readonly string[] }): string[] {
     const from = req.from.toLowerCase();
     if (!inbox.addresses.some((a) => a.toLowerCase() === from)) throw forbidden(`this inbox cannot send as ${req.from}`);
     // Each recipient once, as the client spelled it (a local part may be case-sensitive).
     const once = new Set<string>();
     const to = req.to.filter((a) => !once.has(a.toLowerCase()) && once.add(a.toLowerCase()));
     if (to.length < 1 || to.length > MAX_RECIPIENTS) throw unprocessable(`a message goes to 1 to ${MAX_RECIPIENTS} recipients`);
-    if ((await this.outbox.sentSince(inbox.id, Date.now() - HOUR_MS, this.limits.perHour)) >= this.limits.perHour) throw this.rateLimited();
     return to;
   }
 
@@ -148,7 +154,8 @@ export class SendService {
 
   private async relayAndQueue(inbox: Inbox, actor: string, req: SendRequest): Promise<{ sent: true }> {
     const from = req.from.toLowerCase();
-    const to = await this.admit(inbox, req);
+    // The rate is not read here: the reservation below counts it, atomically, at no extra read.
+    const to = this.envelopeOf(inbox, req);
     if (req.raw.length > MAX_MESSAGE_BYTES) throw unprocessable(`the message is over the ${MAX_MESSAGE_BYTES} byte limit`);
 
     const { head, body } = splitHeader(req.raw);
