@@ -125,7 +125,7 @@ function anyFreePort(): Promise<number> {
 }
 
 export async function runDemo(_args: string[]): Promise<void> {
-  process.stderr.write('Starting the mail environment (the first run installs Dovecot, Postfix and Redis)…\n');
+  process.stderr.write('Starting the mail environment (the first run installs Dovecot, Postfix, Redis and PostgreSQL)…\n');
   const env = await up();
   const dir = process.env.POSTERN_DEMO_DIR ?? join(env.dir, 'demo');
   rmSync(dir, { recursive: true, force: true });
