@@ -11,16 +11,10 @@ import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
 import { envVars, mailEnv, unique } from './harness.ts';
-import { spawnListening, stopProcess } from './processes.ts';
+import { runPostern, spawnListening, stopProcess, type PosternRun } from './processes.ts';
 
 const BIN = join(ROOT, 'bin', 'postern');
 
-interface Run {
-  code: number;
-  out: Record<string, unknown>;
-  stdout: string;
-  stderr: string;
-}
 
 describe('staff CLI', function () {
   // Each command is a fresh Node process: seconds apiece on a busy machine.
@@ -28,25 +22,7 @@ describe('staff CLI', function () {
   let dir: string;
   let env: Record<string, string>;
 
-  const run = (...args: string[]): Promise<Run> =>
-    new Promise((resolve, reject) => {
-      const child = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-      let stdout = '';
-      let stderr = '';
-      child.stdout.on('data', (d: Buffer) => (stdout += d));
-      child.stderr.on('data', (d: Buffer) => (stderr += d));
-      child.on('error', reject);
-      child.on('close', (code) => {
-        const lines = stdout.trim().split('\n');
-        let out: Record<string, unknown> = {};
-        try {
-          out = JSON.parse(lines.at(-1) ?? '') as Record<string, unknown>;
-        } catch {
-          // Left empty: the assertion on `out` reports it.
-        }
-        resolve({ code: code ?? -1, out, stdout, stderr });
-      });
-    });
+  const run = (...args: string[]): Promise<PosternRun> => runPostern(args, env);
 
   const ok = async (...args: string[]) => {
     const r = await run(...args);

@@ -2,7 +2,6 @@
 // server POSTERN_TEST_DATABASE_URL names), the pool's settings, the migrations (applied in order,
 // each once even when several migrators start together, a failed one leaving nothing behind)
 // and `postern admin migrate`. Each test works in a database of its own, dropped after.
-import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,32 +10,8 @@ import pg from 'pg';
 import { migratePg, openPgPool, readPgMigrations, type MigrateResult, type PgMigration } from '../adapters/store/postgres/db.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { ConfigError, loadConfig } from '../lib/config.ts';
-import { ROOT } from '../lib/paths.ts';
+import { runPostern as postern } from './processes.ts';
 import { emptyDatabase } from './store-contract/postgres.ts';
-
-const BIN = join(ROOT, 'bin', 'postern');
-
-interface Run { code: number; out: Record<string, unknown>; stdout: string; stderr: string }
-
-function postern(args: string[], env: Record<string, string>): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d));
-    child.stderr.on('data', (d: Buffer) => (stderr += d));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      let out: Record<string, unknown> = {};
-      try {
-        out = JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as Record<string, unknown>;
-      } catch {
-        // Left empty: the assertion on `out` reports it.
-      }
-      resolve({ code: code ?? -1, out, stdout, stderr });
-    });
-  });
-}
 
 const EVENT_LOG_TABLES = ['events', 'event_streams', 'event_idempotency', 'event_log', 'event_types'];
 

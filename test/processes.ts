@@ -48,6 +48,35 @@ export async function spawnListening(cmd: string, argv: string[], env: Record<st
   return { child, url };
 }
 
+/** What a one-shot `postern` command did: its exit code, its last stdout line as JSON (or {}), and its output. */
+export interface PosternRun {
+  code: number;
+  out: Record<string, unknown>;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `bin/postern ARGS…` to its end with `env` over this process's environment. */
+export function runPostern(args: readonly string[], env: Record<string, string>): Promise<PosternRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(join(ROOT, 'bin', 'postern'), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      let out: Record<string, unknown> = {};
+      try {
+        out = JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as Record<string, unknown>;
+      } catch {
+        // Left empty: the assertion on `out` reports it.
+      }
+      resolve({ code: code ?? -1, out, stdout, stderr });
+    });
+  });
+}
+
 /** `postern serve` from the sources, optionally with extra node flags (a profiler, say). */
 export function spawnPostern(env: Record<string, string>, nodeArgs: string[] = []): Promise<Listening> {
   const loader = join(ROOT, 'node_modules/tsx/dist/loader.mjs');
