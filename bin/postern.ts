@@ -16,6 +16,9 @@ import { isId } from '../lib/ids.ts';
 import { readFileSync } from 'node:fs';
 import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
 import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
+import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
+import { MemoryBus } from '../adapters/bus/memory.ts';
+import { EventLog, SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-jobs.ts';
 import { ImapMailUsers } from '../adapters/imap/users.ts';
 import { REPORT_MS } from '../lib/mail/watch-all.ts';
@@ -69,7 +72,7 @@ function seconds(value: string | undefined, name: string): number | undefined {
 
 const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
 
-function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDirectoryStore; index: SqliteMailIndex; sealing: SqliteResealJobs; config: Config; passkeys: Passkeys; close: () => void } {
+function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDirectoryStore; index: SqliteMailIndex; sealing: SqliteResealJobs; config: Config; passkeys: Passkeys; events: EventLog; close: () => void } {
   const config = loadConfig();
   const db = openDb(config.dbFile);
   // The same POSTERN_MASTER_KEY as `serve`: only commands that make or open keys need it, and
@@ -97,7 +100,9 @@ function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDi
     sessionTtlSeconds: config.sessionTtlSeconds,
     inviteTtlSeconds: config.app.inviteTtlSeconds,
   });
-  return { admin, userKeys: new UserKeys(keyStore, keys), directory, index, sealing: new SqliteResealJobs(db), config, passkeys, close: () => db.close() };
+  // What staff commands record goes to the store; a running server's readers find it there.
+  const events = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: config.events.settleMs });
+  return { admin, userKeys: new UserKeys(keyStore, keys), directory, index, sealing: new SqliteResealJobs(db), config, passkeys, events, close: () => db.close() };
 }
 
 const ADMIN_COMMANDS = ['project create', 'member add', 'member set-key', 'member invite', 'inbox add', 'inbox remove', 'inbox status', 'inbox rotate-key', 'token create', 'token revoke', 'session create'];
@@ -108,7 +113,7 @@ async function admin(args: string[]): Promise<unknown> {
   const [command, tail] = ADMIN_COMMANDS.includes(twoWords) ? [twoWords, args.slice(2)] : [args[0] ?? '', args.slice(1)];
   // Before the SQLite store and the keys are opened: migrate is the one command for PostgreSQL.
   if (command === 'migrate') return migrate(tail);
-  const { admin, userKeys, directory, index, sealing, config, passkeys, close } = adminFromEnv();
+  const { admin, userKeys, directory, index, sealing, config, passkeys, events, close } = adminFromEnv();
   try {
     switch (command) {
       case 'project create': {
@@ -135,7 +140,19 @@ async function admin(args: string[]): Promise<unknown> {
         } catch (err) {
           throw new UsageError(`cannot read ${file}: ${(err as Error).message}`);
         }
-        return { memberId, ...(await userKeys.set(memberId, bytes)) };
+        const previous = await userKeys.fingerprint(memberId);
+        const set = await userKeys.set(memberId, bytes);
+        // Staff widening who can read a member's mail is in the project log like a member's own change.
+        if (set.fingerprint !== previous) {
+          await events.record({
+            type: 'access.key.set',
+            projectId: member.projectId,
+            actor: SYSTEM_ACTOR,
+            subject: memberId,
+            data: { memberId, fingerprint: set.fingerprint, ...(previous ? { previousFingerprint: previous } : {}), confirmedBy: 'staff' },
+          });
+        }
+        return { memberId, ...set };
       }
       case 'inbox add': {
         const v = flags(tail, {

@@ -1,6 +1,6 @@
 // The staff CLI is a contract: commands, flags, one JSON object on stdout, exit codes.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
@@ -10,6 +10,8 @@ import { ROOT } from '../lib/paths.ts';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
+import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
+import { userKeyPair } from './crypto-fixtures.ts';
 import { envVars, mailEnv, unique } from './harness.ts';
 import { runPostern, spawnListening, stopProcess, type PosternRun } from './processes.ts';
 
@@ -104,6 +106,30 @@ describe('staff CLI', function () {
       expect((await list(bearer(token.token))).status).to.equal(401);
     } finally {
       await server.stop();
+    }
+  });
+
+  it('member set-key records access.key.set as staff, once per change, like a member\'s own change', async () => {
+    const project = (await ok('admin', 'project', 'create', '--name', 'keys')).id as string;
+    const member = (await ok('admin', 'member', 'add', '--project', project, '--email', `${unique('k')}@example.org`)).id as string;
+    const [first, second] = [(await userKeyPair()).armoredPublic, (await userKeyPair()).armoredPublic];
+    writeFileSync(join(dir, 'first.asc'), first);
+    writeFileSync(join(dir, 'second.asc'), second);
+    const a = await ok('admin', 'member', 'set-key', '--member', member, '--public-key-file', join(dir, 'first.asc'));
+    // The same key again changes nothing, and records nothing.
+    expect(await ok('admin', 'member', 'set-key', '--member', member, '--public-key-file', join(dir, 'first.asc'))).to.deep.equal(a);
+    const b = await ok('admin', 'member', 'set-key', '--member', member, '--public-key-file', join(dir, 'second.asc'));
+    const db = openDb(env.POSTERN_DB!);
+    try {
+      const recorded = (await new SqliteEventStore(db).readAll(0, 10_000))
+        .filter((e) => e.projectId === project && e.type === 'access.key.set')
+        .map((e) => JSON.parse(e.json) as { actor: string; subject: string; data: Record<string, unknown> });
+      expect(recorded.map((e) => [e.actor, e.subject, e.data])).to.deep.equal([
+        ['sys_postern', member, { memberId: member, fingerprint: a.fingerprint, confirmedBy: 'staff' }],
+        ['sys_postern', member, { memberId: member, fingerprint: b.fingerprint, previousFingerprint: a.fingerprint, confirmedBy: 'staff' }],
+      ]);
+    } finally {
+      db.close();
     }
   });
 

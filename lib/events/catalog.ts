@@ -182,7 +182,7 @@ const BUILTINS: BuiltinSpec[] = [
   {
     name: 'access.key.set',
     description:
-      "A member's encryption key (PUT /me/key) was set or replaced: /keys seals every epoch key to it from now on. A replacement is confirmed with a fresh passkey assertion; the first key may rely on a session minutes old.",
+      "A member's encryption key (PUT /me/key, or staff's `postern admin member set-key`) was set or replaced: /keys seals every epoch key to it from now on. A member's replacement is confirmed with a fresh passkey assertion; the first key may rely on a session minutes old.",
     class: 'access',
     visibility: 'project',
     status: 'stable',
@@ -191,7 +191,7 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'memberId', type: 'string', pattern: MEM, required: true, description: 'Whose key.' },
       { name: 'fingerprint', type: 'string', pattern: FINGERPRINT, required: true, description: 'The new key\'s fingerprint.' },
       { name: 'previousFingerprint', type: 'string', pattern: FINGERPRINT, description: 'The key it replaced; absent for the first key.' },
-      { name: 'confirmedBy', type: 'string', enum: ['passkey', 'fresh-session'], required: true, description: 'A fresh passkey assertion, or (first key only) a session at most POSTERN_REAUTH_MAX_AGE old.' },
+      { name: 'confirmedBy', type: 'string', enum: ['passkey', 'fresh-session', 'staff'], required: true, description: 'A fresh passkey assertion, (first key only) a session at most POSTERN_REAUTH_MAX_AGE old, or staff on the server (postern admin member set-key).' },
       { name: 'passkeyId', type: 'string', pattern: PKY, description: 'The passkey that confirmed it (or that opened the fresh session).' },
     ],
   },
