@@ -14,7 +14,7 @@ import { untilSignal } from '../bin/signals.ts';
 import { loadConfig } from '../lib/config.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
 import { createPostern } from '../lib/server.ts';
-import { addUser, down, posternEnv, up, type MailEnv } from './mailenv.ts';
+import { addUser, down, flushQueue, posternEnv, up, type MailEnv } from './mailenv.ts';
 import { buildApp } from './build-app.ts';
 
 const DEMO_PASSWORD = 'demo-password';
@@ -99,9 +99,17 @@ async function deliverSeed(env: MailEnv, user: string): Promise<void> {
   } finally {
     transport.close();
   }
-  await asMailApp(env, user, async (client) => {
-    for (let i = 0; i < 50 && (await countInbox(client)) < 3; i++) await new Promise((r) => setTimeout(r, 200));
+  // Postfix may hold it back a while if it found the ingress port closed before Postern listened
+  // (an earlier run, a test): its queue is flushed every 2 s, so it waits for Postern only.
+  const arrived = await asMailApp(env, user, async (client) => {
+    for (let i = 1; i <= 300; i++) {
+      if ((await countInbox(client)) >= 3) return true;
+      if (i % 10 === 0) await flushQueue(env.dir);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    return false;
   });
+  if (!arrived) process.stderr.write('The delivered demo message has not arrived in 60 s: see the Postfix log in the environment directory.\n');
 }
 
 const TOKEN_SETS: Record<string, string[]> = {
@@ -178,7 +186,12 @@ export async function runDemo(_args: string[]): Promise<void> {
     const taken = (err as NodeJS.ErrnoException).code === 'EADDRINUSE';
     throw taken ? new Error(`a port the demo needs is taken (${(err as Error).message}): is another demo, or an ingress test, running on this mail environment?`) : err;
   });
-  if (seeded) await deliverSeed(env, demoUser);
+  if (seeded) {
+    await deliverSeed(env, demoUser);
+    // Dovecot has it; the index learns of it from the push hint a moment later. The first listing
+    // a user makes should show it, so one pass now.
+    await postern.mailMirror.syncNow({ id: inbox.id, imapUser: demoUser, addresses: [demoUser] });
+  }
   const base = `${url}/v1`;
   const app = `${url}/api/v1`;
   const summary = {

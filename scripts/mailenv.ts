@@ -22,6 +22,7 @@ export { posternEnv, type MailEnv } from './mailenv/env.ts';
 export type { MailEnvOptions } from './mailenv/layout.ts';
 export { down, ensurePackages, portsFree, status, up } from './mailenv/lifecycle.ts';
 export { addUser } from './mailenv/passwd.ts';
+export { flushQueue } from './mailenv/services/postfix.ts';
 export { addSenderLogin, addSenderLogins } from './mailenv/sender-logins.ts';
 export type { ServiceName } from './mailenv/services/index.ts';
 export { readSink, type SinkMessage } from './mailenv/sink-messages.ts';

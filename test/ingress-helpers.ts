@@ -2,13 +2,11 @@
 // LMTP ingress, an LMTP client that talks to the ingress directly, the stored copies of a
 // message as a mail app sees them, and Postfix's log for its delivery attempts.
 import { randomBytes } from 'node:crypto';
-import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { promisify } from 'node:util';
 import { join } from 'node:path';
 import { ImapFlow } from 'imapflow';
 import SMTPConnection from 'nodemailer/lib/smtp-connection';
-import { addUser } from '../scripts/mailenv.ts';
+import { addUser, flushQueue } from '../scripts/mailenv.ts';
 import { mailEnv, unique, type TestInbox, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
 
@@ -104,7 +102,7 @@ export function postfixLog(): string {
  * it has marked dead. A test waiting for a retry then waits for Postern, not Postfix's backoff.
  */
 export async function flushPostfixQueue(): Promise<void> {
-  await promisify(execFile)('postqueue', ['-c', join(mailEnv().dir, 'postfix', 'conf'), '-f']);
+  await flushQueue(mailEnv().dir);
 }
 
 /**

@@ -83,3 +83,12 @@ export const postfix: Service<'postfix'> = {
     if (res.code !== 0) signal(pid, 'SIGTERM');
   },
 };
+
+/**
+ * Asks this environment's Postfix to retry its deferred mail now (`postqueue -f`), forgetting any
+ * next hop it marked dead: mail for the ingress waits for Postern then, not for Postfix's backoff
+ * of minutes (a next hop refused while no Postern listened on it is paused for a while).
+ */
+export async function flushQueue(envDir: string): Promise<void> {
+  await mustRun('postqueue', ['-c', path.join(envDir, 'postfix', 'conf'), '-f'], 'flushing the Postfix queue');
+}
