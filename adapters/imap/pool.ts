@@ -13,13 +13,34 @@
 //   503, and dedicated connections (watchers) are refused at the cap.
 // - Dedicated connections never take the last `reservedForReads` of `maxTotal`: however many
 //   inboxes are streamed, reads (tasks) always have those (docs/mail.md, "Limits").
-import { ImapFlow } from 'imapflow';
+import { ImapFlow, type ImapFlowOptions } from 'imapflow';
 import type { Logger } from 'pino';
 import type { Config } from '../../lib/config.ts';
 import { ApiError, unavailable } from '../../lib/errors.ts';
 
 /** The pool's settings are the configuration's, one declaration (lib/config.ts). */
 export type ImapSettings = Config['imap'];
+
+/**
+ * A connection to Dovecot as `user`, by the master user (SASL PLAIN with the master separator),
+ * with the connect and greeting deadlines every Postern connection has; `extra` adds the rest.
+ */
+export function asUser(
+  s: Pick<ImapSettings, 'host' | 'port' | 'secure' | 'masterUser' | 'masterPassword' | 'masterSeparator'>,
+  user: string,
+  extra: Partial<ImapFlowOptions> = {},
+): ImapFlow {
+  return new ImapFlow({
+    host: s.host,
+    port: s.port,
+    secure: s.secure,
+    auth: { user: `${user}${s.masterSeparator}${s.masterUser}`, pass: s.masterPassword },
+    logger: false,
+    connectionTimeout: 10_000,
+    greetingTimeout: 5_000,
+    ...extra,
+  });
+}
 
 /** No connection within the deadline, or none to be had at the cap: the server is busy. */
 export class PoolBusyError extends ApiError {
@@ -348,17 +369,10 @@ export class ImapPool {
     const s = this.settings;
     let delay = 100;
     for (let attempt = 1; ; attempt++) {
-      const client = new ImapFlow({
-        host: s.host,
-        port: s.port,
-        secure: s.secure,
-        auth: { user: `${user}${s.masterSeparator}${s.masterUser}`, pass: s.masterPassword },
-        logger: false,
+      const client = asUser(s, user, {
         // Pool connections never idle: the watcher has its own connection (DESIGN.md 2).
         disableAutoIdle: true,
         qresync: true,
-        connectionTimeout: 10_000,
-        greetingTimeout: 5_000,
         socketTimeout: 5 * 60_000,
       });
       // An 'error' event without a listener would crash the process; failures surface on commands.

@@ -1,10 +1,9 @@
 // Whether an IMAP user exists, as `postern admin inbox add` checks before it writes anything: the
 // master user logs in as that user, exactly as every connection of the pool will.
-import { ImapFlow } from 'imapflow';
 import type { MailUsers } from '../../lib/directory/admin.ts';
 import { ConfigError } from '../../lib/config.ts';
 import { unavailable } from '../../lib/errors.ts';
-import type { ImapSettings } from './pool.ts';
+import { asUser, type ImapSettings } from './pool.ts';
 
 export class ImapMailUsers implements MailUsers {
   constructor(private readonly settings: Pick<ImapSettings, 'host' | 'port' | 'secure' | 'masterUser' | 'masterPassword' | 'masterSeparator'>) {}
@@ -12,15 +11,7 @@ export class ImapMailUsers implements MailUsers {
   async exists(user: string): Promise<boolean> {
     const s = this.settings;
     if (!s.masterPassword) throw new ConfigError('POSTERN_IMAP_MASTER_PASSWORD is not set: cannot check that the IMAP user exists (set it as for postern serve)');
-    const client = new ImapFlow({
-      host: s.host,
-      port: s.port,
-      secure: s.secure,
-      auth: { user: `${user}${s.masterSeparator}${s.masterUser}`, pass: s.masterPassword },
-      logger: false,
-      connectionTimeout: 10_000,
-      greetingTimeout: 5_000,
-    });
+    const client = asUser(s, user);
     client.on('error', () => undefined);
     try {
       await client.connect();
