@@ -28,6 +28,10 @@ const note = (obj: object) => process.stderr.write(`${JSON.stringify({ cluster: 
  * workers could not start (a bad port, an unreadable store: restarting would not help).
  */
 export async function runPrimary(workers: number): Promise<number> {
+  // The kernel hands connections out, not the primary: with round-robin, a connection handed to a
+  // worker that dies before taking it stays open in the primary, unanswered, for good (Node's
+  // RoundRobinHandle only closes it on the worker's reply). One hung client per worker killed.
+  cluster.schedulingPolicy = cluster.SCHED_NONE;
   // The workers run this same program with the same flags (the TypeScript loader among them).
   cluster.setupPrimary({ serialization: 'advanced' });
   const stopRelay = relayClusterBus();

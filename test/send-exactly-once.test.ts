@@ -54,8 +54,14 @@ async function sealedSend(compose: { epoch: number; epochPublic: string }, inbox
   return { draftId, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to, subject), draftId)), from: inbox.address, to: [to] };
 }
 
+/** Longer than any send takes here: a request still unanswered then was left hanging. */
+const HUNG_MS = 30_000;
+
 const post = (base: string, token: string, inboxId: string, body: SendBody) =>
-  call(`${base}/inboxes/${inboxId}/send`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  call(`${base}/inboxes/${inboxId}/send`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(HUNG_MS) });
+
+/** A request neither answered nor cut off: a dead worker's connection left open somewhere. */
+const hung = (err: unknown) => err instanceof DOMException && err.name === 'TimeoutError';
 
 /**
  * As a client retries a draft: again on a lost connection (a kept-alive one to a worker that
@@ -66,6 +72,7 @@ async function postAgain(base: string, token: string, inboxId: string, body: Sen
     try {
       return await post(base, token, inboxId, body);
     } catch (err) {
+      if (hung(err)) throw new Error(`a retried send hung for ${HUNG_MS} ms`);
       if (!(err instanceof TypeError) || attempt >= 5) throw err;
     }
   }
@@ -213,20 +220,22 @@ describe('sending exactly once: postern serve killed with sends under way', func
         return { body: await sealedSend(compose, inbox, to, subject), subject };
       }),
     );
-    const sends: Array<{ body: SendBody; subject: string; status: number | 'lost' }> = [];
+    const sends: Array<{ body: SendBody; subject: string; status: number | 'lost' | 'hung' }> = [];
     let killed = false;
     let accepted = 0;
     const sender = async (n: number) => {
       for (let i = 0; !killed && i < PER_SENDER; i++) {
-        const entry = { ...bodies[n * PER_SENDER + i]!, status: 'lost' as number | 'lost' };
+        const entry = { ...bodies[n * PER_SENDER + i]!, status: 'lost' as number | 'lost' | 'hung' };
         sends.push(entry);
         try {
           const res = await post(base, token, inbox.id, entry.body);
           await res.arrayBuffer();
           entry.status = res.status;
           if (res.status === 200) accepted++;
-        } catch {
-          return; // the process died under this request
+        } catch (err) {
+          // The process died under this request: its connection was cut, or it hung.
+          if (hung(err)) entry.status = 'hung';
+          return;
         }
       }
     };
@@ -240,6 +249,8 @@ describe('sending exactly once: postern serve killed with sends under way', func
     const left = server.postern.db
       .prepare("SELECT sum(state = 'relaying') AS relaying, sum(state = 'sending') AS sending, sum(state = 'filing' AND next_attempt_at > ?) AS claimed FROM mail_outbox WHERE inbox_id = ?")
       .get(killedAt + 60_000, inbox.id) as { relaying: number; sending: number; claimed: number };
+    // A connection cut by the kill is seen at once; none is left open with nobody to answer it.
+    expect(sends.filter((x) => x.status === 'hung').map((x) => x.subject), 'requests left hanging by the kill').to.deep.equal([]);
     const lost = sends.filter((x) => x.status === 'lost');
     // Every request the process (or worker) answered before it died was sent.
     expect(sends.filter((x) => x.status !== 200 && x.status !== 'lost').map((x) => x.status), 'answers before the kill').to.deep.equal([]);
