@@ -22,7 +22,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
 import { WEB_APP_DIR } from '../lib/http/routes/web-app.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
 import { addUser, posternEnv, up } from '../scripts/mailenv.ts';
 import { buildApp } from '../scripts/build-app.ts';
 import { enrollMember, go, launchChromium, newDevice } from '../test/browser.ts';
@@ -57,7 +57,7 @@ async function main(): Promise<void> {
   const origin = `http://localhost:${port}`;
   const config = loadConfig({ POSTERN_PORT: String(port), POSTERN_DB: join(dir, 'postern.db'), ...posternEnv(env), POSTERN_MASTER_KEY: MasterKey.generate(), POSTERN_LOG_LEVEL: 'warn', POSTERN_APP_ORIGIN: origin, POSTERN_WATCH: 'off' });
   await buildApp();
-  const postern = createPostern(config, pino({ level: 'warn' }));
+  const postern = await openPostern(config, pino({ level: 'warn' }));
   await postern.listen();
   const browser = await launchChromium();
   try {

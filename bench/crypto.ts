@@ -21,7 +21,7 @@ import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import * as openpgp from 'openpgp';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
 import { spawnPostern } from '../test/processes.ts';
 import { benchServerEnv, f0, f1, log, median } from './common.ts';
@@ -76,7 +76,7 @@ async function main(): Promise<void> {
     POSTERN_IMAP_MAX_PER_INBOX: String(CONCURRENCY + 1),
   });
   const startLoad = loadavg()[0]!;
-  const admin = createPostern(loadConfig(serverEnv), pino({ level: 'silent' }));
+  const admin = await openPostern(loadConfig(serverEnv), pino({ level: 'silent' }));
   const project = await admin.admin.createProject('bench');
   const member = await admin.admin.addMember(project.id, 'bench@example.org');
   const user = `bench-crypto-${Date.now().toString(36)}@${env.domain}`;

@@ -18,7 +18,7 @@ import * as openpgp from 'openpgp';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { seal } from '../lib/mail/seal.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
 import { spawnPostern, stopProcess } from '../test/processes.ts';
 import { benchServerEnv, f1, log, median, runBench } from './common.ts';
@@ -104,7 +104,7 @@ async function main(): Promise<void> {
   let server: Awaited<ReturnType<typeof spawnPostern>> | null = null;
   try {
     const stamp = Date.now().toString(36);
-    const admin = createPostern(loadConfig({ ...serverEnv, POSTERN_LMTP_PORT: '' }), pino({ level: 'silent' }));
+    const admin = await openPostern(loadConfig({ ...serverEnv, POSTERN_LMTP_PORT: '' }), pino({ level: 'silent' }));
     const project = await admin.admin.createProject('bench');
     const sealedUser = `bench-sealed-${stamp}@${env.domain}`;
     const directUser = `bench-direct-${stamp}@${env.domain}`;

@@ -24,7 +24,7 @@ import { loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
 import { writeResults } from './results.ts';
 import { spawnPostern } from '../test/processes.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
 import { agent, benchServerEnv, cpuSeconds, f0, f1, get, log, median, now, pct, seed, sleep, sse } from './common.ts';
 
@@ -68,7 +68,7 @@ async function main(): Promise<void> {
   const results: Record<string, number> = {};
   try {
     // Identities, in the same SQLite file the server will open.
-    const admin = createPostern(loadConfig(serverEnv), pino({ level: 'silent' }));
+    const admin = await openPostern(loadConfig(serverEnv), pino({ level: 'silent' }));
     const project = await admin.admin.createProject('bench');
     const member = await admin.admin.addMember(project.id, 'bench@example.org');
     const mkInbox = async (tag: string) => {

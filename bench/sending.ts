@@ -5,7 +5,7 @@ import { type Agent, request } from 'node:http';
 import { pino } from 'pino';
 import type { Pool } from 'undici';
 import { loadConfig } from '../lib/config.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
 import { addUser, type MailEnv } from '../scripts/mailenv.ts';
 
 /** A message of about `size` bytes (base64 lines of random bytes), with a fresh Subject and Message-ID. */
@@ -25,7 +25,7 @@ export async function sendingInbox(env: MailEnv, serverEnv: Record<string, strin
   const stamp = Date.now().toString(36);
   const user = `bench-send-${stamp}@${env.domain}`;
   await addUser(env, user, 'pw-send');
-  const admin = createPostern(loadConfig(serverEnv), pino({ level: 'silent' }));
+  const admin = await openPostern(loadConfig(serverEnv), pino({ level: 'silent' }));
   try {
     const project = await admin.admin.createProject('bench');
     const member = await admin.admin.addMember(project.id, `bench-${stamp}@example.org`);

@@ -28,7 +28,7 @@ import { ImapFlow } from 'imapflow';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
 import { spawnPostern, type Listening } from '../test/processes.ts';
 import { agent, benchServerEnv, cpuSeconds, eachLimit, f0, f1, get, getJson, log, machine, median, now, pct, rssMb, runBench, seed, sleep, sse } from './common.ts';
@@ -446,7 +446,7 @@ async function indexRun(env: MailEnv, common: Record<string, string>, dir: strin
   const dbFile = join(dir, 'index.db');
   const serverEnv = { ...common, POSTERN_DB: dbFile };
   const stamp = Date.now().toString(36);
-  const admin = createPostern(loadConfig({ ...serverEnv, POSTERN_WATCH: 'off' }), pino({ level: 'silent' }));
+  const admin = await openPostern(loadConfig({ ...serverEnv, POSTERN_WATCH: 'off' }), pino({ level: 'silent' }));
   const project = await admin.admin.createProject('bench-index');
   const member = await admin.admin.addMember(project.id, 'bench@example.org');
   const readerUser = `bw-reader-${stamp}@${env.domain}`;
@@ -504,7 +504,7 @@ async function indexRun(env: MailEnv, common: Record<string, string>, dir: strin
     }
     log(`  reads, nothing indexing: p50 ${f1(median(baseline))} ms, p99 ${f1(pct(baseline, 0.99))} ms (${baseline.length})`);
 
-    const admin2 = createPostern(loadConfig({ ...serverEnv, POSTERN_WATCH: 'off' }), pino({ level: 'silent' }));
+    const admin2 = await openPostern(loadConfig({ ...serverEnv, POSTERN_WATCH: 'off' }), pino({ level: 'silent' }));
     t = now();
     const huge = await admin2.admin.addInbox({ projectId: project.id, imapUser: hugeUser, addresses: [hugeUser] });
     await admin2.admin.grant(member.id, huge.id, 'owner');
@@ -550,7 +550,7 @@ async function main(): Promise<void> {
   let idx: IndexRun | null = null;
   try {
     if (want('watch')) {
-      const admin = createPostern(loadConfig({ ...common, POSTERN_WATCH: 'off' }), pino({ level: 'silent' }));
+      const admin = await openPostern(loadConfig({ ...common, POSTERN_WATCH: 'off' }), pino({ level: 'silent' }));
       const project = await admin.admin.createProject('bench-watch');
       const member = await admin.admin.addMember(project.id, 'bench@example.org');
       const stamp = Date.now().toString(36);

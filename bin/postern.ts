@@ -5,25 +5,20 @@ import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from '../lib/config.ts';
 import { Admin } from '../lib/directory/admin.ts';
 import { ApiError } from '../lib/errors.ts';
-import { openDb } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqlitePasskeyStore } from '../adapters/store/sqlite/passkeys.ts';
 import { Passkeys } from '../lib/auth/passkeys.ts';
-import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
 import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { UserKeys } from '../lib/crypto/user-keys.ts';
 import { isId } from '../lib/ids.ts';
 import { readFileSync } from 'node:fs';
 import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
-import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
-import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
 import { MemoryBus } from '../adapters/bus/memory.ts';
 import { EventLog, SYSTEM_ACTOR } from '../lib/events/log.ts';
-import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-jobs.ts';
 import { ImapMailUsers } from '../adapters/imap/users.ts';
 import { REPORT_MS } from '../lib/mail/watch-all.ts';
 import { notFound } from '../lib/errors.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
+import { openStore } from '../adapters/store/open.ts';
+import type { Store } from '../lib/store.ts';
 import { runPrimary, type ListeningMessage } from './cluster.ts';
 import { untilSignal } from './signals.ts';
 
@@ -72,17 +67,26 @@ function seconds(value: string | undefined, name: string): number | undefined {
 
 const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
 
-function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDirectoryStore; index: SqliteMailIndex; sealing: SqliteResealJobs; config: Config; passkeys: Passkeys; events: EventLog; close: () => void } {
+interface StaffTools {
+  admin: Admin;
+  userKeys: UserKeys;
+  store: Store;
+  config: Config;
+  passkeys: Passkeys;
+  events: EventLog;
+  close: () => Promise<void>;
+}
+
+/** The domain on the configured store, as `serve` builds it, for one staff command. */
+async function adminFromEnv(): Promise<StaffTools> {
   const config = loadConfig();
-  const db = openDb(config.dbFile);
   // The same POSTERN_MASTER_KEY as `serve`: only commands that make or open keys need it, and
   // they fail with the reason when it is missing or wrong (EpochKeyring throws MasterKeyError).
   let master: MasterKey | null = null;
   if (config.masterKey) master = MasterKey.parse(config.masterKey);
-  const directory = new SqliteDirectoryStore(db);
-  const index = new SqliteMailIndex(db);
-  const keyStore = new SqliteKeyStore(db);
-  const keys = new EpochKeyring(keyStore, master);
+  const store = await openStore(config, { applicationName: 'postern admin' });
+  const { directory, mailIndex } = store;
+  const keys = new EpochKeyring(store.keys, master);
   const admin = new Admin(directory, {
     tokenTtlSeconds: config.tokenTtlSeconds,
     sessionTtlSeconds: config.sessionTtlSeconds,
@@ -90,19 +94,19 @@ function adminFromEnv(): { admin: Admin; userKeys: UserKeys; directory: SqliteDi
     // A running `postern serve` sees the removal within POSTERN_WATCH_CATALOG_POLL_MS (the
     // store's inbox list version) and stops watching it; a pass of it running there meanwhile
     // has its writes refused (the index's tombstone), so the index stays dropped.
-    onInboxRemoved: (id) => index.dropInbox(id),
+    onInboxRemoved: (id) => mailIndex.dropInbox(id),
     // `inbox add` refuses an IMAP user the mail server does not have.
     mailUsers: new ImapMailUsers(config.imap),
   });
-  const passkeys = new Passkeys(new SqlitePasskeyStore(db), directory, {
+  const passkeys = new Passkeys(store.passkeys, directory, {
     origin: config.app.origin,
     rpName: 'Postern',
     sessionTtlSeconds: config.sessionTtlSeconds,
     inviteTtlSeconds: config.app.inviteTtlSeconds,
   });
   // What staff commands record goes to the store; a running server's readers find it there.
-  const events = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: config.events.settleMs });
-  return { admin, userKeys: new UserKeys(keyStore, keys), directory, index, sealing: new SqliteResealJobs(db), config, passkeys, events, close: () => db.close() };
+  const events = new EventLog(store.events, new MemoryBus(), { settleMs: config.events.settleMs });
+  return { admin, userKeys: new UserKeys(store.keys, keys), store, config, passkeys, events, close: () => store.close() };
 }
 
 const ADMIN_COMMANDS = ['project create', 'member add', 'member set-key', 'member invite', 'inbox add', 'inbox remove', 'inbox status', 'inbox rotate-key', 'token create', 'token revoke', 'session create'];
@@ -113,7 +117,8 @@ async function admin(args: string[]): Promise<unknown> {
   const [command, tail] = ADMIN_COMMANDS.includes(twoWords) ? [twoWords, args.slice(2)] : [args[0] ?? '', args.slice(1)];
   // Before the SQLite store and the keys are opened: migrate is the one command for PostgreSQL.
   if (command === 'migrate') return migrate(tail);
-  const { admin, userKeys, directory, index, sealing, config, passkeys, events, close } = adminFromEnv();
+  const { admin, userKeys, store, config, passkeys, events, close } = await adminFromEnv();
+  const { directory, mailIndex: index, resealJobs: sealing } = store;
   try {
     switch (command) {
       case 'project create': {
@@ -262,20 +267,20 @@ async function admin(args: string[]): Promise<unknown> {
         throw new UsageError(`unknown admin command: ${args.join(' ')}`);
     }
   } finally {
-    close();
+    await close();
   }
 }
 
 /**
- * PostgreSQL (POSTERN_DATABASE_URL): applies the migrations not yet applied, under the lock that
- * lets several instances run it at once. SQLite migrates whenever it is opened, so opening it is
- * the whole of it there.
+ * Brings the store's schema up to date and says what it did. Opening a store migrates it (under
+ * PostgreSQL's advisory lock, or SQLite's write lock), so `serve` needs no separate step; this
+ * runs it explicitly, before a rollout, say.
  */
 async function migrate(args: string[]): Promise<unknown> {
   flags(args, {});
-  const config = loadConfig(process.env, { postgres: true });
+  const config = loadConfig(process.env);
   if (config.databaseUrl === null) {
-    openDb(config.dbFile).close();
+    await (await openStore(config)).close();
     return { store: 'sqlite', file: config.dbFile, migrated: true };
   }
   const { openPgPool, migratePg } = await import('../adapters/store/postgres/db.ts');
@@ -299,10 +304,10 @@ async function serve(args: string[]): Promise<number> {
     // Refuse before starting workers that would each refuse.
     MasterKey.parse(config.masterKey);
     // Migrate once here, so the workers start on an up-to-date store instead of racing to it.
-    openDb(config.dbFile).close();
+    await (await openStore(config, { applicationName: 'postern primary' })).close();
     return runPrimary(config.workers);
   }
-  const postern = createPostern(config);
+  const postern = await openPostern(config);
   const { url } = await postern.listen();
   if (cluster.isWorker) {
     const ready: ListeningMessage = { postern: 'listening', url };

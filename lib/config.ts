@@ -18,8 +18,10 @@ export interface Config {
   /** HTTP worker processes sharing the port and the store (1: this process serves alone). */
   workers: number;
   dbFile: string;
-  /** POSTERN_DATABASE_URL: a PostgreSQL store (issue 17); so far only `postern admin migrate` uses it. */
+  /** POSTERN_DATABASE_URL: the store on PostgreSQL (several machines); null: SQLite at dbFile. */
   databaseUrl: string | null;
+  /** PostgreSQL connections each process opens at most. */
+  databasePoolSize: number;
   imap: {
     host: string;
     port: number;
@@ -108,7 +110,8 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_BODY_IDLE_TIMEOUT_MS', default: '30000', description: 'a request body that sends no byte for this long while it is read is cut: 408 and the connection closes (like nginx\'s client_body_timeout); a slow body that keeps moving has POSTERN_REQUEST_TIMEOUT_MS' },
   { name: 'POSTERN_MAX_CONNECTIONS_PER_ADDRESS', default: '256', description: 'open connections from one client address at most, more get 429; 0 = no cap; not applied with POSTERN_TRUST_PROXY (the proxy is every client\'s address)' },
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
-  { name: 'POSTERN_DATABASE_URL', default: '', description: 'PostgreSQL store (postgres://user:password@host:port/db): so far only `postern admin migrate` uses it, every other command refuses to start while it is set (docs/deployment.md); empty: SQLite at POSTERN_DB' },
+  { name: 'POSTERN_DATABASE_URL', default: '', description: 'the store on PostgreSQL (postgres://user:password@host:port/db), for several machines sharing it (docs/deployment.md); empty: SQLite at POSTERN_DB' },
+  { name: 'POSTERN_DATABASE_POOL', default: '10', description: 'PostgreSQL connections each process (each worker) opens at most' },
   { name: 'POSTERN_IMAP_HOST', default: '127.0.0.1', description: 'Dovecot IMAP host' },
   { name: 'POSTERN_IMAP_PORT', default: '143', description: 'Dovecot IMAP port' },
   { name: 'POSTERN_IMAP_SECURE', default: 'false', description: 'connect with implicit TLS' },
@@ -158,12 +161,8 @@ export const SETTINGS: readonly Setting[] = [
 
 export class ConfigError extends Error {}
 
-/**
- * `serve`: the configuration will serve requests, so settings required to serve must be set.
- * `postgres`: the caller works on a PostgreSQL store (`admin migrate`); every other refuses one,
- * so nobody runs on SQLite believing they use PostgreSQL.
- */
-export function loadConfig(env: Env = process.env, options: { serve?: boolean; postgres?: boolean } = {}): Config {
+/** `serve`: the configuration will serve requests, so settings required to serve must be set. */
+export function loadConfig(env: Env = process.env, options: { serve?: boolean } = {}): Config {
   if (options.serve) {
     for (const s of SETTINGS) {
       if (s.requiredToServe && (env[s.name] ?? s.default) === '') {
@@ -254,7 +253,8 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean; p
     },
     workers: get('POSTERN_WORKERS') === 'auto' ? availableParallelism() : int('POSTERN_WORKERS', 1, 64),
     dbFile: text('POSTERN_DB'),
-    databaseUrl: postgresUrl(url('POSTERN_DATABASE_URL', ['postgres:', 'postgresql:']), options.postgres ?? false),
+    databaseUrl: url('POSTERN_DATABASE_URL', ['postgres:', 'postgresql:']),
+    databasePoolSize: int('POSTERN_DATABASE_POOL', 1, 1000),
     imap: {
       host: text('POSTERN_IMAP_HOST'),
       port: int('POSTERN_IMAP_PORT', 1, 65535),
@@ -335,16 +335,6 @@ function appOrigin(raw: string): string {
 }
 
 /** The settings table as `postern serve --help` prints it. */
-function postgresUrl(url: string | null, allowed: boolean): string | null {
-  if (url !== null && !allowed) {
-    throw new ConfigError(
-      'POSTERN_DATABASE_URL is set, but this version of Postern serves from SQLite only (POSTERN_DB): unset it. ' +
-        'Only `postern admin migrate` uses PostgreSQL yet (docs/deployment.md)',
-    );
-  }
-  return url;
-}
-
 export function describeSettings(): string {
   const width = Math.max(...SETTINGS.map((s) => s.name.length));
   const value = (s: Setting): string => (s.requiredToServe ? 'required' : `default: ${s.default === '' ? 'none' : s.default}`);

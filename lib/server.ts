@@ -4,11 +4,6 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
 import { pino, type Logger } from 'pino';
-import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { WalCheckpointer } from '../adapters/store/sqlite/checkpointer.ts';
-import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
-import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
 import { EpochKeyring } from './crypto/epoch-keys.ts';
 import { SealedMail } from './crypto/sealed-mail.ts';
 import { UserKeys } from './crypto/user-keys.ts';
@@ -22,10 +17,11 @@ import { RedisBus } from '../adapters/bus/redis.ts';
 import type { Bus } from './bus.ts';
 import { EventLog } from './events/log.ts';
 import { eventRoutes } from './http/routes/events.ts';
-import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import { ImapMailSource } from '../adapters/imap/source.ts';
 import { Access } from './auth/access.ts';
 import type { Config } from './config.ts';
+import type { Store } from './store.ts';
+import { openStore } from '../adapters/store/open.ts';
 import { Admin } from './directory/admin.ts';
 import { createApp, listOperations, SURFACES } from './http/app.ts';
 import { apiReferenceRoutes } from './http/api-reference.ts';
@@ -46,21 +42,17 @@ import { Ingress } from './mail/ingress.ts';
 import { Resealer } from './mail/reseal.ts';
 import type { LiveChange } from './mail/types.ts';
 import { ImapMessageReplacer } from '../adapters/imap/replace.ts';
-import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-jobs.ts';
 import { DovecotLmtp } from '../adapters/smtp/dovecot-lmtp.ts';
 import { LmtpIngress } from '../adapters/smtp/lmtp-ingress.ts';
 import { WatchAll } from './mail/watch-all.ts';
 import { HintListener } from '../adapters/push/hint-listener.ts';
 import { Validator } from './http/validate.ts';
-import { SqlitePasskeyStore } from '../adapters/store/sqlite/passkeys.ts';
-import { SqliteKeyBackupStore } from '../adapters/store/sqlite/key-backups.ts';
 import { Passkeys } from './auth/passkeys.ts';
 import { MemberKeyChange } from './auth/key-change.ts';
 import { KeyBackups } from './crypto/key-backups.ts';
 import { passkeyRoutes } from './http/routes/passkeys.ts';
 import { keyBackupRoutes } from './http/routes/key-backup.ts';
 import { webAppRoutes } from './http/routes/web-app.ts';
-import { SqliteOutboxStore } from '../adapters/store/sqlite/outbox.ts';
 import { SmtpRelay } from '../adapters/smtp/relay.ts';
 import { ImapSentFiler } from '../adapters/imap/sent.ts';
 import { SEND_MEMORY_BUDGET, sendRoutes } from './http/routes/send.ts';
@@ -74,7 +66,8 @@ import { BounceMatcher } from './send/bounces.ts';
 export interface Postern {
   config: Config;
   log: Logger;
-  db: Db;
+  /** Every store port, on SQLite or PostgreSQL; closed with Postern. */
+  store: Store;
   access: Access;
   admin: Admin;
   /** Passkey enrollment and sign-in for the web app (invites are issued through it). */
@@ -114,13 +107,23 @@ export interface Postern {
   close(): Promise<void>;
 }
 
-export function createPostern(config: Config, log: Logger = pino({ level: config.logLevel })): Postern {
+/** Opens the configured store (lib/store.ts) and builds Postern on it. */
+export async function openPostern(config: Config, log: Logger = pino({ level: config.logLevel })): Promise<Postern> {
   // Never a default: without a well-formed master key the service does not start (MasterKeyError).
+  MasterKey.parse(config.masterKey);
+  const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'an idle PostgreSQL connection failed; the pool opens another') });
+  try {
+    return createPostern(config, store, log);
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+}
+
+/** Builds Postern on `store`, which it then owns (its close closes the store). */
+export function createPostern(config: Config, store: Store, log: Logger = pino({ level: config.logLevel })): Postern {
   const masterKey = MasterKey.parse(config.masterKey);
-  const db = openDb(config.dbFile);
-  let checkpointer: WalCheckpointer | null = null;
-  const directory = new SqliteDirectoryStore(db);
-  const keyStore = new SqliteKeyStore(db);
+  const { directory, keys: keyStore, mailIndex } = store;
   const keys = new EpochKeyring(keyStore, masterKey);
   const access = new Access(directory);
   // Assigned below, once the mirror exists: an inbox added is watched (and indexed) from then on.
@@ -151,10 +154,9 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
     : cluster.isWorker
       ? new ClusterBus()
       : new MemoryBus();
-  const eventStore = new SqliteEventStore(db);
+  const eventStore = store.events;
   events = new EventLog(eventStore, bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }) });
   const eventLog = events;
-  const mailIndex = new SqliteMailIndex(db);
   const mailChanges = new MailChangeRecorder(directory, eventLog, log.child({ part: 'mail-events' }));
   // Inbox streams hear the changes every process sharing the store applies, over the same bus.
   const mailLive = new MailLiveFeed(bus, async () => mailChannel(await eventStore.logId()), { log: log.child({ part: 'mail-live' }) });
@@ -166,7 +168,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // A durable job: every unsealed message of a zero-access inbox, found by sweeps and at start.
   // A round that replaced messages asks for a sync, so the index drops the originals.
   let mailMirrorRef: MailMirror | null = null;
-  const resealer = new Resealer(directory, keys, new ImapMessageReplacer(mailSource.pool, mailIndex), new SqliteResealJobs(db), log.child({ part: 'reseal' }), {
+  const resealer = new Resealer(directory, keys, new ImapMessageReplacer(mailSource.pool, mailIndex), store.resealJobs, log.child({ part: 'reseal' }), {
     holder: mailLive.origin,
     onReplaced: (inbox) => void mailMirrorRef?.nudge(inbox, { background: true }),
     ensureIndexed: async (inbox) => {
@@ -200,7 +202,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   const userKeys = new UserKeys(keyStore, keys);
   // Sending: Postfix submission as each inbox's user; Sent copies from the durable outbox.
   const relay = new SmtpRelay({ ...config.smtp, masterUser: config.imap.masterUser, masterPassword: config.imap.masterPassword, masterSeparator: config.imap.masterSeparator }, log.child({ part: 'relay' }));
-  const outbox = new SqliteOutboxStore(db);
+  const { outbox } = store;
   // One memory budget for the send bodies and the Sent copies being filed.
   const sendMemory = new BodyGate(SEND_MEMORY_BUDGET);
   const sentCopies = new SentCopies(outbox, directory, new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)), log.child({ part: 'outbox' }), { memory: sendMemory, yieldMs: config.send.copyYieldMs });
@@ -231,7 +233,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // Caps the live streams of one credential and of one project (both kinds of stream).
   const streamQuota = new StreamQuota({ maxPerCredential: config.stream.maxPerCredential, maxPerProject: config.stream.maxPerProject });
 
-  const passkeys = new Passkeys(new SqlitePasskeyStore(db), directory, {
+  const passkeys = new Passkeys(store.passkeys, directory, {
     origin: config.app.origin,
     rpName: 'Postern',
     sessionTtlSeconds: config.sessionTtlSeconds,
@@ -252,16 +254,15 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
     passkeyRoutes({ access, passkeys, validator, ceremoniesPerMinute: config.app.ceremoniesPerMinute }),
-    keyBackupRoutes({ access, backups: new KeyBackups(new SqliteKeyBackupStore(db)), validator }),
+    keyBackupRoutes({ access, backups: new KeyBackups(store.keyBackups), validator }),
   ];
   const openApi = buildOpenApi(validator.schemas);
-  const healthCheck = db.prepare('SELECT 1');
   const app = createApp({
     access,
     log,
     trustProxy: config.http.trustProxy,
     bodyIdleTimeoutMs: config.http.bodyIdleTimeoutMs,
-    publicRoutes: [healthRoutes(() => void healthCheck.get()), openApiRoutes(openApi, Object.values(SURFACES)), apiReferenceRoutes(), webAppRoutes()],
+    publicRoutes: [healthRoutes(() => store.health()), openApiRoutes(openApi, Object.values(SURFACES)), apiReferenceRoutes(), webAppRoutes()],
     routes,
     appRoutes,
   });
@@ -270,7 +271,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
   return {
     config,
     log,
-    db,
+    store,
     access,
     admin,
     passkeys,
@@ -294,10 +295,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       // The master key must open the stored keys; inboxes older than keys get epoch 1 here.
       const { backfilled } = await keys.prepare();
       if (backfilled.length > 0) log.info({ inboxes: backfilled.length }, 'made epoch 1 for inboxes that had no key');
-      // A serving process checkpoints the WAL from a worker thread, never inside a request's commit.
-      if (!checkpointer && db.pragma('journal_mode', { simple: true }) === 'wal') {
-        checkpointer = new WalCheckpointer(db, config.dbFile, { onError: (err) => log.warn({ err }, 'the WAL checkpointer failed; checkpoints run on commit again') });
-      }
+      store.startUpkeep((err) => log.warn({ err }, 'the store\'s upkeep failed; it falls back to doing it inline'));
       await eventLog.start();
       await mailLive.start();
       // What a process that died mid-send left (this one's predecessor, say) is settled first.
@@ -339,8 +337,7 @@ export function createPostern(config: Config, log: Logger = pino({ level: config
       await bounces?.drain();
       await eventLog.close();
       await bus.close();
-      await checkpointer?.stop();
-      db.close();
+      await store.close();
     },
   };
 }

@@ -13,7 +13,7 @@ import { pino } from 'pino';
 import { untilSignal } from '../bin/signals.ts';
 import { loadConfig } from '../lib/config.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
 import { addUser, down, flushQueue, posternEnv, up, type MailEnv } from './mailenv.ts';
 import { buildApp } from './build-app.ts';
 
@@ -165,7 +165,7 @@ export async function runDemo(_args: string[]): Promise<void> {
     POSTERN_LMTP_PORT: String(env.ingress.port),
     POSTERN_MASTER_KEY: readFileSync(masterKeyFile, 'utf8').trim(),
   });
-  const postern = createPostern(config, pino({ level: process.env.POSTERN_LOG_LEVEL ?? 'warn' }));
+  const postern = await openPostern(config, pino({ level: process.env.POSTERN_LOG_LEVEL ?? 'warn' }));
   const { admin } = postern;
   const project = await admin.createProject('Demo');
   const member = await admin.addMember(project.id, 'you@example.com');

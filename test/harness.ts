@@ -1,5 +1,6 @@
-// What every test needs: the mail environment this run uses, a Postern instance on its own
-// SQLite file, and fresh projects, members, inboxes and credentials so tests never share data.
+// What every test needs: the mail environment this run uses, a Postern instance on a store of
+// its own (a SQLite file, or with POSTERN_TEST_STORE=postgres a fresh PostgreSQL database), and
+// fresh projects, members, inboxes and credentials so tests never share data.
 import { randomBytes } from 'node:crypto';
 import { request } from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -9,8 +10,9 @@ import { expect } from 'chai';
 import { pino } from 'pino';
 import { addUser, posternEnv, type MailEnv } from '../scripts/mailenv.ts';
 import { loadConfig, type Config } from '../lib/config.ts';
-import { createPostern, type Postern } from '../lib/server.ts';
+import { openPostern, type Postern } from '../lib/server.ts';
 import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
+import { emptyDatabase } from './store-contract/postgres.ts';
 
 export function mailEnv(): MailEnv {
   const raw = process.env.POSTERN_TEST_ENV;
@@ -37,8 +39,26 @@ export function envVars(env: MailEnv, extra: Record<string, string> = {}): Recor
   };
 }
 
+/** The engine the suite serves from: POSTERN_TEST_STORE=postgres, or SQLite. */
+export const TEST_STORE: 'sqlite' | 'postgres' = process.env.POSTERN_TEST_STORE === 'postgres' ? 'postgres' : 'sqlite';
+
+export interface TestStore {
+  /** What points Postern at it: POSTERN_DB, or POSTERN_DATABASE_URL. */
+  env: Record<string, string>;
+  drop(): Promise<void>;
+}
+
+/** A new, empty store on the suite's engine; `dir` holds the SQLite file. */
+export async function newStore(dir: string): Promise<TestStore> {
+  if (TEST_STORE === 'sqlite') return { env: { POSTERN_DB: join(dir, 'postern.db') }, drop: async () => undefined };
+  const db = await emptyDatabase();
+  return { env: { POSTERN_DATABASE_URL: db.url }, drop: db.drop };
+}
+
 export interface TestServer {
   postern: Postern;
+  /** What points another instance or a staff command at this one's store (POSTERN_DB or POSTERN_DATABASE_URL). */
+  storeEnv: Record<string, string>;
   url: string;
   /** {base_url}: …/v1 */
   base: string;
@@ -51,17 +71,22 @@ export interface TestServer {
 /** `logFile`: where Postern's log goes instead of stdout (a test that reads what was logged). */
 export async function startPostern(extra: Record<string, string> = {}, options: { logFile?: string } = {}): Promise<TestServer> {
   const dir = mkdtempSync(join(tmpdir(), 'postern-test-'));
-  const config: Config = loadConfig(envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), ...extra }));
-  const postern = createPostern(config, options.logFile ? pino({ level: config.logLevel }, pino.destination({ dest: options.logFile, sync: true })) : pino({ level: config.logLevel }));
+  // A test that names a store (another instance's) shares it; otherwise the server gets its own.
+  const shared = 'POSTERN_DB' in extra || 'POSTERN_DATABASE_URL' in extra;
+  const store: TestStore = shared ? { env: {}, drop: async () => undefined } : await newStore(dir);
+  const config: Config = loadConfig(envVars(mailEnv(), { ...store.env, ...extra }));
+  const postern = await openPostern(config, options.logFile ? pino({ level: config.logLevel }, pino.destination({ dest: options.logFile, sync: true })) : pino({ level: config.logLevel }));
   const { url } = await postern.listen();
   return {
     postern,
+    storeEnv: config.databaseUrl ? { POSTERN_DATABASE_URL: config.databaseUrl } : { POSTERN_DB: config.dbFile },
     url,
     base: `${url}/v1`,
     app: `${url}/api/v1`,
     dir,
     async close() {
       await postern.close();
+      await store.drop();
       rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -178,7 +203,7 @@ export function clusterFixture(extra: Record<string, string> = {}): ClusterFixtu
     // A fixed port, as in production: with port 0, workers started after all others died would
     // get a new one (the primary lets the shared handle go with the last worker).
     const port = String(await freePort());
-    f.cluster = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(f.admin.dir, 'postern.db'), POSTERN_WORKERS: '2', POSTERN_PORT: port, ...extra }));
+    f.cluster = await spawnPostern(envVars(mailEnv(), { ...f.admin.storeEnv, POSTERN_WORKERS: '2', POSTERN_PORT: port, ...extra }));
     f.base = `${f.cluster.url}/v1`;
   });
   after(async () => {

@@ -9,6 +9,7 @@ import { expect } from 'chai';
 import pg from 'pg';
 import { migratePg, openPgPool, readPgMigrations, type MigrateResult, type PgMigration } from '../adapters/store/postgres/db.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
+import { openPostgresStore } from '../adapters/store/postgres/store.ts';
 import { ConfigError, loadConfig } from '../lib/config.ts';
 import { runPostern as postern } from './processes.ts';
 import { emptyDatabase } from './store-contract/postgres.ts';
@@ -123,16 +124,14 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
     expect(locks.rows).to.deep.equal([{ n: 0 }]);
   });
 
-  it('POSTERN_DATABASE_URL: a postgres:// or postgresql:// URL, accepted only where PostgreSQL is meant', function () {
+  it('POSTERN_DATABASE_URL: a postgres:// or postgresql:// URL; unset, the store is SQLite', function () {
     const url = 'postgresql://u:p@db.example.org:5433/postern';
-    expect(loadConfig({ POSTERN_DATABASE_URL: url }, { postgres: true }).databaseUrl).to.equal(url);
-    expect(loadConfig({}, { postgres: true }).databaseUrl).to.equal(null);
+    expect(loadConfig({ POSTERN_DATABASE_URL: url }).databaseUrl).to.equal(url);
+    expect(loadConfig({ POSTERN_DATABASE_URL: url, POSTERN_IMAP_MASTER_PASSWORD: 'x' }, { serve: true }).databaseUrl).to.equal(url);
     expect(loadConfig({}).databaseUrl).to.equal(null);
     for (const bad of ['mysql://db.example.org/x', 'postgres://', 'not a url']) {
-      expect(() => loadConfig({ POSTERN_DATABASE_URL: bad }, { postgres: true }), bad).to.throw(ConfigError, /POSTERN_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/);
+      expect(() => loadConfig({ POSTERN_DATABASE_URL: bad }), bad).to.throw(ConfigError, /POSTERN_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/);
     }
-    expect(() => loadConfig({ POSTERN_DATABASE_URL: url })).to.throw(ConfigError, /serves from SQLite only/);
-    expect(() => loadConfig({ POSTERN_DATABASE_URL: url, POSTERN_IMAP_MASTER_PASSWORD: 'x' }, { serve: true })).to.throw(ConfigError, /serves from SQLite only/);
   });
 
   describe('postern admin migrate', function () {
@@ -171,16 +170,18 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
       }
     });
 
-    it('serve and the other staff commands refuse to start with POSTERN_DATABASE_URL set, rather than use SQLite', async function () {
+    it('staff commands work on PostgreSQL when POSTERN_DATABASE_URL is set, and never make a SQLite file beside it', async function () {
       const dir = mkdtempSync(join(tmpdir(), 'postern-migrate-'));
       try {
-        const env = { POSTERN_DATABASE_URL: db.url, POSTERN_DB: join(dir, 'postern.db'), POSTERN_IMAP_MASTER_PASSWORD: 'x', POSTERN_PORT: '0' };
-        const [serve, staff] = await Promise.all([postern(['serve'], env), postern(['admin', 'project', 'create', '--name', 'x'], env)]);
-        for (const r of [serve, staff]) {
-          expect(r.code, r.stdout + r.stderr).to.equal(1);
-          expect(r.out.error).to.match(/^POSTERN_DATABASE_URL is set, but this version of Postern serves from SQLite only \(POSTERN_DB\): unset it/);
+        const env = { POSTERN_DATABASE_URL: db.url, POSTERN_DB: join(dir, 'postern.db') };
+        const made = await postern(['admin', 'project', 'create', '--name', 'on postgres'], env);
+        expect(made.code, made.stdout + made.stderr).to.equal(0);
+        const store = await openPostgresStore(db.url);
+        try {
+          expect((await store.directory.getProject(made.out.id as string))?.name).to.equal('on postgres');
+        } finally {
+          await store.close();
         }
-        // Refused before anything was opened: no SQLite file made behind the operator's back.
         expect(existsSync(env.POSTERN_DB)).to.equal(false);
       } finally {
         rmSync(dir, { recursive: true, force: true });

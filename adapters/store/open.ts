@@ -1,0 +1,17 @@
+// Chooses the store's engine from the configuration: PostgreSQL when POSTERN_DATABASE_URL is set,
+// SQLite at POSTERN_DB otherwise. The one place serve, the staff commands and the tests open it.
+import type { Store } from '../../lib/store.ts';
+import { openSqliteStore } from './sqlite/store.ts';
+
+export interface StoreSettings {
+  dbFile: string;
+  databaseUrl: string | null;
+  databasePoolSize: number;
+}
+
+export async function openStore(settings: StoreSettings, options: { applicationName?: string; onIdleError?: (err: Error) => void } = {}): Promise<Store> {
+  if (settings.databaseUrl === null) return openSqliteStore(settings.dbFile);
+  // Loaded only when used: a SQLite deployment never loads the pg driver.
+  const { openPostgresStore } = await import('./postgres/store.ts');
+  return openPostgresStore(settings.databaseUrl, { poolSize: settings.databasePoolSize, ...options });
+}

@@ -1,0 +1,71 @@
+// PostgreSQL: every store port on one database (POSTERN_DATABASE_URL), for several machines. Each
+// instance opens one pool, shared by its ports; migrations run at open under the advisory lock,
+// so instances starting together apply each once.
+import { migratePg, openPgPool } from './db.ts';
+import { PgDirectoryStore } from './directory.ts';
+import { PgEventStore } from './events.ts';
+import { PgKeyBackupStore } from './key-backups.ts';
+import { PgKeyStore } from './keys.ts';
+import { PgMailIndex } from './mail-index.ts';
+import { PgOutboxStore } from './outbox.ts';
+import { PgPasskeyStore } from './passkeys.ts';
+import { PgResealJobs } from './reseal-jobs.ts';
+import type { Store } from '../../../lib/store.ts';
+
+export interface PostgresStoreOptions {
+  /** Connections at most, per process (POSTERN_DATABASE_POOL). */
+  poolSize?: number;
+  /** Shown in pg_stat_activity. */
+  applicationName?: string;
+  /** A connection lost while idle (the server restarted): the pool has dropped it. */
+  onIdleError?: (err: Error) => void;
+}
+
+/** The URL with its password masked, for logs and `inbox status`. */
+export function redactedUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return 'postgres://(unparsable URL)';
+  }
+}
+
+/** Connects, migrates, and opens every port on the database at `url`. */
+export async function openPostgresStore(url: string, options: PostgresStoreOptions = {}): Promise<Store> {
+  const pool = openPgPool(url, {
+    max: options.poolSize ?? 10,
+    applicationName: options.applicationName ?? 'postern',
+    ...(options.onIdleError ? { onIdleError: options.onIdleError } : {}),
+  });
+  try {
+    await migratePg(pool);
+  } catch (err) {
+    await pool.end().catch(() => undefined);
+    throw err;
+  }
+  let closed = false;
+  return {
+    engine: 'postgres',
+    location: redactedUrl(url),
+    directory: new PgDirectoryStore(pool),
+    keys: new PgKeyStore(pool),
+    keyBackups: new PgKeyBackupStore(pool),
+    passkeys: new PgPasskeyStore(pool),
+    events: new PgEventStore(pool),
+    mailIndex: new PgMailIndex(pool),
+    outbox: new PgOutboxStore(pool),
+    resealJobs: new PgResealJobs(pool),
+    async health() {
+      await pool.query('SELECT 1');
+    },
+    // The server vacuums and checkpoints on its own.
+    startUpkeep() {},
+    async close() {
+      if (closed) return;
+      closed = true;
+      await pool.end();
+    },
+  };
+}

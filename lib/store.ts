@@ -1,0 +1,37 @@
+// What Postern keeps outside the mail server, as one unit: every store port, opened together on
+// one engine (adapters/store/sqlite/store.ts, adapters/store/postgres/store.ts), with its own
+// health check, its own background upkeep and one close. lib/server.ts builds Postern from it;
+// nothing outside adapters/store/ knows which engine it is beyond the name.
+import type { PasskeyStore } from './auth/passkey-store.ts';
+import type { KeyBackupStore } from './crypto/key-backups.ts';
+import type { EpochKeyStore, MemberKeyStore, MessageKeyStore } from './crypto/store.ts';
+import type { DirectoryStore } from './directory/store.ts';
+import type { EventStore } from './events/store.ts';
+import type { ResealJobs } from './mail/reseal.ts';
+import type { MailIndexStore, WatchLeases, WatchReports } from './mail/types.ts';
+import type { OutboxStore } from './send/ports.ts';
+
+export type StoreEngine = 'sqlite' | 'postgres';
+
+export interface Store {
+  readonly engine: StoreEngine;
+  /** Where it is, for people: the SQLite file, or the PostgreSQL URL without its password. */
+  readonly location: string;
+  directory: DirectoryStore;
+  keys: EpochKeyStore & MemberKeyStore & MessageKeyStore;
+  keyBackups: KeyBackupStore;
+  passkeys: PasskeyStore;
+  events: EventStore;
+  mailIndex: MailIndexStore & WatchLeases & WatchReports;
+  outbox: OutboxStore;
+  resealJobs: ResealJobs;
+  /** Resolves when the store answers a query; rejects with why not (GET /healthz). */
+  health(): Promise<void>;
+  /**
+   * Starts what a serving process does for the store in the background (SQLite: checkpoints the
+   * WAL off the serving thread). `onError` hears upkeep that failed and fell back.
+   */
+  startUpkeep(onError: (err: Error) => void): void;
+  /** Stops the upkeep and closes every connection. Idempotent. */
+  close(): Promise<void>;
+}
