@@ -118,6 +118,11 @@ export interface OutboxStore {
   /** The inbox's sends since `since`, as reserve() counts them (exact up to `max`); a read, for checking early. */
   sentSince(inboxId: string, since: number, max: number): Promise<number>;
   get(id: string): Promise<OutboxEntry | null>;
+  /**
+   * The inbox's entries not filed yet (relaying, sending or filing), oldest first, at most
+   * `limit`: its outbox backlog, as a staff command or a test sees it.
+   */
+  backlog(inboxId: string, limit: number): Promise<OutboxEntry[]>;
   byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null>;
   /** The relay refused: the entry goes, so the draft may be sent again and it counts for nothing. */
   drop(id: string): Promise<void>;

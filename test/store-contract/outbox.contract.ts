@@ -193,6 +193,25 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       expect(await store.get(e.id)).to.deep.include({ state: 'filed', attempts: 1 });
     });
 
+    it("lists an inbox's backlog: its entries not filed yet, in every state, oldest first, up to the limit", async () => {
+      const inbox = newId('ibx');
+      const now = Date.now();
+      const [relaying, sending, filing, unknown, filed] = [4, 3, 2, 1, 0].map((age) => entry(inbox, now - age * 1000)) as [OutboxEntry, OutboxEntry, OutboxEntry, OutboxEntry, OutboxEntry];
+      for (const e of [filed, unknown, filing, sending, relaying]) await store.reserve(e, copyOf(e), RATE);
+      await store.reserve(entry(newId('ibx'), now - 5000), [], RATE);
+      await store.sending(sending.id);
+      await store.relayed(filing.id, now);
+      await store.sending(unknown.id);
+      await store.outcomeUnknown(unknown.id, now);
+      await store.relayed(filed.id, now);
+      await store.filed([filed.id], now);
+      const ids = (list: OutboxEntry[]) => list.map((e) => e.id);
+      expect(ids(await store.backlog(inbox, 100))).to.deep.equal([relaying.id, sending.id, filing.id, unknown.id]);
+      expect(await store.backlog(inbox, 100)).to.deep.equal(await Promise.all([relaying, sending, filing, unknown].map(async (e) => store.get(e.id))));
+      expect(ids(await store.backlog(inbox, 2))).to.deep.equal([relaying.id, sending.id]);
+      expect(await store.backlog(newId('ibx'), 100)).to.deep.equal([]);
+    });
+
     it('answers a lost reply as outcome unknown (kept, filed, not droppable), and a refusal after the bytes by dropping the send', async () => {
       const inbox = newId('ibx');
       const [a, b] = [entry(inbox, Date.now(), { draftId: 'drf_a' }), entry(inbox)];

@@ -41,6 +41,8 @@ const S = {
   forgetMinutes: stmt('forgetMinutes', 'DELETE FROM mail_send_minutes WHERE inbox_id = $1 AND minute < $2'),
   byDraft: stmt('byDraft', `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = $1 AND draft_id = $2`),
   get: stmt('get', `SELECT ${COLUMNS} FROM mail_outbox WHERE id = $1`),
+  // The inbox's rows by mail_outbox_rate (inbox_id, created_at), the filed ones skipped.
+  backlog: stmt('backlog', `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = $1 AND state <> 'filed' ORDER BY created_at, id LIMIT $2`),
   insert: stmt(
     'insert',
     `INSERT INTO mail_outbox (${COLUMNS}, owner)
@@ -149,6 +151,10 @@ export class PgOutboxStore implements OutboxStore {
   async get(id: string): Promise<OutboxEntry | null> {
     const [r] = await rowsOf<OutboxRow>(this.pool, S.get([id]));
     return r ? entryOf(r) : null;
+  }
+
+  async backlog(inboxId: string, limit: number): Promise<OutboxEntry[]> {
+    return (await rowsOf<OutboxRow>(this.pool, S.backlog([inboxId, limit]))).map(entryOf);
   }
 
   async byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null> {

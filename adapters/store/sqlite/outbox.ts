@@ -64,6 +64,8 @@ export class SqliteOutboxStore implements OutboxStore {
       forgetMinutes: db.prepare<[string, number]>('DELETE FROM mail_send_minutes WHERE inbox_id = ? AND minute < ?'),
       byDraft: db.prepare<[string, string], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?`),
       get: db.prepare<[string], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE id = ?`),
+      // The inbox's rows by mail_outbox_rate (inbox_id, created_at), the filed ones skipped.
+      backlog: db.prepare<[string, number], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND state <> 'filed' ORDER BY created_at, id LIMIT ?`),
       insert: db.prepare(
         `INSERT INTO mail_outbox (${COLUMNS}, owner) VALUES (@id, @inboxId, @projectId, @actor, @draftId, @fingerprint, 'relaying', NULL, @mailFrom, @recipients, @messageId, @size, 0, 0, @nextAttemptAt, @createdAt, @owner)`,
       ),
@@ -201,6 +203,10 @@ export class SqliteOutboxStore implements OutboxStore {
   async get(id: string): Promise<OutboxEntry | null> {
     const r = this.q.get.get(id);
     return r ? entryOf(r) : null;
+  }
+
+  async backlog(inboxId: string, limit: number): Promise<OutboxEntry[]> {
+    return this.q.backlog.all(inboxId, limit).map(entryOf);
   }
 
   async byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null> {
