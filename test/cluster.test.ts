@@ -2,7 +2,6 @@
 // Redis. Connections are spread over the workers, so publishes and streams land on both: every
 // stream sees every event at once (the primary relays the live bus), idempotency holds across
 // them, a dead worker is replaced, and a stop leaves no process behind.
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { callFresh, clusterFixture, envVars, mailEnv, newProject, startPostern } from './harness.ts';
 import { register, SseClient } from './events-helpers.ts';
@@ -115,7 +114,7 @@ describe('postern serve with POSTERN_WORKERS=2: workers that cannot start', func
     const admin = await startPostern();
     try {
       // An address this machine does not have: every worker fails to listen.
-      const started = spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_WORKERS: '2', POSTERN_HOST: '192.0.2.1' }));
+      const started = spawnPostern(envVars(mailEnv(), { ...admin.storeEnv, POSTERN_WORKERS: '2', POSTERN_HOST: '192.0.2.1' }));
       const err = await started.then(
         async (l) => {
           await stopProcess(l.child);

@@ -103,7 +103,7 @@ describe('events: cursors are private to their project', () => {
     const two = await getPage(`${s.base}/events`, { token: await d.token(['events:read']) });
     expect(one.cursor).to.not.equal(two.cursor);
     // Another process on the same store reads the same cursors (the secret is in the store).
-    const other = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_DB: `${s.dir}/postern.db` });
+    const other = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0', ...s.storeEnv });
     try {
       const token = await a.token(['events:read', 'project:read']);
       const here = await getPage(`${s.base}/events`, { token });
