@@ -12,6 +12,8 @@ export interface EventStoreEngine {
   store: EventStore;
   /** A new project in the store's directory (events name a project that exists). */
   newProject(): Promise<string>;
+  /** Changes stored event `eventId`'s type in place, through the engine's own driver (what the log must refuse). */
+  rewrite(eventId: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -89,6 +91,13 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       for (const e of events) expect(await store.positionOf(projectId, e.eventId)).to.equal(e.position);
       expect(await store.positionOf(projectId, newId('evt'))).to.equal(null);
       expect(await store.positionOf(await engine.newProject(), events[0]!.eventId)).to.equal(null);
+    });
+
+    it('is append-only: the engine itself refuses to change a stored event', async () => {
+      const event = await append({ projectId: await engine.newProject(), type: 'ext.test.kept' });
+      const refused = await engine.rewrite(event.eventId).then(() => null, (err: unknown) => err as Error);
+      expect(refused?.message).to.match(/append-only/);
+      expect((await store.readAll(event.position - 1, 1))[0]).to.deep.include({ eventId: event.eventId, type: 'ext.test.kept' });
     });
 
     it('numbers each stream on its own, gap-free, and never records a time earlier than the previous event', async () => {

@@ -20,6 +20,9 @@ eventStoreContract('SQLite', async () => {
   return {
     store: new SqliteEventStore(db),
     newProject: async () => (await admin.createProject('contract test')).id,
+    rewrite: async (eventId) => {
+      db.prepare("UPDATE events SET type = 'ext.test.changed' WHERE event_id = ?").run(eventId);
+    },
     close: async () => {
       db.close();
       rmSync(dir, { recursive: true, force: true });
@@ -29,5 +32,12 @@ eventStoreContract('SQLite', async () => {
 
 eventStoreContract('PostgreSQL', async () => {
   const fresh = await freshDatabase();
-  return { store: new PgEventStore(fresh.pool), newProject: () => fresh.newProject(), close: () => fresh.drop() };
+  return {
+    store: new PgEventStore(fresh.pool),
+    newProject: () => fresh.newProject(),
+    rewrite: async (eventId) => {
+      await fresh.pool.query("UPDATE events SET type = 'ext.test.changed' WHERE event_id = $1", [eventId]);
+    },
+    close: () => fresh.drop(),
+  };
 });
