@@ -1,8 +1,6 @@
 // Passkey enrollment and sign-in against the real server, with a software passkey that can be
 // made to misbehave: every ceremony failure is a clear 4xx, never a 500, and never a session.
 import { expect } from 'chai';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqlitePasskeyStore } from '../adapters/store/sqlite/passkeys.ts';
 import { Passkeys } from '../lib/auth/passkeys.ts';
 import { userKeyPair } from './crypto-fixtures.ts';
 import { call, expectError, json, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
@@ -39,8 +37,8 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
 
   /** A past clock on the same store: what it issues is already expired for the server. */
   const pastPasskeys = () => {
-    const db = s.postern.db;
-    return new Passkeys(new SqlitePasskeyStore(db), new SqliteDirectoryStore(db), {
+    const { passkeys, directory } = s.postern.store;
+    return new Passkeys(passkeys, directory, {
       origin: ORIGIN,
       rpName: 'Postern',
       sessionTtlSeconds: 3600,
@@ -374,7 +372,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     call(`${s.app}${path}`, { method: 'POST', ...(session ? { session } : {}), headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const putKey = (session: string, publicKey: string, reauth?: unknown) =>
     call(`${s.app}/me/key`, { method: 'PUT', session, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ publicKey, ...(reauth ? { reauth } : {}) }) });
-  const storedKey = (memberId: string) => s.postern.db.prepare('SELECT fingerprint FROM member_keys WHERE member_id = ?').pluck().get(memberId) as string | undefined;
+  const storedKey = async (memberId: string) => (await s.postern.store.keys.getMemberKey(memberId))?.fingerprint;
   const newKey = async () => {
     const { armoredPublic, privateKey } = await userKeyPair();
     return { armored: armoredPublic, fingerprint: privateKey.getFingerprint().toUpperCase() };
@@ -390,8 +388,8 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
 
   /** A clock an hour behind on the same store: what it issues is already stale for the server. */
   const pastPasskeys = () => {
-    const db = s.postern.db;
-    return new Passkeys(new SqlitePasskeyStore(db), new SqliteDirectoryStore(db), {
+    const { passkeys, directory } = s.postern.store;
+    return new Passkeys(passkeys, directory, {
       origin: ORIGIN,
       rpName: 'Postern',
       sessionTtlSeconds: 2 * 3600,
@@ -444,7 +442,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     // A sign-in assertion is not one either.
     const signInOptions = await json<{ publicKey: { challenge: string } }>(await post('/auth/sign-in/options', {}));
     await expectError(await putKey(session, second.armored, key.signIn(signInOptions.publicKey)), 403, /another ceremony \(sign-in\)/);
-    expect(storedKey(member)).to.equal(first.fingerprint);
+    expect(await storedKey(member)).to.equal(first.fingerprint);
     expect(await logged('access.key.set', member)).to.have.length(1);
 
     const options = await reauthOptions(session, 'replace-key');
@@ -454,7 +452,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     const replaced = await putKey(session, second.armored, reauth);
     expect(replaced.status, await replaced.clone().text()).to.equal(200);
     expect((await json<{ fingerprint: string }>(replaced)).fingerprint).to.equal(second.fingerprint);
-    expect(storedKey(member)).to.equal(second.fingerprint);
+    expect(await storedKey(member)).to.equal(second.fingerprint);
     const events = await logged('access.key.set', member);
     expect(events.map((e) => e.data)).to.deep.equal([
       { memberId: member, fingerprint: first.fingerprint, confirmedBy: 'fresh-session', passkeyId },
@@ -463,7 +461,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     // Single use: the same answer cannot replace the key again.
     const third = await newKey();
     await expectError(await putKey(session, third.armored, reauth), 403, /already answered/);
-    expect(storedKey(member)).to.equal(second.fingerprint);
+    expect(await storedKey(member)).to.equal(second.fingerprint);
   });
 
   it('refuses a stale challenge, another member\'s challenge or passkey, and an assertion without user verification', async () => {
@@ -494,7 +492,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     // A malformed assertion is a 400, and an unknown operation too.
     await expectError(await putKey(session, second.armored, { id: 'x' }), 400, /reauth/);
     await expectError(await post('/me/reauth/options', { operation: 'become-admin' }, session), 400, /operation/);
-    expect(storedKey(member)).to.equal(first.fingerprint);
+    expect(await storedKey(member)).to.equal(first.fingerprint);
     expect(await logged('access.key.set', member)).to.have.length(1);
   });
 
@@ -506,7 +504,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     const old = await past.signIn(key.signIn(await past.signInOptions()));
     const mine = await newKey();
     await expectError(await putKey(old.session, mine.armored), 403, /re-authentication required/);
-    expect(storedKey(member)).to.equal(undefined);
+    expect(await storedKey(member)).to.equal(undefined);
     const ok = await putKey(old.session, mine.armored, key.signIn(await reauthOptions(old.session, 'replace-key')));
     expect(ok.status, await ok.clone().text()).to.equal(200);
     expect((await logged('access.key.set', member)).map((e) => e.data)).to.deep.equal([
