@@ -137,17 +137,20 @@ describe('sending: filing the Sent copies in batches', function () {
     return { subjects, release };
   }
 
-  const pending = (inbox: TestInbox) =>
-    s.postern.db.prepare("SELECT count(*) AS n, coalesce(sum(claims), 0) AS claims FROM mail_outbox WHERE inbox_id = ? AND state != 'filed'").get(inbox.id) as { n: number; claims: number };
+  /** The inbox's copies not filed yet, and the filing attempts started on them. */
+  const pending = async (inbox: TestInbox) => {
+    const backlog = await s.postern.store.outbox.backlog(inbox.id, 1000);
+    return { n: backlog.length, claims: backlog.reduce((sum, e) => sum + e.claims, 0) };
+  };
 
   it('waits for the sends under way, then files the copies waiting together in one APPEND, each once with \\Seen', async () => {
     const inbox = await p.inbox();
     const { subjects, release } = await sendHeld(inbox);
     // Every copy was due as soon as Postfix took its message; none was tried while the send was held.
-    expect(pending(inbox)).to.deep.equal({ n: COPIES, claims: 0 });
+    expect(await pending(inbox)).to.deep.equal({ n: COPIES, claims: 0 });
     const before = relay.appends;
     release();
-    await until('the copies filed', async () => pending(inbox).n === 0);
+    await until('the copies filed', async () => (await pending(inbox)).n === 0);
     expect(relay.appends - before).to.equal(1);
     expect(await sentSubjects(inbox)).to.deep.equal(subjects);
   });
@@ -159,7 +162,7 @@ describe('sending: filing the Sent copies in batches', function () {
     const cut = relay.cutUpload(3 * BODY.length);
     release();
     await cut;
-    await until('the copies filed', async () => pending(inbox).n === 0);
+    await until('the copies filed', async () => (await pending(inbox)).n === 0);
     expect(await sentSubjects(inbox)).to.deep.equal(subjects);
   });
 
@@ -169,7 +172,7 @@ describe('sending: filing the Sent copies in batches', function () {
     const cut = relay.cutAnswer();
     release();
     await cut;
-    await until('the copies filed', async () => pending(inbox).n === 0);
+    await until('the copies filed', async () => (await pending(inbox)).n === 0);
     expect(await sentSubjects(inbox)).to.deep.equal(subjects);
   });
 });
