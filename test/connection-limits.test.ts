@@ -4,7 +4,6 @@
 // that keeps moving is not; one address holds a bounded number of connections (429 beyond), except
 // behind a trusted proxy; and clustered workers (POSTERN_WORKERS) apply the same settings.
 import { connect, type Socket } from 'node:net';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { ConfigError, loadConfig } from '../lib/config.ts';
 import { envVars, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
@@ -246,7 +245,7 @@ describe('slow clients and connections per address', function () {
     const port = String(await freePort());
     const cluster = await spawnPostern(
       envVars(mailEnv(), {
-        POSTERN_DB: join(admin.dir, 'postern.db'),
+        ...admin.storeEnv,
         POSTERN_WORKERS: '2',
         POSTERN_PORT: port,
         POSTERN_HEADERS_TIMEOUT_MS: '300',
