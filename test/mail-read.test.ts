@@ -2,11 +2,10 @@
 // COPY/MOVE, ETag/304, flags both ways, delivery through Postfix, and the 400/404/403 cases.
 import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
-import { join } from 'node:path';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { idFromGuid } from '../lib/ids.ts';
-import { createPostern } from '../lib/server.ts';
+import { openPostern } from '../lib/server.ts';
 import type { Label, MessageSummary as Summary } from '../schemas/wire.ts';
 import { call, envVars, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, deliver, json, mailApp, SseReader, until } from './mail-fixtures.ts';
@@ -203,8 +202,8 @@ describe('mail read API', function () {
 
   it("two instances sharing one store: one's cached detail sees the other's flag change", async () => {
     // A second Postern on the same SQLite file (as several instances behind one balancer).
-    const config = loadConfig(envVars(mailEnv(), { POSTERN_DB: join(s.dir, 'postern.db') }));
-    const second = createPostern(config, pino({ level: config.logLevel }));
+    const config = loadConfig(envVars(mailEnv(), s.storeEnv));
+    const second = await openPostern(config, pino({ level: config.logLevel }));
     const { url } = await second.listen();
     try {
       const uid = await append(app, 'INBOX', { subject: 'two instances' });
