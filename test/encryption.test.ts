@@ -3,7 +3,6 @@
 // messages sealed by someone else and APPENDed, all opened as the web app would
 // (docs/examples/open-message.ts).
 import { randomBytes } from 'node:crypto';
-import { join } from 'node:path';
 import { expect } from 'chai';
 import type { ImapFlow } from 'imapflow';
 import * as openpgp from 'openpgp';
@@ -13,6 +12,7 @@ import { spawnPostern, stopProcess } from './processes.ts';
 import { append, deliver, mailApp } from './mail-fixtures.ts';
 import { inboxMessages, putKey, userKeyPair } from './crypto-fixtures.ts';
 import { untilDelivered } from './ingress-helpers.ts';
+import { onStore } from './store-backdoor.ts';
 
 async function imapBytes(client: ImapFlow, uid: number): Promise<Buffer> {
   await client.mailboxOpen('INBOX');
@@ -169,7 +169,7 @@ describe('encryption at rest', function () {
       expect(notModified.status).to.equal(304);
 
       // Restarted: `postern serve` as a process of its own on the same store and master key.
-      const again = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(s.dir, 'postern.db') }));
+      const again = await spawnPostern(envVars(mailEnv(), s.storeEnv));
       try {
         const res = await call(`${again.url}/v1/inboxes/${inbox.id}/messages/${m!.id}/raw`, { token });
         expect(res.status).to.equal(200);
@@ -182,7 +182,7 @@ describe('encryption at rest', function () {
 
       // A message whose key is made now (as for a message stored before keys existed): the
       // ETag of the detail without it no longer matches.
-      s.postern.db.prepare('DELETE FROM message_keys WHERE inbox_id = ?').run(inbox.id);
+      await onStore(s.storeEnv, 'DELETE FROM message_keys WHERE inbox_id = ?', inbox.id);
       const fresh = await call(`${s.base}/inboxes/${inbox.id}/messages/${m!.id}`, { token, headers: { 'if-none-match': etag } });
       expect(fresh.status).to.equal(200);
       expect(fresh.headers.get('etag')).to.not.equal(etag);
