@@ -169,6 +169,8 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
       await page.click('#toggle-flagged');
       await page.locator('#flag-actions[data-flags~="flagged"]').waitFor();
       expect(await page.locator('#toggle-flagged').getAttribute('aria-pressed')).to.equal('true');
+      // The inbox stream may show the flag before the POST answers; focus is kept once it has.
+      await page.locator('#toggle-flagged:enabled').waitFor();
       expect(await inPage(page, 'document.activeElement?.id'), 'focus stays on the toggle').to.equal('toggle-flagged');
       const flags = await imapFlags(inbox, subject);
       expect([...flags]).to.include.members(['\\Seen', '\\Flagged']);
