@@ -142,8 +142,10 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       // The same message at the same place fetched earlier, applied later: the newer flags stay.
       await index.apply(inbox, [put(m, loc(lbl, 1, m.guid, 3, []))]);
       expect((await index.locations(inbox, lbl, [1]))[0]!.flags).to.deep.equal(['\\Seen']);
-      // Newer flags apply; MODSEQ 0 (no CONDSTORE) always applies.
+      // Newer flags apply, the same MODSEQ again does not; MODSEQ 0 (no CONDSTORE) always applies.
       expect(await index.apply(inbox, [{ op: 'flags', labelGuid: lbl, uid: 1, modseq: 6, flags: ['\\Flagged'] }])).to.deep.equal([]);
+      expect(await index.apply(inbox, [{ op: 'flags', labelGuid: lbl, uid: 1, modseq: 6, flags: ['\\Deleted'] }])).to.deep.equal([0]);
+      expect((await index.locations(inbox, lbl, [1]))[0]!.flags).to.deep.equal(['\\Flagged']);
       expect(await index.apply(inbox, [{ op: 'flags', labelGuid: lbl, uid: 1, modseq: 0, flags: ['\\Answered'] }])).to.deep.equal([]);
       expect((await index.locations(inbox, lbl, [1]))[0]).to.deep.include({ flags: ['\\Answered'], modseq: 0 });
       expect(Object.fromEntries(await index.counts(inbox))).to.deep.equal({ [lbl]: { total: 1, unread: 1 } });
@@ -152,6 +154,17 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       expect(await index.label(inbox, lbl)).to.deep.include({ uidNext: 2, highestModseq: 5, path: 'Renamed' });
       await index.apply(inbox, [], label(lbl, { uidValidity: 7, uidNext: 1, highestModseq: 1 }));
       expect(await index.label(inbox, lbl)).to.deep.include({ uidValidity: 7, uidNext: 1, highestModseq: 1 });
+      // So does a refill's: its counters replace the old validity's, then never decrease either.
+      await index.commitStaged(inbox, label(lbl, { uidValidity: 8, uidNext: 3, highestModseq: 4 }));
+      expect(await index.label(inbox, lbl)).to.deep.include({ uidValidity: 8, uidNext: 3, highestModseq: 4 });
+      await index.apply(inbox, [], label(lbl, { uidValidity: 8, uidNext: 2, highestModseq: 2 }));
+      expect(await index.label(inbox, lbl)).to.deep.include({ uidValidity: 8, uidNext: 3, highestModseq: 4 });
+      // Another message at a place replaces the one there, whatever their MODSEQs (never within
+      // one UIDVALIDITY, but the index follows the server).
+      const other = message();
+      await index.apply(inbox, [put(m, loc(lbl, 2, m.guid, 9))]);
+      await index.apply(inbox, [put(other, loc(lbl, 2, other.guid, 3))]);
+      expect((await index.locations(inbox, lbl, [2]))[0]).to.deep.include({ msgGuid: other.guid, modseq: 3 });
     });
 
     it("keeps a fill's progress: fillLow only goes down, a complete label stays complete, left out it is kept", async () => {
