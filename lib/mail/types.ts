@@ -119,6 +119,8 @@ export interface IndexStatus {
   messages: number;
   locations: number;
   labels: number;
+  /** Places of a label's refill under way (a new UIDVALIDITY), not yet visible to reads. */
+  staged: number;
   /** The last sync pass that worked, ms since the epoch; null: never. */
   syncedAt: number | null;
   /** The last push hint for it, ms since the epoch; null: none. */

@@ -95,7 +95,7 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       expect(await index.label(inbox, arch)).to.deep.equal(label(arch, { path: 'Archive', specialUse: '\\Archive', uidNext: 5, highestModseq: 3 }));
       expect((await index.labels(inbox)).map((l) => l.guid).sort()).to.deep.equal([inb, arch].sort());
       expect(await index.label(inbox, guid())).to.equal(null);
-      expect(await index.status(inbox)).to.deep.include({ seeded: false, messages: 7, locations: 8, labels: 2, syncedAt: null, hintedAt: null, watcher: null });
+      expect(await index.status(inbox)).to.deep.include({ seeded: false, messages: 7, locations: 8, labels: 2, staged: 0, syncedAt: null, hintedAt: null, watcher: null });
       // Another inbox sees none of it.
       expect(await index.countIn(newId('ibx'), inb)).to.equal(0);
     });
@@ -231,7 +231,9 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       await index.apply(inbox, [stage(kept, 1), stage(fresh, 2)]);
       expect((await index.page(inbox, lbl, null, 10)).map((r) => r.message.guid)).to.deep.equal([kept.guid, old.guid]);
       expect(await index.countIn(inbox, lbl)).to.equal(2);
+      expect(await index.status(inbox)).to.deep.include({ locations: 2, staged: 2 });
       await index.commitStaged(inbox, label(lbl, { uidValidity: 2, uidNext: 3 }));
+      expect(await index.status(inbox)).to.deep.include({ locations: 2, staged: 0 });
       expect((await index.page(inbox, lbl, null, 10)).map((r) => r.message.guid)).to.deep.equal([fresh.guid, kept.guid]);
       expect(await index.message(inbox, old.guid)).to.equal(null);
       expect(await index.label(inbox, lbl)).to.deep.include({ uidValidity: 2 });
@@ -264,13 +266,15 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       const lbl = guid();
       const m = message();
       await index.apply(inbox, [put(m, loc(lbl, 1, m.guid))], label(lbl));
+      await index.apply(inbox, [{ op: 'stage', message: m, location: loc(lbl, 2, m.guid) }]);
       await index.markSeeded(inbox, true);
       await index.claim([inbox], 'holder-a', 60_000);
+      expect(await index.status(inbox)).to.deep.include({ seeded: true, staged: 1 });
       const before = await index.version(inbox);
       const other = engine.newIndex();
       await other.dropInbox(inbox);
       expect(await index.version(inbox)).to.not.equal(before);
-      expect(await index.status(inbox)).to.deep.include({ seeded: false, messages: 0, locations: 0, labels: 0, syncedAt: null, watcher: null });
+      expect(await index.status(inbox)).to.deep.include({ seeded: false, messages: 0, locations: 0, labels: 0, staged: 0, syncedAt: null, watcher: null });
       const refused = async (write: () => Promise<unknown>) => {
         const err = await write().then(
           () => null,

@@ -66,7 +66,8 @@ const S = {
     'statusCounts',
     `SELECT (SELECT count(*) FROM mail_messages WHERE inbox_id = $1) AS messages,
        (SELECT count(*) FROM mail_locations WHERE inbox_id = $1) AS locations,
-       (SELECT count(*) FROM mail_labels WHERE inbox_id = $1) AS labels`,
+       (SELECT count(*) FROM mail_labels WHERE inbox_id = $1) AS labels,
+       (SELECT count(*) FROM mail_staged_locations WHERE inbox_id = $1) AS staged`,
   ),
   statusLease: stmt('statusLease', 'SELECT holder, expires_at FROM mail_watch_leases WHERE inbox_id = $1'),
   labels: stmt('labels', 'SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = $1'),
@@ -365,13 +366,14 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
 
   async status(inboxId: string): Promise<IndexStatus> {
     const [inbox] = await rowsOf<{ seeded: boolean; synced_at: number | null; hinted_at: number | null }>(this.pool, S.statusInbox([inboxId]));
-    const [counts] = await rowsOf<{ messages: number; locations: number; labels: number }>(this.pool, S.statusCounts([inboxId]));
+    const [counts] = await rowsOf<{ messages: number; locations: number; labels: number; staged: number }>(this.pool, S.statusCounts([inboxId]));
     const [lease] = await rowsOf<{ holder: string; expires_at: number }>(this.pool, S.statusLease([inboxId]));
     return {
       seeded: inbox?.seeded === true,
       messages: counts!.messages,
       locations: counts!.locations,
       labels: counts!.labels,
+      staged: counts!.staged,
       syncedAt: inbox?.synced_at ?? null,
       hintedAt: inbox?.hinted_at ?? null,
       watcher: lease && lease.expires_at > Date.now() ? { holder: lease.holder, expiresAt: lease.expires_at } : null,

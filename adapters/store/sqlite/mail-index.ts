@@ -69,7 +69,8 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       pruneReports: p('DELETE FROM watch_reports WHERE updated_at < ?'),
       statusCounts: p(`SELECT (SELECT count(*) FROM mail_messages WHERE inbox_id = @id) AS messages,
         (SELECT count(*) FROM mail_locations WHERE inbox_id = @id) AS locations,
-        (SELECT count(*) FROM mail_labels WHERE inbox_id = @id) AS labels`),
+        (SELECT count(*) FROM mail_labels WHERE inbox_id = @id) AS labels,
+        (SELECT count(*) FROM mail_staged_locations WHERE inbox_id = @id) AS staged`),
       statusLease: p('SELECT holder, expires_at FROM mail_watch_leases WHERE inbox_id = ?'),
       labels: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = ?'),
       label: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
@@ -257,7 +258,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
 
   async status(inboxId: string): Promise<IndexStatus> {
     const inbox = this.s.statusInbox!.get(inboxId) as { seeded: number; synced_at: number | null; hinted_at: number | null } | undefined;
-    const counts = this.s.statusCounts!.get({ id: inboxId }) as { messages: number; locations: number; labels: number };
+    const counts = this.s.statusCounts!.get({ id: inboxId }) as { messages: number; locations: number; labels: number; staged: number };
     const lease = this.s.statusLease!.get(inboxId) as { holder: string; expires_at: number } | undefined;
     return {
       seeded: inbox?.seeded === 1,
