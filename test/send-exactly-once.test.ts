@@ -3,7 +3,6 @@
 // with sends under way: the restarted process settles what was left (docs/sending.md, "Exactly
 // once"): no row stays in flight, no draft answers 503 for good, every sent message gets one Sent
 // copy promptly, nothing goes twice, nothing acknowledged is lost.
-import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import { call, envVars, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
@@ -151,8 +150,7 @@ describe('sending exactly once: a lost final reply', function () {
 
     // Kept as sent, with its outcome unknown; its copy is filed in Sent, once.
     await until('the Sent copies filed', async () => (await sentCopies(inbox)).get('marker') === 1 && (await sentCopies(inbox)).get('reply lost') === 1);
-    const row = s.postern.db.prepare('SELECT state, outcome FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?').get(inbox.id, body.draftId);
-    expect(row).to.deep.equal({ state: 'filed', outcome: 'unknown' });
+    expect(await s.postern.store.outbox.byDraft(inbox.id, body.draftId)).to.deep.include({ state: 'filed', outcomeUnknown: true });
   });
 
   it('answers 422 (outcome unknown) to POST /messages too: a client that retried a 503 there would send a second copy', async () => {
@@ -204,7 +202,7 @@ describe('sending exactly once: postern serve killed with sends under way', func
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'send']);
     const compose = await json<{ epoch: number; epochPublic: string }>(await call(`${server.base}/inboxes/${inbox.id}/compose`, { token }));
-    const env = envVars(mailEnv(), { POSTERN_DB: join(server.dir, 'postern.db'), POSTERN_PORT: String(await freePort()), POSTERN_SEND_RATE_PER_HOUR: '100000' });
+    const env = envVars(mailEnv(), { ...server.storeEnv, POSTERN_PORT: String(await freePort()), POSTERN_SEND_RATE_PER_HOUR: '100000' });
     // Copies are filed while sends go on, so some are claimed when the process dies.
     child = await spawnPostern({ ...env, POSTERN_SENT_COPY_YIELD_MS: '0', ...(what === 'worker' ? { POSTERN_WORKERS: '2' } : {}) });
     const base = `${child.url}/v1`;
@@ -246,9 +244,12 @@ describe('sending exactly once: postern serve killed with sends under way', func
     killed = true;
     await Promise.all(senders);
     const killedAt = Date.now();
-    const left = server.postern.db
-      .prepare("SELECT sum(state = 'relaying') AS relaying, sum(state = 'sending') AS sending, sum(state = 'filing' AND next_attempt_at > ?) AS claimed FROM mail_outbox WHERE inbox_id = ?")
-      .get(killedAt + 60_000, inbox.id) as { relaying: number; sending: number; claimed: number };
+    const backlog = await server.postern.store.outbox.backlog(inbox.id, 1000);
+    const left = {
+      relaying: backlog.filter((e) => e.state === 'relaying').length,
+      sending: backlog.filter((e) => e.state === 'sending').length,
+      claimed: backlog.filter((e) => e.state === 'filing' && e.nextAttemptAt > killedAt + 60_000).length,
+    };
     // A connection cut by the kill is seen at once; none is left open with nobody to answer it.
     expect(sends.filter((x) => x.status === 'hung').map((x) => x.subject), 'requests left hanging by the kill').to.deep.equal([]);
     const lost = sends.filter((x) => x.status === 'lost');
@@ -276,8 +277,7 @@ describe('sending exactly once: postern serve killed with sends under way', func
     for (const { x } of retried) expect((await postAgain(restarted, token, inbox.id, x.body)).status, x.subject).to.equal(x.status);
 
     // Nothing left in flight; every copy filed well before a dead process's claims (2 minutes) run out.
-    const unsettled = () => server.postern.db.prepare("SELECT count(*) FROM mail_outbox WHERE inbox_id = ? AND state <> 'filed'").pluck().get(inbox.id) as number;
-    await until('every Sent copy filed', async () => unsettled() === 0, 60_000);
+    await until('every Sent copy filed', async () => (await server.postern.store.outbox.backlog(inbox.id, 1)).length === 0, 60_000);
     expect(Date.now() - killedAt).to.be.below(90_000);
 
     // The sink: a marker sent last arrives; every acknowledged message is there once, none twice.
