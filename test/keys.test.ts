@@ -7,14 +7,12 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import * as openpgp from 'openpgp';
 import { pino } from 'pino';
-import { openDb } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { migrations } from '../adapters/store/sqlite/migrations/index.ts';
+import { openStore } from '../adapters/store/open.ts';
 import { loadConfig } from '../lib/config.ts';
 import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
 import { ROOT } from '../lib/paths.ts';
-import { createPostern } from '../lib/server.ts';
-import { envVars, mailEnv, newProject, startPostern, TEST_MASTER_KEY, type TestServer } from './harness.ts';
+import { openPostern } from '../lib/server.ts';
+import { envVars, mailEnv, newProject, newStore, startPostern, TEST_MASTER_KEY, type TestServer } from './harness.ts';
 
 async function sealAndOpen(pub: openpgp.PublicKey, priv: openpgp.PrivateKey): Promise<string> {
   const sealed = await openpgp.encrypt({ message: await openpgp.createMessage({ text: 'hello epoch' }), encryptionKeys: pub });
@@ -51,9 +49,9 @@ describe('epoch keys', function () {
     expect(current.fingerprint).to.equal(current.publicKey.getFingerprint().toUpperCase()).and.match(/^[0-9A-F]{40}$/);
     expect(await sealAndOpen(current.publicKey, await s.postern.keys.privateKey(inbox.id, 1))).to.equal('hello epoch');
     // The private key rests sealed: the stored row never holds it in the clear.
-    const row = s.postern.db.prepare('SELECT sealed_private FROM epoch_keys WHERE inbox_id = ?').get(inbox.id) as { sealed_private: Buffer };
+    const stored = await s.postern.store.keys.get(inbox.id, 1);
     const priv = (await s.postern.keys.privateKey(inbox.id, 1)).write();
-    expect(Buffer.from(row.sealed_private).includes(Buffer.from(priv.subarray(0, 64)))).to.equal(false);
+    expect(Buffer.from(stored!.sealedPrivate).includes(Buffer.from(priv.subarray(0, 64)))).to.equal(false);
   });
 
   it('rotates to a new epoch; the old one still opens, in this process and in a fresh one', async () => {
@@ -65,7 +63,7 @@ describe('epoch keys', function () {
     expect(rotated.fingerprint).to.not.equal(first.fingerprint);
     expect((await s.postern.keys.current(inbox.id)).epoch).to.equal(2);
     expect(await s.postern.keys.epochs(inbox.id)).to.deep.equal([1, 2]);
-    const other = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: join(s.dir, 'postern.db') })), pino({ level: 'silent' }));
+    const other = await openPostern(loadConfig(envVars(mailEnv(), s.storeEnv)), pino({ level: 'silent' }));
     try {
       expect(await sealAndOpen(first.publicKey, await other.keys.privateKey(inbox.id, 1))).to.equal('hello epoch');
       const second = await other.keys.current(inbox.id);
@@ -78,7 +76,7 @@ describe('epoch keys', function () {
   it('rotates from the CLI with the same master key, and refuses with the reason without it', async () => {
     const p = await newProject(s);
     const inbox = await p.inbox();
-    const env = envVars(mailEnv(), { POSTERN_DB: join(s.dir, 'postern.db') });
+    const env = envVars(mailEnv(), s.storeEnv);
     const ok = await runCli(['admin', 'inbox', 'rotate-key', '--inbox', inbox.id], env);
     expect(ok.code, JSON.stringify(ok.out)).to.equal(0);
     expect(ok.out).to.deep.include({ inboxId: inbox.id, epoch: 2 });
@@ -93,7 +91,7 @@ describe('epoch keys', function () {
 
   it('sets a member key from the CLI (armored or binary file), refusing a key that cannot encrypt with the reason', async () => {
     const p = await newProject(s);
-    const env = envVars(mailEnv(), { POSTERN_DB: join(s.dir, 'postern.db') });
+    const env = envVars(mailEnv(), s.storeEnv);
     const { privateKey } = await openpgp.generateKey({ type: 'ecc', curve: 'ed25519Legacy', userIDs: [{ email: 'm@example.org' }], format: 'object' });
     const dir = mkdtempSync(join(tmpdir(), 'postern-key-'));
     try {
@@ -115,18 +113,21 @@ describe('epoch keys', function () {
   });
 
   it('serve refuses to start without a master key, with a malformed one, or with one that does not open the stored keys', async () => {
-    const db = join(s.dir, 'postern.db');
     for (const [value, reason] of [
       ['', /is not set/],
       ['not base64 at all!', /malformed/],
       [Buffer.alloc(16, 7).toString('base64'), /too short: 16 bytes/],
     ] as const) {
-      expect(() => createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: db, POSTERN_MASTER_KEY: value })), pino({ level: 'silent' })))
-        .to.throw(MasterKeyError)
-        .with.property('message')
-        .that.matches(reason);
+      const refused = await openPostern(loadConfig(envVars(mailEnv(), { ...s.storeEnv, POSTERN_MASTER_KEY: value })), pino({ level: 'silent' })).then(
+        async (p) => {
+          await p.close();
+          return null;
+        },
+        (err: unknown) => err,
+      );
+      expect(refused).to.be.instanceOf(MasterKeyError).with.property('message').that.matches(reason);
     }
-    const wrong = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: db, POSTERN_MASTER_KEY: MasterKey.generate() })), pino({ level: 'silent' }));
+    const wrong = await openPostern(loadConfig(envVars(mailEnv(), { ...s.storeEnv, POSTERN_MASTER_KEY: MasterKey.generate() })), pino({ level: 'silent' }));
     try {
       let failure: unknown = null;
       await wrong.listen().catch((err: unknown) => (failure = err));
@@ -136,25 +137,28 @@ describe('epoch keys', function () {
       await wrong.close();
     }
     // And `postern serve` says so on stdout, exiting non-zero.
-    const cli = await runCli(['serve'], envVars(mailEnv(), { POSTERN_DB: db, POSTERN_MASTER_KEY: '' }));
+    const cli = await runCli(['serve'], envVars(mailEnv(), { ...s.storeEnv, POSTERN_MASTER_KEY: '' }));
     expect(cli.code).to.equal(1);
     expect(cli.out.error).to.match(/POSTERN_MASTER_KEY is not set/);
   });
 
   it('gives inboxes made before keys existed their epoch 1 on the first start (store made by the previous code)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'postern-keys-'));
+    const store = await newStore(dir);
+    const ids = ['ibx_01JC0000000000000000000001', 'ibx_01JC0000000000000000000002'];
     try {
-      const file = join(dir, 'postern.db');
-      // The schema as it was before migration 8, filled the way the previous code filled it.
-      const old = openDb(file, migrations.filter((m) => m.version <= 7));
-      const store = new SqliteDirectoryStore(old);
-      await store.createProject({ id: 'prj_01JC0000000000000000000000', name: 'old', createdAt: 1 });
-      const ids = ['ibx_01JC0000000000000000000001', 'ibx_01JC0000000000000000000002'];
-      for (const [i, id] of ids.entries()) {
-        await store.createInbox({ id, projectId: 'prj_01JC0000000000000000000000', imapUser: `old${i}@example.org`, addresses: [`old${i}@example.org`], mode: 'compatible', createdAt: 1 });
+      // Filled the way the previous code filled it: inboxes in the directory, no keys made.
+      const old = await openStore(loadConfig(envVars(mailEnv(), store.env)));
+      try {
+        await old.directory.createProject({ id: 'prj_01JC0000000000000000000000', name: 'old', createdAt: 1 });
+        for (const [i, id] of ids.entries()) {
+          await old.directory.createInbox({ id, projectId: 'prj_01JC0000000000000000000000', imapUser: `old${i}@example.org`, addresses: [`old${i}@example.org`], mode: 'compatible', createdAt: 1 });
+        }
+        expect(await old.keys.inboxesWithoutKeys()).to.have.members(ids);
+      } finally {
+        await old.close();
       }
-      old.close();
-      const upgraded = await startPostern({ POSTERN_DB: file });
+      const upgraded = await startPostern(store.env);
       try {
         for (const id of ids) {
           expect(await upgraded.postern.keys.epochs(id)).to.deep.equal([1]);
@@ -162,17 +166,19 @@ describe('epoch keys', function () {
           expect(await sealAndOpen(current.publicKey, await upgraded.postern.keys.privateKey(id, 1))).to.equal('hello epoch');
         }
       } finally {
-        await upgraded.postern.close();
+        await upgraded.close();
       }
     } finally {
+      await store.drop();
       rmSync(dir, { recursive: true, force: true });
     }
   });
 
-  it('keeps the master key out of the store', () => {
-    const rows = s.postern.db.prepare('SELECT sealed_private FROM epoch_keys').all() as Array<{ sealed_private: Buffer }>;
+  it('keeps the master key out of the store', async () => {
+    const { directory, keys } = s.postern.store;
+    const stored = (await Promise.all((await directory.listInboxes()).map((inbox) => keys.list(inbox.id)))).flat();
     const master = Buffer.from(TEST_MASTER_KEY, 'base64');
-    expect(rows.length).to.be.greaterThan(0);
-    for (const r of rows) expect(Buffer.from(r.sealed_private).includes(master.subarray(0, 16))).to.equal(false);
+    expect(stored.length).to.be.greaterThan(0);
+    for (const r of stored) expect(Buffer.from(r.sealedPrivate).includes(master.subarray(0, 16))).to.equal(false);
   });
 });
