@@ -14,8 +14,8 @@ import { loadConfig } from '../lib/config.ts';
 import { eventsChannel } from '../lib/events/live.ts';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { mailChannel } from '../lib/mail/live.ts';
-import { createPostern, type Postern } from '../lib/server.ts';
-import { envVars, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
+import { openPostern, type Postern } from '../lib/server.ts';
+import { envVars, mailEnv, newProject, newStore, startPostern, type TestServer, type TestStore } from './harness.ts';
 import { addInbox, json, post, register, SseClient } from './events-helpers.ts';
 import { freePort, spawnPostern, stopProcess } from './processes.ts';
 import { until } from './mail-fixtures.ts';
@@ -32,7 +32,7 @@ describe('events: two Postern processes and Redis', function () {
   before(async () => {
     const redis = mailEnv().redis.url;
     a = await startPostern({ REDIS_URL: redis, POSTERN_EVENTS_SETTLE_MS: '100' });
-    const spawned = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: redis, POSTERN_EVENTS_SETTLE_MS: '100' }));
+    const spawned = await spawnPostern(envVars(mailEnv(), { ...a.storeEnv, REDIS_URL: redis, POSTERN_EVENTS_SETTLE_MS: '100' }));
     b = { child: spawned.child, base: `${spawned.url}/v1` };
   });
   after(async () => {
@@ -91,6 +91,7 @@ describe('events: a Redis restart is healed from the store', function () {
   let dir: string;
   let port: number;
   let redis: ChildProcess | null = null;
+  let store: TestStore;
   const instances: Postern[] = [];
 
   /** Waits until Redis counts at least `n` subscribers on `channel`: the bus is really listening. */
@@ -110,7 +111,7 @@ describe('events: a Redis restart is healed from the store', function () {
     }
   }
 
-  const logIdOf = (postern: Postern): string => (postern.db.prepare('SELECT id FROM event_log').get() as { id: string }).id;
+  const logIdOf = (postern: Postern): Promise<string> => postern.store.events.logId();
 
   async function startRedis(): Promise<void> {
     redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
@@ -128,6 +129,7 @@ describe('events: a Redis restart is healed from the store', function () {
 
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'postern-redis-'));
+    store = await newStore(dir);
     port = await freePort();
     await startRedis();
   });
@@ -137,20 +139,21 @@ describe('events: a Redis restart is healed from the store', function () {
       redis.kill('SIGTERM');
       await once(redis, 'exit');
     }
+    await store?.drop();
     rmSync(dir, { recursive: true, force: true });
   });
 
   it('events recorded while Redis is down reach the other instance; fan-out resumes after', async () => {
-    const vars = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), REDIS_URL: `redis://127.0.0.1:${port}`, POSTERN_EVENTS_SETTLE_MS: '0' });
+    const vars = envVars(mailEnv(), { ...store.env, REDIS_URL: `redis://127.0.0.1:${port}`, POSTERN_EVENTS_SETTLE_MS: '0' });
     for (let i = 0; i < 2; i++) {
       const config = loadConfig(vars);
-      const postern = createPostern(config, pino({ level: 'silent' }));
+      const postern = await openPostern(config, pino({ level: 'silent' }));
       instances.push(postern);
     }
     const [one, two] = instances as [Postern, Postern];
     await one.listen();
     const { url } = await two.listen();
-    const s = { postern: one, base: '', app: '', url: '', dir, close: async () => undefined };
+    const s = { postern: one, storeEnv: store.env, base: '', app: '', url: '', dir, close: async () => undefined };
     const p = await newProject(s);
     const inbox = await addInbox(s, p);
     const reader = await p.token(['events:read']);
@@ -169,11 +172,12 @@ describe('events: a Redis restart is healed from the store', function () {
       // Once both subscribers are back, Redis delivers again. Instance two's store check is off
       // meanwhile, so each delivery proves it (a latency bound against the 1 s check could not
       // tell the two apart on a loaded machine).
-      await subscribed(eventsChannel(logIdOf(one)), 2);
+      const channel = eventsChannel(await logIdOf(one));
+      await subscribed(channel, 2);
       // Instance one's publisher reconnects on its own backoff, maybe after the subscribers: until
       // it does, its publishes fail and only the store check delivers. A message at a position
       // already delivered is skipped by the receivers.
-      await until('instance one publishing again', async () => one.bus.publish(eventsChannel(logIdOf(one)), '1 {}').then(() => true, () => false), 10_000);
+      await until('instance one publishing again', async () => one.bus.publish(channel, '1 {}').then(() => true, () => false), 10_000);
       const live = two.events.live;
       live.heal = () => undefined;
       const later = [];
@@ -191,19 +195,19 @@ describe('events: a Redis restart is healed from the store', function () {
     }
   });
   it('inbox streams end with a reason after a Redis gap, so their clients read again', async () => {
-    const vars = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), REDIS_URL: `redis://127.0.0.1:${port}`, POSTERN_STREAM_HEARTBEAT_MS: '50' });
+    const vars = envVars(mailEnv(), { ...store.env, REDIS_URL: `redis://127.0.0.1:${port}`, POSTERN_STREAM_HEARTBEAT_MS: '50' });
     // Postern's warnings, to see when it has noticed that Redis is gone.
     const warnings: string[] = [];
-    const postern = createPostern(loadConfig(vars), pino({ level: 'warn' }, { write: (line: string) => void warnings.push(line) }));
+    const postern = await openPostern(loadConfig(vars), pino({ level: 'warn' }, { write: (line: string) => void warnings.push(line) }));
     instances.push(postern);
     const { url } = await postern.listen();
-    const s = { postern, base: `${url}/v1`, app: `${url}/api/v1`, url, dir, close: async () => undefined };
+    const s = { postern, storeEnv: store.env, base: `${url}/v1`, app: `${url}/api/v1`, url, dir, close: async () => undefined };
     const p = await newProject(s);
     const inbox = await p.inbox();
     const reader = await p.token(['messages:read']);
     const stream = await SseClient.open(`${url}/v1/inboxes/${inbox.id}/events`, { token: reader });
     try {
-      await subscribed(mailChannel(logIdOf(postern)), 1);
+      await subscribed(mailChannel(await logIdOf(postern)), 1);
       redis!.kill('SIGKILL');
       await once(redis!, 'exit');
       // Postern noticed the outage (its subscriber warned), and the stream still sends heartbeats
@@ -228,7 +232,7 @@ describe('events: Redis configured but down at start', function () {
   it('Postern starts anyway; its own streams are live and other instances catch up from the store', async () => {
     const port = await freePort(); // nothing listens there
     const a = await startPostern({ REDIS_URL: `redis://127.0.0.1:${port}`, POSTERN_EVENTS_SETTLE_MS: '0' });
-    const second = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: `redis://127.0.0.1:${port}` })), pino({ level: 'silent' }));
+    const second = await openPostern(loadConfig(envVars(mailEnv(), { ...a.storeEnv, REDIS_URL: `redis://127.0.0.1:${port}` })), pino({ level: 'silent' }));
     try {
       const { url } = await second.listen();
       const p = await newProject(a);
