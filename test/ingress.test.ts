@@ -281,7 +281,7 @@ describe('delivery ingress when the ingress or Dovecot is down', function () {
     await attemptLogged('a deferral while no ingress listens', inbox.address, (l) => l.includes('status=deferred'));
 
     // 2. An ingress whose Dovecot is down: it answers 4xx, Postfix defers again.
-    const deadDovecot = await startPostern({ POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_LMTP_PORT: String(env.ingress.port), POSTERN_DOVECOT_LMTP_PORT: String(await freePort()) });
+    const deadDovecot = await startPostern({ ...admin.storeEnv, POSTERN_LMTP_PORT: String(env.ingress.port), POSTERN_DOVECOT_LMTP_PORT: String(await freePort()) });
     servers.push(deadDovecot);
     await attemptLogged('a 4xx from the ingress', inbox.address, (l) => l.includes('status=deferred') && /\b45\d 4\.4\.2\b/.test(l));
     await deadDovecot.close();
@@ -289,7 +289,7 @@ describe('delivery ingress when the ingress or Dovecot is down', function () {
     expect(await storedMessages(inbox)).to.have.length(0);
 
     // 3. Everything up: the next retry delivers it.
-    const live = await startPostern({ POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_LMTP_PORT: String(env.ingress.port) });
+    const live = await startPostern({ ...admin.storeEnv, POSTERN_LMTP_PORT: String(env.ingress.port) });
     servers.push(live);
     await attemptLogged('Postfix delivered it', inbox.address, (l) => l.includes('status=sent'));
     // Postfix has finished with the message (sent is final): exactly one copy, sealed.
@@ -308,7 +308,7 @@ describe('delivery ingress with POSTERN_WORKERS=2', function () {
   let cluster: Listening | null = null;
   before(async () => {
     admin = await startPostern();
-    cluster = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: join(admin.dir, 'postern.db'), POSTERN_WORKERS: '2', POSTERN_PORT: String(await freePort()), POSTERN_LMTP_PORT: String(mailEnv().ingress.port) }));
+    cluster = await spawnPostern(envVars(mailEnv(), { ...admin.storeEnv, POSTERN_WORKERS: '2', POSTERN_PORT: String(await freePort()), POSTERN_LMTP_PORT: String(mailEnv().ingress.port) }));
   });
   after(async () => {
     if (cluster) await stopProcess(cluster.child);
