@@ -1,13 +1,11 @@
 // The inbox stream across processes sharing one store: a change one process applied reaches the
 // subscribers of the others (through Redis between instances, through the primary between the
 // workers of one instance), each change once, even when two processes applied it.
-import { join } from 'node:path';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
-import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import type { LiveChange } from '../lib/mail/types.ts';
-import { createPostern, type Postern } from '../lib/server.ts';
+import { openPostern, type Postern } from '../lib/server.ts';
 import { call, callFresh, clusterFixture, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, holdFetchesInPairs, mailApp, mailAppScript, SseReader, until } from './mail-fixtures.ts';
 import { spawnPostern, stopProcess } from './processes.ts';
@@ -76,7 +74,7 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
   before(async () => {
     const redis = mailEnv().redis.url;
     a = await startPostern({ REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS });
-    b = createPostern(loadConfig(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS })), pino({ level: 'silent' }));
+    b = await openPostern(loadConfig(envVars(mailEnv(), { ...a.storeEnv, REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS })), pino({ level: 'silent' }));
     bBase = `${(await b.listen()).url}/v1`;
     p = await newProject(a);
     token = await p.token(['messages:read']);
@@ -138,7 +136,7 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       // A third process holds the inbox's watcher lease (and never publishes): neither A nor B
       // watches, so each read syncs. Both read after each change: both syncs fetch it before
       // either writes it, and the fetches are held until both have answered.
-      await new SqliteMailIndex(a.postern.db).claim([inbox.id], 'another-process', 600_000);
+      await a.postern.store.mailIndex.claim([inbox.id], 'another-process', 600_000);
       const onA = await openStream(a.base, inbox, token);
       const onB = await openStream(bBase, inbox, token);
       streams.push(onA, onB);
@@ -229,7 +227,7 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
   it('a holder that dies: another process takes the watcher over once its lease lapses, and catches up', async () => {
     const inbox = await p.inbox();
     const labels = await labelsOf(a.base, inbox, token);
-    const env = { POSTERN_DB: join(a.dir, 'postern.db'), REDIS_URL: mailEnv().redis.url, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS };
+    const env = { ...a.storeEnv, REDIS_URL: mailEnv().redis.url, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS };
     const other = await spawnPostern(envVars(mailEnv(), env));
     try {
       const onOther = await openStream(`${other.url}/v1`, inbox, token);
