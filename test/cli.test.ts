@@ -7,21 +7,23 @@ import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
 import { ROOT } from '../lib/paths.ts';
-import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
-import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
+import { openStore } from '../adapters/store/open.ts';
+import { loadConfig } from '../lib/config.ts';
+import type { Store } from '../lib/store.ts';
 import { userKeyPair } from './crypto-fixtures.ts';
-import { envVars, mailEnv, unique } from './harness.ts';
+import { envVars, mailEnv, newStore, unique, type TestStore } from './harness.ts';
 import { runPostern, spawnListening, stopProcess, type PosternRun } from './processes.ts';
 
 const BIN = join(ROOT, 'bin', 'postern');
 
+/** The store the staff commands run on (`env`'s), opened by this process to read what they did. */
+const openStoreOf = (env: Record<string, string>): Promise<Store> => openStore(loadConfig(env));
 
 describe('staff CLI', function () {
   // Each command is a fresh Node process: seconds apiece on a busy machine.
   this.timeout(180_000);
   let dir: string;
+  let store: TestStore;
   let env: Record<string, string>;
 
   const run = (...args: string[]): Promise<PosternRun> => runPostern(args, env);
@@ -33,11 +35,15 @@ describe('staff CLI', function () {
     return r.out;
   };
 
-  before(() => {
+  before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'postern-cli-'));
-    env = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db') });
+    store = await newStore(dir);
+    env = envVars(mailEnv(), store.env);
   });
-  after(() => rmSync(dir, { recursive: true, force: true }));
+  after(async () => {
+    await store?.drop();
+    rmSync(dir, { recursive: true, force: true });
+  });
 
   it('issues everything a caller needs, and `serve` honours it; revocations work at once', async () => {
     const project = (await ok('admin', 'project', 'create', '--name', 'CLI test')).id as string;
@@ -119,9 +125,9 @@ describe('staff CLI', function () {
     // The same key again changes nothing, and records nothing.
     expect(await ok('admin', 'member', 'set-key', '--member', member, '--public-key-file', join(dir, 'first.asc'))).to.deep.equal(a);
     const b = await ok('admin', 'member', 'set-key', '--member', member, '--public-key-file', join(dir, 'second.asc'));
-    const db = openDb(env.POSTERN_DB!);
+    const opened = await openStoreOf(env);
     try {
-      const recorded = (await new SqliteEventStore(db).readAll(0, 10_000))
+      const recorded = (await opened.events.readAll(0, 10_000))
         .filter((e) => e.projectId === project && e.type === 'access.key.set')
         .map((e) => JSON.parse(e.json) as { actor: string; subject: string; data: Record<string, unknown> });
       expect(recorded.map((e) => [e.actor, e.subject, e.data])).to.deep.equal([
@@ -129,7 +135,7 @@ describe('staff CLI', function () {
         ['sys_postern', member, { memberId: member, fingerprint: b.fingerprint, previousFingerprint: a.fingerprint, confirmedBy: 'staff' }],
       ]);
     } finally {
-      db.close();
+      await opened.close();
     }
   });
 
@@ -182,10 +188,9 @@ describe('staff CLI', function () {
 describe('staff CLI: a command that fails changes nothing', function () {
   this.timeout(300_000);
   let dir: string;
+  let store: TestStore;
   let env: Record<string, string>;
-  let db: Db;
-  let directory: SqliteDirectoryStore;
-  let keyStore: SqliteKeyStore;
+  let opened: Store | null = null;
 
   const run = (args: string[], extra: Record<string, string | undefined> = {}): Promise<{ code: number; out: Record<string, unknown> }> =>
     new Promise((resolve, reject) => {
@@ -213,28 +218,29 @@ describe('staff CLI: a command that fails changes nothing', function () {
   };
   /** What the staff commands write, read through the stores' own API. */
   const snapshot = async () => {
+    const { directory, keys } = opened!;
     const inboxes = await directory.listInboxes();
     return {
       version: await directory.inboxesVersion(),
-      inboxes: await Promise.all(inboxes.map(async (i) => ({ ...i, epochs: (await keyStore.list(i.id)).map((k) => k.epoch) }))),
+      inboxes: await Promise.all(inboxes.map(async (i) => ({ ...i, epochs: (await keys.list(i.id)).map((k) => k.epoch) }))),
     };
   };
 
-  before(() => {
+  before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'postern-cli-'));
-    env = envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db') });
+    store = await newStore(dir);
+    env = envVars(mailEnv(), store.env);
   });
-  after(() => {
-    db?.close();
+  after(async () => {
+    await opened?.close();
+    await store?.drop();
     rmSync(dir, { recursive: true, force: true });
   });
 
   it('checks the master key, the IMAP user and every argument before it writes', async () => {
     const project = (await ok('admin', 'project', 'create', '--name', 'checks')).id as string;
     const member = (await ok('admin', 'member', 'add', '--project', project, '--email', `${unique('m')}@example.org`)).id as string;
-    db = openDb(join(dir, 'postern.db'));
-    directory = new SqliteDirectoryStore(db);
-    keyStore = new SqliteKeyStore(db);
+    opened = await openStoreOf(env);
     const user = `${unique('chk')}@${mailEnv().domain}`;
     const add = ['admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user];
 
