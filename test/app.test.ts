@@ -7,6 +7,7 @@ import type { Browser, Page } from 'playwright-core';
 import { APP_CSP } from '../lib/http/routes/web-app.ts';
 import { call, expectError, newProject, type TestProject, type TestServer } from './harness.ts';
 import { copyPasskeys, inPage, keyFingerprint, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
+import { onStore } from './store-backdoor.ts';
 
 const PASSPHRASE = 'correct horse battery staple';
 
@@ -152,7 +153,7 @@ describe('web app (Chromium, virtual passkeys)', function () {
     // The key envelope is lost (say, a restore from an old backup): the next sign-in makes a new
     // key pair, and registering it replaces the key the server has. The server refuses that on
     // the session alone; the app confirms with the passkey and sends it again.
-    s.postern.db.prepare('DELETE FROM member_key_blobs WHERE member_id = ?').run(member);
+    await onStore(s.storeEnv, 'DELETE FROM member_key_blobs WHERE member_id = ?', member);
     await a.page.click('#sign-out');
     await a.page.getByRole('heading', { name: 'Sign in to Postern' }).waitFor();
     asked.length = 0;
