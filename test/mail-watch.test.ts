@@ -4,14 +4,15 @@
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import { ImapFlow } from 'imapflow';
 import { loadConfig } from '../lib/config.ts';
-import { createPostern } from '../lib/server.ts';
-import { call, envVars, json, mailEnv, newProject, startPostern, unique, type TestInbox, type TestServer } from './harness.ts';
+import { openPostern, type Postern } from '../lib/server.ts';
+import { openStore } from '../adapters/store/open.ts';
+import { VISIBILITIES } from '../lib/events/types.ts';
+import { call, envVars, json, mailEnv, newProject, newStore, startPostern, unique, type TestInbox, type TestServer } from './harness.ts';
 import { append, importMessages, mailApp, until } from './mail-fixtures.ts';
 import type { WireEvent } from './events-helpers.ts';
 import { freePort, spawnPostern, stopProcess } from './processes.ts';
@@ -22,10 +23,10 @@ import { PoolBusyError } from '../adapters/imap/pool.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import type { MailInbox, WatchReport } from '../lib/mail/types.ts';
 
-/** `postern admin …` on a server's store (its dir): exit code and its one line of JSON. */
-function cli(s: { dir: string }, ...args: string[]): Promise<{ code: number; out: Record<string, unknown> }> {
+/** `postern admin …` on a store (a server's storeEnv): exit code and its one line of JSON. */
+function cli(storeEnv: Record<string, string>, ...args: string[]): Promise<{ code: number; out: Record<string, unknown> }> {
   return new Promise((resolve, reject) => {
-    const env = { ...process.env, ...envVars(mailEnv(), { POSTERN_DB: join(s.dir, 'postern.db') }) };
+    const env = { ...process.env, ...envVars(mailEnv(), storeEnv) };
     const child = spawn(join(ROOT, 'bin', 'postern'), ['admin', ...args], { env, stdio: ['ignore', 'pipe', 'inherit'] });
     let stdout = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d));
@@ -43,10 +44,7 @@ function pushSettings(extra: Record<string, string> = {}): Record<string, string
 }
 
 async function seeded(s: TestServer, inboxId: string): Promise<void> {
-  await until('the inbox indexed in the background', async () => {
-    const row = s.postern.db.prepare('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').get(inboxId) as { seeded: number } | undefined;
-    return row?.seeded === 1;
-  });
+  await until('the inbox indexed in the background', () => s.postern.store.mailIndex.isSeeded(inboxId));
 }
 
 async function events(s: TestServer, token: string, inboxId: string): Promise<WireEvent[]> {
@@ -170,18 +168,16 @@ describe('every inbox watched, always (issue 12)', function () {
       const inbox = await p.inbox();
       const token = await p.token(['messages:read']);
       await importMessages(inbox.imapUser, 'bulk', total);
-      const isSeeded = () => (s.postern.db.prepare('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck().get(inbox.id) ?? 0) === 1;
+      const isSeeded = () => s.postern.store.mailIndex.isSeeded(inbox.id);
       void s.postern.mailMirror.nudge(mailInbox(inbox), { background: true });
-      const guid = await until('the fill under way in bulk', async () =>
-        s.postern.db.prepare("SELECT guid FROM mail_labels WHERE inbox_id = ? AND path = 'bulk'").pluck().get(inbox.id) as string | undefined,
-      );
+      const guid = await until('the fill under way in bulk', async () => (await s.postern.store.mailIndex.labels(inbox.id)).find((l) => l.path === 'bulk')?.guid);
       const bulk = idFromGuid('lbl', guid);
 
       // The newest page, whole, with its cursor, while the oldest messages are not in yet.
       const first = await page(s, token, inbox.id, bulk, '?limit=50');
       expect(first.status).to.equal(200);
       const body = await json<WirePage>(first);
-      expect(isSeeded(), 'still filling').to.equal(false);
+      expect(await isSeeded(), 'still filling').to.equal(false);
       expect(body.messages.map((m) => m.subject)).to.deep.equal(Array.from({ length: 50 }, (_, i) => `imported ${total - 1 - i}`));
       expect(body.before).to.equal(total - 49);
 
@@ -201,10 +197,10 @@ describe('every inbox watched, always (issue 12)', function () {
       expect(stream.headers.get('retry-after')).to.match(/^\d+$/);
       expect((await json<{ error: string }>(stream)).error).to.match(/indexed for the first time/);
       expect(s.postern.mailMirror.watching(inbox.id)).to.deep.equal({ listeners: 0, live: false });
-      expect(isSeeded(), 'still filling').to.equal(false);
+      expect(await isSeeded(), 'still filling').to.equal(false);
 
       hold.release();
-      await until('the fill done', async () => isSeeded(), 200_000);
+      await until('the fill done', isSeeded, 200_000);
       const done = await json<{ labels: Array<{ name: string; total: number }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
       expect(done.labels.find((l) => l.name === 'bulk')!.total).to.equal(total);
       const seen = new Set<string>();
@@ -254,24 +250,23 @@ describe('every inbox watched, always (issue 12)', function () {
       const p = await newProject(s);
       const inbox = await p.inbox();
       await importMessages(inbox.imapUser, 'bulk', 6000);
-      const count = (table: string) => s.postern.db.prepare(`SELECT count(*) FROM ${table} WHERE inbox_id = ?`).pluck().get(inbox.id) as number;
+      const indexed = () => s.postern.store.mailIndex.status(inbox.id);
       const pass = s.postern.mailMirror.syncNow(mailInbox(inbox)).then(
         () => null,
         (err: unknown) => err,
       );
-      await until('the pass writing rows', async () => count('mail_locations') > 0);
-      const removed = await cli(s, 'inbox', 'remove', '--inbox', inbox.id);
+      await until('the pass writing rows', async () => (await indexed()).locations > 0);
+      const removed = await cli(s.storeEnv, 'inbox', 'remove', '--inbox', inbox.id);
       expect(removed.code).to.equal(0);
       // The pass was still running (held in its older ranges): its next write is refused.
       hold.release();
       const err = await pass;
       expect(err, 'the pass ended refused, not finished').to.have.property('status', 404);
-      for (const table of ['mail_locations', 'mail_messages', 'mail_labels', 'mail_staged_locations']) expect(count(table), table).to.equal(0);
-      expect(s.postern.db.prepare('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck().get(inbox.id)).to.equal(0);
+      expect(await indexed()).to.deep.include({ seeded: false, messages: 0, locations: 0, labels: 0, staged: 0 });
       // And a later pass (a read racing the removal) is refused too, not a rebuilt index.
       const again = await s.postern.mailMirror.syncNow(mailInbox(inbox)).then(() => null, (e: unknown) => e);
       expect(again).to.have.property('status', 404);
-      expect(count('mail_locations')).to.equal(0);
+      expect((await indexed()).locations).to.equal(0);
     } finally {
       hold.restore();
       await s.close();
@@ -280,44 +275,43 @@ describe('every inbox watched, always (issue 12)', function () {
 
   it('postern admin inbox add and remove reach a running serve within about a second', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'postern-watch-cli-'));
-    const dbFile = join(dir, 'postern.db');
+    const store = await newStore(dir);
     // A long sweep: only the store's inbox list version can bring the news this fast.
-    const server = await spawnPostern(envVars(mailEnv(), { POSTERN_DB: dbFile, POSTERN_WATCH: 'notify', POSTERN_WATCH_SWEEP_MS: '600000' }));
-    const db = new Database(dbFile, { readonly: true, fileMustExist: true });
+    const server = await spawnPostern(envVars(mailEnv(), { ...store.env, POSTERN_WATCH: 'notify', POSTERN_WATCH_SWEEP_MS: '600000' }));
+    // What the test sees of the store: through its ports, as another process would.
+    const seen = await openStore(loadConfig(envVars(mailEnv(), store.env)));
     try {
-      const report = () => {
-        const row = db.prepare('SELECT report FROM watch_reports ORDER BY updated_at DESC LIMIT 1').pluck().get() as string | undefined;
-        return row ? (JSON.parse(row) as WatchReport) : null;
-      };
-      await until('the server reporting', async () => report());
-      expect(report()).to.deep.include({ mode: 'notify', inboxes: 0 });
-      const project = await cli({ dir }, 'project', 'create', '--name', 'watch cli');
+      const report = async (): Promise<WatchReport | null> => (await seen.mailIndex.watchReports(0))[0]?.report ?? null;
+      await until('the server reporting', report);
+      expect(await report()).to.deep.include({ mode: 'notify', inboxes: 0 });
+      const project = await cli(store.env, 'project', 'create', '--name', 'watch cli');
       const user = `cli-${Date.now()}@${mailEnv().domain}`;
       await addUser(mailEnv(), user, 'cli-password-1234');
-      const added = await cli({ dir }, 'inbox', 'add', '--project', project.out.id as string, '--imap-user', user, '--address', user);
+      const added = await cli(store.env, 'inbox', 'add', '--project', project.out.id as string, '--imap-user', user, '--address', user);
       expect(added.code).to.equal(0);
       const inboxId = added.out.id as string;
       let t0 = Date.now();
       await until('the server watching and indexing the new inbox', async () =>
-        report()?.inboxes === 1 && db.prepare('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck().get(inboxId) === 1,
+        (await report())?.inboxes === 1 && (await seen.mailIndex.isSeeded(inboxId)),
       );
       // ~1 s in the issue: the poll is 500 ms. Only the poll can bring it before the 10-minute
       // sweep, so the bound is far from both; the first index and a loaded machine fit in it.
       expect(Date.now() - t0).to.be.below(10_000);
-      const status = await cli({ dir }, 'inbox', 'status', '--inbox', inboxId);
+      const status = await cli(store.env, 'inbox', 'status', '--inbox', inboxId);
       expect((status.out.watch as { notifyWatcher: string | null }).notifyWatcher).to.be.a('string');
       expect((status.out.servers as Array<{ mode: string; reason: string }>)[0]).to.deep.include({ mode: 'notify', reason: 'POSTERN_WATCH=notify' });
 
-      const gone = await cli({ dir }, 'inbox', 'remove', '--inbox', inboxId);
+      const gone = await cli(store.env, 'inbox', 'remove', '--inbox', inboxId);
       expect(gone.code).to.equal(0);
       t0 = Date.now();
-      await until('the server letting it go', async () => report()?.inboxes === 0);
+      await until('the server letting it go', async () => (await report())?.inboxes === 0);
       expect(Date.now() - t0).to.be.below(10_000);
       // Its NOTIFY watcher stopped: the lease is not taken again.
-      expect(db.prepare('SELECT count(*) FROM mail_watch_leases WHERE inbox_id = ?').pluck().get(inboxId)).to.equal(0);
+      expect((await seen.mailIndex.status(inboxId)).watcher).to.equal(null);
     } finally {
-      db.close();
+      await seen.close();
       await stopProcess(server.child);
+      await store.drop();
       rmSync(dir, { recursive: true, force: true });
     }
   });
@@ -370,7 +364,7 @@ describe('every inbox watched, always (issue 12)', function () {
           await append(app, 'INBOX', { subject: 'one' });
           await append(app, 'Archive', { subject: 'two' });
         });
-        const status = await cli(s, 'inbox', 'status', '--inbox', inbox.id);
+        const status = await cli(s.storeEnv, 'inbox', 'status', '--inbox', inbox.id);
         expect(status.code).to.equal(0);
         expect(status.out).to.deep.include({ id: inbox.id, imapUser: inbox.imapUser });
         expect(status.out.indexed).to.deep.include({ complete: true, messages: 2, places: 2 });
@@ -384,11 +378,20 @@ describe('every inbox watched, always (issue 12)', function () {
         // Dovecot's hint arrived and found no inbox: Postern had its chance to record it.
         await until('the hint for the removed inbox', async () => s.postern.watchAll.stats.unknownHints > hintsBefore);
         // Kept in the log (spec 6.2), though no grant reaches them over the API any more.
-        const kept = s.postern.db.prepare('SELECT count(*) AS n FROM events WHERE inbox_id = ?').get(inbox.id) as { n: number };
-        expect(kept.n).to.equal(2);
-        const row = s.postern.db.prepare('SELECT count(*) AS n FROM mail_messages WHERE inbox_id = ?').get(inbox.id) as { n: number };
-        expect(row.n).to.equal(0);
-        const gone = await cli(s, 'inbox', 'status', '--inbox', inbox.id);
+        const kept = await s.postern.store.events.read({
+          projectId: p.projectId,
+          after: 0,
+          limit: 100,
+          recordedBefore: null,
+          inboxes: [inbox.id],
+          allowedInboxes: [inbox.id],
+          visibilities: VISIBILITIES,
+          types: null,
+          maxScan: 1000,
+        });
+        expect(kept.events).to.have.length(2);
+        expect((await s.postern.store.mailIndex.status(inbox.id)).messages).to.equal(0);
+        const gone = await cli(s.storeEnv, 'inbox', 'status', '--inbox', inbox.id);
         expect(gone.code).to.not.equal(0);
         expect(gone.out.error).to.match(/no inbox/);
       } finally {
@@ -439,7 +442,7 @@ describe('every inbox watched, always (issue 12)', function () {
       expect((await events(s, token, inbox.id)).map((e) => e.type)).to.deep.equal(['message.added']);
       // Hints not flowing: reads do not trust the index, and `inbox status` says why.
       expect(s.postern.watchAll.pushHealthy()).to.equal(false);
-      const status = await cli(s, 'inbox', 'status', '--inbox', inbox.id);
+      const status = await cli(s.storeEnv, 'inbox', 'status', '--inbox', inbox.id);
       expect(status.out.watch).to.deep.include({ lastHint: null });
       const [server] = status.out.servers as Array<{ mode: string; reason: string; pushHealthy: boolean; verdict: string }>;
       expect(server).to.deep.include({ mode: 'push', pushHealthy: false });
@@ -550,16 +553,18 @@ describe('every inbox watched, always (issue 12)', function () {
   });
 
   it('Postern restarted while a mail app changes things misses nothing', async () => {
-    const first = await startPostern(pushSettings());
+    // A store of the test's own: it outlives the first process.
+    const dir = mkdtempSync(join(tmpdir(), 'postern-watch-restart-'));
+    const store = await newStore(dir);
+    const first = await startPostern(pushSettings(store.env));
     const p = await newProject(first);
     const inbox = await p.inbox();
     const token = await p.token(['events:read']);
     await seeded(first, inbox.id);
     const app = await mailApp(inbox);
-    const settings = pushSettings({ POSTERN_DB: join(first.dir, 'postern.db') });
-    // The same store, after the first process stopped (its dir is kept: close() is the postern's only).
-    const config = loadConfig(envVars(mailEnv(), settings));
-    let second: ReturnType<typeof createPostern> | null = null;
+    // The same store, after the first process stopped.
+    const config = loadConfig(envVars(mailEnv(), pushSettings(store.env)));
+    let second: Postern | null = null;
     let firstStopped = false;
     try {
       const uid = await append(app, 'INBOX', { subject: 'before the stop' });
@@ -572,7 +577,7 @@ describe('every inbox watched, always (issue 12)', function () {
       await app.mailboxOpen('INBOX');
       await app.messageFlagsAdd(String(uid), ['\\Seen'], { uid: true });
       await append(app, 'Archive', { subject: 'elsewhere, while stopped' });
-      second = createPostern(config, pino({ level: config.logLevel }));
+      second = await openPostern(config, pino({ level: config.logLevel }));
       const { url } = await second.listen();
       const log = await until(
         'the changes made while stopped',
@@ -610,14 +615,16 @@ describe('every inbox watched, always (issue 12)', function () {
       await second?.close();
       if (!firstStopped) await first.postern.close();
       rmSync(first.dir, { recursive: true, force: true });
+      await store.drop();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
   it('two processes on one store (one takes hints, both sweep): each change recorded once', async () => {
     const a = await startPostern(pushSettings({ POSTERN_WATCH_SWEEP_MS: '300' }));
     // B shares A's store, sweeps as often, and takes no hints.
-    const config = loadConfig(envVars(mailEnv(), { POSTERN_DB: join(a.dir, 'postern.db'), POSTERN_WATCH: 'notify', POSTERN_WATCH_SWEEP_MS: '300', POSTERN_EVENTS_SETTLE_MS: '0' }));
-    const b = createPostern(config, pino({ level: config.logLevel }));
+    const config = loadConfig(envVars(mailEnv(), { ...a.storeEnv, POSTERN_WATCH: 'notify', POSTERN_WATCH_SWEEP_MS: '300', POSTERN_EVENTS_SETTLE_MS: '0' }));
+    const b = await openPostern(config, pino({ level: config.logLevel }));
     await b.listen();
     let app: ImapFlow | null = null;
     try {
