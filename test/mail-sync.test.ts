@@ -1,22 +1,19 @@
 // The index sync and the IMAP pool against the real Dovecot: silent re-seed on a new
-// UIDVALIDITY, recovery of a lost index, label deletion, and the pool's isolation and bounds;
-// and the index store's guard against writes applied out of order.
+// UIDVALIDITY, recovery of a lost index, label deletion, and the pool's isolation and bounds.
+// (The index store's guard against writes applied out of order: test/store-contract/mail-index.contract.ts.)
 import { execFile } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import type { ImapFlow } from 'imapflow';
 import { ImapPool, PoolBusyError } from '../adapters/imap/pool.ts';
-import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
-import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
-import type { IndexOp, LabelState, MailInbox, MailIndexStore, MessageRecord } from '../lib/mail/types.ts';
+import type { IndexOp, MailInbox, MailIndexStore } from '../lib/mail/types.ts';
 import { uidSets } from '../adapters/imap/raw.ts';
 import { MAX_WRITE_ROWS } from '../adapters/imap/sync.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, importMessages, json, mailApp, SseReader, until } from './mail-fixtures.ts';
+import { storeBackdoor } from './store-backdoor.ts';
 
 const run = promisify(execFile);
 
@@ -107,10 +104,7 @@ describe('index sync', function () {
   });
 
   /** The index store behind the running Postern, and its connection pool, for fault injection. */
-  const internals = () => {
-    const source = s.postern.mailSource as unknown as { o: { store: MailIndexStore } };
-    return { store: source.o.store, pool: s.postern.mailSource.pool };
-  };
+  const internals = () => ({ store: s.postern.store.mailIndex, pool: s.postern.mailSource.pool });
   /** Calls `onApply` before each index write of the inbox; undo with the returned function. */
   const onApply = (inboxId: string, hook: (ops: readonly IndexOp[]) => void) => {
     const { store } = internals();
@@ -217,9 +211,13 @@ describe('index sync', function () {
       const inboxLabel = (await labels(inbox)).INBOX!.id;
       const before = await list(inbox, inboxLabel);
       const sse = await stream(inbox);
-      const db = s.postern.db;
-      for (const table of ['mail_locations', 'mail_messages', 'mail_labels', 'mail_inboxes']) {
-        db.prepare(`DELETE FROM ${table} WHERE inbox_id = ?`).run(inbox.id);
+      const door = await storeBackdoor(s.storeEnv);
+      try {
+        for (const table of ['mail_locations', 'mail_messages', 'mail_labels', 'mail_inboxes']) {
+          await door.run(`DELETE FROM ${table} WHERE inbox_id = ?`, inbox.id);
+        }
+      } finally {
+        await door.close();
       }
       // The stream's own watcher keeps reads from syncing; a flag change makes it sync now.
       await app.mailboxOpen('INBOX');
@@ -269,8 +267,8 @@ describe('index sync: passes and big labels', function () {
   after(() => s?.close());
 
   const internals = () => {
-    const source = s.postern.mailSource as unknown as { o: { store: MailIndexStore }; indexSync: { run: (...a: unknown[]) => Promise<unknown> } };
-    return { store: source.o.store, sync: source.indexSync };
+    const source = s.postern.mailSource as unknown as { indexSync: { run: (...a: unknown[]) => Promise<unknown> } };
+    return { store: s.postern.store.mailIndex, sync: source.indexSync };
   };
 
   it('passes of one inbox never overlap, whenever callers arrive (even as one pass hands over to the next)', async function () {
@@ -577,68 +575,5 @@ describe('IMAP pool', function () {
     await own.close();
     expect(own.postern.mailSource.pool.size).to.equal(0);
     abort.abort();
-  });
-});
-
-// Several processes apply diffs of one inbox to the shared index, each computed from what it
-// fetched: one that fetched earlier may write later. Nothing may go backwards.
-describe('index store: writes never go backwards', () => {
-  let dir: string;
-  let db: Db;
-  let store: SqliteMailIndex;
-  const inboxId = 'ibx_store';
-  const label = 'a'.repeat(32);
-  const msg = 'b'.repeat(32);
-  const state = (over: Partial<LabelState> = {}): LabelState => ({ guid: label, path: 'INBOX', specialUse: null, uidValidity: 100, uidNext: 1, highestModseq: 1, ...over });
-  const message: MessageRecord = { guid: msg, size: 10, receivedAt: 0, date: null, from: null, to: null, cc: null, replyTo: null, subject: 'x', messageId: null, inReplyTo: null, fromAddress: null };
-  const at = async () => (await store.locations(inboxId, label, [5]))[0];
-
-  beforeEach(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'postern-index-'));
-    db = openDb(join(dir, 'index.db'));
-    store = new SqliteMailIndex(db);
-    await store.apply(inboxId, [{ op: 'put', message, location: { labelGuid: label, uid: 5, msgGuid: msg, modseq: 10, flags: [] } }], state({ uidNext: 6, highestModseq: 10 }));
-  });
-  afterEach(() => {
-    db.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
-
-  it('flags: a newer MODSEQ applies, an older one after it does not (and is reported unapplied)', async () => {
-    const newer: IndexOp = { op: 'flags', labelGuid: label, uid: 5, modseq: 12, flags: ['\\Flagged'] };
-    const older: IndexOp = { op: 'flags', labelGuid: label, uid: 5, modseq: 11, flags: ['\\Seen'] };
-    expect(await store.apply(inboxId, [newer])).to.deep.equal([]);
-    expect(await store.apply(inboxId, [older])).to.deep.equal([0]);
-    expect(await at()).to.include({ modseq: 12 });
-    expect((await at())!.flags).to.deep.equal(['\\Flagged']);
-    expect((await store.counts(inboxId)).get(label)).to.deep.equal({ total: 1, unread: 1 });
-    // The same MODSEQ again changes nothing either; without CONDSTORE (0) there is nothing to compare.
-    expect(await store.apply(inboxId, [{ ...newer, flags: ['\\Seen'] }])).to.deep.equal([0]);
-    expect(await store.apply(inboxId, [{ ...older, modseq: 0 }])).to.deep.equal([]);
-    expect((await at())!.flags).to.deep.equal(['\\Seen']);
-    // A flag change or removal for a location no longer there changed nothing.
-    expect(await store.apply(inboxId, [{ op: 'remove', labelGuid: label, uid: 5 }, { op: 'remove', labelGuid: label, uid: 5 }, { ...newer, modseq: 20 }])).to.deep.equal([1, 2]);
-  });
-
-  it('a put of the message already there keeps newer flags', async () => {
-    await store.apply(inboxId, [{ op: 'flags', labelGuid: label, uid: 5, modseq: 12, flags: ['\\Flagged'] }]);
-    await store.apply(inboxId, [{ op: 'put', message, location: { labelGuid: label, uid: 5, msgGuid: msg, modseq: 10, flags: [] } }]);
-    expect(await at()).to.include({ modseq: 12 });
-    expect((await at())!.flags).to.deep.equal(['\\Flagged']);
-    // Another message at that place (never within one UIDVALIDITY, but the index follows the server).
-    const other = 'c'.repeat(32);
-    await store.apply(inboxId, [{ op: 'put', message: { ...message, guid: other }, location: { labelGuid: label, uid: 5, msgGuid: other, modseq: 3, flags: [] } }]);
-    expect(await at()).to.include({ msgGuid: other, modseq: 3 });
-  });
-
-  it("a label's highestModseq and uidNext never decrease within one UIDVALIDITY; a new UIDVALIDITY replaces them", async () => {
-    await store.apply(inboxId, [], state({ uidNext: 9, highestModseq: 20 }));
-    await store.apply(inboxId, [], state({ uidNext: 6, highestModseq: 15, path: 'Renamed' }));
-    expect(await store.label(inboxId, label)).to.include({ uidNext: 9, highestModseq: 20, path: 'Renamed', uidValidity: 100 });
-    // A re-seed: the new UIDVALIDITY's counters, lower or not.
-    await store.commitStaged(inboxId, state({ uidValidity: 101, uidNext: 3, highestModseq: 4 }));
-    expect(await store.label(inboxId, label)).to.include({ uidValidity: 101, uidNext: 3, highestModseq: 4 });
-    await store.apply(inboxId, [], state({ uidValidity: 101, uidNext: 2, highestModseq: 2 }));
-    expect(await store.label(inboxId, label)).to.include({ uidValidity: 101, uidNext: 3, highestModseq: 4 });
   });
 });
