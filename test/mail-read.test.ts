@@ -201,7 +201,7 @@ describe('mail read API', function () {
   });
 
   it("two instances sharing one store: one's cached detail sees the other's flag change", async () => {
-    // A second Postern on the same SQLite file (as several instances behind one balancer).
+    // A second Postern on the same store (as several instances behind one balancer).
     const config = loadConfig(envVars(mailEnv(), s.storeEnv));
     const second = await openPostern(config, pino({ level: config.logLevel }));
     const { url } = await second.listen();
