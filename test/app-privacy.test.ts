@@ -1,9 +1,10 @@
 // The web app's promise, checked from the outside: nothing Postern stores or logs holds the
 // member's private key or a decrypted body of a zero-access message. The app is driven for real
 // (enrollment, the key made in the browser, a zero-access message opened there, a reply sent from
-// there); then the SQLite database with its WAL, Postern's log at trace level, and the Dovecot
-// mail store (the files on disk, and every message as Dovecot serves it) are scanned for the
-// body markers and the key, in several encodings. A positive control proves the scan finds a
+// there); then the store (SQLite's file with its WAL, or PostgreSQL's rows, files and WAL: see
+// storeAtRest in test/store-backdoor.ts), Postern's log at trace level, and the Dovecot mail store
+// (the files on disk, and every message as Dovecot serves it) are scanned for the body markers
+// and the key, in several encodings. A positive control proves the scan finds a
 // marker where it must: in a compatible inbox, whose plaintext Dovecot holds by design.
 import { createDecipheriv, randomBytes, scryptSync } from 'node:crypto';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -20,6 +21,7 @@ import { ingressInbox, untilDelivered } from './ingress-helpers.ts';
 import { until } from './mail-fixtures.ts';
 import { atSink, labelIds, listLabel, rcpt } from './send-fixtures.ts';
 import { enrollMember, go, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
+import { storeAtRest } from './store-backdoor.ts';
 
 const PASSPHRASE = 'privacy proof passphrase';
 
@@ -194,8 +196,10 @@ describe('web app: nothing stored or logged holds the private key or a zero-acce
 
     // Everything Postern stores and logs, and everything Dovecot holds for the zero-access inbox.
     // Read while Postern runs, so the WAL is still there (a clean close checkpoints it away).
-    const stored: Haystack[] = filesUnder(s.dir).map((f) => ({ where: f, bytes: readFileSync(f) }));
-    expect(stored.map((h) => h.where).some((w) => w.endsWith('postern.db'))).to.equal(true);
+    const atRest = await storeAtRest(s.storeEnv);
+    // The scan reads the store itself: what it certainly holds, the inbox's id, is found there.
+    expect(findings(atRest, { 'the inbox id': Buffer.from(zero.id) })).to.not.deep.equal([]);
+    const stored: Haystack[] = [...atRest, ...filesUnder(s.dir).filter((f) => !atRest.some((h) => h.where === f)).map((f) => ({ where: f, bytes: readFileSync(f) }))];
     const log = { where: 'Postern log', bytes: readFileSync(logFile) };
     expect(log.bytes.length, 'the log captured something').to.be.greaterThan(1000);
     const onDisk: Haystack[] = filesUnder(join(env.dir, 'mail', env.domain, zero.imapUser.split('@')[0]!)).map((f) => ({ where: f, bytes: readFileSync(f) }));
