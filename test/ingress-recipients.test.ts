@@ -2,22 +2,21 @@
 // (user+news@…), another case, the bare IMAP user name and whatever an alias rewrites to into the
 // same user's INBOX, so the ingress resolves every recipient to its Dovecot user as Dovecot will
 // and seals whatever reaches a zero-access inbox. Each form goes through Postfix.
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import nodemailer from 'nodemailer';
 import { pino } from 'pino';
 import { DovecotLmtp } from '../adapters/smtp/dovecot-lmtp.ts';
 import { LmtpIngress } from '../adapters/smtp/lmtp-ingress.ts';
-import { openDb } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
+import { openStore } from '../adapters/store/open.ts';
 import { ConfigError, loadConfig } from '../lib/config.ts';
 import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { newId } from '../lib/ids.ts';
 import { dovecotUser, Ingress } from '../lib/mail/ingress.ts';
 import { sealedEpoch } from '../lib/mail/seal.ts';
 import { addUser } from '../scripts/mailenv.ts';
-import { mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { mailEnv, newProject, newStore, startPostern, unique, type TestInbox, type TestProject, type TestServer, type TestStore } from './harness.ts';
 import { ingressUserInbox, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
 
 /** One message through Postfix's MX port with exactly these envelope recipients (RCPT TO as written). */
@@ -139,12 +138,14 @@ describe('delivery ingress: a zero-access user reached by another form when seal
   let admin: TestServer;
   let failing: LmtpIngress | null = null;
   let live: TestServer | null = null;
+  let nokey: TestStore | null = null;
   before(async () => {
     admin = await startPostern();
   });
   after(async () => {
     await failing?.close();
     await live?.close();
+    await nokey?.drop();
     await admin?.close();
   });
 
@@ -156,9 +157,11 @@ describe('delivery ingress: a zero-access user reached by another form when seal
     const name = unique('nokey');
     const imapUser = `${name}@${env.ingress.domain}`;
     await addUser(env, imapUser, 'nokey-password');
-    const dbFile = join(admin.dir, 'nokey.db');
-    const db = openDb(dbFile);
-    const directory = new SqliteDirectoryStore(db);
+    const dir = join(admin.dir, 'nokey');
+    mkdirSync(dir);
+    nokey = await newStore(dir);
+    const store = await openStore(loadConfig(nokey.env));
+    const { directory } = store;
     const projectId = newId('prj');
     await directory.createProject({ id: projectId, name: 'no key yet', createdAt: Date.now() });
     const inboxId = newId('ibx');
@@ -166,7 +169,7 @@ describe('delivery ingress: a zero-access user reached by another form when seal
     const log = pino({ level: 'silent' });
     const dovecot = new DovecotLmtp(admin.postern.config.ingress.dovecot);
     // Its message.received events (none here) would go to the admin's log: only the ingress's keys and directory matter.
-    const ingress = new Ingress(directory, new EpochKeyring(new SqliteKeyStore(db), null), dovecot, admin.postern.events, log);
+    const ingress = new Ingress(directory, new EpochKeyring(store.keys, null), dovecot, admin.postern.events, log);
     failing = new LmtpIngress(ingress, { host: env.ingress.host, port: env.ingress.port, log });
     await failing.listen();
 
@@ -180,11 +183,11 @@ describe('delivery ingress: a zero-access user reached by another form when seal
     expect(await storedMessages(inbox)).to.deep.equal([]);
     await failing.close();
     await dovecot.close();
-    db.close();
+    await store.close();
     failing = null;
 
     // A Postern with the master key makes the inbox's key at start-up; Postfix's retry is sealed.
-    live = await startPostern({ POSTERN_DB: dbFile, POSTERN_LMTP_PORT: String(env.ingress.port) });
+    live = await startPostern({ ...nokey.env, POSTERN_LMTP_PORT: String(env.ingress.port) });
     const source = await storedCopy(inbox, messageId);
     expect(sealedEpoch(source)).to.equal(1);
     expect(source.includes('never stored plain')).to.equal(false);
