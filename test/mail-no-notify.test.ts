@@ -13,8 +13,8 @@ import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
-import { createPostern, type Postern } from '../lib/server.ts';
-import { call, envVars, json, mailEnv, newProject, type TestInbox, type TestServer } from './harness.ts';
+import { openPostern, type Postern } from '../lib/server.ts';
+import { call, envVars, json, mailEnv, newProject, newStore, type TestInbox, type TestServer, type TestStore } from './harness.ts';
 import { append, SseReader, until } from './mail-fixtures.ts';
 import { freePort } from './processes.ts';
 
@@ -92,23 +92,26 @@ describe('a Dovecot without NOTIFY (mailbox_list_index = no)', function () {
   let postern: Postern;
   let s: Pick<TestServer, 'base'>;
   let dir: string;
+  let store: TestStore | undefined;
   const logLines: Array<{ level: number; msg: string }> = [];
 
   before(async () => {
     dovecot = await startDovecotWithoutListIndex();
     dir = mkdtempSync(join(tmpdir(), 'postern-test-'));
-    const config = loadConfig(envVars(mailEnv(), { POSTERN_DB: join(dir, 'postern.db'), POSTERN_IMAP_PORT: String(dovecot.port) }));
+    store = await newStore(dir);
+    const config = loadConfig(envVars(mailEnv(), { ...store.env, POSTERN_IMAP_PORT: String(dovecot.port) }));
     const sink = new Writable({
       write(chunk: Buffer, _encoding, done) {
         for (const line of chunk.toString('utf8').split('\n')) if (line) logLines.push(JSON.parse(line) as { level: number; msg: string });
         done();
       },
     });
-    postern = createPostern(config, pino({ level: 'info' }, sink));
+    postern = await openPostern(config, pino({ level: 'info' }, sink));
     s = { base: `${(await postern.listen()).url}/v1` };
   });
   after(async () => {
     await postern?.close();
+    await store?.drop();
     if (dir) rmSync(dir, { recursive: true, force: true });
     await dovecot?.stop();
   });
