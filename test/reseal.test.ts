@@ -12,16 +12,14 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { openDb } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
-import { SqliteResealJobs } from '../adapters/store/sqlite/reseal-jobs.ts';
+import { openStore } from '../adapters/store/open.ts';
+import { loadConfig } from '../lib/config.ts';
 import { ImapMessageReplacer } from '../adapters/imap/replace.ts';
 import { ROOT } from '../lib/paths.ts';
 import { LEASE_MS, Resealer, SWEEP_MS, type MessageReplacer } from '../lib/mail/reseal.ts';
 import { seal, sealedEpoch } from '../lib/mail/seal.ts';
 import { addUser } from '../scripts/mailenv.ts';
-import { call, envVars, mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { call, envVars, mailEnv, newProject, newStore, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { holdFetchesInPairs, importMessages, mailApp, SseReader, until } from './mail-fixtures.ts';
 import { storedMessages } from './ingress-helpers.ts';
 import { spawnPostern } from './processes.ts';
@@ -142,7 +140,7 @@ describe('re-sealing plaintext appended to a zero-access inbox', function () {
 
   it('two processes that both see the append re-seal it once', async () => {
     const inbox = await p.inbox({ mode: 'zero-access' });
-    const other = await startPostern({ POSTERN_DB: join(s.dir, 'postern.db') });
+    const other = await startPostern(s.storeEnv);
     const release = holdFetchesInPairs();
     try {
       // Both indexes seeded first, so the append below is a message.added in both.
@@ -197,9 +195,9 @@ describe('sealing what a zero-access inbox already holds', function () {
 
   it('seals all 1,000 messages of a mailbox made zero-access, each once, across a kill -9 of postern serve', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'postern-reseal-'));
-    const dbFile = join(dir, 'postern.db');
+    const store = await newStore(dir);
     // How `serve` watches by default without push hints: a NOTIFY watcher per inbox.
-    const env = envVars(mailEnv(), { POSTERN_DB: dbFile, POSTERN_WATCH: 'notify' });
+    const env = envVars(mailEnv(), { ...store.env, POSTERN_WATCH: 'notify' });
     const user = `${unique('history')}@${mailEnv().domain}`;
     const mailbox: TestInbox = { id: '', address: user, imapUser: user, imapPassword: randomBytes(12).toString('hex') };
     await addUser(mailEnv(), user, mailbox.imapPassword);
@@ -208,14 +206,14 @@ describe('sealing what a zero-access inbox already holds', function () {
     expect((await mailboxMessages(mailbox, 'Archive')).map((m) => m.messageId).sort()).to.deep.equal(wanted);
 
     let server = await spawnPostern(env);
-    const db = openDb(dbFile);
+    // What the test sees of the store: through its ports, as another process would.
+    const seen = await openStore(loadConfig(env));
     try {
       const project = await cli(env, 'admin', 'project', 'create', '--name', 'history');
       const added = await cli(env, 'admin', 'inbox', 'add', '--project', project.out.id as string, '--imap-user', user, '--address', user, '--mode', 'zero-access');
       expect(added.code, JSON.stringify(added.out)).to.equal(0);
       const inboxId = added.out.id as string;
-      const jobs = new SqliteResealJobs(db);
-      const index = new SqliteMailIndex(db);
+      const { resealJobs: jobs, mailIndex: index } = seen;
       const sealedSoFar = async () => (await index.status(inboxId)).messages - (await jobs.status(inboxId)).unsealed;
 
       // Midway: some sealed, many not.
@@ -248,7 +246,8 @@ describe('sealing what a zero-access inbox already holds', function () {
       const exited = server.child.exitCode === null && server.child.signalCode === null ? once(server.child, 'exit') : null;
       server.child.kill('SIGTERM');
       await exited;
-      db.close();
+      await seen.close();
+      await store.drop();
       rmSync(dir, { recursive: true, force: true });
     }
   });
@@ -265,8 +264,7 @@ describe('sealing what a zero-access inbox already holds', function () {
       } finally {
         await app.logout();
       }
-      const index = new SqliteMailIndex(s.postern.db);
-      const jobs = new SqliteResealJobs(s.postern.db);
+      const { mailIndex: index, resealJobs: jobs, directory } = s.postern.store;
       const imap = new ImapMessageReplacer(s.postern.mailSource.pool, index);
       // The mail server fails the first six attempts midway (the old resealer gave up after four).
       let failures = 0;
@@ -283,7 +281,7 @@ describe('sealing what a zero-access inbox already holds', function () {
           ),
       };
       const quiet = { warn: () => undefined };
-      const resealer = new Resealer(new SqliteDirectoryStore(s.postern.db), s.postern.keys, flaky, jobs, quiet, { holder: 'flaky', sweepMs: 100, retryMinMs: 20 });
+      const resealer = new Resealer(directory, s.postern.keys, flaky, jobs, quiet, { holder: 'flaky', sweepMs: 100, retryMinMs: 20 });
       // Indexed (the first fill, silent), then found by the sweep.
       const token = await p.token(['messages:read']);
       expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token })).status).to.equal(200);
@@ -319,8 +317,7 @@ describe('sealing what a zero-access inbox already holds', function () {
       }
       const token = await p.token(['messages:read']);
       expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token })).status).to.equal(200);
-      const index = new SqliteMailIndex(s.postern.db);
-      const jobs = new SqliteResealJobs(s.postern.db);
+      const { mailIndex: index, resealJobs: jobs, directory } = s.postern.store;
       const [label] = (await index.labels(inbox.id)).filter((l) => l.path === 'INBOX');
       const [row] = await index.page(inbox.id, label!.guid, null, 1);
       const place = { labelGuid: label!.guid, uidValidity: label!.uidValidity, uid: row!.location.uid, msgGuid: row!.location.msgGuid };
@@ -336,7 +333,7 @@ describe('sealing what a zero-access inbox already holds', function () {
       }
       expect(await storedMessages(inbox)).to.have.length(2);
 
-      const resealer = new Resealer(new SqliteDirectoryStore(s.postern.db), s.postern.keys, new ImapMessageReplacer(s.postern.mailSource.pool, index), jobs, s.postern.log, { holder: 'restarted' });
+      const resealer = new Resealer(directory, s.postern.keys, new ImapMessageReplacer(s.postern.mailSource.pool, index), jobs, s.postern.log, { holder: 'restarted' });
       resealer.kick(inbox.id);
       await resealer.idle();
       await resealer.close();
