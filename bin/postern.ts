@@ -18,6 +18,7 @@ import { REPORT_MS } from '../lib/mail/watch-all.ts';
 import { notFound } from '../lib/errors.ts';
 import { openPostern } from '../lib/server.ts';
 import { openStore } from '../adapters/store/open.ts';
+import { backupStore, DumpError, exportStore, importStore } from '../adapters/store/portable.ts';
 import type { Store } from '../lib/store.ts';
 import { runPrimary, type ListeningMessage } from './cluster.ts';
 import { untilSignal } from './signals.ts';
@@ -41,7 +42,10 @@ const USAGE = `usage:
   postern admin token revoke --id TOK
   postern admin session create --member MEM [--expires-in SECONDS]
   postern admin member invite --member MEM [--expires-in SECONDS]   one-time passkey enrollment link
-  postern admin migrate                       brings the store's schema up to date (PostgreSQL with POSTERN_DATABASE_URL)`;
+  postern admin migrate                       brings the store's schema up to date (PostgreSQL with POSTERN_DATABASE_URL)
+  postern admin backup --to FILE              a consistent copy of the SQLite store, safe while serve runs (PostgreSQL: pg_dump)
+  postern admin export --to FILE              the whole store as a portable file, to move it to the other engine
+  postern admin import --from FILE            fills an empty store (either engine) from an export`;
 
 type Options = NonNullable<ParseArgsConfig['options']>;
 
@@ -117,6 +121,7 @@ async function admin(args: string[]): Promise<unknown> {
   const [command, tail] = ADMIN_COMMANDS.includes(twoWords) ? [twoWords, args.slice(2)] : [args[0] ?? '', args.slice(1)];
   // Before the SQLite store and the keys are opened: migrate is the one command for PostgreSQL.
   if (command === 'migrate') return migrate(tail);
+  if (command === 'backup' || command === 'export' || command === 'import') return storeFile(command, tail);
   const { admin, userKeys, store, config, passkeys, events, close } = await adminFromEnv();
   const { directory, mailIndex: index, resealJobs: sealing } = store;
   try {
@@ -293,6 +298,17 @@ async function migrate(args: string[]): Promise<unknown> {
   }
 }
 
+/**
+ * The store as a file (docs/deployment.md, "Backup and restore"): `backup` and `export` write a
+ * new file (never over one), `import` fills an empty store. No master key: keys travel sealed.
+ */
+async function storeFile(command: 'backup' | 'export' | 'import', args: string[]): Promise<unknown> {
+  const config = loadConfig(process.env);
+  if (command === 'import') return importStore(config, required(flags(args, { from: { type: 'string' } }), 'from'));
+  const to = required(flags(args, { to: { type: 'string' } }), 'to');
+  return command === 'backup' ? backupStore(config, to) : exportStore(config, to);
+}
+
 async function serve(args: string[]): Promise<number> {
   const v = flags(args, { help: { type: 'boolean' } });
   if (v.help) {
@@ -353,12 +369,13 @@ async function main(argv: string[]): Promise<number> {
         throw new UsageError(`unknown command: ${command}`);
     }
   } catch (err) {
-    const known = err instanceof UsageError || err instanceof ApiError || err instanceof ConfigError || err instanceof MasterKeyError;
+    const usage = err instanceof UsageError || (err instanceof DumpError && err.usage);
+    const known = usage || err instanceof ApiError || err instanceof ConfigError || err instanceof MasterKeyError || err instanceof DumpError;
     const message = known ? (err as Error).message : `unexpected failure: ${(err as Error).message ?? String(err)}`;
     process.stdout.write(`${JSON.stringify({ error: message })}\n`);
     if (err instanceof UsageError) process.stderr.write(`${USAGE}\n`);
     else if (!known) process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
-    return err instanceof UsageError ? 2 : 1;
+    return usage ? 2 : 1;
   }
 }
 
