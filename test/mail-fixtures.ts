@@ -2,7 +2,8 @@
 // user), test messages, delivery through Postfix, and a small SSE reader.
 import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
-import { mailEnv, type TestInbox } from './harness.ts';
+import { expect } from 'chai';
+import { call, mailEnv, type TestInbox } from './harness.ts';
 import { sseBlocks } from './sse-frames.ts';
 
 export async function mailApp(inbox: TestInbox): Promise<ImapFlow> {
@@ -130,6 +131,14 @@ export class SseReader {
 }
 
 export { json } from './harness.ts';
+
+/** The inbox's live stream (GET /inboxes/{inbox}/events) on the instance at `base`, open. */
+export async function openInboxStream(base: string, inbox: TestInbox, token: string): Promise<SseReader> {
+  const abort = new AbortController();
+  const res = await call(`${base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+  expect(res.status).to.equal(200);
+  return new SseReader(res, abort);
+}
 
 /**
  * Holds each answered UID FETCH (the command whose rows a sync diffs against the index) until

@@ -7,7 +7,7 @@ import { loadConfig } from '../lib/config.ts';
 import type { LiveChange } from '../lib/mail/types.ts';
 import { openPostern, type Postern } from '../lib/server.ts';
 import { call, callFresh, clusterFixture, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { append, holdFetchesInPairs, mailApp, mailAppScript, SseReader, until } from './mail-fixtures.ts';
+import { append, holdFetchesInPairs, mailApp, mailAppScript, openInboxStream, SseReader, until } from './mail-fixtures.ts';
 import { spawnPostern, stopProcess } from './processes.ts';
 
 /**
@@ -36,13 +36,6 @@ const labelsOf = async (base: string, inbox: TestInbox, token: string) => {
   expect(res.status).to.equal(200);
   const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(res);
   return Object.fromEntries(labels.map((l) => [l.name, l.id])) as Record<string, string>;
-};
-
-const openStream = async (base: string, inbox: TestInbox, token: string) => {
-  const abort = new AbortController();
-  const res = await call(`${base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
-  expect(res.status).to.equal(200);
-  return new SseReader(res, abort);
 };
 
 /** Records every batch a process's sync applied (before it is delivered and published). */
@@ -94,7 +87,7 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
   it('a subscriber on B sees each change A applied, once and in order', async () => {
     const inbox = await p.inbox();
     const labels = await labelsOf(a.base, inbox, token);
-    const onB = await openStream(bBase, inbox, token);
+    const onB = await openInboxStream(bBase, inbox, token);
     streams.push(onB);
     const app = await mailApp(inbox);
     let uid = 0;
@@ -137,8 +130,8 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       // watches, so each read syncs. Both read after each change: both syncs fetch it before
       // either writes it, and the fetches are held until both have answered.
       await a.postern.store.mailIndex.claim([inbox.id], 'another-process', 600_000);
-      const onA = await openStream(a.base, inbox, token);
-      const onB = await openStream(bBase, inbox, token);
+      const onA = await openInboxStream(a.base, inbox, token);
+      const onB = await openInboxStream(bBase, inbox, token);
       streams.push(onA, onB);
       expect([a.postern.mailMirror.watching(inbox.id).live, b.mailMirror.watching(inbox.id).live]).to.deep.equal([false, false]);
       const mail = await mailApp(inbox);
@@ -195,8 +188,8 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
   it('one process watches an inbox (the lease); the other hears its changes, and takes over when it stops', async () => {
     const inbox = await p.inbox();
     const labels = await labelsOf(a.base, inbox, token);
-    const onA = await openStream(a.base, inbox, token);
-    const onB = await openStream(bBase, inbox, token);
+    const onA = await openInboxStream(a.base, inbox, token);
+    const onB = await openInboxStream(bBase, inbox, token);
     streams.push(onB);
     const live = () => [a.postern.mailMirror.watching(inbox.id).live, b.mailMirror.watching(inbox.id).live];
     expect(live(), 'watchers live on A and B').to.deep.equal([true, false]);
@@ -230,9 +223,9 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
     const env = { ...a.storeEnv, REDIS_URL: mailEnv().redis.url, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS };
     const other = await spawnPostern(envVars(mailEnv(), env));
     try {
-      const onOther = await openStream(`${other.url}/v1`, inbox, token);
+      const onOther = await openInboxStream(`${other.url}/v1`, inbox, token);
       streams.push(onOther);
-      const onA = await openStream(a.base, inbox, token);
+      const onA = await openInboxStream(a.base, inbox, token);
       streams.push(onA);
       expect(a.postern.mailMirror.watching(inbox.id).live, 'A watches while the other process holds the lease').to.equal(false);
       other.child.kill('SIGKILL');
@@ -267,7 +260,7 @@ describe('inbox stream: postern serve with POSTERN_WORKERS=2 (no Redis)', functi
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'flags:write']);
     const labels = await labelsOf(f.base, inbox, token);
-    const stream = await openStream(f.base, inbox, token);
+    const stream = await openInboxStream(f.base, inbox, token);
     try {
       const app = await mailApp(inbox);
       let uid = 0;

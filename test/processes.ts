@@ -23,9 +23,9 @@ export interface Listening {
   url: string;
 }
 
-/** Starts `cmd` and resolves once it prints its {"listening": url} line. */
-export async function spawnListening(cmd: string, argv: string[], env: Record<string, string>, timeoutMs = 30_000): Promise<Listening> {
-  const child = spawn(cmd, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/** Starts `cmd` (in `cwd`, else this process's) and resolves once it prints its {"listening": url} line. */
+export async function spawnListening(cmd: string, argv: string[], env: Record<string, string>, timeoutMs = 30_000, cwd?: string): Promise<Listening> {
+  const child = spawn(cmd, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], ...(cwd ? { cwd } : {}) });
   let out = '';
   let err = '';
   // Drained for the life of the child, so a chatty one never blocks on a full pipe.
@@ -77,10 +77,13 @@ export function runPostern(args: readonly string[], env: Record<string, string>)
   });
 }
 
-/** `postern serve` from the sources, optionally with extra node flags (a profiler, say). */
-export function spawnPostern(env: Record<string, string>, nodeArgs: string[] = []): Promise<Listening> {
+/**
+ * `postern serve` from the sources, optionally with extra node flags (a profiler, say), in its
+ * own working directory `cwd` (a machine of its own: a relative POSTERN_DB would land there).
+ */
+export function spawnPostern(env: Record<string, string>, nodeArgs: string[] = [], cwd?: string): Promise<Listening> {
   const loader = join(ROOT, 'node_modules/tsx/dist/loader.mjs');
-  return spawnListening(process.execPath, [...nodeArgs, '--import', loader, join(ROOT, 'bin/postern.ts'), 'serve'], env);
+  return spawnListening(process.execPath, [...nodeArgs, '--import', loader, join(ROOT, 'bin/postern.ts'), 'serve'], env, 30_000, cwd);
 }
 
 export async function stopProcess(child: ChildProcess): Promise<void> {

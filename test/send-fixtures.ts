@@ -31,7 +31,7 @@ export async function sealDraft(epochPublic: string, raw: string, filename: stri
 /** A recipient nobody else uses: what the sink got for it is this test's. */
 export const rcpt = (label = 'to') => `${label}-${randomBytes(5).toString('hex')}@example.org`;
 
-export function postRaw(s: TestServer, token: string, inboxId: string, body: { from: string; to: string[]; raw: string | Buffer }): Promise<Response> {
+export function postRaw(s: Pick<TestServer, 'base'>, token: string, inboxId: string, body: { from: string; to: string[]; raw: string | Buffer }): Promise<Response> {
   const raw = typeof body.raw === 'string' ? Buffer.from(body.raw) : body.raw;
   return call(`${s.base}/inboxes/${inboxId}/messages`, {
     method: 'POST',
@@ -78,13 +78,13 @@ export function withoutTrace(raw: Buffer): Buffer {
 
 export interface Summary { id: string; uid: number; flags: string[]; subject?: string; direction?: string }
 
-export async function labelIds(s: TestServer, token: string, inboxId: string): Promise<Record<string, string>> {
+export async function labelIds(s: Pick<TestServer, 'base'>, token: string, inboxId: string): Promise<Record<string, string>> {
   const res = await call(`${s.base}/inboxes/${inboxId}/labels`, { token });
   const { labels } = (await res.json()) as { labels: Array<{ id: string; name: string }> };
   return Object.fromEntries(labels.map((l) => [l.name, l.id]));
 }
 
-export async function listLabel(s: TestServer, token: string, inboxId: string, labelId: string): Promise<Summary[]> {
+export async function listLabel(s: Pick<TestServer, 'base'>, token: string, inboxId: string, labelId: string): Promise<Summary[]> {
   const res = await call(`${s.base}/inboxes/${inboxId}/labels/${labelId}/messages?limit=100`, { token });
   if (res.status !== 200) throw new Error(`listing ${labelId}: ${res.status} ${await res.text()}`);
   return ((await res.json()) as { messages: Summary[] }).messages;
