@@ -30,7 +30,7 @@ import { Admin } from '../lib/directory/admin.ts';
 import type { Cursors } from '../lib/events/cursor.ts';
 import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
-import { cpuSeconds, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
+import { countEvents, cpuSeconds, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
@@ -200,38 +200,6 @@ function rawSelectRate(s: Setup, range: { first: number; last: number }, seconds
   }
   db.close();
   return rows / seconds;
-}
-
-const MARK = Buffer.from('"specversion"');
-
-/**
- * GET a page and count its events in the raw bytes as they stream in (each event has exactly one
- * "specversion"), so the load generator does not spend more than the server on each response.
- */
-function countEvents(agent: Agent, url: string, headers: Record<string, string>): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const u = new URL(url);
-    const req = request({ agent, host: u.hostname, port: u.port, path: u.pathname + u.search, headers }, (res) => {
-      if (res.statusCode !== 200) return reject(new Error(`GET /events: ${res.statusCode}`));
-      let n = 0;
-      let tail: Buffer = Buffer.alloc(0);
-      res.on('data', (chunk: Buffer) => {
-        // Keep the last few bytes so a mark split across chunks is still found once.
-        const buf = tail.length ? Buffer.concat([tail, chunk]) : chunk;
-        let i = buf.indexOf(MARK);
-        let lastEnd = 0;
-        while (i >= 0) {
-          n++;
-          lastEnd = i + MARK.length;
-          i = buf.indexOf(MARK, lastEnd);
-        }
-        tail = buf.subarray(Math.max(lastEnd, buf.length - MARK.length + 1));
-      });
-      res.on('end', () => resolve(n));
-    });
-    req.on('error', reject);
-    req.end();
-  });
 }
 
 async function benchGet(s: Setup, base: string, range: { first: number; last: number; cursors: Cursors }, clients: number): Promise<number> {

@@ -2,8 +2,7 @@
 //   node --import tsx bench/mail-index.ts USER     (configured by the POSTERN_* variables)
 // Prints { ms, messages, maxRssMb, baseRssMb, againMs } as JSON.
 import { pino } from 'pino';
-import { openDb } from '../adapters/store/sqlite/db.ts';
-import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
+import { openStore } from '../adapters/store/open.ts';
 import { ImapMailSource } from '../adapters/imap/source.ts';
 import { loadConfig } from '../lib/config.ts';
 
@@ -12,11 +11,12 @@ if (!user) throw new Error('usage: mail-index.ts USER');
 const config = loadConfig();
 const baseRssMb = process.memoryUsage().rss / 2 ** 20;
 
-async function once(file: string): Promise<{ ms: number; messages: number }> {
-  const db = openDb(file);
-  const store = new SqliteMailIndex(db);
+/** A first index of the user's mailboxes, as inbox `inboxId`, into the configured store (either engine). */
+async function once(inboxId: string): Promise<{ ms: number; messages: number }> {
+  const opened = await openStore(config);
+  const store = opened.mailIndex;
   const source = new ImapMailSource({ imap: config.imap, store, log: pino({ level: 'warn' }) });
-  const inbox = { id: 'ibx_00000000000000000000000000', imapUser: user!, addresses: [user!] };
+  const inbox = { id: inboxId, imapUser: user!, addresses: [user!] };
   const t = performance.now();
   // One pass, as the first read of an inbox makes (an unseeded index is never trusted).
   await source.sync(inbox, () => undefined);
@@ -24,11 +24,12 @@ async function once(file: string): Promise<{ ms: number; messages: number }> {
   let messages = 0;
   for (const c of (await store.counts(inbox.id)).values()) messages += c.total;
   await source.close();
-  db.close();
+  await opened.close();
   return { ms, messages };
 }
 
-const first = await once(config.dbFile);
+const first = await once('ibx_00000000000000000000000000');
 const maxRssMb = process.resourceUsage().maxRSS / 1024;
-const again = await once(`${config.dbFile}.again`);
+// Again as another inbox: an empty index for it, in the same store.
+const again = await once('ibx_00000000000000000000000001');
 process.stdout.write(`${JSON.stringify({ ms: first.ms, messages: first.messages, maxRssMb, baseRssMb, againMs: again.ms })}\n`);

@@ -64,6 +64,8 @@ async function main(): Promise<void> {
     // Watchers only for streamed inboxes, as these rows have always measured: with every inbox
     // watched, a read trusts the index while a bulk import is still reaching the watcher.
     POSTERN_WATCH: 'off',
+    // bench:store runs this with the store on PostgreSQL (an empty database of its own).
+    ...(process.env.POSTERN_BENCH_DATABASE_URL ? { POSTERN_DATABASE_URL: process.env.POSTERN_BENCH_DATABASE_URL } : {}),
   });
   const results: Record<string, number> = {};
   try {
@@ -255,6 +257,7 @@ async function main(): Promise<void> {
     await Promise.all([seed(env, huge.user, { INBOX: HUGE / 2 }, true), seed(env, huge.user, { Archive: HUGE / 2 }, true)]);
     log(`  ${f1((now() - t) / 1000)} s`);
     const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/mail-index.ts'), huge.user], {
+      // Its own SQLite file; on PostgreSQL the same database, as inboxes of their own.
       env: { ...process.env, ...serverEnv, POSTERN_DB: join(dir, 'index.db') },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
@@ -288,6 +291,8 @@ Command: \`npm run bench:mail${QUICK ? ' -- --quick' : ''}\`, ${new Date().toISO
 | Initial index of a ${f0(r('indexMessages'))}-message inbox (two folders, mail_crypt, cold Dovecot cache) | ${f1(r('indexMs') / 1000)} s, peak RSS ${f0(r('indexRss'))} MB (${f0(r('indexBaseRss'))} MB before) | again from an empty index, Dovecot cache warm: ${f1(r('indexAgainMs') / 1000)} s | — | bounded memory |
 `;
     process.stdout.write(`${md}\n`);
+    // For bench:store: the numbers, as the last line.
+    if (args.has('--json')) process.stdout.write(`${JSON.stringify(results)}\n`);
     if (args.has('--write')) {
       const file = writeResults('mail', md);
       log(`wrote ${file}`);

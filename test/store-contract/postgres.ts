@@ -24,9 +24,9 @@ export interface FreshDatabase {
   drop(): Promise<void>;
 }
 
-/** Runs `fn` on a connection to the test server's maintenance database. */
-async function onServer<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: testDatabaseUrl() });
+/** Runs `fn` on a connection to the server's maintenance database. */
+async function onServer<T>(server: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: server });
   await c.connect();
   try {
     return await fn(c);
@@ -35,13 +35,16 @@ async function onServer<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-/** An empty database of its own: its URL, and how to drop it (connections still open are ended). */
-export async function emptyDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
+/**
+ * An empty database of its own on `server` (the tests' by default): its URL, and how to drop it
+ * (connections still open are ended).
+ */
+export async function emptyDatabase(server: string = testDatabaseUrl()): Promise<{ url: string; drop: () => Promise<void> }> {
   const name = `postern_test_${randomBytes(6).toString('hex')}`;
-  await onServer((c) => c.query(`CREATE DATABASE ${name}`));
-  const url = new URL(testDatabaseUrl());
+  await onServer(server, (c) => c.query(`CREATE DATABASE ${name}`));
+  const url = new URL(server);
   url.pathname = `/${name}`;
-  return { url: url.toString(), drop: () => onServer((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined) };
+  return { url: url.toString(), drop: () => onServer(server, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined) };
 }
 
 /** An empty database migrated as Postern migrates it, with a pool on it. */
