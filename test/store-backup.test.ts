@@ -5,7 +5,7 @@
 // original did: the same events with the same ids and cursors (which continue), the same bearer
 // token, the same keys (a message opens with the member's key, byte for byte), the same key backup.
 import { execFile } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -343,6 +343,16 @@ describe('store backup, restore and moving between engines', function () {
       expect(r.out.error).to.match(/cut short/);
       await cliOk(['admin', 'import', '--from', file], target);
     }
+
+    // A file that is not an export is a usage error found before the store is opened: no SQLite
+    // store is made at the path.
+    const notExport = join(dir, 'not-export.jsonl');
+    writeFileSync(notExport, '{"hello":"world"}\n');
+    const nowhere = join(dir, 'never-made.db');
+    const wrong = await cli(['admin', 'import', '--from', notExport], { POSTERN_DB: nowhere });
+    expect(wrong.code).to.equal(2);
+    expect(wrong.out.error).to.match(/not a Postern store export/);
+    expect(existsSync(nowhere)).to.equal(false);
 
     // An export never overwrites: a usage error.
     const over = await cli(['admin', 'export', '--to', file], source);

@@ -2,7 +2,7 @@
 // machine to several"): a backup of a SQLite store, and an export and import that move a store
 // from one engine to the other. The engine is chosen as open.ts chooses it; each engine's part is
 // in its own folder, and a SQLite deployment never loads the pg driver.
-import { DumpError, type DumpCounts } from './rows/dump.ts';
+import { dumpHeader, DumpError, type DumpCounts } from './rows/dump.ts';
 import type { StoreSettings } from './open.ts';
 
 export { DumpError } from './rows/dump.ts';
@@ -35,6 +35,8 @@ export async function exportStore(settings: StoreSettings, to: string): Promise<
 
 /** Fills the configured store, which must be empty, from the export file `from`. */
 export async function importStore(settings: StoreSettings, from: string): Promise<{ store: EngineName; file: string; rows: DumpCounts }> {
+  // Before the store is opened (and, on SQLite, made): a wrong path changes nothing.
+  dumpHeader(from);
   if (settings.databaseUrl === null) {
     const { loadSqlite } = await import('./sqlite/dump.ts');
     return { store: 'sqlite', file: from, rows: await loadSqlite(settings.dbFile, from) };

@@ -4,7 +4,7 @@
 // table's row count, so a cut-off file is refused rather than half imported. Both engines have the
 // same tables and columns (the PostgreSQL migrations copy SQLite's names), so one list of tables
 // serves both; each engine's dump.ts reads and writes its rows through it.
-import { closeSync, createReadStream, fstatSync, openSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, createReadStream, fstatSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 export const DUMP_FORMAT = 'postern-store';
@@ -247,6 +247,40 @@ export function createExclusive(file: string): number {
   }
 }
 
+/**
+ * The header of an export file, checked before a store is opened for an import: a path that is
+ * wrong, or names something else, then changes nothing (not even making an empty store there).
+ */
+export function dumpHeader(file: string): DumpHeader {
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch (err) {
+    throw new DumpError(`cannot read ${file}: ${(err as Error).message}`, true);
+  }
+  const head = Buffer.alloc(4096);
+  let n: number;
+  try {
+    n = readSync(fd, head, 0, head.length, 0);
+  } finally {
+    closeSync(fd);
+  }
+  const text = head.subarray(0, n).toString('utf8');
+  let obj: Partial<DumpHeader> | null = null;
+  try {
+    obj = JSON.parse(text.slice(0, text.indexOf('\n'))) as Partial<DumpHeader>;
+  } catch {
+    // Not JSON: refused below like any other file.
+  }
+  return checkHeader(file, obj);
+}
+
+function checkHeader(file: string, obj: Partial<DumpHeader> | null): DumpHeader {
+  if (obj?.format !== DUMP_FORMAT) throw new DumpError(`${file} is not a Postern store export (postern admin export)`, true);
+  if (obj.version !== DUMP_VERSION) throw new DumpError(`${file} is an export of version ${String(obj.version)}; this Postern reads version ${DUMP_VERSION}`);
+  return obj as DumpHeader;
+}
+
 export type DumpItem = { kind: 'row'; table: DumpTable; row: DumpRow } | { kind: 'end'; rows: DumpCounts };
 
 /**
@@ -284,9 +318,7 @@ export async function* readDump(file: string): AsyncGenerator<DumpItem, DumpHead
       }
       const obj = parsed as Record<string, unknown>;
       if (header === null) {
-        if (obj?.format !== DUMP_FORMAT) throw new DumpError(`${file} is not a Postern store export (postern admin export)`, true);
-        if (obj.version !== DUMP_VERSION) throw new DumpError(`${file} is an export of version ${String(obj.version)}; this Postern reads version ${DUMP_VERSION}`);
-        header = obj as unknown as DumpHeader;
+        header = checkHeader(file, obj as Partial<DumpHeader>);
         continue;
       }
       if (obj?.end === true) {
