@@ -62,6 +62,9 @@ async function inboxEvents(m: { base: string }, token: string, inboxId: string):
   return (await json<{ events: WireEvent[] }>(res)).events;
 }
 
+/** The id of an event as a frame's data carries it. */
+const idOf = (frameData: string) => (JSON.parse(frameData) as WireEvent).id;
+
 const data = (e: WireEvent) => e.data as { msgId: string; labelId: string; uid?: number; flags?: string[] };
 
 describe('several machines: three postern serve on one PostgreSQL and one Redis (issue 17)', function () {
@@ -315,7 +318,7 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis 
     }
   });
 
-  it(`the log never skips over HTTP: 3 machines × ${WRITERS} writers for ${WRITE_MS / 1000} s, a pager and a live stream on each machine`, async function () {
+  it(`the log never skips over HTTP: 3 machines × ${WRITERS} writers for ${WRITE_MS / 1000} s; pagers and live streams on each machine, and going round them`, async function () {
     this.timeout(WRITE_MS + 90_000);
     const q = await newProject(admin);
     // Each machine's writers publish to an inbox of their own. An inbox is a stream of its own, so
@@ -327,23 +330,43 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis 
     const type = 'ext.tick.sent';
     await registerType(machines[2]!, writer, type, ['w', 'n']);
 
-    // The readers first: a live stream from now, and a pager from the start, on each machine.
-    const streams = await Promise.all(machines.map((m) => SseClient.open(`${m.base}/events?types=${type}`, { token: reader })));
+    // The readers first: on each machine a live stream from now and a pager from the start; and two
+    // that go from machine to machine, as a client behind a load balancer does: a pager that asks
+    // each machine for the next page with the cursor another gave, and a stream that every 2 s
+    // reconnects to the next machine with Last-Event-ID.
     let last: string | null = null;
-    const pageSizes = [50, 100, 500];
-    const pagers = machines.map(async (m, i) => {
+    const reached = (ids: readonly string[]) => last !== null && ids.at(-1) === last;
+    const streams = await Promise.all(machines.map((m) => SseClient.open(`${m.base}/events?types=${type}`, { token: reader })));
+    const pager = async (limit: number, machineOf: (page: number) => Machine): Promise<string[]> => {
       const seen: string[] = [];
       let cursor: string | null = null;
-      for (;;) {
-        const res = await call(`${m.base}/events?types=${type}&limit=${pageSizes[i]}${cursor ? `&after=${cursor}` : ''}`, { token: reader });
+      for (let k = 0; ; k++) {
+        const res = await call(`${machineOf(k).base}/events?types=${type}&limit=${limit}${cursor ? `&after=${cursor}` : ''}`, { token: reader });
         expect(res.status).to.equal(200);
         const page = await json<{ events: WireEvent[]; cursor: string }>(res);
         seen.push(...page.events.map((e) => e.id));
         cursor = page.cursor;
-        if (last !== null && seen.at(-1) === last) return seen;
-        if (page.events.length < pageSizes[i]!) await new Promise((r) => setTimeout(r, 5));
+        if (reached(seen)) return seen;
+        if (page.events.length < limit) await new Promise((r) => setTimeout(r, 5));
       }
-    });
+    };
+    const roamingStream = async (): Promise<{ ids: string[]; connections: number }> => {
+      const ids: string[] = [];
+      let lastEventId: string | undefined;
+      for (let k = 0; ; k++) {
+        const c = await SseClient.open(`${machines[k % 3]!.base}/events?types=${type}`, { token: reader, ...(lastEventId ? { lastEventId } : {}) });
+        await c.waitUntil(() => c.ended || (last !== null && (c.frames.at(-1)?.data.includes(last) ?? false)), 2000);
+        c.close();
+        // What had arrived when it was closed: the next connection resumes after its last frame.
+        const frames = c.frames.slice();
+        ids.push(...frames.map((f) => idOf(f.data)));
+        lastEventId = frames.at(-1)?.id ?? lastEventId;
+        if (reached(ids)) return { ids, connections: k + 1 };
+      }
+    };
+    const pageSizes = [50, 100, 500];
+    const pagers = [...machines.map((m, i) => pager(pageSizes[i]!, () => m)), pager(100, (k) => machines[k % 3]!)];
+    const roaming = roamingStream();
 
     const acked = new Map<string, { w: number; n: number }>();
     const refused: string[] = [];
@@ -367,14 +390,16 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis 
     const lastId = last;
 
     const deadline = (what: string, ms: number) => new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} did not reach the last event within ${ms} ms`)), ms).unref());
-    const paged = await Promise.race([Promise.all(pagers), deadline('the pagers', 60_000)]);
+    const [paged, roamed] = await Promise.race([Promise.all([Promise.all(pagers), roaming]), deadline('the pagers and the roaming stream', 60_000)]);
     for (const [i, s] of streams.entries()) {
       expect(await s.waitUntil(() => s.frames.at(-1)?.data.includes(lastId) ?? false, 30_000), `${machines[i]!.name}'s stream reaching the last event (ended: ${s.ended})`).to.equal(true);
       s.close();
     }
     const readers: Array<[string, string[]]> = [
-      ...paged.map((seen, i) => [`pager ${machines[i]!.name} (pages of ${pageSizes[i]})`, seen] as [string, string[]]),
-      ...streams.map((s, i) => [`stream ${machines[i]!.name}`, s.events().map((e) => e.id)] as [string, string[]]),
+      ...machines.map((m, i) => [`pager ${m.name} (pages of ${pageSizes[i]})`, paged[i]!] as [string, string[]]),
+      ['pager going round (pages of 100)', paged[3]!],
+      ...streams.map((s, i) => [`stream ${machines[i]!.name}`, s.frames.map((f) => idOf(f.data))] as [string, string[]]),
+      [`stream going round (${roamed.connections} connections)`, roamed.ids],
     ];
     console.log(
       `      never skips: ${acked.size} events acknowledged in ${WRITE_MS / 1000} s (${Math.round(acked.size / (WRITE_MS / 1000))}/s), ${refused.length} refused; each reader saw ${readers.map(([name, ids]) => `${name}: ${ids.length}`).join(', ')}`,
@@ -384,7 +409,8 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis 
     const agreed = readers[0]![1];
     for (const [name, ids] of readers) {
       expect(new Set(ids).size, `${name}: no event twice`).to.equal(ids.length);
-      const missing = [...acked.keys()].filter((id) => !ids.includes(id));
+      const have = new Set(ids);
+      const missing = [...acked.keys()].filter((id) => !have.has(id));
       expect(missing.length, `${name}: acknowledged events never seen`).to.equal(0);
       expect(ids.length, `${name}: events no writer was told of`).to.equal(acked.size + 1);
       const differs = ids.findIndex((id, k) => id !== agreed[k]);
