@@ -4,7 +4,7 @@ import cluster from 'node:cluster';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, describeSettings, loadConfig, type Config } from '../lib/config.ts';
 import { Admin } from '../lib/directory/admin.ts';
-import { ApiError } from '../lib/errors.ts';
+import { DomainError, notFound } from '../lib/errors.ts';
 import { Passkeys } from '../lib/auth/passkeys.ts';
 import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { UserKeys } from '../lib/crypto/user-keys.ts';
@@ -15,7 +15,6 @@ import { MemoryBus } from '../adapters/bus/memory.ts';
 import { EventLog, SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { ImapMailUsers } from '../adapters/imap/users.ts';
 import { REPORT_MS } from '../lib/mail/watch-all.ts';
-import { notFound } from '../lib/errors.ts';
 import { openPostern } from '../lib/server.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { backupStore, DumpError, exportStore, importStore } from '../adapters/store/portable.ts';
@@ -143,7 +142,7 @@ async function admin(args: string[]): Promise<unknown> {
         const memberId = required(v, 'member');
         const file = required(v, 'public-key-file');
         const member = isId('mem', memberId) ? await directory.getMember(memberId) : null;
-        if (!member) throw new ApiError(404, `no member ${memberId}`);
+        if (!member) throw notFound(`no member ${memberId}`);
         let bytes: Buffer;
         try {
           bytes = readFileSync(file);
@@ -370,7 +369,7 @@ async function main(argv: string[]): Promise<number> {
     }
   } catch (err) {
     const usage = err instanceof UsageError || (err instanceof DumpError && err.usage);
-    const known = usage || err instanceof ApiError || err instanceof ConfigError || err instanceof MasterKeyError || err instanceof DumpError;
+    const known = usage || err instanceof DomainError || err instanceof ConfigError || err instanceof MasterKeyError || err instanceof DumpError;
     const message = known ? (err as Error).message : `unexpected failure: ${(err as Error).message ?? String(err)}`;
     process.stdout.write(`${JSON.stringify({ error: message })}\n`);
     if (err instanceof UsageError) process.stderr.write(`${USAGE}\n`);

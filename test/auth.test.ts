@@ -115,7 +115,7 @@ describe('authentication and access (GET /inboxes)', () => {
     const principal = await s.postern.access.authenticateToken(`Bearer ${token}`);
     await s.postern.access.inboxAccess(principal, inboxB, 'messages:read');
     const err = await s.postern.access.inboxAccess(principal, inboxA, 'messages:read').catch((e: unknown) => e);
-    expect(err).to.have.property('status', 404);
+    expect(err).to.have.property('kind', 'not-found');
   });
 
   it('a revoked grant takes effect at once, for tokens and sessions', async () => {
@@ -130,7 +130,7 @@ describe('authentication and access (GET /inboxes)', () => {
     expect(await ids(await call(`${s.app}/inboxes`, { session }))).to.deep.equal([]);
     const principal = await s.postern.access.authenticateToken(`Bearer ${token}`);
     const err = await s.postern.access.inboxAccess(principal, inbox.id, 'messages:read').catch((e: unknown) => e);
-    expect(err).to.have.property('status', 404);
+    expect(err).to.have.property('kind', 'not-found');
   });
 
   it("another project's inbox is invisible: not listed, 404, even when narrowed to it", async () => {
@@ -138,23 +138,23 @@ describe('authentication and access (GET /inboxes)', () => {
     const foreign = await other.inbox();
     // Staff cannot narrow a token to another project's inbox…
     const refused = await s.postern.admin.createToken({ memberId: p.memberId, scopes: ['messages:read'], inboxes: [foreign.id] }).catch((e: unknown) => e);
-    expect(refused).to.have.property('status', 404);
+    expect(refused).to.have.property('kind', 'not-found');
     // …and a grant across projects is refused too.
     const crossGrant = await s.postern.admin.grant(p.memberId, foreign.id, 'owner').catch((e: unknown) => e);
-    expect(crossGrant).to.have.property('status', 400);
+    expect(crossGrant).to.have.property('kind', 'invalid');
     const token = await p.token(['messages:read']);
     const body = await json(await call(`${s.base}/inboxes`, { token }));
     expect((body.inboxes as Array<{ inboxId: string }>).map((i) => i.inboxId)).to.not.include(foreign.id);
     const principal = await s.postern.access.authenticateToken(`Bearer ${token}`);
     const err = await s.postern.access.inboxAccess(principal, foreign.id, 'messages:read').catch((e: unknown) => e);
-    expect(err).to.have.property('status', 404);
+    expect(err).to.have.property('kind', 'not-found');
   });
 
   it('a malformed or unknown inbox id is 404, never 400', async () => {
     const principal = await s.postern.access.authenticateToken(`Bearer ${await p.token(['messages:read'])}`);
     for (const id of ['ibx_nope', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y', '../etc', '']) {
       const err = await s.postern.access.inboxAccess(principal, id, 'messages:read').catch((e: unknown) => e);
-      expect(err, id).to.have.property('status', 404);
+      expect(err, id).to.have.property('kind', 'not-found');
     }
   });
 
@@ -162,7 +162,7 @@ describe('authentication and access (GET /inboxes)', () => {
     const principal = await s.postern.access.authenticateToken(`Bearer ${await p.token(['messages:read', 'send'])}`);
     await s.postern.access.inboxAccess(principal, inboxA, 'send');
     const err = await s.postern.access.inboxAccess(principal, inboxB, 'send').catch((e: unknown) => e);
-    expect(err).to.have.property('status', 403);
+    expect(err).to.have.property('kind', 'forbidden');
   });
 });
 

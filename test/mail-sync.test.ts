@@ -512,7 +512,7 @@ describe('IMAP pool', function () {
         const started = Date.now();
         const err = await pool.use(user, async () => 'never').then(() => null, (e: unknown) => e);
         expect(err, user).to.be.instanceOf(PoolBusyError);
-        expect((err as PoolBusyError).status).to.equal(503);
+        expect((err as PoolBusyError).kind).to.equal('unavailable');
         // Not before the 300 ms deadline; well before "forever" (the held task is only let go below).
         expect(Date.now() - started).to.be.within(250, 10_000);
       }

@@ -16,7 +16,7 @@
 import { ImapFlow, type ImapFlowOptions } from 'imapflow';
 import type { Logger } from 'pino';
 import type { Config } from '../../lib/config.ts';
-import { ApiError, unavailable } from '../../lib/errors.ts';
+import { DomainError, unavailable } from '../../lib/errors.ts';
 
 /** The pool's settings are the configuration's, one declaration (lib/config.ts). */
 export type ImapSettings = Config['imap'];
@@ -43,9 +43,9 @@ export function asUser(
 }
 
 /** No connection within the deadline, or none to be had at the cap: the server is busy. */
-export class PoolBusyError extends ApiError {
+export class PoolBusyError extends DomainError {
   constructor() {
-    super(503, 'the mail server is busy; try again', { 'Retry-After': '5' });
+    super('unavailable', 'the mail server is busy; try again', 5);
     this.name = 'PoolBusyError';
   }
 }

@@ -3,7 +3,7 @@
 // inbox. Grants are read at every request, so a revoked grant takes effect at once.
 import type { DirectoryStore } from '../directory/store.ts';
 import type { Inbox } from '../directory/types.ts';
-import { forbidden, notFound, unauthorized } from '../errors.ts';
+import { forbidden, notFound, unauthenticated } from '../errors.ts';
 import { isId } from '../ids.ts';
 import { parseSession, parseToken, secretMatches } from './credentials.ts';
 import { isScope, roleAllows, type MailScope, type Scope } from './scopes.ts';
@@ -36,15 +36,15 @@ export class Access {
 
   /** `Authorization: Bearer svc_…` on {base_url}. */
   async authenticateToken(authorization: string | undefined): Promise<Principal> {
-    if (!authorization) throw unauthorized('missing credential: send Authorization: Bearer <API token>');
+    if (!authorization) throw unauthenticated('missing credential: send Authorization: Bearer <API token>');
     const m = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
-    if (!m) throw unauthorized('malformed Authorization header: expected Bearer <API token>');
+    if (!m) throw unauthenticated('malformed Authorization header: expected Bearer <API token>');
     const parsed = parseToken(m[1]!);
-    if (!parsed) throw unauthorized('malformed API token');
+    if (!parsed) throw unauthenticated('malformed API token');
     const token = await this.store.getToken(parsed.id);
-    if (!token || !secretMatches(parsed.secret, token.secretHash)) throw unauthorized('invalid API token');
-    if (token.revokedAt !== null) throw unauthorized('API token revoked');
-    if (token.expiresAt !== null && token.expiresAt <= this.now()) throw unauthorized('API token expired');
+    if (!token || !secretMatches(parsed.secret, token.secretHash)) throw unauthenticated('invalid API token');
+    if (token.revokedAt !== null) throw unauthenticated('API token revoked');
+    if (token.expiresAt !== null && token.expiresAt <= this.now()) throw unauthenticated('API token expired');
     return {
       kind: 'token',
       credentialId: token.id,
@@ -58,15 +58,15 @@ export class Access {
 
   /** `x-svc-token: <session token>` on {app_url}. */
   async authenticateSession(header: string | undefined): Promise<Principal> {
-    if (!header) throw unauthorized('missing credential: send x-svc-token: <session access token>');
+    if (!header) throw unauthenticated('missing credential: send x-svc-token: <session access token>');
     const parsed = parseSession(header.trim());
-    if (!parsed) throw unauthorized('malformed session token');
+    if (!parsed) throw unauthenticated('malformed session token');
     const session = await this.store.getSession(parsed.id);
-    if (!session || !secretMatches(parsed.secret, session.secretHash)) throw unauthorized('invalid session token');
-    if (session.revokedAt !== null) throw unauthorized('session ended');
-    if (session.expiresAt <= this.now()) throw unauthorized('session expired');
+    if (!session || !secretMatches(parsed.secret, session.secretHash)) throw unauthenticated('invalid session token');
+    if (session.revokedAt !== null) throw unauthenticated('session ended');
+    if (session.expiresAt <= this.now()) throw unauthenticated('session expired');
     const member = await this.store.getMember(session.memberId);
-    if (!member) throw unauthorized('invalid session token');
+    if (!member) throw unauthenticated('invalid session token');
     return {
       kind: 'session',
       credentialId: session.id,

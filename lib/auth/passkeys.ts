@@ -20,7 +20,7 @@ import type { Passkey, Session, SignedIn } from '../../schemas/wire.ts';
 import type { DirectoryStore } from '../directory/store.ts';
 import { DuplicateError } from '../directory/store.ts';
 import type { Member } from '../directory/types.ts';
-import { ApiError, badRequest, conflict, forbidden, notFound, unauthorized } from '../errors.ts';
+import { type DomainError, conflict, forbidden, gone, invalid, notFound, rateLimited, unauthenticated } from '../errors.ts';
 import { isId, newId, parseId } from '../ids.ts';
 import { mintInvite, mintSession, parseInvite, secretMatches } from './credentials.ts';
 import type { EventLog } from '../events/log.ts';
@@ -57,7 +57,6 @@ const OPERATION_WORDS: Record<ReauthOperation, string> = {
 };
 
 const iso = (ms: number) => new Date(ms).toISOString();
-const gone = (message: string) => new ApiError(410, message);
 
 export function passkeyView(p: PasskeyRecord): Passkey {
   return {
@@ -78,7 +77,7 @@ function answeredChallenge(clientDataJSON: string): string {
   } catch {
     // fall through
   }
-  throw badRequest('clientDataJSON is not a WebAuthn client data object');
+  throw invalid('clientDataJSON is not a WebAuthn client data object');
 }
 
 export class Passkeys {
@@ -103,7 +102,7 @@ export class Passkeys {
   async invite(memberId: string, expiresInSeconds?: number): Promise<{ inviteId: string; link: string; expiresAt: string }> {
     const member = await this.member(memberId);
     const ttl = expiresInSeconds ?? this.options.inviteTtlSeconds;
-    if (!Number.isSafeInteger(ttl) || ttl <= 0) throw badRequest('expiry must be a positive whole number of seconds');
+    if (!Number.isSafeInteger(ttl) || ttl <= 0) throw invalid('expiry must be a positive whole number of seconds');
     const now = this.now();
     const minted = mintInvite();
     const expiresAt = now + ttl * 1000;
@@ -121,8 +120,8 @@ export class Passkeys {
   /** Registers the passkey, uses up the invite and signs the member in. */
   async enroll(invite: string, response: RegistrationResponseJSON, name: string | undefined): Promise<SignedIn & { passkey: Passkey }> {
     const { record, member } = await this.openInvite(invite);
-    const challenge = await this.take(response.response.clientDataJSON, 'enroll', badRequest);
-    if (challenge.inviteId !== record.id) throw badRequest('this challenge was issued for another invite');
+    const challenge = await this.take(response.response.clientDataJSON, 'enroll', invalid);
+    if (challenge.inviteId !== record.id) throw invalid('this challenge was issued for another invite');
     const passkey = await this.register(member, response, name, challenge.challenge);
     await this.save(passkey);
     // The invite is spent only by a registration that verified; of two racing ones, the first wins.
@@ -147,8 +146,8 @@ export class Passkeys {
   async add(memberId: string, response: RegistrationResponseJSON, name: string | undefined, reauth: AuthenticationResponseJSON | undefined): Promise<Passkey> {
     const member = await this.member(memberId);
     const confirmedWith = await this.confirm(member.id, 'add-passkey', reauth);
-    const challenge = await this.take(response.response.clientDataJSON, 'add', badRequest);
-    if (challenge.memberId !== member.id) throw badRequest('this challenge was issued to another member');
+    const challenge = await this.take(response.response.clientDataJSON, 'add', invalid);
+    if (challenge.memberId !== member.id) throw invalid('this challenge was issued to another member');
     const passkey = await this.register(member, response, name, challenge.challenge);
     await this.save(passkey);
     await this.recordAdded(member, passkey, { via: 'session', confirmedWith: confirmedWith.id });
@@ -220,8 +219,8 @@ export class Passkeys {
 
   async signIn(response: AuthenticationResponseJSON): Promise<SignedIn> {
     // Taken first: a challenge is spent by any answer, so a failed attempt cannot be retried.
-    const challenge = await this.take(response.response.clientDataJSON, 'sign-in', unauthorized);
-    const { passkey, member } = await this.verifyAssertion(response, challenge.challenge, 'sign-in', unauthorized);
+    const challenge = await this.take(response.response.clientDataJSON, 'sign-in', unauthenticated);
+    const { passkey, member } = await this.verifyAssertion(response, challenge.challenge, 'sign-in', unauthenticated);
     return this.openSession(member, passkey.id);
   }
 
@@ -233,7 +232,7 @@ export class Passkeys {
     response: AuthenticationResponseJSON,
     expectedChallenge: string,
     what: 'sign-in' | 're-authentication',
-    status: (message: string) => ApiError,
+    status: (message: string) => DomainError,
   ): Promise<{ passkey: PasskeyRecord; member: Member }> {
     const fail = (message: string) => status(`${what} refused: ${message}`);
     const passkey = await this.store.getPasskeyByCredential(response.id);
@@ -335,9 +334,9 @@ export class Passkeys {
         requireUserVerification: true,
       });
     } catch (err) {
-      throw badRequest(`passkey registration refused: ${(err as Error).message}`);
+      throw invalid(`passkey registration refused: ${(err as Error).message}`);
     }
-    if (!verified.verified) throw badRequest('passkey registration refused: the attestation does not verify');
+    if (!verified.verified) throw invalid('passkey registration refused: the attestation does not verify');
     const info = verified.registrationInfo;
     const now = this.now();
     return {
@@ -384,12 +383,12 @@ export class Passkeys {
 
   private async keep(challenge: ChallengeRecord): Promise<void> {
     if (!(await this.store.putChallenge(challenge, this.now(), MAX_PENDING_CHALLENGES))) {
-      throw new ApiError(429, 'too many passkey ceremonies in progress; try again in a few minutes', { 'Retry-After': '60' });
+      throw rateLimited('too many passkey ceremonies in progress; try again in a few minutes', 60);
     }
   }
 
   /** The stored challenge this response answers, spent now; `fail` builds the error for a bad one. */
-  private async take(clientDataJSON: string, kind: CeremonyKind, fail: (message: string) => ApiError): Promise<ChallengeRecord> {
+  private async take(clientDataJSON: string, kind: CeremonyKind, fail: (message: string) => DomainError): Promise<ChallengeRecord> {
     const record = await this.store.takeChallenge(answeredChallenge(clientDataJSON));
     if (!record) throw fail('unknown or already answered challenge: ask for new options');
     if (record.expiresAt <= this.now()) throw fail('challenge expired: ask for new options');
@@ -399,7 +398,7 @@ export class Passkeys {
 
   private async openInvite(invite: string) {
     const parsed = parseInvite(invite);
-    if (!parsed) throw badRequest('malformed invite: use the whole enrollment link staff sent');
+    if (!parsed) throw invalid('malformed invite: use the whole enrollment link staff sent');
     const record = await this.store.getInvite(parsed.id);
     if (!record || !secretMatches(parsed.secret, record.secretHash)) throw notFound('invite not found');
     if (record.usedAt !== null) throw gone('this invite has already been used: ask staff for a new one');

@@ -2,7 +2,7 @@
 // private key to. Armored or binary; a key that cannot encrypt is refused with the reason.
 import type { EpochKey, UserKeySet } from '../../schemas/wire.ts';
 import * as openpgp from 'openpgp';
-import { badRequest, conflict } from '../errors.ts';
+import { invalid, conflict } from '../errors.ts';
 import type { EpochKeys } from './epoch-keys.ts';
 import type { MemberKeyStore } from './store.ts';
 
@@ -11,20 +11,20 @@ export const MAX_USER_KEY_BYTES = 64 * 1024;
 
 /** Reads a public key; throws a 400 saying why it is not one Postern can seal to. */
 export async function readUserKey(bytes: Uint8Array): Promise<openpgp.PublicKey> {
-  if (bytes.length === 0) throw badRequest('the public key is empty');
-  if (bytes.length > MAX_USER_KEY_BYTES) throw badRequest(`the public key is over ${MAX_USER_KEY_BYTES / 1024} KB`);
+  if (bytes.length === 0) throw invalid('the public key is empty');
+  if (bytes.length > MAX_USER_KEY_BYTES) throw invalid(`the public key is over ${MAX_USER_KEY_BYTES / 1024} KB`);
   const text = Buffer.from(bytes).toString('latin1');
   let key: openpgp.Key;
   try {
     key = text.includes('-----BEGIN PGP') ? await openpgp.readKey({ armoredKey: text }) : await openpgp.readKey({ binaryKey: bytes });
   } catch (err) {
-    throw badRequest(`not an OpenPGP public key: ${(err as Error).message}`);
+    throw invalid(`not an OpenPGP public key: ${(err as Error).message}`);
   }
-  if (key.isPrivate()) throw badRequest('that is a private key: send only the public key');
+  if (key.isPrivate()) throw invalid('that is a private key: send only the public key');
   try {
     await key.getEncryptionKey();
   } catch (err) {
-    throw badRequest(`the key cannot encrypt: ${(err as Error).message}`);
+    throw invalid(`the key cannot encrypt: ${(err as Error).message}`);
   }
   return key;
 }

@@ -2,7 +2,7 @@
 import { mintSession, mintToken } from '../auth/credentials.ts';
 import { isRole, isScope, ROLES, SCOPES } from '../auth/scopes.ts';
 import type { EpochKeys } from '../crypto/epoch-keys.ts';
-import { ApiError, badRequest, conflict, notFound } from '../errors.ts';
+import { invalid, conflict, notFound } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
 import { DuplicateError, type DirectoryStore } from './store.ts';
 import { INBOX_MODES, isInboxMode } from './types.ts';
@@ -45,7 +45,7 @@ export class Admin {
 
   async createProject(name: string): Promise<{ id: string }> {
     const trimmed = name.trim();
-    if (!trimmed || trimmed.length > 200) throw badRequest('project name must be 1 to 200 characters');
+    if (!trimmed || trimmed.length > 200) throw invalid('project name must be 1 to 200 characters');
     const id = newId('prj');
     await this.store.createProject({ id, name: trimmed, createdAt: this.now() });
     return { id };
@@ -53,7 +53,7 @@ export class Admin {
 
   async addMember(projectId: string, email: string): Promise<{ id: string }> {
     await this.project(projectId);
-    if (!isEmail(email)) throw badRequest(`not an e-mail address: ${email}`);
+    if (!isEmail(email)) throw invalid(`not an e-mail address: ${email}`);
     const id = newId('mem');
     await this.unique(() => this.store.createMember({ id, projectId, email: email.toLowerCase(), createdAt: this.now() }));
     return { id };
@@ -74,13 +74,13 @@ export class Admin {
     createImapUser?: () => Promise<void>;
   }): Promise<{ id: string }> {
     await this.project(input.projectId);
-    if (!input.imapUser.trim() || /\s/.test(input.imapUser)) throw badRequest('IMAP user must be a non-empty name without spaces');
-    if (input.addresses.length === 0) throw badRequest('an inbox needs at least one address');
+    if (!input.imapUser.trim() || /\s/.test(input.imapUser)) throw invalid('IMAP user must be a non-empty name without spaces');
+    if (input.addresses.length === 0) throw invalid('an inbox needs at least one address');
     const addresses = input.addresses.map((a) => a.trim().toLowerCase());
-    for (const a of addresses) if (!isEmail(a)) throw badRequest(`not an e-mail address: ${a}`);
-    if (new Set(addresses).size !== addresses.length) throw badRequest('addresses repeat');
+    for (const a of addresses) if (!isEmail(a)) throw invalid(`not an e-mail address: ${a}`);
+    if (new Set(addresses).size !== addresses.length) throw invalid('addresses repeat');
     const mode = input.mode ?? 'compatible';
-    if (!isInboxMode(mode)) throw badRequest(`mode must be one of ${INBOX_MODES.join(', ')}`);
+    if (!isInboxMode(mode)) throw invalid(`mode must be one of ${INBOX_MODES.join(', ')}`);
     // Taken already: said before the mail server is asked or a user made (the store's unique
     // constraints still decide a race between two staff).
     if (await this.store.getInboxByImapUser(input.imapUser)) throw conflict('inbox for this IMAP user already exists');
@@ -122,7 +122,7 @@ export class Admin {
   }
 
   async grant(memberId: string, inboxId: string, role: string): Promise<{ memberId: string; inboxId: string; role: string }> {
-    if (!isRole(role)) throw badRequest(`role must be one of ${ROLES.join(', ')}`);
+    if (!isRole(role)) throw invalid(`role must be one of ${ROLES.join(', ')}`);
     await this.sameProject(memberId, inboxId);
     await this.store.putGrant({ memberId, inboxId, role, createdAt: this.now() });
     return { memberId, inboxId, role };
@@ -141,16 +141,16 @@ export class Admin {
   }): Promise<{ id: string; token: string; expiresAt: string | null }> {
     const member = await this.member(input.memberId);
     const unknown = input.scopes.filter((s) => !isScope(s));
-    if (unknown.length) throw badRequest(`unknown scope ${unknown.join(', ')}; scopes are ${SCOPES.join(', ')}`);
+    if (unknown.length) throw invalid(`unknown scope ${unknown.join(', ')}; scopes are ${SCOPES.join(', ')}`);
     if (input.inboxes) {
-      if (input.inboxes.length === 0) throw badRequest('--inboxes needs at least one inbox id');
+      if (input.inboxes.length === 0) throw invalid('--inboxes needs at least one inbox id');
       for (const inboxId of input.inboxes) {
         const inbox = isId('ibx', inboxId) ? await this.store.getInbox(inboxId) : null;
         if (!inbox || inbox.projectId !== member.projectId) throw notFound(`no inbox ${inboxId} in the member's project`);
       }
     }
     const ttl = input.expiresInSeconds ?? this.options.tokenTtlSeconds;
-    if (!Number.isSafeInteger(ttl) || ttl < 0) throw badRequest('expiry must be a whole number of seconds');
+    if (!Number.isSafeInteger(ttl) || ttl < 0) throw invalid('expiry must be a whole number of seconds');
     const now = this.now();
     const minted = mintToken();
     const expiresAt = ttl === 0 ? null : now + ttl * 1000;
@@ -177,7 +177,7 @@ export class Admin {
   async createSession(memberId: string, expiresInSeconds?: number): Promise<{ token: string; expiresAt: string }> {
     const member = await this.member(memberId);
     const ttl = expiresInSeconds ?? this.options.sessionTtlSeconds;
-    if (!Number.isSafeInteger(ttl) || ttl <= 0) throw badRequest('expiry must be a positive whole number of seconds');
+    if (!Number.isSafeInteger(ttl) || ttl <= 0) throw invalid('expiry must be a positive whole number of seconds');
     const now = this.now();
     const minted = mintSession();
     const expiresAt = now + ttl * 1000;
@@ -201,7 +201,7 @@ export class Admin {
     const member = await this.member(memberId);
     const inbox = isId('ibx', inboxId) ? await this.store.getInbox(inboxId) : null;
     if (!inbox) throw notFound(`no inbox ${inboxId}`);
-    if (inbox.projectId !== member.projectId) throw badRequest('member and inbox belong to different projects');
+    if (inbox.projectId !== member.projectId) throw invalid('member and inbox belong to different projects');
     return { member, inbox };
   }
 
@@ -209,7 +209,7 @@ export class Admin {
     try {
       await write();
     } catch (err) {
-      if (err instanceof DuplicateError) throw new ApiError(409, err.message);
+      if (err instanceof DuplicateError) throw conflict(err.message);
       throw err;
     }
   }

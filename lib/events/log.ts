@@ -33,7 +33,7 @@
 // - Never call it inside another store transaction; it opens its own.
 import { hash } from 'node:crypto';
 import type { Bus } from '../bus.ts';
-import { badRequest, unprocessable } from '../errors.ts';
+import { invalid, unprocessable } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
 import { BUILTIN_TYPES, builtinType, EXT_NAME, extSchemaId, extSource, schemaForFields } from './catalog.ts';
 import { Cursors } from './cursor.ts';
@@ -237,7 +237,7 @@ export class EventLog {
    * before it validates the body.
    */
   async keyed(projectId: string, key: string): Promise<{ id: string } | null> {
-    if (!CLIENT_KEY.test(key)) throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
+    if (!CLIENT_KEY.test(key)) throw invalid('Idempotency-Key must be 1 to 255 visible ASCII characters');
     const prior = await this.store.keyedEvent(projectId, key, this.now() - IDEMPOTENCY_TTL_MS);
     return prior && { id: prior.eventId };
   }
@@ -252,7 +252,7 @@ export class EventLog {
     const type = await this.versionFor(input.projectId, input.type, input.data ?? {});
     // The route checks this too; here it keeps clients out of record()'s keys whoever calls.
     if (input.idempotencyKey !== undefined && !CLIENT_KEY.test(input.idempotencyKey)) {
-      throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
+      throw invalid('Idempotency-Key must be 1 to 255 visible ASCII characters');
     }
     const result = await this.append({
       type,

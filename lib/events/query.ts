@@ -1,7 +1,7 @@
 // Who sees which events (spec 4.6), as one filter used by paged reads (in SQL, by the store) and
 // by live streams (in memory, by `matches`), so the two can never disagree.
 import type { Access, Principal } from '../auth/access.ts';
-import { badRequest, forbidden } from '../errors.ts';
+import { invalid, forbidden } from '../errors.ts';
 import type { StoredEvent, Visibility } from './types.ts';
 
 const MAX_INBOX_FILTER = 100;
@@ -64,17 +64,17 @@ export function parseTypes(raw: string): string[] | null {
 export async function filterFor(access: Access, p: Principal, q: EventsQuery): Promise<EventFilter> {
   const session = p.kind === 'session';
   if (q.audit === true && !access.hasScope(p, 'audit:read')) throw forbidden('audit=true needs the audit:read scope');
-  if (session && q.inboxes === undefined) throw badRequest('the web app must name its inboxes: add ?inboxes=ibx_…');
+  if (session && q.inboxes === undefined) throw invalid('the web app must name its inboxes: add ?inboxes=ibx_…');
   let types: string[] | null = null;
   if (q.types !== undefined) {
     types = parseTypes(q.types);
-    if (!types) throw badRequest('types must be comma-separated event types or prefixes ending in .* (for example message.*)');
+    if (!types) throw invalid('types must be comma-separated event types or prefixes ending in .* (for example message.*)');
   }
   let named: string[] | null = null;
   let allowed: string[];
   if (q.inboxes !== undefined) {
     named = [...new Set(q.inboxes.split(',').map((s) => s.trim()))];
-    if (named.length > MAX_INBOX_FILTER) throw badRequest(`inboxes names at most ${MAX_INBOX_FILTER} inboxes`);
+    if (named.length > MAX_INBOX_FILTER) throw invalid(`inboxes names at most ${MAX_INBOX_FILTER} inboxes`);
     // Each must be one the caller may use: 404 otherwise, whether it exists or not.
     for (const id of named) await access.inboxAccess(p, id, 'messages:read');
     allowed = named;

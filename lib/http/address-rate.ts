@@ -4,7 +4,7 @@
 // bounded memory (the map is dropped each window), and good enough for abuse control; clustered
 // workers each keep their own count, so the effective budget is workers × limit (docs/access.md).
 import type { Middleware } from 'koa';
-import { ApiError } from '../errors.ts';
+import { rateLimited } from '../errors.ts';
 
 export interface AddressRate {
   /** Requests one address may make per window; 0 turns the limit off. */
@@ -29,7 +29,7 @@ export function perAddressRate(opts: AddressRate): Middleware {
       counts.set(ctx.ip, used);
       if (used > opts.limit) {
         const retryAfter = Math.max(1, Math.ceil((windowStart + opts.windowMs - t) / 1000));
-        throw new ApiError(429, 'too many sign-in attempts from this address; try again later', { 'Retry-After': String(retryAfter) });
+        throw rateLimited('too many sign-in attempts from this address; try again later', retryAfter);
       }
     }
     await next();

@@ -1,6 +1,7 @@
 // Reads a JSON request body with a byte limit, refusing an oversized body before buffering it.
 import type { ParameterizedContext } from 'koa';
-import { ApiError, badRequest, tooLarge } from '../errors.ts';
+import { invalid, tooLarge, type DomainError } from '../errors.ts';
+import { HttpError } from './errors.ts';
 import type { AppState } from './context.ts';
 
 /** What reading a body needs of the request's context (any route's). */
@@ -22,7 +23,7 @@ export function readRaw(ctx: BodyContext, limit: number): Promise<Buffer> {
   if (declared > limit) return Promise.reject(tooLarge(`request body is over ${limit} bytes`));
   const req = ctx.req;
   // The client may have gone while the request was being authorized: its `close` came and went.
-  if (req.destroyed || req.readableEnded) return Promise.reject(badRequest('request body was cut off'));
+  if (req.destroyed || req.readableEnded) return Promise.reject(invalid('request body was cut off'));
   // Listeners rather than `for await`: the async iterator costs a promise per chunk and a
   // stream wrapper per request, on every write request.
   return new Promise((resolve, reject) => {
@@ -33,9 +34,9 @@ export function readRaw(ctx: BodyContext, limit: number): Promise<Buffer> {
     const whole = declared > PREALLOCATE_FROM ? Buffer.allocUnsafe(declared) : null;
     const idle = setTimeout(() => {
       // The rest of the body may still come: the connection cannot carry another request.
-      done(new ApiError(408, `the request body stopped arriving: no bytes for ${ctx.state.bodyIdleMs} ms`, { Connection: 'close' }));
+      done(new HttpError(408, `the request body stopped arriving: no bytes for ${ctx.state.bodyIdleMs} ms`, { Connection: 'close' }));
     }, ctx.state.bodyIdleMs);
-    const done = (err: ApiError | null) => {
+    const done = (err: HttpError | DomainError | null) => {
       clearTimeout(idle);
       req.off('data', onData);
       req.off('end', onEnd);
@@ -58,12 +59,12 @@ export function readRaw(ctx: BodyContext, limit: number): Promise<Buffer> {
       }
       if (!whole) chunks.push(chunk);
       // Node's parser holds a body to its Content-Length; this only guards the copy.
-      else if (size > whole.length) return done(badRequest('request body is longer than its Content-Length'));
+      else if (size > whole.length) return done(invalid('request body is longer than its Content-Length'));
       else chunk.copy(whole, size - chunk.length);
     };
     const onEnd = () => done(null);
     // The client went away mid-body: its fault, and nobody is left to read the answer.
-    const onAbort = () => done(badRequest('request body was cut off'));
+    const onAbort = () => done(invalid('request body was cut off'));
     // `close` before `end`: the body never finished (a reset, or a half-close Node aborts).
     const onClose = () => {
       if (!req.readableEnded) onAbort();
@@ -79,13 +80,13 @@ export function readRaw(ctx: BodyContext, limit: number): Promise<Buffer> {
 export async function readJson(ctx: BodyContext, limit = DEFAULT_BODY_LIMIT): Promise<unknown> {
   const type = ctx.get('content-type');
   if (type && !/^application\/([\w.+-]+\+)?json\s*(;|$)/i.test(type)) {
-    throw new ApiError(415, 'send the body as Content-Type: application/json');
+    throw new HttpError(415, 'send the body as Content-Type: application/json');
   }
   const raw = await readRaw(ctx, limit);
-  if (raw.length === 0) throw badRequest('request body required');
+  if (raw.length === 0) throw invalid('request body required');
   try {
     return JSON.parse(raw.toString('utf8')) as unknown;
   } catch {
-    throw badRequest('request body is not valid JSON');
+    throw invalid('request body is not valid JSON');
   }
 }

@@ -1,8 +1,49 @@
 // The one error middleware: every failure leaves as { error } with the right status, and an
-// unknown route is a JSON 404. A thrown non-ApiError is a bug: logged, and a bare 500.
+// unknown route is a JSON 404. This is the one place that knows which status each of the
+// domain's error kinds (lib/errors.ts) is. A thrown error that is neither a DomainError nor an
+// HttpError is a bug: logged, and a bare 500.
 import type { Logger } from 'pino';
 import type { Context, Next } from 'koa';
-import { isApiError } from '../errors.ts';
+import { isDomainError, type DomainError, type ErrorKind } from '../errors.ts';
+
+/** A failure of the HTTP exchange itself (a body too slow, a content type): only lib/http throws these. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly headers: Readonly<Record<string, string>> = {},
+  ) {
+    super(message);
+    this.name = 'HttpError';
+  }
+}
+
+const STATUS: Record<ErrorKind, number> = {
+  invalid: 400,
+  unauthenticated: 401,
+  forbidden: 403,
+  'not-found': 404,
+  gone: 410,
+  conflict: 409,
+  'too-large': 413,
+  unprocessable: 422,
+  'rate-limited': 429,
+  unavailable: 503,
+};
+
+/** What a domain error is on the wire: its status, and the headers that explain it. */
+export function toHttp(err: DomainError): HttpError {
+  const headers: Record<string, string> = {};
+  if (err.kind === 'unauthenticated') headers['WWW-Authenticate'] = 'Bearer';
+  if (err.retryAfterSeconds !== undefined) headers['Retry-After'] = String(err.retryAfterSeconds);
+  return new HttpError(STATUS[err.kind], err.message, headers);
+}
+
+/** The HTTP form of an expected failure, or null for a bug. */
+export function httpErrorOf(err: unknown): HttpError | null {
+  if (err instanceof HttpError) return err;
+  return isDomainError(err) ? toHttp(err) : null;
+}
 
 interface HttpishError {
   status?: number;
@@ -32,10 +73,11 @@ export function errorMiddleware(log: Logger) {
       let status = 500;
       let message = 'internal error';
       let headers: Record<string, string> = {};
-      if (isApiError(err)) {
-        status = err.status;
-        message = err.message;
-        headers = { ...err.headers };
+      const known = httpErrorOf(err);
+      if (known) {
+        status = known.status;
+        message = known.message;
+        headers = { ...known.headers };
       } else {
         const e = (err ?? {}) as HttpishError;
         const s = e.status ?? e.statusCode;

@@ -5,7 +5,7 @@
 // and the rest of the JSON (small) is parsed as usual with a placeholder in its place; the
 // route's schema then checks that skeleton, and the route takes the decoded bytes for the field.
 // A long string that is not plain base64 (escapes, other characters) is left to JSON.parse.
-import { badRequest } from '../errors.ts';
+import { invalid } from '../errors.ts';
 
 /**
  * Strings shorter than this are parsed as usual. Low, so that even a small message's base64
@@ -109,6 +109,6 @@ export function parseSendBody(body: Buffer): { json: unknown; fields: Map<string
   try {
     return { json: JSON.parse(Buffer.concat(parts).toString('utf8')) as unknown, fields };
   } catch {
-    throw badRequest('request body is not valid JSON');
+    throw invalid('request body is not valid JSON');
   }
 }

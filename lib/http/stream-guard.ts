@@ -7,7 +7,7 @@
 // that may no longer be served gets one last frame, `event: error` with `{"error": "..."}` (the
 // message a reconnect would get as its error body), and is closed.
 import type { Access, Principal } from '../auth/access.ts';
-import { ApiError } from '../errors.ts';
+import { isDomainError } from '../errors.ts';
 import { authenticateAs, presentedCredential } from './authenticate.ts';
 import type { AppContext, Surface } from './context.ts';
 import type { SseStream } from './sse.ts';
@@ -26,7 +26,7 @@ export interface Standing {
   once<T>(key: string, compute: () => Promise<T>): Promise<T>;
 }
 
-/** Throws an ApiError (its message is sent to the client) when the stream may no longer run. */
+/** Throws a DomainError (its message is sent to the client) when the stream may no longer run. */
 export type StreamCheck = (now: Standing) => Promise<void> | void;
 
 interface Watched {
@@ -153,12 +153,12 @@ export class StreamGuard {
   }
 
   /**
-   * A 4xx ApiError (401, 403, 404) means the caller may no longer have the stream: it ends.
+   * A DomainError other than unavailable (unauthenticated, forbidden, not found) means the caller may no longer have the stream: it ends.
    * Anything else is the store failing: the streams go on and the next tick tries again, so a passing
    * outage does not disconnect every client at once (POSTERN_STREAM_MAX_MS still bounds them).
    */
   private failed(streams: Iterable<Watched>, err: unknown): void {
-    if (!(err instanceof ApiError) || err.status >= 500) {
+    if (!isDomainError(err) || err.kind === 'unavailable') {
       this.options.log?.warn({ err }, 'live stream re-check failed; streams kept until the next tick');
       return;
     }

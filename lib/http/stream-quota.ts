@@ -6,7 +6,7 @@
 // The counts are this process's (with POSTERN_WORKERS or several instances, each has its own):
 // what they protect, the IMAP pool and the sockets, is per process too. docs/mail.md, "Limits".
 import type { Principal } from '../auth/access.ts';
-import { tooManyRequests } from '../errors.ts';
+import { rateLimited } from '../errors.ts';
 
 export type StreamKind = 'inbox' | 'events';
 
@@ -35,10 +35,10 @@ export class StreamQuota {
     const project = projectKey(kind, p);
     const what = kind === 'inbox' ? 'inbox streams' : 'event streams';
     if (maxPerCredential > 0 && (this.open.get(cred) ?? 0) >= maxPerCredential) {
-      throw tooManyRequests(`too many open ${what} for this credential (at most ${maxPerCredential}); close one or try again later`, RETRY_AFTER_SECONDS);
+      throw rateLimited(`too many open ${what} for this credential (at most ${maxPerCredential}); close one or try again later`, RETRY_AFTER_SECONDS);
     }
     if (maxPerProject > 0 && (this.open.get(project) ?? 0) >= maxPerProject) {
-      throw tooManyRequests(`too many open ${what} for this project (at most ${maxPerProject}); close one or try again later`, RETRY_AFTER_SECONDS);
+      throw rateLimited(`too many open ${what} for this project (at most ${maxPerProject}); close one or try again later`, RETRY_AFTER_SECONDS);
     }
     this.add(cred, 1);
     this.add(project, 1);

@@ -4,7 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Ajv2020, type ValidateFunction } from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
-import { badRequest } from '../errors.ts';
+import { invalid } from '../errors.ts';
 import { SCHEMAS_DIR } from '../paths.ts';
 import { describeSchemaError } from '../schema-errors.ts';
 
@@ -56,7 +56,7 @@ export class Validator {
   /** The value if it matches the schema `ref` (an $id, optionally with a #/pointer); 400 otherwise. */
   body<T>(ref: string, value: unknown): T {
     const fn = this.fn('body', ref);
-    if (!fn(value)) throw badRequest(describeSchemaError(fn.errors![0]!, 'body'));
+    if (!fn(value)) throw invalid(describeSchemaError(fn.errors![0]!, 'body'));
     return value as T;
   }
 
@@ -65,11 +65,11 @@ export class Validator {
     const copy: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(query)) {
       // A repeated parameter is ambiguous: refuse it rather than pick one.
-      if (Array.isArray(v)) throw badRequest(`query parameter ${k} is repeated`);
+      if (Array.isArray(v)) throw invalid(`query parameter ${k} is repeated`);
       copy[k] = v;
     }
     const fn = this.fn('query', ref);
-    if (!fn(copy)) throw badRequest(describeSchemaError(fn.errors![0]!, 'query parameter').replace('query parameter.', 'query parameter '));
+    if (!fn(copy)) throw invalid(describeSchemaError(fn.errors![0]!, 'query parameter').replace('query parameter.', 'query parameter '));
     return copy as T;
   }
 }

@@ -15,7 +15,7 @@
 // - A never-indexed inbox: a read waits for its first fill at most `fillWaitMs`, answering
 //   earlier when what it asks is already filled (`ready`), else 503 with Retry-After.
 // - A removed inbox's passes end at their next write (the store refuses it): removal wins.
-import { isApiError, notFound, unavailable } from '../errors.ts';
+import { isDomainError, notFound, unavailable } from '../errors.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { MailLiveFeed } from './live.ts';
 import type { LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, Unwatch, WatchLeases } from './types.ts';
@@ -122,7 +122,7 @@ export class MailMirror {
         this.o.log.warn({ err, inbox: inbox.id }, 'serving the index without a sync: the mail server did not answer');
         return;
       }
-      throw isApiError(err) ? err : unavailable('the mail server is not reachable; try again later');
+      throw isDomainError(err) ? err : unavailable('the mail server is not reachable; try again later');
     }
   }
 
@@ -144,7 +144,7 @@ export class MailMirror {
       if (settled) {
         const { err } = settled;
         if (err === null) return true;
-        throw isApiError(err) ? err : unavailable('the mail server is not reachable; try again later');
+        throw isDomainError(err) ? err : unavailable('the mail server is not reachable; try again later');
       }
       if (ready && (await ready())) return true;
       const left = deadline - Date.now();
@@ -336,7 +336,7 @@ export class MailMirror {
     } catch (err) {
       rt.lastError = err;
       // Removed meanwhile (here or by another process): the store refused the pass's writes.
-      if (isApiError(err) && err.status === 404) {
+      if (isDomainError(err) && err.kind === 'not-found') {
         this.o.log.info({ inbox: rt.inbox.id }, 'the inbox was removed during a sync pass; its index stays dropped');
         throw err;
       }

@@ -1,7 +1,7 @@
 // The mail read API's domain: labels, pages, message detail, flag changes and the live stream,
 // served from the index after the mail source has brought it up to date.
 import { createHash } from 'node:crypto';
-import { isApiError, notFound, unavailable } from '../errors.ts';
+import { isDomainError, notFound, unavailable } from '../errors.ts';
 import type { MailMirror } from './mirror.ts';
 import { guidFromId, idFromGuid } from '../ids.ts';
 import type { Flag, Label, MessageList, MessageSummary, WebFlag } from '../../schemas/wire.ts';
@@ -175,7 +175,7 @@ export class MailService {
         // The change reaches the index (and the stream) through the same sync as any other. Unlike
         // a read, this one may not fall back on the index: it would answer with the flags from before.
         await this.mirror.syncNow(inbox).catch((err: unknown) => {
-          throw isApiError(err) && err.status === 503 ? err : unavailable('the change was made but could not be read back from the mail server; try again');
+          throw isDomainError(err) && err.kind === 'unavailable' ? err : unavailable('the change was made but could not be read back from the mail server; try again');
         });
         found = await this.find(inbox, msgId);
         if (missed.length === 0) break;
@@ -210,7 +210,7 @@ export class MailService {
       ({ missed } = await this.source.storeFlags(inbox, places, add.map(toImapFlag), remove.map(toImapFlag)));
     } catch (err) {
       for (const w of withdraw.values()) w();
-      if (isApiError(err)) throw err;
+      if (isDomainError(err)) throw err;
       // Refused by the server: most likely the message or its label went away meanwhile.
       await this.mirror.syncNow(inbox).catch(() => undefined);
       await this.find(inbox, msgIdOf(locations));

@@ -5,7 +5,7 @@
 // under a new one.
 import * as openpgp from 'openpgp';
 import { UnknownEpochError, type EpochKeys } from '../crypto/epoch-keys.ts';
-import { badRequest, unprocessable } from '../errors.ts';
+import { invalid, unprocessable } from '../errors.ts';
 
 export interface Sealed {
   draftId: string;
@@ -28,7 +28,7 @@ export class SealedOpener {
     try {
       key = await this.keys.privateKey(inboxId, sealed.epoch);
     } catch (err) {
-      if (err instanceof UnknownEpochError) throw badRequest(`epoch ${sealed.epoch} is not a key epoch of this inbox`);
+      if (err instanceof UnknownEpochError) throw invalid(`epoch ${sealed.epoch} is not a key epoch of this inbox`);
       throw err;
     }
     let opened: { data: Uint8Array; filename: string };
@@ -42,10 +42,10 @@ export class SealedOpener {
       if (err instanceof Error && /decompress/i.test(err.message)) {
         throw unprocessable('the draft holds compressed data, which is refused: seal the message without compression');
       }
-      throw badRequest(`the ciphertext does not open with the epoch ${sealed.epoch} key and this wrappedDek`);
+      throw invalid(`the ciphertext does not open with the epoch ${sealed.epoch} key and this wrappedDek`);
     }
     if (opened.filename !== sealed.draftId) {
-      throw badRequest(`the ciphertext is not bound to ${sealed.draftId} (its literal data is named ${JSON.stringify(opened.filename)})`);
+      throw invalid(`the ciphertext is not bound to ${sealed.draftId} (its literal data is named ${JSON.stringify(opened.filename)})`);
     }
     return Buffer.from(opened.data.buffer, opened.data.byteOffset, opened.data.byteLength);
   }

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { randomId } from '../ids.ts';
 import type { Inbox } from '../directory/types.ts';
-import { badRequest, forbidden, unavailable, unprocessable } from '../errors.ts';
+import { invalid, forbidden, unavailable, unprocessable } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
 import type { WarnLog } from '../warn-log.ts';
 import { RelayOutcomeUnknown, RelayRefused, type CopyQueue, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
@@ -160,8 +160,8 @@ export class SendService {
 
     const { head, body } = splitHeader(req.raw);
     const author = fromAddress(head);
-    if (author === null) throw badRequest('the message needs one From header with one address');
-    if (author !== from) throw badRequest(`from (${req.from}) does not match the message's From header (${author})`);
+    if (author === null) throw invalid('the message needs one From header with one address');
+    if (author !== from) throw invalid(`from (${req.from}) does not match the message's From header (${author})`);
 
     // A message without them gets a Message-ID (the outbox, the event and bounces refer to it)
     // and a Date, as a mail app would add them.

@@ -1,7 +1,7 @@
 // The project event log over HTTP (spec 4.6, 6.2): GET/POST /event-types, POST /events, and
 // GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
 import type { Access, Principal } from '../../auth/access.ts';
-import { ApiError, badRequest, tooLarge, unprocessable } from '../../errors.ts';
+import { invalid, isDomainError, tooLarge, unprocessable } from '../../errors.ts';
 import { Cursors } from '../../events/cursor.ts';
 import { MAX_DATA_BYTES, type EventLog, type NewEventType } from '../../events/log.ts';
 import { compileFilter, filterFor, redactActor, type EventFilter, type EventsQuery } from '../../events/query.ts';
@@ -51,7 +51,7 @@ function bodyAs<T>(validator: Validator, ref: string, value: unknown): T {
   try {
     return validator.body<T>(ref, value);
   } catch (err) {
-    if (err instanceof ApiError && err.status === 400) throw unprocessable(err.message);
+    if (isDomainError(err) && err.kind === 'invalid') throw unprocessable(err.message);
     throw err;
   }
 }
@@ -90,15 +90,15 @@ export function eventRoutes(o: EventRouteOptions) {
     if (position !== null) return position;
     if (isId('evt', raw)) {
       const found = await events.positionOf(p.projectId, raw);
-      if (found === null) throw badRequest('after names an event that is not in this project');
+      if (found === null) throw invalid('after names an event that is not in this project');
       return found;
     }
     // Old cursors carried the global position in clear: honouring them would let anyone probe it.
     if (Cursors.isLegacy(raw)) {
-      throw badRequest('this cursor is from an earlier version of Postern and is no longer accepted: resume with the id of the last event you processed (after=evt_…)');
+      throw invalid('this cursor is from an earlier version of Postern and is no longer accepted: resume with the id of the last event you processed (after=evt_…)');
     }
     // Another project's cursor gets the same answer as garbage: it tells nothing.
-    throw badRequest('after (or Last-Event-ID) must be a cursor of this project from this API, or an event id');
+    throw invalid('after (or Last-Event-ID) must be a cursor of this project from this API, or an event id');
   }
 
   function page(ctx: AppContext, filter: EventFilter, after: number, limit: number) {
@@ -212,14 +212,14 @@ export function eventRoutes(o: EventRouteOptions) {
       const p = ctx.state.principal;
       const key = ctx.get('idempotency-key');
       if (ctx.headers['idempotency-key'] !== undefined && (key.length === 0 || key.length > 255 || !/^[\x21-\x7e]+$/.test(key))) {
-        throw badRequest('Idempotency-Key must be 1 to 255 visible ASCII characters');
+        throw invalid('Idempotency-Key must be 1 to 255 visible ASCII characters');
       }
       // The byte limit refuses an oversized body while it streams in, before any parsing.
       let raw: unknown;
       try {
         raw = await readJson(ctx, EVENT_BODY_LIMIT);
       } catch (err) {
-        if (err instanceof ApiError && err.status === 413) throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes`);
+        if (isDomainError(err) && err.kind === 'too-large') throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes`);
         throw err;
       }
       // Spec 4.6: a key used within 24 hours returns the first event, whatever this body holds.

@@ -5,7 +5,7 @@ import type { Access } from '../../auth/access.ts';
 import type { MemberKeyChange } from '../../auth/key-change.ts';
 import type { EpochKeys } from '../../crypto/epoch-keys.ts';
 import type { UserKeys } from '../../crypto/user-keys.ts';
-import { badRequest, forbidden } from '../../errors.ts';
+import { invalid, forbidden } from '../../errors.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppRouter } from '../context.ts';
@@ -42,7 +42,7 @@ export function keyRoutes(access: Access, epochs: EpochKeys, userKeys: UserKeys,
       let bytes: Uint8Array;
       if (trimmed.startsWith('-----BEGIN PGP')) bytes = Buffer.from(trimmed, 'utf8');
       else if (/^[A-Za-z0-9+/\s]+={0,2}$/.test(trimmed)) bytes = Buffer.from(trimmed, 'base64');
-      else throw badRequest('publicKey must be an ASCII-armored OpenPGP key or base64 of the binary key');
+      else throw invalid('publicKey must be an ASCII-armored OpenPGP key or base64 of the binary key');
       ctx.body = await keyChange.set(ctx.state.principal, bytes, reauth);
     });
   };

@@ -1,6 +1,6 @@
 // Message listing, detail and flags (spec 4.3, 3.1).
 import type { Access } from '../../auth/access.ts';
-import { badRequest } from '../../errors.ts';
+import { invalid } from '../../errors.ts';
 import type { FlagChange } from '../../../schemas/wire.ts';
 import type { MailService } from '../../mail/service.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
@@ -55,7 +55,7 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'flags:write');
       const body = validator.body<FlagChange>(FLAG_CHANGE, await readJson(ctx));
       const both = (body.add ?? []).filter((f) => body.remove?.includes(f));
-      if (both.length > 0) throw badRequest(`a flag cannot be added and removed at once: ${both.join(', ')}`);
+      if (both.length > 0) throw invalid(`a flag cannot be added and removed at once: ${both.join(', ')}`);
       ctx.body = { flags: await mail.changeFlags(inbox, ctx.params.msg!, body.add ?? [], body.remove ?? [], ctx.state.principal.actor) };
     });
   };

@@ -2,7 +2,8 @@
 // only) and POST /inboxes/{inbox}/send (a message sealed to the inbox's epoch key).
 import type { SendRequest } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
-import { ApiError, badRequest, isApiError } from '../../errors.ts';
+import { invalid, isDomainError, unprocessable } from '../../errors.ts';
+import { HttpError } from '../errors.ts';
 import type { SealedOpener } from '../../send/sealed.ts';
 import { draftFingerprint, MAX_MESSAGE_BYTES, type SendService } from '../../send/service.ts';
 import { allow } from '../authenticate.ts';
@@ -26,7 +27,7 @@ export const SEND_BODY_LIMIT = Math.ceil(MAX_MESSAGE_BYTES / 3) * 4 + 256 * 1024
  * multiple of 4 (a whole-string regex for that overflows the stack on 33 MB of text).
  */
 export function base64Bytes(field: string, value: string): Buffer {
-  if (value.length % 4 !== 0) throw badRequest(`${field} is not base64 (its length must be a multiple of 4)`);
+  if (value.length % 4 !== 0) throw invalid(`${field} is not base64 (its length must be a multiple of 4)`);
   return Buffer.from(value, 'base64');
 }
 
@@ -37,18 +38,18 @@ export function base64Bytes(field: string, value: string): Buffer {
 export async function readSendBody(ctx: AppContext): Promise<{ json: unknown; fields: Map<string, LongField> }> {
   const type = ctx.get('content-type');
   if (type && !/^application\/([\w.+-]+\+)?json\s*(;|$)/i.test(type)) {
-    throw new ApiError(415, 'send the body as Content-Type: application/json');
+    throw new HttpError(415, 'send the body as Content-Type: application/json');
   }
   let raw: Buffer;
   try {
     raw = await readRaw(ctx, SEND_BODY_LIMIT);
   } catch (err) {
-    if (isApiError(err) && err.status === 413) {
-      throw new ApiError(422, `the message is over the ${MAX_MESSAGE_BYTES} byte limit`, err.headers);
+    if (isDomainError(err) && err.kind === 'too-large') {
+      throw unprocessable(`the message is over the ${MAX_MESSAGE_BYTES} byte limit`);
     }
     throw err;
   }
-  if (raw.length === 0) throw badRequest('request body required');
+  if (raw.length === 0) throw invalid('request body required');
   return parseSendBody(raw);
 }
 

@@ -4,7 +4,8 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { ApiError, isApiError, notFound } from '../../errors.ts';
+import { notFound } from '../../errors.ts';
+import { HttpError, httpErrorOf } from '../errors.ts';
 import { ROOT } from '../../paths.ts';
 import type { AppContext, AppRouter } from '../context.ts';
 
@@ -60,9 +61,10 @@ const appRoute = (handler: (ctx: AppContext) => Promise<void> | void) => async (
   try {
     await handler(ctx);
   } catch (err) {
-    if (!isApiError(err)) throw err;
+    const known = httpErrorOf(err);
+    if (!known) throw err;
     const { 'Cache-Control': _cache, ...headers } = APP_HEADERS;
-    throw new ApiError(err.status, err.message, { ...headers, ...err.headers });
+    throw new HttpError(known.status, known.message, { ...headers, ...known.headers });
   }
 };
 
@@ -74,7 +76,7 @@ async function send(ctx: AppContext, dir: string, name: string): Promise<void> {
     body = await readFile(join(dir, name));
   } catch (err) {
     if ((err as { code?: string }).code !== 'ENOENT') throw err;
-    if (name === 'index.html') throw new ApiError(503, 'the web app is not built: run npm run build:app');
+    if (name === 'index.html') throw new HttpError(503, 'the web app is not built: run npm run build:app');
     throw notFound();
   }
   ctx.type = TYPES[m[1]!]!;
