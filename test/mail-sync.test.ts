@@ -10,7 +10,6 @@ import type { ImapFlow } from 'imapflow';
 import { ImapPool, PoolBusyError } from '../adapters/imap/pool.ts';
 import type { IndexOp, MailInbox, MailIndexStore } from '../lib/mail/types.ts';
 import { uidSets } from '../adapters/imap/raw.ts';
-import { MAX_WRITE_ROWS } from '../adapters/imap/sync.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, importMessages, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 import { storeBackdoor } from './store-backdoor.ts';
@@ -347,8 +346,10 @@ describe('index sync: passes and big labels', function () {
     const big = (await store.labels(inbox.id)).find((l) => l.path === 'big')!;
     expect(await store.countIn(inbox.id, big.guid)).to.equal(total);
     expect(big.fillLow).to.equal(null);
-    expect(writes).to.be.greaterThan(total / MAX_WRITE_ROWS);
-    expect(largest, 'ops in one transaction').to.be.at.most(MAX_WRITE_ROWS);
+    // SQLite's writes are sized to its cost (they hold the event loop); PostgreSQL's are the sync's batches of 500.
+    const bound = store.writeSizing?.maxRows ?? 500;
+    expect(writes).to.be.at.least(total / bound);
+    expect(largest, 'ops in one transaction').to.be.at.most(bound);
     expect(back, 'writes back to back, with no turn of the event loop between').to.equal(0);
   });
 
@@ -394,7 +395,8 @@ describe('index sync: passes and big labels', function () {
       expect(indexed.length).to.equal(wanted.length);
       expect(indexed).to.deep.equal(wanted);
     } finally {
-      await app.logout();
+      // A connection the server dropped while a long step ran must not hide that step's error.
+      await app.logout().catch(() => undefined);
     }
   });
 });

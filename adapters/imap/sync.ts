@@ -16,16 +16,8 @@ import { compareLabels } from '../../lib/mail/labels.ts';
 import type { IndexOp, LabelState, LiveChange, Location, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
 import { FLAG_ITEMS, FULL_ITEMS, listStatus, uidFetch, uidSearchAll, uidSets, unselect, type FetchedRow, type ListedMailbox } from './raw.ts';
 
+/** Ops collected before they are written. */
 const BATCH = 500;
-/**
- * Rows per index write transaction, at most and at least. better-sqlite3 is synchronous: a
- * transaction holds the event loop for its whole duration, and a row costs more as the index
- * grows (20-60 µs into an empty one, 80-130 µs at 50,000 rows; more on a busy host).
- */
-export const MAX_WRITE_ROWS = BATCH;
-const MIN_WRITE_ROWS = 20;
-/** What one write transaction should take: about the longest any other request waits behind one. */
-const WRITE_TARGET_MS = 8;
 /**
  * A first fill runs newest first in UID ranges: a small first one (the newest page is readable
  * within a second), then bigger ones. After each, the label's `fillLow` moves down.
@@ -52,11 +44,11 @@ type FullRow = FetchedRow & { message: NonNullable<FetchedRow['message']>; flags
 type Committed = (from: number, to: number, unapplied: ReadonlySet<number>) => void;
 
 /**
- * Every index write of this process's passes, in transactions sized to take about
- * WRITE_TARGET_MS, with a turn of the event loop after each: other requests get theirs between
- * two (a 50,000-message fill in 500-row transactions, four streams at once, held the loop for up
- * to a second at a time). An inbox's writes run one at a time: a fill's streams wait here while
- * their backlog is written, and meanwhile do not read their sockets (Dovecot waits, not the loop).
+ * Every index write of this process's passes, in transactions sized as the store asks
+ * (`writeSizing`: SQLite's hold the event loop, so they are kept short), with a turn of the event
+ * loop after each: other requests get theirs between two. An inbox's writes run one at a time: a
+ * fill's streams wait here while their backlog is written, and meanwhile do not read their
+ * sockets (Dovecot waits, not the loop).
  */
 export class IndexWriter {
   /**
@@ -65,11 +57,14 @@ export class IndexWriter {
    */
   private msPerRow = 0.1;
   /** Rows in the next transaction. */
-  private rows = Math.round(WRITE_TARGET_MS / this.msPerRow);
+  private rows: number;
   /** Each inbox's writes in order; other inboxes' are not queued behind a big fill's backlog. */
   private readonly queues = new Map<string, Promise<void>>();
 
-  constructor(private readonly store: MailIndexStore) {}
+  constructor(private readonly store: MailIndexStore) {
+    const sizing = store.writeSizing;
+    this.rows = sizing ? Math.round(Math.min(sizing.maxRows, sizing.targetMs / this.msPerRow)) : Number.MAX_SAFE_INTEGER;
+  }
 
   /**
    * `store.apply` in as many transactions as it takes, in order, `label` in the last: a label's
@@ -102,10 +97,11 @@ export class IndexWriter {
   }
 
   private fit(rows: number, ms: number): void {
+    const sizing = this.store.writeSizing;
     // A transaction's fixed cost would make a few rows look dear.
-    if (rows < MIN_WRITE_ROWS) return;
+    if (!sizing || rows < sizing.minRows) return;
     this.msPerRow = 0.8 * this.msPerRow + 0.2 * (ms / rows);
-    this.rows = Math.round(Math.min(MAX_WRITE_ROWS, Math.max(MIN_WRITE_ROWS, WRITE_TARGET_MS / this.msPerRow)));
+    this.rows = Math.round(Math.min(sizing.maxRows, Math.max(sizing.minRows, sizing.targetMs / this.msPerRow)));
   }
 }
 

@@ -129,7 +129,20 @@ export interface IndexStatus {
   watcher: { holder: string; expiresAt: number } | null;
 }
 
+/**
+ * How big one index write should be, for an engine whose writes hold the event loop while they
+ * run (a synchronous driver): the writer sizes each transaction to take about `targetMs`, within
+ * `minRows` and `maxRows`, and yields a turn of the loop after each.
+ */
+export interface WriteSizing {
+  minRows: number;
+  maxRows: number;
+  targetMs: number;
+}
+
 export interface MailIndexStore {
+  /** Null: writes do not block the event loop, so a whole batch goes in one apply(). */
+  readonly writeSizing: WriteSizing | null;
   /**
    * Changes whenever anything of the inbox's index changes, by any process sharing the store: it
    * is kept in the store and bumped in the same transaction as the write.

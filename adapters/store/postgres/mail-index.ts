@@ -242,6 +242,8 @@ function runsOf(ops: readonly IndexOp[]): Run[] {
 }
 
 export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
+  // The driver is asynchronous: a batch in one transaction keeps the loop free while it runs.
+  readonly writeSizing = null;
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
   constructor(private readonly pool: Pool) {}
 
