@@ -1,0 +1,66 @@
+// Standard Webhooks v1 (symmetric): what Postern sends so a receiver can check that a delivery
+// came from it, unaltered, and is not an old one replayed. The signed content covers the id and
+// the attempt's timestamp as well as the body, unlike body-only schemes that can be replayed.
+import { createHmac, randomBytes } from 'node:crypto';
+
+const PREFIX = 'whsec_';
+
+/** A new endpoint secret as receivers are given it: `whsec_` and 32 random bytes in base64. */
+export function newWebhookSecret(): string {
+  return PREFIX + randomBytes(32).toString('base64');
+}
+
+/** The key bytes of a `whsec_` secret; throws on anything else, so a mangled secret never signs. */
+export function secretKey(secret: string): Buffer {
+  if (!secret.startsWith(PREFIX)) throw new Error('a webhook secret starts with whsec_');
+  const encoded = secret.slice(PREFIX.length);
+  const key = Buffer.from(encoded, 'base64');
+  // Buffer.from ignores bad characters; a round trip shows the secret was really base64.
+  if (key.length < 24 || key.length > 64 || key.toString('base64').replace(/=+$/, '') !== encoded.replace(/=+$/, '')) {
+    throw new Error('a webhook secret is whsec_ and 24 to 64 bytes in base64');
+  }
+  return key;
+}
+
+/** One `v1,<base64>` signature of `{id}.{timestamp}.{body}`. */
+export function signatureOf(secret: string, id: string, timestampSeconds: number, body: string): string {
+  // A dot in the id or a non-integer timestamp would let one signed content read as another.
+  if (id.includes('.')) throw new Error('a webhook id must not contain "."');
+  if (!Number.isSafeInteger(timestampSeconds) || timestampSeconds < 0) throw new Error('a webhook timestamp is whole seconds');
+  const mac = createHmac('sha256', secretKey(secret)).update(`${id}.${timestampSeconds}.${body}`).digest('base64');
+  return `v1,${mac}`;
+}
+
+export interface WebhookHeaders {
+  'webhook-id': string;
+  'webhook-timestamp': string;
+  'webhook-signature': string;
+}
+
+/**
+ * The three headers of one attempt. Several secrets (a rotation: the new and the old one) each
+ * sign, space-separated, so a receiver holding either verifies.
+ */
+export function signedHeaders(secrets: readonly string[], id: string, body: string, at: Date = new Date()): WebhookHeaders {
+  if (secrets.length === 0) throw new Error('a delivery needs at least one secret');
+  const timestamp = Math.floor(at.getTime() / 1000);
+  return {
+    'webhook-id': id,
+    'webhook-timestamp': String(timestamp),
+    'webhook-signature': secrets.map((s) => signatureOf(s, id, timestamp, body)).join(' '),
+  };
+}
+
+/** The body the spec recommends: the type, when the event happened (not when it is sent), its data. */
+export interface WebhookPayload<T> {
+  type: string;
+  timestamp: string;
+  data: T;
+}
+
+/** The body as sent and signed: one serialisation, so what is signed is byte for byte what is sent. */
+export function webhookBody<T>(type: string, occurredAt: Date | string, data: T): string {
+  const timestamp = typeof occurredAt === 'string' ? occurredAt : occurredAt.toISOString();
+  const payload: WebhookPayload<T> = { type, timestamp, data };
+  return JSON.stringify(payload);
+}
