@@ -2,23 +2,16 @@
 // object on stdout; failures print {"error": "..."} and exit non-zero.
 import cluster from 'node:cluster';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
-import { ConfigError, describeSettings, loadConfig, type Config } from '../lib/config.ts';
-import { Admin } from '../lib/directory/admin.ts';
+import { ConfigError, describeSettings, loadConfig } from '../lib/config.ts';
 import { DomainError, notFound } from '../lib/errors.ts';
-import { Passkeys } from '../lib/auth/passkeys.ts';
-import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
-import { UserKeys } from '../lib/crypto/user-keys.ts';
 import { isId } from '../lib/ids.ts';
 import { readFileSync } from 'node:fs';
 import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
-import { MemoryBus } from '../adapters/bus/memory.ts';
-import { EventLog, SYSTEM_ACTOR } from '../lib/events/log.ts';
-import { ImapMailUsers } from '../adapters/imap/users.ts';
+import { SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { REPORT_MS } from '../lib/mail/watch-all.ts';
-import { openPostern } from '../lib/server.ts';
+import { openPostern, openStaff } from '../lib/server.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { backupStore, DumpError, exportStore, importStore } from '../adapters/store/portable.ts';
-import type { Store } from '../lib/store.ts';
 import { runPrimary, type ListeningMessage } from './cluster.ts';
 import { untilSignal } from './signals.ts';
 
@@ -70,48 +63,6 @@ function seconds(value: string | undefined, name: string): number | undefined {
 
 const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
 
-interface StaffTools {
-  admin: Admin;
-  userKeys: UserKeys;
-  store: Store;
-  config: Config;
-  passkeys: Passkeys;
-  events: EventLog;
-  close: () => Promise<void>;
-}
-
-/** The domain on the configured store, as `serve` builds it, for one staff command. */
-async function adminFromEnv(): Promise<StaffTools> {
-  const config = loadConfig();
-  // The same POSTERN_MASTER_KEY as `serve`: only commands that make or open keys need it, and
-  // they fail with the reason when it is missing or wrong (EpochKeyring throws MasterKeyError).
-  let master: MasterKey | null = null;
-  if (config.masterKey) master = MasterKey.parse(config.masterKey);
-  const store = await openStore(config, { applicationName: 'postern admin' });
-  const { directory, mailIndex } = store;
-  const keys = new EpochKeyring(store.keys, master);
-  const admin = new Admin(directory, {
-    tokenTtlSeconds: config.tokenTtlSeconds,
-    sessionTtlSeconds: config.sessionTtlSeconds,
-    keys,
-    // A running `postern serve` sees the removal within POSTERN_WATCH_CATALOG_POLL_MS (the
-    // store's inbox list version) and stops watching it; a pass of it running there meanwhile
-    // has its writes refused (the index's tombstone), so the index stays dropped.
-    onInboxRemoved: (id) => mailIndex.dropInbox(id),
-    // `inbox add` refuses an IMAP user the mail server does not have.
-    mailUsers: new ImapMailUsers(config.imap),
-  });
-  const passkeys = new Passkeys(store.passkeys, directory, {
-    origin: config.app.origin,
-    rpName: 'Postern',
-    sessionTtlSeconds: config.sessionTtlSeconds,
-    inviteTtlSeconds: config.app.inviteTtlSeconds,
-  });
-  // What staff commands record goes to the store; a running server's readers find it there.
-  const events = new EventLog(store.events, new MemoryBus(), { settleMs: config.events.settleMs });
-  return { admin, userKeys: new UserKeys(store.keys, keys), store, config, passkeys, events, close: () => store.close() };
-}
-
 const ADMIN_COMMANDS = ['project create', 'member add', 'member set-key', 'member invite', 'inbox add', 'inbox remove', 'inbox status', 'inbox rotate-key', 'token create', 'token revoke', 'session create'];
 
 async function admin(args: string[]): Promise<unknown> {
@@ -121,7 +72,7 @@ async function admin(args: string[]): Promise<unknown> {
   // Before the SQLite store and the keys are opened: migrate is the one command for PostgreSQL.
   if (command === 'migrate') return migrate(tail);
   if (command === 'backup' || command === 'export' || command === 'import') return storeFile(command, tail);
-  const { admin, userKeys, store, config, passkeys, events, close } = await adminFromEnv();
+  const { admin, userKeys, store, config, passkeys, events, close } = await openStaff(loadConfig());
   const { directory, mailIndex: index, resealJobs: sealing } = store;
   try {
     switch (command) {
