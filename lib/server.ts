@@ -113,7 +113,9 @@ export interface Postern {
 export async function openPostern(config: Config, log: Logger = pino({ level: config.logLevel })): Promise<Postern> {
   // Never a default: without a well-formed master key the service does not start (MasterKeyError).
   MasterKey.parse(config.masterKey);
-  const store = await openStore(config, { onIdleError: (err) => log.warn({ err }, 'an idle PostgreSQL connection failed; the pool opens another') });
+  // Only what the error says: pg attaches its whole client (connection state, every prepared statement) to it.
+  const onIdleError = (err: Error & { code?: string }) => log.warn({ err: { message: err.message, code: err.code } }, 'an idle PostgreSQL connection failed; the pool opens another');
+  const store = await openStore(config, { onIdleError });
   try {
     return createPostern(config, store, log);
   } catch (err) {
