@@ -1,5 +1,6 @@
 // Configuration comes from environment variables, described once here: `postern serve --help`
 // and the README list this table, and a bad value stops start-up with a clear message.
+import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
 
 export interface Config {
@@ -79,6 +80,8 @@ export interface Config {
     reauthMaxAgeSeconds: number;
   };
   events: { settleMs: number };
+  /** Networks webhook deliveries may reach although they are not public (POSTERN_WEBHOOK_ALLOW). */
+  webhookAllow: Cidr[];
   stream: {
     heartbeatMs: number;
     maxDurationMs: number;
@@ -88,6 +91,13 @@ export interface Config {
     maxPerProject: number;
   };
   logLevel: string;
+}
+
+/** An address block, `network/prefix` (POSTERN_WEBHOOK_ALLOW). */
+export interface Cidr {
+  network: string;
+  prefix: number;
+  family: 'ipv4' | 'ipv6';
 }
 
 type Env = Readonly<Record<string, string | undefined>>;
@@ -150,6 +160,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_SIGN_IN_RATE_PER_MINUTE', default: '30', description: 'passkey sign-in and enrollment requests one client address may make per minute (per worker), more get 429; 0 = no limit' },
   { name: 'POSTERN_INVITE_TTL', default: '604800', description: 'default passkey enrollment invite lifetime in seconds (7 days)' },
   { name: 'POSTERN_REAUTH_MAX_AGE', default: '300', description: 'seconds a re-authentication challenge (replacing the key, adding a passkey) stays answerable, and how old a session may be to set the first key without one' },
+  { name: 'POSTERN_WEBHOOK_ALLOW', default: '', description: 'comma-separated networks (10.1.2.0/24, fd00::/8, or one address) webhook deliveries may reach although they are loopback, private, link-local or otherwise not public; empty: public addresses only (docs/webhooks.md)' },
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
@@ -307,6 +318,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       reauthMaxAgeSeconds: int('POSTERN_REAUTH_MAX_AGE', 10, 3600),
     },
     events: { settleMs: int('POSTERN_EVENTS_SETTLE_MS', 0, 60000) },
+    webhookAllow: cidrList('POSTERN_WEBHOOK_ALLOW', get('POSTERN_WEBHOOK_ALLOW')),
     stream: {
       heartbeatMs: int('POSTERN_STREAM_HEARTBEAT_MS', 10, 3600000),
       maxDurationMs: int('POSTERN_STREAM_MAX_MS', 100, 86400000),
@@ -316,6 +328,21 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     },
     logLevel,
   };
+}
+
+/** `a.b.c.d/n, x::/n, a.b.c.d`: an address alone is a block of one. */
+export function cidrList(name: string, raw: string): Cidr[] {
+  if (raw.trim() === '') return [];
+  return raw.split(',').map((item) => {
+    const text = item.trim();
+    const m = /^([^/\s]+)(?:\/(\d{1,3}))?$/.exec(text);
+    const version = m ? isIP(m[1]!) : 0;
+    const max = version === 4 ? 32 : 128;
+    const prefix = m?.[2] === undefined ? max : Number(m[2]);
+    if (!m || version === 0 || prefix > max) throw new ConfigError(`${name} must be comma-separated networks such as 10.1.2.0/24 or fd00::/8, got "${text}"`);
+    const family = version === 4 ? 'ipv4' : 'ipv6';
+    return { network: m[1]!, prefix, family };
+  });
 }
 
 /** WebAuthn works only in a secure context: https, or http on localhost. No path: it is an origin. */
