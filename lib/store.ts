@@ -10,6 +10,7 @@ import type { EventStore } from './events/store.ts';
 import type { ResealJobs } from './mail/reseal.ts';
 import type { MailIndexStore, WatchLeases, WatchReports } from './mail/types.ts';
 import type { OutboxStore } from './send/ports.ts';
+import type { WebhookStore } from './webhooks/store.ts';
 
 export type StoreEngine = 'sqlite' | 'postgres';
 
@@ -25,6 +26,7 @@ export interface Store {
   mailIndex: MailIndexStore & WatchLeases & WatchReports;
   outbox: OutboxStore;
   resealJobs: ResealJobs;
+  webhooks: WebhookStore;
   /** Resolves when the store answers a query; rejects with why not (GET /healthz). */
   health(): Promise<void>;
   /**

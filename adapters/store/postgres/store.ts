@@ -10,6 +10,7 @@ import { PgMailIndex } from './mail-index.ts';
 import { PgOutboxStore } from './outbox.ts';
 import { PgPasskeyStore } from './passkeys.ts';
 import { PgResealJobs } from './reseal-jobs.ts';
+import { PgWebhookStore } from './webhooks.ts';
 import type { Store } from '../../../lib/store.ts';
 
 export interface PostgresStoreOptions {
@@ -57,6 +58,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     mailIndex: new PgMailIndex(pool),
     outbox: new PgOutboxStore(pool),
     resealJobs: new PgResealJobs(pool),
+    webhooks: new PgWebhookStore(pool),
     async health() {
       await pool.query('SELECT 1');
     },

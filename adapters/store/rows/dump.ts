@@ -83,6 +83,11 @@ export const DUMP_TABLES: readonly DumpTable[] = [
     inbox_id: 'text', label_guid: 'text', uid_validity: 'int', uid: 'int', holder: 'text', lease_until: 'int', attempts: 'int', next_at: 'int',
     last_error: 'text', done_at: 'int',
   }),
+  t('webhook_endpoints', 'id', {
+    id: 'text', project_id: 'text', token_id: 'text', url: 'text', types: 'text', inboxes: 'text', description: 'text', secret_sealed: 'bytes',
+    previous_secret_sealed: 'bytes', previous_expires_at: 'int', disabled_at: 'int', disabled_reason: 'text', position: 'int', created_at: 'int',
+    updated_at: 'int',
+  }),
 ];
 
 /**

@@ -10,6 +10,7 @@ import { SqliteMailIndex } from './mail-index.ts';
 import { SqliteOutboxStore } from './outbox.ts';
 import { SqlitePasskeyStore } from './passkeys.ts';
 import { SqliteResealJobs } from './reseal-jobs.ts';
+import { SqliteWebhookStore } from './webhooks.ts';
 import type { Store } from '../../../lib/store.ts';
 
 /** Opens (creating and migrating as needed) the SQLite store at `file`. */
@@ -29,6 +30,7 @@ export function openSqliteStore(file: string): Store {
     mailIndex: new SqliteMailIndex(db),
     outbox: new SqliteOutboxStore(db),
     resealJobs: new SqliteResealJobs(db),
+    webhooks: new SqliteWebhookStore(db),
     async health() {
       ping.get();
     },

@@ -26,6 +26,7 @@ import mailSendMinutes from './021_mail_send_minutes.ts';
 import resealJobs from './022_reseal_jobs.ts';
 import mailOutboxOutcome from './023_mail_outbox_outcome.ts';
 import reauthChallenges from './024_reauth_challenges.ts';
+import webhooks from './025_webhooks.ts';
 
 export interface Migration {
   version: number;
@@ -55,4 +56,5 @@ export const migrations: Migration[] = [
   { version: 22, name: 'reseal_jobs', sql: resealJobs },
   { version: 23, name: 'mail_outbox_outcome', sql: mailOutboxOutcome },
   { version: 24, name: 'reauth_challenges', sql: reauthChallenges },
+  { version: 25, name: 'webhooks', sql: webhooks },
 ];

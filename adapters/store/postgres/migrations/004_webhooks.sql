@@ -1,0 +1,21 @@
+-- Webhook endpoints (issue 18, lib/webhooks/store.ts): SQLite's migration 025 in PostgreSQL's
+-- types. The signing secrets are sealed with the service master key; `position` is how far in
+-- the event log the endpoint has been served (the log's head when it was made).
+CREATE TABLE webhook_endpoints (
+  id                     TEXT PRIMARY KEY,
+  project_id             TEXT NOT NULL,
+  token_id               TEXT NOT NULL,
+  url                    TEXT NOT NULL,
+  types                  TEXT,               -- JSON list of names and prefix.* patterns; NULL: all
+  inboxes                TEXT,               -- JSON list of inbox ids; NULL: all the token may use
+  description            TEXT,
+  secret_sealed          BYTEA NOT NULL,
+  previous_secret_sealed BYTEA,
+  previous_expires_at    BIGINT,
+  disabled_at            BIGINT,
+  disabled_reason        TEXT,
+  position               BIGINT NOT NULL,
+  created_at             BIGINT NOT NULL,
+  updated_at             BIGINT NOT NULL
+);
+CREATE INDEX webhook_endpoints_project ON webhook_endpoints (project_id, id);
