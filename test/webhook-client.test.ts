@@ -347,6 +347,30 @@ describe('webhooks: the delivery client', () => {
       expect(live.requests[0]!.host).to.equal(`rebind.example.test:${live.port}`);
     });
 
+    it('connects to a checked IPv6 address as well', async () => {
+      const server = http.createServer();
+      const requests: Array<string | undefined> = [];
+      server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+        requests.push(req.socket.localAddress);
+        res.end('v6');
+      });
+      await new Promise<void>((resolve) => server.listen(0, '::1', resolve));
+      const { port } = server.address() as AddressInfo;
+      try {
+        const resolve = scripted({ 'six.example.test': [['::1'], ['127.0.0.1']] });
+        const allow = loadConfig({ POSTERN_WEBHOOK_ALLOW: '::1/128' }).webhookAllow;
+        expect(await post(`http://six.example.test:${port}/`, { resolve, allow })).to.include({ status: 200, bodySnippet: 'v6' });
+        expect((await post(`http://[::1]:${port}/`, { allow })).status).to.equal(200);
+        expect(requests).to.deep.equal(['::1', '::1']);
+        expect(resolve.calls).to.have.length(1);
+        // Without the allowance the same name is refused.
+        expect((await failure(post(`http://six.example.test:${port}/`, { resolve: scripted({ 'six.example.test': [['::1']] }), allow: [] }))).reason).to.equal('refused-address');
+      } finally {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      }
+    });
+
     it('given a public address first and a private one after, it never goes to the private one', async () => {
       const live = await start((_req, res) => res.end('should not be reached'));
       const resolve = scripted({ 'rebind.example.test': [['192.88.98.1'], ['127.0.0.1']] });

@@ -3,7 +3,7 @@
 // checker would otherwise pass.
 import { expect } from 'chai';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
-import { newWebhookSecret, secretKey, signedHeaders, signatureOf, webhookBody } from '../lib/webhooks/signature.ts';
+import { newWebhookSecret, secretKey, signedHeaders, signatureOf, webhookBody, webhookSecret } from '../lib/webhooks/signature.ts';
 
 const verifies = (secret: string, body: string, headers: Record<string, string>): boolean => {
   try {
@@ -23,6 +23,10 @@ describe('webhooks: Standard Webhooks signatures', () => {
     expect(a).to.match(/^whsec_[A-Za-z0-9+/]+=*$/);
     expect(secretKey(a)).to.have.length(32);
     expect(newWebhookSecret()).to.not.equal(a);
+    expect(webhookSecret(secretKey(a))).to.equal(a);
+    // The reference library reads the same key out of it: its signature is ours.
+    const key = Buffer.alloc(32, 7);
+    expect(new Webhook(key, { format: 'raw' }).sign('m', new Date(0), 'b')).to.equal(signatureOf(webhookSecret(key), 'm', 0, 'b'));
     expect(() => secretKey('nope')).to.throw(/whsec_/);
     expect(() => secretKey('whsec_short')).to.throw(/24 to 64/);
     expect(() => secretKey('whsec_' + '!'.repeat(44))).to.throw(/24 to 64/);

@@ -7,7 +7,12 @@ const PREFIX = 'whsec_';
 
 /** A new endpoint secret as receivers are given it: `whsec_` and 32 random bytes in base64. */
 export function newWebhookSecret(): string {
-  return PREFIX + randomBytes(32).toString('base64');
+  return webhookSecret(randomBytes(32));
+}
+
+/** Key bytes (as the store keeps them, sealed) written as the secret receivers are given. */
+export function webhookSecret(key: Buffer): string {
+  return PREFIX + key.toString('base64');
 }
 
 /** The key bytes of a `whsec_` secret; throws on anything else, so a mangled secret never signs. */
