@@ -133,6 +133,8 @@ describe('webhooks: the delivery client', () => {
     const answer = await post(r.url, { headers: { 'webhook-id': 'evt_2', 'webhook-timestamp': '1', 'webhook-signature': 'v1,abc' } });
     expect(answer).to.include({ status: 200, bodySnippet: 'ok' });
     expect(seen).to.include({ 'webhook-id': 'evt_2', 'webhook-timestamp': '1', 'webhook-signature': 'v1,abc', 'content-type': 'application/json', 'content-length': '12' });
+    await post(r.url, { headers: { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': '1' } });
+    expect(seen).to.include({ 'content-type': 'application/json; charset=utf-8', 'content-length': '12' });
   });
 
   it('does not follow a redirect: a 302 is just its status', async () => {
@@ -312,6 +314,10 @@ describe('webhooks: the delivery client', () => {
       expect(refusal('64:ff9b::a00:1')).to.match(/private \(10\.0\.0\.1 inside/);
       expect(refusal('2002:c0a8:0101::')).to.match(/private \(192\.168\.1\.1 inside/);
       expect(refusal('169.254.169.254')).to.match(/metadata/);
+      expect(refusal('::ffff:0:127.0.0.1')).to.match(/loopback/);
+      expect(refusal('0:0:0:0:0:ffff:7f00:1')).to.match(/loopback/);
+      expect(refusal('2606:4700::1%eth0')).to.match(/local interface/);
+      expect(refusal('fe80::1%2')).to.match(/local interface/);
     });
 
     it('calls what POSTERN_WEBHOOK_ALLOW lists, and only that', () => {

@@ -133,6 +133,7 @@ function embeddedV4(address: string): string | null {
   const b = v6Bytes(address);
   const zero = (from: number, to: number): boolean => b.subarray(from, to).every((x) => x === 0);
   if (zero(0, 10) && b[10] === 0xff && b[11] === 0xff) return v4Text(b, 12); // ::ffff:a.b.c.d
+  if (zero(0, 8) && b[8] === 0xff && b[9] === 0xff && zero(10, 12)) return v4Text(b, 12); // ::ffff:0:a.b.c.d (SIIT)
   if (zero(0, 12) && !zero(12, 16)) return v4Text(b, 12); // ::a.b.c.d (deprecated "compatible")
   if (b.readUInt32BE(0) === 0x0064ff9b && zero(4, 12)) return v4Text(b, 12); // 64:ff9b::/96
   if (b.readUInt16BE(0) === 0x2002) return v4Text(b, 2); // 2002:AABB:CCDD::/48
@@ -143,6 +144,8 @@ function embeddedV4(address: string): string | null {
 export function refusal(address: string, allow: readonly Cidr[] = []): string | null {
   const family = isIP(address);
   if (family === 0) return 'not an IP address';
+  // A zone (fe80::1%eth0) names a local link; no public address needs one.
+  if (address.includes('%')) return 'scoped to a local interface';
   const allowed = new BlockList();
   for (const c of allow) allowed.addSubnet(c.network, c.prefix, c.family);
   if (allowed.check(address, family === 4 ? 'ipv4' : 'ipv6')) return null;
@@ -263,6 +266,10 @@ function send(
     else callback(null, pinned.address, pinned.family);
   };
   const body = Buffer.from(options.body);
+  // Header names are case-insensitive: one of each, ours for the length.
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  for (const [name, value] of Object.entries(options.headers)) headers[name.toLowerCase()] = value;
+  headers['content-length'] = String(body.length);
   return new Promise<WebhookResponse>((resolve, reject) => {
     let settled = false;
     const finish = (fn: () => void): void => {
@@ -276,7 +283,7 @@ function send(
       lookup,
       // A fresh connection per attempt: no pooled socket can outlive the check that allowed it.
       agent: false,
-      headers: { ...options.headers, 'content-type': options.headers['content-type'] ?? 'application/json', 'content-length': String(body.length) },
+      headers,
     });
     const onAbort = (): void => {
       finish(() => reject(timedOut()));
