@@ -82,6 +82,8 @@ export interface Config {
   events: { settleMs: number };
   /** Networks webhook deliveries may reach although they are not public (POSTERN_WEBHOOK_ALLOW). */
   webhookAllow: Cidr[];
+  /** http:// webhook URLs to loopback addresses are accepted, for development (POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK). */
+  webhookAllowHttpLoopback: boolean;
   stream: {
     heartbeatMs: number;
     maxDurationMs: number;
@@ -161,6 +163,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_INVITE_TTL', default: '604800', description: 'default passkey enrollment invite lifetime in seconds (7 days)' },
   { name: 'POSTERN_REAUTH_MAX_AGE', default: '300', description: 'seconds a re-authentication challenge (replacing the key, adding a passkey) stays answerable, and how old a session may be to set the first key without one' },
   { name: 'POSTERN_WEBHOOK_ALLOW', default: '', description: 'comma-separated networks (10.1.2.0/24, fd00::/8, or one address) webhook deliveries may reach although they are loopback, private, link-local or otherwise not public; empty: public addresses only (docs/webhooks.md)' },
+  { name: 'POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK', default: 'false', description: 'accept http:// webhook URLs to loopback addresses (localhost, 127.0.0.0/8, ::1), for development; otherwise https:// only' },
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
@@ -319,6 +322,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     },
     events: { settleMs: int('POSTERN_EVENTS_SETTLE_MS', 0, 60000) },
     webhookAllow: cidrList('POSTERN_WEBHOOK_ALLOW', get('POSTERN_WEBHOOK_ALLOW')),
+    webhookAllowHttpLoopback: bool('POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK'),
     stream: {
       heartbeatMs: int('POSTERN_STREAM_HEARTBEAT_MS', 10, 3600000),
       maxDurationMs: int('POSTERN_STREAM_MAX_MS', 100, 86400000),

@@ -64,6 +64,8 @@ import { SendService } from './send/service.ts';
 import { SealedOpener } from './send/sealed.ts';
 import { seal } from './mail/seal.ts';
 import { BounceMatcher } from './send/bounces.ts';
+import { WebhookEndpoints } from './webhooks/endpoints.ts';
+import { webhookRoutes } from './http/routes/webhooks.ts';
 
 export interface Postern {
   config: Config;
@@ -254,6 +256,11 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     contentRoutes(access, sealed, eventLog),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
+    webhookRoutes({
+      access,
+      validator,
+      webhooks: new WebhookEndpoints({ store: store.webhooks, access, masterKey, head: () => eventStore.lastPosition(), allowHttpLoopback: config.webhookAllowHttpLoopback }),
+    }),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [

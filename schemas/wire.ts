@@ -198,3 +198,63 @@ export interface KeyBackupWrite {
   blob: string;
   replaces: number;
 }
+
+/** POST /webhooks (webhooks.json NewWebhook). */
+export interface NewWebhook {
+  url: string;
+  types?: string[] | null;
+  inboxes?: string[] | null;
+  description?: string | null;
+}
+
+/** PATCH /webhooks/{id} (webhooks.json WebhookChange). */
+export interface WebhookChange {
+  url?: string;
+  types?: string[] | null;
+  inboxes?: string[] | null;
+  description?: string | null;
+  enabled?: boolean;
+}
+
+/** A webhook endpoint, without its secret (webhooks.json Webhook). */
+export interface Webhook {
+  id: string;
+  url: string;
+  types: string[] | null;
+  inboxes: string[] | null;
+  description: string | null;
+  enabled: boolean;
+  disabledAt: string | null;
+  disabledReason: string | null;
+  /** After a rotation: until when the previous secret still signs. */
+  previousSecretExpiresAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** POST /webhooks: the endpoint and its secret, shown this once (webhooks.json WebhookCreated). */
+export interface WebhookCreated {
+  id: string;
+  url: string;
+  types: string[] | null;
+  inboxes: string[] | null;
+  description: string | null;
+  enabled: boolean;
+  disabledAt: string | null;
+  disabledReason: string | null;
+  previousSecretExpiresAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+  secret: string;
+}
+
+/** POST /webhooks/{id}/rotate-secret (webhooks.json WebhookSecret). */
+export interface WebhookSecret {
+  secret: string;
+  previousSecretExpiresAt: string;
+}
+
+/** GET /webhooks (webhooks.json WebhookList). */
+export interface WebhookList {
+  webhooks: Webhook[];
+}

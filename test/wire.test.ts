@@ -42,6 +42,12 @@ const MIRRORS: Record<string, string> = {
   SessionList: 'app.json#/$defs/SessionList',
   KeyBackup: 'app.json#/$defs/KeyBackup',
   KeyBackupWrite: 'app.json#/$defs/KeyBackupWrite',
+  NewWebhook: 'webhooks.json#/$defs/NewWebhook',
+  WebhookChange: 'webhooks.json#/$defs/WebhookChange',
+  Webhook: 'webhooks.json#/$defs/Webhook',
+  WebhookCreated: 'webhooks.json#/$defs/WebhookCreated',
+  WebhookSecret: 'webhooks.json#/$defs/WebhookSecret',
+  WebhookList: 'webhooks.json#/$defs/WebhookList',
 };
 
 const files = new Map<string, Schema>();

@@ -2,7 +2,7 @@
 // the member can do in that inbox; a token's scopes narrow it further.
 
 export const MAIL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'send'] as const;
-export const PROJECT_SCOPES = ['events:write', 'events:read', 'project:read', 'audit:read'] as const;
+export const PROJECT_SCOPES = ['events:write', 'events:read', 'project:read', 'audit:read', 'webhooks:write'] as const;
 export const SCOPES = [...MAIL_SCOPES, ...PROJECT_SCOPES] as const;
 
 export type MailScope = (typeof MAIL_SCOPES)[number];

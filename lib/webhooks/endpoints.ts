@@ -1,0 +1,217 @@
+// Webhook endpoints (issue 18, docs/webhooks.md): where a project's events are sent, managed by
+// tokens with `webhooks:write`. An endpoint receives what the token that created it may read
+// (events:read semantics, re-checked at delivery by the dispatcher), so only that token sees and
+// changes it: another token of the project, even one of the same member, could otherwise point
+// a wider token's events at a URL of its own. Secrets are shown once and kept sealed with the
+// service master key.
+import { randomBytes } from 'node:crypto';
+import { isIP } from 'node:net';
+import type * as Wire from '../../schemas/wire.ts';
+import type { Access, Principal } from '../auth/access.ts';
+import type { MasterKey } from '../crypto/master-key.ts';
+import { forbidden, invalid, isDomainError, notFound, unprocessable } from '../errors.ts';
+import { builtinType } from '../events/catalog.ts';
+import { parseTypes } from '../events/query.ts';
+import { isId, newId } from '../ids.ts';
+import type { WebhookEndpointRecord, WebhookStore } from './store.ts';
+
+/** Standard Webhooks' secret form: the prefix, then base64 of the key bytes. */
+export const SECRET_PREFIX = 'whsec_';
+const SECRET_BYTES = 32;
+/** After a rotation the previous secret signs too (both signatures sent) for this long. */
+export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
+/** Endpoints a project may have: each one is a stream of deliveries to keep up. */
+export const MAX_ENDPOINTS_PER_PROJECT = 100;
+
+export interface WebhookEndpointsOptions {
+  store: WebhookStore;
+  access: Access;
+  masterKey: MasterKey;
+  /** The event log's last position: a new endpoint receives the events recorded after it. */
+  head: () => Promise<number>;
+  /** POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: http:// to a loopback address, for development. */
+  allowHttpLoopback: boolean;
+  now?: () => number;
+}
+
+/** Bound to the row, so a sealed secret cannot be moved onto another endpoint. */
+const sealContext = (id: string) => `webhook-secret ${id}`;
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+function isLoopback(hostname: string): boolean {
+  // URL keeps IPv6 literals in brackets, and has already normalized IPv4 forms (0x7f.1 → 127.0.0.1).
+  const host = hostname.startsWith('[') ? hostname.slice(1, -1) : hostname;
+  if (host === 'localhost') return true;
+  if (isIP(host) === 4) return host.startsWith('127.');
+  return host === '::1';
+}
+
+export class WebhookEndpoints {
+  private readonly now: () => number;
+
+  constructor(private readonly o: WebhookEndpointsOptions) {
+    this.now = o.now ?? Date.now;
+  }
+
+  async create(p: Principal, input: Wire.NewWebhook): Promise<Wire.WebhookCreated> {
+    // What an endpoint receives is what its token may read on GET /events.
+    if (!this.o.access.hasScope(p, 'events:read')) throw forbidden('a webhook receives what its token may read: the token needs events:read as well as webhooks:write');
+    const url = this.checkUrl(input.url);
+    const types = this.checkTypes(input.types ?? null);
+    const inboxes = await this.checkInboxes(p, input.inboxes ?? null);
+    if ((await this.o.store.list(p.projectId)).length >= MAX_ENDPOINTS_PER_PROJECT) {
+      throw unprocessable(`a project has at most ${MAX_ENDPOINTS_PER_PROJECT} webhook endpoints`);
+    }
+    const id = newId('whk');
+    const key = randomBytes(SECRET_BYTES);
+    const at = this.now();
+    const record: WebhookEndpointRecord = {
+      id,
+      projectId: p.projectId,
+      tokenId: p.credentialId,
+      url,
+      types,
+      inboxes,
+      description: input.description ?? null,
+      secretSealed: this.o.masterKey.seal(key, sealContext(id)),
+      previousSecretSealed: null,
+      previousExpiresAt: null,
+      disabledAt: null,
+      disabledReason: null,
+      position: await this.o.head(),
+      createdAt: at,
+      updatedAt: at,
+    };
+    await this.o.store.create(record);
+    return { ...this.wire(record), secret: SECRET_PREFIX + key.toString('base64') };
+  }
+
+  async list(p: Principal): Promise<Wire.WebhookList> {
+    const all = await this.o.store.list(p.projectId);
+    return { webhooks: all.filter((e) => e.tokenId === p.credentialId).map((e) => this.wire(e)) };
+  }
+
+  async get(p: Principal, id: string): Promise<Wire.Webhook> {
+    return this.wire(await this.owned(p, id));
+  }
+
+  async update(p: Principal, id: string, change: Wire.WebhookChange): Promise<Wire.Webhook> {
+    const e = await this.owned(p, id);
+    const at = this.now();
+    let disabledAt = e.disabledAt;
+    let disabledReason = e.disabledReason;
+    if (change.enabled === true) {
+      disabledAt = null;
+      disabledReason = null;
+    } else if (change.enabled === false && disabledAt === null) {
+      disabledAt = at;
+      disabledReason = 'disabled through the API';
+    }
+    const updated = await this.o.store.update(p.projectId, id, {
+      url: change.url !== undefined ? this.checkUrl(change.url) : e.url,
+      types: change.types !== undefined ? this.checkTypes(change.types) : e.types,
+      inboxes: change.inboxes !== undefined ? await this.checkInboxes(p, change.inboxes) : e.inboxes,
+      description: change.description !== undefined ? change.description : e.description,
+      disabledAt,
+      disabledReason,
+      updatedAt: at,
+    });
+    if (!updated) throw notFound('webhook not found');
+    return this.wire(updated);
+  }
+
+  async delete(p: Principal, id: string): Promise<void> {
+    await this.owned(p, id);
+    if (!(await this.o.store.delete(p.projectId, id))) throw notFound('webhook not found');
+  }
+
+  /** A new secret; the current one keeps signing (both signatures sent) for ROTATION_OVERLAP_MS. */
+  async rotateSecret(p: Principal, id: string): Promise<Wire.WebhookSecret> {
+    await this.owned(p, id);
+    const key = randomBytes(SECRET_BYTES);
+    const at = this.now();
+    const until = at + ROTATION_OVERLAP_MS;
+    const rotated = await this.o.store.rotateSecret(p.projectId, id, this.o.masterKey.seal(key, sealContext(id)), until, at);
+    if (!rotated) throw notFound('webhook not found');
+    return { secret: SECRET_PREFIX + key.toString('base64'), previousSecretExpiresAt: new Date(until).toISOString() };
+  }
+
+  /**
+   * The keys that sign a delivery now, newest first, as `whsec_…` text (the form Standard
+   * Webhooks' signers take): the current one, and the previous one until its overlap ends.
+   */
+  signingSecrets(e: WebhookEndpointRecord, at = this.now()): string[] {
+    const out = [SECRET_PREFIX + this.o.masterKey.open(e.secretSealed, sealContext(e.id)).toString('base64')];
+    if (e.previousSecretSealed && e.previousExpiresAt !== null && e.previousExpiresAt > at) {
+      out.push(SECRET_PREFIX + this.o.masterKey.open(e.previousSecretSealed, sealContext(e.id)).toString('base64'));
+    }
+    return out;
+  }
+
+  /** The caller's endpoint: 404 for one that does not exist, is another project's or another token's. */
+  private async owned(p: Principal, id: string): Promise<WebhookEndpointRecord> {
+    const e = isId('whk', id) ? await this.o.store.get(p.projectId, id) : null;
+    if (!e || e.tokenId !== p.credentialId) throw notFound('webhook not found');
+    return e;
+  }
+
+  private checkUrl(raw: string): string {
+    let url: URL;
+    try {
+      url = new URL(raw);
+    } catch {
+      throw invalid('url must be an absolute https:// URL');
+    }
+    if (url.username || url.password) throw unprocessable('url must not hold credentials: the signature authenticates deliveries');
+    if (url.protocol === 'https:') return url.toString();
+    if (url.protocol === 'http:') {
+      if (!this.o.allowHttpLoopback) throw unprocessable('url must be https:// (http:// to a loopback address needs POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK=1, for development)');
+      if (!isLoopback(url.hostname)) throw unprocessable('http:// is accepted only to a loopback address (localhost, 127.0.0.0/8, ::1); use https://');
+      return url.toString();
+    }
+    throw unprocessable('url must be https://');
+  }
+
+  /** GET /events' filter syntax; unknown well-formed names are fine (ext types may come later), audit-only ones are not. */
+  private checkTypes(types: readonly string[] | null): string[] | null {
+    if (types === null) return null;
+    const parsed = types.some((t) => t.includes(',')) ? null : parseTypes(types.join(','));
+    if (!parsed) throw invalid('types must be event types or prefixes ending in .* (for example message.*)');
+    const audit = parsed.find((t) => builtinType(t)?.visibility === 'audit');
+    if (audit) throw unprocessable(`${audit} is audit-only: it cannot trigger webhooks`);
+    return parsed;
+  }
+
+  /** Each inbox must be one the caller may read in its project (whether it exists or not, the same answer). */
+  private async checkInboxes(p: Principal, inboxes: readonly string[] | null): Promise<string[] | null> {
+    if (inboxes === null) return null;
+    const out = [...new Set(inboxes)];
+    for (const id of out) {
+      try {
+        await this.o.access.inboxAccess(p, id, 'messages:read');
+      } catch (err) {
+        if (isDomainError(err) && (err.kind === 'not-found' || err.kind === 'forbidden')) throw unprocessable(`inbox ${id} is not one this token may read`);
+        throw err;
+      }
+    }
+    return out;
+  }
+
+  private wire(e: WebhookEndpointRecord): Wire.Webhook {
+    const previousLive = e.previousExpiresAt !== null && e.previousExpiresAt > this.now();
+    return {
+      id: e.id,
+      url: e.url,
+      types: e.types,
+      inboxes: e.inboxes,
+      description: e.description,
+      enabled: e.disabledAt === null,
+      disabledAt: iso(e.disabledAt),
+      disabledReason: e.disabledReason,
+      previousSecretExpiresAt: previousLive ? iso(e.previousExpiresAt) : null,
+      createdAt: iso(e.createdAt)!,
+      updatedAt: iso(e.updatedAt)!,
+    };
+  }
+}
