@@ -3,9 +3,11 @@
 // /events' type syntax without audit-only types, the token's own inboxes); and the secret shown
 // once, kept only sealed.
 import { expect } from 'chai';
+import { Webhook as Verifier } from 'standardwebhooks';
 import type { Webhook, WebhookCreated, WebhookList, WebhookSecret } from '../schemas/wire.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
 import { WebhookEndpoints } from '../lib/webhooks/endpoints.ts';
+import { signedHeaders, webhookBody } from '../lib/webhooks/signature.ts';
 import { call, expectError, json, newProject, startPostern, TEST_MASTER_KEY, type TestProject, type TestServer } from './harness.ts';
 
 const SCHEMA = 'https://postern.dev/schemas/webhooks.json#/$defs/';
@@ -124,6 +126,11 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     }
     const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false });
     expect(endpoints.signingSecrets(stored)).to.deep.equal([rotated.secret, made.secret]);
+    // What the stored secrets sign verifies, by the reference library, with either secret shown.
+    const body = webhookBody('message.received', new Date(), { n: 1 });
+    const headers = signedHeaders(endpoints.signingSecrets(stored), 'evt_01J0000000000000000000000Z', body);
+    for (const secret of [made.secret, rotated.secret]) expect(new Verifier(secret).verify(body, { ...headers })).to.deep.include({ type: 'message.received' });
+    expect(() => new Verifier(`whsec_${Buffer.alloc(32, 7).toString('base64')}`).verify(body, { ...headers })).to.throw();
     // Once the overlap is over only the new secret signs.
     expect(endpoints.signingSecrets(stored, until + 1)).to.deep.equal([rotated.secret]);
   });

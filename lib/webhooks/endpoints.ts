@@ -13,10 +13,10 @@ import { forbidden, invalid, isDomainError, notFound, unprocessable } from '../e
 import { builtinType } from '../events/catalog.ts';
 import { parseTypes } from '../events/query.ts';
 import { isId, newId } from '../ids.ts';
+import { webhookSecret } from './signature.ts';
 import type { WebhookEndpointRecord, WebhookStore } from './store.ts';
 
-/** Standard Webhooks' secret form: the prefix, then base64 of the key bytes. */
-export const SECRET_PREFIX = 'whsec_';
+/** Standard Webhooks' recommended key size (it allows 24 to 64 bytes). */
 const SECRET_BYTES = 32;
 /** After a rotation the previous secret signs too (both signatures sent) for this long. */
 export const ROTATION_OVERLAP_MS = 24 * 60 * 60 * 1000;
@@ -84,7 +84,7 @@ export class WebhookEndpoints {
       updatedAt: at,
     };
     await this.o.store.create(record);
-    return { ...this.wire(record), secret: SECRET_PREFIX + key.toString('base64') };
+    return { ...this.wire(record), secret: webhookSecret(key) };
   }
 
   async list(p: Principal): Promise<Wire.WebhookList> {
@@ -134,17 +134,17 @@ export class WebhookEndpoints {
     const until = at + ROTATION_OVERLAP_MS;
     const rotated = await this.o.store.rotateSecret(p.projectId, id, this.o.masterKey.seal(key, sealContext(id)), until, at);
     if (!rotated) throw notFound('webhook not found');
-    return { secret: SECRET_PREFIX + key.toString('base64'), previousSecretExpiresAt: new Date(until).toISOString() };
+    return { secret: webhookSecret(key), previousSecretExpiresAt: new Date(until).toISOString() };
   }
 
   /**
-   * The keys that sign a delivery now, newest first, as `whsec_…` text (the form Standard
-   * Webhooks' signers take): the current one, and the previous one until its overlap ends.
+   * The secrets that sign a delivery now, newest first, as `whsec_…` text (what signedHeaders in
+   * ./signature.ts takes): the current one, and the previous one until its overlap ends.
    */
   signingSecrets(e: WebhookEndpointRecord, at = this.now()): string[] {
-    const out = [SECRET_PREFIX + this.o.masterKey.open(e.secretSealed, sealContext(e.id)).toString('base64')];
+    const out = [webhookSecret(this.o.masterKey.open(e.secretSealed, sealContext(e.id)))];
     if (e.previousSecretSealed && e.previousExpiresAt !== null && e.previousExpiresAt > at) {
-      out.push(SECRET_PREFIX + this.o.masterKey.open(e.previousSecretSealed, sealContext(e.id)).toString('base64'));
+      out.push(webhookSecret(this.o.masterKey.open(e.previousSecretSealed, sealContext(e.id))));
     }
     return out;
   }
