@@ -94,8 +94,14 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     expect(off.disabledAt).to.be.a('string');
     expect(off.disabledReason).to.be.a('string');
     expect(off.url).to.equal('https://hooks.example.org/b');
+    // Disabling again keeps when and why it was first disabled; an edit leaves it disabled.
+    const again = await json<Webhook>(await send(s, 'PATCH', `/webhooks/${made.id}`, token, { enabled: false, description: 'still off' }));
+    expect(again).to.include({ enabled: false, disabledAt: off.disabledAt, description: 'still off' });
     const on = await json<Webhook>(await send(s, 'PATCH', `/webhooks/${made.id}`, token, { enabled: true }));
-    expect(on).to.include({ enabled: true, disabledAt: null, disabledReason: null });
+    expect(on).to.include({ enabled: true, disabledAt: null, disabledReason: null, description: 'still off' });
+    // A change refused in part writes nothing.
+    await expectError(await send(s, 'PATCH', `/webhooks/${made.id}`, token, { url: 'https://hooks.example.org/c', types: ['access.content.read'] }), 422);
+    expect((await json<Webhook>(await send(s, 'GET', `/webhooks/${made.id}`, token))).url).to.equal('https://hooks.example.org/b');
 
     await expectError(await send(s, 'PATCH', `/webhooks/${made.id}`, token, {}), 400);
     const gone = await send(s, 'DELETE', `/webhooks/${made.id}`, token);

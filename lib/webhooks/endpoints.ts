@@ -97,28 +97,26 @@ export class WebhookEndpoints {
   }
 
   async update(p: Principal, id: string, change: Wire.WebhookChange): Promise<Wire.Webhook> {
-    const e = await this.owned(p, id);
+    let e = await this.owned(p, id);
     const at = this.now();
-    let disabledAt = e.disabledAt;
-    let disabledReason = e.disabledReason;
-    if (change.enabled === true) {
-      disabledAt = null;
-      disabledReason = null;
-    } else if (change.enabled === false && disabledAt === null) {
-      disabledAt = at;
-      disabledReason = 'disabled through the API';
+    // Everything is checked before anything is written.
+    const url = change.url !== undefined ? this.checkUrl(change.url) : e.url;
+    const types = change.types !== undefined ? this.checkTypes(change.types) : e.types;
+    const inboxes = change.inboxes !== undefined ? await this.checkInboxes(p, change.inboxes) : e.inboxes;
+    const edited = change.url !== undefined || change.types !== undefined || change.inboxes !== undefined || change.description !== undefined;
+    if (edited) {
+      const description = change.description !== undefined ? change.description : e.description;
+      const updated = await this.o.store.update(p.projectId, id, { url, types, inboxes, description, updatedAt: at });
+      if (!updated) throw notFound('webhook not found');
+      e = updated;
     }
-    const updated = await this.o.store.update(p.projectId, id, {
-      url: change.url !== undefined ? this.checkUrl(change.url) : e.url,
-      types: change.types !== undefined ? this.checkTypes(change.types) : e.types,
-      inboxes: change.inboxes !== undefined ? await this.checkInboxes(p, change.inboxes) : e.inboxes,
-      description: change.description !== undefined ? change.description : e.description,
-      disabledAt,
-      disabledReason,
-      updatedAt: at,
-    });
-    if (!updated) throw notFound('webhook not found');
-    return this.wire(updated);
+    // Disabling keeps the time and reason of an endpoint already disabled (by the dispatcher, say).
+    if (change.enabled !== undefined && change.enabled !== (e.disabledAt === null)) {
+      const updated = await this.o.store.setDisabled(p.projectId, id, change.enabled ? null : at, change.enabled ? null : 'disabled through the API', at);
+      if (!updated) throw notFound('webhook not found');
+      e = updated;
+    }
+    return this.wire(e);
   }
 
   async delete(p: Principal, id: string): Promise<void> {

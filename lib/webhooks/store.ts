@@ -28,8 +28,11 @@ export interface WebhookEndpointRecord {
   updatedAt: number;
 }
 
-/** What an update may change; the rest (id, project, token, secrets, position) stays. */
-export type WebhookEndpointChange = Pick<WebhookEndpointRecord, 'url' | 'types' | 'inboxes' | 'description' | 'disabledAt' | 'disabledReason' | 'updatedAt'>;
+/**
+ * What an update changes; the rest (id, project, token, secrets, position) stays, and so does
+ * whether it is disabled (setDisabled), so an edit never undoes the dispatcher disabling it.
+ */
+export type WebhookEndpointChange = Pick<WebhookEndpointRecord, 'url' | 'types' | 'inboxes' | 'description' | 'updatedAt'>;
 
 export interface WebhookStore {
   create(endpoint: WebhookEndpointRecord): Promise<void>;
@@ -39,6 +42,8 @@ export interface WebhookStore {
   list(projectId: string): Promise<WebhookEndpointRecord[]>;
   /** The changed endpoint, or null when the project has no such endpoint. */
   update(projectId: string, id: string, change: WebhookEndpointChange): Promise<WebhookEndpointRecord | null>;
+  /** Disables (`disabledAt` set, with why) or enables (null, null) it. Null: no such endpoint. */
+  setDisabled(projectId: string, id: string, disabledAt: number | null, reason: string | null, at: number): Promise<WebhookEndpointRecord | null>;
   /** Puts a new secret in place, the current one becoming the previous (signing until `previousExpiresAt`). Null: no such endpoint. */
   rotateSecret(projectId: string, id: string, secretSealed: Buffer, previousExpiresAt: number, at: number): Promise<WebhookEndpointRecord | null>;
   /** False when the project had no such endpoint. */

@@ -64,6 +64,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
       expect(await b.list(other)).to.deep.equal([]);
       expect(await b.update(other, e.id, { ...e, url: 'https://evil.example/' })).to.equal(null);
       expect(await b.rotateSecret(other, e.id, randomBytes(61), 1, 1)).to.equal(null);
+      expect(await b.setDisabled(other, e.id, 1, 'x', 1)).to.equal(null);
       expect(await b.delete(other, e.id)).to.equal(false);
       expect(await a.get(e.projectId, e.id)).to.deep.equal(e);
     });
@@ -85,13 +86,22 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         types: null,
         inboxes: [newId('ibx'), newId('ibx')],
         description: null,
-        disabledAt: 1_700_000_001_000,
-        disabledReason: 'disabled through the API',
         updatedAt: 1_700_000_001_000,
       };
       const updated = await b.update(e.projectId, e.id, change);
       expect(updated).to.deep.equal({ ...e, ...change });
       expect(await a.get(e.projectId, e.id)).to.deep.equal(updated);
+    });
+
+    it('disables and enables, and an edit leaves that as it is', async () => {
+      const e = endpoint(newId('prj'));
+      await a.create(e);
+      const off = await b.setDisabled(e.projectId, e.id, 1_700_000_002_000, 'failing for 3 days', 1_700_000_002_000);
+      expect(off).to.deep.equal({ ...e, disabledAt: 1_700_000_002_000, disabledReason: 'failing for 3 days', updatedAt: 1_700_000_002_000 });
+      const edited = await a.update(e.projectId, e.id, { url: 'https://hooks.example.org/new', types: e.types, inboxes: e.inboxes, description: e.description, updatedAt: 1_700_000_003_000 });
+      expect(edited).to.include({ disabledAt: 1_700_000_002_000, disabledReason: 'failing for 3 days', url: 'https://hooks.example.org/new' });
+      const on = await b.setDisabled(e.projectId, e.id, null, null, 1_700_000_004_000);
+      expect(on).to.deep.equal({ ...edited, disabledAt: null, disabledReason: null, updatedAt: 1_700_000_004_000 });
     });
 
     it('rotates: the current secret becomes the previous one, in one write', async () => {

@@ -15,6 +15,7 @@ const S = {
     'update',
     `UPDATE webhook_endpoints SET ${WEBHOOK_CHANGE_COLUMNS.map((c, i) => `${c} = $${i + 1}`).join(', ')} WHERE id = $${n + 1} AND project_id = $${n + 2} RETURNING *`,
   ),
+  setDisabled: stmt('setDisabled', 'UPDATE webhook_endpoints SET disabled_at = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4 AND project_id = $5 RETURNING *'),
   // The right-hand sides read the row as it was: the current secret becomes the previous one.
   rotate: stmt(
     'rotate',
@@ -42,6 +43,11 @@ export class PgWebhookStore implements WebhookStore {
 
   async update(projectId: string, id: string, change: WebhookEndpointChange): Promise<WebhookEndpointRecord | null> {
     const row = await rowOf<WebhookRow>(this.pool, S.update([...changeValues(change), id, projectId]));
+    return row ? webhookOf(row) : null;
+  }
+
+  async setDisabled(projectId: string, id: string, disabledAt: number | null, reason: string | null, at: number): Promise<WebhookEndpointRecord | null> {
+    const row = await rowOf<WebhookRow>(this.pool, S.setDisabled([disabledAt, reason, at, id, projectId]));
     return row ? webhookOf(row) : null;
   }
 

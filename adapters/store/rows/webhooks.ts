@@ -26,7 +26,7 @@ export const WEBHOOK_COLUMNS = [
 ] as const;
 
 /** The columns an update writes, in the order `changeValues` binds them. */
-export const WEBHOOK_CHANGE_COLUMNS = ['url', 'types', 'inboxes', 'description', 'disabled_at', 'disabled_reason', 'updated_at'] as const;
+export const WEBHOOK_CHANGE_COLUMNS = ['url', 'types', 'inboxes', 'description', 'updated_at'] as const;
 
 const list = (text: string | null): string[] | null => (text === null ? null : (JSON.parse(text) as string[]));
 const text = (items: readonly string[] | null): string | null => (items === null ? null : JSON.stringify(items));
@@ -57,5 +57,5 @@ export const webhookValues = (e: WebhookEndpointRecord): unknown[] => [
 
 /** An UPDATE's values, in WEBHOOK_CHANGE_COLUMNS' order. */
 export const changeValues = (c: WebhookEndpointChange): unknown[] => [
-  c.url, text(c.types), text(c.inboxes), c.description, c.disabledAt, c.disabledReason, c.updatedAt,
+  c.url, text(c.types), text(c.inboxes), c.description, c.updatedAt,
 ];
