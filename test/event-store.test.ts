@@ -89,9 +89,9 @@ describe('event store: group commit', () => {
       const started = Date.now();
       const err = await store.append(request()).then(
         () => null,
-        (e: unknown) => e as { status?: number; message?: string },
+        (e: unknown) => e as { kind?: string; message?: string },
       );
-      expect(err?.status).to.equal(503);
+      expect(err?.kind).to.equal('unavailable');
       expect(err?.message).to.match(/locked/);
       expect(Date.now() - started).to.be.within(4500, 8000);
     } finally {

@@ -77,7 +77,7 @@ describe('event types: the version an event is recorded as', () => {
       expect(await schemaOf({ f40: 1 })).to.match(/\/v40\.json$/);
       let error: unknown;
       await log.publish({ projectId: project, actor: 'sys_test', type: 'ext.thing.happened', data: { nothing: 1 } }).catch((err: unknown) => (error = err));
-      expect(error).to.include({ status: 422 });
+      expect(error).to.include({ kind: 'unprocessable' });
       expect((error as Error).message).to.match(/^ext\.thing\.happened v40: /);
     });
   });

@@ -149,7 +149,7 @@ describe('mail changes in the project event log', () => {
     expect(await keyed('k-1')).to.include({ eventId: id });
     expect(await keyed('\u2699k-1')).to.include({ eventId: first!.eventId });
     const smuggled = await s.postern.events.publish({ projectId: p.projectId, actor: SYSTEM_ACTOR, type: 'ext.key.tested', idempotencyKey: '\u2699k-1' }).catch((e: unknown) => e);
-    expect(smuggled).to.have.property('status', 400);
+    expect(smuggled).to.have.property('kind', 'invalid');
 
     const res = await call(`${s.base}/events?types=message.added,ext.key.tested`, { token: reader });
     const { events } = await json<{ events: WireEvent[] }>(res);

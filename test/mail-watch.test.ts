@@ -261,11 +261,11 @@ describe('every inbox watched, always (issue 12)', function () {
       // The pass was still running (held in its older ranges): its next write is refused.
       hold.release();
       const err = await pass;
-      expect(err, 'the pass ended refused, not finished').to.have.property('status', 404);
+      expect(err, 'the pass ended refused, not finished').to.have.property('kind', 'not-found');
       expect(await indexed()).to.deep.include({ seeded: false, messages: 0, locations: 0, labels: 0, staged: 0 });
       // And a later pass (a read racing the removal) is refused too, not a rebuilt index.
       const again = await s.postern.mailMirror.syncNow(mailInbox(inbox)).then(() => null, (e: unknown) => e);
-      expect(again).to.have.property('status', 404);
+      expect(again).to.have.property('kind', 'not-found');
       expect((await indexed()).locations).to.equal(0);
     } finally {
       hold.restore();
