@@ -70,6 +70,19 @@ export function lmtpSend(port: number, from: string, to: string[], message: Buff
   });
 }
 
+/**
+ * lmtpSend as Postfix delivers: a message every recipient deferred (4xx: the ingress could not
+ * reach Dovecot's LMTP just then) is sent again, up to three times, a second apart.
+ */
+export async function lmtpDeliver(port: number, from: string, to: string[], message: Buffer | string): Promise<LmtpResult> {
+  for (let attempt = 1; ; attempt++) {
+    const result = await lmtpSend(port, from, to, message);
+    const deferred = result.accepted.length === 0 && result.rejected.length > 0 && result.rejected.every((r) => r.code >= 400 && r.code < 500);
+    if (!deferred || attempt === 3) return result;
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
 /** Every message in the inbox's INBOX, oldest first, as stored (what a mail app downloads). */
 export async function storedMessages(inbox: TestInbox): Promise<Array<{ uid: number; source: Buffer; flags: Set<string>; internalDate: Date }>> {
   const env = mailEnv();

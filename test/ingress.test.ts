@@ -14,7 +14,7 @@ import { addUser } from '../scripts/mailenv.ts';
 import { call, envVars, mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
 import { CORPUS_DIR, corpusFiles, itWithCorpus } from './corpus-files.ts';
-import { ingressInbox, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
+import { ingressInbox, lmtpDeliver, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
 import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { gpgDecrypt, openSealed, type TestEpochKey } from './seal-helpers.ts';
 
@@ -213,7 +213,7 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
       [1, 2, 3, 4].map(async () => {
         for (let f = queue.shift(); f; f = queue.shift()) {
           const raw = readFileSync(f);
-          const result = await lmtpSend(mailEnv().ingress.port, 'corpus@example.org', [box.address], raw);
+          const result = await lmtpDeliver(mailEnv().ingress.port, 'corpus@example.org', [box.address], raw);
           expect(result.accepted, f).to.deep.equal([box.address]);
           sent.set(sha256(onTheWire(raw)), f);
         }
