@@ -158,7 +158,10 @@ async function admin(args: string[]): Promise<unknown> {
         return {
           id,
           imapUser: inbox.imapUser,
-          indexed: { complete: s.seeded, messages: s.messages, places: s.locations, labels: s.labels },
+          // `refilling`: places of a label refill under way, not yet visible to reads.
+          indexed: { complete: s.seeded, messages: s.messages, places: s.locations, labels: s.labels, refilling: s.staged },
+          // Sends whose Sent copy is not filed yet (counted up to 1,000): a backlog that grows says filing is stuck.
+          outbox: { unfiled: (await store.outbox.backlog(id, 1000)).length },
           lastSync: s.syncedAt === null ? null : new Date(s.syncedAt).toISOString(),
           // Zero-access: messages the index holds that are not sealed yet (docs/encryption.md,
           // "Sealing what is already there"); 0 once `indexed.complete` means none is left.

@@ -367,7 +367,8 @@ describe('every inbox watched, always (issue 12)', function () {
         const status = await cli(s.storeEnv, 'inbox', 'status', '--inbox', inbox.id);
         expect(status.code).to.equal(0);
         expect(status.out).to.deep.include({ id: inbox.id, imapUser: inbox.imapUser });
-        expect(status.out.indexed).to.deep.include({ complete: true, messages: 2, places: 2 });
+        expect(status.out.indexed).to.deep.include({ complete: true, messages: 2, places: 2, refilling: 0 });
+        expect(status.out.outbox).to.deep.equal({ unfiled: 0 });
         expect((status.out.indexed as { labels: number }).labels).to.be.at.least(6);
         expect(Date.parse(status.out.lastSync as string)).to.be.closeTo(Date.now(), 60_000);
         expect(status.out.watch).to.deep.include({ notifyWatcher: null });
