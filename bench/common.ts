@@ -7,6 +7,7 @@ import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { MasterKey } from '../lib/crypto/master-key.ts';
+import type { Cursors } from '../lib/events/cursor.ts';
 import { posternEnv, type MailEnv } from '../scripts/mailenv.ts';
 import { childPids } from '../test/processes.ts';
 
@@ -272,4 +273,33 @@ export function countEvents(agent: Agent, url: string, headers: Record<string, s
     req.on('error', reject);
     req.end();
   });
+}
+
+/**
+ * GET /events?limit=500 from `clients` keep-alive connections for `seconds`, each page after a
+ * random position of `range`: events read per second.
+ */
+export async function pageRate(
+  base: string,
+  reader: { token: string; projectId: string },
+  range: { first: number; last: number; cursors: Cursors },
+  clients: number,
+  seconds: number,
+): Promise<number> {
+  const agent = new Agent({ keepAlive: true, maxSockets: clients });
+  const headers = { authorization: `Bearer ${reader.token}` };
+  let events = 0;
+  const end = performance.now() + seconds * 1000;
+  await Promise.all(
+    Array.from({ length: clients }, async () => {
+      while (performance.now() < end) {
+        const after = range.first + Math.floor(Math.random() * (range.last - range.first - 500));
+        // Not `events += await …`: that reads `events` before the await and loses the other clients' counts.
+        const n = await countEvents(agent, `${base}/events?limit=500&after=${range.cursors.encode(reader.projectId, after)}`, headers);
+        events += n;
+      }
+    }),
+  );
+  agent.destroy();
+  return events / seconds;
 }

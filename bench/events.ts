@@ -30,7 +30,7 @@ import { Admin } from '../lib/directory/admin.ts';
 import type { Cursors } from '../lib/events/cursor.ts';
 import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
-import { countEvents, cpuSeconds, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
+import { cpuSeconds, pageRate, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
@@ -202,25 +202,6 @@ function rawSelectRate(s: Setup, range: { first: number; last: number }, seconds
   return rows / seconds;
 }
 
-async function benchGet(s: Setup, base: string, range: { first: number; last: number; cursors: Cursors }, clients: number): Promise<number> {
-  const agent = new Agent({ keepAlive: true, maxSockets: clients });
-  const headers = { authorization: `Bearer ${s.reader}` };
-  let events = 0;
-  const end = performance.now() + SECONDS * 1000;
-  await Promise.all(
-    Array.from({ length: clients }, async () => {
-      while (performance.now() < end) {
-        const after = range.first + Math.floor(Math.random() * (range.last - range.first - 500));
-        // Not `events += await …`: that reads `events` before the await and loses the other clients' counts.
-        const n = await countEvents(agent, `${base}/events?limit=500&after=${range.cursors.encode(s.projectId, after)}`, headers);
-        events += n;
-      }
-    }),
-  );
-  agent.destroy();
-  return events / SECONDS;
-}
-
 // ── 3. Live delivery ────────────────────────────────────────────────────────────────────────
 
 interface Streams {
@@ -352,12 +333,12 @@ async function main(): Promise<void> {
       log(`round ${r + 1}/${ROUNDS}: GET /events`);
       add('rawSelect', rawSelectRate(s, range, 2));
       add('rawSelectSmall', rawSelectRate(s, smallRange, 2));
-      add('get8Small', await benchGet(s, one.base, smallRange, 8));
-      add('get1', await benchGet(s, one.base, range, 1));
+      add('get8Small', await pageRate(one.base, { token: s.reader, projectId: s.projectId }, smallRange, 8, SECONDS));
+      add('get1', await pageRate(one.base, { token: s.reader, projectId: s.projectId }, range, 1, SECONDS));
       const cpu0 = cpuSeconds(one.child.pid!);
       const own0 = process.cpuUsage();
       const t0 = performance.now();
-      add('get8', await benchGet(s, one.base, range, 8));
+      add('get8', await pageRate(one.base, { token: s.reader, projectId: s.projectId }, range, 8, SECONDS));
       const wall = (performance.now() - t0) / 1000;
       add('get8Server', (cpuSeconds(one.child.pid!) - cpu0) / wall);
       const own = process.cpuUsage(own0);

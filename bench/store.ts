@@ -17,7 +17,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -35,7 +34,7 @@ import type { StoreEngine } from '../lib/store.ts';
 import { up } from '../scripts/mailenv.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { childPids, spawnPostern, stopProcess } from '../test/processes.ts';
-import { countEvents, cpuSeconds, f0, f1, getJson, log, machine, median, pct, runBench } from './common.ts';
+import { cpuSeconds, f0, f1, getJson, log, machine, median, pageRate, pct, runBench } from './common.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 
@@ -164,24 +163,6 @@ async function prefill(b: Bench): Promise<{ first: number; last: number; cursors
   } finally {
     await store.close();
   }
-}
-
-async function benchGet(b: Bench, base: string, range: { first: number; last: number; cursors: Cursors }): Promise<number> {
-  const agent = new Agent({ keepAlive: true, maxSockets: 8 });
-  const headers = { authorization: `Bearer ${b.reader}` };
-  let events = 0;
-  const end = performance.now() + SECONDS * 1000;
-  await Promise.all(
-    Array.from({ length: 8 }, async () => {
-      while (performance.now() < end) {
-        const after = range.first + Math.floor(Math.random() * (range.last - range.first - 500));
-        const n = await countEvents(agent, `${base}/events?limit=500&after=${range.cursors.encode(b.projectId, after)}`, headers);
-        events += n;
-      }
-    }),
-  );
-  agent.destroy();
-  return events / SECONDS;
 }
 
 // ── The raw floors ───────────────────────────────────────────────────────────────────────────
@@ -323,7 +304,7 @@ async function runEngine(engine: StoreEngine, dir: string, pgServer: string): Pr
 
     const range = await prefill(b);
     const gets: number[] = [];
-    for (let i = 0; i < ROUNDS; i++) gets.push(await benchGet(b, base, range));
+    for (let i = 0; i < ROUNDS; i++) gets.push(await pageRate(base, { token: b.reader, projectId: b.projectId }, range, 8, SECONDS));
     await stopProcess(server.child);
     server = null;
     const floorGet = await selectFloor(b, range);
