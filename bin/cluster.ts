@@ -53,6 +53,10 @@ export async function runPrimary(workers: number): Promise<number> {
   const fork = (): void => {
     const worker = cluster.fork();
     started.set(worker, Date.now());
+    // A message sent to a worker that just died (its channel closing) fails with an 'error' on it;
+    // unheard, that would throw in the primary and take every other worker down with it. Its
+    // 'exit' below replaces it.
+    worker.on('error', (err) => note({ event: 'worker channel error', pid: worker.process.pid, error: err.message }));
     worker.on('message', (m: unknown) => {
       if (!isListeningMessage(m)) return;
       if (++listening === workers && !isReady) {

@@ -68,7 +68,9 @@ export function relayClusterBus(): () => void {
   const relay = (from: { id: number }, m: unknown): void => {
     if (!isBusBatch(m)) return;
     for (const worker of Object.values(cluster.workers ?? {})) {
-      if (worker && worker.id !== from.id && worker.isConnected()) worker.send(m);
+      // With a callback, a worker dying meanwhile is an answer here, not an 'error' event; the
+      // bus is at most once, and a restarted worker reads what it missed from the store.
+      if (worker && worker.id !== from.id && worker.isConnected()) worker.send(m, undefined, undefined, () => undefined);
     }
   };
   cluster.on('message', relay);
