@@ -80,6 +80,7 @@ export class WebhookEndpoints {
       disabledAt: null,
       disabledReason: null,
       position: await this.o.head(),
+      failingSince: null,
       createdAt: at,
       updatedAt: at,
     };

@@ -24,6 +24,8 @@ export interface WebhookEndpointRecord {
   disabledReason: string | null;
   /** The event log position delivered up to (the dispatcher's); the log's head at creation. */
   position: number;
+  /** Since when every attempt has failed (null: the last one worked); long enough disables it. */
+  failingSince: number | null;
   createdAt: number;
   updatedAt: number;
 }
@@ -33,6 +35,63 @@ export interface WebhookEndpointRecord {
  * whether it is disabled (setDisabled), so an edit never undoes the dispatcher disabling it.
  */
 export type WebhookEndpointChange = Pick<WebhookEndpointRecord, 'url' | 'types' | 'inboxes' | 'description' | 'updatedAt'>;
+
+/** `pending`: to be attempted (again) at `nextAttemptAt`; `delivered`: a 2xx; `failed`: given up. */
+export type DeliveryState = 'pending' | 'delivered' | 'failed';
+
+/** One event to send to one endpoint: made when the dispatcher reads past the endpoint's position. */
+export interface NewDelivery {
+  eventId: string;
+  /** The event's log position. */
+  position: number;
+  type: string;
+  /** The event as GET /events returns it (its JSON, served as is). */
+  event: string;
+}
+
+export interface DeliveryRecord extends NewDelivery {
+  endpointId: string;
+  projectId: string;
+  state: DeliveryState;
+  attempts: number;
+  nextAttemptAt: number;
+  lastAttemptAt: number | null;
+  /** The receiver's HTTP status of the last attempt; null: none, or no answer. */
+  lastStatus: number | null;
+  /** Why the last attempt failed (no answer, refused address, a non-2xx status). */
+  lastError: string | null;
+  lastMs: number | null;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface ClaimQuery {
+  /** The claiming process (its lease), and until when the claim holds. */
+  owner: string;
+  now: number;
+  leaseUntil: number;
+  /** At most this many in all. */
+  limit: number;
+  /** At most this many per endpoint… */
+  perEndpoint: number;
+  /** …or fewer for endpoints listed here (this process already has some under way). */
+  slots: Readonly<Record<string, number>>;
+}
+
+/** What one attempt came to, written if the attempt's claim is still the owner's. */
+export interface DeliveryOutcome {
+  endpointId: string;
+  eventId: string;
+  owner: string;
+  state: DeliveryState;
+  nextAttemptAt: number;
+  at: number;
+  status: number | null;
+  error: string | null;
+  ms: number | null;
+  /** What it says of the receiver: it answered 2xx, it failed, or nothing (never called). */
+  receiver: 'up' | 'down' | null;
+}
 
 export interface WebhookStore {
   create(endpoint: WebhookEndpointRecord): Promise<void>;
@@ -46,6 +105,29 @@ export interface WebhookStore {
   setDisabled(projectId: string, id: string, disabledAt: number | null, reason: string | null, at: number): Promise<WebhookEndpointRecord | null>;
   /** Puts a new secret in place, the current one becoming the previous (signing until `previousExpiresAt`). Null: no such endpoint. */
   rotateSecret(projectId: string, id: string, secretSealed: Buffer, previousExpiresAt: number, at: number): Promise<WebhookEndpointRecord | null>;
-  /** False when the project had no such endpoint. */
+  /** False when the project had no such endpoint. Its deliveries go with it. */
   delete(projectId: string, id: string): Promise<boolean>;
+
+  /** Every endpoint of every project, oldest first (the dispatcher, staff). */
+  all(): Promise<WebhookEndpointRecord[]>;
+  /**
+   * Moves an endpoint's position from `from` to `to` and adds its deliveries, in one transaction;
+   * false (nothing written) when the position is no longer `from` (another process moved it, or
+   * a replay rewound it). A delivery already there is made pending afresh (a replay).
+   */
+  enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): Promise<boolean>;
+  /** Sets the position back to `position` if it is further on (a replay). Null: no such endpoint. */
+  rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null>;
+  /** Due pending deliveries of enabled endpoints, leased to `owner` until `leaseUntil`. */
+  claim(q: ClaimQuery): Promise<DeliveryRecord[]>;
+  /**
+   * Writes attempts' outcomes (those whose lease the owner still holds), and each endpoint's
+   * failingSince (cleared by a delivery, set by the first failure). Returns the endpoints'
+   * failingSince after the writes.
+   */
+  finish(outcomes: readonly DeliveryOutcome[]): Promise<Map<string, number | null>>;
+  /** An endpoint's deliveries, newest event first, those before `beforePosition` (null: from the newest). */
+  deliveries(projectId: string, id: string, beforePosition: number | null, limit: number): Promise<DeliveryRecord[]>;
+  /** Forgets delivered and failed deliveries last changed before the cutoff; returns how many. */
+  purgeDeliveries(olderThan: number): Promise<number>;
 }

@@ -3,7 +3,7 @@
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import { newId } from '../../lib/ids.ts';
-import type { WebhookEndpointRecord, WebhookStore } from '../../lib/webhooks/store.ts';
+import type { DeliveryOutcome, NewDelivery, WebhookEndpointRecord, WebhookStore } from '../../lib/webhooks/store.ts';
 
 export interface WebhookEngine {
   /** Another process's store on the engine's database. */
@@ -26,11 +26,28 @@ function endpoint(projectId: string, over: Partial<WebhookEndpointRecord> = {}):
     disabledAt: null,
     disabledReason: null,
     position: 1234567890123,
+    failingSince: null,
     createdAt: 1_700_000_000_000,
     updatedAt: 1_700_000_000_000,
     ...over,
   };
 }
+
+const delivery = (position: number): NewDelivery => ({ eventId: newId('evt'), position, type: 'message.added', event: JSON.stringify({ position }) });
+
+const outcome = (endpointId: string, eventId: string, owner: string, over: Partial<DeliveryOutcome> = {}): DeliveryOutcome => ({
+  endpointId,
+  eventId,
+  owner,
+  state: 'delivered',
+  nextAttemptAt: 0,
+  at: 5_000,
+  status: 204,
+  error: null,
+  ms: 12,
+  receiver: 'up',
+  ...over,
+});
 
 export function webhooksContract(engineName: string, open: () => Promise<WebhookEngine>): void {
   describe(`WebhookStore contract: ${engineName}`, function () {
@@ -134,6 +151,119 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         failed = true;
       }
       expect(failed).to.equal(true);
+    });
+
+    describe('deliveries', () => {
+      // Claims look at every endpoint's due rows: each test disables its endpoints when done, so
+      // what it leaves pending is no other test's to claim.
+      const made: WebhookEndpointRecord[] = [];
+      async function fresh(position = 10): Promise<WebhookEndpointRecord> {
+        const e = endpoint(newId('prj'), { position });
+        await a.create(e);
+        made.push(e);
+        return e;
+      }
+      afterEach(async () => {
+        for (const e of made.splice(0)) await a.setDisabled(e.projectId, e.id, 1, 'test over', 1);
+      });
+
+      it('moves the position and adds deliveries in one step, only from where it stands', async () => {
+        const e = await fresh(10);
+        const batch = [delivery(11), delivery(13)];
+        expect(await a.enqueue(e.id, 10, 13, batch, 1_000)).to.equal(true);
+        // Another process read from the same place: it loses, and writes nothing.
+        expect(await b.enqueue(e.id, 10, 14, [delivery(14)], 1_000)).to.equal(false);
+        expect((await b.get(e.projectId, e.id))!.position).to.equal(13);
+        const listed = await b.deliveries(e.projectId, e.id, null, 10);
+        expect(listed.map((d) => d.position)).to.deep.equal([13, 11]);
+        expect(listed[0]).to.deep.include({ endpointId: e.id, projectId: e.projectId, state: 'pending', attempts: 0, nextAttemptAt: 1_000, lastStatus: null, event: batch[1]!.event });
+        expect(await a.deliveries(newId('prj'), e.id, null, 10)).to.deep.equal([]);
+        expect((await b.all()).some((x) => x.id === e.id)).to.equal(true);
+        expect(await a.enqueue(newId('whk'), 0, 1, [delivery(1)], 1_000)).to.equal(false);
+      });
+
+      it('claims due deliveries of enabled endpoints once, at most so many per endpoint, and again once the lease lapses', async () => {
+        const e = await fresh(0);
+        const f = await fresh(0);
+        const off = await fresh(0);
+        await a.enqueue(e.id, 0, 5, [1, 2, 3, 4, 5].map(delivery), 1_000);
+        await a.enqueue(f.id, 0, 2, [1, 2].map(delivery), 1_000);
+        await a.enqueue(off.id, 0, 1, [delivery(1)], 1_000);
+        await a.setDisabled(off.projectId, off.id, 900, 'off', 900);
+        // Not yet due.
+        expect(await a.claim({ owner: 'p1', now: 999, leaseUntil: 60_000, limit: 100, perEndpoint: 3, slots: {} })).to.deep.equal([]);
+        const [first, second] = await Promise.all([
+          a.claim({ owner: 'p1', now: 2_000, leaseUntil: 60_000, limit: 100, perEndpoint: 3, slots: { [f.id]: 1 } }),
+          b.claim({ owner: 'p2', now: 2_000, leaseUntil: 60_000, limit: 100, perEndpoint: 3, slots: {} }),
+        ]);
+        const all = [...first, ...second];
+        const keys = all.map((d) => `${d.endpointId} ${d.position}`);
+        expect(new Set(keys).size).to.equal(keys.length);
+        expect(all.some((d) => d.endpointId === off.id)).to.equal(false);
+        const ofE = (list: typeof all) => list.filter((d) => d.endpointId === e.id).length;
+        expect(ofE(first)).to.be.at.most(3);
+        expect(ofE(second)).to.be.at.most(3);
+        expect(first.filter((d) => d.endpointId === f.id).length).to.be.at.most(1);
+        expect(ofE(all)).to.equal(5);
+        // Held: nothing left to claim until the leases lapse.
+        expect(await a.claim({ owner: 'p3', now: 59_999, leaseUntil: 90_000, limit: 100, perEndpoint: 10, slots: {} })).to.deep.equal([]);
+        const again = await a.claim({ owner: 'p3', now: 60_000, leaseUntil: 90_000, limit: 100, perEndpoint: 10, slots: {} });
+        expect(again.length).to.equal(7);
+      });
+
+      it('writes an outcome only under its lease, and keeps whether the receiver has been failing since when', async () => {
+        const e = await fresh(0);
+        await a.enqueue(e.id, 0, 3, [1, 2, 3].map(delivery), 1_000);
+        const claimed = await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, limit: 10, perEndpoint: 10, slots: {} });
+        const [d1, d2, d3] = claimed.filter((d) => d.endpointId === e.id);
+        // Not the owner: nothing written.
+        expect(await b.finish([outcome(e.id, d1!.eventId, 'p2')])).to.deep.equal(new Map());
+        const down = await b.finish([outcome(e.id, d1!.eventId, 'p1', { state: 'pending', nextAttemptAt: 6_000, at: 5_000, status: 503, error: 'HTTP 503', receiver: 'down' })]);
+        expect(down.get(e.id)).to.equal(5_000);
+        const stillDown = await a.finish([outcome(e.id, d2!.eventId, 'p1', { state: 'pending', nextAttemptAt: 8_000, at: 7_000, status: null, error: 'timeout', ms: null, receiver: 'down' })]);
+        expect(stillDown.get(e.id)).to.equal(5_000);
+        expect((await a.get(e.projectId, e.id))!.failingSince).to.equal(5_000);
+        // Never called (the token may no longer read it): not a word about the receiver.
+        expect(await a.finish([outcome(e.id, d3!.eventId, 'p1', { state: 'failed', status: null, error: 'not readable', ms: null, receiver: null })])).to.deep.equal(new Map());
+        const [r1] = (await b.deliveries(e.projectId, e.id, 2, 10));
+        expect(r1).to.deep.include({ state: 'pending', attempts: 1, nextAttemptAt: 6_000, lastAttemptAt: 5_000, lastStatus: 503, lastError: 'HTTP 503', lastMs: 12 });
+        const r3 = (await b.deliveries(e.projectId, e.id, null, 1))[0]!;
+        expect(r3).to.deep.include({ state: 'failed', attempts: 0, lastAttemptAt: null });
+        const retried = await a.claim({ owner: 'p1', now: 6_000, leaseUntil: 60_000, limit: 10, perEndpoint: 10, slots: {} });
+        expect(retried.map((d) => d.eventId)).to.deep.equal([d1!.eventId]);
+        const up = await a.finish([outcome(e.id, d1!.eventId, 'p1', { at: 9_000 })]);
+        expect(up.get(e.id)).to.equal(null);
+        expect((await b.deliveries(e.projectId, e.id, 2, 1))[0]).to.deep.include({ state: 'delivered', attempts: 2, lastStatus: 204, lastError: null });
+      });
+
+      it('a rewind sends again: the deliveries after it are made pending afresh', async () => {
+        const e = await fresh(0);
+        const batch = [1, 2].map(delivery);
+        await a.enqueue(e.id, 0, 2, batch, 1_000);
+        const claimed = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, limit: 10, perEndpoint: 10, slots: {} })).filter((d) => d.endpointId === e.id);
+        await a.finish(claimed.map((d) => outcome(e.id, d.eventId, 'p1')));
+        expect(await b.rewind(newId('prj'), e.id, 0, 2_000)).to.equal(null);
+        const back = await b.rewind(e.projectId, e.id, 1, 2_000);
+        expect(back!.position).to.equal(1);
+        // A rewind past where it stands changes nothing.
+        expect((await b.rewind(e.projectId, e.id, 5, 2_000))!.position).to.equal(1);
+        expect(await a.enqueue(e.id, 1, 2, [batch[1]!], 3_000)).to.equal(true);
+        const listed = await a.deliveries(e.projectId, e.id, null, 10);
+        expect(listed.map((d) => [d.position, d.state, d.attempts])).to.deep.equal([[2, 'pending', 0], [1, 'delivered', 1]]);
+        expect(listed[0]!.nextAttemptAt).to.equal(3_000);
+      });
+
+      it('forgets settled deliveries past the cutoff, and all of an endpoint deleted', async () => {
+        const e = await fresh(0);
+        await a.enqueue(e.id, 0, 2, [1, 2].map(delivery), 1_000);
+        const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, limit: 10, perEndpoint: 10, slots: {} })).filter((d) => d.endpointId === e.id);
+        await a.finish([outcome(e.id, d1!.eventId, 'p1', { at: 4_000 })]);
+        expect(await b.purgeDeliveries(4_001)).to.be.at.least(1);
+        expect((await a.deliveries(e.projectId, e.id, null, 10)).map((d) => d.position)).to.deep.equal([2]);
+        expect(await a.delete(e.projectId, e.id)).to.equal(true);
+        expect(await a.deliveries(e.projectId, e.id, null, 10)).to.deep.equal([]);
+        made.splice(made.indexOf(e), 1);
+      });
     });
   });
 }

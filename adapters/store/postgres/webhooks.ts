@@ -1,8 +1,16 @@
 // WebhookStore on PostgreSQL: the statements of adapters/store/sqlite/webhooks.ts.
 import type { Pool } from 'pg';
-import type { WebhookEndpointChange, WebhookEndpointRecord, WebhookStore } from '../../../lib/webhooks/store.ts';
-import { changeValues, WEBHOOK_CHANGE_COLUMNS, WEBHOOK_COLUMNS, webhookOf, webhookValues, type WebhookRow } from '../rows/webhooks.ts';
-import { changed, rowOf, rowsOf, statements } from './sql.ts';
+import type {
+  ClaimQuery,
+  DeliveryOutcome,
+  DeliveryRecord,
+  NewDelivery,
+  WebhookEndpointChange,
+  WebhookEndpointRecord,
+  WebhookStore,
+} from '../../../lib/webhooks/store.ts';
+import { changeValues, deliveryOf, WEBHOOK_CHANGE_COLUMNS, WEBHOOK_COLUMNS, webhookOf, webhookValues, type DeliveryRow, type WebhookRow } from '../rows/webhooks.ts';
+import { changed, inTransaction, rowOf, rowsOf, statements } from './sql.ts';
 
 const stmt = statements('webhooks');
 const n = WEBHOOK_CHANGE_COLUMNS.length;
@@ -22,6 +30,54 @@ const S = {
     'UPDATE webhook_endpoints SET previous_secret_sealed = secret_sealed, secret_sealed = $1, previous_expires_at = $2, updated_at = $3 WHERE id = $4 AND project_id = $5 RETURNING *',
   ),
   delete: stmt('delete', 'DELETE FROM webhook_endpoints WHERE id = $1 AND project_id = $2'),
+  deleteDeliveries: stmt('deleteDeliveries', 'DELETE FROM webhook_deliveries WHERE endpoint_id = $1'),
+  all: stmt('all', 'SELECT * FROM webhook_endpoints ORDER BY id'),
+  move: stmt('move', 'UPDATE webhook_endpoints SET position = $1, updated_at = $2 WHERE id = $3 AND position = $4 RETURNING project_id'),
+  // One statement for the batch; a replay makes a delivery already there pending afresh.
+  addDeliveries: stmt(
+    'addDeliveries',
+    `INSERT INTO webhook_deliveries (endpoint_id, event_id, position, project_id, type, event, next_attempt_at, created_at, updated_at)
+     SELECT $1, e, p, $2, t, b, $3, $3, $3 FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS x(e, p, t, b)
+     ON CONFLICT (endpoint_id, event_id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
+       lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at`,
+  ),
+  rewind: stmt('rewind', 'UPDATE webhook_endpoints SET position = least(position, $1), updated_at = $2 WHERE id = $3 AND project_id = $4 RETURNING *'),
+  // Candidates first, then the update re-checks each row: a row another process claimed meanwhile
+  // waits for its commit and is then no longer free, so it is skipped, never claimed twice.
+  claim: stmt(
+    'claim',
+    `UPDATE webhook_deliveries w SET lease_owner = $1, lease_until = $2
+     FROM (
+       SELECT endpoint_id, event_id FROM (
+         SELECT d.endpoint_id, d.event_id, d.next_attempt_at AS due,
+                row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.position) AS n
+         FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+         WHERE d.state = 'pending' AND d.next_attempt_at <= $3 AND (d.lease_until IS NULL OR d.lease_until <= $3) AND e.disabled_at IS NULL) c
+       WHERE n <= coalesce(($4::jsonb ->> endpoint_id)::int, $5)
+       ORDER BY due LIMIT $6) picked
+     WHERE w.endpoint_id = picked.endpoint_id AND w.event_id = picked.event_id
+       AND w.state = 'pending' AND (w.lease_until IS NULL OR w.lease_until <= $3)
+     RETURNING w.*`,
+  ),
+  finish: stmt(
+    'finish',
+    `UPDATE webhook_deliveries w SET state = o.state, attempts = w.attempts + o.tried, next_attempt_at = o.next_at,
+       last_attempt_at = CASE WHEN o.tried = 1 THEN o.at ELSE w.last_attempt_at END, last_status = o.status, last_error = o.error, last_ms = o.ms,
+       lease_owner = NULL, lease_until = NULL, updated_at = o.at
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::bigint[], $8::int[], $9::text[], $10::int[])
+       AS o(endpoint_id, event_id, owner, state, tried, next_at, at, status, error, ms)
+     WHERE w.endpoint_id = o.endpoint_id AND w.event_id = o.event_id AND w.lease_owner = o.owner
+     RETURNING w.endpoint_id, w.event_id`,
+  ),
+  up: stmt('up', 'UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ANY($1::text[])'),
+  down: stmt('down', 'UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $1) WHERE id = ANY($2::text[])'),
+  failingSince: stmt('failingSince', 'SELECT id, failing_since FROM webhook_endpoints WHERE id = ANY($1::text[])'),
+  deliveries: stmt(
+    'deliveries',
+    `SELECT d.* FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+     WHERE d.endpoint_id = $1 AND e.project_id = $2 AND d.position < $3 ORDER BY d.position DESC LIMIT $4`,
+  ),
+  purge: stmt('purge', "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND updated_at < $1"),
 };
 
 export class PgWebhookStore implements WebhookStore {
@@ -57,6 +113,77 @@ export class PgWebhookStore implements WebhookStore {
   }
 
   async delete(projectId: string, id: string): Promise<boolean> {
-    return (await changed(this.pool, S.delete([id, projectId]))) > 0;
+    return inTransaction(this.pool, async (c) => {
+      if ((await changed(c, S.delete([id, projectId]))) === 0) return false;
+      await c.query(S.deleteDeliveries([id]));
+      return true;
+    });
+  }
+
+  async all(): Promise<WebhookEndpointRecord[]> {
+    return (await rowsOf<WebhookRow>(this.pool, S.all([]))).map(webhookOf);
+  }
+
+  async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): Promise<boolean> {
+    return inTransaction(this.pool, async (c) => {
+      const moved = await rowOf<{ project_id: string }>(c, S.move([to, at, endpointId, from]));
+      if (!moved) return false;
+      if (deliveries.length > 0) {
+        await c.query(
+          S.addDeliveries([endpointId, moved.project_id, at, deliveries.map((d) => d.eventId), deliveries.map((d) => d.position), deliveries.map((d) => d.type), deliveries.map((d) => d.event)]),
+        );
+      }
+      return true;
+    });
+  }
+
+  async rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null> {
+    const row = await rowOf<WebhookRow>(this.pool, S.rewind([position, at, id, projectId]));
+    return row ? webhookOf(row) : null;
+  }
+
+  async claim(q: ClaimQuery): Promise<DeliveryRecord[]> {
+    const rows = await rowsOf<DeliveryRow>(this.pool, S.claim([q.owner, q.leaseUntil, q.now, JSON.stringify(q.slots), q.perEndpoint, q.limit]));
+    return rows.map(deliveryOf).sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.position - b.position);
+  }
+
+  async finish(outcomes: readonly DeliveryOutcome[]): Promise<Map<string, number | null>> {
+    if (outcomes.length === 0) return new Map();
+    return inTransaction(this.pool, async (c) => {
+      const written = await rowsOf<{ endpoint_id: string; event_id: string }>(
+        c,
+        S.finish([
+          outcomes.map((o) => o.endpointId),
+          outcomes.map((o) => o.eventId),
+          outcomes.map((o) => o.owner),
+          outcomes.map((o) => o.state),
+          outcomes.map((o) => (o.receiver === null ? 0 : 1)),
+          outcomes.map((o) => o.nextAttemptAt),
+          outcomes.map((o) => o.at),
+          outcomes.map((o) => o.status),
+          outcomes.map((o) => o.error),
+          outcomes.map((o) => o.ms),
+        ]),
+      );
+      const done = new Set(written.map((w) => `${w.endpoint_id} ${w.event_id}`));
+      // In outcome order, so an endpoint's last word (up or down) in the batch is what stays.
+      const last = new Map<string, DeliveryOutcome>();
+      for (const o of outcomes) if (o.receiver !== null && done.has(`${o.endpointId} ${o.eventId}`)) last.set(o.endpointId, o);
+      if (last.size === 0) return new Map();
+      const up = [...last.values()].filter((o) => o.receiver === 'up').map((o) => o.endpointId);
+      const down = [...last.values()].filter((o) => o.receiver === 'down');
+      if (up.length > 0) await c.query(S.up([up]));
+      if (down.length > 0) await c.query(S.down([Math.min(...down.map((o) => o.at)), down.map((o) => o.endpointId)]));
+      const rows = await rowsOf<{ id: string; failing_since: number | null }>(c, S.failingSince([[...last.keys()]]));
+      return new Map(rows.map((r) => [r.id, r.failing_since]));
+    });
+  }
+
+  async deliveries(projectId: string, id: string, beforePosition: number | null, limit: number): Promise<DeliveryRecord[]> {
+    return (await rowsOf<DeliveryRow>(this.pool, S.deliveries([id, projectId, beforePosition ?? Number.MAX_SAFE_INTEGER, limit]))).map(deliveryOf);
+  }
+
+  async purgeDeliveries(olderThan: number): Promise<number> {
+    return changed(this.pool, S.purge([olderThan]));
   }
 }

@@ -85,8 +85,13 @@ export const DUMP_TABLES: readonly DumpTable[] = [
   }),
   t('webhook_endpoints', 'id', {
     id: 'text', project_id: 'text', token_id: 'text', url: 'text', types: 'text', inboxes: 'text', description: 'text', secret_sealed: 'bytes',
-    previous_secret_sealed: 'bytes', previous_expires_at: 'int', disabled_at: 'int', disabled_reason: 'text', position: 'int', created_at: 'int',
-    updated_at: 'int',
+    previous_secret_sealed: 'bytes', previous_expires_at: 'int', disabled_at: 'int', disabled_reason: 'text', position: 'int', failing_since: 'int',
+    created_at: 'int', updated_at: 'int',
+  }),
+  t('webhook_deliveries', 'endpoint_id, event_id', {
+    endpoint_id: 'text', event_id: 'text', position: 'int', project_id: 'text', type: 'text', event: 'text', state: 'text', attempts: 'int',
+    next_attempt_at: 'int', lease_owner: 'text', lease_until: 'int', last_attempt_at: 'int', last_status: 'int', last_error: 'text', last_ms: 'int',
+    created_at: 'int', updated_at: 'int',
   }),
 ];
 

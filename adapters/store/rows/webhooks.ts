@@ -1,6 +1,6 @@
 // Webhook endpoints' rows as both engines return them (same table and columns), their mapping to
 // the domain's records and the values an INSERT or UPDATE binds, in the columns' order.
-import type { WebhookEndpointChange, WebhookEndpointRecord } from '../../../lib/webhooks/store.ts';
+import type { DeliveryRecord, DeliveryState, NewDelivery, WebhookEndpointChange, WebhookEndpointRecord } from '../../../lib/webhooks/store.ts';
 
 export interface WebhookRow {
   id: string;
@@ -16,13 +16,14 @@ export interface WebhookRow {
   disabled_at: number | null;
   disabled_reason: string | null;
   position: number;
+  failing_since: number | null;
   created_at: number;
   updated_at: number;
 }
 
 export const WEBHOOK_COLUMNS = [
   'id', 'project_id', 'token_id', 'url', 'types', 'inboxes', 'description', 'secret_sealed', 'previous_secret_sealed',
-  'previous_expires_at', 'disabled_at', 'disabled_reason', 'position', 'created_at', 'updated_at',
+  'previous_expires_at', 'disabled_at', 'disabled_reason', 'position', 'failing_since', 'created_at', 'updated_at',
 ] as const;
 
 /** The columns an update writes, in the order `changeValues` binds them. */
@@ -45,6 +46,7 @@ export const webhookOf = (r: WebhookRow): WebhookEndpointRecord => ({
   disabledAt: r.disabled_at,
   disabledReason: r.disabled_reason,
   position: r.position,
+  failingSince: r.failing_since,
   createdAt: r.created_at,
   updatedAt: r.updated_at,
 });
@@ -52,10 +54,55 @@ export const webhookOf = (r: WebhookRow): WebhookEndpointRecord => ({
 /** An INSERT's values, in WEBHOOK_COLUMNS' order. */
 export const webhookValues = (e: WebhookEndpointRecord): unknown[] => [
   e.id, e.projectId, e.tokenId, e.url, text(e.types), text(e.inboxes), e.description, e.secretSealed, e.previousSecretSealed,
-  e.previousExpiresAt, e.disabledAt, e.disabledReason, e.position, e.createdAt, e.updatedAt,
+  e.previousExpiresAt, e.disabledAt, e.disabledReason, e.position, e.failingSince, e.createdAt, e.updatedAt,
 ];
 
 /** An UPDATE's values, in WEBHOOK_CHANGE_COLUMNS' order. */
 export const changeValues = (c: WebhookEndpointChange): unknown[] => [
   c.url, text(c.types), text(c.inboxes), c.description, c.updatedAt,
+];
+
+export interface DeliveryRow {
+  endpoint_id: string;
+  event_id: string;
+  position: number;
+  project_id: string;
+  type: string;
+  event: string;
+  state: string;
+  attempts: number;
+  next_attempt_at: number;
+  lease_owner: string | null;
+  lease_until: number | null;
+  last_attempt_at: number | null;
+  last_status: number | null;
+  last_error: string | null;
+  last_ms: number | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export const deliveryOf = (r: DeliveryRow): DeliveryRecord => ({
+  endpointId: r.endpoint_id,
+  eventId: r.event_id,
+  position: r.position,
+  projectId: r.project_id,
+  type: r.type,
+  event: r.event,
+  state: r.state as DeliveryState,
+  attempts: r.attempts,
+  nextAttemptAt: r.next_attempt_at,
+  lastAttemptAt: r.last_attempt_at,
+  lastStatus: r.last_status,
+  lastError: r.last_error,
+  lastMs: r.last_ms,
+  createdAt: r.created_at,
+  updatedAt: r.updated_at,
+});
+
+/** The columns a new delivery binds (the rest take their defaults), in `newDeliveryValues`' order. */
+export const NEW_DELIVERY_COLUMNS = ['endpoint_id', 'event_id', 'position', 'project_id', 'type', 'event', 'next_attempt_at', 'created_at', 'updated_at'] as const;
+
+export const newDeliveryValues = (endpointId: string, projectId: string, d: NewDelivery, at: number): unknown[] => [
+  endpointId, d.eventId, d.position, projectId, d.type, d.event, at, at, at,
 ];

@@ -1,6 +1,25 @@
 // WebhookStore on SQLite.
-import type { WebhookEndpointChange, WebhookEndpointRecord, WebhookStore } from '../../../lib/webhooks/store.ts';
-import { changeValues, WEBHOOK_CHANGE_COLUMNS, WEBHOOK_COLUMNS, webhookOf, webhookValues, type WebhookRow } from '../rows/webhooks.ts';
+import type {
+  ClaimQuery,
+  DeliveryOutcome,
+  DeliveryRecord,
+  NewDelivery,
+  WebhookEndpointChange,
+  WebhookEndpointRecord,
+  WebhookStore,
+} from '../../../lib/webhooks/store.ts';
+import {
+  changeValues,
+  deliveryOf,
+  NEW_DELIVERY_COLUMNS,
+  newDeliveryValues,
+  WEBHOOK_CHANGE_COLUMNS,
+  WEBHOOK_COLUMNS,
+  webhookOf,
+  webhookValues,
+  type DeliveryRow,
+  type WebhookRow,
+} from '../rows/webhooks.ts';
 import type { Db } from './db.ts';
 
 export class SqliteWebhookStore implements WebhookStore {
@@ -18,8 +37,72 @@ export class SqliteWebhookStore implements WebhookStore {
         'UPDATE webhook_endpoints SET previous_secret_sealed = secret_sealed, secret_sealed = ?, previous_expires_at = ?, updated_at = ? WHERE id = ? AND project_id = ? RETURNING *',
       ),
       delete: db.prepare('DELETE FROM webhook_endpoints WHERE id = ? AND project_id = ?'),
+      deleteDeliveries: db.prepare('DELETE FROM webhook_deliveries WHERE endpoint_id = ?'),
+      all: db.prepare('SELECT * FROM webhook_endpoints ORDER BY id'),
+      move: db.prepare('UPDATE webhook_endpoints SET position = ?, updated_at = ? WHERE id = ? AND position = ?'),
+      // A replay makes a delivery already there pending afresh, as if new.
+      addDelivery: db.prepare(
+        `INSERT INTO webhook_deliveries (${NEW_DELIVERY_COLUMNS.join(', ')}) VALUES (${NEW_DELIVERY_COLUMNS.map(() => '?').join(', ')})
+         ON CONFLICT (endpoint_id, event_id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
+           lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at`,
+      ),
+      rewind: db.prepare('UPDATE webhook_endpoints SET position = min(position, ?), updated_at = ? WHERE id = ? AND project_id = ? RETURNING *'),
+      // At most `perEndpoint` per endpoint (fewer where `slots` says so), oldest due first.
+      claim: db.prepare(
+        `UPDATE webhook_deliveries SET lease_owner = ?, lease_until = ?
+         WHERE rowid IN (
+           SELECT rid FROM (
+             SELECT d.rowid AS rid, d.endpoint_id AS endpoint_id, d.next_attempt_at AS due,
+                    row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.position) AS n
+             FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
+             WHERE d.state = 'pending' AND d.next_attempt_at <= ? AND (d.lease_until IS NULL OR d.lease_until <= ?) AND e.disabled_at IS NULL)
+           WHERE n <= coalesce(json_extract(?, '$."' || endpoint_id || '"'), ?)
+           ORDER BY due LIMIT ?)
+         RETURNING *`,
+      ),
+      finish: db.prepare(
+        `UPDATE webhook_deliveries SET state = ?, attempts = attempts + ?, next_attempt_at = ?, last_attempt_at = coalesce(?, last_attempt_at), last_status = ?, last_error = ?,
+           last_ms = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?
+         WHERE endpoint_id = ? AND event_id = ? AND lease_owner = ?`,
+      ),
+      up: db.prepare('UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?'),
+      down: db.prepare('UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?) WHERE id = ?'),
+      failingSince: db.prepare('SELECT failing_since FROM webhook_endpoints WHERE id = ?'),
+      projectOf: db.prepare('SELECT project_id FROM webhook_endpoints WHERE id = ?'),
+      deliveries: db.prepare(
+        'SELECT d.* FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.endpoint_id = ? AND e.project_id = ? AND d.position < ? ORDER BY d.position DESC LIMIT ?',
+      ),
+      purge: db.prepare("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND updated_at < ?"),
     };
+    this.enqueueTx = db.transaction((endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): boolean => {
+      const row = this.q.projectOf.get(endpointId) as { project_id: string } | undefined;
+      if (!row || this.q.move.run(to, at, endpointId, from).changes === 0) return false;
+      for (const d of deliveries) this.q.addDelivery.run(...newDeliveryValues(endpointId, row.project_id, d, at));
+      return true;
+    });
+    this.finishTx = db.transaction((outcomes: readonly DeliveryOutcome[]): Map<string, number | null> => {
+      const touched = new Set<string>();
+      for (const o of outcomes) {
+        const written = this.q.finish.run(o.state, o.receiver === null ? 0 : 1, o.nextAttemptAt, o.receiver === null ? null : o.at, o.status, o.error, o.ms, o.at, o.endpointId, o.eventId, o.owner).changes;
+        if (written === 0 || o.receiver === null) continue;
+        if (o.receiver === 'up') this.q.up.run(o.endpointId);
+        else this.q.down.run(o.at, o.endpointId);
+        touched.add(o.endpointId);
+      }
+      const out = new Map<string, number | null>();
+      for (const id of touched) out.set(id, (this.q.failingSince.get(id) as { failing_since: number | null } | undefined)?.failing_since ?? null);
+      return out;
+    });
+    this.deleteTx = db.transaction((projectId: string, id: string): boolean => {
+      if (this.q.delete.run(id, projectId).changes === 0) return false;
+      this.q.deleteDeliveries.run(id);
+      return true;
+    });
   }
+
+  private readonly enqueueTx: (endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number) => boolean;
+  private readonly finishTx: (outcomes: readonly DeliveryOutcome[]) => Map<string, number | null>;
+  private readonly deleteTx: (projectId: string, id: string) => boolean;
 
   async create(e: WebhookEndpointRecord): Promise<void> {
     this.q.insert.run(...webhookValues(e));
@@ -50,6 +133,36 @@ export class SqliteWebhookStore implements WebhookStore {
   }
 
   async delete(projectId: string, id: string): Promise<boolean> {
-    return this.q.delete.run(id, projectId).changes > 0;
+    return this.deleteTx(projectId, id);
+  }
+
+  async all(): Promise<WebhookEndpointRecord[]> {
+    return (this.q.all.all() as WebhookRow[]).map(webhookOf);
+  }
+
+  async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): Promise<boolean> {
+    return this.enqueueTx(endpointId, from, to, deliveries, at);
+  }
+
+  async rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null> {
+    const row = this.q.rewind.get(position, at, id, projectId) as WebhookRow | undefined;
+    return row ? webhookOf(row) : null;
+  }
+
+  async claim(c: ClaimQuery): Promise<DeliveryRecord[]> {
+    const rows = this.q.claim.all(c.owner, c.leaseUntil, c.now, c.now, JSON.stringify(c.slots), c.perEndpoint, c.limit) as DeliveryRow[];
+    return rows.map(deliveryOf).sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.position - b.position);
+  }
+
+  async finish(outcomes: readonly DeliveryOutcome[]): Promise<Map<string, number | null>> {
+    return this.finishTx(outcomes);
+  }
+
+  async deliveries(projectId: string, id: string, beforePosition: number | null, limit: number): Promise<DeliveryRecord[]> {
+    return (this.q.deliveries.all(id, projectId, beforePosition ?? Number.MAX_SAFE_INTEGER, limit) as DeliveryRow[]).map(deliveryOf);
+  }
+
+  async purgeDeliveries(olderThan: number): Promise<number> {
+    return this.q.purge.run(olderThan).changes;
   }
 }

@@ -27,6 +27,7 @@ import resealJobs from './022_reseal_jobs.ts';
 import mailOutboxOutcome from './023_mail_outbox_outcome.ts';
 import reauthChallenges from './024_reauth_challenges.ts';
 import webhooks from './025_webhooks.ts';
+import webhookDeliveries from './026_webhook_deliveries.ts';
 
 export interface Migration {
   version: number;
@@ -57,4 +58,5 @@ export const migrations: Migration[] = [
   { version: 23, name: 'mail_outbox_outcome', sql: mailOutboxOutcome },
   { version: 24, name: 'reauth_challenges', sql: reauthChallenges },
   { version: 25, name: 'webhooks', sql: webhooks },
+  { version: 26, name: 'webhook_deliveries', sql: webhookDeliveries },
 ];
