@@ -2,6 +2,7 @@
 // and the README list this table, and a bad value stops start-up with a clear message.
 import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
+import { DEFAULT_DISABLE_AFTER, DEFAULT_SCHEDULE, parseDuration, parseSchedule } from './webhooks/retry.ts';
 
 export interface Config {
   http: {
@@ -84,6 +85,16 @@ export interface Config {
   webhookAllow: Cidr[];
   /** http:// webhook URLs to loopback addresses are accepted, for development (POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK). */
   webhookAllowHttpLoopback: boolean;
+  /** The webhook dispatcher (lib/webhooks/dispatcher.ts, docs/webhooks.md). */
+  webhooks: {
+    scheduleMs: number[];
+    disableAfterMs: number;
+    timeoutMs: number;
+    concurrency: number;
+    leaseMs: number;
+    pollMs: number;
+    keepMs: number;
+  };
   stream: {
     heartbeatMs: number;
     maxDurationMs: number;
@@ -164,6 +175,13 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_REAUTH_MAX_AGE', default: '300', description: 'seconds a re-authentication challenge (replacing the key, adding a passkey) stays answerable, and how old a session may be to set the first key without one' },
   { name: 'POSTERN_WEBHOOK_ALLOW', default: '', description: 'comma-separated networks (10.1.2.0/24, fd00::/8, or one address) webhook deliveries may reach although they are loopback, private, link-local or otherwise not public; empty: public addresses only (docs/webhooks.md)' },
   { name: 'POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK', default: 'false', description: 'accept http:// webhook URLs to loopback addresses (localhost, 127.0.0.0/8, ::1), for development; otherwise https:// only' },
+  { name: 'POSTERN_WEBHOOK_RETRY_SCHEDULE', default: DEFAULT_SCHEDULE, description: 'waits before each retry of a failed webhook delivery (ms, s, m, h, d), jittered ±20%; after the last the delivery is given up' },
+  { name: 'POSTERN_WEBHOOK_DISABLE_AFTER', default: DEFAULT_DISABLE_AFTER, description: 'a webhook endpoint whose every attempt has failed for this long is disabled (webhook.endpoint.disabled is recorded)' },
+  { name: 'POSTERN_WEBHOOK_TIMEOUT_MS', default: '15000', description: 'one webhook attempt (connect, send, answer) may take this long' },
+  { name: 'POSTERN_WEBHOOK_CONCURRENCY', default: '8', description: 'webhook attempts under way at once to one endpoint, per process' },
+  { name: 'POSTERN_WEBHOOK_LEASE_MS', default: '60000', description: 'a process holds a delivery it took this long; a process that died leaves its deliveries to others after it (more than POSTERN_WEBHOOK_TIMEOUT_MS)' },
+  { name: 'POSTERN_WEBHOOK_POLL_MS', default: '1000', description: 'how often the webhook dispatcher looks for endpoints and due retries without being woken by an event' },
+  { name: 'POSTERN_WEBHOOK_KEEP', default: '7d', description: 'settled webhook deliveries (delivered or given up) are listed for this long, then forgotten' },
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
@@ -223,6 +241,28 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     if (['1', 'true', 'yes', 'on'].includes(raw)) return true;
     if (['0', 'false', 'no', 'off', ''].includes(raw)) return false;
     throw new ConfigError(`${name} must be true or false, got "${raw}"`);
+  };
+  const duration = (name: string): number => {
+    const ms = parseDuration(get(name));
+    if (ms === null || ms === 0) throw new ConfigError(`${name} must be a duration such as 500ms, 30s, 5m, 2h or 3d, got "${get(name)}"`);
+    return ms;
+  };
+  const webhookSettings = (): Config['webhooks'] => {
+    const scheduleMs = parseSchedule(get('POSTERN_WEBHOOK_RETRY_SCHEDULE'));
+    if (!scheduleMs) throw new ConfigError(`POSTERN_WEBHOOK_RETRY_SCHEDULE must be comma-separated durations such as ${DEFAULT_SCHEDULE}, got "${get('POSTERN_WEBHOOK_RETRY_SCHEDULE')}"`);
+    const timeoutMs = int('POSTERN_WEBHOOK_TIMEOUT_MS', 100, 120000);
+    const leaseMs = int('POSTERN_WEBHOOK_LEASE_MS', 1000, 3600000);
+    // A lease lapsing while its attempt still runs would let a second process send the event too.
+    if (leaseMs <= timeoutMs) throw new ConfigError(`POSTERN_WEBHOOK_LEASE_MS (${leaseMs}) must be over POSTERN_WEBHOOK_TIMEOUT_MS (${timeoutMs})`);
+    return {
+      scheduleMs,
+      disableAfterMs: duration('POSTERN_WEBHOOK_DISABLE_AFTER'),
+      timeoutMs,
+      concurrency: int('POSTERN_WEBHOOK_CONCURRENCY', 1, 256),
+      leaseMs,
+      pollMs: int('POSTERN_WEBHOOK_POLL_MS', 10, 600000),
+      keepMs: duration('POSTERN_WEBHOOK_KEEP'),
+    };
   };
   const logLevel = get('POSTERN_LOG_LEVEL');
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
@@ -323,6 +363,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     events: { settleMs: int('POSTERN_EVENTS_SETTLE_MS', 0, 60000) },
     webhookAllow: cidrList('POSTERN_WEBHOOK_ALLOW', get('POSTERN_WEBHOOK_ALLOW')),
     webhookAllowHttpLoopback: bool('POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK'),
+    webhooks: webhookSettings(),
     stream: {
       heartbeatMs: int('POSTERN_STREAM_HEARTBEAT_MS', 10, 3600000),
       maxDurationMs: int('POSTERN_STREAM_MAX_MS', 100, 86400000),

@@ -65,6 +65,8 @@ import { SealedOpener } from './send/sealed.ts';
 import { seal } from './mail/seal.ts';
 import { BounceMatcher } from './send/bounces.ts';
 import { WebhookEndpoints } from './webhooks/endpoints.ts';
+import { WebhookDispatcher } from './webhooks/dispatcher.ts';
+import { webhookPoster } from '../adapters/webhooks/client.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
 
 export interface Postern {
@@ -239,6 +241,30 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   // Caps the live streams of one credential and of one project (both kinds of stream).
   const streamQuota = new StreamQuota({ maxPerCredential: config.stream.maxPerCredential, maxPerProject: config.stream.maxPerProject });
 
+  // Webhooks: endpoints managed through the API, deliveries sent by the dispatcher.
+  const postWebhook = webhookPoster({ allow: config.webhookAllow, timeoutMs: config.webhooks.timeoutMs });
+  let dispatcher: WebhookDispatcher | null = null;
+  const webhookEndpoints = new WebhookEndpoints({
+    store: store.webhooks,
+    access,
+    masterKey,
+    head: () => eventStore.lastPosition(),
+    allowHttpLoopback: config.webhookAllowHttpLoopback,
+    cursors: () => eventLog.cursors(),
+    post: postWebhook,
+    onChange: (id) => dispatcher?.poke(id),
+  });
+  dispatcher = new WebhookDispatcher({
+    store: store.webhooks,
+    events: eventLog,
+    access,
+    endpoints: webhookEndpoints,
+    post: postWebhook,
+    settings: config.webhooks,
+    log: log.child({ part: 'webhooks' }),
+  });
+  const webhookDispatcher = dispatcher;
+
   const passkeys = new Passkeys(store.passkeys, directory, {
     origin: config.app.origin,
     rpName: 'Postern',
@@ -256,11 +282,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     contentRoutes(access, sealed, eventLog),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
-    webhookRoutes({
-      access,
-      validator,
-      webhooks: new WebhookEndpoints({ store: store.webhooks, access, masterKey, head: () => eventStore.lastPosition(), allowHttpLoopback: config.webhookAllowHttpLoopback }),
-    }),
+    webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
@@ -308,6 +330,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       if (backfilled.length > 0) log.info({ inboxes: backfilled.length }, 'made epoch 1 for inboxes that had no key');
       store.startUpkeep((err) => log.warn({ err }, 'the store\'s upkeep failed; it falls back to doing it inline'));
       await eventLog.start();
+      await webhookDispatcher.start();
       await mailLive.start();
       // What a process that died mid-send left (this one's predecessor, say) is settled first.
       await sentCopies.recover();
@@ -346,6 +369,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await mailMirror.close();
       await mailChanges.drain();
       await bounces?.drain();
+      await webhookDispatcher.close();
       await eventLog.close();
       await bus.close();
       await store.close();

@@ -258,3 +258,48 @@ export interface WebhookSecret {
 export interface WebhookList {
   webhooks: Webhook[];
 }
+
+/** POST /webhooks/{id}/replay (webhooks.json WebhookReplay). */
+export interface WebhookReplay {
+  after: string;
+}
+
+/** POST /webhooks/{id}/replay: accepted (webhooks.json WebhookReplayStarted). */
+export interface WebhookReplayStarted {
+  after: string;
+}
+
+/** One event's delivery to an endpoint (webhooks.json WebhookDelivery). */
+export interface WebhookDelivery {
+  eventId: string;
+  type: string;
+  cursor: string;
+  state: 'pending' | 'delivered' | 'failed';
+  attempts: number;
+  lastAttemptAt: string | null;
+  lastStatus: number | null;
+  lastError: string | null;
+  lastDurationMs: number | null;
+  nextAttemptAt: string | null;
+  createdAt: string;
+}
+
+/** GET /webhooks/{id}/deliveries (webhooks.json WebhookDeliveryList). */
+export interface WebhookDeliveryList {
+  deliveries: WebhookDelivery[];
+  next: string | null;
+}
+
+/** GET /webhooks/{id}/deliveries query (webhooks.json WebhookDeliveriesQuery). */
+export interface WebhookDeliveriesQuery {
+  before?: string;
+  limit: number;
+}
+
+/** POST /webhooks/{id}/test (webhooks.json WebhookTestResult). */
+export interface WebhookTestResult {
+  delivered: boolean;
+  status: number | null;
+  error: string | null;
+  durationMs: number;
+}

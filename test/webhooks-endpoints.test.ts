@@ -6,12 +6,16 @@ import { expect } from 'chai';
 import { Webhook as Verifier } from 'standardwebhooks';
 import type { Webhook, WebhookCreated, WebhookList, WebhookSecret } from '../schemas/wire.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
+import type { Poster } from '../lib/webhooks/dispatcher.ts';
 import { WebhookEndpoints } from '../lib/webhooks/endpoints.ts';
 import { signedHeaders, webhookBody } from '../lib/webhooks/signature.ts';
 import { call, expectError, json, newProject, startPostern, TEST_MASTER_KEY, type TestProject, type TestServer } from './harness.ts';
 
 const SCHEMA = 'https://postern.dev/schemas/webhooks.json#/$defs/';
 const MANAGE = ['webhooks:write', 'events:read'];
+
+/** Signing only: nothing here sends. */
+const refuseAll: Poster = async () => ({ ok: false, error: 'not in this test', ms: 0 });
 
 describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', function () {
   let s: TestServer;
@@ -74,7 +78,7 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     expect(stored.secretSealed.toString('latin1')).not.to.include(made.secret.slice('whsec_'.length));
     expect(JSON.stringify(stored)).not.to.include(made.secret.slice('whsec_'.length));
     // The master key opens it to the secret shown.
-    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false });
+    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false, cursors: () => s.postern.events.cursors(), post: refuseAll });
     expect(endpoints.signingSecrets(stored)).to.deep.equal([made.secret]);
   });
 
@@ -130,7 +134,7 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
       expect(stored.secretSealed.includes(key)).to.equal(false);
       expect(stored.previousSecretSealed!.includes(key)).to.equal(false);
     }
-    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false });
+    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false, cursors: () => s.postern.events.cursors(), post: refuseAll });
     expect(endpoints.signingSecrets(stored)).to.deep.equal([rotated.secret, made.secret]);
     // What the stored secrets sign verifies, by the reference library, with either secret shown.
     const body = webhookBody('message.received', new Date(), { n: 1 });

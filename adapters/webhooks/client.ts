@@ -9,6 +9,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { BlockList, isIP, type LookupFunction } from 'node:net';
 import type { Cidr } from '../../lib/config.ts';
+import type { Poster } from '../../lib/webhooks/dispatcher.ts';
 
 export type WebhookClientFailure =
   /** Not an http(s) URL with a host, or one carrying a user name or password. */
@@ -319,4 +320,21 @@ function send(
     });
     request.end(body);
   });
+}
+
+/**
+ * The dispatcher's way to reach receivers (lib/webhooks/dispatcher.ts Poster): postWebhook with
+ * the service's settings, a refusal or a failure to connect being an answer, not a throw.
+ */
+export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: number; resolve?: Resolver }): Poster {
+  return async (url, headers, body) => {
+    const started = performance.now();
+    try {
+      const r = await postWebhook(url, { headers, body, allow: settings.allow, timeoutMs: settings.timeoutMs, ...(settings.resolve ? { resolve: settings.resolve } : {}) });
+      return { ok: true, status: r.status, retryAfterSeconds: r.retryAfterSeconds, ms: Math.round(r.ms) };
+    } catch (err) {
+      if (!(err instanceof WebhookClientError)) throw err;
+      return { ok: false, error: err.message, ms: Math.round(performance.now() - started) };
+    }
+  };
 }

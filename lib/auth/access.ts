@@ -2,7 +2,7 @@
 // through `authenticate*`, then `authorize` for its operation, then `inboxAccess` for a path
 // inbox. Grants are read at every request, so a revoked grant takes effect at once.
 import type { DirectoryStore } from '../directory/store.ts';
-import type { Inbox } from '../directory/types.ts';
+import type { Inbox, TokenRecord } from '../directory/types.ts';
 import { forbidden, notFound, unauthenticated } from '../errors.ts';
 import { isId } from '../ids.ts';
 import { parseSession, parseToken, secretMatches } from './credentials.ts';
@@ -28,6 +28,18 @@ export interface AccessRule {
   session: boolean;
 }
 
+function tokenPrincipal(token: TokenRecord): Principal {
+  return {
+    kind: 'token',
+    credentialId: token.id,
+    actor: token.id,
+    projectId: token.projectId,
+    memberId: token.memberId,
+    scopes: new Set(token.scopes.filter(isScope)),
+    inboxes: token.inboxes ? new Set(token.inboxes) : null,
+  };
+}
+
 export class Access {
   constructor(
     private readonly store: DirectoryStore,
@@ -45,15 +57,17 @@ export class Access {
     if (!token || !secretMatches(parsed.secret, token.secretHash)) throw unauthenticated('invalid API token');
     if (token.revokedAt !== null) throw unauthenticated('API token revoked');
     if (token.expiresAt !== null && token.expiresAt <= this.now()) throw unauthenticated('API token expired');
-    return {
-      kind: 'token',
-      credentialId: token.id,
-      actor: token.id,
-      projectId: token.projectId,
-      memberId: token.memberId,
-      scopes: new Set(token.scopes.filter(isScope)),
-      inboxes: token.inboxes ? new Set(token.inboxes) : null,
-    };
+    return tokenPrincipal(token);
+  }
+
+  /**
+   * What a token may do now, by its id, without its secret: for work done later on its behalf
+   * (a webhook's deliveries). Null once it is revoked, expired or gone.
+   */
+  async principalOfToken(id: string): Promise<Principal | null> {
+    const token = await this.store.getToken(id);
+    if (!token || token.revokedAt !== null || (token.expiresAt !== null && token.expiresAt <= this.now())) return null;
+    return tokenPrincipal(token);
   }
 
   /** `x-svc-token: <session token>` on {app_url}. */

@@ -76,6 +76,7 @@ const MSG = '^msg_[0-9A-Z]{26}$';
 const LBL = '^lbl_[0-9A-Z]{26}$';
 const MEM = '^mem_[0-9A-Z]{26}$';
 const PKY = '^pky_[0-9A-Z]{26}$';
+const WHK = '^whk_[0-9A-Z]{26}$';
 const FINGERPRINT = '^[0-9A-F]{40,64}$';
 /** The mail types share class, visibility, status and subject, and all name their message first. */
 function mailType(name: string, description: string, fields: BuiltinField[]): BuiltinSpec {
@@ -208,6 +209,21 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'name', type: 'string', required: true, description: 'Its name, as the member gave it.' },
       { name: 'via', type: 'string', enum: ['invite', 'session'], required: true, description: 'An enrollment link, or a signed-in session.' },
       { name: 'confirmedWith', type: 'string', pattern: PKY, description: 'For via = session: the passkey whose fresh assertion confirmed it.' },
+    ],
+  },
+  // Recorded by the webhook dispatcher (lib/webhooks/dispatcher.ts) when it stops sending to an endpoint.
+  {
+    name: 'webhook.endpoint.disabled',
+    description:
+      'Postern stopped sending to a webhook endpoint: every attempt failed for POSTERN_WEBHOOK_DISABLE_AFTER (3 days by default), the receiver answered 410 Gone, or the token that created it was revoked or expired. Its deliveries wait; enabling it (PATCH enabled: true) sends them.',
+    class: 'delivery',
+    visibility: 'project',
+    status: 'stable',
+    subject: 'the webhook endpoint id (whk_…)',
+    fields: [
+      { name: 'webhookId', type: 'string', pattern: WHK, required: true, description: 'The endpoint.' },
+      { name: 'reason', type: 'string', enum: ['failing', 'gone', 'token'], required: true, description: 'failing for too long, 410 Gone, or its token revoked or expired.' },
+      { name: 'detail', type: 'string', description: 'What the last attempt got, in words.' },
     ],
   },
 ];

@@ -13,8 +13,11 @@ import { forbidden, invalid, isDomainError, notFound, unprocessable } from '../e
 import { builtinType } from '../events/catalog.ts';
 import { parseTypes } from '../events/query.ts';
 import { isId, newId } from '../ids.ts';
-import { webhookSecret } from './signature.ts';
-import type { WebhookEndpointRecord, WebhookStore } from './store.ts';
+import { webhookBody, webhookSecret } from './signature.ts';
+import type { Cursors } from '../events/cursor.ts';
+import type { Poster } from './dispatcher.ts';
+import { signedHeaders } from './signature.ts';
+import type { DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './store.ts';
 
 /** Standard Webhooks' recommended key size (it allows 24 to 64 bytes). */
 const SECRET_BYTES = 32;
@@ -31,6 +34,12 @@ export interface WebhookEndpointsOptions {
   head: () => Promise<number>;
   /** POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: http:// to a loopback address, for development. */
   allowHttpLoopback: boolean;
+  /** The event log's cursors: deliveries show them, a replay starts from one. */
+  cursors: () => Promise<Cursors>;
+  /** How test sends reach the receiver (the dispatcher's way). */
+  post: Poster;
+  /** An endpoint was made, changed or replayed: the dispatcher looks at it now. */
+  onChange?: (id: string) => void;
   now?: () => number;
 }
 
@@ -85,6 +94,7 @@ export class WebhookEndpoints {
       updatedAt: at,
     };
     await this.o.store.create(record);
+    this.o.onChange?.(id);
     return { ...this.wire(record), secret: webhookSecret(key) };
   }
 
@@ -117,6 +127,7 @@ export class WebhookEndpoints {
       if (!updated) throw notFound('webhook not found');
       e = updated;
     }
+    this.o.onChange?.(id);
     return this.wire(e);
   }
 
@@ -146,6 +157,63 @@ export class WebhookEndpoints {
       out.push(webhookSecret(this.o.masterKey.open(e.previousSecretSealed, sealContext(e.id))));
     }
     return out;
+  }
+
+  /** The endpoint's deliveries, newest event first, paged with `before` (a `next` from the page before). */
+  async deliveries(p: Principal, id: string, q: Wire.WebhookDeliveriesQuery): Promise<Wire.WebhookDeliveryList> {
+    const e = await this.owned(p, id);
+    const cursors = await this.o.cursors();
+    let before: number | null = null;
+    if (q.before !== undefined) {
+      before = cursors.decode(p.projectId, q.before);
+      if (before === null) throw invalid('before is not a cursor of this project (use a next from a deliveries page)');
+    }
+    const rows = await this.o.store.deliveries(p.projectId, e.id, before, q.limit + 1);
+    const page = rows.slice(0, q.limit);
+    const more = rows.length > q.limit;
+    return {
+      deliveries: page.map((d) => this.wireDelivery(d, cursors)),
+      next: more ? cursors.encode(p.projectId, page[page.length - 1]!.position) : null,
+    };
+  }
+
+  /** Sends again every event after the cursor that the endpoint would receive (its position goes back there). */
+  async replay(p: Principal, id: string, after: string): Promise<Wire.WebhookReplayStarted> {
+    const e = await this.owned(p, id);
+    const position = (await this.o.cursors()).decode(p.projectId, after);
+    if (position === null) throw invalid('after is not a cursor of this project (take one from GET /events or a delivered event)');
+    if (!(await this.o.store.rewind(p.projectId, e.id, position, this.now()))) throw notFound('webhook not found');
+    this.o.onChange?.(e.id);
+    return { after };
+  }
+
+  /** One signed `webhook.test` POST to the endpoint now (enabled or not), outside the log; what it got. */
+  async test(p: Principal, id: string): Promise<Wire.WebhookTestResult> {
+    const e = await this.owned(p, id);
+    const eventId = newId('evt');
+    const at = new Date(this.now());
+    const body = webhookBody('webhook.test', at, { id: eventId, type: 'webhook.test', time: at.toISOString(), webhookId: e.id });
+    const headers = { ...signedHeaders(this.signingSecrets(e), eventId, body, at), 'content-type': 'application/json', 'user-agent': 'Postern-Webhooks/1' };
+    const r = await this.o.post(e.url, headers, body);
+    if (!r.ok) return { delivered: false, status: null, error: r.error, durationMs: r.ms };
+    const delivered = r.status >= 200 && r.status < 300;
+    return { delivered, status: r.status, error: delivered ? null : `the receiver answered HTTP ${r.status}`, durationMs: r.ms };
+  }
+
+  private wireDelivery(d: DeliveryRecord, cursors: Cursors): Wire.WebhookDelivery {
+    return {
+      eventId: d.eventId,
+      type: d.type,
+      cursor: cursors.encode(d.projectId, d.position),
+      state: d.state,
+      attempts: d.attempts,
+      lastAttemptAt: iso(d.lastAttemptAt),
+      lastStatus: d.lastStatus,
+      lastError: d.lastError,
+      lastDurationMs: d.lastMs,
+      nextAttemptAt: d.state === 'pending' ? iso(d.nextAttemptAt) : null,
+      createdAt: iso(d.createdAt)!,
+    };
   }
 
   /** The caller's endpoint: 404 for one that does not exist, is another project's or another token's. */

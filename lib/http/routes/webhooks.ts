@@ -1,7 +1,8 @@
 // Webhook endpoints (issue 18, docs/webhooks.md): POST/GET /webhooks, GET/PATCH/DELETE
-// /webhooks/{id}, POST /webhooks/{id}/rotate-secret. API tokens with webhooks:write only; the
+// /webhooks/{id}, POST /webhooks/{id}/rotate-secret, GET /webhooks/{id}/deliveries, POST
+// /webhooks/{id}/replay and /test. API tokens with webhooks:write only; the
 // domain (lib/webhooks/endpoints.ts) decides what each token may see and set.
-import type { NewWebhook, WebhookChange } from '../../../schemas/wire.ts';
+import type { NewWebhook, WebhookChange, WebhookDeliveriesQuery, WebhookReplay } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
 import type { WebhookEndpoints } from '../../webhooks/endpoints.ts';
 import { allow } from '../authenticate.ts';
@@ -37,6 +38,18 @@ export function webhookRoutes(deps: { access: Access; webhooks: WebhookEndpoints
     });
     router.post('/webhooks/:webhook/rotate-secret', manage, async (ctx) => {
       ctx.body = await webhooks.rotateSecret(ctx.state.principal, ctx.params.webhook!);
+    });
+    router.get('/webhooks/:webhook/deliveries', manage, async (ctx) => {
+      const q = validator.query<WebhookDeliveriesQuery>(`${SCHEMA}WebhookDeliveriesQuery`, ctx.query);
+      ctx.body = await webhooks.deliveries(ctx.state.principal, ctx.params.webhook!, q);
+    });
+    router.post('/webhooks/:webhook/replay', manage, async (ctx) => {
+      const req = validator.body<WebhookReplay>(`${SCHEMA}WebhookReplay`, await readJson(ctx, BODY_LIMIT));
+      ctx.body = await webhooks.replay(ctx.state.principal, ctx.params.webhook!, req.after);
+      ctx.status = 202;
+    });
+    router.post('/webhooks/:webhook/test', manage, async (ctx) => {
+      ctx.body = await webhooks.test(ctx.state.principal, ctx.params.webhook!);
     });
   };
 }

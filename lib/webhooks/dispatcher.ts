@@ -1,0 +1,388 @@
+// The webhook dispatcher (issue 18, docs/webhooks.md): reads the event log past each enabled
+// endpoint's position, makes a durable delivery per matching event (the position moves in the
+// same transaction, so no event is enqueued twice or skipped), and sends what is due.
+//
+// - Every process sharing the store runs one. An event is enqueued once (the position is moved
+//   compare-and-set) and each delivery is attempted by one process at a time (a lease), so
+//   several processes send each event once; a process killed mid-attempt leaves its deliveries to
+//   the others when the lease lapses (at-least-once: `webhook-id` lets a receiver drop a repeat).
+// - What an endpoint receives is what its creating token may read now: checked when events are
+//   enqueued and again before each attempt. A revoked or expired token disables the endpoint.
+// - At most `concurrency` attempts per endpoint are under way in a process, so a slow or dead
+//   receiver holds only its own deliveries back.
+// - Failures are retried on the schedule (lib/webhooks/retry.ts); 410 Gone disables the endpoint,
+//   and so does failing without a break for `disableAfterMs`. Both record webhook.endpoint.disabled.
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { Access, Principal } from '../auth/access.ts';
+import type { EventLog } from '../events/log.ts';
+import { SYSTEM_ACTOR } from '../events/log.ts';
+import type { EventFilter } from '../events/query.ts';
+import type { Visibility } from '../events/types.ts';
+import type { Config } from '../config.ts';
+import type { WebhookEndpoints } from './endpoints.ts';
+import { nextAttempt } from './retry.ts';
+import { signedHeaders, webhookBody } from './signature.ts';
+import type { DeliveryOutcome, DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './store.ts';
+
+/** What one POST to a receiver came to (adapters/webhooks/client.ts postWebhook, bound to its settings). */
+export type PostResult =
+  | { ok: true; status: number; retryAfterSeconds: number | null; ms: number }
+  | { ok: false; error: string; ms: number };
+export type Poster = (url: string, headers: Record<string, string>, body: string) => Promise<PostResult>;
+
+export interface WebhookDispatcherOptions {
+  store: WebhookStore;
+  events: EventLog;
+  access: Access;
+  endpoints: WebhookEndpoints;
+  post: Poster;
+  settings: Config['webhooks'];
+  log: Logger;
+  now?: () => number;
+  random?: () => number;
+}
+
+/** Events read per step of an endpoint's catch-up. */
+const READ_BATCH = 500;
+/** Attempts under way at once in a process, over all endpoints. */
+const MAX_IN_FLIGHT = 512;
+/** A token's standing is read again after this long (revocation reaches deliveries within it). */
+const PRINCIPAL_TTL_MS = 1000;
+const USER_AGENT = 'Postern-Webhooks/1';
+
+type DisableReason = 'failing' | 'gone' | 'token';
+
+interface Standing {
+  principal: Principal | null;
+  /** Inboxes it may read now (ids). */
+  readable: Set<string>;
+  at: number;
+}
+
+export class WebhookDispatcher {
+  private readonly now: () => number;
+  /** This process's lease name. */
+  readonly owner = `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+  private endpoints = new Map<string, WebhookEndpointRecord>();
+  private readonly subscriptions = new Map<string, () => void>();
+  private readonly standings = new Map<string, Standing>();
+  /** Endpoints being read now, and those asked to read again once that is done. */
+  private readonly filling = new Set<string>();
+  private readonly refill = new Set<string>();
+  private readonly inFlight = new Map<string, number>();
+  private inFlightTotal = 0;
+  private readonly attempts = new Set<Promise<void>>();
+  private outcomes: DeliveryOutcome[] = [];
+  private flushing: Promise<void> | null = null;
+  private pumping = false;
+  private pumpAgain = false;
+  private timer: NodeJS.Timeout | null = null;
+  private purgeTimer: NodeJS.Timeout | null = null;
+  private closed = false;
+
+  constructor(private readonly o: WebhookDispatcherOptions) {
+    this.now = o.now ?? Date.now;
+  }
+
+  async start(): Promise<void> {
+    await this.tick();
+    this.timer = setInterval(() => void this.tick(), this.o.settings.pollMs);
+    this.timer.unref();
+    this.purgeTimer = setInterval(() => void this.purge(), 60 * 60 * 1000);
+    this.purgeTimer.unref();
+  }
+
+  /** Looks again at an endpoint now (made, edited, enabled, replayed through this process). */
+  poke(endpointId?: string): void {
+    void this.tick(endpointId);
+  }
+
+  /** Stops taking work, lets attempts under way finish (at most `graceMs`), writes their outcomes. */
+  async close(graceMs = 2000): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    if (this.purgeTimer) clearInterval(this.purgeTimer);
+    for (const off of this.subscriptions.values()) off();
+    this.subscriptions.clear();
+    // Attempts still running after the grace keep their leases, which lapse: another process sends them.
+    await Promise.race([Promise.allSettled([...this.attempts]), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    await this.flush();
+  }
+
+  private async tick(only?: string): Promise<void> {
+    if (this.closed) return;
+    try {
+      await this.refresh();
+      for (const e of this.endpoints.values()) if (!only || e.id === only) void this.fill(e.id);
+      void this.pump();
+    } catch (err) {
+      this.o.log.warn({ err }, 'webhook dispatcher pass failed; trying again');
+    }
+  }
+
+  /** The enabled endpoints, and a live subscription per project that has any (new events wake their fill). */
+  private async refresh(): Promise<void> {
+    const all = await this.o.store.all();
+    const next = new Map<string, WebhookEndpointRecord>();
+    for (const e of all) if (e.disabledAt === null) next.set(e.id, this.merge(e));
+    this.endpoints = next;
+    const projects = new Set([...next.values()].map((e) => e.projectId));
+    for (const [project, off] of this.subscriptions) {
+      if (!projects.has(project)) {
+        off();
+        this.subscriptions.delete(project);
+      }
+    }
+    for (const project of projects) {
+      if (this.subscriptions.has(project) || this.closed) continue;
+      this.subscriptions.set(project, this.o.events.live.subscribe(project, () => this.wake(project)));
+    }
+  }
+
+  /** A fresh read of an endpoint keeps the further position this process may already have reached. */
+  private merge(e: WebhookEndpointRecord): WebhookEndpointRecord {
+    const known = this.endpoints.get(e.id);
+    return known && known.position > e.position && known.updatedAt === e.updatedAt ? { ...e, position: known.position } : e;
+  }
+
+  private wake(projectId: string): void {
+    if (this.closed) return;
+    for (const e of this.endpoints.values()) if (e.projectId === projectId) void this.fill(e.id);
+  }
+
+  /** Reads the log past the endpoint's position and enqueues what it may receive, until caught up. */
+  private async fill(id: string): Promise<void> {
+    if (this.filling.has(id)) {
+      this.refill.add(id);
+      return;
+    }
+    this.filling.add(id);
+    try {
+      do {
+        this.refill.delete(id);
+        await this.catchUp(id);
+      } while (this.refill.has(id) && !this.closed);
+    } catch (err) {
+      this.o.log.warn({ err, webhook: id }, 'webhook enqueue failed; trying again');
+    } finally {
+      this.filling.delete(id);
+    }
+  }
+
+  private async catchUp(id: string): Promise<void> {
+    for (;;) {
+      const e = this.endpoints.get(id);
+      if (!e || this.closed) return;
+      const standing = await this.standing(e);
+      if (!standing.principal) {
+        await this.disable(e, 'token', 'the token that created it was revoked or expired');
+        return;
+      }
+      const filter = this.filterOf(e, standing);
+      const read = await this.o.events.backfill(filter, e.position, READ_BATCH);
+      if (read.scannedTo <= e.position) return;
+      const at = this.now();
+      const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type, event: ev.json }));
+      if (await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at)) {
+        this.endpoints.set(id, { ...e, position: read.scannedTo });
+        if (deliveries.length > 0) void this.pump();
+      } else {
+        // Another process moved it on, or a replay rewound it: read where it stands now.
+        const fresh = await this.o.store.get(e.projectId, e.id);
+        if (!fresh || fresh.disabledAt !== null) {
+          this.endpoints.delete(id);
+          return;
+        }
+        this.endpoints.set(id, fresh);
+      }
+      if (read.complete && read.scannedTo === this.endpoints.get(id)?.position) return;
+    }
+  }
+
+  /** GET /events' filter for the endpoint's token, narrowed to the endpoint's types and inboxes. */
+  private filterOf(e: WebhookEndpointRecord, s: Standing): EventFilter {
+    const p = s.principal!;
+    const visibilities: Visibility[] = ['inbox'];
+    if (this.o.access.hasScope(p, 'project:read')) visibilities.push('project');
+    const allowed = [...s.readable];
+    return {
+      projectId: e.projectId,
+      inboxes: e.inboxes ? e.inboxes.filter((i) => s.readable.has(i)) : null,
+      allowedInboxes: allowed,
+      visibilities,
+      types: e.types,
+      redactActor: false,
+    };
+  }
+
+  /** The endpoint's token as it stands now (read at most once a second per token). */
+  private async standing(e: WebhookEndpointRecord): Promise<Standing> {
+    const known = this.standings.get(e.tokenId);
+    if (known && this.now() - known.at < PRINCIPAL_TTL_MS) return known;
+    const principal = await this.o.access.principalOfToken(e.tokenId);
+    const usable = principal !== null && principal.projectId === e.projectId && this.o.access.hasScope(principal, 'events:read');
+    const readable = usable ? new Set((await this.o.access.grantedInboxes(principal)).map((g) => g.inbox.id)) : new Set<string>();
+    const s: Standing = { principal: usable ? principal : null, readable, at: this.now() };
+    this.standings.set(e.tokenId, s);
+    return s;
+  }
+
+  /** Claims due deliveries while there is room, and starts their attempts. */
+  private async pump(): Promise<void> {
+    if (this.pumping) {
+      this.pumpAgain = true;
+      return;
+    }
+    this.pumping = true;
+    try {
+      do {
+        this.pumpAgain = false;
+        while (!this.closed && this.inFlightTotal < MAX_IN_FLIGHT) {
+          const cap = this.o.settings.concurrency;
+          const slots: Record<string, number> = {};
+          for (const [id, n] of this.inFlight) slots[id] = Math.max(0, cap - n);
+          const now = this.now();
+          const claimed = await this.o.store.claim({
+            owner: this.owner,
+            now,
+            leaseUntil: now + this.o.settings.leaseMs,
+            limit: MAX_IN_FLIGHT - this.inFlightTotal,
+            perEndpoint: cap,
+            slots,
+          });
+          for (const d of claimed) this.launch(d);
+          if (claimed.length === 0) break;
+        }
+      } while (this.pumpAgain && !this.closed);
+    } catch (err) {
+      this.o.log.warn({ err }, 'webhook claim failed; trying again');
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  private launch(d: DeliveryRecord): void {
+    this.inFlight.set(d.endpointId, (this.inFlight.get(d.endpointId) ?? 0) + 1);
+    this.inFlightTotal++;
+    const run = this.attempt(d)
+      .then((outcome) => {
+        this.outcomes.push(outcome);
+      })
+      .catch((err: unknown) => {
+        // The lease lapses and the delivery is tried again, by this process or another.
+        this.o.log.warn({ err, webhook: d.endpointId, event: d.eventId }, 'webhook attempt failed unexpectedly');
+      })
+      .finally(() => {
+        const n = (this.inFlight.get(d.endpointId) ?? 1) - 1;
+        if (n === 0) this.inFlight.delete(d.endpointId);
+        else this.inFlight.set(d.endpointId, n);
+        this.inFlightTotal--;
+        this.attempts.delete(run);
+        void this.flush().then(() => this.pump());
+      });
+    this.attempts.add(run);
+  }
+
+  private async attempt(d: DeliveryRecord): Promise<DeliveryOutcome> {
+    const base = { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner };
+    const e = this.endpoints.get(d.endpointId) ?? (await this.o.store.get(d.projectId, d.endpointId));
+    const release = (): DeliveryOutcome => ({ ...base, state: 'pending', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: d.lastStatus, error: d.lastError, ms: d.lastMs, receiver: null });
+    if (!e || e.disabledAt !== null) return release();
+    const standing = await this.standing(e);
+    if (!standing.principal) {
+      await this.disable(e, 'token', 'the token that created it was revoked or expired');
+      return release();
+    }
+    const inbox = (JSON.parse(d.event) as { containerid?: unknown }).containerid;
+    if (typeof inbox === 'string' && !standing.readable.has(inbox)) {
+      return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: "the endpoint's token may no longer read this inbox", ms: null, receiver: null };
+    }
+    const body = await this.body(d);
+    const headers = {
+      ...signedHeaders(this.o.endpoints.signingSecrets(e), d.eventId, body, new Date(this.now())),
+      'content-type': 'application/json',
+      'user-agent': USER_AGENT,
+    };
+    const r = await this.o.post(e.url, headers, body);
+    const at = this.now();
+    const attempts = d.attempts + 1;
+    if (r.ok && r.status >= 200 && r.status < 300) {
+      return { ...base, state: 'delivered', nextAttemptAt: d.nextAttemptAt, at, status: r.status, error: null, ms: r.ms, receiver: 'up' };
+    }
+    const status = r.ok ? r.status : null;
+    const error = r.ok ? `the receiver answered HTTP ${r.status}` : r.error;
+    if (status === 410) {
+      await this.disable(e, 'gone', 'the receiver answered 410 Gone');
+      // Kept for when the endpoint is enabled again.
+      return { ...base, state: 'pending', nextAttemptAt: at, at, status, error, ms: r.ms, receiver: 'down' };
+    }
+    const retryAfter = r.ok && (status === 429 || status === 503) ? r.retryAfterSeconds : null;
+    const next = nextAttempt({ scheduleMs: this.o.settings.scheduleMs, random: this.o.random }, attempts, at, retryAfter);
+    return { ...base, state: next === null ? 'failed' : 'pending', nextAttemptAt: next ?? at, at, status, error, ms: r.ms, receiver: 'down' };
+  }
+
+  /** The body as sent: `{type, timestamp, data}`, data being the event as GET /events serves it plus its cursor. */
+  private async body(d: DeliveryRecord): Promise<string> {
+    const event = JSON.parse(d.event) as { time?: unknown };
+    const cursor = (await this.o.events.cursors()).encode(d.projectId, d.position);
+    const time = typeof event.time === 'string' ? event.time : new Date(this.now()).toISOString();
+    return webhookBody(d.type, time, { ...event, cursor });
+  }
+
+  /** Writes the outcomes gathered so far (one transaction), then disables endpoints failing too long. */
+  private async flush(): Promise<void> {
+    while (this.flushing) await this.flushing;
+    if (this.outcomes.length === 0) return;
+    const batch = this.outcomes;
+    this.outcomes = [];
+    this.flushing = (async () => {
+      try {
+        const failing = await this.o.store.finish(batch);
+        const now = this.now();
+        for (const [id, since] of failing) {
+          const e = this.endpoints.get(id);
+          if (e && since !== null && now - since >= this.o.settings.disableAfterMs) {
+            const last = batch.filter((o) => o.endpointId === id).pop();
+            await this.disable({ ...e, failingSince: since }, 'failing', last?.error ?? 'every attempt failed');
+          }
+        }
+      } catch (err) {
+        // Their leases lapse and the deliveries are tried again.
+        this.o.log.warn({ err, outcomes: batch.length }, 'writing webhook outcomes failed');
+      } finally {
+        this.flushing = null;
+      }
+    })();
+    await this.flushing;
+  }
+
+  /** Stops sending to an endpoint and records why, once per spell however many processes see it. */
+  private async disable(e: WebhookEndpointRecord, reason: DisableReason, detail: string): Promise<void> {
+    if (!this.endpoints.delete(e.id)) return;
+    const current = await this.o.store.get(e.projectId, e.id);
+    if (!current || current.disabledAt !== null) return;
+    const at = this.now();
+    const words = { failing: 'every attempt failed for too long', gone: 'the receiver answered 410 Gone', token: 'its token was revoked or expired' }[reason];
+    await this.o.store.setDisabled(e.projectId, e.id, at, words, at);
+    this.o.log.warn({ webhook: e.id, reason, detail }, 'webhook endpoint disabled');
+    await this.o.events.record({
+      type: 'webhook.endpoint.disabled',
+      projectId: e.projectId,
+      actor: SYSTEM_ACTOR,
+      subject: e.id,
+      data: { webhookId: e.id, reason, detail: detail.slice(0, 500) },
+      // One event per spell, across processes: the spell is named by when it began.
+      dedupeKey: `webhook.endpoint.disabled ${e.id} ${reason} ${e.failingSince ?? current.updatedAt}`,
+    });
+  }
+
+  private async purge(): Promise<void> {
+    try {
+      await this.o.store.purgeDeliveries(this.now() - this.o.settings.keepMs);
+    } catch (err) {
+      this.o.log.warn({ err }, 'purging settled webhook deliveries failed');
+    }
+  }
+}
