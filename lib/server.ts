@@ -252,7 +252,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     allowHttpLoopback: config.webhookAllowHttpLoopback,
     cursors: () => eventLog.cursors(),
     post: postWebhook,
-    onChange: (id) => dispatcher?.poke(id),
+    onChange: async (id) => dispatcher?.poke(id),
   });
   dispatcher = new WebhookDispatcher({
     store: store.webhooks,

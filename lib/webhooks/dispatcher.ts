@@ -94,9 +94,12 @@ export class WebhookDispatcher {
     this.purgeTimer.unref();
   }
 
-  /** Looks again at an endpoint now (made, edited, enabled, replayed through this process). */
-  poke(endpointId?: string): void {
-    void this.tick(endpointId);
+  /**
+   * Reads the endpoints again now (one was made, edited, rotated or replayed through this
+   * process), so what follows uses them; other processes see the change within pollMs.
+   */
+  poke(endpointId?: string): Promise<void> {
+    return this.tick(endpointId);
   }
 
   /** Stops taking work, lets attempts under way finish (at most `graceMs`), writes their outcomes. */

@@ -38,8 +38,8 @@ export interface WebhookEndpointsOptions {
   cursors: () => Promise<Cursors>;
   /** How test sends reach the receiver (the dispatcher's way). */
   post: Poster;
-  /** An endpoint was made, changed or replayed: the dispatcher looks at it now. */
-  onChange?: (id: string) => void;
+  /** An endpoint was made, changed, rotated or replayed: this process's dispatcher reads it again before the answer. */
+  onChange?: (id: string) => Promise<void>;
   now?: () => number;
 }
 
@@ -94,7 +94,7 @@ export class WebhookEndpoints {
       updatedAt: at,
     };
     await this.o.store.create(record);
-    this.o.onChange?.(id);
+    await this.o.onChange?.(id);
     return { ...this.wire(record), secret: webhookSecret(key) };
   }
 
@@ -127,7 +127,7 @@ export class WebhookEndpoints {
       if (!updated) throw notFound('webhook not found');
       e = updated;
     }
-    this.o.onChange?.(id);
+    await this.o.onChange?.(id);
     return this.wire(e);
   }
 
@@ -144,6 +144,7 @@ export class WebhookEndpoints {
     const until = at + ROTATION_OVERLAP_MS;
     const rotated = await this.o.store.rotateSecret(p.projectId, id, this.o.masterKey.seal(key, sealContext(id)), until, at);
     if (!rotated) throw notFound('webhook not found');
+    await this.o.onChange?.(id);
     return { secret: webhookSecret(key), previousSecretExpiresAt: new Date(until).toISOString() };
   }
 
@@ -183,7 +184,7 @@ export class WebhookEndpoints {
     const position = (await this.o.cursors()).decode(p.projectId, after);
     if (position === null) throw invalid('after is not a cursor of this project (take one from GET /events or a delivered event)');
     if (!(await this.o.store.rewind(p.projectId, e.id, position, this.now()))) throw notFound('webhook not found');
-    this.o.onChange?.(e.id);
+    await this.o.onChange?.(e.id);
     return { after };
   }
 

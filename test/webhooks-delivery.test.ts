@@ -1,0 +1,415 @@
+// Webhook deliveries (issue 18, items 2-5; docs/webhooks.md) against a real receiver verifying
+// with `standardwebhooks`: mail from SMTP and a mail app's change reach it, filters and the
+// token's reach hold, retries (a shortened schedule) bring everything once the receiver is back,
+// Retry-After is heeded, 410 and failing for too long disable, a revoked token stops its
+// endpoints, replay re-sends, rotation signs with both secrets, and with several processes each
+// event is sent once and a `kill -9` loses none.
+import { expect } from 'chai';
+import type { Webhook, WebhookCreated, WebhookDeliveryList, WebhookSecret, WebhookTestResult } from '../schemas/wire.ts';
+import { register, post as publish, type WireEvent } from './events-helpers.ts';
+import { call, envVars, json, mailEnv, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
+import { append, deliver, mailApp, until } from './mail-fixtures.ts';
+import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
+import { Receiver } from './webhook-receiver.ts';
+
+const SCHEMA = 'https://postern.dev/schemas/webhooks.json#/$defs/';
+const SCOPES = ['webhooks:write', 'events:read', 'events:write', 'project:read'];
+
+/** Retries in a blink, loopback receivers allowed, leases short enough for a test to outlive. */
+const FAST: Record<string, string> = {
+  POSTERN_EVENTS_SETTLE_MS: '0',
+  POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: '1',
+  POSTERN_WEBHOOK_ALLOW: '127.0.0.1/32',
+  POSTERN_WEBHOOK_RETRY_SCHEDULE: '300ms,300ms,300ms,300ms,300ms,300ms,300ms,300ms',
+  POSTERN_WEBHOOK_POLL_MS: '100',
+  POSTERN_WEBHOOK_TIMEOUT_MS: '2000',
+  POSTERN_WEBHOOK_LEASE_MS: '4000',
+};
+
+function api(s: TestServer, token: string) {
+  const send = async (method: string, path: string, body?: unknown) =>
+    call(`${s.base}${path}`, {
+      method,
+      token,
+      ...(body !== undefined ? { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) } : {}),
+    });
+  return {
+    send,
+    async hook(receiver: Receiver, body: Record<string, unknown> = {}): Promise<WebhookCreated> {
+      const res = await send('POST', '/webhooks', { url: receiver.url, ...body });
+      expect(res.status, await res.clone().text()).to.equal(201);
+      const made = await json<WebhookCreated>(res);
+      receiver.secrets = [made.secret];
+      return made;
+    },
+    async get(id: string): Promise<Webhook> {
+      return json<Webhook>(await send('GET', `/webhooks/${id}`));
+    },
+    async deliveries(id: string, query = ''): Promise<WebhookDeliveryList> {
+      const res = await send('GET', `/webhooks/${id}/deliveries${query}`);
+      expect(res.status, await res.clone().text()).to.equal(200);
+      return s.postern.validator.body<WebhookDeliveryList>(`${SCHEMA}WebhookDeliveryList`, await json(res));
+    },
+    /** Publishes ext.order.shipped events; their ids, in order. */
+    async ship(n: number): Promise<string[]> {
+      const ids: string[] = [];
+      for (let i = 0; i < n; i++) {
+        const res = await publish(s, token, { type: 'ext.order.shipped', data: { orderId: `o-${i}` } });
+        expect(res.status, await res.clone().text()).to.equal(201);
+        ids.push((await json<{ id: string }>(res)).id);
+      }
+      return ids;
+    },
+    async events(query: string): Promise<WireEvent[]> {
+      return (await json<{ events: WireEvent[] }>(await send('GET', `/events?${query}`))).events;
+    },
+  };
+}
+
+async function project(s: TestServer): Promise<{ p: TestProject; token: string; a: ReturnType<typeof api> }> {
+  const p = await newProject(s);
+  const token = await p.token(SCOPES);
+  await register(s, token, { name: 'ext.order.shipped', description: 'An order left.', data: [{ name: 'orderId', type: 'string', required: true }] });
+  return { p, token, a: api(s, token) };
+}
+
+describe('webhook deliveries', function () {
+  this.timeout(60_000);
+  let s: TestServer;
+  const receivers: Receiver[] = [];
+  const receiver = async () => {
+    const r = await new Receiver().start();
+    receivers.push(r);
+    return r;
+  };
+
+  before(async () => {
+    s = await startPostern(FAST);
+  });
+  after(async () => {
+    for (const r of receivers) await r.close();
+    await s?.close();
+  });
+
+  it('sends an event signed (Standard Webhooks), its data as GET /events serves it with its cursor, webhook-id the event id', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    const hook = await a.hook(r);
+    const [id] = await a.ship(1);
+    const got = await until('the event at the receiver', async () => r.received.find((x) => x.id === id));
+    expect(r.unverified).to.deep.equal([]);
+    expect(got.type).to.equal('ext.order.shipped');
+    const [served] = await a.events(`types=ext.order.shipped`);
+    const { cursor, ...event } = got.data;
+    expect(event).to.deep.equal(served);
+    expect(JSON.parse(got.body).timestamp).to.equal(served!.time);
+    // The cursor resumes GET /events right after it.
+    expect(await a.events(`after=${encodeURIComponent(String(cursor))}`)).to.deep.equal([]);
+    const [more] = await a.ship(1);
+    expect((await a.events(`after=${encodeURIComponent(String(cursor))}`)).map((e) => e.id)).to.deep.equal([more]);
+    const delivered = await until('the outcome written', async () => (await a.deliveries(hook.id)).deliveries.find((d) => d.eventId === id && d.state === 'delivered'));
+    expect(delivered).to.deep.include({ type: 'ext.order.shipped', cursor, attempts: 1, lastStatus: 204, lastError: null, nextAttemptAt: null });
+  });
+
+  it('mail reaches it: a message delivered by SMTP, then a mail app flagging it', async () => {
+    const { p, a } = await project(s);
+    const inbox = await p.inbox();
+    const reader = await p.token(['messages:read']);
+    const r = await receiver();
+    await a.hook(r, { types: ['message.*'], inboxes: [inbox.id] });
+    const read = async () => expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: reader })).status).to.equal(200);
+    await read();
+    await deliver(inbox.address, { subject: 'webhook me' });
+    const added = await until('message.added from SMTP at the receiver', async () => {
+      await read();
+      return r.received.find((x) => x.type === 'message.added');
+    }, 30_000);
+    const msgId = String((added.data.data as { msgId: string }).msgId);
+    const app = await mailApp(inbox);
+    try {
+      await app.mailboxOpen('INBOX');
+      await app.messageFlagsAdd(String((added.data.data as { uid: number }).uid), ['\\Flagged'], { uid: true });
+    } finally {
+      await app.logout();
+    }
+    await read();
+    const flagged = await until('message.flags at the receiver', async () => r.received.find((x) => x.type === 'message.flags'));
+    expect(flagged.data.data).to.deep.include({ msgId, flags: ['flagged'] });
+    expect(flagged.data.containerid).to.equal(inbox.id);
+    expect(r.unverified).to.deep.equal([]);
+  });
+
+  it('sends only the types and inboxes it filters for, and only what its token may read', async () => {
+    const { p, a } = await project(s);
+    const reader = await p.token(['messages:read']);
+    const inboxA = await p.inbox();
+    const inboxB = await p.inbox();
+    // Narrowed to inbox A, without project:read: neither B's events nor project-level ones.
+    const narrow = await p.token(['webhooks:write', 'events:read'], { inboxes: [inboxA.id] });
+    const rNarrow = await receiver();
+    const hookNarrow = await api(s, narrow).hook(rNarrow);
+    const rTypes = await receiver();
+    const hookTypes = await a.hook(rTypes, { types: ['message.*'], inboxes: [inboxB.id] });
+    const labels = async (inbox: { id: string }) => expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: reader })).status).to.equal(200);
+    await labels(inboxA);
+    await labels(inboxB);
+    const appA = await mailApp(inboxA);
+    const appB = await mailApp(inboxB);
+    try {
+      await append(appB, 'INBOX', { subject: 'to B' });
+      await labels(inboxB);
+      const [shipped] = await a.ship(1);
+      await append(appA, 'INBOX', { subject: 'to A' });
+      await labels(inboxA);
+      const inA = await until("A's message at the narrow receiver", async () => rNarrow.received.find((x) => x.type === 'message.added'));
+      expect(inA.data.containerid).to.equal(inboxA.id);
+      const inB = await until("B's message at the typed receiver", async () => rTypes.received.find((x) => x.type === 'message.added'));
+      expect(inB.data.containerid).to.equal(inboxB.id);
+      // Everything up to A's message has been judged for the narrow endpoint (the log is read in
+      // order): its deliveries say what was kept. The typed one reads only B's events.
+      const narrowKept = (await api(s, narrow).deliveries(hookNarrow.id)).deliveries.map((d) => d.type);
+      expect(narrowKept).to.deep.equal(['message.added']);
+      const typedKept = (await a.deliveries(hookTypes.id)).deliveries;
+      expect(typedKept.map((d) => d.eventId)).to.deep.equal([inB.id]);
+      expect(rNarrow.ids()).to.not.include(shipped);
+      expect(rTypes.ids()).to.not.include(shipped);
+    } finally {
+      await appA.logout();
+      await appB.logout();
+    }
+  });
+
+  it('a receiver down for a while gets everything once it is back; the deliveries list shows the attempts and pages', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    let down = true;
+    r.answer = () => (down ? { status: 503 } : { status: 204 });
+    const hook = await a.hook(r);
+    const ids = await a.ship(3);
+    await until('every event tried twice', async () => ids.every((id) => r.received.filter((x) => x.id === id).length >= 2));
+    const pending = await a.deliveries(hook.id);
+    for (const d of pending.deliveries) {
+      expect(d.state).to.equal('pending');
+      expect(d.lastStatus).to.equal(503);
+      expect(d.lastError).to.match(/503/);
+      expect(d.nextAttemptAt).to.be.a('string');
+    }
+    down = false;
+    await until('every event delivered', async () => ids.every((id) => r.delivered.has(id)));
+    // Each retry is the same message: same id, same body.
+    for (const id of ids) expect(new Set(r.received.filter((x) => x.id === id).map((x) => x.body)).size).to.equal(1);
+    const settled = await until('the outcomes written', async () => {
+      const l = await a.deliveries(hook.id);
+      return l.deliveries.every((d) => d.state === 'delivered') ? l : null;
+    });
+    expect(settled.deliveries.map((d) => d.eventId)).to.deep.equal([...ids].reverse());
+    for (const d of settled.deliveries) {
+      expect(d.attempts).to.be.at.least(3);
+      expect(d).to.include({ lastStatus: 204, lastError: null, nextAttemptAt: null });
+    }
+    const first = await a.deliveries(hook.id, '?limit=2');
+    expect(first.deliveries.map((d) => d.eventId)).to.deep.equal([ids[2], ids[1]]);
+    const rest = await a.deliveries(hook.id, `?limit=2&before=${encodeURIComponent(first.next!)}`);
+    expect(rest.deliveries.map((d) => d.eventId)).to.deep.equal([ids[0]]);
+    expect(rest.next).to.equal(null);
+    expect((await a.send('GET', `/webhooks/${hook.id}/deliveries?before=nonsense`)).status).to.equal(400);
+  });
+
+  it('heeds Retry-After on 429', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    let first = true;
+    r.answer = () => {
+      if (!first) return { status: 200 };
+      first = false;
+      return { status: 429, headers: { 'retry-after': '2' } };
+    };
+    await a.hook(r);
+    const [id] = await a.ship(1);
+    await until('the retry', async () => r.delivered.has(id!));
+    const times = r.received.filter((x) => x.id === id).map((x) => x.at);
+    expect(times).to.have.length(2);
+    // The schedule says 300 ms; the receiver asked for 2 s.
+    expect(times[1]! - times[0]!).to.be.at.least(1900);
+  });
+
+  it('410 disables the endpoint and records webhook.endpoint.disabled; enabling it sends what waited', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    let gone = true;
+    r.answer = () => ({ status: gone ? 410 : 204 });
+    const hook = await a.hook(r);
+    const [id] = await a.ship(1);
+    await until('the endpoint disabled', async () => !(await a.get(hook.id)).enabled);
+    expect((await a.get(hook.id)).disabledReason).to.match(/410/);
+    const [recorded] = await until('webhook.endpoint.disabled', async () => {
+      const e = await a.events('types=webhook.endpoint.disabled');
+      return e.length > 0 ? e : null;
+    });
+    expect(recorded!.data).to.deep.include({ webhookId: hook.id, reason: 'gone' });
+    expect(recorded!.subject).to.equal(hook.id);
+    const [later] = await a.ship(1);
+    gone = false;
+    const on = await a.send('PATCH', `/webhooks/${hook.id}`, { enabled: true });
+    expect(on.status).to.equal(200);
+    await until('both events delivered', async () => r.delivered.has(id!) && r.delivered.has(later!));
+  });
+
+  it('gives a delivery up when the schedule runs out, and disables an endpoint failing for POSTERN_WEBHOOK_DISABLE_AFTER', async () => {
+    const own = await startPostern({ ...FAST, POSTERN_WEBHOOK_RETRY_SCHEDULE: '100ms,100ms', POSTERN_WEBHOOK_DISABLE_AFTER: '1s' });
+    try {
+      const { a } = await project(own);
+      const r = await receiver();
+      r.answer = () => ({ status: 500 });
+      const hook = await a.hook(r);
+      const [id] = await a.ship(1);
+      const given = await until('the first delivery given up', async () => (await a.deliveries(hook.id)).deliveries.find((d) => d.eventId === id && d.state === 'failed'));
+      expect(given).to.deep.include({ attempts: 3, lastStatus: 500, nextAttemptAt: null });
+      expect(r.received.filter((x) => x.id === id)).to.have.length(3);
+      expect((await a.get(hook.id)).enabled).to.equal(true);
+      // A second spell of failures, the first still unbroken a second later: disabled.
+      await until('a second past the first failure', async () => Date.now() - r.received[0]!.at > 1100);
+      await a.ship(1);
+      await until('the endpoint disabled', async () => !(await a.get(hook.id)).enabled);
+      const [recorded] = await a.events('types=webhook.endpoint.disabled');
+      expect(recorded!.data).to.deep.include({ webhookId: hook.id, reason: 'failing' });
+      expect(recorded!.data!.detail).to.match(/500/);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it("stops the endpoints of a revoked token", async () => {
+    const { p, a: writer } = await project(s);
+    const owner = await p.token(['webhooks:write', 'events:read', 'project:read']);
+    const r = await receiver();
+    const hook = await api(s, owner).hook(r);
+    const [before] = await writer.ship(1);
+    await until('an event while the token lives', async () => r.delivered.has(before!));
+    const tokenId = /^svc_(tok_[0-9A-Z]{26})_/.exec(owner)![1]!;
+    await s.postern.admin.revokeToken(tokenId);
+    // The dispatcher reads a token's standing at most a second old (docs/webhooks.md).
+    await until('the standing it holds gone stale', async () => Date.now() - r.received.at(-1)!.at > 1100);
+    const [after] = await writer.ship(1);
+    await until('the endpoint disabled', async () => (await s.postern.store.webhooks.get(p.projectId, hook.id))!.disabledAt !== null);
+    const [recorded] = await writer.events('types=webhook.endpoint.disabled');
+    expect(recorded!.data).to.deep.include({ webhookId: hook.id, reason: 'token' });
+    expect(r.ids()).to.not.include(after);
+  });
+
+  it('replay re-sends every event after a cursor', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    const hook = await a.hook(r);
+    const ids = await a.ship(3);
+    await until('three delivered', async () => ids.every((id) => r.delivered.has(id)));
+    const cursor = r.received.find((x) => x.id === ids[0])!.data.cursor!;
+    const res = await a.send('POST', `/webhooks/${hook.id}/replay`, { after: cursor });
+    expect(res.status).to.equal(202);
+    expect(await json(res)).to.deep.equal({ after: cursor });
+    await until('the two after it sent again', async () => ids.slice(1).every((id) => r.received.filter((x) => x.id === id).length === 2));
+    expect(r.received.filter((x) => x.id === ids[0])).to.have.length(1);
+    expect((await a.send('POST', `/webhooks/${hook.id}/replay`, { after: 'not-a-cursor' })).status).to.equal(400);
+    expect((await a.send('POST', `/webhooks/${hook.id}/replay`, {})).status).to.equal(400);
+  });
+
+  it('after a rotation both secrets sign each delivery', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    const hook = await a.hook(r);
+    const res = await a.send('POST', `/webhooks/${hook.id}/rotate-secret`);
+    const { secret } = await json<WebhookSecret>(res);
+    r.secrets = [hook.secret, secret];
+    const [id] = await a.ship(1);
+    const got = await until('the event', async () => r.received.find((x) => x.id === id));
+    expect(got.verifiedWith).to.deep.equal([0, 1]);
+    expect(got.signature.split(' ')).to.have.length(2);
+  });
+
+  it('POST /test sends one signed webhook.test; an address not allowed is reported, not called', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    const hook = await a.hook(r);
+    const res = await a.send('POST', `/webhooks/${hook.id}/test`);
+    const result = s.postern.validator.body<WebhookTestResult>(`${SCHEMA}WebhookTestResult`, await json(res));
+    expect(result).to.include({ delivered: true, status: 204, error: null });
+    expect(r.received).to.have.length(1);
+    expect(r.received[0]!).to.deep.include({ type: 'webhook.test', verifiedWith: [0] });
+    // The same receiver from a server that does not allow loopback.
+    const strict = await startPostern({ POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: '1' });
+    try {
+      const { a: sa } = await project(strict);
+      const other = await sa.hook(r);
+      const refused = await json<WebhookTestResult>(await sa.send('POST', `/webhooks/${other.id}/test`));
+      expect(refused.delivered).to.equal(false);
+      expect(refused.status).to.equal(null);
+      expect(refused.error).to.match(/127\.0\.0\.1.*loopback/);
+      expect(r.received).to.have.length(1);
+    } finally {
+      await strict.close();
+    }
+  });
+});
+
+describe('webhook deliveries across processes', function () {
+  this.timeout(120_000);
+  let s: TestServer;
+  let other: Listening | null = null;
+
+  before(async () => {
+    s = await startPostern({ ...FAST, POSTERN_WEBHOOK_CONCURRENCY: '2' });
+  });
+  afterEach(async () => {
+    if (other) await stopProcess(other.child);
+    other = null;
+  });
+  after(async () => {
+    await s?.close();
+  });
+
+  const second = async () => {
+    other = await spawnPostern(envVars(mailEnv(), { ...s.storeEnv, ...FAST, POSTERN_WEBHOOK_CONCURRENCY: '2', POSTERN_PORT: String(await freePort()) }));
+    return other;
+  };
+
+  it('two processes send each event once', async () => {
+    await second();
+    const { a } = await project(s);
+    const r = await new Receiver().start();
+    try {
+      const hook = await a.hook(r);
+      const ids = await a.ship(40);
+      // Every delivery settled: none is left that either process could send again.
+      await until('all forty settled', async () => (await a.deliveries(hook.id, '?limit=100')).deliveries.filter((d) => d.state === 'delivered').length === 40, 30_000);
+      expect(r.ids().sort()).to.deep.equal([...ids].sort());
+      expect(r.unverified).to.deep.equal([]);
+    } finally {
+      await r.close();
+    }
+  });
+
+  it('kill -9 of a process with deliveries under way loses none', async () => {
+    const killed = await second();
+    const { a } = await project(s);
+    const r = await new Receiver().start();
+    try {
+      let hang = true;
+      r.answer = () => (hang ? 'hang' : { status: 204 });
+      const hook = await a.hook(r);
+      const ids = await a.ship(10);
+      // Two attempts under way per process at most: four held open means the other process holds two.
+      await until('both processes holding attempts', async () => r.hangingCount >= 4);
+      killed.child.kill('SIGKILL');
+      await new Promise((resolve) => killed.child.once('exit', resolve));
+      hang = false;
+      await until('every event delivered', async () => ids.every((id) => r.delivered.has(id)), 60_000);
+      const list = await until('every delivery settled', async () => {
+        const l = await a.deliveries(hook.id, '?limit=100');
+        return l.deliveries.every((d) => d.state === 'delivered') ? l : null;
+      }, 30_000);
+      expect(list.deliveries).to.have.length(10);
+    } finally {
+      await r.close();
+    }
+  });
+});
