@@ -14,6 +14,7 @@ import { openStore } from '../adapters/store/open.ts';
 import { backupStore, DumpError, exportStore, importStore } from '../adapters/store/portable.ts';
 import { runPrimary, type ListeningMessage } from './cluster.ts';
 import { untilSignal } from './signals.ts';
+import { WebhookStaff } from '../lib/webhooks/staff.ts';
 
 class UsageError extends Error {}
 
@@ -32,6 +33,8 @@ const USAGE = `usage:
   postern admin inbox rotate-key --inbox IBX
   postern admin token create --member MEM --scopes a,b,c [--inboxes IBX,IBX] [--expires-in SECONDS]
   postern admin token revoke --id TOK
+  postern admin webhook list [--project PRJ]  every webhook endpoint: where it sends, enabled or why not, failing since when
+  postern admin webhook disable --id WHK [--reason TEXT]   stops sending to it (its deliveries wait; its owner may enable it)
   postern admin session create --member MEM [--expires-in SECONDS]
   postern admin member invite --member MEM [--expires-in SECONDS]   one-time passkey enrollment link
   postern admin migrate                       brings the store's schema up to date (PostgreSQL with POSTERN_DATABASE_URL)
@@ -63,7 +66,7 @@ function seconds(value: string | undefined, name: string): number | undefined {
 
 const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
 
-const ADMIN_COMMANDS = ['project create', 'member add', 'member set-key', 'member invite', 'inbox add', 'inbox remove', 'inbox status', 'inbox rotate-key', 'token create', 'token revoke', 'session create'];
+const ADMIN_COMMANDS = ['project create', 'member add', 'member set-key', 'member invite', 'inbox add', 'inbox remove', 'inbox status', 'inbox rotate-key', 'token create', 'token revoke', 'session create', 'webhook list', 'webhook disable'];
 
 async function admin(args: string[]): Promise<unknown> {
   // Commands are one word (grant, revoke) or a noun and a verb (token create).
@@ -220,6 +223,14 @@ async function admin(args: string[]): Promise<unknown> {
       case 'session create': {
         const v = flags(tail, { member: { type: 'string' }, 'expires-in': { type: 'string' } });
         return await admin.createSession(required(v, 'member'), seconds(v['expires-in'], 'expires-in'));
+      }
+      case 'webhook list': {
+        const v = flags(tail, { project: { type: 'string' } });
+        return { webhooks: await new WebhookStaff(store.webhooks, events).list(v.project) };
+      }
+      case 'webhook disable': {
+        const v = flags(tail, { id: { type: 'string' }, reason: { type: 'string' } });
+        return await new WebhookStaff(store.webhooks, events).disable(required(v, 'id'), v.reason ?? 'no reason given');
       }
       default:
         throw new UsageError(`unknown admin command: ${args.join(' ')}`);

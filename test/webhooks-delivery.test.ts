@@ -9,7 +9,7 @@ import type { Webhook, WebhookCreated, WebhookDeliveryList, WebhookSecret, Webho
 import { register, post as publish, type WireEvent } from './events-helpers.ts';
 import { call, envVars, json, mailEnv, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
 import { append, deliver, mailApp, until } from './mail-fixtures.ts';
-import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
+import { freePort, runPostern, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { Receiver } from './webhook-receiver.ts';
 
 const SCHEMA = 'https://postern.dev/schemas/webhooks.json#/$defs/';
@@ -34,6 +34,7 @@ function api(s: TestServer, token: string) {
       ...(body !== undefined ? { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) } : {}),
     });
   return {
+    token,
     send,
     async hook(receiver: Receiver, body: Record<string, unknown> = {}): Promise<WebhookCreated> {
       const res = await send('POST', '/webhooks', { url: receiver.url, ...body });
@@ -347,6 +348,45 @@ describe('webhook deliveries', function () {
       expect(r.received).to.have.length(1);
     } finally {
       await strict.close();
+    }
+  });
+});
+
+describe('postern admin webhook', function () {
+  this.timeout(120_000);
+  let s: TestServer;
+  before(async () => {
+    s = await startPostern(FAST);
+  });
+  after(async () => {
+    await s?.close();
+  });
+
+  it('lists every endpoint, and disables one: recorded, its owner may enable it again', async () => {
+    const { p, a } = await project(s);
+    const r = await new Receiver().start();
+    try {
+      const hook = await a.hook(r, { types: ['ext.*'] });
+      const env = envVars(mailEnv(), s.storeEnv);
+      const listed = await runPostern(['admin', 'webhook', 'list', '--project', p.projectId], env);
+      expect(listed.code, listed.stderr).to.equal(0);
+      expect(listed.out.webhooks).to.deep.equal([
+        { id: hook.id, projectId: p.projectId, tokenId: /^svc_(tok_[0-9A-Z]{26})_/.exec(a.token)![1], url: r.url, types: ['ext.*'], inboxes: null, enabled: true, disabledAt: null, disabledReason: null, failingSince: null, createdAt: hook.createdAt },
+      ]);
+      const off = await runPostern(['admin', 'webhook', 'disable', '--id', hook.id, '--reason', 'receiver under maintenance'], env);
+      expect(off.code, off.stderr).to.equal(0);
+      expect(off.out).to.include({ id: hook.id, enabled: false, disabledReason: 'disabled by staff: receiver under maintenance' });
+      expect((await a.get(hook.id)).enabled).to.equal(false);
+      const [recorded] = await a.events('types=webhook.endpoint.disabled');
+      expect(recorded!.data).to.deep.include({ webhookId: hook.id, reason: 'staff', detail: 'receiver under maintenance' });
+      const missing = await runPostern(['admin', 'webhook', 'disable', '--id', 'whk_01M8ANF4Q35SV94XVK3S6RVM3P'], env);
+      expect(missing.code).to.not.equal(0);
+      expect(missing.out.error).to.match(/no webhook endpoint/);
+      expect((await a.send('PATCH', `/webhooks/${hook.id}`, { enabled: true })).status).to.equal(200);
+      const [id] = await a.ship(1);
+      await until('delivered once enabled again', async () => r.delivered.has(id!));
+    } finally {
+      await r.close();
     }
   });
 });

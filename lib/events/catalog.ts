@@ -215,14 +215,14 @@ const BUILTINS: BuiltinSpec[] = [
   {
     name: 'webhook.endpoint.disabled',
     description:
-      'Postern stopped sending to a webhook endpoint: every attempt failed for POSTERN_WEBHOOK_DISABLE_AFTER (3 days by default), the receiver answered 410 Gone, or the token that created it was revoked or expired. Its deliveries wait; enabling it (PATCH enabled: true) sends them.',
+      'Postern stopped sending to a webhook endpoint: every attempt failed for POSTERN_WEBHOOK_DISABLE_AFTER (3 days by default), the receiver answered 410 Gone, the token that created it was revoked or expired, or staff disabled it. Its deliveries wait; enabling it (PATCH enabled: true) sends them.',
     class: 'delivery',
     visibility: 'project',
     status: 'stable',
     subject: 'the webhook endpoint id (whk_…)',
     fields: [
       { name: 'webhookId', type: 'string', pattern: WHK, required: true, description: 'The endpoint.' },
-      { name: 'reason', type: 'string', enum: ['failing', 'gone', 'token'], required: true, description: 'failing for too long, 410 Gone, or its token revoked or expired.' },
+      { name: 'reason', type: 'string', enum: ['failing', 'gone', 'token', 'staff'], required: true, description: 'failing for too long, 410 Gone, its token revoked or expired, or staff (postern admin webhook disable).' },
       { name: 'detail', type: 'string', description: 'What the last attempt got, in words.' },
     ],
   },

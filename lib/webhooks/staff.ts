@@ -1,0 +1,67 @@
+// What staff do to webhook endpoints from the server (`postern admin webhook list|disable`):
+// every project's endpoints at a glance, and stopping one without its owner's token.
+import { notFound } from '../errors.ts';
+import { isId } from '../ids.ts';
+import type { EventLog } from '../events/log.ts';
+import { SYSTEM_ACTOR } from '../events/log.ts';
+import type { WebhookStore } from './store.ts';
+
+export interface StaffWebhook {
+  id: string;
+  projectId: string;
+  tokenId: string;
+  url: string;
+  types: string[] | null;
+  inboxes: string[] | null;
+  enabled: boolean;
+  disabledAt: string | null;
+  disabledReason: string | null;
+  failingSince: string | null;
+  createdAt: string;
+}
+
+const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+
+export class WebhookStaff {
+  constructor(
+    private readonly store: WebhookStore,
+    private readonly events: EventLog,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Every endpoint, or one project's, oldest first. */
+  async list(projectId?: string): Promise<StaffWebhook[]> {
+    const all = projectId ? await this.store.list(projectId) : await this.store.all();
+    return all.map((e) => ({
+      id: e.id,
+      projectId: e.projectId,
+      tokenId: e.tokenId,
+      url: e.url,
+      types: e.types,
+      inboxes: e.inboxes,
+      enabled: e.disabledAt === null,
+      disabledAt: iso(e.disabledAt),
+      disabledReason: e.disabledReason,
+      failingSince: iso(e.failingSince),
+      createdAt: iso(e.createdAt)!,
+    }));
+  }
+
+  /** Disables it (its deliveries wait) and records webhook.endpoint.disabled; its owner may enable it again. */
+  async disable(id: string, reason: string): Promise<StaffWebhook> {
+    const e = isId('whk', id) ? (await this.store.all()).find((x) => x.id === id) : undefined;
+    if (!e) throw notFound(`no webhook endpoint ${id}`);
+    if (e.disabledAt === null) {
+      const at = this.now();
+      await this.store.setDisabled(e.projectId, e.id, at, `disabled by staff: ${reason}`, at);
+      await this.events.record({
+        type: 'webhook.endpoint.disabled',
+        projectId: e.projectId,
+        actor: SYSTEM_ACTOR,
+        subject: e.id,
+        data: { webhookId: e.id, reason: 'staff', detail: reason.slice(0, 500) },
+      });
+    }
+    return (await this.list(e.projectId)).find((x) => x.id === id)!;
+  }
+}
