@@ -290,12 +290,6 @@ export interface WebhookDeliveryList {
   next: string | null;
 }
 
-/** GET /webhooks/{id}/deliveries query (webhooks.json WebhookDeliveriesQuery). */
-export interface WebhookDeliveriesQuery {
-  before?: string;
-  limit: number;
-}
-
 /** POST /webhooks/{id}/test (webhooks.json WebhookTestResult). */
 export interface WebhookTestResult {
   delivered: boolean;

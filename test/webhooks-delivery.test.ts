@@ -4,10 +4,15 @@
 // Retry-After is heeded, 410 and failing for too long disable, a revoked token stops its
 // endpoints, replay re-sends, rotation signs with both secrets, and with several processes each
 // event is sent once and a `kill -9` loses none.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { expect } from 'chai';
+import { openStore } from '../adapters/store/open.ts';
+import { loadConfig } from '../lib/config.ts';
 import type { Webhook, WebhookCreated, WebhookDeliveryList, WebhookSecret, WebhookTestResult } from '../schemas/wire.ts';
 import { register, post as publish, type WireEvent } from './events-helpers.ts';
-import { call, envVars, json, mailEnv, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
+import { call, envVars, json, mailEnv, newProject, newStore, startPostern, type TestProject, type TestServer } from './harness.ts';
 import { append, deliver, mailApp, until } from './mail-fixtures.ts';
 import { freePort, runPostern, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { Receiver } from './webhook-receiver.ts';
@@ -348,6 +353,43 @@ describe('webhook deliveries', function () {
       expect(r.received).to.have.length(1);
     } finally {
       await strict.close();
+    }
+  });
+});
+
+describe('webhook deliveries when the server stops', function () {
+  this.timeout(60_000);
+
+  it('abandons attempts a receiver leaves hanging and hands them back, instead of waiting out the timeout', async () => {
+    // A store of the test's own, kept when the server closes, so what it left can be read after.
+    const dir = mkdtempSync(join(tmpdir(), 'postern-webhooks-stop-'));
+    const store = await newStore(dir);
+    const own = await startPostern({ ...FAST, POSTERN_WEBHOOK_TIMEOUT_MS: '20000', POSTERN_WEBHOOK_LEASE_MS: '40000', ...store.env });
+    const r = await new Receiver().start();
+    let closed = false;
+    try {
+      r.answer = () => 'hang';
+      const { p, a } = await project(own);
+      const hook = await a.hook(r);
+      const [id] = await a.ship(1);
+      await until('the attempt under way', async () => r.hangingCount === 1);
+      const started = Date.now();
+      await own.close();
+      closed = true;
+      expect(Date.now() - started).to.be.below(10_000);
+      // Released: pending as before the attempt, no attempt counted against the receiver.
+      const reopened = await openStore(loadConfig(store.env));
+      try {
+        const [d] = await reopened.webhooks.deliveries(p.projectId, hook.id, null, 10);
+        expect(d).to.deep.include({ eventId: id, state: 'pending', attempts: 0, lastError: null });
+      } finally {
+        await reopened.close();
+      }
+    } finally {
+      if (!closed) await own.close();
+      await r.close();
+      await store.drop();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

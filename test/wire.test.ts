@@ -48,6 +48,11 @@ const MIRRORS: Record<string, string> = {
   WebhookCreated: 'webhooks.json#/$defs/WebhookCreated',
   WebhookSecret: 'webhooks.json#/$defs/WebhookSecret',
   WebhookList: 'webhooks.json#/$defs/WebhookList',
+  WebhookReplay: 'webhooks.json#/$defs/WebhookReplay',
+  WebhookReplayStarted: 'webhooks.json#/$defs/WebhookReplayStarted',
+  WebhookDelivery: 'webhooks.json#/$defs/WebhookDelivery',
+  WebhookDeliveryList: 'webhooks.json#/$defs/WebhookDeliveryList',
+  WebhookTestResult: 'webhooks.json#/$defs/WebhookTestResult',
 };
 
 const files = new Map<string, Schema>();

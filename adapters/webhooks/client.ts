@@ -19,7 +19,9 @@ export type WebhookClientFailure =
   | 'dns'
   | 'timeout'
   | 'connection'
-  | 'tls';
+  | 'tls'
+  /** The caller gave up (its `signal`): the service is stopping. Says nothing of the receiver. */
+  | 'cancelled';
 
 /** Adapter-level: not a DomainError (a failed delivery is the receiver's state, not a request's). */
 export class WebhookClientError extends Error {
@@ -50,6 +52,8 @@ export interface WebhookPostOptions {
   /** The whole attempt: resolving, connecting, sending, the status and the body read. */
   timeoutMs?: number;
   maxBodyBytes?: number;
+  /** Abandons the attempt (a 'cancelled' failure). */
+  signal?: AbortSignal;
 }
 
 export interface WebhookResponse {
@@ -216,7 +220,10 @@ export async function postWebhook(url: string, options: WebhookPostOptions): Pro
 
   const deadline = new AbortController();
   const timer = setTimeout(() => deadline.abort(), timeoutMs);
-  const timedOut = (): WebhookClientError => new WebhookClientError('timeout', `no answer within ${timeoutMs} ms`);
+  const cancel = (): void => deadline.abort();
+  options.signal?.addEventListener('abort', cancel, { once: true });
+  const timedOut = (): WebhookClientError =>
+    options.signal?.aborted ? new WebhookClientError('cancelled', 'the attempt was cancelled') : new WebhookClientError('timeout', `no answer within ${timeoutMs} ms`);
   try {
     let pinned: ResolvedAddress;
     if (isIP(host) !== 0) {
@@ -248,6 +255,7 @@ export async function postWebhook(url: string, options: WebhookPostOptions): Pro
     return await send(target, isHttps, pinned, options, maxBodyBytes, deadline.signal, timedOut, started);
   } finally {
     clearTimeout(timer);
+    options.signal?.removeEventListener('abort', cancel);
   }
 }
 
@@ -327,14 +335,14 @@ function send(
  * the service's settings, a refusal or a failure to connect being an answer, not a throw.
  */
 export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: number; resolve?: Resolver }): Poster {
-  return async (url, headers, body) => {
+  return async (url, headers, body, signal) => {
     const started = performance.now();
     try {
-      const r = await postWebhook(url, { headers, body, allow: settings.allow, timeoutMs: settings.timeoutMs, ...(settings.resolve ? { resolve: settings.resolve } : {}) });
+      const r = await postWebhook(url, { headers, body, allow: settings.allow, timeoutMs: settings.timeoutMs, ...(settings.resolve ? { resolve: settings.resolve } : {}), ...(signal ? { signal } : {}) });
       return { ok: true, status: r.status, retryAfterSeconds: r.retryAfterSeconds, ms: Math.round(r.ms) };
     } catch (err) {
       if (!(err instanceof WebhookClientError)) throw err;
-      return { ok: false, error: err.message, ms: Math.round(performance.now() - started) };
+      return { ok: false, error: err.message, ms: Math.round(performance.now() - started), cancelled: err.reason === 'cancelled' };
     }
   };
 }

@@ -29,8 +29,9 @@ import type { DeliveryOutcome, DeliveryRecord, WebhookEndpointRecord, WebhookSto
 /** What one POST to a receiver came to (adapters/webhooks/client.ts postWebhook, bound to its settings). */
 export type PostResult =
   | { ok: true; status: number; retryAfterSeconds: number | null; ms: number }
-  | { ok: false; error: string; ms: number };
-export type Poster = (url: string, headers: Record<string, string>, body: string) => Promise<PostResult>;
+  /** `cancelled`: abandoned through the signal (shutting down), which says nothing of the receiver. */
+  | { ok: false; error: string; ms: number; cancelled?: boolean };
+export type Poster = (url: string, headers: Record<string, string>, body: string, signal?: AbortSignal) => Promise<PostResult>;
 
 export interface WebhookDispatcherOptions {
   store: WebhookStore;
@@ -79,6 +80,8 @@ export class WebhookDispatcher {
   private pumping = false;
   private pumpAgain = false;
   private timer: NodeJS.Timeout | null = null;
+  /** Aborts the attempts still running when close's grace is over. */
+  private readonly stopping = new AbortController();
   private purgeTimer: NodeJS.Timeout | null = null;
   private closed = false;
 
@@ -109,8 +112,10 @@ export class WebhookDispatcher {
     if (this.purgeTimer) clearInterval(this.purgeTimer);
     for (const off of this.subscriptions.values()) off();
     this.subscriptions.clear();
-    // Attempts still running after the grace keep their leases, which lapse: another process sends them.
+    // Attempts still running after the grace are abandoned and handed back (their leases released).
     await Promise.race([Promise.allSettled([...this.attempts]), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    this.stopping.abort();
+    await Promise.allSettled([...this.attempts]);
     await this.flush();
   }
 
@@ -308,7 +313,8 @@ export class WebhookDispatcher {
       'content-type': 'application/json',
       'user-agent': USER_AGENT,
     };
-    const r = await this.o.post(e.url, headers, body);
+    const r = await this.o.post(e.url, headers, body, this.stopping.signal);
+    if (!r.ok && r.cancelled) return release();
     const at = this.now();
     const attempts = d.attempts + 1;
     if (r.ok && r.status >= 200 && r.status < 300) {

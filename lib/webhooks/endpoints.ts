@@ -43,6 +43,12 @@ export interface WebhookEndpointsOptions {
   now?: () => number;
 }
 
+/** GET /webhooks/{id}/deliveries query, as validated by schemas/webhooks.json#/$defs/WebhookDeliveriesQuery (limit defaulted). */
+export interface DeliveriesQuery {
+  before?: string;
+  limit: number;
+}
+
 /** Bound to the row, so a sealed secret cannot be moved onto another endpoint. */
 const sealContext = (id: string) => `webhook-secret ${id}`;
 
@@ -161,7 +167,7 @@ export class WebhookEndpoints {
   }
 
   /** The endpoint's deliveries, newest event first, paged with `before` (a `next` from the page before). */
-  async deliveries(p: Principal, id: string, q: Wire.WebhookDeliveriesQuery): Promise<Wire.WebhookDeliveryList> {
+  async deliveries(p: Principal, id: string, q: DeliveriesQuery): Promise<Wire.WebhookDeliveryList> {
     const e = await this.owned(p, id);
     const cursors = await this.o.cursors();
     let before: number | null = null;

@@ -174,6 +174,8 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         // Another process read from the same place: it loses, and writes nothing.
         expect(await b.enqueue(e.id, 10, 14, [delivery(14)], 1_000)).to.equal(false);
         expect((await b.get(e.projectId, e.id))!.position).to.equal(13);
+        // How far it has been served is not a change to the endpoint.
+        expect((await b.get(e.projectId, e.id))!.updatedAt).to.equal(e.updatedAt);
         const listed = await b.deliveries(e.projectId, e.id, null, 10);
         expect(listed.map((d) => d.position)).to.deep.equal([13, 11]);
         expect(listed[0]).to.deep.include({ endpointId: e.id, projectId: e.projectId, state: 'pending', attempts: 0, nextAttemptAt: 1_000, lastStatus: null, event: batch[1]!.event });

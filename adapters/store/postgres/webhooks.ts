@@ -32,7 +32,8 @@ const S = {
   delete: stmt('delete', 'DELETE FROM webhook_endpoints WHERE id = $1 AND project_id = $2'),
   deleteDeliveries: stmt('deleteDeliveries', 'DELETE FROM webhook_deliveries WHERE endpoint_id = $1'),
   all: stmt('all', 'SELECT * FROM webhook_endpoints ORDER BY id'),
-  move: stmt('move', 'UPDATE webhook_endpoints SET position = $1, updated_at = $2 WHERE id = $3 AND position = $4 RETURNING project_id'),
+  // Not updated_at: that says when the endpoint was last changed, not how far it has been served.
+  move: stmt('move', 'UPDATE webhook_endpoints SET position = $1 WHERE id = $2 AND position = $3 RETURNING project_id'),
   // One statement for the batch; a replay makes a delivery already there pending afresh.
   addDeliveries: stmt(
     'addDeliveries',
@@ -126,7 +127,7 @@ export class PgWebhookStore implements WebhookStore {
 
   async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): Promise<boolean> {
     return inTransaction(this.pool, async (c) => {
-      const moved = await rowOf<{ project_id: string }>(c, S.move([to, at, endpointId, from]));
+      const moved = await rowOf<{ project_id: string }>(c, S.move([to, endpointId, from]));
       if (!moved) return false;
       if (deliveries.length > 0) {
         await c.query(

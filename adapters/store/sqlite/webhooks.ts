@@ -39,7 +39,8 @@ export class SqliteWebhookStore implements WebhookStore {
       delete: db.prepare('DELETE FROM webhook_endpoints WHERE id = ? AND project_id = ?'),
       deleteDeliveries: db.prepare('DELETE FROM webhook_deliveries WHERE endpoint_id = ?'),
       all: db.prepare('SELECT * FROM webhook_endpoints ORDER BY id'),
-      move: db.prepare('UPDATE webhook_endpoints SET position = ?, updated_at = ? WHERE id = ? AND position = ?'),
+      // Not updated_at: that says when the endpoint was last changed, not how far it has been served.
+      move: db.prepare('UPDATE webhook_endpoints SET position = ? WHERE id = ? AND position = ?'),
       // A replay makes a delivery already there pending afresh, as if new.
       addDelivery: db.prepare(
         `INSERT INTO webhook_deliveries (${NEW_DELIVERY_COLUMNS.join(', ')}) VALUES (${NEW_DELIVERY_COLUMNS.map(() => '?').join(', ')})
@@ -76,7 +77,7 @@ export class SqliteWebhookStore implements WebhookStore {
     };
     this.enqueueTx = db.transaction((endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): boolean => {
       const row = this.q.projectOf.get(endpointId) as { project_id: string } | undefined;
-      if (!row || this.q.move.run(to, at, endpointId, from).changes === 0) return false;
+      if (!row || this.q.move.run(to, endpointId, from).changes === 0) return false;
       for (const d of deliveries) this.q.addDelivery.run(...newDeliveryValues(endpointId, row.project_id, d, at));
       return true;
     });

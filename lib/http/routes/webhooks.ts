@@ -2,9 +2,9 @@
 // /webhooks/{id}, POST /webhooks/{id}/rotate-secret, GET /webhooks/{id}/deliveries, POST
 // /webhooks/{id}/replay and /test. API tokens with webhooks:write only; the
 // domain (lib/webhooks/endpoints.ts) decides what each token may see and set.
-import type { NewWebhook, WebhookChange, WebhookDeliveriesQuery, WebhookReplay } from '../../../schemas/wire.ts';
+import type { NewWebhook, WebhookChange, WebhookReplay } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
-import type { WebhookEndpoints } from '../../webhooks/endpoints.ts';
+import type { DeliveriesQuery, WebhookEndpoints } from '../../webhooks/endpoints.ts';
 import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppRouter } from '../context.ts';
@@ -40,7 +40,7 @@ export function webhookRoutes(deps: { access: Access; webhooks: WebhookEndpoints
       ctx.body = await webhooks.rotateSecret(ctx.state.principal, ctx.params.webhook!);
     });
     router.get('/webhooks/:webhook/deliveries', manage, async (ctx) => {
-      const q = validator.query<WebhookDeliveriesQuery>(`${SCHEMA}WebhookDeliveriesQuery`, ctx.query);
+      const q = validator.query<DeliveriesQuery>(`${SCHEMA}WebhookDeliveriesQuery`, ctx.query);
       ctx.body = await webhooks.deliveries(ctx.state.principal, ctx.params.webhook!, q);
     });
     router.post('/webhooks/:webhook/replay', manage, async (ctx) => {
