@@ -66,7 +66,7 @@ import { seal } from './mail/seal.ts';
 import { BounceMatcher } from './send/bounces.ts';
 import { WebhookEndpoints } from './webhooks/endpoints.ts';
 import { WebhookDispatcher } from './webhooks/dispatcher.ts';
-import { webhookPoster } from '../adapters/webhooks/client.ts';
+import { WebhookConnections, webhookPoster } from '../adapters/webhooks/client.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
 
 export interface Postern {
@@ -242,7 +242,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const streamQuota = new StreamQuota({ maxPerCredential: config.stream.maxPerCredential, maxPerProject: config.stream.maxPerProject });
 
   // Webhooks: endpoints managed through the API, deliveries sent by the dispatcher.
-  const postWebhook = webhookPoster({ allow: config.webhookAllow, timeoutMs: config.webhooks.timeoutMs });
+  const webhookConnections = new WebhookConnections();
+  const postWebhook = webhookPoster({ allow: config.webhookAllow, timeoutMs: config.webhooks.timeoutMs, connections: webhookConnections });
   let dispatcher: WebhookDispatcher | null = null;
   const webhookEndpoints = new WebhookEndpoints({
     store: store.webhooks,
@@ -370,6 +371,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await mailChanges.drain();
       await bounces?.drain();
       await webhookDispatcher.close();
+      webhookConnections.close();
       await eventLog.close();
       await bus.close();
       await store.close();

@@ -17,6 +17,7 @@ import {
   WebhookClientError,
   type ResolvedAddress,
   type Resolver,
+  WebhookConnections,
   type WebhookPostOptions,
   type WebhookResponse,
 } from '../adapters/webhooks/client.ts';
@@ -372,6 +373,38 @@ describe('webhooks: the delivery client', () => {
         // Without the allowance the same name is refused.
         expect((await failure(post(`http://six.example.test:${port}/`, { resolve: scripted({ 'six.example.test': [['::1']] }), allow: [] }))).reason).to.equal('refused-address');
       } finally {
+        server.closeAllConnections();
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      }
+    });
+
+    it('with pooled connections, reuses one only for the address checked this time, and re-resolves every attempt', async () => {
+      const server = http.createServer((req, res) => {
+        req.resume();
+        req.on('end', () => res.end(req.socket.localAddress));
+      });
+      let connections = 0;
+      server.on('connection', () => connections++);
+      await new Promise<void>((resolve) => server.listen(0, '::', resolve));
+      const { port } = server.address() as AddressInfo;
+      const pool = new WebhookConnections();
+      try {
+        const allow = loadConfig({ POSTERN_WEBHOOK_ALLOW: '127.0.0.1/32,::1/128' }).webhookAllow;
+        // The same name answers 127.0.0.1 twice, then ::1, then 10.0.0.1.
+        const resolve = scripted({ 'pool.example.test': [['127.0.0.1'], ['127.0.0.1'], ['::1'], ['10.0.0.1']] });
+        const url = `http://pool.example.test:${port}/hook`;
+        expect((await post(url, { resolve, allow, connections: pool })).bodySnippet).to.match(/127\.0\.0\.1$/);
+        expect((await post(url, { resolve, allow, connections: pool })).bodySnippet).to.match(/127\.0\.0\.1$/);
+        expect(connections, 'the second attempt reused the first connection').to.equal(1);
+        // Rebound: a new connection, to the new checked address.
+        expect((await post(url, { resolve, allow, connections: pool })).bodySnippet).to.equal('::1');
+        expect(connections).to.equal(2);
+        // Rebound into a refused network: refused, though a pooled connection to the name exists.
+        expect((await failure(post(url, { resolve, allow, connections: pool }))).reason).to.equal('refused-address');
+        expect(resolve.calls).to.have.length(4);
+        expect(connections).to.equal(2);
+      } finally {
+        pool.close();
         server.closeAllConnections();
         await new Promise<void>((resolve) => server.close(() => resolve()));
       }

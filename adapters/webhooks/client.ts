@@ -54,6 +54,46 @@ export interface WebhookPostOptions {
   maxBodyBytes?: number;
   /** Abandons the attempt (a 'cancelled' failure). */
   signal?: AbortSignal;
+  /** Keep-alive connections per checked address; without it each attempt opens its own. */
+  connections?: WebhookConnections;
+}
+
+/**
+ * Keep-alive connections, pooled per scheme, host and *checked address*: a pooled socket is
+ * connected to an address that passed the check, and an attempt only ever takes one from the
+ * pool of the address it checked this time. So reuse cannot carry a request anywhere a fresh
+ * connection could not go (a name rebound to another address gets another pool).
+ */
+export class WebhookConnections {
+  private readonly agents = new Map<string, http.Agent>();
+
+  constructor(private readonly maxPools = 1024) {}
+
+  agentFor(isHttps: boolean, host: string, address: string): http.Agent {
+    const key = `${isHttps ? 'https' : 'http'} ${host} ${address}`;
+    let agent = this.agents.get(key);
+    if (agent) {
+      // Most recently used last: the first is the one to drop when there are too many.
+      this.agents.delete(key);
+      this.agents.set(key, agent);
+      return agent;
+    }
+    if (this.agents.size >= this.maxPools) {
+      const [oldest, pool] = this.agents.entries().next().value as [string, http.Agent];
+      pool.destroy();
+      this.agents.delete(oldest);
+    }
+    // Idle sockets close after 30 s; the agent unrefs them, so they never hold the process up.
+    const options = { keepAlive: true, maxSockets: 64, maxFreeSockets: 16, timeout: 30_000 };
+    agent = isHttps ? new https.Agent(options) : new http.Agent(options);
+    this.agents.set(key, agent);
+    return agent;
+  }
+
+  close(): void {
+    for (const agent of this.agents.values()) agent.destroy();
+    this.agents.clear();
+  }
 }
 
 export interface WebhookResponse {
@@ -290,8 +330,8 @@ function send(
     const request = (isHttps ? https : http).request(target, {
       method: 'POST',
       lookup,
-      // A fresh connection per attempt: no pooled socket can outlive the check that allowed it.
-      agent: false,
+      // Pooled only with connections to the very address checked for this attempt (WebhookConnections).
+      agent: options.connections ? options.connections.agentFor(isHttps, target.host, pinned.address) : false,
       headers,
     });
     const onAbort = (): void => {
@@ -303,7 +343,7 @@ function send(
     request.on('response', (response) => {
       const chunks: Buffer[] = [];
       let length = 0;
-      const done = (): void => {
+      const done = (cut: boolean): void => {
         finish(() =>
           resolve({
             status: response.statusCode ?? 0,
@@ -312,18 +352,20 @@ function send(
             ms: Math.round(performance.now() - started),
           }),
         );
-        // Whatever the receiver still sends is not read: the socket goes.
-        response.destroy();
-        request.destroy();
+        // An answer longer than we read is not read on: that socket goes. One read to its end may be reused.
+        if (cut) {
+          response.destroy();
+          request.destroy();
+        }
       };
       response.on('data', (chunk: Buffer) => {
         chunks.push(chunk);
         length += chunk.length;
-        if (length >= maxBodyBytes) done();
+        if (length >= maxBodyBytes) done(true);
       });
-      response.on('end', done);
+      response.on('end', () => done(false));
       // Cut short by the receiver: its status still stands, with what arrived.
-      response.on('close', done);
+      response.on('close', () => done(!response.complete));
       response.on('error', (err: NodeJS.ErrnoException) => finish(() => reject(describe(err, isHttps, pinned.address))));
     });
     request.end(body);
@@ -334,11 +376,19 @@ function send(
  * The dispatcher's way to reach receivers (lib/webhooks/dispatcher.ts Poster): postWebhook with
  * the service's settings, a refusal or a failure to connect being an answer, not a throw.
  */
-export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: number; resolve?: Resolver }): Poster {
+export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: number; connections: WebhookConnections; resolve?: Resolver }): Poster {
   return async (url, headers, body, signal) => {
     const started = performance.now();
     try {
-      const r = await postWebhook(url, { headers, body, allow: settings.allow, timeoutMs: settings.timeoutMs, ...(settings.resolve ? { resolve: settings.resolve } : {}), ...(signal ? { signal } : {}) });
+      const r = await postWebhook(url, {
+        headers,
+        body,
+        allow: settings.allow,
+        timeoutMs: settings.timeoutMs,
+        connections: settings.connections,
+        ...(settings.resolve ? { resolve: settings.resolve } : {}),
+        ...(signal ? { signal } : {}),
+      });
       return { ok: true, status: r.status, retryAfterSeconds: r.retryAfterSeconds, ms: Math.round(r.ms) };
     } catch (err) {
       if (!(err instanceof WebhookClientError)) throw err;

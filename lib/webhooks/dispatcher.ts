@@ -49,6 +49,10 @@ export interface WebhookDispatcherOptions {
 const READ_BATCH = 500;
 /** Attempts under way at once in a process, over all endpoints. */
 const MAX_IN_FLIGHT = 512;
+/** New events are read this long after the first of them arrives, with those arriving meanwhile. */
+const WAKE_DELAY_MS = 5;
+/** Outcomes are written this long after an attempt ends, with those of every attempt ending meanwhile. */
+const FLUSH_DELAY_MS = 5;
 /** A token's standing is read again after this long (revocation reaches deliveries within it). */
 const PRINCIPAL_TTL_MS = 1000;
 const USER_AGENT = 'Postern-Webhooks/1';
@@ -69,6 +73,7 @@ export class WebhookDispatcher {
   private endpoints = new Map<string, WebhookEndpointRecord>();
   private readonly subscriptions = new Map<string, () => void>();
   private readonly standings = new Map<string, Standing>();
+  private readonly secrets = new Map<string, { updatedAt: number; until: number; list: string[] }>();
   /** Endpoints being read now, and those asked to read again once that is done. */
   private readonly filling = new Set<string>();
   private readonly refill = new Set<string>();
@@ -78,6 +83,12 @@ export class WebhookDispatcher {
   private outcomes: DeliveryOutcome[] = [];
   private flushing: Promise<void> | null = null;
   private pumping = false;
+  private settling = false;
+  private refilling = false;
+  private waking = false;
+  /** Claimed deliveries waiting for room under their endpoint's cap. */
+  private readonly queued = new Map<string, DeliveryRecord[]>();
+  private readonly woken = new Set<string>();
   private pumpAgain = false;
   private timer: NodeJS.Timeout | null = null;
   /** Aborts the attempts still running when close's grace is over. */
@@ -116,6 +127,9 @@ export class WebhookDispatcher {
     await Promise.race([Promise.allSettled([...this.attempts]), new Promise((r) => setTimeout(r, graceMs).unref())]);
     this.stopping.abort();
     await Promise.allSettled([...this.attempts]);
+    // Claimed but never started: handed back for another process.
+    for (const q of this.queued.values()) for (const d of q) this.outcomes.push(this.released(d));
+    this.queued.clear();
     await this.flush();
   }
 
@@ -155,9 +169,40 @@ export class WebhookDispatcher {
     return known && known.position > e.position && known.updatedAt === e.updatedAt ? { ...e, position: known.position } : e;
   }
 
+  /** New events of a project: its endpoints read a moment later, once for however many arrived meanwhile. */
   private wake(projectId: string): void {
     if (this.closed) return;
-    for (const e of this.endpoints.values()) if (e.projectId === projectId) void this.fill(e.id);
+    this.woken.add(projectId);
+    if (this.waking) return;
+    this.waking = true;
+    setTimeout(() => {
+      this.waking = false;
+      const projects = new Set(this.woken);
+      this.woken.clear();
+      for (const e of this.endpoints.values()) if (projects.has(e.projectId)) void this.fill(e.id);
+    }, WAKE_DELAY_MS).unref();
+  }
+
+  /**
+   * Attempts ended: their outcomes are written together a moment later (one transaction for many),
+   * and the room they left is claimed again after this turn (one claim for all of them).
+   */
+  private settled(endpointId: string): void {
+    if (!this.settling) {
+      this.settling = true;
+      setTimeout(() => {
+        this.settling = false;
+        void this.flush();
+      }, FLUSH_DELAY_MS).unref();
+    }
+    // Claimed in batches: only once what the endpoint holds is down to its cap (half its room).
+    if (!this.refilling && this.held(endpointId) <= this.o.settings.concurrency) {
+      this.refilling = true;
+      setImmediate(() => {
+        this.refilling = false;
+        void this.pump();
+      });
+    }
   }
 
   /** Reads the log past the endpoint's position and enqueues what it may receive, until caught up. */
@@ -247,20 +292,19 @@ export class WebhookDispatcher {
     try {
       do {
         this.pumpAgain = false;
-        while (!this.closed && this.inFlightTotal < MAX_IN_FLIGHT) {
-          const cap = this.o.settings.concurrency;
-          const slots: Record<string, number> = {};
-          for (const [id, n] of this.inFlight) slots[id] = Math.max(0, cap - n);
+        while (!this.closed && this.heldTotal() < MAX_IN_FLIGHT) {
+          // Twice the cap: the next ones wait here, ready to start the moment an attempt ends.
+          const room = 2 * this.o.settings.concurrency;
+          const endpoints = [...this.endpoints.keys()].map((id) => ({ id, limit: room - this.held(id) })).filter((e) => e.limit > 0);
+          if (endpoints.length === 0) break;
           const now = this.now();
-          const claimed = await this.o.store.claim({
-            owner: this.owner,
-            now,
-            leaseUntil: now + this.o.settings.leaseMs,
-            limit: MAX_IN_FLIGHT - this.inFlightTotal,
-            perEndpoint: cap,
-            slots,
-          });
-          for (const d of claimed) this.launch(d);
+          const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil: now + this.o.settings.leaseMs, endpoints });
+          for (const d of claimed) {
+            const q = this.queued.get(d.endpointId);
+            if (q) q.push(d);
+            else this.queued.set(d.endpointId, [d]);
+          }
+          for (const id of new Set(claimed.map((d) => d.endpointId))) this.drain(id);
           if (claimed.length === 0) break;
         }
       } while (this.pumpAgain && !this.closed);
@@ -269,6 +313,28 @@ export class WebhookDispatcher {
     } finally {
       this.pumping = false;
     }
+  }
+
+  /** Deliveries of an endpoint this process holds: under way, and claimed waiting to start. */
+  private held(id: string): number {
+    return (this.inFlight.get(id) ?? 0) + (this.queued.get(id)?.length ?? 0);
+  }
+
+  private heldTotal(): number {
+    let n = this.inFlightTotal;
+    for (const q of this.queued.values()) n += q.length;
+    return n;
+  }
+
+  /** Starts an endpoint's waiting deliveries while it is under its cap. */
+  private drain(id: string): void {
+    const q = this.queued.get(id);
+    while (q && q.length > 0 && (this.inFlight.get(id) ?? 0) < this.o.settings.concurrency) {
+      const d = q.shift()!;
+      if (this.closed) this.outcomes.push(this.released(d));
+      else this.launch(d);
+    }
+    if (q && q.length === 0) this.queued.delete(id);
   }
 
   private launch(d: DeliveryRecord): void {
@@ -288,7 +354,8 @@ export class WebhookDispatcher {
         else this.inFlight.set(d.endpointId, n);
         this.inFlightTotal--;
         this.attempts.delete(run);
-        void this.flush().then(() => this.pump());
+        this.drain(d.endpointId);
+        this.settled(d.endpointId);
       });
     this.attempts.add(run);
   }
@@ -296,20 +363,20 @@ export class WebhookDispatcher {
   private async attempt(d: DeliveryRecord): Promise<DeliveryOutcome> {
     const base = { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner };
     const e = this.endpoints.get(d.endpointId) ?? (await this.o.store.get(d.projectId, d.endpointId));
-    const release = (): DeliveryOutcome => ({ ...base, state: 'pending', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: d.lastStatus, error: d.lastError, ms: d.lastMs, receiver: null });
+    const release = (): DeliveryOutcome => this.released(d);
     if (!e || e.disabledAt !== null) return release();
     const standing = await this.standing(e);
     if (!standing.principal) {
       await this.disable(e, 'token', 'the token that created it was revoked or expired');
       return release();
     }
-    const inbox = (JSON.parse(d.event) as { containerid?: unknown }).containerid;
-    if (typeof inbox === 'string' && !standing.readable.has(inbox)) {
+    const event = JSON.parse(d.event) as { containerid?: unknown; time?: unknown };
+    if (typeof event.containerid === 'string' && !standing.readable.has(event.containerid)) {
       return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: "the endpoint's token may no longer read this inbox", ms: null, receiver: null };
     }
-    const body = await this.body(d);
+    const body = await this.body(d, event);
     const headers = {
-      ...signedHeaders(this.o.endpoints.signingSecrets(e), d.eventId, body, new Date(this.now())),
+      ...signedHeaders(this.secretsOf(e), d.eventId, body, new Date(this.now())),
       'content-type': 'application/json',
       'user-agent': USER_AGENT,
     };
@@ -332,12 +399,27 @@ export class WebhookDispatcher {
     return { ...base, state: next === null ? 'failed' : 'pending', nextAttemptAt: next ?? at, at, status, error, ms: r.ms, receiver: 'down' };
   }
 
+  /** Hands a delivery back untried: pending as it was, its lease given up. */
+  private released(d: DeliveryRecord): DeliveryOutcome {
+    return { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner, state: 'pending', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: d.lastStatus, error: d.lastError, ms: d.lastMs, receiver: null };
+  }
+
   /** The body as sent: `{type, timestamp, data}`, data being the event as GET /events serves it plus its cursor. */
-  private async body(d: DeliveryRecord): Promise<string> {
-    const event = JSON.parse(d.event) as { time?: unknown };
+  private async body(d: DeliveryRecord, event: { time?: unknown }): Promise<string> {
     const cursor = (await this.o.events.cursors()).encode(d.projectId, d.position);
     const time = typeof event.time === 'string' ? event.time : new Date(this.now()).toISOString();
     return webhookBody(d.type, time, { ...event, cursor });
+  }
+
+  /** The endpoint's signing secrets, opened once per change of the endpoint (and again when a rotation's overlap ends). */
+  private secretsOf(e: WebhookEndpointRecord): string[] {
+    const now = this.now();
+    const known = this.secrets.get(e.id);
+    if (known && known.updatedAt === e.updatedAt && now < known.until) return known.list;
+    const list = this.o.endpoints.signingSecrets(e, now);
+    const until = e.previousExpiresAt !== null && e.previousExpiresAt > now ? e.previousExpiresAt : Number.POSITIVE_INFINITY;
+    this.secrets.set(e.id, { updatedAt: e.updatedAt, until, list });
+    return list;
   }
 
   /** Writes the outcomes gathered so far (one transaction), then disables endpoints failing too long. */

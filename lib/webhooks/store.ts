@@ -70,12 +70,8 @@ export interface ClaimQuery {
   owner: string;
   now: number;
   leaseUntil: number;
-  /** At most this many in all. */
-  limit: number;
-  /** At most this many per endpoint… */
-  perEndpoint: number;
-  /** …or fewer for endpoints listed here (this process already has some under way). */
-  slots: Readonly<Record<string, number>>;
+  /** How many each endpoint may have (what this process has room for); disabled ones get none. */
+  endpoints: ReadonlyArray<{ id: string; limit: number }>;
 }
 
 /** What one attempt came to, written if the attempt's claim is still the owner's. */
@@ -118,7 +114,7 @@ export interface WebhookStore {
   enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): Promise<boolean>;
   /** Sets the position back to `position` if it is further on (a replay). Null: no such endpoint. */
   rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null>;
-  /** Due pending deliveries of enabled endpoints, leased to `owner` until `leaseUntil`. */
+  /** Due pending deliveries of the endpoints named (enabled ones), oldest due first, leased to `owner` until `leaseUntil`. */
   claim(q: ClaimQuery): Promise<DeliveryRecord[]>;
   /**
    * Writes attempts' outcomes (those whose lease the owner still holds), and each endpoint's

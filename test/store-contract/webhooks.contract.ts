@@ -192,11 +192,12 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         await a.enqueue(f.id, 0, 2, [1, 2].map(delivery), 1_000);
         await a.enqueue(off.id, 0, 1, [delivery(1)], 1_000);
         await a.setDisabled(off.projectId, off.id, 900, 'off', 900);
+        const all3 = (limit: number) => [e, f, off].map((x) => ({ id: x.id, limit }));
         // Not yet due.
-        expect(await a.claim({ owner: 'p1', now: 999, leaseUntil: 60_000, limit: 100, perEndpoint: 3, slots: {} })).to.deep.equal([]);
+        expect(await a.claim({ owner: 'p1', now: 999, leaseUntil: 60_000, endpoints: all3(10) })).to.deep.equal([]);
         const [first, second] = await Promise.all([
-          a.claim({ owner: 'p1', now: 2_000, leaseUntil: 60_000, limit: 100, perEndpoint: 3, slots: { [f.id]: 1 } }),
-          b.claim({ owner: 'p2', now: 2_000, leaseUntil: 60_000, limit: 100, perEndpoint: 3, slots: {} }),
+          a.claim({ owner: 'p1', now: 2_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 3 }, { id: f.id, limit: 1 }, { id: off.id, limit: 3 }] }),
+          b.claim({ owner: 'p2', now: 2_000, leaseUntil: 60_000, endpoints: all3(3) }),
         ]);
         const all = [...first, ...second];
         const keys = all.map((d) => `${d.endpointId} ${d.position}`);
@@ -207,16 +208,19 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         expect(ofE(second)).to.be.at.most(3);
         expect(first.filter((d) => d.endpointId === f.id).length).to.be.at.most(1);
         expect(ofE(all)).to.equal(5);
+        // Oldest due first, within an endpoint.
+        const mine = first.filter((d) => d.endpointId === e.id).map((d) => d.position);
+        expect(mine).to.deep.equal([...mine].sort((x, y) => x - y));
         // Held: nothing left to claim until the leases lapse.
-        expect(await a.claim({ owner: 'p3', now: 59_999, leaseUntil: 90_000, limit: 100, perEndpoint: 10, slots: {} })).to.deep.equal([]);
-        const again = await a.claim({ owner: 'p3', now: 60_000, leaseUntil: 90_000, limit: 100, perEndpoint: 10, slots: {} });
+        expect(await a.claim({ owner: 'p3', now: 59_999, leaseUntil: 90_000, endpoints: all3(10) })).to.deep.equal([]);
+        const again = await a.claim({ owner: 'p3', now: 60_000, leaseUntil: 90_000, endpoints: all3(10) });
         expect(again.length).to.equal(7);
       });
 
       it('writes an outcome only under its lease, and keeps whether the receiver has been failing since when', async () => {
         const e = await fresh(0);
         await a.enqueue(e.id, 0, 3, [1, 2, 3].map(delivery), 1_000);
-        const claimed = await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, limit: 10, perEndpoint: 10, slots: {} });
+        const claimed = await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] });
         const [d1, d2, d3] = claimed.filter((d) => d.endpointId === e.id);
         // Not the owner: nothing written.
         expect(await b.finish([outcome(e.id, d1!.eventId, 'p2')])).to.deep.equal(new Map());
@@ -231,7 +235,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         expect(r1).to.deep.include({ state: 'pending', attempts: 1, nextAttemptAt: 6_000, lastAttemptAt: 5_000, lastStatus: 503, lastError: 'HTTP 503', lastMs: 12 });
         const r3 = (await b.deliveries(e.projectId, e.id, null, 1))[0]!;
         expect(r3).to.deep.include({ state: 'failed', attempts: 0, lastAttemptAt: null });
-        const retried = await a.claim({ owner: 'p1', now: 6_000, leaseUntil: 60_000, limit: 10, perEndpoint: 10, slots: {} });
+        const retried = await a.claim({ owner: 'p1', now: 6_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] });
         expect(retried.map((d) => d.eventId)).to.deep.equal([d1!.eventId]);
         const up = await a.finish([outcome(e.id, d1!.eventId, 'p1', { at: 9_000 })]);
         expect(up.get(e.id)).to.equal(null);
@@ -242,7 +246,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const e = await fresh(0);
         const batch = [1, 2].map(delivery);
         await a.enqueue(e.id, 0, 2, batch, 1_000);
-        const claimed = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, limit: 10, perEndpoint: 10, slots: {} })).filter((d) => d.endpointId === e.id);
+        const claimed = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] })).filter((d) => d.endpointId === e.id);
         await a.finish(claimed.map((d) => outcome(e.id, d.eventId, 'p1')));
         expect(await b.rewind(newId('prj'), e.id, 0, 2_000)).to.equal(null);
         const back = await b.rewind(e.projectId, e.id, 1, 2_000);
@@ -258,7 +262,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
       it('forgets settled deliveries past the cutoff, and all of an endpoint deleted', async () => {
         const e = await fresh(0);
         await a.enqueue(e.id, 0, 2, [1, 2].map(delivery), 1_000);
-        const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, limit: 10, perEndpoint: 10, slots: {} })).filter((d) => d.endpointId === e.id);
+        const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] })).filter((d) => d.endpointId === e.id);
         await a.finish([outcome(e.id, d1!.eventId, 'p1', { at: 4_000 })]);
         expect(await b.purgeDeliveries(4_001)).to.be.at.least(1);
         expect((await a.deliveries(e.projectId, e.id, null, 10)).map((d) => d.position)).to.deep.equal([2]);

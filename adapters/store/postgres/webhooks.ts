@@ -43,21 +43,22 @@ const S = {
        lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at`,
   ),
   rewind: stmt('rewind', 'UPDATE webhook_endpoints SET position = least(position, $1), updated_at = $2 WHERE id = $3 AND project_id = $4 RETURNING *'),
-  // Candidates first, then the update re-checks each row: a row another process claimed meanwhile
-  // waits for its commit and is then no longer free, so it is skipped, never claimed twice.
+  // Each named enabled endpoint's due rows through its index (LATERAL), locked SKIP LOCKED: a
+  // row another process is claiming is passed over, and one it claimed since is re-checked
+  // (no longer free) before it is locked. Cheap however long other endpoints' queues are.
   claim: stmt(
     'claim',
-    `UPDATE webhook_deliveries w SET lease_owner = $1, lease_until = $2
-     FROM (
-       SELECT endpoint_id, event_id FROM (
-         SELECT d.endpoint_id, d.event_id, d.next_attempt_at AS due,
-                row_number() OVER (PARTITION BY d.endpoint_id ORDER BY d.next_attempt_at, d.position) AS n
-         FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
-         WHERE d.state = 'pending' AND d.next_attempt_at <= $3 AND (d.lease_until IS NULL OR d.lease_until <= $3) AND e.disabled_at IS NULL) c
-       WHERE n <= coalesce(($4::jsonb ->> endpoint_id)::int, $5)
-       ORDER BY due LIMIT $6) picked
-     WHERE w.endpoint_id = picked.endpoint_id AND w.event_id = picked.event_id
-       AND w.state = 'pending' AND (w.lease_until IS NULL OR w.lease_until <= $3)
+    `WITH picked AS (
+       SELECT d.endpoint_id, d.event_id
+       FROM unnest($3::text[], $4::int[]) AS e(id, n)
+       JOIN webhook_endpoints we ON we.id = e.id AND we.disabled_at IS NULL
+       CROSS JOIN LATERAL (
+         SELECT endpoint_id, event_id FROM webhook_deliveries
+         WHERE endpoint_id = e.id AND state = 'pending' AND next_attempt_at <= $5 AND (lease_until IS NULL OR lease_until <= $5)
+         ORDER BY next_attempt_at, position LIMIT e.n
+         FOR UPDATE SKIP LOCKED) d)
+     UPDATE webhook_deliveries w SET lease_owner = $1, lease_until = $2
+     FROM picked WHERE w.endpoint_id = picked.endpoint_id AND w.event_id = picked.event_id
      RETURNING w.*`,
   ),
   finish: stmt(
@@ -144,7 +145,9 @@ export class PgWebhookStore implements WebhookStore {
   }
 
   async claim(q: ClaimQuery): Promise<DeliveryRecord[]> {
-    const rows = await rowsOf<DeliveryRow>(this.pool, S.claim([q.owner, q.leaseUntil, q.now, JSON.stringify(q.slots), q.perEndpoint, q.limit]));
+    const wanted = q.endpoints.filter((e) => e.limit > 0);
+    if (wanted.length === 0) return [];
+    const rows = await rowsOf<DeliveryRow>(this.pool, S.claim([q.owner, q.leaseUntil, wanted.map((e) => e.id), wanted.map((e) => e.limit), q.now]));
     return rows.map(deliveryOf).sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.position - b.position);
   }
 

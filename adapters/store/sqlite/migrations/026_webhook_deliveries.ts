@@ -24,7 +24,8 @@ CREATE TABLE webhook_deliveries (
   updated_at       INTEGER NOT NULL,
   PRIMARY KEY (endpoint_id, event_id)
 );
-CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_at) WHERE state = 'pending';
+-- An endpoint's due deliveries (claims), and its deliveries by event (the deliveries list).
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries(endpoint_id, next_attempt_at, position) WHERE state = 'pending';
 CREATE INDEX webhook_deliveries_endpoint ON webhook_deliveries(endpoint_id, position);
 CREATE INDEX webhook_deliveries_settled ON webhook_deliveries(updated_at) WHERE state <> 'pending';
 `;
