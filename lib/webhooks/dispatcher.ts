@@ -23,7 +23,7 @@ import type { Visibility } from '../events/types.ts';
 import type { Config } from '../config.ts';
 import type { WebhookEndpoints } from './endpoints.ts';
 import { nextAttempt } from './retry.ts';
-import { signedHeaders, webhookBody } from './signature.ts';
+import { deliveryHeaders, webhookBody } from './signature.ts';
 import type { DeliveryOutcome, DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './store.ts';
 
 /** What one POST to a receiver came to (adapters/webhooks/client.ts postWebhook, bound to its settings). */
@@ -55,7 +55,6 @@ const WAKE_DELAY_MS = 5;
 const FLUSH_DELAY_MS = 5;
 /** A token's standing is read again after this long (revocation reaches deliveries within it). */
 const PRINCIPAL_TTL_MS = 1000;
-const USER_AGENT = 'Postern-Webhooks/1';
 
 type DisableReason = 'failing' | 'gone' | 'token';
 
@@ -148,7 +147,7 @@ export class WebhookDispatcher {
   private async refresh(): Promise<void> {
     const all = await this.o.store.all();
     const next = new Map<string, WebhookEndpointRecord>();
-    for (const e of all) if (e.disabledAt === null) next.set(e.id, this.merge(e));
+    for (const e of all) if (e.disabledAt === null) next.set(e.id, e);
     this.endpoints = next;
     const projects = new Set([...next.values()].map((e) => e.projectId));
     for (const [project, off] of this.subscriptions) {
@@ -161,12 +160,6 @@ export class WebhookDispatcher {
       if (this.subscriptions.has(project) || this.closed) continue;
       this.subscriptions.set(project, this.o.events.live.subscribe(project, () => this.wake(project)));
     }
-  }
-
-  /** A fresh read of an endpoint keeps the further position this process may already have reached. */
-  private merge(e: WebhookEndpointRecord): WebhookEndpointRecord {
-    const known = this.endpoints.get(e.id);
-    return known && known.position > e.position && known.updatedAt === e.updatedAt ? { ...e, position: known.position } : e;
   }
 
   /** New events of a project: its endpoints read a moment later, once for however many arrived meanwhile. */
@@ -375,11 +368,7 @@ export class WebhookDispatcher {
       return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: "the endpoint's token may no longer read this inbox", ms: null, receiver: null };
     }
     const body = await this.body(d, event);
-    const headers = {
-      ...signedHeaders(this.secretsOf(e), d.eventId, body, new Date(this.now())),
-      'content-type': 'application/json',
-      'user-agent': USER_AGENT,
-    };
+    const headers = deliveryHeaders(this.secretsOf(e), d.eventId, body, new Date(this.now()));
     const r = await this.o.post(e.url, headers, body, this.stopping.signal);
     if (!r.ok && r.cancelled) return release();
     const at = this.now();

@@ -13,10 +13,9 @@ import { forbidden, invalid, isDomainError, notFound, unprocessable } from '../e
 import { builtinType } from '../events/catalog.ts';
 import { parseTypes } from '../events/query.ts';
 import { isId, newId } from '../ids.ts';
-import { webhookBody, webhookSecret } from './signature.ts';
+import { deliveryHeaders, webhookBody, webhookSecret } from './signature.ts';
 import type { Cursors } from '../events/cursor.ts';
 import type { Poster } from './dispatcher.ts';
-import { signedHeaders } from './signature.ts';
 import type { DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './store.ts';
 
 /** Standard Webhooks' recommended key size (it allows 24 to 64 bytes). */
@@ -200,7 +199,7 @@ export class WebhookEndpoints {
     const eventId = newId('evt');
     const at = new Date(this.now());
     const body = webhookBody('webhook.test', at, { id: eventId, type: 'webhook.test', time: at.toISOString(), webhookId: e.id });
-    const headers = { ...signedHeaders(this.signingSecrets(e), eventId, body, at), 'content-type': 'application/json', 'user-agent': 'Postern-Webhooks/1' };
+    const headers = deliveryHeaders(this.signingSecrets(e), eventId, body, at);
     const r = await this.o.post(e.url, headers, body);
     if (!r.ok) return { delivered: false, status: null, error: r.error, durationMs: r.ms };
     const delivered = r.status >= 200 && r.status < 300;

@@ -56,6 +56,11 @@ export function signedHeaders(secrets: readonly string[], id: string, body: stri
   };
 }
 
+/** Everything a delivery attempt sends besides its body: the signature headers, the type, who sends. */
+export function deliveryHeaders(secrets: readonly string[], id: string, body: string, at: Date = new Date()): Record<string, string> {
+  return { ...signedHeaders(secrets, id, body, at), 'content-type': 'application/json', 'user-agent': 'Postern-Webhooks/1' };
+}
+
 /** The body the spec recommends: the type, when the event happened (not when it is sent), its data. */
 export interface WebhookPayload<T> {
   type: string;
