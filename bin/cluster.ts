@@ -1,6 +1,7 @@
 // `postern serve` with POSTERN_WORKERS > 1: this process is the primary. It forks the workers
 // (each a whole Postern on the shared port and store), relays the live bus between them when
-// there is no Redis, replaces a worker that dies, and on SIGINT/SIGTERM stops them all in order.
+// there is no Redis, replaces a worker that dies, and on SIGINT/SIGTERM stops them all in order:
+// each worker shuts down as a lone process does (POSTERN_SHUTDOWN_GRACE_MS for its requests).
 // One Node process serves on one core; the workers are how one instance uses the machine's others.
 import cluster, { type Worker } from 'node:cluster';
 import { relayClusterBus } from '../adapters/bus/cluster.ts';
@@ -16,7 +17,8 @@ export function isListeningMessage(value: unknown): value is ListeningMessage {
   return typeof value === 'object' && value !== null && (value as ListeningMessage).postern === 'listening';
 }
 
-const STOP_GRACE_MS = 10_000;
+/** A stopping worker is killed this long after its shutdown grace (its close: IMAP, the store). */
+const CLOSE_MS = 10_000;
 /** A worker that dies sooner than this after starting is restarted with a growing delay. */
 const STABLE_MS = 10_000;
 const MAX_RESTART_DELAY_MS = 30_000;
@@ -27,7 +29,7 @@ const note = (obj: object) => process.stderr.write(`${JSON.stringify({ cluster: 
  * Runs the workers until a signal. Resolves with the exit code: 0 after a clean stop, 1 when the
  * workers could not start (a bad port, an unreadable store: restarting would not help).
  */
-export async function runPrimary(workers: number): Promise<number> {
+export async function runPrimary(workers: number, shutdownGraceMs: number): Promise<number> {
   // The kernel hands connections out, not the primary: with round-robin, a connection handed to a
   // worker that dies before taking it stays open in the primary, unanswered, for good (Node's
   // RoundRobinHandle only closes it on the worker's reply). One hung client per worker killed.
@@ -91,7 +93,7 @@ export async function runPrimary(workers: number): Promise<number> {
       live.map(
         (w) =>
           new Promise<void>((resolve) => {
-            const kill = setTimeout(() => w.process.kill('SIGKILL'), STOP_GRACE_MS);
+            const kill = setTimeout(() => w.process.kill('SIGKILL'), shutdownGraceMs + CLOSE_MS);
             w.once('exit', () => {
               clearTimeout(kill);
               resolve();

@@ -285,7 +285,7 @@ async function serve(args: string[]): Promise<number> {
     MasterKey.parse(config.masterKey);
     // Migrate once here, so the workers start on an up-to-date store instead of racing to it.
     await (await openStore(config, { applicationName: 'postern primary' })).close();
-    return runPrimary(config.workers);
+    return runPrimary(config.workers, config.http.shutdownGraceMs);
   }
   const postern = await openPostern(config);
   const { url } = await postern.listen();
@@ -295,7 +295,8 @@ async function serve(args: string[]): Promise<number> {
     // A worker whose primary is gone stops too, rather than serving on alone.
     await Promise.race([untilSignal(), new Promise((resolve) => process.once('disconnect', resolve))]);
     // Stopping. A terminal's Ctrl-C reaches the workers and the primary alike, and the primary
-    // then sends SIGTERM: that must not cut this close short (the primary SIGKILLs after 10 s).
+    // then sends SIGTERM: that must not cut this shutdown short (the primary SIGKILLs only
+    // after the grace and some more).
     const ignore = () => undefined;
     process.on('SIGINT', ignore);
     process.on('SIGTERM', ignore);
@@ -303,7 +304,8 @@ async function serve(args: string[]): Promise<number> {
     process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1` })}\n`);
     await untilSignal();
   }
-  await postern.close();
+  // Requests under way finish (within POSTERN_SHUTDOWN_GRACE_MS), streams are told to reconnect.
+  await postern.shutdown();
   // The IPC channel to the primary would keep a worker alive once everything else has stopped.
   if (cluster.isWorker && process.connected) process.disconnect();
   return 0;

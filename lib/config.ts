@@ -16,6 +16,10 @@ export interface Config {
     bodyIdleTimeoutMs: number;
     /** Open connections from one client address at most (0: no cap; not applied behind a trusted proxy). */
     maxConnectionsPerAddress: number;
+    /** On SIGTERM, requests under way get this long to finish before their connections are closed. */
+    shutdownGraceMs: number;
+    /** GET /readyz: each dependency's check must answer within this. */
+    readyTimeoutMs: number;
   };
   /** HTTP worker processes sharing the port and the store (1: this process serves alone). */
   workers: number;
@@ -132,6 +136,8 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_REQUEST_TIMEOUT_MS', default: '300000', description: 'a request\'s headers and body must arrive within this long (Node\'s default: room for a large send on a slow link), else 408 and the connection closes; an open event stream is not cut by it' },
   { name: 'POSTERN_BODY_IDLE_TIMEOUT_MS', default: '30000', description: 'a request body that sends no byte for this long while it is read is cut: 408 and the connection closes (like nginx\'s client_body_timeout); a slow body that keeps moving has POSTERN_REQUEST_TIMEOUT_MS' },
   { name: 'POSTERN_MAX_CONNECTIONS_PER_ADDRESS', default: '256', description: 'open connections from one client address at most, more get 429; 0 = no cap; not applied with POSTERN_TRUST_PROXY (the proxy is every client\'s address)' },
+  { name: 'POSTERN_SHUTDOWN_GRACE_MS', default: '10000', description: 'on SIGTERM the server stops accepting connections, ends event streams with a reconnect hint and gives requests under way this long to finish, then closes what is left and exits' },
+  { name: 'POSTERN_READY_TIMEOUT_MS', default: '2000', description: 'GET /readyz: the store, the IMAP master login and SMTP submission must each answer within this (checked in parallel, the answer kept for 1 s)' },
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
   { name: 'POSTERN_DATABASE_URL', default: '', description: 'the store on PostgreSQL (postgres://user:password@host:port/db), for several machines sharing it (docs/deployment.md); empty: SQLite at POSTERN_DB' },
   { name: 'POSTERN_DATABASE_POOL', default: '10', description: 'PostgreSQL connections each process (each worker) opens at most' },
@@ -304,6 +310,8 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       requestTimeoutMs,
       bodyIdleTimeoutMs: int('POSTERN_BODY_IDLE_TIMEOUT_MS', 100, 3600000),
       maxConnectionsPerAddress: int('POSTERN_MAX_CONNECTIONS_PER_ADDRESS', 0, 1000000),
+      shutdownGraceMs: int('POSTERN_SHUTDOWN_GRACE_MS', 0, 3600000),
+      readyTimeoutMs: int('POSTERN_READY_TIMEOUT_MS', 50, 60000),
     },
     workers: get('POSTERN_WORKERS') === 'auto' ? availableParallelism() : int('POSTERN_WORKERS', 1, 64),
     dbFile: text('POSTERN_DB'),

@@ -29,6 +29,8 @@ import { createApp, listOperations, SURFACES } from './http/app.ts';
 import { apiReferenceRoutes } from './http/api-reference.ts';
 import { buildOpenApi, openApiRoutes } from './http/openapi.ts';
 import { healthRoutes } from './http/routes/health.ts';
+import { Readiness } from './health.ts';
+import { ImapLoginCheck } from '../adapters/imap/health.ts';
 import { inboxRoutes } from './http/routes/inboxes.ts';
 import { inboxEventRoutes } from './http/routes/inbox-events.ts';
 import { StreamGuard } from './http/stream-guard.ts';
@@ -108,10 +110,24 @@ export interface Postern {
   /** Every operation served on each base address, and the OpenAPI document describing them. */
   operations: Array<{ method: string; path: string }>;
   openApi: ReturnType<typeof buildOpenApi>;
+  /** What GET /readyz answers: the store, IMAP and SMTP submission checked, or draining. */
+  readiness: Readiness;
   /** Starts listening; resolves with the bound address. */
   listen(): Promise<{ url: string; port: number }>;
+  /**
+   * The orderly stop on SIGTERM (docs/operations.md, "Health and shutdown"): no new connections,
+   * /readyz 503, event streams ended with a reconnect hint, requests under way given
+   * POSTERN_SHUTDOWN_GRACE_MS to finish; then close().
+   */
+  shutdown(): Promise<void>;
+  /** Stops at once: open connections are cut. */
   close(): Promise<void>;
 }
+
+/** The reconnect hint streams get at shutdown: between this and twice this (StreamGuard.endAll). */
+const SHUTDOWN_RETRY_MS = 1000;
+/** While draining, connections that went idle between requests are closed this often. */
+const DRAIN_POLL_MS = 100;
 
 /** Opens the configured store (lib/store.ts) and builds Postern on it. */
 export async function openPostern(config: Config, log: Logger = pino({ level: config.logLevel })): Promise<Postern> {
@@ -291,12 +307,24 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     keyBackupRoutes({ access, backups: new KeyBackups(store.keyBackups), validator }),
   ];
   const openApi = buildOpenApi(validator.schemas);
+  // One IMAP user to log in as, looked up only when none is remembered (ImapLoginCheck).
+  const imapCheck = new ImapLoginCheck(config.imap, async () => (await directory.listInboxes())[0]?.imapUser ?? null, config.http.readyTimeoutMs);
+  const readiness = new Readiness(
+    {
+      store: () => store.health(),
+      imap: () => imapCheck.check(),
+      smtp: () => relay.check(config.http.readyTimeoutMs),
+    },
+    // Kept a second: a balancer polling hard costs one IMAP login and one SMTP connection a second.
+    { timeoutMs: config.http.readyTimeoutMs, cacheMs: 1000, log: log.child({ part: 'readiness' }) },
+  );
   const app = createApp({
     access,
     log,
     trustProxy: config.http.trustProxy,
     bodyIdleTimeoutMs: config.http.bodyIdleTimeoutMs,
-    publicRoutes: [healthRoutes(() => store.health()), openApiRoutes(openApi, Object.values(SURFACES)), apiReferenceRoutes(), webAppRoutes()],
+    draining: () => readiness.draining,
+    publicRoutes: [healthRoutes(readiness), openApiRoutes(openApi, Object.values(SURFACES)), apiReferenceRoutes(), webAppRoutes()],
     routes,
     appRoutes,
   });
@@ -325,6 +353,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     hintListener,
     operations: [...listOperations(routes), ...listOperations(appRoutes)],
     openApi,
+    readiness,
     async listen() {
       // The master key must open the stored keys; inboxes older than keys get epoch 1 here.
       const { backfilled } = await keys.prepare();
@@ -349,11 +378,37 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
       return { url: `http://${host}:${port}`, port };
     },
+    async shutdown() {
+      readiness.drain();
+      const serving = server;
+      if (serving) {
+        const started = Date.now();
+        const closed = once(serving, 'close');
+        // No new connections; idle keep-alive ones close now, busy ones after their response
+        // (which says Connection: close, lib/http/app.ts).
+        serving.close();
+        streamGuard.endAll(SHUTDOWN_RETRY_MS);
+        const idle = setInterval(() => serving.closeIdleConnections(), DRAIN_POLL_MS);
+        let timer: NodeJS.Timeout | undefined;
+        const graceOver = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), config.http.shutdownGraceMs)));
+        const late = await Promise.race([closed.then(() => false), graceOver]);
+        clearInterval(idle);
+        clearTimeout(timer);
+        if (late) log.warn({ graceMs: config.http.shutdownGraceMs }, 'requests still under way at the end of the shutdown grace are cut');
+        else {
+          log.info({ ms: Date.now() - started }, 'every request finished; shutting down');
+          server = null;
+        }
+      }
+      await this.close();
+    },
     async close() {
+      readiness.drain();
       streamGuard.stop();
       if (server) {
         const closing = once(server, 'close');
-        server.close();
+        // Already closed by shutdown(): only its connections are left to cut.
+        if (server.listening) server.close();
         server.closeAllConnections();
         await closing;
         server = null;

@@ -9,6 +9,7 @@
 // replies are mapped here: 5xx is permanent, anything else (4xx, a timeout, no connection) is
 // temporary, except a reply lost after the whole message was written: its outcome is unknown.
 import type { Logger } from 'pino';
+import { unavailable } from '../../lib/errors.ts';
 import { SmtpFailure, SubmissionSession } from './submission-session.ts';
 import { RelayOutcomeUnknown, RelayRefused, type Relay, type RelayAccepted, type RelayRequest } from '../../lib/send/ports.ts';
 
@@ -230,6 +231,23 @@ export class SmtpRelay implements Relay {
     }
   }
 
+  /**
+   * Readiness: the submission service greets, answers EHLO (and STARTTLS where offered) and
+   * NOOP on a fresh connection within `timeoutMs`. No login and no mail: it is asked often.
+   */
+  async check(timeoutMs: number): Promise<void> {
+    const session = await SubmissionSession.open({ host: this.s.host, port: this.s.port, secure: this.s.secure, timeoutMs }, null).catch((err: unknown) => {
+      throw unanswered(asFailure(err));
+    });
+    try {
+      await session.noop().catch((err: unknown) => {
+        throw unanswered(asFailure(err));
+      });
+    } finally {
+      session.close();
+    }
+  }
+
   async close(): Promise<void> {
     clearInterval(this.sweeper);
     this.closeIdle(Infinity);
@@ -252,6 +270,14 @@ export class SmtpRelay implements Relay {
       }
     }
   }
+}
+
+/** Why the relay is not ready, as anyone may read it (/readyz is unauthenticated): no address. */
+function unanswered(err: SmtpFailure): Error {
+  const reply = err.reply?.trim().split('\n')[0];
+  if (reply) return unavailable(`SMTP submission answered "${reply.slice(0, 120)}"`);
+  const m = err.message;
+  return unavailable(`SMTP submission did not answer: ${/^E[A-Z]+:/.test(m) ? m.slice(0, m.indexOf(':')) : m.replace(/ (to|at) \S+:\d+/, '')}`);
 }
 
 function asFailure(err: unknown): SmtpFailure {

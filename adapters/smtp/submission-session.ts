@@ -95,8 +95,11 @@ export class SubmissionSession {
 
   private constructor(private readonly o: SessionOptions) {}
 
-  /** Connected, greeted, TLS where offered, logged in when the server offers AUTH. */
-  static async open(o: SessionOptions, login: Login): Promise<SubmissionSession> {
+  /**
+   * Connected, greeted, TLS where offered, logged in when the server offers AUTH (null: not
+   * logged in, for a readiness probe that only asks whether the server answers).
+   */
+  static async open(o: SessionOptions, login: Login | null): Promise<SubmissionSession> {
     const s = new SubmissionSession(o);
     try {
       await s.start(login);
@@ -274,7 +277,12 @@ export class SubmissionSession {
     return cmd;
   }
 
-  private async start(login: Login): Promise<void> {
+  /** NOOP: the server still answers this session (readiness). */
+  async noop(): Promise<void> {
+    expect(await this.command('NOOP'), 250, 'connection');
+  }
+
+  private async start(login: Login | null): Promise<void> {
     const raw = this.o.secure
       ? tlsConnect({ host: this.o.host, port: this.o.port, servername: isIp(this.o.host) ? undefined : this.o.host })
       : netConnect({ host: this.o.host, port: this.o.port });
@@ -300,6 +308,7 @@ export class SubmissionSession {
       await this.ehlo();
     }
     const methods = this.extensions.get('AUTH');
+    if (!login) return;
     if (methods && !methods.includes('PLAIN') && methods.includes('LOGIN')) {
       expect(await this.command('AUTH LOGIN'), 334, 'login');
       expect(await this.command(Buffer.from(login.user).toString('base64')), 334, 'login');

@@ -23,6 +23,8 @@ export interface AppOptions {
   trustProxy?: boolean;
   /** POSTERN_BODY_IDLE_TIMEOUT_MS: what lib/http/body.ts allows a body to stall. */
   bodyIdleTimeoutMs: number;
+  /** True once the server is shutting down: each response then closes its connection. */
+  draining?: () => boolean;
 }
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
@@ -56,6 +58,9 @@ export function createApp(options: AppOptions): Koa<AppState> {
     try {
       await next();
     } finally {
+      // Set last, so a request that started before the shutdown is told too (and the error
+      // middleware does not drop it); a stream that wrote its head already is left alone by Koa.
+      if (options.draining?.()) ctx.set('Connection', 'close');
       if (options.log.isLevelEnabled('debug')) {
         const ms = Math.round(performance.now() - started);
         options.log.debug({ method: ctx.method, path: ctx.path, status: ctx.status, ms, requestId: ctx.state.requestId }, 'request');

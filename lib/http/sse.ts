@@ -152,6 +152,16 @@ export class SseStream {
     this.close('server');
   }
 
+  /**
+   * Ends the stream for the server's shutdown: a last `retry:` field tells an EventSource how
+   * long to wait before it reconnects (to another instance, behind a balancer), and no error
+   * frame: nothing went wrong for the client. It resumes with Last-Event-ID as after any end.
+   */
+  reconnect(retryMs: number): void {
+    this.write(`retry: ${Math.round(retryMs)}\n\n`);
+    this.close('server');
+  }
+
   /** Queues preformatted frame text for the next coalesced flush (live fan-out). */
   enqueue(text: string): void {
     if (this.closed) return;

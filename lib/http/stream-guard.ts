@@ -5,7 +5,8 @@
 // once per tick however many streams share it, and each stream's own check runs against that
 // result, with lookups shared between streams of one credential (`Standing.once`). A stream
 // that may no longer be served gets one last frame, `event: error` with `{"error": "..."}` (the
-// message a reconnect would get as its error body), and is closed.
+// message a reconnect would get as its error body), and is closed. At shutdown it is also what
+// ends every open stream (endAll), since every stream is watched here from its start.
 import type { Access, Principal } from '../auth/access.ts';
 import { isDomainError } from '../errors.ts';
 import { authenticateAs, presentedCredential } from './authenticate.ts';
@@ -51,6 +52,8 @@ export class StreamGuard {
   private running = false;
   private sliceStart = 0;
   private stopped = false;
+  /** Set by endAll: the server is shutting down, every stream ends with this reconnect hint. */
+  private ending: number | null = null;
 
   constructor(
     private readonly access: Access,
@@ -67,6 +70,10 @@ export class StreamGuard {
   /** Re-checks the request's credential and `check` every interval while `sse` is open. */
   watch(ctx: AppContext, sse: SseStream, check: StreamCheck): void {
     if (sse.closed) return;
+    if (this.ending !== null) {
+      sse.reconnect(this.ending * (1 + Math.random()));
+      return;
+    }
     const p = ctx.state.principal;
     const key = `${p.kind}:${p.credentialId}`;
     let cred = this.credentials.get(key);
@@ -108,6 +115,18 @@ export class StreamGuard {
   stop(): void {
     this.stopped = true;
     this.clearTimer();
+  }
+
+  /**
+   * Shutdown: every open stream ends with a reconnect hint (SseStream.reconnect), each told a
+   * wait between `retryMs` and twice that, so clients do not all come back in the same instant;
+   * a stream opened after this ends the same way at once.
+   */
+  endAll(retryMs: number): void {
+    this.ending = retryMs;
+    for (const cred of [...this.credentials.values()]) {
+      for (const { sse } of [...cred.streams]) sse.reconnect(retryMs * (1 + Math.random()));
+    }
   }
 
   /** The store answers synchronously underneath: without this a pass would run as one block. */
