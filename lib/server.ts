@@ -307,8 +307,13 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     keyBackupRoutes({ access, backups: new KeyBackups(store.keyBackups), validator }),
   ];
   const openApi = buildOpenApi(validator.schemas);
-  // One IMAP user to log in as, looked up only when none is remembered (ImapLoginCheck).
-  const imapCheck = new ImapLoginCheck(config.imap, async () => (await directory.listInboxes())[0]?.imapUser ?? null, config.http.readyTimeoutMs);
+  // An IMAP user to log in as, looked up only when none is remembered (ImapLoginCheck); picked
+  // at random, so a refused one (a user gone from Dovecot) is not the one picked every time.
+  const someImapUser = async (not?: string) => {
+    const users = (await directory.listInboxes()).map((i) => i.imapUser).filter((u) => u !== not);
+    return users.length === 0 ? null : users[Math.floor(Math.random() * users.length)]!;
+  };
+  const imapCheck = new ImapLoginCheck(config.imap, someImapUser, config.http.readyTimeoutMs);
   const readiness = new Readiness(
     {
       store: () => store.health(),

@@ -2,9 +2,11 @@
 // master login and SMTP submission answer), against the real mail environment; and Readiness's
 // own rules (parallel checks, deadline, cache, draining) without it.
 import { expect } from 'chai';
+import { ImapLoginCheck } from '../adapters/imap/health.ts';
+import { loadConfig } from '../lib/config.ts';
 import { Readiness } from '../lib/health.ts';
 import { unavailable } from '../lib/errors.ts';
-import { newProject, startPostern, unique, type TestServer } from './harness.ts';
+import { envVars, mailEnv, newProject, startPostern, unique, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
 import { freePort } from './processes.ts';
 import { startDovecot, stopDovecot } from './send-fixtures.ts';
@@ -71,6 +73,23 @@ describe('health and readiness', function () {
     } finally {
       await other.close();
     }
+  });
+
+  it('the IMAP check logs in as another user when the one tried is gone from Dovecot', async () => {
+    const p = await newProject(s);
+    const real = (await p.inbox()).imapUser;
+    // Postern may hold an inbox whose user Dovecot no longer has: a master login as it is refused.
+    const gone = `${unique('gone')}@${mailEnv().domain}`;
+    const asked: Array<string | undefined> = [];
+    const check = new ImapLoginCheck(loadConfig(envVars(mailEnv())).imap, async (not) => {
+      asked.push(not);
+      return [gone, real].find((u) => u !== not) ?? null;
+    }, 2000);
+    await check.check();
+    expect(asked).to.deep.equal([undefined, gone]);
+    // The user that worked is remembered: no lookup the next time.
+    await check.check();
+    expect(asked).to.have.length(2);
   });
 
   it('/readyz says the master login is refused with a wrong master password, naming no user', async () => {

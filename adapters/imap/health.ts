@@ -1,8 +1,8 @@
 // The IMAP part of readiness (GET /readyz): a fresh master login, as every pool connection makes,
 // then LOGOUT. Dovecot refuses a master login as an unknown user exactly as it refuses a wrong
 // master password, so the login is made as a user that exists: an inbox's IMAP user, remembered
-// while it keeps working. With no inbox yet there is no one to log in as, and the check is
-// Dovecot's greeting alone.
+// while it keeps working, another tried when it is refused. With no inbox yet there is no one to
+// log in as, and the check is Dovecot's greeting alone.
 import { connect as netConnect } from 'node:net';
 import { connect as tlsConnect } from 'node:tls';
 import { unavailable } from '../../lib/errors.ts';
@@ -15,23 +15,23 @@ export class ImapLoginCheck {
 
   constructor(
     private readonly settings: ImapCheckSettings,
-    /** Some IMAP user Postern serves (null: none yet). */
-    private readonly someUser: () => Promise<string | null>,
+    /** One of the IMAP users Postern serves, other than `not` (null: none). */
+    private readonly someUser: (not?: string) => Promise<string | null>,
     private readonly timeoutMs: number,
   ) {}
 
   async check(): Promise<void> {
-    const remembered = this.user;
-    const user = remembered ?? (await this.someUser());
+    const user = this.user ?? (await this.someUser());
     if (user === null) return this.greeting();
     try {
       await this.login(user);
       this.user = user;
     } catch (err) {
+      if (!isRefused(err)) throw why(err);
+      // That user may be gone from Dovecot (an inbox left in Postern): one more try as another.
       this.user = null;
-      // The remembered user may have been removed since: one more try as a current one.
-      const other = remembered === null ? null : await this.someUser();
-      if (!isRefused(err) || other === null || other === remembered) throw why(err);
+      const other = await this.someUser(user);
+      if (other === null) throw why(err);
       await this.login(other).catch((again: unknown) => {
         throw why(again);
       });
