@@ -28,7 +28,7 @@ export interface ReadinessOptions {
 }
 
 export class Readiness {
-  private last: { at: number; report: Promise<ReadinessReport> } | null = null;
+  private last: { done: number | null; report: Promise<ReadinessReport> } | null = null;
   private stopping = false;
 
   constructor(
@@ -45,17 +45,16 @@ export class Readiness {
     return this.stopping;
   }
 
-  /** The last report if it is recent (or still being made), else a new one. */
+  /** The last report if it is recent or still being made, else a new one. */
   report(): Promise<ReadinessReport> {
     if (this.stopping) return Promise.resolve({ ready: false, draining: true, checks: {} });
-    const now = Date.now();
-    if (this.last && now - this.last.at < this.options.cacheMs) return this.last.report;
+    const last = this.last;
+    if (last && (last.done === null || Date.now() - last.done < this.options.cacheMs)) return last.report;
     const report = this.run();
-    this.last = { at: now, report };
-    // Counted from when it was made, so a slow check does not make the next report older.
-    void report.then(() => {
-      if (this.last?.report === report) this.last.at = Date.now();
-    });
+    const entry: { done: number | null; report: Promise<ReadinessReport> } = { done: null, report };
+    this.last = entry;
+    // Its age counts from when it was finished; until then every caller waits for this one.
+    void report.then(() => (entry.done = Date.now()));
     return report;
   }
 

@@ -35,7 +35,7 @@ import { inboxRoutes } from './http/routes/inboxes.ts';
 import { inboxEventRoutes } from './http/routes/inbox-events.ts';
 import { StreamGuard } from './http/stream-guard.ts';
 import { StreamQuota } from './http/stream-quota.ts';
-import { createHttpServer } from './http/connections.ts';
+import { createHttpServer, drainServer } from './http/connections.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
 import { MailChangeRecorder } from './mail/record-changes.ts';
@@ -126,8 +126,6 @@ export interface Postern {
 
 /** The reconnect hint streams get at shutdown: between this and twice this (StreamGuard.endAll). */
 const SHUTDOWN_RETRY_MS = 1000;
-/** While draining, connections that went idle between requests are closed this often. */
-const DRAIN_POLL_MS = 100;
 
 /** Opens the configured store (lib/store.ts) and builds Postern on it. */
 export async function openPostern(config: Config, log: Logger = pino({ level: config.logLevel })): Promise<Postern> {
@@ -385,25 +383,16 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     },
     async shutdown() {
       readiness.drain();
-      const serving = server;
-      if (serving) {
-        const started = Date.now();
-        const closed = once(serving, 'close');
-        // No new connections; idle keep-alive ones close now, busy ones after their response
-        // (which says Connection: close, lib/http/app.ts).
-        serving.close();
-        streamGuard.endAll(SHUTDOWN_RETRY_MS);
-        const idle = setInterval(() => serving.closeIdleConnections(), DRAIN_POLL_MS);
-        let timer: NodeJS.Timeout | undefined;
-        const graceOver = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(true), config.http.shutdownGraceMs)));
-        const late = await Promise.race([closed.then(() => false), graceOver]);
-        clearInterval(idle);
-        clearTimeout(timer);
-        if (late) log.warn({ graceMs: config.http.shutdownGraceMs }, 'requests still under way at the end of the shutdown grace are cut');
-        else {
-          log.info({ ms: Date.now() - started }, 'every request finished; shutting down');
-          server = null;
-        }
+      if (!server) return this.close();
+      const started = Date.now();
+      // No new connections from here on; streams are told to come back (to another instance).
+      const draining = drainServer(server, config.http.shutdownGraceMs);
+      streamGuard.endAll(SHUTDOWN_RETRY_MS);
+      if (await draining) {
+        log.info({ ms: Date.now() - started }, 'every request finished; shutting down');
+        server = null;
+      } else {
+        log.warn({ graceMs: config.http.shutdownGraceMs }, 'requests still under way at the end of the shutdown grace are cut');
       }
       await this.close();
     },

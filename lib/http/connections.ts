@@ -7,6 +7,7 @@
 // it is fully received, so a GET event stream, whose request ends with its headers, is never cut
 // by them once it is open. A connection that sends nothing counts as a request whose headers are
 // late. Whatever is cut gets a JSON 408 (`clientError` below) and the socket is closed.
+import { once } from 'node:events';
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Config } from '../config.ts';
@@ -35,6 +36,29 @@ export function createHttpServer(handler: RequestListener, limits: ConnectionLim
   // the whole service. The proxy limits each client (nginx: limit_conn); docs/access.md.
   if (limits.maxConnectionsPerAddress > 0 && !limits.trustProxy) capPerAddress(server, limits.maxConnectionsPerAddress);
   return server;
+}
+
+/** While draining, connections that went idle between requests are closed this often. */
+const DRAIN_POLL_MS = 100;
+
+/**
+ * Shutdown (docs/operations.md, "Health and shutdown"): the listener closes, so new connections
+ * are refused; idle keep-alive connections close now, and busy ones once their response is out
+ * (it says Connection: close, lib/http/app.ts). Resolves true when the last connection is gone,
+ * false when `graceMs` ran out first (what is left is the caller's to cut: closeAllConnections).
+ */
+export async function drainServer(server: Server, graceMs: number): Promise<boolean> {
+  const closed = once(server, 'close').then(() => true);
+  server.close();
+  const idle = setInterval(() => server.closeIdleConnections(), DRAIN_POLL_MS);
+  let timer: NodeJS.Timeout | undefined;
+  const graceOver = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), graceMs)));
+  try {
+    return await Promise.race([closed, graceOver]);
+  } finally {
+    clearInterval(idle);
+    clearTimeout(timer);
+  }
 }
 
 /** The address a socket's connections are counted under (an IPv4 peer seen through IPv6 as itself). */
