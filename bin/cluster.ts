@@ -4,6 +4,8 @@
 // One Node process serves on one core; the workers are how one instance uses the machine's others.
 import cluster, { type Worker } from 'node:cluster';
 import { relayClusterBus } from '../adapters/bus/cluster.ts';
+import { listenMetrics, type MetricsServer } from '../lib/http/metrics-server.ts';
+import { clusterMetrics } from '../lib/metrics.ts';
 import { untilSignal } from './signals.ts';
 
 /** What a worker tells the primary once it listens. */
@@ -27,7 +29,7 @@ const note = (obj: object) => process.stderr.write(`${JSON.stringify({ cluster: 
  * Runs the workers until a signal. Resolves with the exit code: 0 after a clean stop, 1 when the
  * workers could not start (a bad port, an unreadable store: restarting would not help).
  */
-export async function runPrimary(workers: number): Promise<number> {
+export async function runPrimary(workers: number, metricsListen: { host: string; port: number } | null = null): Promise<number> {
   // The kernel hands connections out, not the primary: with round-robin, a connection handed to a
   // worker that dies before taking it stays open in the primary, unanswered, for good (Node's
   // RoundRobinHandle only closes it on the worker's reply). One hung client per worker killed.
@@ -35,6 +37,9 @@ export async function runPrimary(workers: number): Promise<number> {
   // The workers run this same program with the same flags (the TypeScript loader among them).
   cluster.setupPrimary({ serialization: 'advanced' });
   const stopRelay = relayClusterBus();
+  // POSTERN_METRICS_LISTEN: served here, every worker's registry asked for and aggregated per scrape.
+  let metrics: MetricsServer | null = null;
+  const exposition = metricsListen ? clusterMetrics() : null;
   let stopping = false;
   let isReady = false;
   // Doubled before the first early restart: that one waits 1 s.
@@ -101,6 +106,7 @@ export async function runPrimary(workers: number): Promise<number> {
       ),
     );
     stopRelay();
+    await metrics?.close();
   };
 
   for (let i = 0; i < workers; i++) fork();
@@ -111,8 +117,17 @@ export async function runPrimary(workers: number): Promise<number> {
     await stopAll();
     return 1;
   }
+  if (outcome && metricsListen && exposition) {
+    try {
+      metrics = await listenMetrics(metricsListen, exposition, (err) => note({ event: 'gathering the workers\' metrics failed', error: (err as Error).message }));
+    } catch (err) {
+      note({ error: `POSTERN_METRICS_LISTEN: ${(err as Error).message}` });
+      await stopAll();
+      return 1;
+    }
+  }
   if (outcome) {
-    process.stdout.write(`${JSON.stringify({ listening: outcome.url, baseUrl: `${outcome.url}/v1`, appUrl: `${outcome.url}/api/v1`, workers })}\n`);
+    process.stdout.write(`${JSON.stringify({ listening: outcome.url, baseUrl: `${outcome.url}/v1`, appUrl: `${outcome.url}/api/v1`, workers, ...(metrics ? { metrics: `${metrics.url}/metrics` } : {}) })}\n`);
     await signal;
   }
   await stopAll();

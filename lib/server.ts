@@ -68,6 +68,8 @@ import { WebhookEndpoints } from './webhooks/endpoints.ts';
 import { WebhookDispatcher } from './webhooks/dispatcher.ts';
 import { WebhookConnections, webhookPoster } from '../adapters/webhooks/client.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
+import { Metrics, NO_METRICS, type Recorders } from './metrics.ts';
+import { listenMetrics, type MetricsServer } from './http/metrics-server.ts';
 
 export interface Postern {
   config: Config;
@@ -105,11 +107,16 @@ export interface Postern {
   watchAll: WatchAll;
   /** The internal listener for Dovecot's push hints, when POSTERN_HINT_LISTEN is set. */
   hintListener: HintListener | null;
+  /** Prometheus metrics when POSTERN_METRICS_LISTEN is set (lib/metrics.ts); null: none kept. */
+  metrics: Metrics | null;
   /** Every operation served on each base address, and the OpenAPI document describing them. */
   operations: Array<{ method: string; path: string }>;
   openApi: ReturnType<typeof buildOpenApi>;
-  /** Starts listening; resolves with the bound address. */
-  listen(): Promise<{ url: string; port: number }>;
+  /**
+   * Starts listening; resolves with the bound address, and the metrics listener's (null when
+   * metrics are off, or in a cluster worker: there the primary serves them).
+   */
+  listen(): Promise<{ url: string; port: number; metricsUrl: string | null }>;
   close(): Promise<void>;
 }
 
@@ -145,6 +152,9 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     onInboxRemoved: async (id) => onInboxRemoved?.(id),
   });
   const validator = new Validator();
+  // Off (no POSTERN_METRICS_LISTEN): recorders that do nothing, and no registry at all.
+  const metrics = config.metrics ? new Metrics() : null;
+  const recorders: Recorders = metrics ?? NO_METRICS;
   // After a Redis reconnect the event log's live feed heals from the store, and inbox streams end
   // so their clients read again (lib/mail/live.ts); both are assigned just below.
   let events: EventLog | null = null;
@@ -163,7 +173,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       ? new ClusterBus()
       : new MemoryBus();
   const eventStore = store.events;
-  events = new EventLog(eventStore, bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }) });
+  events = new EventLog(eventStore, bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }), metrics: recorders.events });
   const eventLog = events;
   const mailChanges = new MailChangeRecorder(directory, eventLog, log.child({ part: 'mail-events' }));
   // Inbox streams hear the changes every process sharing the store applies, over the same bus.
@@ -172,7 +182,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   // Plaintext a mail app appends to a zero-access inbox is sealed in place (lib/mail/reseal.ts),
   // and bounces are read from what the index adds (a zero-access inbox's by the ingress, before
   // it seals them).
-  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }) });
+  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), metrics: recorders.imap });
   // A durable job: every unsealed message of a zero-access inbox, found by sweeps and at start.
   // A round that replaced messages asks for a sync, so the index drops the originals.
   let mailMirrorRef: MailMirror | null = null;
@@ -198,6 +208,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     leases: mailIndex,
     leaseMs: config.imap.watchLeaseMs,
     fillWaitMs: config.watch.fillWaitMs,
+    metrics: recorders.sync,
   });
   mailMirrorRef = mailMirror;
   // The ingress's pool of sessions to Dovecot, closed after the ingress on shutdown.
@@ -215,7 +226,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const sendMemory = new BodyGate(SEND_MEMORY_BUDGET);
   const sentCopies = new SentCopies(outbox, directory, new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)), log.child({ part: 'outbox' }), { memory: sendMemory, yieldMs: config.send.copyYieldMs });
   bounces = new BounceMatcher(mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), outbox, directory, eventLog, log.child({ part: 'bounces' }));
-  const send = new SendService(relay, outbox, eventLog, config.send, sentCopies, log.child({ part: 'send' }), async (inboxId, raw) => seal(raw, await keys.current(inboxId)));
+  const send = new SendService(relay, outbox, eventLog, config.send, sentCopies, log.child({ part: 'send' }), async (inboxId, raw) => seal(raw, await keys.current(inboxId)), recorders.send);
   const watchAll = new WatchAll({
     mode: config.watch.mode,
     reason: config.watch.reason,
@@ -229,6 +240,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     catalogPollMs: config.watch.catalogPollMs,
     ...(config.watch.hints ? { hintListen: `${config.watch.hints.host}:${config.watch.hints.port}` } : {}),
     log: log.child({ part: 'watch' }),
+    metrics: recorders.watch,
   });
   onInboxAdded = (inbox) => watchAll.added(inbox);
   onInboxRemoved = (id) => watchAll.removed(id);
@@ -263,6 +275,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     post: postWebhook,
     settings: config.webhooks,
     log: log.child({ part: 'webhooks' }),
+    metrics: recorders.webhooks,
   });
   const webhookDispatcher = dispatcher;
 
@@ -299,7 +312,21 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     publicRoutes: [healthRoutes(() => store.health()), openApiRoutes(openApi, Object.values(SURFACES)), apiReferenceRoutes(), webAppRoutes()],
     routes,
     appRoutes,
+    ...(metrics ? { metrics } : {}),
   });
+  // Read at scrape time: the state each part keeps anyway, and two cheap queries of the store.
+  metrics?.sample({
+    imapConnections: () => mailSource.pool.counts(),
+    watchedInboxes: () => watchAll.watched(),
+    eventLogReaders: () => eventLog.live.subscriberCount(),
+    sseStreams: () => streamQuota.openStreams(),
+    unsealedMessages: async () => store.resealJobs.unsealedCount((await directory.listInboxes()).filter((i) => i.mode === 'zero-access').map((i) => i.id)),
+    webhookQueueAgeSeconds: async () => {
+      const due = await store.webhooks.oldestDue();
+      return due === null ? 0 : Math.max(0, (Date.now() - due) / 1000);
+    },
+  });
+  let metricsServer: MetricsServer | null = null;
 
   let server: Server | null = null;
   return {
@@ -323,6 +350,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     bounces,
     watchAll,
     hintListener,
+    metrics,
     operations: [...listOperations(routes), ...listOperations(appRoutes)],
     openApi,
     async listen() {
@@ -347,10 +375,16 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await once(server, 'listening');
       const { port } = server.address() as AddressInfo;
       const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
-      return { url: `http://${host}:${port}`, port };
+      // A cluster worker's metrics are asked for by its primary, which serves them all as one.
+      if (metrics && config.metrics && !cluster.isWorker) {
+        metricsServer = await listenMetrics(config.metrics, metrics, (err) => log.warn({ err }, 'gathering the metrics failed'));
+      }
+      return { url: `http://${host}:${port}`, port, metricsUrl: metricsServer?.url ?? null };
     },
     async close() {
       streamGuard.stop();
+      await metricsServer?.close();
+      metricsServer = null;
       if (server) {
         const closing = once(server, 'close');
         server.close();

@@ -8,6 +8,7 @@ import type { Access } from '../auth/access.ts';
 import { authenticate } from './authenticate.ts';
 import type { AppRouter, AppState, Surface } from './context.ts';
 import { errorMiddleware } from './errors.ts';
+import { UNMATCHED_ROUTE } from '../metrics.ts';
 
 export type RouteModule = (router: AppRouter) => void;
 
@@ -23,6 +24,8 @@ export interface AppOptions {
   trustProxy?: boolean;
   /** POSTERN_BODY_IDLE_TIMEOUT_MS: what lib/http/body.ts allows a body to stall. */
   bodyIdleTimeoutMs: number;
+  /** Each request's method, route template, status and duration (lib/metrics.ts); absent: not measured. */
+  metrics?: { request(method: string, route: string, status: number, seconds: number): void };
 }
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
@@ -43,6 +46,21 @@ export function createApp(options: AppOptions): Koa<AppState> {
   // entries before it are whatever the client sent, so reading them would let anyone pick an address.
   const app = new Koa<AppState>({ proxy: options.trustProxy ?? false, maxIpsCount: 1 });
   app.silent = true; // the error middleware logs what matters
+
+  const metrics = options.metrics;
+  if (metrics) {
+    // Outermost, so the status is the one sent (the error middleware's included). The route is
+    // the router's template (`/v1/inboxes/:inboxId`), never the path: paths hold ids.
+    app.use(async (ctx, next) => {
+      const started = performance.now();
+      try {
+        await next();
+      } finally {
+        const route = (ctx as { _matchedRoute?: unknown })._matchedRoute;
+        metrics.request(ctx.method, typeof route === 'string' ? route : UNMATCHED_ROUTE, ctx.status, (performance.now() - started) / 1000);
+      }
+    });
+  }
 
   app.use(async (ctx, next) => {
     const incoming = ctx.get('x-request-id');
