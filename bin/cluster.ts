@@ -36,10 +36,18 @@ export async function runPrimary(workers: number, metricsListen: { host: string;
   cluster.schedulingPolicy = cluster.SCHED_NONE;
   // The workers run this same program with the same flags (the TypeScript loader among them).
   cluster.setupPrimary({ serialization: 'advanced' });
-  const stopRelay = relayClusterBus();
-  // POSTERN_METRICS_LISTEN: served here, every worker's registry asked for and aggregated per scrape.
+  // POSTERN_METRICS_LISTEN: served here, every worker's registry asked for and aggregated per
+  // scrape. Bound before any worker starts: an address in use stops the start, not a worker.
   let metrics: MetricsServer | null = null;
-  const exposition = metricsListen ? clusterMetrics() : null;
+  if (metricsListen) {
+    try {
+      metrics = await listenMetrics(metricsListen, clusterMetrics(), (err) => note({ event: 'gathering the workers\' metrics failed', error: (err as Error).message }));
+    } catch (err) {
+      process.stdout.write(`${JSON.stringify({ error: `POSTERN_METRICS_LISTEN: cannot listen on ${metricsListen.host}:${metricsListen.port}: ${(err as Error).message}` })}\n`);
+      return 1;
+    }
+  }
+  const stopRelay = relayClusterBus();
   let stopping = false;
   let isReady = false;
   // Doubled before the first early restart: that one waits 1 s.
@@ -116,15 +124,6 @@ export async function runPrimary(workers: number, metricsListen: { host: string;
     note({ error: outcome.err.message });
     await stopAll();
     return 1;
-  }
-  if (outcome && metricsListen && exposition) {
-    try {
-      metrics = await listenMetrics(metricsListen, exposition, (err) => note({ event: 'gathering the workers\' metrics failed', error: (err as Error).message }));
-    } catch (err) {
-      note({ error: `POSTERN_METRICS_LISTEN: ${(err as Error).message}` });
-      await stopAll();
-      return 1;
-    }
   }
   if (outcome) {
     process.stdout.write(`${JSON.stringify({ listening: outcome.url, baseUrl: `${outcome.url}/v1`, appUrl: `${outcome.url}/api/v1`, workers, ...(metrics ? { metrics: `${metrics.url}/metrics` } : {}) })}\n`);

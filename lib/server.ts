@@ -20,7 +20,7 @@ import { EventLog } from './events/log.ts';
 import { eventRoutes } from './http/routes/events.ts';
 import { ImapMailSource } from '../adapters/imap/source.ts';
 import { Access } from './auth/access.ts';
-import type { Config } from './config.ts';
+import { ConfigError, type Config } from './config.ts';
 import type { Store } from './store.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { ImapMailUsers } from '../adapters/imap/users.ts';
@@ -368,6 +368,14 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await hintListener?.listen();
       await watchAll.start();
       resealer.start();
+      // A cluster worker's metrics are asked for by its primary, which serves them all as one.
+      // Bound before the public port: an address in use stops the start with its reason.
+      if (metrics && config.metrics && !cluster.isWorker) {
+        const at = config.metrics;
+        metricsServer = await listenMetrics(at, metrics, (err) => log.warn({ err }, 'gathering the metrics failed')).catch((err: Error) => {
+          throw new ConfigError(`POSTERN_METRICS_LISTEN: cannot listen on ${at.host}:${at.port}: ${err.message}`);
+        });
+      }
       // Request deadlines and the per-address cap (lib/http/connections.ts); cluster workers
       // each run this with the same configuration.
       server = createHttpServer(app.callback(), config.http);
@@ -375,10 +383,6 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await once(server, 'listening');
       const { port } = server.address() as AddressInfo;
       const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
-      // A cluster worker's metrics are asked for by its primary, which serves them all as one.
-      if (metrics && config.metrics && !cluster.isWorker) {
-        metricsServer = await listenMetrics(config.metrics, metrics, (err) => log.warn({ err }, 'gathering the metrics failed'));
-      }
       return { url: `http://${host}:${port}`, port, metricsUrl: metricsServer?.url ?? null };
     },
     async close() {

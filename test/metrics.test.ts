@@ -3,10 +3,12 @@
 // POSTERN_METRICS_LISTEN has every family with its labels, no id in any label, and the public
 // port does not serve it. With POSTERN_WORKERS=2 the primary serves every worker's as one.
 import { expect } from 'chai';
-import { callFresh, call, json, mailEnv, newProject, startPostern, clusterFixture, type TestInbox, type TestServer } from './harness.ts';
+import { callFresh, call, envVars, json, mailEnv, newProject, startPostern, clusterFixture, type TestInbox, type TestServer } from './harness.ts';
 import { SseClient } from './events-helpers.ts';
 import { append, deliver, mailApp, openInboxStream, until, type SseReader } from './mail-fixtures.ts';
-import { freePort } from './processes.ts';
+import { createServer } from 'node:net';
+import { once } from 'node:events';
+import { freePort, runPostern } from './processes.ts';
 import { postRaw, rcpt, atSink } from './send-fixtures.ts';
 import { Receiver } from './webhook-receiver.ts';
 
@@ -211,6 +213,24 @@ describe('metrics (issue 19.4)', function () {
         await off.close();
       }
     });
+  });
+
+  it('an address in use stops `postern serve` with the reason, alone or with workers', async () => {
+    const taken = createServer();
+    taken.listen(0, '127.0.0.1');
+    await once(taken, 'listening');
+    const { port } = taken.address() as { port: number };
+    const admin = await startPostern();
+    try {
+      for (const workers of ['1', '2']) {
+        const run = await runPostern(['serve'], envVars(mailEnv(), { ...admin.storeEnv, POSTERN_PORT: '0', POSTERN_WORKERS: workers, POSTERN_METRICS_LISTEN: `127.0.0.1:${port}` }));
+        expect(run.code, `workers=${workers}: ${run.stdout} ${run.stderr}`).to.equal(1);
+        expect(run.out.error, `workers=${workers}`).to.match(new RegExp(`^POSTERN_METRICS_LISTEN: cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE`));
+      }
+    } finally {
+      taken.close();
+      await admin.close();
+    }
   });
 
   describe('two workers (POSTERN_WORKERS=2)', () => {
