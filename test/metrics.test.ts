@@ -122,6 +122,9 @@ describe('metrics (issue 19.4)', function () {
       expect((await call(`${s.base}/events?limit=10`, { token })).status).to.equal(200);
       // A path no route has, with an id in it: counted, but under a fixed label.
       expect((await call(`${s.base}/nothing/${inbox.id}`, { token })).status).to.equal(404);
+      // Refused before its route ran (no credential), and a method the route has not: the route's template still.
+      expect((await call(`${s.base}/inboxes/${inbox.id}/labels`)).status).to.equal(401);
+      expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { method: 'DELETE', token })).status).to.equal(405);
       // A send through Postfix.
       const to = rcpt();
       const raw = `From: ${inbox.address}\r\nTo: ${to}\r\nSubject: measured\r\n\r\nhello\r\n`;
@@ -145,6 +148,8 @@ describe('metrics (issue 19.4)', function () {
         'POST /v1/inboxes/:inbox/messages 200',
         'POST /v1/webhooks 201',
         'GET unmatched 404',
+        'GET /v1/inboxes/:inbox/labels 401',
+        'DELETE /v1/inboxes/:inbox/labels 405',
       ]);
       expect(value(samples, 'http_request_duration_seconds_bucket', { method: 'GET', route: 'unmatched', status: '404', le: '+Inf' })).to.equal(1);
       // IMAP connections by state, and the pool's waits.

@@ -41,6 +41,23 @@ export function listOperations(routes: RouteModule[]): Array<{ method: string; p
   );
 }
 
+interface MatchedLayer {
+  path: unknown;
+  methods: string[];
+}
+
+/**
+ * The route template a request went to, as @koa/router records it. A request stopped before its
+ * route ran (a 401 from the surface's authentication) still has its route among the layers its
+ * path matched; a 405 names the path's route; a path no route has is UNMATCHED_ROUTE.
+ */
+function routeTemplate(ctx: { method: string }): string {
+  const { matched, _matchedRoute: current } = ctx as { matched?: MatchedLayer[]; _matchedRoute?: unknown };
+  const routes = (matched ?? []).filter((l): l is MatchedLayer & { path: string } => l.methods.length > 0 && typeof l.path === 'string');
+  if (routes.some((l) => l.path === current)) return current as string;
+  return (routes.find((l) => l.methods.includes(ctx.method)) ?? routes[0])?.path ?? UNMATCHED_ROUTE;
+}
+
 export function createApp(options: AppOptions): Koa<AppState> {
   // Behind a trusted proxy the client is the last X-Forwarded-For entry, the one the proxy added:
   // entries before it are whatever the client sent, so reading them would let anyone pick an address.
@@ -56,8 +73,7 @@ export function createApp(options: AppOptions): Koa<AppState> {
       try {
         await next();
       } finally {
-        const route = (ctx as { _matchedRoute?: unknown })._matchedRoute;
-        metrics.request(ctx.method, typeof route === 'string' ? route : UNMATCHED_ROUTE, ctx.status, (performance.now() - started) / 1000);
+        metrics.request(ctx.method, routeTemplate(ctx), ctx.status, (performance.now() - started) / 1000);
       }
     });
   }
