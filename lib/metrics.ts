@@ -85,6 +85,8 @@ export const NO_METRICS: Recorders = {
 /** What is read at scrape time from state already kept (or, for the store's two, one cheap query). */
 export interface MetricSamples {
   imapConnections(): { busy: number; idle: number; opening: number; watching: number };
+  /** Tasks waiting for an IMAP connection now. */
+  imapWaiting(): number;
   watchedInboxes(): { mode: string; inboxes: number };
   /** Live subscriptions to the event log in this process (project streams, the webhook dispatcher). */
   eventLogReaders(): number;
@@ -140,6 +142,15 @@ export class Metrics implements Recorders {
         const s = samples();
         if (!s) return;
         for (const [state, n] of Object.entries(s.imapConnections())) this.set({ state }, n);
+      },
+    });
+    new Gauge({
+      name: 'postern_imap_pool_waiting',
+      help: 'Tasks waiting for a free IMAP connection now',
+      registers,
+      collect() {
+        const s = samples();
+        if (s) this.set(s.imapWaiting());
       },
     });
     const poolWait = new Histogram({

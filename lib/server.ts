@@ -317,6 +317,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   // Read at scrape time: the state each part keeps anyway, and two cheap queries of the store.
   metrics?.sample({
     imapConnections: () => mailSource.pool.counts(),
+    imapWaiting: () => mailSource.pool.waiting(),
     watchedInboxes: () => watchAll.watched(),
     eventLogReaders: () => eventLog.live.subscriberCount(),
     sseStreams: () => streamQuota.openStreams(),

@@ -155,6 +155,7 @@ describe('metrics (issue 19.4)', function () {
       // IMAP connections by state, and the pool's waits.
       for (const state of ['busy', 'idle', 'opening', 'watching']) expect(find(samples, 'postern_imap_connections', { state }), state).to.have.length(1);
       expect(value(samples, 'postern_imap_pool_wait_seconds_count', { outcome: 'acquired' })).to.be.greaterThan(0);
+      expect(value(samples, 'postern_imap_pool_waiting')).to.be.at.least(0);
       // Watching: inboxes, hints, sweeps, lost hints.
       expect(value(samples, 'postern_watched_inboxes', { mode: 'push' })).to.be.at.least(2);
       expect(value(samples, 'postern_push_hints_total', { outcome: 'taken' })).to.be.greaterThan(0);

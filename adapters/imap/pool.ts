@@ -107,6 +107,13 @@ export class ImapPool {
     return { busy, idle, opening, watching: this.dedicatedCount };
   }
 
+  /** Tasks waiting for a connection now (their inbox's, or room under the global cap). */
+  waiting(): number {
+    let n = this.capWaiters.length;
+    for (const slot of this.slots.values()) n += slot.waiters.length;
+    return n;
+  }
+
   /** Connections open for one inbox's user now (busy or idle). */
   connectionsOf(user: string): number {
     const slot = this.slots.get(user);
