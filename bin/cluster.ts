@@ -5,6 +5,8 @@
 // One Node process serves on one core; the workers are how one instance uses the machine's others.
 import cluster, { type Worker } from 'node:cluster';
 import { relayClusterBus } from '../adapters/bus/cluster.ts';
+import { listenMetrics, type MetricsServer } from '../lib/http/metrics-server.ts';
+import { clusterMetrics } from '../lib/metrics.ts';
 import { untilSignal } from './signals.ts';
 
 /** What a worker tells the primary once it listens. */
@@ -29,13 +31,28 @@ const note = (obj: object) => process.stderr.write(`${JSON.stringify({ cluster: 
  * Runs the workers until a signal. Resolves with the exit code: 0 after a clean stop, 1 when the
  * workers could not start (a bad port, an unreadable store: restarting would not help).
  */
-export async function runPrimary(workers: number, shutdownGraceMs: number): Promise<number> {
+export async function runPrimary(
+  workers: number,
+  shutdownGraceMs: number,
+  metricsListen: { host: string; port: number } | null = null,
+): Promise<number> {
   // The kernel hands connections out, not the primary: with round-robin, a connection handed to a
   // worker that dies before taking it stays open in the primary, unanswered, for good (Node's
   // RoundRobinHandle only closes it on the worker's reply). One hung client per worker killed.
   cluster.schedulingPolicy = cluster.SCHED_NONE;
   // The workers run this same program with the same flags (the TypeScript loader among them).
   cluster.setupPrimary({ serialization: 'advanced' });
+  // POSTERN_METRICS_LISTEN: served here, every worker's registry asked for and aggregated per
+  // scrape. Bound before any worker starts: an address in use stops the start, not a worker.
+  let metrics: MetricsServer | null = null;
+  if (metricsListen) {
+    try {
+      metrics = await listenMetrics(metricsListen, clusterMetrics(), (err) => note({ event: 'gathering the workers\' metrics failed', error: (err as Error).message }));
+    } catch (err) {
+      process.stdout.write(`${JSON.stringify({ error: `POSTERN_METRICS_LISTEN: cannot listen on ${metricsListen.host}:${metricsListen.port}: ${(err as Error).message}` })}\n`);
+      return 1;
+    }
+  }
   const stopRelay = relayClusterBus();
   let stopping = false;
   let isReady = false;
@@ -103,6 +120,7 @@ export async function runPrimary(workers: number, shutdownGraceMs: number): Prom
       ),
     );
     stopRelay();
+    await metrics?.close();
   };
 
   for (let i = 0; i < workers; i++) fork();
@@ -114,7 +132,7 @@ export async function runPrimary(workers: number, shutdownGraceMs: number): Prom
     return 1;
   }
   if (outcome) {
-    process.stdout.write(`${JSON.stringify({ listening: outcome.url, baseUrl: `${outcome.url}/v1`, appUrl: `${outcome.url}/api/v1`, workers })}\n`);
+    process.stdout.write(`${JSON.stringify({ listening: outcome.url, baseUrl: `${outcome.url}/v1`, appUrl: `${outcome.url}/api/v1`, workers, ...(metrics ? { metrics: `${metrics.url}/metrics` } : {}) })}\n`);
     await signal;
   }
   await stopAll();

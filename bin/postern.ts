@@ -285,10 +285,10 @@ async function serve(args: string[]): Promise<number> {
     MasterKey.parse(config.masterKey);
     // Migrate once here, so the workers start on an up-to-date store instead of racing to it.
     await (await openStore(config, { applicationName: 'postern primary' })).close();
-    return runPrimary(config.workers, config.http.shutdownGraceMs);
+    return runPrimary(config.workers, config.http.shutdownGraceMs, config.metrics);
   }
   const postern = await openPostern(config);
-  const { url } = await postern.listen();
+  const { url, metricsUrl } = await postern.listen();
   if (cluster.isWorker) {
     const ready: ListeningMessage = { postern: 'listening', url };
     process.send!(ready);
@@ -301,7 +301,7 @@ async function serve(args: string[]): Promise<number> {
     process.on('SIGINT', ignore);
     process.on('SIGTERM', ignore);
   } else {
-    process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1` })}\n`);
+    process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1`, ...(metricsUrl ? { metrics: `${metricsUrl}/metrics` } : {}) })}\n`);
     await untilSignal();
   }
   // Requests under way finish (within POSTERN_SHUTDOWN_GRACE_MS), streams are told to reconnect.

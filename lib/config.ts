@@ -107,6 +107,8 @@ export interface Config {
     maxPerCredential: number;
     maxPerProject: number;
   };
+  /** POSTERN_METRICS_LISTEN: the internal Prometheus listener; null: no metrics at all. */
+  metrics: { host: string; port: number } | null;
   logLevel: string;
 }
 
@@ -194,6 +196,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams re-check their credential and inbox access this often; one that lost them ends' },
   { name: 'POSTERN_STREAM_MAX_PER_CREDENTIAL', default: '20', description: 'open streams of each kind (inbox, project events) one token or session may hold in a process, more get 429; 0 = no cap' },
   { name: 'POSTERN_STREAM_MAX_PER_PROJECT', default: '60', description: 'open streams of each kind all credentials of one project may hold in a process, more get 429; 0 = no cap' },
+  { name: 'POSTERN_METRICS_LISTEN', default: '', description: 'host:port of the internal Prometheus listener (GET /metrics; with POSTERN_WORKERS the primary serves every worker\'s, aggregated); keep it off the public network; empty: no metrics are kept' },
   { name: 'POSTERN_LOG_LEVEL', default: 'info', description: 'pino log level (fatal, error, warn, info, debug, trace, silent)' },
 ];
 
@@ -281,18 +284,24 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     throw new ConfigError(`POSTERN_HEADERS_TIMEOUT_MS (${headersTimeoutMs}) must not be over POSTERN_REQUEST_TIMEOUT_MS (${requestTimeoutMs})`);
   }
   const maxTotal = int('POSTERN_IMAP_MAX_TOTAL', 1, 10000);
-  const hintListen = get('POSTERN_HINT_LISTEN');
-  let hints: Config['watch']['hints'] = null;
-  if (hintListen !== '') {
-    const m = /^(\[[0-9a-fA-F:.]+\]|[^\s:\[\]]+):(\d{1,5})$/.exec(hintListen);
+  /** host:port, [v6]:port; null when empty. */
+  const hostPort = (name: string): { host: string; port: number } | null => {
+    const raw = get(name);
+    if (raw === '') return null;
+    const m = /^(\[[0-9a-fA-F:.]+\]|[^\s:\[\]]+):(\d{1,5})$/.exec(raw);
     const port = m ? Number(m[2]) : -1;
-    if (!m || port > 65535) throw new ConfigError(`POSTERN_HINT_LISTEN must be host:port, got "${hintListen}"`);
+    if (!m || port > 65535) throw new ConfigError(`${name} must be host:port, got "${raw}"`);
+    return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
+  };
+  const hintListen = hostPort('POSTERN_HINT_LISTEN');
+  let hints: Config['watch']['hints'] = null;
+  if (hintListen) {
     const secret = get('POSTERN_HINT_SECRET');
     // Not echoed: it is a secret. Token characters only, as the push script sends it.
     if (secret.length < 16 || !/^[A-Za-z0-9\-._~+/=]+$/.test(secret)) {
       throw new ConfigError('POSTERN_HINT_SECRET must be set with POSTERN_HINT_LISTEN: 16 or more of A-Z a-z 0-9 - . _ ~ + / =');
     }
-    hints = { host: m[1]!.replace(/^\[|\]$/g, ''), port, secret };
+    hints = { ...hintListen, secret };
   }
   const recipientDelimiter = get('POSTERN_RECIPIENT_DELIMITER');
   if (!/^[!#-'*+\-/=?^_`{|}~.]*$/.test(recipientDelimiter)) {
@@ -379,6 +388,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       maxPerCredential: int('POSTERN_STREAM_MAX_PER_CREDENTIAL', 0, 1000000),
       maxPerProject: int('POSTERN_STREAM_MAX_PER_PROJECT', 0, 1000000),
     },
+    metrics: hostPort('POSTERN_METRICS_LISTEN'),
     logLevel,
   };
 }

@@ -20,7 +20,7 @@ import { EventLog } from './events/log.ts';
 import { eventRoutes } from './http/routes/events.ts';
 import { ImapMailSource } from '../adapters/imap/source.ts';
 import { Access } from './auth/access.ts';
-import type { Config } from './config.ts';
+import { ConfigError, type Config } from './config.ts';
 import type { Store } from './store.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { ImapMailUsers } from '../adapters/imap/users.ts';
@@ -70,6 +70,8 @@ import { WebhookEndpoints } from './webhooks/endpoints.ts';
 import { WebhookDispatcher } from './webhooks/dispatcher.ts';
 import { WebhookConnections, webhookPoster } from '../adapters/webhooks/client.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
+import { Metrics, NO_METRICS, type Recorders } from './metrics.ts';
+import { listenMetrics, type MetricsServer } from './http/metrics-server.ts';
 
 export interface Postern {
   config: Config;
@@ -107,13 +109,18 @@ export interface Postern {
   watchAll: WatchAll;
   /** The internal listener for Dovecot's push hints, when POSTERN_HINT_LISTEN is set. */
   hintListener: HintListener | null;
+  /** Prometheus metrics when POSTERN_METRICS_LISTEN is set (lib/metrics.ts); null: none kept. */
+  metrics: Metrics | null;
   /** Every operation served on each base address, and the OpenAPI document describing them. */
   operations: Array<{ method: string; path: string }>;
   openApi: ReturnType<typeof buildOpenApi>;
   /** What GET /readyz answers: the store, IMAP and SMTP submission checked, or draining. */
   readiness: Readiness;
-  /** Starts listening; resolves with the bound address. */
-  listen(): Promise<{ url: string; port: number }>;
+  /**
+   * Starts listening; resolves with the bound address, and the metrics listener's (null when
+   * metrics are off, or in a cluster worker: there the primary serves them).
+   */
+  listen(): Promise<{ url: string; port: number; metricsUrl: string | null }>;
   /**
    * The orderly stop on SIGTERM (docs/operations.md, "Health and shutdown"): no new connections,
    * /readyz 503, event streams ended with a reconnect hint, requests under way given
@@ -159,6 +166,9 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     onInboxRemoved: async (id) => onInboxRemoved?.(id),
   });
   const validator = new Validator();
+  // Off (no POSTERN_METRICS_LISTEN): recorders that do nothing, and no registry at all.
+  const metrics = config.metrics ? new Metrics() : null;
+  const recorders: Recorders = metrics ?? NO_METRICS;
   // After a Redis reconnect the event log's live feed heals from the store, and inbox streams end
   // so their clients read again (lib/mail/live.ts); both are assigned just below.
   let events: EventLog | null = null;
@@ -177,7 +187,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       ? new ClusterBus()
       : new MemoryBus();
   const eventStore = store.events;
-  events = new EventLog(eventStore, bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }) });
+  events = new EventLog(eventStore, bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }), metrics: recorders.events });
   const eventLog = events;
   const mailChanges = new MailChangeRecorder(directory, eventLog, log.child({ part: 'mail-events' }));
   // Inbox streams hear the changes every process sharing the store applies, over the same bus.
@@ -186,7 +196,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   // Plaintext a mail app appends to a zero-access inbox is sealed in place (lib/mail/reseal.ts),
   // and bounces are read from what the index adds (a zero-access inbox's by the ingress, before
   // it seals them).
-  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }) });
+  const mailSource = new ImapMailSource({ imap: config.imap, store: mailIndex, log: log.child({ part: 'imap' }), metrics: recorders.imap });
   // A durable job: every unsealed message of a zero-access inbox, found by sweeps and at start.
   // A round that replaced messages asks for a sync, so the index drops the originals.
   let mailMirrorRef: MailMirror | null = null;
@@ -212,6 +222,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     leases: mailIndex,
     leaseMs: config.imap.watchLeaseMs,
     fillWaitMs: config.watch.fillWaitMs,
+    metrics: recorders.sync,
   });
   mailMirrorRef = mailMirror;
   // The ingress's pool of sessions to Dovecot, closed after the ingress on shutdown.
@@ -229,7 +240,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const sendMemory = new BodyGate(SEND_MEMORY_BUDGET);
   const sentCopies = new SentCopies(outbox, directory, new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)), log.child({ part: 'outbox' }), { memory: sendMemory, yieldMs: config.send.copyYieldMs });
   bounces = new BounceMatcher(mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), outbox, directory, eventLog, log.child({ part: 'bounces' }));
-  const send = new SendService(relay, outbox, eventLog, config.send, sentCopies, log.child({ part: 'send' }), async (inboxId, raw) => seal(raw, await keys.current(inboxId)));
+  const send = new SendService(relay, outbox, eventLog, config.send, sentCopies, log.child({ part: 'send' }), async (inboxId, raw) => seal(raw, await keys.current(inboxId)), recorders.send);
   const watchAll = new WatchAll({
     mode: config.watch.mode,
     reason: config.watch.reason,
@@ -243,6 +254,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     catalogPollMs: config.watch.catalogPollMs,
     ...(config.watch.hints ? { hintListen: `${config.watch.hints.host}:${config.watch.hints.port}` } : {}),
     log: log.child({ part: 'watch' }),
+    metrics: recorders.watch,
   });
   onInboxAdded = (inbox) => watchAll.added(inbox);
   onInboxRemoved = (id) => watchAll.removed(id);
@@ -277,6 +289,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     post: postWebhook,
     settings: config.webhooks,
     log: log.child({ part: 'webhooks' }),
+    metrics: recorders.webhooks,
   });
   const webhookDispatcher = dispatcher;
 
@@ -330,7 +343,22 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     publicRoutes: [healthRoutes(readiness), openApiRoutes(openApi, Object.values(SURFACES)), apiReferenceRoutes(), webAppRoutes()],
     routes,
     appRoutes,
+    ...(metrics ? { metrics } : {}),
   });
+  // Read at scrape time: the state each part keeps anyway, and two cheap queries of the store.
+  metrics?.sample({
+    imapConnections: () => mailSource.pool.counts(),
+    imapWaiting: () => mailSource.pool.waiting(),
+    watchedInboxes: () => watchAll.watched(),
+    eventLogReaders: () => eventLog.live.subscriberCount(),
+    sseStreams: () => streamQuota.openStreams(),
+    unsealedMessages: async () => store.resealJobs.unsealedCount((await directory.listInboxes()).filter((i) => i.mode === 'zero-access').map((i) => i.id)),
+    webhookQueueAgeSeconds: async () => {
+      const due = await store.webhooks.oldestDue();
+      return due === null ? 0 : Math.max(0, (Date.now() - due) / 1000);
+    },
+  });
+  let metricsServer: MetricsServer | null = null;
 
   let server: Server | null = null;
   return {
@@ -354,6 +382,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     bounces,
     watchAll,
     hintListener,
+    metrics,
     operations: [...listOperations(routes), ...listOperations(appRoutes)],
     openApi,
     readiness,
@@ -372,6 +401,14 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await hintListener?.listen();
       await watchAll.start();
       resealer.start();
+      // A cluster worker's metrics are asked for by its primary, which serves them all as one.
+      // Bound before the public port: an address in use stops the start with its reason.
+      if (metrics && config.metrics && !cluster.isWorker) {
+        const at = config.metrics;
+        metricsServer = await listenMetrics(at, metrics, (err) => log.warn({ err }, 'gathering the metrics failed')).catch((err: Error) => {
+          throw new ConfigError(`POSTERN_METRICS_LISTEN: cannot listen on ${at.host}:${at.port}: ${err.message}`);
+        });
+      }
       // Request deadlines and the per-address cap (lib/http/connections.ts); cluster workers
       // each run this with the same configuration.
       server = createHttpServer(app.callback(), config.http);
@@ -379,7 +416,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await once(server, 'listening');
       const { port } = server.address() as AddressInfo;
       const host = config.http.host.includes(':') ? `[${config.http.host}]` : config.http.host;
-      return { url: `http://${host}:${port}`, port };
+      return { url: `http://${host}:${port}`, port, metricsUrl: metricsServer?.url ?? null };
     },
     async shutdown() {
       readiness.drain();
@@ -399,6 +436,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     async close() {
       readiness.drain();
       streamGuard.stop();
+      await metricsServer?.close();
+      metricsServer = null;
       if (server) {
         const closing = once(server, 'close');
         // Already closed by shutdown(): only its connections are left to cut.

@@ -40,6 +40,12 @@ describe('configuration', () => {
     expect(auto.watch).to.deep.include({ catalogPollMs: 500, fillWaitMs: 10_000 });
   });
 
+  it('POSTERN_METRICS_LISTEN: unset keeps no metrics; host:port (IPv6 in brackets) is where they are served', () => {
+    expect(loadConfig({}).metrics).to.equal(null);
+    expect(loadConfig({ POSTERN_METRICS_LISTEN: '10.0.0.5:9464' }).metrics).to.deep.equal({ host: '10.0.0.5', port: 9464 });
+    expect(loadConfig({ POSTERN_METRICS_LISTEN: '[::1]:9464' }).metrics).to.deep.equal({ host: '::1', port: 9464 });
+  });
+
   it('a setting that is set but unusable is refused by name', () => {
     const cases: Array<[Record<string, string>, RegExp]> = [
       [{ REDIS_URL: 'localhost:6379' }, /^REDIS_URL must be a redis:\/\/ or rediss:\/\/ URL/],
@@ -54,6 +60,8 @@ describe('configuration', () => {
       [{ POSTERN_TRUST_PROXY: 'maybe' }, /^POSTERN_TRUST_PROXY must be true or false/],
       [{ POSTERN_LOG_LEVEL: 'loud' }, /^POSTERN_LOG_LEVEL must be a pino level/],
       [{ POSTERN_BODY_IDLE_TIMEOUT_MS: '0' }, /^POSTERN_BODY_IDLE_TIMEOUT_MS must be/],
+      [{ POSTERN_METRICS_LISTEN: '9464' }, /^POSTERN_METRICS_LISTEN must be host:port, got "9464"/],
+      [{ POSTERN_METRICS_LISTEN: '127.0.0.1:99999' }, /^POSTERN_METRICS_LISTEN must be host:port/],
     ];
     for (const [env, message] of cases) expect(refusal({ ...PASSWORD, ...env }), JSON.stringify(env)).to.match(message);
   });

@@ -17,6 +17,7 @@ import { ImapFlow, type ImapFlowOptions } from 'imapflow';
 import type { Logger } from 'pino';
 import type { Config } from '../../lib/config.ts';
 import { DomainError, unavailable } from '../../lib/errors.ts';
+import { NO_METRICS, type ImapMetrics } from '../../lib/metrics.ts';
 
 /** The pool's settings are the configuration's, one declaration (lib/config.ts). */
 export type ImapSettings = Config['imap'];
@@ -85,11 +86,32 @@ export class ImapPool {
   constructor(
     private readonly settings: ImapSettings,
     private readonly log: Logger,
+    private readonly metrics: ImapMetrics = NO_METRICS.imap,
   ) {}
 
   /** Connections open now, in all. */
   get size(): number {
     return this.total;
+  }
+
+  /** Connections now by state, for the metrics (busy + idle + opening + watching is `size`). */
+  counts(): { busy: number; idle: number; opening: number; watching: number } {
+    let busy = 0;
+    let idle = 0;
+    let opening = 0;
+    for (const slot of this.slots.values()) {
+      busy += slot.busy.size;
+      idle += slot.idle.length;
+      opening += slot.opening;
+    }
+    return { busy, idle, opening, watching: this.dedicatedCount };
+  }
+
+  /** Tasks waiting for a connection now (their inbox's, or room under the global cap). */
+  waiting(): number {
+    let n = this.capWaiters.length;
+    for (const slot of this.slots.values()) n += slot.waiters.length;
+    return n;
   }
 
   /** Connections open for one inbox's user now (busy or idle). */
@@ -195,15 +217,26 @@ export class ImapPool {
 
   private async acquire(user: string, lane: Lane): Promise<Conn> {
     const deadline = Date.now() + this.settings.acquireTimeoutMs;
+    // Set on the first wait: a task that never waits costs the metrics nothing.
+    let waitedFrom = 0;
     for (;;) {
       if (this.closed) throw unavailable('mail server connections are closed');
       const got = this.tryTake(user, lane);
-      if (got) return got;
+      if (got) {
+        if (waitedFrom) this.metrics.waited((performance.now() - waitedFrom) / 1000, 'acquired');
+        return got;
+      }
       // Room in the inbox's own bound but not in the global one: wait for any connection to go.
       const slot = this.slot(user);
       const laneOpen = this.laneOpen(slot, lane);
       const atCap = laneOpen && slot.busy.size + slot.opening < this.settings.maxPerInbox;
-      await this.wait(atCap ? this.capWaiters : slot.waiters, deadline);
+      waitedFrom ||= performance.now();
+      try {
+        await this.wait(atCap ? this.capWaiters : slot.waiters, deadline);
+      } catch (err) {
+        if (err instanceof PoolBusyError) this.metrics.waited((performance.now() - waitedFrom) / 1000, 'timed_out');
+        throw err;
+      }
     }
   }
 

@@ -2,6 +2,7 @@
 // UID STORE, and watchers (watcher.ts) on dedicated connections. It speaks IMAP only: when to
 // sync, when to trust the index and who watches are lib/mail/mirror.ts's decisions.
 import type { Logger } from 'pino';
+import type { ImapMetrics } from '../../lib/metrics.ts';
 import type { LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, Place } from '../../lib/mail/types.ts';
 import { ImapPool, type ImapSettings } from './pool.ts';
 import { uidFetch, unselect } from './raw.ts';
@@ -16,6 +17,8 @@ export interface ImapSourceOptions {
   pollMs?: number;
   /** The watcher's poll on a server without NOTIFY, where only INBOX signals (docs/mail.md). */
   fallbackPollMs?: number;
+  /** The pool's waits for a free connection (lib/metrics.ts). */
+  metrics?: ImapMetrics;
 }
 
 export class ImapMailSource implements MailSource {
@@ -23,7 +26,7 @@ export class ImapMailSource implements MailSource {
   private readonly indexSync: IndexSync;
 
   constructor(private readonly o: ImapSourceOptions) {
-    this.pool = new ImapPool(o.imap, o.log);
+    this.pool = new ImapPool(o.imap, o.log, o.metrics);
     this.indexSync = new IndexSync(
       o.store,
       o.log,

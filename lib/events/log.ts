@@ -44,6 +44,7 @@ import type { EventStore, ReadResult, StoredEventType } from './store.ts';
 import { newestMatching } from './versions.ts';
 import type { CloudEvent, DataField, EventData, EventType, StoredEvent, Visibility } from './types.ts';
 import type { WarnLog } from '../warn-log.ts';
+import { NO_METRICS, type EventMetrics } from '../metrics.ts';
 
 /** The service itself as an actor (a sync, a watcher, the sending outbox). */
 export const SYSTEM_ACTOR = 'sys_postern';
@@ -109,6 +110,8 @@ export interface EventLogOptions {
   /** Paged reads return only events at least this old (ms). */
   settleMs: number;
   log?: WarnLog;
+  /** Appends and reads (lib/metrics.ts). */
+  metrics?: EventMetrics;
 }
 
 const ACTOR = /^(?:(?:mem|tok)_[0-9A-Z]{26}|sys_[A-Za-z0-9_-]{1,64})$/;
@@ -177,6 +180,7 @@ export class EventLog {
   /** The project-keyed cursor codec, once its secret was read from the store. */
   private codec: Cursors | null = null;
   private loadingCodec: Promise<Cursors> | null = null;
+  private readonly metrics: EventMetrics;
 
   constructor(
     private readonly store: EventStore,
@@ -185,6 +189,7 @@ export class EventLog {
     live?: LiveFeed,
   ) {
     this.now = options.now ?? Date.now;
+    this.metrics = options.metrics ?? NO_METRICS.events;
     this.live = live ?? new LiveFeed(store, bus, options.log ? { log: options.log } : {});
   }
 
@@ -339,7 +344,12 @@ export class EventLog {
         return JSON.stringify(event);
       },
     });
-    if (result.kind === 'duplicate') return { duplicate: true, eventId: result.eventId, sameRequest: result.sameRequest };
+    const origin = e.type.name.startsWith('ext.') ? 'ext' : 'builtin';
+    if (result.kind === 'duplicate') {
+      this.metrics.appended(origin, 'duplicate');
+      return { duplicate: true, eventId: result.eventId, sameRequest: result.sameRequest };
+    }
+    this.metrics.appended(origin, 'appended');
     // Deliver here at once, and publish for the other instances. A lost message is healed by
     // every receiver from the store.
     this.live.local(result.event);
@@ -404,6 +414,7 @@ export class EventLog {
 
   /** One page of a paged read: events older than the settle delay, after `after`. */
   async page(filter: EventFilter, after: number, limit: number): Promise<Page> {
+    this.metrics.read('page');
     const { events, scannedTo } = await this.store.read({
       projectId: filter.projectId,
       after,
@@ -420,6 +431,7 @@ export class EventLog {
 
   /** Events for a live stream's backfill: no settle delay, since live streams may repeat. */
   async backfill(filter: EventFilter, after: number, limit: number): Promise<ReadResult> {
+    this.metrics.read('backfill');
     return this.store.read({
       projectId: filter.projectId,
       after,

@@ -8,6 +8,7 @@ import type { Access } from '../auth/access.ts';
 import { authenticate } from './authenticate.ts';
 import type { AppRouter, AppState, Surface } from './context.ts';
 import { errorMiddleware } from './errors.ts';
+import { UNMATCHED_ROUTE } from '../metrics.ts';
 
 export type RouteModule = (router: AppRouter) => void;
 
@@ -25,6 +26,8 @@ export interface AppOptions {
   bodyIdleTimeoutMs: number;
   /** True once the server is shutting down: each response then closes its connection. */
   draining?: () => boolean;
+  /** Each request's method, route template, status and duration (lib/metrics.ts); absent: not measured. */
+  metrics?: { request(method: string, route: string, status: number, seconds: number): void };
 }
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
@@ -40,11 +43,42 @@ export function listOperations(routes: RouteModule[]): Array<{ method: string; p
   );
 }
 
+interface MatchedLayer {
+  path: unknown;
+  methods: string[];
+}
+
+/**
+ * The route template a request went to, as @koa/router records it. A request stopped before its
+ * route ran (a 401 from the surface's authentication) still has its route among the layers its
+ * path matched; a 405 names the path's route; a path no route has is UNMATCHED_ROUTE.
+ */
+function routeTemplate(ctx: { method: string }): string {
+  const { matched, _matchedRoute: current } = ctx as { matched?: MatchedLayer[]; _matchedRoute?: unknown };
+  const routes = (matched ?? []).filter((l): l is MatchedLayer & { path: string } => l.methods.length > 0 && typeof l.path === 'string');
+  if (routes.some((l) => l.path === current)) return current as string;
+  return (routes.find((l) => l.methods.includes(ctx.method)) ?? routes[0])?.path ?? UNMATCHED_ROUTE;
+}
+
 export function createApp(options: AppOptions): Koa<AppState> {
   // Behind a trusted proxy the client is the last X-Forwarded-For entry, the one the proxy added:
   // entries before it are whatever the client sent, so reading them would let anyone pick an address.
   const app = new Koa<AppState>({ proxy: options.trustProxy ?? false, maxIpsCount: 1 });
   app.silent = true; // the error middleware logs what matters
+
+  const metrics = options.metrics;
+  if (metrics) {
+    // Outermost, so the status is the one sent (the error middleware's included). The route is
+    // the router's template (`/v1/inboxes/:inboxId`), never the path: paths hold ids.
+    app.use(async (ctx, next) => {
+      const started = performance.now();
+      try {
+        await next();
+      } finally {
+        metrics.request(ctx.method, routeTemplate(ctx), ctx.status, (performance.now() - started) / 1000);
+      }
+    });
+  }
 
   app.use(async (ctx, next) => {
     const incoming = ctx.get('x-request-id');

@@ -22,6 +22,8 @@ const RETRY_AFTER_SECONDS = 10;
 
 export class StreamQuota {
   private readonly open = new Map<string, number>();
+  /** Every open stream of each kind, capped or not (the metrics' SSE streams). */
+  private readonly byKind: Record<StreamKind, number> = { inbox: 0, events: 0 };
 
   constructor(private readonly limits: StreamQuotaLimits) {}
 
@@ -42,13 +44,20 @@ export class StreamQuota {
     }
     this.add(cred, 1);
     this.add(project, 1);
+    this.byKind[kind]++;
     let released = false;
     return () => {
       if (released) return;
       released = true;
       this.add(cred, -1);
       this.add(project, -1);
+      this.byKind[kind]--;
     };
+  }
+
+  /** Streams open now in this process, by kind. */
+  openStreams(): Record<StreamKind, number> {
+    return { ...this.byKind };
   }
 
   private add(key: string, delta: number): void {

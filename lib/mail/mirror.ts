@@ -17,6 +17,7 @@
 // - A removed inbox's passes end at their next write (the store refuses it): removal wins.
 import { isDomainError, notFound, unavailable } from '../errors.ts';
 import type { WarnLog } from '../warn-log.ts';
+import { NO_METRICS, type SyncMetrics } from '../metrics.ts';
 import type { MailLiveFeed } from './live.ts';
 import type { LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, Unwatch, WatchLeases } from './types.ts';
 
@@ -37,6 +38,8 @@ export interface MailMirrorOptions {
   leaseMs: number;
   /** How long a read waits for an inbox's first index before answering 503 (0: not at all). */
   fillWaitMs?: number;
+  /** Passes and the index's lag (lib/metrics.ts). */
+  metrics?: SyncMetrics;
 }
 
 /** A watcher's pass that failed is tried again after this long, doubling up to the max. */
@@ -85,8 +88,11 @@ export class MailMirror {
   /** Sync passes run, and reads served without one: for tests and metrics. */
   readonly stats = { passes: 0, trustedReads: 0 };
 
+  private readonly metrics: SyncMetrics;
+
   constructor(private readonly o: MailMirrorOptions) {
     this.live = o.live;
+    this.metrics = o.metrics ?? NO_METRICS.sync;
   }
 
   /**
@@ -309,24 +315,27 @@ export class MailMirror {
   private fresh(rt: InboxRuntime, background = false): Promise<void> {
     if (!background) rt.pendingInteractive = true;
     if (rt.pending) return rt.pending;
+    // The index's lag is counted from the first request the pass answers.
+    const askedAt = performance.now();
     const pass = rt.tail.then(() => {
       // Started: whoever asks from now on needs the pass after this one.
       rt.pending = null;
       const bulk = !rt.pendingInteractive;
       rt.pendingInteractive = false;
-      return this.pass(rt, bulk);
+      return this.pass(rt, bulk, askedAt);
     });
     rt.pending = pass;
     rt.tail = pass.catch(() => undefined);
     return pass;
   }
 
-  private async pass(rt: InboxRuntime, background = false): Promise<void> {
+  private async pass(rt: InboxRuntime, background: boolean, askedAt: number): Promise<void> {
     if (this.closed) throw unavailable('shutting down');
     if (rt.removed) throw notFound('inbox not found: it was removed');
     this.stats.passes++;
     try {
       await this.o.source.sync(rt.inbox, (changes) => this.publish(rt.inbox.id, changes), background ? { background } : {});
+      this.metrics.pass('ok', (performance.now() - askedAt) / 1000);
       rt.lastError = null;
       const now = Date.now();
       if (now - rt.syncedMarkedAt >= 1000) {
@@ -335,6 +344,7 @@ export class MailMirror {
       }
     } catch (err) {
       rt.lastError = err;
+      if (!this.closed) this.metrics.pass('failed', (performance.now() - askedAt) / 1000);
       // Removed meanwhile (here or by another process): the store refused the pass's writes.
       if (isDomainError(err) && err.kind === 'not-found') {
         this.o.log.info({ inbox: rt.inbox.id }, 'the inbox was removed during a sync pass; its index stays dropped');

@@ -75,6 +75,8 @@ export interface ResealJobs {
   prune(before: number): Promise<void>;
   /** How many of the inbox's messages are left to seal, and how their attempts fare. */
   status(inboxId: string): Promise<SealingStatus>;
+  /** Messages left to seal in all of these inboxes (the zero-access ones): the metrics' backlog. */
+  unsealedCount(inboxIds: readonly string[]): Promise<number>;
 }
 
 export interface ResealerOptions {

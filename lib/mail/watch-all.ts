@@ -20,6 +20,7 @@
 // - Inboxes another process adds or removes (`postern admin inbox …`) are seen within
 //   `catalogPollMs`: the store's inbox list has a version, one row read per poll.
 import type { WarnLog } from '../warn-log.ts';
+import { NO_METRICS, type WatchMetrics } from '../metrics.ts';
 import type { MailMirror } from './mirror.ts';
 import type { MailInbox, Unwatch, WatchLeases, WatchReport, WatchReports } from './types.ts';
 
@@ -56,6 +57,8 @@ export interface WatchAllOptions {
   /** The hint listener's address (push mode), named in what is logged when hints do not arrive. */
   hintListen?: string;
   log: WatchLog;
+  /** Hints taken, sweeps and the lost hints they found (lib/metrics.ts). */
+  metrics?: WatchMetrics;
 }
 
 /** The sweep's lease: a key that is no inbox id (those start with `ibx_`). */
@@ -98,8 +101,16 @@ export class WatchAll {
   /** The last post refused for its secret: hints may be failing (a misconfigured script). */
   private refusedAt: number | null = null;
 
+  private readonly metrics: WatchMetrics;
+
   constructor(private readonly o: WatchAllOptions) {
+    this.metrics = o.metrics ?? NO_METRICS.watch;
     if (o.mode === 'push') o.mirror.trustHints(() => this.pushHealthy());
+  }
+
+  /** Inboxes this process watches (knows of), and how: for the metrics. */
+  watched(): { mode: WatchMode; inboxes: number } {
+    return { mode: this.o.mode, inboxes: this.known.size };
   }
 
   async start(): Promise<void> {
@@ -142,9 +153,11 @@ export class WatchAll {
     const inbox = await this.o.catalog.getInboxByImapUser(imapUser);
     if (!inbox) {
       this.stats.unknownHints++;
+      this.metrics.hint('unknown_user');
       return false;
     }
     this.stats.hints++;
+    this.metrics.hint('taken');
     const now = Date.now();
     const first = this.lastHintAt === null;
     this.lastHintAt = now;
@@ -164,6 +177,7 @@ export class WatchAll {
    */
   refused(): void {
     this.stats.refusedHints++;
+    this.metrics.hint('refused');
     const first = this.refusedAt === null;
     this.refusedAt = Date.now();
     this.missedHintAt = this.refusedAt;
@@ -341,6 +355,7 @@ export class WatchAll {
       for (const s of suspects) if (this.o.mirror.activity(s.inbox.id).hintedAt < s.passAt - HINT_GRACE_MS) missed++;
     }
     this.stats.sweeps++;
+    this.metrics.swept((Date.now() - startedAt) / 1000, missed);
     if (missed > 0) {
       const wasHealthy = this.pushHealthy();
       this.missedHintAt = Date.now();

@@ -8,6 +8,7 @@ import type { Inbox } from '../directory/types.ts';
 import { invalid, forbidden, unavailable, unprocessable } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
 import type { WarnLog } from '../warn-log.ts';
+import { NO_METRICS, type SendMetrics, type SendOutcome } from '../metrics.ts';
 import { RelayOutcomeUnknown, RelayRefused, type CopyQueue, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
 
@@ -88,6 +89,8 @@ export class SendService {
     private readonly log: WarnLog,
     /** A zero-access inbox's Sent copy is sealed like its incoming mail, before it is stored. */
     private readonly sealCopy: (inboxId: string, raw: Buffer) => Promise<Buffer>,
+    /** Sends by outcome and the relay's latency (lib/metrics.ts). */
+    private readonly metrics: SendMetrics = NO_METRICS.send,
   ) {}
 
   /**
@@ -217,11 +220,14 @@ export class SendService {
     }
 
     let accepted: RelayAccepted;
+    const relayStarted = performance.now();
     try {
       // Recorded before the message's first byte: a process that dies from then on leaves a send
       // Postfix may have taken, never one relayed again (lib/send/outbox.ts recovers it).
       accepted = await this.relay.send({ user: inbox.imapUser, from, to, raw: relayed, envid: entry.id, writing: () => this.outbox.sending(entry.id) });
+      this.measured('accepted', relayStarted);
     } catch (err) {
+      this.measured(err instanceof RelayOutcomeUnknown ? 'unknown' : err instanceof RelayRefused ? (err.permanent ? 'refused' : 'deferred') : 'error', relayStarted);
       if (err instanceof RelayOutcomeUnknown) {
         // Postfix has most likely queued it: kept as sent (the rate, the draft, bounces), its Sent
         // copy filed, and never relayed again; this answer and every retry's say so.
@@ -241,6 +247,11 @@ export class SendService {
     this.copies.kick();
     await this.recordAccepted(inbox, entry, accepted);
     return { sent: true };
+  }
+
+  private measured(outcome: SendOutcome, relayStarted: number): void {
+    this.metrics.sent(outcome);
+    this.metrics.relayed((performance.now() - relayStarted) / 1000, outcome);
   }
 
   /** The entry once its relay is settled; null when it went away (refused) or time ran out. */

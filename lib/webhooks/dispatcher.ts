@@ -21,6 +21,7 @@ import { SYSTEM_ACTOR } from '../events/log.ts';
 import type { EventFilter } from '../events/query.ts';
 import type { Visibility } from '../events/types.ts';
 import type { Config } from '../config.ts';
+import { NO_METRICS, type WebhookMetrics } from '../metrics.ts';
 import type { WebhookEndpoints } from './endpoints.ts';
 import { nextAttempt } from './retry.ts';
 import { deliveryHeaders, webhookBody } from './signature.ts';
@@ -43,6 +44,8 @@ export interface WebhookDispatcherOptions {
   log: Logger;
   now?: () => number;
   random?: () => number;
+  /** Attempts by outcome (lib/metrics.ts). */
+  metrics?: WebhookMetrics;
 }
 
 /** Events read per step of an endpoint's catch-up. */
@@ -95,8 +98,11 @@ export class WebhookDispatcher {
   private purgeTimer: NodeJS.Timeout | null = null;
   private closed = false;
 
+  private readonly metrics: WebhookMetrics;
+
   constructor(private readonly o: WebhookDispatcherOptions) {
     this.now = o.now ?? Date.now;
+    this.metrics = o.metrics ?? NO_METRICS.webhooks;
   }
 
   async start(): Promise<void> {
@@ -365,6 +371,7 @@ export class WebhookDispatcher {
     }
     const event = JSON.parse(d.event) as { containerid?: unknown; time?: unknown };
     if (typeof event.containerid === 'string' && !standing.readable.has(event.containerid)) {
+      this.metrics.attempted('failed');
       return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: "the endpoint's token may no longer read this inbox", ms: null, receiver: null };
     }
     const body = await this.body(d, event);
@@ -374,17 +381,20 @@ export class WebhookDispatcher {
     const at = this.now();
     const attempts = d.attempts + 1;
     if (r.ok && r.status >= 200 && r.status < 300) {
+      this.metrics.attempted('delivered');
       return { ...base, state: 'delivered', nextAttemptAt: d.nextAttemptAt, at, status: r.status, error: null, ms: r.ms, receiver: 'up' };
     }
     const status = r.ok ? r.status : null;
     const error = r.ok ? `the receiver answered HTTP ${r.status}` : r.error;
     if (status === 410) {
+      this.metrics.attempted('gone');
       await this.disable(e, 'gone', 'the receiver answered 410 Gone');
       // Kept for when the endpoint is enabled again.
       return { ...base, state: 'pending', nextAttemptAt: at, at, status, error, ms: r.ms, receiver: 'down' };
     }
     const retryAfter = r.ok && (status === 429 || status === 503) ? r.retryAfterSeconds : null;
     const next = nextAttempt({ scheduleMs: this.o.settings.scheduleMs, random: this.o.random }, attempts, at, retryAfter);
+    this.metrics.attempted(next === null ? 'failed' : 'retrying');
     return { ...base, state: next === null ? 'failed' : 'pending', nextAttemptAt: next ?? at, at, status, error, ms: r.ms, receiver: 'down' };
   }
 

@@ -126,4 +126,6 @@ export interface WebhookStore {
   deliveries(projectId: string, id: string, beforePosition: number | null, limit: number): Promise<DeliveryRecord[]>;
   /** Forgets delivered and failed deliveries last changed before the cutoff; returns how many. */
   purgeDeliveries(olderThan: number): Promise<number>;
+  /** When the longest-due pending delivery of an enabled endpoint was due; null: none pending (the metrics' queue age). */
+  oldestDue(): Promise<number | null>;
 }

@@ -150,5 +150,16 @@ export function resealJobsContract(engineName: string, open: () => Promise<Resea
       expect(await a.due(id, 'a', 200_000, 100)).to.deep.equal([]);
       expect(await a.status(id)).to.deep.equal({ unsealed: 0, retrying: 0, lastError: null });
     });
+
+    it('counts the messages left to seal over the inboxes named, and only those', async () => {
+      const a = engine.newJobs();
+      // Each inbox: one plaintext message (in two labels, counted once) and one not known; the sealed one is not counted.
+      const [x, y, z] = [await inbox(), await inbox(), await inbox()];
+      expect(await a.unsealedCount([x.id, y.id])).to.equal(4);
+      expect(await a.unsealedCount([z.id])).to.equal(2);
+      expect(await a.unsealedCount([])).to.equal(0);
+      await a.markSealed(x.id, x.plain.guid);
+      expect(await a.unsealedCount([x.id, y.id])).to.equal(3);
+    });
   });
 }

@@ -259,6 +259,21 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         expect(listed[0]!.nextAttemptAt).to.equal(3_000);
       });
 
+      it('says when the longest-due pending delivery of an enabled endpoint was due', async () => {
+        // Other tests' endpoints are disabled once they end: only this test's count.
+        expect(await a.oldestDue()).to.equal(null);
+        const e = await fresh(0);
+        const off = await fresh(0);
+        await a.enqueue(off.id, 0, 1, [delivery(1)], 500);
+        await a.setDisabled(off.projectId, off.id, 600, 'off', 600);
+        await a.enqueue(e.id, 0, 2, [delivery(1)], 1_000);
+        await a.enqueue(e.id, 2, 3, [delivery(3)], 3_000);
+        expect(await b.oldestDue()).to.equal(1_000);
+        const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 1 }] })).filter((d) => d.endpointId === e.id);
+        await a.finish([outcome(e.id, d1!.eventId, 'p1', { at: 2_000 })]);
+        expect(await b.oldestDue()).to.equal(3_000);
+      });
+
       it('forgets settled deliveries past the cutoff, and all of an endpoint deleted', async () => {
         const e = await fresh(0);
         await a.enqueue(e.id, 0, 2, [1, 2].map(delivery), 1_000);

@@ -46,6 +46,7 @@ const S = {
   markSealed: stmt('markSealed', 'UPDATE mail_messages SET sealed = true WHERE inbox_id = $1 AND guid = $2'),
   prune: stmt('prune', 'DELETE FROM reseal_jobs WHERE done_at IS NOT NULL AND done_at < $1'),
   unsealed: stmt('unsealed', 'SELECT count(*) AS n FROM mail_messages WHERE inbox_id = $1 AND sealed IS NOT TRUE'),
+  unsealedIn: stmt('unsealedIn', 'SELECT count(*) AS n FROM mail_messages WHERE inbox_id = ANY($1::text[]) AND sealed IS NOT TRUE'),
   retrying: stmt(
     'retrying',
     'SELECT count(*) AS n, max(last_error) AS last_error FROM reseal_jobs WHERE inbox_id = $1 AND done_at IS NULL AND last_error IS NOT NULL',
@@ -86,6 +87,12 @@ export class PgResealJobs implements ResealJobs {
 
   async prune(before: number): Promise<void> {
     await this.pool.query(S.prune([before]));
+  }
+
+  async unsealedCount(inboxIds: readonly string[]): Promise<number> {
+    if (inboxIds.length === 0) return 0;
+    const [row] = await rowsOf<{ n: number }>(this.pool, S.unsealedIn([[...inboxIds]]));
+    return row?.n ?? 0;
   }
 
   async status(inboxId: string): Promise<SealingStatus> {

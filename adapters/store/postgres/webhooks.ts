@@ -80,6 +80,13 @@ const S = {
      WHERE d.endpoint_id = $1 AND e.project_id = $2 AND d.position < $3 ORDER BY d.position DESC LIMIT $4`,
   ),
   purge: stmt('purge', "DELETE FROM webhook_deliveries WHERE state <> 'pending' AND updated_at < $1"),
+  // Per enabled endpoint, the first entry of its due index: one probe each, whatever the queue's length.
+  oldestDue: stmt(
+    'oldestDue',
+    `SELECT min(d.due) AS due FROM webhook_endpoints e
+     CROSS JOIN LATERAL (SELECT next_attempt_at AS due FROM webhook_deliveries WHERE endpoint_id = e.id AND state = 'pending' ORDER BY next_attempt_at LIMIT 1) d
+     WHERE e.disabled_at IS NULL`,
+  ),
 };
 
 export class PgWebhookStore implements WebhookStore {
@@ -189,5 +196,10 @@ export class PgWebhookStore implements WebhookStore {
 
   async purgeDeliveries(olderThan: number): Promise<number> {
     return changed(this.pool, S.purge([olderThan]));
+  }
+
+  async oldestDue(): Promise<number | null> {
+    const [row] = await rowsOf<{ due: number | null }>(this.pool, S.oldestDue([]));
+    return row?.due ?? null;
   }
 }

@@ -39,6 +39,9 @@ export class SqliteResealJobs implements ResealJobs {
       markSealed: db.prepare('UPDATE mail_messages SET sealed = 1 WHERE inbox_id = ? AND guid = ?'),
       prune: db.prepare('DELETE FROM reseal_jobs WHERE done_at IS NOT NULL AND done_at < ?'),
       unsealed: db.prepare('SELECT count(*) FROM mail_messages INDEXED BY mail_messages_unsealed WHERE inbox_id = ? AND sealed IS NOT 1').pluck(),
+      unsealedIn: db
+        .prepare('SELECT count(*) FROM mail_messages INDEXED BY mail_messages_unsealed WHERE inbox_id IN (SELECT value FROM json_each(?)) AND sealed IS NOT 1')
+        .pluck(),
       retrying: db.prepare('SELECT count(*) AS n, max(last_error) AS lastError FROM reseal_jobs WHERE inbox_id = ? AND done_at IS NULL AND last_error IS NOT NULL'),
     };
   }
@@ -71,6 +74,11 @@ export class SqliteResealJobs implements ResealJobs {
 
   async prune(before: number): Promise<void> {
     this.q.prune.run(before);
+  }
+
+  async unsealedCount(inboxIds: readonly string[]): Promise<number> {
+    if (inboxIds.length === 0) return 0;
+    return this.q.unsealedIn.get(JSON.stringify(inboxIds)) as number;
   }
 
   async status(inboxId: string): Promise<SealingStatus> {

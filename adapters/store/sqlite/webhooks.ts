@@ -71,6 +71,13 @@ export class SqliteWebhookStore implements WebhookStore {
         'SELECT d.* FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id WHERE d.endpoint_id = ? AND e.project_id = ? AND d.position < ? ORDER BY d.position DESC LIMIT ?',
       ),
       purge: db.prepare("DELETE FROM webhook_deliveries WHERE state <> 'pending' AND updated_at < ?"),
+      // Per enabled endpoint, the first entry of its due index: one probe each, whatever the queue's length.
+      oldestDue: db
+        .prepare(
+          `SELECT min((SELECT min(d.next_attempt_at) FROM webhook_deliveries d WHERE d.endpoint_id = e.id AND d.state = 'pending'))
+           FROM webhook_endpoints e WHERE e.disabled_at IS NULL`,
+        )
+        .pluck(),
     };
     this.enqueueTx = db.transaction((endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): boolean => {
       const row = this.q.projectOf.get(endpointId) as { project_id: string } | undefined;
@@ -170,5 +177,9 @@ export class SqliteWebhookStore implements WebhookStore {
 
   async purgeDeliveries(olderThan: number): Promise<number> {
     return this.q.purge.run(olderThan).changes;
+  }
+
+  async oldestDue(): Promise<number | null> {
+    return (this.q.oldestDue.get() as number | null) ?? null;
   }
 }

@@ -1,0 +1,300 @@
+// Prometheus metrics (issue 19.4, docs/operations.md "Metrics"): the one module that knows
+// prom-client. It owns the registry and every family; the rest of Postern records through the
+// small typed recorders below (ImapMetrics, WatchMetrics, ...) and hands over what is sampled at
+// scrape time (MetricSamples), so no domain file imports prom-client and nothing here knows a
+// domain type. With POSTERN_METRICS_LISTEN unset, NO_METRICS stands in: every recorder does
+// nothing, and no family exists.
+//
+// Names follow Prometheus conventions: base units (seconds), `_total` on counters, and labels
+// with a fixed set of values (never an id). Several worker processes report as one: the primary
+// asks each worker for its registry (prom-client's cluster messages) and aggregates them, summing
+// by default; what every worker sees alike (the store's backlog, the inbox list) is `max`.
+import cluster from 'node:cluster';
+import { AggregatorRegistry, collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+export type PoolWaitOutcome = 'acquired' | 'timed_out';
+export type HintOutcome = 'taken' | 'unknown_user' | 'refused';
+export type SyncOutcome = 'ok' | 'failed';
+export type AppendOutcome = 'appended' | 'duplicate';
+export type EventOrigin = 'builtin' | 'ext';
+export type EventReadKind = 'page' | 'backfill';
+/** accepted: the relay took it; refused: a 5xx; deferred: a 4xx or unreachable; unknown: its answer was lost; error: anything else. */
+export type SendOutcome = 'accepted' | 'refused' | 'deferred' | 'unknown' | 'error';
+/** delivered: a 2xx; retrying: failed, another attempt is scheduled; failed: given up; gone: 410, the endpoint disabled. */
+export type WebhookOutcome = 'delivered' | 'retrying' | 'failed' | 'gone';
+
+/** The IMAP connection pool (adapters/imap/pool.ts). */
+export interface ImapMetrics {
+  /** A task found no free connection and waited this long, for one or in vain. */
+  waited(seconds: number, outcome: PoolWaitOutcome): void;
+}
+
+/** Watching every inbox (lib/mail/watch-all.ts). */
+export interface WatchMetrics {
+  hint(outcome: HintOutcome): void;
+  /** A sweep this process ran: how long, and the changes it found that no push hint had announced. */
+  swept(seconds: number, lostHints: number): void;
+}
+
+/** The index's sync passes (lib/mail/mirror.ts). */
+export interface SyncMetrics {
+  /** `lagSeconds`: from the first request for the pass (a hint, a watcher, a read) to its end. */
+  pass(outcome: SyncOutcome, lagSeconds: number): void;
+}
+
+/** The event log (lib/events/log.ts). */
+export interface EventMetrics {
+  appended(origin: EventOrigin, outcome: AppendOutcome): void;
+  read(kind: EventReadKind): void;
+}
+
+/** Sending (lib/send/service.ts). */
+export interface SendMetrics {
+  sent(outcome: SendOutcome): void;
+  /** The relay's part of a send: from connecting to its answer (or failure). */
+  relayed(seconds: number, outcome: SendOutcome): void;
+}
+
+/** The webhook dispatcher (lib/webhooks/dispatcher.ts). */
+export interface WebhookMetrics {
+  attempted(outcome: WebhookOutcome): void;
+}
+
+/** Every recorder, as the server wires them. */
+export interface Recorders {
+  imap: ImapMetrics;
+  watch: WatchMetrics;
+  sync: SyncMetrics;
+  events: EventMetrics;
+  send: SendMetrics;
+  webhooks: WebhookMetrics;
+}
+
+const nothing = (): void => undefined;
+
+/** Metrics off: recorders that do nothing. */
+export const NO_METRICS: Recorders = {
+  imap: { waited: nothing },
+  watch: { hint: nothing, swept: nothing },
+  sync: { pass: nothing },
+  events: { appended: nothing, read: nothing },
+  send: { sent: nothing, relayed: nothing },
+  webhooks: { attempted: nothing },
+};
+
+/** What is read at scrape time from state already kept (or, for the store's two, one cheap query). */
+export interface MetricSamples {
+  imapConnections(): { busy: number; idle: number; opening: number; watching: number };
+  /** Tasks waiting for an IMAP connection now. */
+  imapWaiting(): number;
+  watchedInboxes(): { mode: string; inboxes: number };
+  /** Live subscriptions to the event log in this process (project streams, the webhook dispatcher). */
+  eventLogReaders(): number;
+  sseStreams(): { inbox: number; events: number };
+  /** Messages of zero-access inboxes not sealed yet (the store's, so the same for every process). */
+  unsealedMessages(): Promise<number>;
+  /** Seconds the most overdue webhook delivery has waited past its due time (0: none due). */
+  webhookQueueAgeSeconds(): Promise<number>;
+}
+
+/** Request durations' buckets: from a cached read to a large send. */
+const HTTP_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+const WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10];
+const SWEEP_BUCKETS = [0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+const LAG_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+const RELAY_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+/** The route label of a request no route matched: unmatched paths could hold anything. */
+export const UNMATCHED_ROUTE = 'unmatched';
+
+export class Metrics implements Recorders {
+  readonly registry = new Registry();
+  readonly imap: ImapMetrics;
+  readonly watch: WatchMetrics;
+  readonly sync: SyncMetrics;
+  readonly events: EventMetrics;
+  readonly send: SendMetrics;
+  readonly webhooks: WebhookMetrics;
+  private readonly httpDuration: Histogram<'method' | 'route' | 'status'>;
+  private samples: MetricSamples | null = null;
+
+  constructor() {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    this.httpDuration = new Histogram({
+      name: 'http_request_duration_seconds',
+      help: 'HTTP requests on the public port by method, route template and status, and how long each took (an event stream: until it opened)',
+      labelNames: ['method', 'route', 'status'],
+      buckets: HTTP_BUCKETS,
+      registers,
+    });
+
+    // 1 per process: summed over a cluster's workers, it says how many answered the scrape.
+    new Gauge({ name: 'postern_processes', help: 'Postern processes whose metrics this scrape holds (the workers, with POSTERN_WORKERS)', registers }).set(1);
+
+    const samples = () => this.samples;
+    new Gauge({
+      name: 'postern_imap_connections',
+      help: 'IMAP connections to the mail server by state: busy with a task, idle in the pool, being opened, or held by a watcher',
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const s = samples();
+        if (!s) return;
+        for (const [state, n] of Object.entries(s.imapConnections())) this.set({ state }, n);
+      },
+    });
+    new Gauge({
+      name: 'postern_imap_pool_waiting',
+      help: 'Tasks waiting for a free IMAP connection now',
+      registers,
+      collect() {
+        const s = samples();
+        if (s) this.set(s.imapWaiting());
+      },
+    });
+    const poolWait = new Histogram({
+      name: 'postern_imap_pool_wait_seconds',
+      help: 'Tasks that found no free IMAP connection and waited, by outcome (acquired, or timed_out: answered 503)',
+      labelNames: ['outcome'],
+      buckets: WAIT_BUCKETS,
+      registers,
+    });
+    this.imap = { waited: (seconds, outcome) => poolWait.observe({ outcome }, seconds) };
+
+    new Gauge({
+      name: 'postern_watched_inboxes',
+      help: 'Inboxes watched without a stream, by watch mode (push, notify, off)',
+      labelNames: ['mode'],
+      // Every process knows every inbox: the workers' counts are one count.
+      aggregator: 'max',
+      registers,
+      collect() {
+        const s = samples();
+        if (!s) return;
+        const { mode, inboxes } = s.watchedInboxes();
+        this.set({ mode }, inboxes);
+      },
+    });
+    const hints = new Counter({
+      name: 'postern_push_hints_total',
+      help: "Dovecot push hints received, by outcome (taken, unknown_user: not an inbox's, refused: wrong secret)",
+      labelNames: ['outcome'],
+      registers,
+    });
+    const sweepDuration = new Histogram({ name: 'postern_sweep_duration_seconds', help: 'Sweeps of every inbox this process ran, and how long each took', buckets: SWEEP_BUCKETS, registers });
+    const lostHints = new Counter({
+      name: 'postern_sweep_lost_hints_total',
+      help: 'Inboxes whose changes a sweep found that no push hint had announced (lost hints)',
+      registers,
+    });
+    this.watch = {
+      hint: (outcome) => hints.inc({ outcome }),
+      swept: (seconds, lost) => {
+        sweepDuration.observe(seconds);
+        if (lost > 0) lostHints.inc(lost);
+      },
+    };
+
+    const passes = new Counter({ name: 'postern_sync_passes_total', help: 'Index sync passes, by outcome', labelNames: ['outcome'], registers });
+    const lag = new Histogram({
+      name: 'postern_index_lag_seconds',
+      help: 'From the first request for a sync pass (a push hint, a watcher, a read) to the index having it',
+      buckets: LAG_BUCKETS,
+      registers,
+    });
+    this.sync = {
+      pass: (outcome, lagSeconds) => {
+        passes.inc({ outcome });
+        if (outcome === 'ok') lag.observe(lagSeconds);
+      },
+    };
+
+    const appends = new Counter({
+      name: 'postern_event_appends_total',
+      help: "Events appended to the log, by origin (builtin: Postern's own; ext: a project's) and outcome (duplicate: an idempotency key already used)",
+      labelNames: ['origin', 'outcome'],
+      registers,
+    });
+    const reads = new Counter({ name: 'postern_event_reads_total', help: 'Reads of the event log, by kind (page: GET /events; backfill: a stream or webhook catching up)', labelNames: ['kind'], registers });
+    this.events = { appended: (origin, outcome) => appends.inc({ origin, outcome }), read: (kind) => reads.inc({ kind }) };
+    new Gauge({
+      name: 'postern_event_log_readers',
+      help: 'Live readers of the event log (project event streams and the webhook dispatcher)',
+      registers,
+      collect() {
+        const s = samples();
+        if (s) this.set(s.eventLogReaders());
+      },
+    });
+    new Gauge({
+      name: 'postern_sse_streams',
+      help: 'Open Server-Sent Events streams, by kind (inbox: an inbox change stream; events: a project event stream)',
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        const s = samples();
+        if (!s) return;
+        for (const [kind, n] of Object.entries(s.sseStreams())) this.set({ kind }, n);
+      },
+    });
+
+    const sends = new Counter({ name: 'postern_sends_total', help: 'Send requests that reached the relay, by outcome', labelNames: ['outcome'], registers });
+    const relay = new Histogram({ name: 'postern_relay_duration_seconds', help: "The relay's part of a send (Postfix submission), by outcome", labelNames: ['outcome'], buckets: RELAY_BUCKETS, registers });
+    this.send = { sent: (outcome) => sends.inc({ outcome }), relayed: (seconds, outcome) => relay.observe({ outcome }, seconds) };
+
+    new Gauge({
+      name: 'postern_unsealed_messages',
+      help: 'Messages in zero-access inboxes still waiting to be sealed (plaintext at rest)',
+      aggregator: 'max',
+      registers,
+      async collect() {
+        const s = samples();
+        if (s) this.set(await s.unsealedMessages());
+      },
+    });
+    const deliveries = new Counter({ name: 'postern_webhook_deliveries_total', help: 'Webhook delivery attempts, by outcome', labelNames: ['outcome'], registers });
+    this.webhooks = { attempted: (outcome) => deliveries.inc({ outcome }) };
+    new Gauge({
+      name: 'postern_webhook_queue_age_seconds',
+      help: 'How long the most overdue webhook delivery has waited past its due time (0: none waiting)',
+      aggregator: 'max',
+      registers,
+      async collect() {
+        const s = samples();
+        if (s) this.set(await s.webhookQueueAgeSeconds());
+      },
+    });
+
+    // A cluster worker answers its primary's requests with this registry.
+    if (cluster.isWorker) {
+      new AggregatorRegistry();
+      AggregatorRegistry.setRegistries([this.registry]);
+    }
+  }
+
+  /** What the gauges read at scrape time (set once the parts they read exist). */
+  sample(samples: MetricSamples): void {
+    this.samples = samples;
+  }
+
+  /** One request served on the public port; `route` is the router's template, or UNMATCHED_ROUTE. */
+  request(method: string, route: string, status: number, seconds: number): void {
+    this.httpDuration.observe({ method, route, status: String(status) }, seconds);
+  }
+
+  /** The exposition text of this process. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}
+
+/** The primary of a cluster: every worker's registry, aggregated into one exposition. */
+export function clusterMetrics(): { text: () => Promise<string>; contentType: string } {
+  const aggregator = new AggregatorRegistry();
+  return { text: () => aggregator.clusterMetrics(), contentType: aggregator.contentType };
+}
