@@ -1,8 +1,11 @@
 // /v1/mcp through the official SDK's own Client and Streamable HTTP transport, against a real
 // Postern: what each token is shown, every tool's answer and refusals, the untrusted fencing and
-// caps, the audit record of a read, the send rate, and resource notifications from live changes.
+// caps, the audit record of a read, the send rate, resource notifications from live changes,
+// and `postern mcp` relaying stdio.
 import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ResourceUpdatedNotificationSchema, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
@@ -14,6 +17,7 @@ import { mailApp, until } from './mail-fixtures.ts';
 import { atSink, rcpt } from './send-fixtures.ts';
 
 const ALL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'send', 'events:read', 'events:write', 'audit:read', 'project:read'];
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 async function connect(s: TestServer, token: string): Promise<Client> {
   const client = new Client({ name: 'postern-test', version: '1.0.0' });
@@ -297,4 +301,22 @@ describe('MCP: /v1/mcp', function () {
     expect(updates[0]).to.equal(`postern://inboxes/${watched.id}`);
   });
 
+  it('postern mcp relays stdio to /v1/mcp', async function () {
+    this.timeout(60_000);
+    const bridged = new Client({ name: 'desktop', version: '1.0.0' });
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: ['--import', 'tsx', 'bin/postern.ts', 'mcp', '--url', s.base, '--token', await p.token(['messages:read'])],
+      cwd: ROOT,
+      stderr: 'pipe',
+    });
+    await bridged.connect(transport);
+    try {
+      expect((await bridged.listTools()).tools.map((t) => t.name)).to.include('list_inboxes');
+      const r = (await bridged.callTool({ name: 'list_inboxes', arguments: {} })) as CallToolResult;
+      expect((r.structuredContent as { inboxes: Array<{ inboxId: string }> }).inboxes.map((i) => i.inboxId)).to.include(inbox.id);
+    } finally {
+      await bridged.close();
+    }
+  });
 });
