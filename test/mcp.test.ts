@@ -14,6 +14,7 @@ import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import { parseToken } from '../lib/auth/credentials.ts';
 import { call, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
+import { runPostern } from './processes.ts';
 import { atSink, rcpt } from './send-fixtures.ts';
 
 const ALL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'send', 'events:read', 'events:write', 'audit:read', 'project:read'];
@@ -119,6 +120,8 @@ describe('MCP: /v1/mcp', function () {
     const good = await call(`${s.base}/mcp`, { method: 'POST', headers, body: JSON.stringify(init), token });
     expect(good.status).to.equal(200);
     expect(((await good.json()) as { result: { serverInfo: { name: string } } }).result.serverInfo.name).to.equal('postern');
+    // Stateless: there is no session to end.
+    expect((await call(`${s.base}/mcp`, { method: 'DELETE', token })).status).to.equal(405);
     await s.postern.admin.revokeToken(parseToken(token)!.id);
     const revoked = await call(`${s.base}/mcp`, { method: 'POST', headers, body: JSON.stringify(init), token });
     expect(revoked.status).to.equal(401);
@@ -301,6 +304,30 @@ describe('MCP: /v1/mcp', function () {
     expect(updates[0]).to.equal(`postern://inboxes/${watched.id}`);
   });
 
+  it('a subscriber whose token is revoked is cut off at the next change', async () => {
+    const watched = await p.inbox();
+    const token = await p.token(['messages:read'], { inboxes: [watched.id] });
+    const subscriber = await connect(s, token);
+    clients.push(subscriber);
+    const errors: string[] = [];
+    subscriber.onerror = (e) => errors.push(String(e));
+    await subscriber.subscribeResource({ uri: `postern://inboxes/${watched.id}` });
+    await s.postern.admin.revokeToken(parseToken(token)!.id);
+    const imap = await mailApp(watched);
+    try {
+      let n = 0;
+      // The stream ends at the change; the client's reconnection is then refused.
+      await until('the stream cut off', async () => {
+        if (errors.some((e) => /Failed to open SSE stream: Unauthorized/.test(e))) return true;
+        if (n++ % 5 === 0) await imap.append('INBOX', await compose({ from: 'a@example.org', to: watched.address, subject: `cut ${n}`, text: 'x' }));
+        await new Promise((r) => setTimeout(r, 200));
+        return null;
+      }, 30_000);
+    } finally {
+      await imap.logout();
+    }
+  });
+
   it('postern mcp relays stdio to /v1/mcp', async function () {
     this.timeout(60_000);
     const bridged = new Client({ name: 'desktop', version: '1.0.0' });
@@ -318,5 +345,22 @@ describe('MCP: /v1/mcp', function () {
     } finally {
       await bridged.close();
     }
+  });
+
+  it('postern mcp answers a refused token with an error instead of hanging, and needs --url and --token', async function () {
+    const bridged = new Client({ name: 'desktop', version: '1.0.0' });
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: ['--import', 'tsx', 'bin/postern.ts', 'mcp', '--url', `${s.base}/mcp`, '--token', 'svc_not_a_token'],
+      cwd: ROOT,
+      stderr: 'pipe',
+    });
+    let err: unknown = null;
+    await bridged.connect(transport).catch((e: unknown) => (err = e));
+    await bridged.close();
+    expect(String(err)).to.match(/Postern did not answer: .*malformed API token/);
+    const usage = await runPostern(['mcp', '--url', s.base], {});
+    expect(usage.code).to.equal(2);
+    expect(usage.out.error).to.match(/--token is required/);
   });
 });
