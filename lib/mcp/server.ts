@@ -156,12 +156,7 @@ export class McpTools {
 
     server.setRequestHandler(SubscribeRequestSchema, async (request) => {
       const inbox = await inboxOf(request.params.uri);
-      try {
-        await subscriptions.subscribe(p, inbox.id);
-      } catch (err) {
-        if (err instanceof RangeError) throw new McpError(ErrorCode.InvalidRequest, err.message);
-        throw err;
-      }
+      await subscriptions.subscribe(p, inbox.id).catch(protocolError);
       return {};
     });
 

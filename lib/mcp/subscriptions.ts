@@ -5,7 +5,7 @@
 // to and turns their live changes into notifications/resources/updated.
 import type { Access, Principal } from '../auth/access.ts';
 import type { Bus, Unsubscribe } from '../bus.ts';
-import { isDomainError } from '../errors.ts';
+import { isDomainError, unprocessable } from '../errors.ts';
 import type { MailService } from '../mail/service.ts';
 import type { Unwatch } from '../mail/types.ts';
 import type { WarnLog } from '../warn-log.ts';
@@ -69,7 +69,7 @@ export class McpSubscriptions {
   async subscribe(p: Principal, inboxId: string): Promise<void> {
     const set = this.wanted.get(p.credentialId);
     if (set && !set.has(inboxId) && set.size >= MAX_SUBSCRIPTIONS) {
-      throw new RangeError(`at most ${MAX_SUBSCRIPTIONS} inboxes may be subscribed to at once`);
+      throw unprocessable(`at most ${MAX_SUBSCRIPTIONS} inboxes may be subscribed to at once by one token`);
     }
     await this.change({ credentialId: p.credentialId, inboxId, on: true });
   }

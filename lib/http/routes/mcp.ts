@@ -39,7 +39,12 @@ export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubsc
       const release = quota.take('inbox', p);
       const server = mcp.serverFor(p);
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, keepAliveMs: stream.heartbeatMs });
-      await server.connect(transport);
+      try {
+        await server.connect(transport);
+      } catch (err) {
+        release();
+        throw err;
+      }
       const end = () => void server.close();
       const stop = subscriptions.open(p, (uri) => server.sendResourceUpdated({ uri }), end);
       // Like every live stream, it ends within POSTERN_STREAM_MAX_MS; the client opens another.
