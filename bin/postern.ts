@@ -21,6 +21,7 @@ class UsageError extends Error {}
 const USAGE = `usage:
   postern serve                      run the service (configured by environment variables; --help lists them)
   postern demo                       start the mail environment, seed a demo project and run the service
+  postern mcp --url BASE_URL --token svc_…   MCP over stdio for desktop clients, relayed to BASE_URL/mcp (docs/mcp.md)
   postern admin project create --name NAME
   postern admin member add --project PRJ --email EMAIL
   postern admin inbox add --project PRJ --imap-user USER --address ADDR [--address ADDR...]
@@ -311,12 +312,32 @@ async function serve(args: string[]): Promise<number> {
   return 0;
 }
 
+/** Stdout carries MCP messages only: failures go to stderr, and nothing is printed at the end. */
+async function mcp(args: string[]): Promise<number> {
+  const v = flags(args, { url: { type: 'string' }, token: { type: 'string' } });
+  const raw = required(v, 'url');
+  const token = required(v, 'token');
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new UsageError('--url must be an absolute URL, such as https://mail.example.org/v1');
+  }
+  // Given {base_url} (…/v1) or the endpoint itself (…/v1/mcp).
+  if (!/\/mcp\/?$/.test(url.pathname)) url.pathname = `${url.pathname.replace(/\/$/, '')}/mcp`;
+  const { bridgeStdio } = await import('../lib/mcp/bridge.ts');
+  await bridgeStdio({ url, token });
+  return 0;
+}
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
     switch (command) {
       case 'serve':
         return await serve(rest);
+      case 'mcp':
+        return await mcp(rest);
       case 'demo': {
         const { runDemo } = await import('../scripts/demo.ts');
         await runDemo(rest);

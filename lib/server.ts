@@ -72,6 +72,9 @@ import { WebhookConnections, webhookPoster } from '../adapters/webhooks/client.t
 import { webhookRoutes } from './http/routes/webhooks.ts';
 import { Metrics, NO_METRICS, type Recorders } from './metrics.ts';
 import { listenMetrics, type MetricsServer } from './http/metrics-server.ts';
+import { mcpRoutes } from './http/routes/mcp.ts';
+import { McpTools } from './mcp/server.ts';
+import { McpSubscriptions } from './mcp/subscriptions.ts';
 
 export interface Postern {
   config: Config;
@@ -301,6 +304,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     reauthMaxAgeSeconds: config.app.reauthMaxAgeSeconds,
     events: eventLog,
   });
+  const mcpSubscriptions = new McpSubscriptions(bus, mail, access, log.child({ part: 'mcp' }));
+  const mcpTools = new McpTools({ access, mail, sealed, send, events: eventLog, validator, subscriptions: mcpSubscriptions, log: log.child({ part: 'mcp' }) });
   const routes = [
     inboxRoutes(access),
     eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
@@ -311,6 +316,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
     webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
+    mcpRoutes(access, mcpTools, mcpSubscriptions, config.stream, streamQuota),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
@@ -394,6 +400,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await eventLog.start();
       await webhookDispatcher.start();
       await mailLive.start();
+      await mcpSubscriptions.start();
       // What a process that died mid-send left (this one's predecessor, say) is settled first.
       await sentCopies.recover();
       sentCopies.start();
@@ -460,6 +467,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await bounces?.drain();
       await webhookDispatcher.close();
       webhookConnections.close();
+      await mcpSubscriptions.close();
       await eventLog.close();
       await bus.close();
       await store.close();

@@ -2,6 +2,9 @@
 // by live streams (in memory, by `matches`), so the two can never disagree.
 import type { Access, Principal } from '../auth/access.ts';
 import { invalid, forbidden } from '../errors.ts';
+import { isId } from '../ids.ts';
+import { Cursors } from './cursor.ts';
+import type { EventLog } from './log.ts';
 import type { StoredEvent, Visibility } from './types.ts';
 
 const MAX_INBOX_FILTER = 100;
@@ -85,4 +88,22 @@ export async function filterFor(access: Access, p: Principal, q: EventsQuery): P
   if (access.hasScope(p, 'project:read')) visibilities.push('project');
   if (q.audit === true) visibilities.push('audit');
   return { projectId: p.projectId, inboxes: named, allowedInboxes: allowed, visibilities, types, redactActor: session };
+}
+
+/** Where a read starts: after a cursor, or after an event id, of the caller's project; null when none was given. */
+export async function startPosition(events: EventLog, p: Principal, raw: string | undefined, cursors: Cursors): Promise<number | null> {
+  if (raw === undefined || raw === '') return null;
+  const position = cursors.decode(p.projectId, raw);
+  if (position !== null) return position;
+  if (isId('evt', raw)) {
+    const found = await events.positionOf(p.projectId, raw);
+    if (found === null) throw invalid('after names an event that is not in this project');
+    return found;
+  }
+  // Old cursors carried the global position in clear: honouring them would let anyone probe it.
+  if (Cursors.isLegacy(raw)) {
+    throw invalid('this cursor is from an earlier version of Postern and is no longer accepted: resume with the id of the last event you processed (after=evt_…)');
+  }
+  // Another project's cursor gets the same answer as garbage: it tells nothing.
+  throw invalid('after (or Last-Event-ID) must be a cursor of this project from this API, or an event id');
 }

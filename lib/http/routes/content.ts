@@ -3,8 +3,9 @@
 import type { Access } from '../../auth/access.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import type { Inbox } from '../../directory/types.ts';
-import { forbidden, notFound, unprocessable } from '../../errors.ts';
+import { notFound, unprocessable } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
+import { recordContentRead, requireCompatible, type ContentPart } from '../../mail/content-access.ts';
 import { openAttachment, parseContent, UnparseableMessageError } from '../../mail/content.ts';
 import { allow } from '../authenticate.ts';
 import type { AppContext, AppRouter } from '../context.ts';
@@ -16,19 +17,12 @@ const MIME_TYPE = /^[A-Za-z0-9][\w!#$&^.+-]*\/[A-Za-z0-9][\w!#$&^.+-]*$/;
 export function contentRoutes(access: Access, sealed: SealedMail, events: EventLog) {
   async function compatibleInbox(ctx: AppContext): Promise<Inbox> {
     const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'content:read');
-    if (inbox.mode !== 'compatible') throw forbidden('this inbox is zero-access: Postern cannot read its content');
+    requireCompatible(inbox);
     return inbox;
   }
 
-  function audit(ctx: AppContext, inbox: Inbox, msgId: string, data: { part: 'content' | 'source' | 'attachment'; attachment?: number }) {
-    return events.record({
-      type: 'access.content.read',
-      projectId: inbox.projectId,
-      inboxId: inbox.id,
-      actor: ctx.state.principal.actor,
-      subject: msgId,
-      data: { msgId, ...data },
-    });
+  function audit(ctx: AppContext, inbox: Inbox, msgId: string, data: ContentPart) {
+    return recordContentRead(events, inbox, ctx.state.principal.actor, msgId, data);
   }
 
   return (router: AppRouter): void => {

@@ -1,12 +1,11 @@
 // The project event log over HTTP (spec 4.6, 6.2): GET/POST /event-types, POST /events, and
 // GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
-import type { Access, Principal } from '../../auth/access.ts';
+import type { Access } from '../../auth/access.ts';
 import { invalid, isDomainError, tooLarge, unprocessable } from '../../errors.ts';
 import { Cursors } from '../../events/cursor.ts';
 import { MAX_DATA_BYTES, type EventLog, type NewEventType } from '../../events/log.ts';
-import { compileFilter, filterFor, redactActor, type EventFilter, type EventsQuery } from '../../events/query.ts';
+import { compileFilter, filterFor, redactActor, startPosition, type EventFilter, type EventsQuery } from '../../events/query.ts';
 import type { EventData, StoredEvent } from '../../events/types.ts';
-import { isId } from '../../ids.ts';
 import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
@@ -82,24 +81,6 @@ const reach = (f: EventFilter): string => `${f.visibilities.join(',')}|${f.allow
 
 export function eventRoutes(o: EventRouteOptions) {
   const { access, events, validator } = o;
-
-  /** A cursor, or an event id of the project; null when none was given. */
-  async function startPosition(p: Principal, raw: string | undefined, cursors: Cursors): Promise<number | null> {
-    if (raw === undefined || raw === '') return null;
-    const position = cursors.decode(p.projectId, raw);
-    if (position !== null) return position;
-    if (isId('evt', raw)) {
-      const found = await events.positionOf(p.projectId, raw);
-      if (found === null) throw invalid('after names an event that is not in this project');
-      return found;
-    }
-    // Old cursors carried the global position in clear: honouring them would let anyone probe it.
-    if (Cursors.isLegacy(raw)) {
-      throw invalid('this cursor is from an earlier version of Postern and is no longer accepted: resume with the id of the last event you processed (after=evt_…)');
-    }
-    // Another project's cursor gets the same answer as garbage: it tells nothing.
-    throw invalid('after (or Last-Event-ID) must be a cursor of this project from this API, or an event id');
-  }
 
   function page(ctx: AppContext, filter: EventFilter, after: number, limit: number) {
     return events.page(filter, after, limit).then(({ events: rows, cursor }) => {
@@ -260,10 +241,10 @@ export function eventRoutes(o: EventRouteOptions) {
       if (wantsStream(ctx)) {
         // EventSource resends the original URL on reconnect, so Last-Event-ID wins over `after`.
         const resume = ctx.get('last-event-id') || q.after;
-        live(ctx, q, filter, await startPosition(p, resume, cursors), cursors);
+        live(ctx, q, filter, await startPosition(events, p, resume, cursors), cursors);
         return;
       }
-      await page(ctx, filter, (await startPosition(p, q.after, cursors)) ?? 0, q.limit);
+      await page(ctx, filter, (await startPosition(events, p, q.after, cursors)) ?? 0, q.limit);
     });
   };
 }

@@ -1,0 +1,62 @@
+// POST/GET /v1/mcp: the Model Context Protocol over Streamable HTTP (docs/mcp.md), for API
+// tokens. The caller is authenticated like every request on {base_url}; then the SDK's
+// transport takes the raw request, statelessly: each request gets its own server and transport,
+// so any process can answer any request. POST carries the calls; GET is the stream that carries
+// resource-updated notifications for the inboxes the token subscribed to.
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { Access } from '../../auth/access.ts';
+import type { Config } from '../../config.ts';
+import type { McpTools } from '../../mcp/server.ts';
+import type { McpSubscriptions } from '../../mcp/subscriptions.ts';
+import { allow } from '../authenticate.ts';
+import { readJson } from '../body.ts';
+import type { AppContext, AppRouter } from '../context.ts';
+import { HttpError } from '../errors.ts';
+import type { StreamQuota } from '../stream-quota.ts';
+
+/** Tokens only: the web app's sessions have their own API, and MCP is for agents. */
+const RULE = { token: 'any', session: false } as const;
+/** A send_message call carries its text (200,000 characters, JSON-escaped) and little else. */
+const MCP_BODY_LIMIT = 2 * 1024 * 1024;
+
+export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubscriptions, stream: Config['stream'], quota: StreamQuota) {
+  return (router: AppRouter): void => {
+    router.post('/mcp', allow(access, RULE), async (ctx) => {
+      const body = await readJson(ctx, MCP_BODY_LIMIT);
+      const server = mcp.serverFor(ctx.state.principal);
+      // JSON answers: no tool streams progress, and a plain response is easiest on proxies.
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+      await server.connect(transport);
+      ctx.respond = false;
+      ctx.res.once('close', () => void server.close());
+      await transport.handleRequest(ctx.req, ctx.res, body);
+    });
+
+    router.get('/mcp', allow(access, RULE), async (ctx: AppContext) => {
+      if (ctx.method === 'HEAD') throw new HttpError(405, 'HEAD is not served here: GET opens the notification stream', { Allow: 'GET, POST' });
+      const p = ctx.state.principal;
+      // The stream watches inboxes with the process's IMAP pool: it counts as an inbox stream.
+      const release = quota.take('inbox', p);
+      const server = mcp.serverFor(p);
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, keepAliveMs: stream.heartbeatMs });
+      try {
+        await server.connect(transport);
+      } catch (err) {
+        release();
+        throw err;
+      }
+      const end = () => void server.close();
+      const stop = subscriptions.open(p, (uri) => server.sendResourceUpdated({ uri }), end);
+      // Like every live stream, it ends within POSTERN_STREAM_MAX_MS; the client opens another.
+      const timer = setTimeout(end, stream.maxDurationMs);
+      ctx.respond = false;
+      ctx.res.once('close', () => {
+        clearTimeout(timer);
+        release();
+        stop();
+        end();
+      });
+      await transport.handleRequest(ctx.req, ctx.res);
+    });
+  };
+}

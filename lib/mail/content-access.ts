@@ -1,0 +1,25 @@
+// What every reader of decrypted content shares, whether it asks over HTTP (lib/http/routes/
+// content.ts) or through an agent's tool (lib/mcp): only compatible inboxes have content Postern
+// can read, and each read is recorded as `access.content.read` before any byte goes out.
+import type { Inbox } from '../directory/types.ts';
+import { forbidden } from '../errors.ts';
+import type { EventLog } from '../events/log.ts';
+
+export type ContentPart = { part: 'content' | 'source' | 'attachment'; attachment?: number };
+
+/** 403 for a zero-access inbox: its content is sealed to its users, not to Postern. */
+export function requireCompatible(inbox: Inbox): void {
+  if (inbox.mode !== 'compatible') throw forbidden('this inbox is zero-access: Postern cannot read its content');
+}
+
+/** The audit record of one read of a message's content, by whoever acts (the token for tokens). */
+export function recordContentRead(events: EventLog, inbox: Inbox, actor: string, msgId: string, data: ContentPart) {
+  return events.record({
+    type: 'access.content.read',
+    projectId: inbox.projectId,
+    inboxId: inbox.id,
+    actor,
+    subject: msgId,
+    data: { msgId, ...data },
+  });
+}

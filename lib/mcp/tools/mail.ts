@@ -1,0 +1,106 @@
+// Metadata tools, each the twin of a read operation of spec 4.2 and 4.3: list_inboxes
+// (GET /inboxes), list_labels, list_messages, get_message and set_flags.
+import type { FlagChange, MessageSummary } from '../../../schemas/wire.ts';
+import type { Access } from '../../auth/access.ts';
+import type { SealedMail } from '../../crypto/sealed-mail.ts';
+import { invalid } from '../../errors.ts';
+import type { MailService } from '../../mail/service.ts';
+import { DEFAULT_RULE } from '../../http/authenticate.ts';
+import { untrusted, UNTRUSTED_NOTICE } from '../text.ts';
+import { tool, type Tool } from '../tool.ts';
+
+/** One line per message: what the model needs to pick one (sender and subject are untrusted). */
+function line(m: MessageSummary): string {
+  const flags = m.flags.length > 0 ? ` [${m.flags.join(', ')}]` : '';
+  return `${m.id} | ${m.receivedAt} | ${m.direction ?? 'in'} | from: ${m.from ?? ''} | subject: ${m.subject ?? ''}${flags}`;
+}
+
+export function mailTools(access: Access, mail: MailService, sealed: SealedMail): Tool[] {
+  return [
+    tool<Record<string, never>>({
+      name: 'list_inboxes',
+      title: 'List inboxes',
+      description: 'The inboxes this token may use, with its role in each. Start here: other tools take an inboxId.',
+      rule: DEFAULT_RULE,
+      input: 'NoInput',
+      async run(p) {
+        const inboxes = (await access.grantedInboxes(p)).map(({ inbox, role }) => ({
+          inboxId: inbox.id,
+          role,
+          mode: inbox.mode,
+          addresses: inbox.addresses,
+        }));
+        const text = inboxes.length === 0 ? 'No inboxes.' : inboxes.map((i) => `${i.inboxId} ${i.addresses.join(', ')} (role ${i.role}, ${i.mode})`).join('\n');
+        return { structured: { inboxes }, text };
+      },
+    }),
+
+    tool<{ inboxId: string }>({
+      name: 'list_labels',
+      title: 'List labels',
+      description: 'The labels (folders) of an inbox with message and unread counts. list_messages takes a labelId.',
+      rule: DEFAULT_RULE,
+      input: 'ListLabelsInput',
+      async run(p, args) {
+        const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
+        const labels = await mail.labels(inbox);
+        const text = labels.map((l) => `${l.id} ${l.name}${l.specialUse ? ` (${l.specialUse})` : ''}: ${l.total} messages, ${l.unread} unread`).join('\n');
+        return { structured: { labels }, text: text || 'No labels.' };
+      },
+    }),
+
+    tool<{ inboxId: string; labelId: string; limit: number; before?: number }>({
+      name: 'list_messages',
+      title: 'List messages',
+      description: 'A page of the messages under a label, newest first: id, date, sender, subject, flags. Pass `before` from the answer for older ones.',
+      rule: DEFAULT_RULE,
+      input: 'ListMessagesInput',
+      async run(p, args) {
+        const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
+        const page = await mail.messages(inbox, args.labelId, { limit: args.limit, ...(args.before !== undefined ? { before: args.before } : {}) });
+        const more = page.before !== undefined ? `\nOlder messages: call again with before=${page.before}.` : '';
+        const text = page.messages.length === 0 ? 'No messages.' : untrusted(page.messages.map(line).join('\n')) + more;
+        return { structured: { ...page, notice: UNTRUSTED_NOTICE }, text };
+      },
+    }),
+
+    tool<{ inboxId: string; messageId: string }>({
+      name: 'get_message',
+      title: 'Get message details',
+      description: "A message's metadata (headers from the index, flags, size), without its content: read_message gives the text.",
+      rule: DEFAULT_RULE,
+      input: 'MessageInput',
+      async run(p, args) {
+        const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
+        const { detail } = await sealed.detail(inbox, args.messageId);
+        // The wrapped key is for clients that decrypt themselves; a model has no use for it.
+        const { wrappedDek: _key, keyEpoch: _epoch, ...shown } = detail;
+        const m = detail.message;
+        const fields = [
+          `from: ${m.from ?? ''}`,
+          `to: ${m.to ?? ''}`,
+          ...(detail.cc ? [`cc: ${detail.cc}`] : []),
+          `subject: ${m.subject ?? ''}`,
+          `date: ${m.date ?? m.receivedAt}`,
+        ];
+        const text = `${m.id}: ${m.size} bytes, flags [${m.flags.join(', ')}]\n${untrusted(fields.join('\n'))}`;
+        return { structured: { ...shown, notice: UNTRUSTED_NOTICE }, text };
+      },
+    }),
+
+    tool<{ inboxId: string; messageId: string } & FlagChange>({
+      name: 'set_flags',
+      title: 'Change flags',
+      description: 'Adds or removes the seen, flagged and answered flags of a message; answers with its flags after the change.',
+      rule: { token: 'flags:write', session: true },
+      input: 'SetFlagsInput',
+      async run(p, args) {
+        const { inbox } = await access.inboxAccess(p, args.inboxId, 'flags:write');
+        const both = (args.add ?? []).filter((f) => args.remove?.includes(f));
+        if (both.length > 0) throw invalid(`a flag cannot be added and removed at once: ${both.join(', ')}`);
+        const flags = await mail.changeFlags(inbox, args.messageId, args.add ?? [], args.remove ?? [], p.actor);
+        return { structured: { flags }, text: `Flags of ${args.messageId} now: [${flags.join(', ')}]` };
+      },
+    }),
+  ];
+}
