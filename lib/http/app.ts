@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import Router from '@koa/router';
 import Koa from 'koa';
 import type { Logger } from 'pino';
-import type { Access } from '../auth/access.ts';
+import type { Access, Principal } from '../auth/access.ts';
 import { authenticate } from './authenticate.ts';
 import type { AppRouter, AppState, Surface } from './context.ts';
 import { errorMiddleware } from './errors.ts';
@@ -23,6 +23,11 @@ export interface AppOptions {
   trustProxy?: boolean;
   /** POSTERN_BODY_IDLE_TIMEOUT_MS: what lib/http/body.ts allows a body to stall. */
   bodyIdleTimeoutMs: number;
+}
+
+/** A caller's (or proxy's) X-Request-Id when it is printable ASCII of at most 128 characters; otherwise a new one. */
+export function requestIdOf(incoming: string): string {
+  return /^[\x21-\x7e](?:[\x20-\x7e]{0,126}[\x21-\x7e])?$/.test(incoming) ? incoming : randomUUID();
 }
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
@@ -45,8 +50,7 @@ export function createApp(options: AppOptions): Koa<AppState> {
   app.silent = true; // the error middleware logs what matters
 
   app.use(async (ctx, next) => {
-    const incoming = ctx.get('x-request-id');
-    ctx.state.requestId = /^[\w.-]{1,128}$/.test(incoming) ? incoming : randomUUID();
+    ctx.state.requestId = requestIdOf(ctx.get('x-request-id'));
     ctx.state.bodyIdleMs = options.bodyIdleTimeoutMs;
     ctx.set('X-Request-Id', ctx.state.requestId);
     // Shared caches never store responses (spec 1); routes that can be cached privately say so.
@@ -56,10 +60,14 @@ export function createApp(options: AppOptions): Koa<AppState> {
     try {
       await next();
     } finally {
-      if (options.log.isLevelEnabled('debug')) {
-        const ms = Math.round(performance.now() - started);
-        options.log.debug({ method: ctx.method, path: ctx.path, status: ctx.status, ms, requestId: ctx.state.requestId }, 'request');
-      }
+      // One line per request, a live stream's when it ends. The credential by its id (tok_…,
+      // ses_…) once authenticated, never what was presented; the path without its query.
+      const principal = ctx.state.principal as Principal | undefined;
+      const ms = Math.round(performance.now() - started);
+      options.log.info(
+        { requestId: ctx.state.requestId, method: ctx.method, path: ctx.path, status: ctx.status, ms, credentialId: principal?.credentialId ?? null },
+        'request',
+      );
     }
   });
   app.use(errorMiddleware(options.log));
