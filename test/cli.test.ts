@@ -148,7 +148,7 @@ describe('staff CLI', function () {
   const failures: Array<[string, string[], number, RegExp]> = [
     ['a missing flag is a usage error', ['admin', 'project', 'create'], 2, /--name is required/],
     ['an unknown flag is a usage error', ['admin', 'project', 'create', '--name', 'x', '--colour', 'red'], 2, /colour/],
-    ['an unknown command is a usage error', ['admin', 'project', 'delete', '--name', 'x'], 2, /unknown admin command/],
+    ['an unknown command is a usage error', ['admin', 'project', 'rename', '--name', 'x'], 2, /unknown admin command/],
     ['an unknown project', ['admin', 'member', 'add', '--project', 'prj_01M80W1F3RD7BV8C61QAP73X5Y', '--email', 'a@b.example'], 1, /no project/],
     ['a bad e-mail', ['admin', 'member', 'add', '--project', 'prj_nope', '--email', 'nope'], 1, /no project|e-mail/],
     ['an unknown member', ['admin', 'token', 'create', '--member', 'mem_01M80W1F3RD7BV8C61QAP73X5Y', '--scopes', 'send'], 1, /no member/],
