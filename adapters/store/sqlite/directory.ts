@@ -87,17 +87,19 @@ export class SqliteDirectoryStore implements DirectoryStore {
     const prepare = (steps: readonly EraseStep[]) => steps.map((step) => ({ step, statement: this.db.prepare(sqliteText(step.sql)) }));
     const projectSteps = prepare(PROJECT_ERASE);
     const memberSteps = prepare(MEMBER_ERASE);
+    // IMMEDIATE: the write lock before the first read, so another process's write in between
+    // cannot make the upgrade fail (SQLITE_BUSY_SNAPSHOT, which the busy timeout does not wait out).
     this.erasers = {
       project: this.db.transaction((id: string, at: number): ProjectErased | null => {
         if (!this.q.getProject.get(id)) return null;
         // As MailIndexStore.dropInbox: a tombstone's version starts at the clock, in microseconds.
         const params = { p1: id, p2: at * 1000, p3: at };
         return tally(projectSteps.map(({ step, statement }) => ({ step, rows: statement.run(params).changes })));
-      }),
+      }).immediate,
       member: this.db.transaction((id: string): boolean => {
         const counted = memberSteps.map(({ step, statement }) => ({ step, rows: statement.run({ p1: id }).changes }));
         return tally(counted).members > 0;
-      }),
+      }).immediate,
     };
     return this.erasers;
   }
