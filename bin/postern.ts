@@ -1,5 +1,6 @@
 // The `postern` command: the service, the staff CLI and the demo. Every command prints one JSON
-// object on stdout; failures print {"error": "..."} and exit non-zero.
+// value on stdout (an object; the staff lists an array); failures print {"error": "..."} and exit
+// non-zero.
 import cluster from 'node:cluster';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, describeSettings, loadConfig } from '../lib/config.ts';
@@ -23,20 +24,31 @@ const USAGE = `usage:
   postern demo                       start the mail environment, seed a demo project and run the service
   postern mcp --url BASE_URL --token svc_…   MCP over stdio for desktop clients, relayed to BASE_URL/mcp (docs/mcp.md)
   postern admin project create --name NAME
+  postern admin project list
+  postern admin project show --project PRJ           its members (with their inboxes and roles) and inboxes
+  postern admin project delete --project PRJ --yes   deletes it and all it holds: members, inboxes, keys, tokens,
+                                                     sessions, events, webhooks (mail stays in the mail server)
   postern admin member add --project PRJ --email EMAIL
+  postern admin member list --project PRJ
+  postern admin member remove --member MEM --yes     with their grants, sessions, tokens, passkeys and keys
   postern admin inbox add --project PRJ --imap-user USER --address ADDR [--address ADDR...]
                           [--mode compatible|zero-access] [--create-imap-user [--imap-password PW]]
   postern admin member set-key --member MEM --public-key-file FILE   (OpenPGP public key, armored or binary)
-  postern admin inbox remove --inbox IBX      stops watching it and drops its index; its events stay
+  postern admin inbox list [--project PRJ]
+  postern admin inbox show --inbox IBX        the inbox and who may use it
+  postern admin inbox remove --inbox IBX --yes   stops watching it and drops its index and keys; its events stay
   postern admin inbox status --inbox IBX      what is indexed, the last sync, how it is watched, what is left to seal
   postern admin grant --member MEM --inbox IBX --role owner|member|reader
   postern admin revoke --member MEM --inbox IBX
   postern admin inbox rotate-key --inbox IBX
   postern admin token create --member MEM --scopes a,b,c [--inboxes IBX,IBX] [--expires-in SECONDS]
-  postern admin token revoke --id TOK
+  postern admin token list (--project PRJ | --member MEM)   ids, scopes, inboxes, state and times; never secrets
+  postern admin token revoke --id TOK --yes
   postern admin webhook list [--project PRJ]  every webhook endpoint: where it sends, enabled or why not, failing since when
   postern admin webhook disable --id WHK [--reason TEXT]   stops sending to it (its deliveries wait; its owner may enable it)
   postern admin session create --member MEM [--expires-in SECONDS]
+  postern admin session list (--project PRJ | --member MEM)
+  postern admin session revoke --id SES --yes
   postern admin member invite --member MEM [--expires-in SECONDS]   one-time passkey enrollment link
   postern admin migrate                       brings the store's schema up to date (PostgreSQL with POSTERN_DATABASE_URL)
   postern admin backup --to FILE              a consistent copy of the SQLite store, safe while serve runs (PostgreSQL: pg_dump)
@@ -67,7 +79,20 @@ function seconds(value: string | undefined, name: string): number | undefined {
 
 const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
 
-const ADMIN_COMMANDS = ['project create', 'member add', 'member set-key', 'member invite', 'inbox add', 'inbox remove', 'inbox status', 'inbox rotate-key', 'token create', 'token revoke', 'session create', 'webhook list', 'webhook disable'];
+const ADMIN_COMMANDS = [
+  'project create', 'project list', 'project show', 'project delete',
+  'member add', 'member list', 'member remove', 'member set-key', 'member invite',
+  'inbox add', 'inbox list', 'inbox show', 'inbox remove', 'inbox status', 'inbox rotate-key',
+  'token create', 'token list', 'token revoke',
+  'session create', 'session list', 'session revoke',
+  'webhook list', 'webhook disable',
+];
+
+/** Commands that delete or end something for good: they act only with --yes. */
+const DESTRUCTIVE = ['project delete', 'member remove', 'inbox remove', 'token revoke', 'session revoke'];
+
+/** The flags naming whose credentials a list covers. */
+const OWNER = { project: { type: 'string' }, member: { type: 'string' } } as const;
 
 async function admin(args: string[]): Promise<unknown> {
   // Commands are one word (grant, revoke) or a noun and a verb (token create).
@@ -76,6 +101,10 @@ async function admin(args: string[]): Promise<unknown> {
   // Before the SQLite store and the keys are opened: migrate is the one command for PostgreSQL.
   if (command === 'migrate') return migrate(tail);
   if (command === 'backup' || command === 'export' || command === 'import') return storeFile(command, tail);
+  // Refused before the store is even opened (opening migrates it): nothing changes without --yes.
+  if (DESTRUCTIVE.includes(command) && !tail.includes('--yes')) {
+    throw new UsageError(`${command} cannot be undone: add --yes to do it`);
+  }
   const { admin, userKeys, store, config, passkeys, events, close } = await openStaff(loadConfig());
   const { directory, mailIndex: index, resealJobs: sealing } = store;
   try {
@@ -83,6 +112,48 @@ async function admin(args: string[]): Promise<unknown> {
       case 'project create': {
         const v = flags(tail, { name: { type: 'string' } });
         return await admin.createProject(required(v, 'name'));
+      }
+      case 'project list': {
+        flags(tail, {});
+        return await admin.listProjects();
+      }
+      case 'project show': {
+        const v = flags(tail, { project: { type: 'string' } });
+        return await admin.showProject(required(v, 'project'));
+      }
+      case 'project delete': {
+        const v = flags(tail, { project: { type: 'string' }, yes: { type: 'boolean' } });
+        return await admin.deleteProject(required(v, 'project'));
+      }
+      case 'member list': {
+        const v = flags(tail, { project: { type: 'string' } });
+        return await admin.listMembers(required(v, 'project'));
+      }
+      case 'member remove': {
+        const v = flags(tail, { member: { type: 'string' }, yes: { type: 'boolean' } });
+        return await admin.removeMember(required(v, 'member'));
+      }
+      case 'inbox list': {
+        const v = flags(tail, { project: { type: 'string' } });
+        return await admin.listInboxes(v.project);
+      }
+      case 'inbox show': {
+        const v = flags(tail, { inbox: { type: 'string' } });
+        return await admin.showInbox(required(v, 'inbox'));
+      }
+      case 'token list': {
+        const v = flags(tail, OWNER);
+        if (!v.project && !v.member) throw new UsageError('--project or --member is required');
+        return await admin.listTokens({ projectId: v.project, memberId: v.member });
+      }
+      case 'session list': {
+        const v = flags(tail, OWNER);
+        if (!v.project && !v.member) throw new UsageError('--project or --member is required');
+        return await admin.listSessions({ projectId: v.project, memberId: v.member });
+      }
+      case 'session revoke': {
+        const v = flags(tail, { id: { type: 'string' }, yes: { type: 'boolean' } });
+        return await admin.revokeSession(required(v, 'id'));
       }
       case 'member add': {
         const v = flags(tail, { project: { type: 'string' }, email: { type: 'string' } });
@@ -150,7 +221,7 @@ async function admin(args: string[]): Promise<unknown> {
         return await admin.rotateKey(required(v, 'inbox'));
       }
       case 'inbox remove': {
-        const v = flags(tail, { inbox: { type: 'string' } });
+        const v = flags(tail, { inbox: { type: 'string' }, yes: { type: 'boolean' } });
         return await admin.removeInbox(required(v, 'inbox'));
       }
       case 'inbox status': {
@@ -218,7 +289,7 @@ async function admin(args: string[]): Promise<unknown> {
         });
       }
       case 'token revoke': {
-        const v = flags(tail, { id: { type: 'string' } });
+        const v = flags(tail, { id: { type: 'string' }, yes: { type: 'boolean' } });
         return await admin.revokeToken(required(v, 'id'));
       }
       case 'session create': {

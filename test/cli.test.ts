@@ -108,7 +108,7 @@ describe('staff CLI', function () {
       expect(await ok('admin', 'revoke', '--member', member, '--inbox', vault)).to.deep.equal({ revoked: true });
       expect((await list(bearer(token.token))).body.inboxes!.map((i) => i.inboxId)).to.deep.equal([inbox.id]);
 
-      expect(await ok('admin', 'token', 'revoke', '--id', token.id as string)).to.deep.equal({ id: token.id, revoked: true });
+      expect(await ok('admin', 'token', 'revoke', '--id', token.id as string, '--yes')).to.deep.equal({ id: token.id, revoked: true });
       expect((await list(bearer(token.token))).status).to.equal(401);
     } finally {
       await server.stop();
@@ -148,12 +148,12 @@ describe('staff CLI', function () {
   const failures: Array<[string, string[], number, RegExp]> = [
     ['a missing flag is a usage error', ['admin', 'project', 'create'], 2, /--name is required/],
     ['an unknown flag is a usage error', ['admin', 'project', 'create', '--name', 'x', '--colour', 'red'], 2, /colour/],
-    ['an unknown command is a usage error', ['admin', 'project', 'delete', '--name', 'x'], 2, /unknown admin command/],
+    ['an unknown command is a usage error', ['admin', 'project', 'rename', '--name', 'x'], 2, /unknown admin command/],
     ['an unknown project', ['admin', 'member', 'add', '--project', 'prj_01M80W1F3RD7BV8C61QAP73X5Y', '--email', 'a@b.example'], 1, /no project/],
     ['a bad e-mail', ['admin', 'member', 'add', '--project', 'prj_nope', '--email', 'nope'], 1, /no project|e-mail/],
     ['an unknown member', ['admin', 'token', 'create', '--member', 'mem_01M80W1F3RD7BV8C61QAP73X5Y', '--scopes', 'send'], 1, /no member/],
     ['a non-numeric expiry', ['admin', 'session', 'create', '--member', 'mem_x', '--expires-in', 'soon'], 2, /whole number/],
-    ['an unknown token', ['admin', 'token', 'revoke', '--id', 'tok_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no token/],
+    ['an unknown token', ['admin', 'token', 'revoke', '--id', 'tok_01M80W1F3RD7BV8C61QAP73X5Y', '--yes'], 1, /no token/],
     ['an invite for an unknown member', ['admin', 'member', 'invite', '--member', 'mem_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no member/],
     ['an invite with a non-numeric expiry', ['admin', 'member', 'invite', '--member', 'mem_x', '--expires-in', 'soon'], 2, /whole number/],
   ];
@@ -266,7 +266,7 @@ describe('staff CLI: a command that fails changes nothing', function () {
     expect(await ok('admin', 'inbox', 'rotate-key', '--inbox', inbox)).to.include({ epoch: 2 });
     await refused(['admin', 'inbox', 'rotate-key', '--inbox', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no inbox/);
     // inbox remove / status of an unknown inbox.
-    await refused(['admin', 'inbox', 'remove', '--inbox', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no inbox/);
+    await refused(['admin', 'inbox', 'remove', '--inbox', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y', '--yes'], 1, /no inbox/);
     await refused(['admin', 'inbox', 'status', '--inbox', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no inbox/);
 
     // grant with a bad role, or across projects: no grant (revoke finds none).
@@ -285,7 +285,7 @@ describe('staff CLI: a command that fails changes nothing', function () {
     await refused(['admin', 'token', 'create', '--member', stranger, '--scopes', 'messages:read', '--inboxes', inbox], 1, /no inbox .* in the member's project/);
     await refused(['admin', 'token', 'create', '--member', member, '--scopes', 'root'], 1, /unknown scope/);
     await refused(['admin', 'session', 'create', '--member', member, '--expires-in', '0'], 1, /positive whole number/);
-    await refused(['admin', 'token', 'revoke', '--id', 'tok_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no token/);
+    await refused(['admin', 'token', 'revoke', '--id', 'tok_01M80W1F3RD7BV8C61QAP73X5Y', '--yes'], 1, /no token/);
   });
 });
 

@@ -256,7 +256,7 @@ describe('every inbox watched, always (issue 12)', function () {
         (err: unknown) => err,
       );
       await until('the pass writing rows', async () => (await indexed()).locations > 0);
-      const removed = await cli(s.storeEnv, 'inbox', 'remove', '--inbox', inbox.id);
+      const removed = await cli(s.storeEnv, 'inbox', 'remove', '--inbox', inbox.id, '--yes');
       expect(removed.code).to.equal(0);
       // The pass was still running (held in its older ranges): its next write is refused.
       hold.release();
@@ -301,7 +301,7 @@ describe('every inbox watched, always (issue 12)', function () {
       expect((status.out.watch as { notifyWatcher: string | null }).notifyWatcher).to.be.a('string');
       expect((status.out.servers as Array<{ mode: string; reason: string }>)[0]).to.deep.include({ mode: 'notify', reason: 'POSTERN_WATCH=notify' });
 
-      const gone = await cli(store.env, 'inbox', 'remove', '--inbox', inboxId);
+      const gone = await cli(store.env, 'inbox', 'remove', '--inbox', inboxId, '--yes');
       expect(gone.code).to.equal(0);
       t0 = Date.now();
       await until('the server letting it go', async () => (await report())?.inboxes === 0);

@@ -305,7 +305,7 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis 
     for (const m of machines) expect((await call(`${m.app}/${query}`, { session })).status).to.equal(200);
     const sessionStreams = await Promise.all(machines.slice(1).map((m) => SseClient.open(`${m.app}/${query}`, { session })));
     try {
-      const revoked = await runPostern(['admin', 'token', 'revoke', '--id', tokenId(doomed)], cliEnv);
+      const revoked = await runPostern(['admin', 'token', 'revoke', '--id', tokenId(doomed), '--yes'], cliEnv);
       expect(revoked.code, revoked.stderr).to.equal(0);
       for (const m of machines) await expectError(await call(`${m.base}/${query}`, { token: doomed }), 401, /revoked/);
       await streamEnds(tokenStreams, /revoked/);

@@ -4,8 +4,41 @@ import { isRole, isScope, ROLES, SCOPES } from '../auth/scopes.ts';
 import type { EpochKeys } from '../crypto/epoch-keys.ts';
 import { invalid, conflict, notFound } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
-import { DuplicateError, type DirectoryStore } from './store.ts';
-import { INBOX_MODES, isInboxMode } from './types.ts';
+import { DuplicateError, type DirectoryStore, type ProjectErased } from './store.ts';
+import { INBOX_MODES, isInboxMode, type Inbox, type Member, type SessionRecord, type TokenRecord } from './types.ts';
+
+const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
+
+/** A credential's standing at `now`: ended by staff or its owner, past its expiry, or usable. */
+const standing = (c: { revokedAt: number | null; expiresAt: number | null }, now: number) =>
+  c.revokedAt !== null ? 'revoked' : c.expiresAt !== null && c.expiresAt <= now ? 'expired' : 'live';
+
+/** An inbox as staff lists print it. */
+const inboxView = (i: Inbox) => ({ id: i.id, projectId: i.projectId, imapUser: i.imapUser, addresses: i.addresses, mode: i.mode, createdAt: iso(i.createdAt) });
+
+const memberView = (m: Member) => ({ id: m.id, projectId: m.projectId, email: m.email, createdAt: iso(m.createdAt) });
+
+/** A token as staff see it: never its secret or the secret's hash. */
+const tokenView = (t: TokenRecord, now: number) => ({
+  id: t.id,
+  projectId: t.projectId,
+  memberId: t.memberId,
+  scopes: t.scopes,
+  inboxes: t.inboxes,
+  state: standing(t, now),
+  createdAt: iso(t.createdAt),
+  expiresAt: iso(t.expiresAt),
+  revokedAt: iso(t.revokedAt),
+});
+
+const sessionView = (s: SessionRecord, now: number) => ({
+  id: s.id,
+  memberId: s.memberId,
+  state: standing(s, now),
+  createdAt: iso(s.createdAt),
+  expiresAt: iso(s.expiresAt),
+  revokedAt: iso(s.revokedAt),
+});
 
 const EMAIL = /^[^\s@<>()",;:\\[\]]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
 
@@ -49,6 +82,94 @@ export class Admin {
     const id = newId('prj');
     await this.store.createProject({ id, name: trimmed, createdAt: this.now() });
     return { id };
+  }
+
+  async listProjects() {
+    return (await this.store.listProjects()).map((p) => ({ id: p.id, name: p.name, createdAt: iso(p.createdAt) }));
+  }
+
+  /** The project with its members (and the inboxes each may use) and its inboxes. */
+  async showProject(id: string) {
+    const project = await this.project(id);
+    return {
+      id: project.id,
+      name: project.name,
+      createdAt: iso(project.createdAt),
+      members: await this.listMembers(id),
+      inboxes: await this.listInboxes(id),
+    };
+  }
+
+  /**
+   * Deletes the project and everything in it (spec 6.2: its events are kept until then), in one
+   * store transaction. Mail stays in the mail server. A running server stops watching its inboxes
+   * within POSTERN_WATCH_CATALOG_POLL_MS (the store's inbox list version moves with the delete).
+   */
+  async deleteProject(id: string): Promise<{ id: string; deleted: true; removed: Omit<ProjectErased, 'projects'> }> {
+    await this.project(id);
+    const erased = await this.store.deleteProject(id, this.now());
+    if (!erased) throw notFound(`no project ${id}`);
+    const { projects: _, ...removed } = erased;
+    return { id, deleted: true, removed };
+  }
+
+  /** The project's members, each with the inboxes it may use and its role there. */
+  async listMembers(projectId: string) {
+    await this.project(projectId);
+    const members = await this.store.listMembers(projectId);
+    return Promise.all(
+      members.map(async (m) => ({
+        ...memberView(m),
+        inboxes: (await this.store.listGrants(m.id)).map(({ grant }) => ({ inboxId: grant.inboxId, role: grant.role })),
+      })),
+    );
+  }
+
+  /** Deletes the member with their grants, sessions, tokens (and their webhooks), passkeys and keys. */
+  async removeMember(id: string): Promise<{ id: string; removed: true }> {
+    await this.member(id);
+    if (!(await this.store.deleteMember(id))) throw notFound(`no member ${id}`);
+    return { id, removed: true };
+  }
+
+  /** Every inbox, or the project's. */
+  async listInboxes(projectId?: string) {
+    if (projectId !== undefined) await this.project(projectId);
+    const all = await this.store.listInboxes();
+    return all.filter((i) => projectId === undefined || i.projectId === projectId).map(inboxView);
+  }
+
+  /** The inbox and who may use it. */
+  async showInbox(id: string) {
+    const inbox = isId('ibx', id) ? await this.store.getInbox(id) : null;
+    if (!inbox) throw notFound(`no inbox ${id}`);
+    const members: Array<{ memberId: string; role: string }> = [];
+    for (const m of await this.store.listMembers(inbox.projectId)) {
+      const grant = await this.store.getGrant(m.id, inbox.id);
+      if (grant) members.push({ memberId: m.id, role: grant.role });
+    }
+    return { ...inboxView(inbox), members };
+  }
+
+  /** Tokens of a project, or of one member (revoked and expired ones too, with their state). */
+  async listTokens(filter: { projectId?: string; memberId?: string }) {
+    const projectId = await this.credentialOwner(filter);
+    const now = this.now();
+    return (await this.store.listTokens({ projectId, ...(filter.memberId ? { memberId: filter.memberId } : {}) })).map((t) => tokenView(t, now));
+  }
+
+  /** Web sessions of a project, or of one member (ended and expired ones too, with their state). */
+  async listSessions(filter: { projectId?: string; memberId?: string }) {
+    const projectId = await this.credentialOwner(filter);
+    const now = this.now();
+    return (await this.store.listSessions({ projectId, ...(filter.memberId ? { memberId: filter.memberId } : {}) })).map((s) => sessionView(s, now));
+  }
+
+  /** Ends a web session now: its next request is refused (401). */
+  async revokeSession(id: string): Promise<{ id: string; revoked: boolean }> {
+    const session = isId('ses', id) ? await this.store.getSession(id) : null;
+    if (!session) throw notFound(`no session ${id}`);
+    return { id, revoked: await this.store.revokeSession(id, this.now()) };
   }
 
   async addMember(projectId: string, email: string): Promise<{ id: string }> {
@@ -174,7 +295,7 @@ export class Admin {
     return { id, revoked: await this.store.revokeToken(id, this.now()) };
   }
 
-  async createSession(memberId: string, expiresInSeconds?: number): Promise<{ token: string; expiresAt: string }> {
+  async createSession(memberId: string, expiresInSeconds?: number): Promise<{ id: string; token: string; expiresAt: string }> {
     const member = await this.member(memberId);
     const ttl = expiresInSeconds ?? this.options.sessionTtlSeconds;
     if (!Number.isSafeInteger(ttl) || ttl <= 0) throw invalid('expiry must be a positive whole number of seconds');
@@ -182,13 +303,24 @@ export class Admin {
     const minted = mintSession();
     const expiresAt = now + ttl * 1000;
     await this.store.createSession({ id: minted.id, memberId: member.id, secretHash: minted.secretHash, createdAt: now, expiresAt, revokedAt: null });
-    return { token: minted.credential, expiresAt: new Date(expiresAt).toISOString() };
+    return { id: minted.id, token: minted.credential, expiresAt: new Date(expiresAt).toISOString() };
   }
 
   private async project(id: string) {
     const project = isId('prj', id) ? await this.store.getProject(id) : null;
     if (!project) throw notFound(`no project ${id}`);
     return project;
+  }
+
+  /** The project a credential list covers: the one named, or the member's (which must agree). */
+  private async credentialOwner(filter: { projectId?: string; memberId?: string }): Promise<string> {
+    if (filter.memberId !== undefined) {
+      const member = await this.member(filter.memberId);
+      if (filter.projectId !== undefined && filter.projectId !== member.projectId) throw invalid(`member ${member.id} is not in project ${filter.projectId}`);
+      return member.projectId;
+    }
+    if (filter.projectId === undefined) throw invalid('name a project or a member');
+    return (await this.project(filter.projectId)).id;
   }
 
   private async member(id: string) {

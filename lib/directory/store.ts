@@ -5,9 +5,27 @@ import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from '
 export interface DirectoryStore {
   createProject(project: Project): Promise<void>;
   getProject(id: string): Promise<Project | null>;
+  /** Every project, by id. */
+  listProjects(): Promise<Project[]>;
+  /**
+   * Deletes the project and everything that names it, in every port, in one transaction: members
+   * and their credentials, passkeys and keys; inboxes with their keys and what the mail index,
+   * outbox and sealing kept of them; events, event types and idempotency keys; webhooks and their
+   * deliveries. Removed inboxes stay tombstoned in the mail index (as after `dropInbox`). Null
+   * when there was no such project.
+   */
+  deleteProject(id: string, at: number): Promise<ProjectErased | null>;
 
   createMember(member: Member): Promise<void>;
   getMember(id: string): Promise<Member | null>;
+  /** The project's members, by id. */
+  listMembers(projectId: string): Promise<Member[]>;
+  /**
+   * Deletes the member with their grants, sessions, passkeys and invites, member key and key
+   * backup, and tokens (with the webhooks those tokens made), in one transaction. The project's
+   * events and mail stay. False when there was no such member.
+   */
+  deleteMember(id: string): Promise<boolean>;
 
   /** Fails with a DuplicateError when the IMAP user or an address is already taken. */
   createInbox(inbox: Inbox): Promise<void>;
@@ -42,9 +60,32 @@ export interface DirectoryStore {
   getToken(id: string): Promise<TokenRecord | null>;
   /** True when a live token was revoked now. */
   revokeToken(id: string, at: number): Promise<boolean>;
+  /** Tokens of the project and, when given, of one member; revoked and expired ones too, by id. */
+  listTokens(filter: CredentialFilter): Promise<TokenRecord[]>;
 
   createSession(session: SessionRecord): Promise<void>;
   getSession(id: string): Promise<SessionRecord | null>;
+  /** Sessions of the project and, when given, of one member; ended and expired ones too, by id. */
+  listSessions(filter: CredentialFilter): Promise<SessionRecord[]>;
+  /** True when a session not yet ended was ended now (an expired one too: it stays ended). */
+  revokeSession(id: string, at: number): Promise<boolean>;
+}
+
+/** Whose credentials a list covers. */
+export interface CredentialFilter {
+  projectId: string;
+  memberId?: string;
+}
+
+/** What deleting a project removed, by kind. */
+export interface ProjectErased {
+  projects: number;
+  members: number;
+  inboxes: number;
+  tokens: number;
+  sessions: number;
+  webhooks: number;
+  events: number;
 }
 
 /** A unique constraint refused the write; `what` names the field in the caller's terms. */

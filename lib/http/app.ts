@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import Router from '@koa/router';
 import Koa from 'koa';
 import type { Logger } from 'pino';
-import type { Access } from '../auth/access.ts';
+import type { Access, Principal } from '../auth/access.ts';
 import { authenticate } from './authenticate.ts';
 import type { AppRouter, AppState, Surface } from './context.ts';
 import { errorMiddleware } from './errors.ts';
@@ -28,6 +28,11 @@ export interface AppOptions {
   draining?: () => boolean;
   /** Each request's method, route template, status and duration (lib/metrics.ts); absent: not measured. */
   metrics?: { request(method: string, route: string, status: number, seconds: number): void };
+}
+
+/** A caller's (or proxy's) X-Request-Id when it is printable ASCII of at most 128 characters; otherwise a new one. */
+export function requestIdOf(incoming: string): string {
+  return /^[\x21-\x7e](?:[\x20-\x7e]{0,126}[\x21-\x7e])?$/.test(incoming) ? incoming : randomUUID();
 }
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
@@ -81,8 +86,7 @@ export function createApp(options: AppOptions): Koa<AppState> {
   }
 
   app.use(async (ctx, next) => {
-    const incoming = ctx.get('x-request-id');
-    ctx.state.requestId = /^[\w.-]{1,128}$/.test(incoming) ? incoming : randomUUID();
+    ctx.state.requestId = requestIdOf(ctx.get('x-request-id'));
     ctx.state.bodyIdleMs = options.bodyIdleTimeoutMs;
     ctx.set('X-Request-Id', ctx.state.requestId);
     // Shared caches never store responses (spec 1); routes that can be cached privately say so.
@@ -95,10 +99,14 @@ export function createApp(options: AppOptions): Koa<AppState> {
       // Set last, so a request that started before the shutdown is told too (and the error
       // middleware does not drop it); a stream that wrote its head already is left alone by Koa.
       if (options.draining?.()) ctx.set('Connection', 'close');
-      if (options.log.isLevelEnabled('debug')) {
-        const ms = Math.round(performance.now() - started);
-        options.log.debug({ method: ctx.method, path: ctx.path, status: ctx.status, ms, requestId: ctx.state.requestId }, 'request');
-      }
+      // One line per request, a live stream's when it ends. The credential by its id (tok_…,
+      // ses_…) once authenticated, never what was presented; the path without its query.
+      const principal = ctx.state.principal as Principal | undefined;
+      const ms = Math.round(performance.now() - started);
+      options.log.info(
+        { requestId: ctx.state.requestId, method: ctx.method, path: ctx.path, status: ctx.status, ms, credentialId: principal?.credentialId ?? null },
+        'request',
+      );
     }
   });
   app.use(errorMiddleware(options.log));

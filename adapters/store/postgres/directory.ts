@@ -1,10 +1,11 @@
 // DirectoryStore on PostgreSQL: the statements of the SQLite adapter (adapters/store/sqlite/directory.ts),
 // one for one, with lists as arrays rather than space-joined strings.
 import type { Pool } from 'pg';
-import { DuplicateError, type DirectoryStore } from '../../../lib/directory/store.ts';
+import { DuplicateError, type CredentialFilter, type DirectoryStore, type ProjectErased } from '../../../lib/directory/store.ts';
 import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
 import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
 import { grantOf, inboxOf, tokenOf, toSession, type GrantedInboxRow, type InboxRow, type SessionRow, type TokenRow } from '../rows/directory.ts';
+import { MEMBER_ERASE, parameterCount, PROJECT_ERASE, tally, type EraseStep } from '../erase.ts';
 
 const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
   array(SELECT address FROM inbox_addresses a WHERE a.inbox_id = i.id ORDER BY position) AS addresses
@@ -16,6 +17,10 @@ const toInbox = (r: InboxRow<string[]>): Inbox => inboxOf(r, r.addresses);
 const toToken = (r: TokenRow<string[]>): TokenRecord => tokenOf(r, r.inboxes);
 
 const stmt = statements('directory');
+
+// No rows: an unnarrowed token (array_agg of nothing is NULL).
+const TOKEN_SELECT = `SELECT t.*, (SELECT array_agg(inbox_id ORDER BY inbox_id) FROM token_inboxes WHERE token_id = t.id) AS inboxes
+  FROM tokens t`;
 
 const S = {
   insertProject: stmt('insertProject', 'INSERT INTO projects (id, name, created_at) VALUES ($1, $2, $3)'),
@@ -83,19 +88,38 @@ const S = {
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
   ),
   insertTokenInboxes: stmt('insertTokenInboxes', 'INSERT INTO token_inboxes (token_id, inbox_id) SELECT $1, unnest($2::text[])'),
-  // No rows: an unnarrowed token (array_agg of nothing is NULL).
-  getToken: stmt(
-    'getToken',
-    `SELECT t.*, (SELECT array_agg(inbox_id ORDER BY inbox_id) FROM token_inboxes WHERE token_id = t.id) AS inboxes
-     FROM tokens t WHERE t.id = $1`,
-  ),
+  getToken: stmt('getToken', `${TOKEN_SELECT} WHERE t.id = $1`),
+  listTokens: stmt('listTokens', `${TOKEN_SELECT} WHERE t.project_id = $1 AND ($2::text IS NULL OR t.member_id = $2) ORDER BY t.id`),
   revokeToken: stmt('revokeToken', 'UPDATE tokens SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL'),
   insertSession: stmt(
     'insertSession',
     'INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)',
   ),
   getSession: stmt('getSession', 'SELECT id, member_id, secret_hash, created_at, expires_at, revoked_at FROM sessions WHERE id = $1'),
+  listSessions: stmt(
+    'listSessions',
+    `SELECT s.id, s.member_id, s.secret_hash, s.created_at, s.expires_at, s.revoked_at FROM sessions s JOIN members m ON m.id = s.member_id
+     WHERE m.project_id = $1 AND ($2::text IS NULL OR s.member_id = $2) ORDER BY s.id`,
+  ),
+  revokeSession: stmt('revokeSession', 'UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL'),
+  listProjects: stmt('listProjects', 'SELECT id, name, created_at AS "createdAt" FROM projects ORDER BY id'),
+  listMembers: stmt('listMembers', 'SELECT id, project_id AS "projectId", email, created_at AS "createdAt" FROM members WHERE project_id = $1 ORDER BY id'),
+  // Before a deletion writes, the rows other writers name in their foreign keys, parents first
+  // and each kind in id order (as deleteInbox: inbox, then tokens): a writer adding a member, an
+  // inbox, a grant, a key or an event has committed, or waits and then finds its parent gone.
+  lockProject: stmt('lockProject', 'SELECT 1 FROM projects WHERE id = $1 FOR UPDATE'),
+  lockMembers: stmt('lockMembers', 'SELECT 1 FROM members WHERE project_id = $1 ORDER BY id FOR UPDATE'),
+  lockInboxes: stmt('lockInboxes', 'SELECT 1 FROM inboxes WHERE project_id = $1 ORDER BY id FOR UPDATE'),
+  lockMember: stmt('lockMember', 'SELECT 1 FROM members WHERE id = $1 FOR UPDATE'),
+  lockTokens: stmt('lockTokens', 'SELECT 1 FROM tokens WHERE project_id = $1 ORDER BY id FOR UPDATE'),
+  lockMemberTokens: stmt('lockMemberTokens', 'SELECT 1 FROM tokens WHERE member_id = $1 ORDER BY id FOR UPDATE'),
 };
+
+/** The erase steps as named statements, each given the values it takes. */
+const eraseStatements = (name: string, steps: readonly EraseStep[]) =>
+  steps.map((step, i) => ({ step, statement: stmt(`${name}.${i}`, step.sql), takes: parameterCount(step.sql) }));
+const ERASE_PROJECT = eraseStatements('eraseProject', PROJECT_ERASE);
+const ERASE_MEMBER = eraseStatements('eraseMember', MEMBER_ERASE);
 
 export class PgDirectoryStore implements DirectoryStore {
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
@@ -216,6 +240,48 @@ export class PgDirectoryStore implements DirectoryStore {
 
   async createSession(s: SessionRecord): Promise<void> {
     await this.pool.query(S.insertSession([s.id, s.memberId, s.secretHash, s.createdAt, s.expiresAt, s.revokedAt]));
+  }
+
+  async listSessions(filter: CredentialFilter): Promise<SessionRecord[]> {
+    return (await rowsOf<SessionRow>(this.pool, S.listSessions([filter.projectId, filter.memberId ?? null]))).map(toSession);
+  }
+
+  async revokeSession(id: string, at: number): Promise<boolean> {
+    return (await changed(this.pool, S.revokeSession([at, id]))) > 0;
+  }
+
+  async listTokens(filter: CredentialFilter): Promise<TokenRecord[]> {
+    return (await rowsOf<TokenRow<string[]>>(this.pool, S.listTokens([filter.projectId, filter.memberId ?? null]))).map(toToken);
+  }
+
+  async listProjects(): Promise<Project[]> {
+    return rowsOf<Project>(this.pool, S.listProjects([]));
+  }
+
+  async listMembers(projectId: string): Promise<Member[]> {
+    return rowsOf<Member>(this.pool, S.listMembers([projectId]));
+  }
+
+  async deleteProject(id: string, at: number): Promise<ProjectErased | null> {
+    return inTransaction(this.pool, async (c) => {
+      if ((await changed(c, S.lockProject([id]))) === 0) return null;
+      for (const lock of [S.lockMembers, S.lockInboxes, S.lockTokens]) await c.query(lock([id]));
+      // As MailIndexStore.dropInbox: a tombstone's version starts at the clock, in microseconds.
+      const values = [id, at * 1000, at];
+      const counted: Array<{ step: EraseStep; rows: number }> = [];
+      for (const { step, statement, takes } of ERASE_PROJECT) counted.push({ step, rows: await changed(c, statement(values.slice(0, takes))) });
+      return tally(counted);
+    });
+  }
+
+  async deleteMember(id: string): Promise<boolean> {
+    return inTransaction(this.pool, async (c) => {
+      if ((await changed(c, S.lockMember([id]))) === 0) return false;
+      await c.query(S.lockMemberTokens([id]));
+      const counted: Array<{ step: EraseStep; rows: number }> = [];
+      for (const { step, statement, takes } of ERASE_MEMBER) counted.push({ step, rows: await changed(c, statement([id].slice(0, takes))) });
+      return tally(counted).members > 0;
+    });
   }
 
   async getSession(id: string): Promise<SessionRecord | null> {

@@ -1,5 +1,5 @@
 // DirectoryStore on SQLite.
-import { DuplicateError, type DirectoryStore } from '../../../lib/directory/store.ts';
+import { DuplicateError, type CredentialFilter, type DirectoryStore, type ProjectErased } from '../../../lib/directory/store.ts';
 import type {
   Grant,
   Inbox,
@@ -10,7 +10,8 @@ import type {
 } from '../../../lib/directory/types.ts';
 import type { Statement } from 'better-sqlite3';
 import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
-import { grantOf, inboxOf, tokenOf, toSession, type GrantedInboxRow, type InboxRow, type TokenRow } from '../rows/directory.ts';
+import { grantOf, inboxOf, tokenOf, toSession, type GrantedInboxRow, type InboxRow, type SessionRow, type TokenRow } from '../rows/directory.ts';
+import { MEMBER_ERASE, PROJECT_ERASE, sqliteText, tally, type EraseStep } from '../erase.ts';
 
 const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
   (SELECT group_concat(address, ' ') FROM (SELECT address FROM inbox_addresses a
@@ -22,6 +23,10 @@ const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_
 const toInbox = (r: InboxRow<string>): Inbox => inboxOf(r, r.addresses ? r.addresses.split(' ') : []);
 
 const toToken = (r: TokenRow<string>): TokenRecord => tokenOf(r, r.inboxes === null ? null : r.inboxes.split(' '));
+
+const TOKEN_SELECT = `SELECT t.*, CASE WHEN EXISTS (SELECT 1 FROM token_inboxes WHERE token_id = t.id)
+  THEN (SELECT group_concat(inbox_id, ' ') FROM token_inboxes WHERE token_id = t.id) END AS inboxes
+  FROM tokens t`;
 
 export class SqliteDirectoryStore implements DirectoryStore {
   private readonly q;
@@ -59,14 +64,72 @@ export class SqliteDirectoryStore implements DirectoryStore {
         (id, project_id, member_id, scopes, secret_hash, created_at, expires_at, revoked_at)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
       insertTokenInbox: db.prepare('INSERT INTO token_inboxes (token_id, inbox_id) VALUES (?, ?)'),
-      getToken: db.prepare(`SELECT t.*, CASE WHEN EXISTS (SELECT 1 FROM token_inboxes WHERE token_id = t.id)
-          THEN (SELECT group_concat(inbox_id, ' ') FROM token_inboxes WHERE token_id = t.id) END AS inboxes
-        FROM tokens t WHERE t.id = ?`),
+      getToken: db.prepare(`${TOKEN_SELECT} WHERE t.id = ?`),
+      listTokens: db.prepare(`${TOKEN_SELECT} WHERE t.project_id = @projectId AND (@memberId IS NULL OR t.member_id = @memberId) ORDER BY t.id`),
       revokeToken: db.prepare('UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
       insertSession: db.prepare(`INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at)
         VALUES (?, ?, ?, ?, ?, ?)`),
       getSession: db.prepare('SELECT * FROM sessions WHERE id = ?'),
+      listSessions: db.prepare(`SELECT s.* FROM sessions s JOIN members m ON m.id = s.member_id
+        WHERE m.project_id = @projectId AND (@memberId IS NULL OR s.member_id = @memberId) ORDER BY s.id`),
+      revokeSession: db.prepare('UPDATE sessions SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
+      listProjects: db.prepare('SELECT id, name, created_at AS createdAt FROM projects ORDER BY id'),
+      listMembers: db.prepare('SELECT id, project_id AS projectId, email, created_at AS createdAt FROM members WHERE project_id = ? ORDER BY id'),
     };
+
+  }
+
+  // Prepared on first use, like versionQuery: they name tables older schemas do not have.
+  private erasers: { project: (id: string, at: number) => ProjectErased | null; member: (id: string) => boolean } | null = null;
+
+  private erase() {
+    if (this.erasers) return this.erasers;
+    const prepare = (steps: readonly EraseStep[]) => steps.map((step) => ({ step, statement: this.db.prepare(sqliteText(step.sql)) }));
+    const projectSteps = prepare(PROJECT_ERASE);
+    const memberSteps = prepare(MEMBER_ERASE);
+    // IMMEDIATE: the write lock before the first read, so another process's write in between
+    // cannot make the upgrade fail (SQLITE_BUSY_SNAPSHOT, which the busy timeout does not wait out).
+    this.erasers = {
+      project: this.db.transaction((id: string, at: number): ProjectErased | null => {
+        if (!this.q.getProject.get(id)) return null;
+        // As MailIndexStore.dropInbox: a tombstone's version starts at the clock, in microseconds.
+        const params = { p1: id, p2: at * 1000, p3: at };
+        return tally(projectSteps.map(({ step, statement }) => ({ step, rows: statement.run(params).changes })));
+      }).immediate,
+      member: this.db.transaction((id: string): boolean => {
+        const counted = memberSteps.map(({ step, statement }) => ({ step, rows: statement.run({ p1: id }).changes }));
+        return tally(counted).members > 0;
+      }).immediate,
+    };
+    return this.erasers;
+  }
+
+  async listProjects(): Promise<Project[]> {
+    return this.q.listProjects.all() as Project[];
+  }
+
+  async deleteProject(id: string, at: number): Promise<ProjectErased | null> {
+    return this.erase().project(id, at);
+  }
+
+  async listMembers(projectId: string): Promise<Member[]> {
+    return this.q.listMembers.all(projectId) as Member[];
+  }
+
+  async deleteMember(id: string): Promise<boolean> {
+    return this.erase().member(id);
+  }
+
+  async listTokens(filter: CredentialFilter): Promise<TokenRecord[]> {
+    return (this.q.listTokens.all({ projectId: filter.projectId, memberId: filter.memberId ?? null }) as TokenRow<string>[]).map(toToken);
+  }
+
+  async listSessions(filter: CredentialFilter): Promise<SessionRecord[]> {
+    return (this.q.listSessions.all({ projectId: filter.projectId, memberId: filter.memberId ?? null }) as SessionRow[]).map(toSession);
+  }
+
+  async revokeSession(id: string, at: number): Promise<boolean> {
+    return this.q.revokeSession.run(at, id).changes > 0;
   }
 
   async createProject(p: Project): Promise<void> {
