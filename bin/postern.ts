@@ -22,7 +22,7 @@ class UsageError extends Error {}
 const USAGE = `usage:
   postern serve                      run the service (configured by environment variables; --help lists them)
   postern demo                       start the mail environment, seed a demo project and run the service
-  postern mcp --url BASE_URL --token svc_…   MCP over stdio for desktop clients, relayed to BASE_URL/mcp (docs/mcp.md)
+  postern mcp --url BASE_URL [--token svc_…]   (or POSTERN_TOKEN) MCP over stdio for desktop clients, relayed to BASE_URL/mcp (docs/mcp.md)
   postern admin project create --name NAME
   postern admin project list
   postern admin project show --project PRJ           its members (with their inboxes and roles) and inboxes
@@ -298,7 +298,7 @@ async function admin(args: string[]): Promise<unknown> {
       }
       case 'webhook list': {
         const v = flags(tail, { project: { type: 'string' } });
-        return { webhooks: await new WebhookStaff(store.webhooks, events).list(v.project) };
+        return await new WebhookStaff(store.webhooks, events).list(v.project);
       }
       case 'webhook disable': {
         const v = flags(tail, { id: { type: 'string' }, reason: { type: 'string' } });
@@ -387,7 +387,9 @@ async function serve(args: string[]): Promise<number> {
 async function mcp(args: string[]): Promise<number> {
   const v = flags(args, { url: { type: 'string' }, token: { type: 'string' } });
   const raw = required(v, 'url');
-  const token = required(v, 'token');
+  // The environment keeps the token out of `ps` and shell history; --token is for trying it out.
+  const token = typeof v.token === 'string' && v.token !== '' ? v.token : process.env.POSTERN_TOKEN;
+  if (!token) throw new UsageError('a token is required: set POSTERN_TOKEN (or pass --token)');
   let url: URL;
   try {
     url = new URL(raw);

@@ -333,7 +333,8 @@ describe('MCP: /v1/mcp', function () {
     const bridged = new Client({ name: 'desktop', version: '1.0.0' });
     const transport = new StdioClientTransport({
       command: process.execPath,
-      args: ['--import', 'tsx', 'bin/postern.ts', 'mcp', '--url', s.base, '--token', await p.token(['messages:read'])],
+      args: ['--import', 'tsx', 'bin/postern.ts', 'mcp', '--url', s.base],
+      env: { ...(process.env as Record<string, string>), POSTERN_TOKEN: await p.token(['messages:read']) },
       cwd: ROOT,
       stderr: 'pipe',
     });
@@ -347,7 +348,7 @@ describe('MCP: /v1/mcp', function () {
     }
   });
 
-  it('postern mcp answers a refused token with an error instead of hanging, and needs --url and --token', async function () {
+  it('postern mcp answers a refused token with an error instead of hanging, and needs --url and a token', async function () {
     const bridged = new Client({ name: 'desktop', version: '1.0.0' });
     const transport = new StdioClientTransport({
       command: process.execPath,
@@ -361,6 +362,6 @@ describe('MCP: /v1/mcp', function () {
     expect(String(err)).to.match(/Postern did not answer: .*malformed API token/);
     const usage = await runPostern(['mcp', '--url', s.base], {});
     expect(usage.code).to.equal(2);
-    expect(usage.out.error).to.match(/--token is required/);
+    expect(usage.out.error).to.match(/a token is required: set POSTERN_TOKEN/);
   });
 });
