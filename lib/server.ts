@@ -38,9 +38,11 @@ import { StreamQuota } from './http/stream-quota.ts';
 import { createHttpServer, drainServer } from './http/connections.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
+import { searchRoutes } from './http/routes/search.ts';
 import { MailChangeRecorder } from './mail/record-changes.ts';
 import { mailChannel, MailLiveFeed } from './mail/live.ts';
 import { MailMirror } from './mail/mirror.ts';
+import { MailSearch } from './mail/search.ts';
 import { MailService } from './mail/service.ts';
 import { Ingress } from './mail/ingress.ts';
 import { Resealer } from './mail/reseal.ts';
@@ -234,6 +236,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     ? new LmtpIngress(new Ingress(directory, keys, dovecotLmtp, eventLog, log.child({ part: 'ingress' }), (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve(), config.ingress.recipientDelimiter), { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) })
     : null;
   const mail = new MailService(mailIndex, mailMirror, mailSource, mailChanges.expect);
+  const mailSearch = new MailSearch(mailIndex, mailMirror, mailSource);
   const sealed = new SealedMail(mail, mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), keys, keyStore);
   const userKeys = new UserKeys(keyStore, keys);
   // Sending: Postfix submission as each inbox's user; Sent copies from the durable outbox.
@@ -311,6 +314,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
     labelRoutes(access, mail),
     messageRoutes(access, mail, validator, sealed),
+    searchRoutes(access, mailSearch, validator, eventLog),
     keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
     contentRoutes(access, sealed, eventLog),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),

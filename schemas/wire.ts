@@ -62,6 +62,13 @@ export interface MessageList {
   before?: number;
 }
 
+/** A page of search results, newest first (mail.json MessageSearchPage; docs/search.md). */
+export interface MessageSearchPage {
+  messages: MessageSummary[];
+  /** The next page's cursor, opaque; absent on the last. */
+  cursor?: string;
+}
+
 /** Spec 2.7: GET /inboxes/{inbox}/messages/{msg} (mail.json MessageDetail). */
 export interface MessageDetail {
   message: MessageSummary;

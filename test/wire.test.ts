@@ -23,6 +23,7 @@ const MIRRORS: Record<string, string> = {
   LabelList: 'mail.json#/$defs/LabelList',
   MessageSummary: 'mail.json#/$defs/MessageSummary',
   MessageList: 'mail.json#/$defs/MessageList',
+  MessageSearchPage: 'mail.json#/$defs/MessageSearchPage',
   MessageDetail: 'mail.json#/$defs/MessageDetail',
   FlagChange: 'mail.json#/$defs/FlagChange',
   FlagsResponse: 'mail.json#/$defs/FlagsResponse',

@@ -15,6 +15,7 @@ import { specialUseOf } from '../../lib/mail/labels.ts';
 import type { SpecialUse } from '../../schemas/wire.ts';
 import type { MessageRecord } from '../../lib/mail/types.ts';
 import { isPgpMime } from '../../lib/mail/seal.ts';
+import { hasAttachmentHint } from '../../lib/mail/attachment-hint.ts';
 import { createHash } from 'node:crypto';
 
 export type Untagged = (response: ImapResponse) => void | Promise<void>;
@@ -230,6 +231,7 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
   let internalDate: number | null = null;
   let envelope: ImapAttributeList | null = null;
   let sealed: boolean | undefined;
+  let hasAttachment: boolean | null | undefined;
   for (let i = 0; i + 1 < list.length; i += 2) {
     const key = text(list[i])?.toUpperCase();
     const v = list[i + 1];
@@ -263,6 +265,7 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
       case 'BODY': {
         const header = v && !isList(v) && Buffer.isBuffer(v.value) ? v.value : Buffer.from(text(v) ?? '', 'latin1');
         sealed = isPgpMime(header.length > 0 ? header : Buffer.from('\r\n'));
+        hasAttachment = hasAttachmentHint(header);
         break;
       }
     }
@@ -289,6 +292,7 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
       inReplyTo: env.inReplyTo ?? null,
       fromAddress: env.from?.[0]?.address?.toLowerCase() || null,
       ...(sealed === undefined ? {} : { sealed }),
+      ...(hasAttachment === undefined ? {} : { hasAttachment }),
     };
   }
   return { uid, modseq, flags, message };

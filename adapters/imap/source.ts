@@ -3,7 +3,7 @@
 // sync, when to trust the index and who watches are lib/mail/mirror.ts's decisions.
 import type { Logger } from 'pino';
 import type { ImapMetrics } from '../../lib/metrics.ts';
-import type { LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, Place } from '../../lib/mail/types.ts';
+import type { LabelState, LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, Place } from '../../lib/mail/types.ts';
 import { ImapPool, type ImapSettings } from './pool.ts';
 import { uidFetch, unselect } from './raw.ts';
 import { IndexSync } from './sync.ts';
@@ -71,6 +71,26 @@ export class ImapMailSource implements MailSource {
       await unselect(client);
     });
     return { missed };
+  }
+
+  /**
+   * UID SEARCH BODY/TEXT, label by label. Dovecot answers from its full-text index when one is
+   * configured (fts plugin), else by reading every message of the label (docs/search.md).
+   */
+  async searchContent(inbox: MailInbox, labels: readonly LabelState[], terms: { body?: string; text?: string }): Promise<Map<string, number[]>> {
+    const found = new Map<string, number[]>();
+    await this.pool.use(inbox.imapUser, async (client) => {
+      found.clear(); // a retry on a fresh connection starts over
+      for (const label of labels) {
+        const opened = await client.mailboxOpen(label.path, { readOnly: true }).catch(() => null);
+        // Gone, or another mailbox by that name now: the index will learn it on its next sync.
+        if (!opened || Number(opened.uidValidity) !== label.uidValidity) continue;
+        const uids = await client.search(terms, { uid: true });
+        if (uids && uids.length > 0) found.set(label.guid, uids);
+      }
+      await unselect(client);
+    });
+    return found;
   }
 
   watch(inbox: MailInbox, onSignal: () => void): MailWatcher {

@@ -179,6 +179,18 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'attachment', type: 'integer', minimum: 0, description: 'The attachment index, for part = attachment.' },
     ],
   },
+  {
+    name: 'access.content.searched',
+    description: 'Messages of the inbox were searched by their content (GET /search with body or text): the mail server read them for Postern. Audit-only; the words searched for are not recorded.',
+    class: 'access',
+    visibility: 'audit',
+    status: 'stable',
+    subject: 'the inbox id (ibx_…)',
+    fields: [
+      { name: 'conditions', type: 'string[]', itemEnum: ['body', 'text'], required: true, description: 'Which content conditions the search had.' },
+      { name: 'labelId', type: 'string', pattern: LBL, description: 'The label searched (inLabel); absent: every label.' },
+    ],
+  },
   // Recorded by lib/auth (passkeys.ts, key-change.ts): what widens who can read a member's mail.
   {
     name: 'access.key.set',

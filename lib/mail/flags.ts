@@ -59,3 +59,8 @@ export function toImapFlag(flag: Flag): string {
 export function normalizeImapFlags(imapFlags: Iterable<string>): string[] {
   return [...new Set([...imapFlags].filter((f) => f.toLowerCase() !== '\\recent'))].sort();
 }
+
+/** Every IMAP spelling that means `flag` (lower case), for matching stored flags. */
+export function imapSpellings(flag: string): string[] {
+  return [...FROM_IMAP].filter(([, f]) => f === flag).map(([imap]) => imap);
+}

@@ -236,7 +236,7 @@ export class MailService {
 const msgIdOf = (locations: readonly Location[]): string => messageId(locations[0]!.msgGuid);
 
 /** The location whose flags a message shows outside a label: the first in label order. */
-function primaryLocation(locations: [Location, ...Location[]], labels: LabelState[]): Location {
+export function primaryLocation(locations: [Location, ...Location[]], labels: LabelState[]): Location {
   const byGuid = new Map(labels.map((l) => [l.guid, l]));
   return [...locations].sort((a, b) => {
     const la = byGuid.get(a.labelGuid);
@@ -246,13 +246,13 @@ function primaryLocation(locations: [Location, ...Location[]], labels: LabelStat
 }
 
 /** `out` when the message is in Sent or comes from one of the inbox's own addresses. */
-function directionOf(inbox: MailInbox, m: MessageRecord, locations: readonly Location[], sent: ReadonlySet<string>): 'in' | 'out' {
+export function directionOf(inbox: MailInbox, m: MessageRecord, locations: readonly Location[], sent: ReadonlySet<string>): 'in' | 'out' {
   if (locations.some((l) => sent.has(l.labelGuid))) return 'out';
   if (m.fromAddress && inbox.addresses.some((a) => a.toLowerCase() === m.fromAddress)) return 'out';
   return 'in';
 }
 
-function summarize(m: MessageRecord, at: Location, uid: number, direction: 'in' | 'out'): MessageSummary {
+export function summarize(m: MessageRecord, at: Location, uid: number, direction: 'in' | 'out'): MessageSummary {
   const { flags, keywords } = fromImapFlags(at.flags);
   return {
     id: messageId(m.guid),

@@ -85,6 +85,11 @@ export interface MessageRecord {
    * from its Content-Type at index time; absent when the sync did not ask (lib/mail/reseal.ts).
    */
   sealed?: boolean;
+  /**
+   * Whether it carries attachments, from its top-level Content-Type at index time (multipart/mixed
+   * or a single non-text part). null: cannot tell (sealed, PGP/MIME); absent: not asked.
+   */
+  hasAttachment?: boolean | null;
 }
 
 /** A message in one label: IMAP flags are per mailbox. */
@@ -103,6 +108,47 @@ export type IndexOp =
   | { op: 'remove'; labelGuid: string; uid: number }
   /** A row of a label being re-seeded: invisible to reads until commitStaged swaps it in. */
   | { op: 'stage'; message: MessageRecord; location: Location };
+
+/** The metadata fields the text index holds, each searched on its own. */
+export type TextField = 'from' | 'to' | 'cc' | 'subject';
+
+/**
+ * A search of the index (lib/mail/search.ts): every condition given must hold. Words are as
+ * searchWords makes them; each phrase's words are adjacent in order, its last one a prefix.
+ * Location conditions (label, keywords) hold at one same place of the message.
+ */
+export interface IndexSearch {
+  labelGuid?: string;
+  text: Array<{ field: TextField; phrases: string[][] }>;
+  /** receivedAt at or after (ms). */
+  receivedFrom?: number;
+  /** receivedAt before (ms). */
+  receivedBefore?: number;
+  /** size at least. */
+  minSize?: number;
+  /** size below. */
+  maxSize?: number;
+  /** One of these IMAP spellings (lower case) is among the place's flags. */
+  hasKeyword?: string[];
+  /** None of these is. */
+  notKeyword?: string[];
+  /** Rows that cannot tell (NULL) match neither true nor false. */
+  hasAttachment?: boolean;
+  /** Only these messages (the mail server's answer to a content search). */
+  guids?: readonly string[];
+}
+
+/** Where a search page ends: the order is receivedAt, then GUID, both descending. */
+export interface SearchAfter {
+  receivedAt: number;
+  guid: string;
+}
+
+export interface SearchRow {
+  message: MessageRecord;
+  /** Every place of the message. */
+  locations: Location[];
+}
 
 export interface PageRow {
   message: MessageRecord;
@@ -188,6 +234,8 @@ export interface MailIndexStore {
   /** Newest first: UIDs below `before`, at most `limit`. */
   page(inboxId: string, labelGuid: string, before: number | null, limit: number): Promise<PageRow[]>;
   message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null>;
+  /** Messages matching `search`, newest first (receivedAt, then GUID), after `after`, at most `limit`. */
+  search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]>;
 }
 
 /**
@@ -283,6 +331,11 @@ export interface MailSource {
    * happen there.
    */
   storeFlags(inbox: MailInbox, at: readonly Place[], add: string[], remove: string[]): Promise<{ missed: Place[] }>;
+  /**
+   * IMAP SEARCH BODY / TEXT in each of these labels: the UIDs that match, per label GUID. A label
+   * gone or renumbered on the server meanwhile answers nothing.
+   */
+  searchContent(inbox: MailInbox, labels: readonly LabelState[], terms: { body?: string; text?: string }): Promise<Map<string, number[]>>;
   /** Starts listening to the inbox: `onSignal` whenever something may have changed. */
   watch(inbox: MailInbox, onSignal: () => void): MailWatcher;
   close(): Promise<void>;

@@ -1,15 +1,17 @@
-// The mail index contract on every engine: SQLite (a temporary file; each index its own
-// connection, as each process has) and PostgreSQL (a fresh database on the test environment's cluster).
+// The mail index contract, and its search's, on every engine: SQLite (a temporary file; each
+// index its own connection, as each process has) and PostgreSQL (a fresh database on the test
+// environment's cluster).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDb, type Db } from '../../adapters/store/sqlite/db.ts';
 import { SqliteMailIndex } from '../../adapters/store/sqlite/mail-index.ts';
 import { PgMailIndex } from '../../adapters/store/postgres/mail-index.ts';
-import { mailIndexContract } from './mail-index.contract.ts';
+import { mailIndexContract, type MailIndexEngine } from './mail-index.contract.ts';
+import { mailSearchContract } from './mail-search.contract.ts';
 import { freshDatabase } from './postgres.ts';
 
-mailIndexContract('SQLite', async () => {
+async function sqlite(): Promise<MailIndexEngine> {
   const dir = mkdtempSync(join(tmpdir(), 'postern-contract-'));
   const file = join(dir, 'postern.db');
   const dbs: Db[] = [];
@@ -24,9 +26,14 @@ mailIndexContract('SQLite', async () => {
       rmSync(dir, { recursive: true, force: true });
     },
   };
-});
+}
 
-mailIndexContract('PostgreSQL', async () => {
+async function postgres(): Promise<MailIndexEngine> {
   const fresh = await freshDatabase(20);
   return { newIndex: () => new PgMailIndex(fresh.pool), close: () => fresh.drop() };
-});
+}
+
+mailIndexContract('SQLite', sqlite);
+mailIndexContract('PostgreSQL', postgres);
+mailSearchContract('SQLite', sqlite);
+mailSearchContract('PostgreSQL', postgres);

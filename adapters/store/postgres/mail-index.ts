@@ -8,7 +8,8 @@
 //   multi-row statement over unnest() arrays (SQLite runs one cheap statement per row instead).
 //   A run ends where the kind changes or a place repeats, so the ops still apply in their order.
 import type { Pool, PoolClient } from 'pg';
-import type { IndexOp, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
+import type { IndexOp, IndexSearch, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, SearchAfter, SearchRow, TextField, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
+import { searchWords } from '../../../lib/mail/search-words.ts';
 import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
 import { notFound } from '../../../lib/errors.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
@@ -93,13 +94,23 @@ const S = {
     'SELECT label_guid, count(*) AS total, count(*) FILTER (WHERE NOT seen) AS unread FROM mail_locations WHERE inbox_id = $1 GROUP BY label_guid',
   ),
   // `sealed` is learnt once (a row indexed before it was asked for gets it on its next fetch).
+  // `sealed` and `has_attachment` are learnt once, and a row from before search gets its vector.
   putMessages: stmt(
     'putMessages',
-    `INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed)
-     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::boolean[])
+    `INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed, has_attachment, search)
+     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::boolean[], $15::boolean[], $16::tsvector[])
        AS t(guid) ORDER BY guid
-     ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = excluded.sealed WHERE mail_messages.sealed IS NULL AND excluded.sealed IS NOT NULL`,
+     ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = coalesce(mail_messages.sealed, excluded.sealed),
+       has_attachment = coalesce(mail_messages.has_attachment, excluded.has_attachment), search = coalesce(mail_messages.search, excluded.search)
+     WHERE (mail_messages.sealed IS NULL AND excluded.sealed IS NOT NULL) OR (mail_messages.has_attachment IS NULL AND excluded.has_attachment IS NOT NULL)
+       OR mail_messages.search IS NULL`,
   ),
+  unsearchable: stmt('unsearchable', 'SELECT guid, from_text, to_text, cc_text, subject FROM mail_messages WHERE inbox_id = $1 AND search IS NULL LIMIT $2'),
+  putSearch: stmt(
+    'putSearch',
+    'UPDATE mail_messages m SET search = t.search FROM unnest($2::text[], $3::tsvector[]) AS t(guid, search) WHERE m.inbox_id = $1 AND m.guid = t.guid',
+  ),
+  searchLocations: stmt('searchLocations', `SELECT ${LOCATION_COLUMNS} FROM mail_locations WHERE inbox_id = $1 AND msg_guid = ANY($2::text[])`),
   locationsAt: stmt(
     'locationsAt',
     `SELECT l.label_guid, l.uid, l.msg_guid FROM mail_locations l JOIN ${PLACES} ON l.label_guid = t.label_guid AND l.uid = t.uid WHERE l.inbox_id = $1`,
@@ -183,19 +194,79 @@ const S = {
 /** A label's row to write; `fillLow` left out keeps what the row says (a rename, say). */
 const labelParams = (inboxId: string, l: LabelState) => [inboxId, l.guid, l.path, l.specialUse, l.uidValidity, l.uidNext, l.highestModseq, l.fillLow ?? null, l.fillLow === undefined];
 
+/** Each text field's weight in `search` (migration 006). */
+const WEIGHTS: Record<TextField, string> = { from: 'A', to: 'B', cc: 'C', subject: 'D' };
+/** tsvector positions stop at 16383. */
+const MAX_POSITION = 16383;
+
+/**
+ * The text index of a message as a tsvector literal: the words searchWords makes, positioned in
+ * order (phrases need adjacency) and weighted by field. Words are letters, digits and marks:
+ * nothing to quote but the word itself.
+ */
+export function searchVector(m: Pick<MessageRecord, 'from' | 'to' | 'cc' | 'subject'>): string {
+  const out: string[] = [];
+  let position = 0;
+  for (const field of ['from', 'to', 'cc', 'subject'] as const) {
+    for (const word of searchWords(m[field] ?? '')) {
+      position = Math.min(position + 1, MAX_POSITION);
+      out.push(`'${word}':${position}${WEIGHTS[field]}`);
+    }
+  }
+  return out.join(' ');
+}
+
+/** `search @@` this: each phrase's words adjacent within their field, the last one a prefix. */
+function searchTsquery(text: IndexSearch['text']): string {
+  return text
+    .flatMap(({ field, phrases }) => phrases.map((p) => `(${p.map((w, i) => `'${w}':${i === p.length - 1 ? '*' : ''}${WEIGHTS[field]}`).join(' <-> ')})`))
+    .join(' & ');
+}
+
+/** A search as one statement; its shape varies with the conditions given (not a named one). */
+function searchStatement(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { text: string; values: unknown[] } {
+  const values: unknown[] = [inboxId];
+  const param = (v: unknown, type: string) => `$${values.push(v)}::${type}`;
+  const where = ['m.inbox_id = $1::text'];
+  if (q.text.length > 0) where.push(`m.search @@ ${param(searchTsquery(q.text), 'tsquery')}`);
+  if (q.receivedFrom !== undefined) where.push(`m.received_at >= ${param(q.receivedFrom, 'bigint')}`);
+  if (q.receivedBefore !== undefined) where.push(`m.received_at < ${param(q.receivedBefore, 'bigint')}`);
+  if (q.minSize !== undefined) where.push(`m.size >= ${param(q.minSize, 'bigint')}`);
+  if (q.maxSize !== undefined) where.push(`m.size < ${param(q.maxSize, 'bigint')}`);
+  if (q.hasAttachment !== undefined) where.push(`m.has_attachment = ${param(q.hasAttachment, 'boolean')}`);
+  if (q.guids !== undefined) where.push(`m.guid = ANY(${param(q.guids, 'text[]')})`);
+  if (after) {
+    const at = param(after.receivedAt, 'bigint');
+    where.push(`(m.received_at < ${at} OR (m.received_at = ${at} AND m.guid < ${param(after.guid, 'text')}))`);
+  }
+  // Label and keywords hold at one same place: a message's flags are per label.
+  const place: string[] = [];
+  const hasFlag = (spellings: string[]) => `EXISTS (SELECT 1 FROM json_array_elements_text(l.flags::json) f(v) WHERE lower(f.v) = ANY(${param(spellings, 'text[]')}))`;
+  if (q.labelGuid !== undefined) place.push(`l.label_guid = ${param(q.labelGuid, 'text')}`);
+  if (q.hasKeyword !== undefined) place.push(hasFlag(q.hasKeyword));
+  if (q.notKeyword !== undefined) place.push(`NOT ${hasFlag(q.notKeyword)}`);
+  where.push(`EXISTS (SELECT 1 FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid${place.map((c) => ` AND ${c}`).join('')})`);
+  const text = `SELECT ${MESSAGE_COLUMNS} FROM mail_messages m WHERE ${where.join(' AND ')} ORDER BY m.received_at DESC, m.guid DESC LIMIT ${param(limit, 'int')}`;
+  return { text, values };
+}
+
 /**
  * The messages of a run, one row per GUID: as if upserted in order, the first record's columns
- * and the first `sealed` known.
+ * and the first `sealed` and `hasAttachment` known.
  */
 function messageArrays(inboxId: string, records: readonly MessageRecord[]): unknown[] {
-  const byGuid = new Map<string, MessageRecord & { known: boolean | null }>();
+  type Merged = MessageRecord & { known: boolean | null; attachment: boolean | null };
+  const byGuid = new Map<string, Merged>();
   for (const m of records) {
     const seen = byGuid.get(m.guid);
-    if (!seen) byGuid.set(m.guid, { ...m, known: m.sealed ?? null });
-    else if (seen.known === null && m.sealed !== undefined) seen.known = m.sealed;
+    if (!seen) byGuid.set(m.guid, { ...m, known: m.sealed ?? null, attachment: m.hasAttachment ?? null });
+    else {
+      if (seen.known === null && m.sealed !== undefined) seen.known = m.sealed;
+      if (seen.attachment === null && m.hasAttachment != null) seen.attachment = m.hasAttachment;
+    }
   }
   const ms = [...byGuid.values()];
-  const col = <T>(f: (m: MessageRecord & { known: boolean | null }) => T) => ms.map(f);
+  const col = <T>(f: (m: Merged) => T) => ms.map(f);
   return [
     inboxId,
     col((m) => m.guid),
@@ -211,6 +282,8 @@ function messageArrays(inboxId: string, records: readonly MessageRecord[]): unkn
     col((m) => m.inReplyTo),
     col((m) => m.fromAddress),
     col((m) => m.known),
+    col((m) => m.attachment),
+    col(searchVector),
   ];
 }
 
@@ -453,5 +526,28 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
     const [row] = await rowsOf<MessageRow>(this.pool, S.message([inboxId, msgGuid]));
     if (!row) return null;
     return { message: toMessage(row), locations: (await rowsOf<LocationRow>(this.pool, S.messageLocations([inboxId, msgGuid]))).map(toLocation) };
+  }
+
+  async search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]> {
+    if (search.text.length > 0) await this.fillSearch(inboxId);
+    const rows = (await this.pool.query<MessageRow>(searchStatement(inboxId, search, after, limit))).rows;
+    if (rows.length === 0) return [];
+    const places = await rowsOf<LocationRow>(this.pool, S.searchLocations([inboxId, rows.map((r) => r.guid)]));
+    const byGuid = new Map<string, Location[]>();
+    for (const l of places.map(toLocation)) byGuid.set(l.msgGuid, [...(byGuid.get(l.msgGuid) ?? []), l]);
+    // A message with no place left (a racing removal) is not a result.
+    return rows.map((r) => ({ message: toMessage(r), locations: byGuid.get(r.guid) ?? [] })).filter((r) => r.locations.length > 0);
+  }
+
+  /** Gives the inbox's rows from before search their vectors (once; a few hundred at a time). */
+  private async fillSearch(inboxId: string): Promise<void> {
+    const batch = 500;
+    for (;;) {
+      const rows = await rowsOf<Pick<MessageRow, 'guid' | 'from_text' | 'to_text' | 'cc_text' | 'subject'>>(this.pool, S.unsearchable([inboxId, batch]));
+      if (rows.length === 0) return;
+      const vectors = rows.map((r) => searchVector({ from: r.from_text, to: r.to_text, cc: r.cc_text, subject: r.subject }));
+      await this.pool.query(S.putSearch([inboxId, rows.map((r) => r.guid), vectors]));
+      if (rows.length < batch) return;
+    }
   }
 }

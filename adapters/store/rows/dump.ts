@@ -65,7 +65,7 @@ export const DUMP_TABLES: readonly DumpTable[] = [
   }),
   t('mail_messages', 'inbox_id, guid', {
     inbox_id: 'text', guid: 'text', size: 'int', received_at: 'int', date: 'text', from_text: 'text', to_text: 'text', cc_text: 'text',
-    reply_to_text: 'text', subject: 'text', message_id: 'text', in_reply_to: 'text', from_address: 'text', sealed: 'bool',
+    reply_to_text: 'text', subject: 'text', message_id: 'text', in_reply_to: 'text', from_address: 'text', sealed: 'bool', has_attachment: 'bool',
   }),
   t('mail_locations', 'inbox_id, label_guid, uid', { inbox_id: 'text', label_guid: 'text', uid: 'int', msg_guid: 'text', modseq: 'int', flags: 'text', seen: 'bool' }),
   t('mail_staged_locations', 'inbox_id, label_guid, uid', {
@@ -105,6 +105,13 @@ export const DUMP_LEFT_OUT: Readonly<Record<string, string>> = {
   inbox_catalog: 'a counter the inboxes an import writes move on',
   mail_watch_leases: 'who watches an inbox now: the processes on the new store take it',
   watch_reports: 'what running servers said of their watch: written again every few seconds',
+  // SQLite's text index (migration 027): its triggers rebuild it from the mail_messages an import writes.
+  mail_search_docs: "SQLite's text index, rebuilt from mail_messages as they are written",
+  mail_search: "SQLite's text index, rebuilt from mail_messages as they are written",
+  mail_search_data: "SQLite's text index (FTS5's own table)",
+  mail_search_idx: "SQLite's text index (FTS5's own table)",
+  mail_search_docsize: "SQLite's text index (FTS5's own table)",
+  mail_search_config: "SQLite's text index (FTS5's own table)",
 };
 
 const TABLES = new Map(DUMP_TABLES.map((d, i) => [d.name, { ...d, index: i }]));

@@ -1,7 +1,7 @@
 // The mailbox index in SQLite (DESIGN.md 4). Statements are prepared once; every write goes
 // through one transaction per batch so a label's sync state never runs ahead of its rows.
 import type { Statement } from 'better-sqlite3';
-import type { IndexOp, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, WatchLeases, WatchReport, WatchReports, WriteSizing } from '../../../lib/mail/types.ts';
+import type { IndexOp, IndexSearch, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, SearchAfter, SearchRow, WatchLeases, WatchReport, WatchReports, WriteSizing } from '../../../lib/mail/types.ts';
 import { notFound } from '../../../lib/errors.ts';
 import { rowOrNull, type Db } from './db.ts';
 import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
@@ -19,9 +19,11 @@ const labelParams = (inboxId: string, l: LabelState) => ({
   keepFill: l.fillLow === undefined ? 1 : 0,
 });
 
+const bit = (b: boolean | null | undefined) => (b == null ? null : b ? 1 : 0);
+
 const messageParams = (inboxId: string, m: MessageRecord) => {
-  const { sealed, ...rest } = m;
-  return { inboxId, ...rest, sealed: sealed === undefined ? null : sealed ? 1 : 0 };
+  const { sealed, hasAttachment, ...rest } = m;
+  return { inboxId, ...rest, sealed: bit(sealed), hasAttachment: bit(hasAttachment) };
 };
 
 const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() === '\\seen') ? 1 : 0);
@@ -30,6 +32,41 @@ const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() 
 const removedInbox = () => notFound('inbox not found: it was removed');
 
 const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
+
+const FTS_COLUMNS = { from: 'from_text', to: 'to_text', cc: 'cc_text', subject: 'subject' } as const;
+
+/**
+ * A search as one statement (its shape varies with the conditions given; prepare() caches
+ * nothing, but a search is rare next to listing). Text conditions are one FTS5 MATCH: each
+ * phrase `column : "w1 w2"*` (words are letters and digits only, nothing to escape).
+ */
+function searchSql(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { sql: string; params: Record<string, unknown> } {
+  const where = ['m.inbox_id = @inboxId'];
+  const params: Record<string, unknown> = { inboxId, limit };
+  const when = (list: string[], sql: string, values: Record<string, unknown>) => {
+    list.push(sql);
+    Object.assign(params, values);
+  };
+  const match = q.text.flatMap(({ field, phrases }) => phrases.map((p) => `${FTS_COLUMNS[field]} : "${p.join(' ')}"*`));
+  if (match.length > 0) {
+    when(where, 'm.guid IN (SELECT d.guid FROM mail_search s JOIN mail_search_docs d ON d.id = s.rowid WHERE mail_search MATCH @match AND d.inbox_id = @inboxId)', { match: match.join(' AND ') });
+  }
+  if (q.receivedFrom !== undefined) when(where, 'm.received_at >= @receivedFrom', { receivedFrom: q.receivedFrom });
+  if (q.receivedBefore !== undefined) when(where, 'm.received_at < @receivedBefore', { receivedBefore: q.receivedBefore });
+  if (q.minSize !== undefined) when(where, 'm.size >= @minSize', { minSize: q.minSize });
+  if (q.maxSize !== undefined) when(where, 'm.size < @maxSize', { maxSize: q.maxSize });
+  if (q.hasAttachment !== undefined) when(where, 'm.has_attachment = @hasAttachment', { hasAttachment: q.hasAttachment ? 1 : 0 });
+  if (q.guids !== undefined) when(where, 'm.guid IN (SELECT value FROM json_each(@guids))', { guids: JSON.stringify(q.guids) });
+  if (after) when(where, '(m.received_at < @afterAt OR (m.received_at = @afterAt AND m.guid < @afterGuid))', { afterAt: after.receivedAt, afterGuid: after.guid });
+  // Label and keywords hold at one same place: a message's flags are per label.
+  const place: string[] = [];
+  const hasFlag = (name: string) => `EXISTS (SELECT 1 FROM json_each(l.flags) WHERE lower(value) IN (SELECT value FROM json_each(@${name})))`;
+  if (q.labelGuid !== undefined) when(place, 'l.label_guid = @labelGuid', { labelGuid: q.labelGuid });
+  if (q.hasKeyword !== undefined) when(place, hasFlag('hasKeyword'), { hasKeyword: JSON.stringify(q.hasKeyword) });
+  if (q.notKeyword !== undefined) when(place, `NOT ${hasFlag('notKeyword')}`, { notKeyword: JSON.stringify(q.notKeyword) });
+  where.push(`EXISTS (SELECT 1 FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid${place.map((c) => ` AND ${c}`).join('')})`);
+  return { sql: `SELECT ${MESSAGE_COLUMNS} FROM mail_messages m WHERE ${where.join(' AND ')} ORDER BY m.received_at DESC, m.guid DESC LIMIT @limit`, params };
+}
 
 /**
  * better-sqlite3 is synchronous: a transaction holds the event loop for its whole duration, and a
@@ -53,7 +90,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
   private readonly releaseTx: (inboxIds: readonly string[], holder: string) => void;
   private readonly dropInboxTx: (inboxId: string) => void;
 
-  constructor(db: Db) {
+  constructor(private readonly db: Db) {
     const p = (sql: string) => db.prepare(sql);
     this.s = {
       seeded: p('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck(),
@@ -96,10 +133,12 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
           uid_next = CASE WHEN uid_validity = excluded.uid_validity THEN max(uid_next, excluded.uid_next) ELSE excluded.uid_next END,
           highest_modseq = CASE WHEN uid_validity = excluded.uid_validity THEN max(highest_modseq, excluded.highest_modseq) ELSE excluded.highest_modseq END`),
       counts: p('SELECT label_guid, count(*) AS total, count(*) - sum(seen) AS unread FROM mail_locations WHERE inbox_id = ? GROUP BY label_guid'),
-      // `sealed` is learnt once (a row indexed before it was asked for gets it on its next fetch).
-      putMessage: p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed)
-        VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress, @sealed)
-        ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = excluded.sealed WHERE sealed IS NULL AND excluded.sealed IS NOT NULL`),
+      // `sealed` and `has_attachment` are learnt once (a row indexed before they were asked for
+      // gets them on its next fetch).
+      putMessage: p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed, has_attachment)
+        VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress, @sealed, @hasAttachment)
+        ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = coalesce(sealed, excluded.sealed), has_attachment = coalesce(has_attachment, excluded.has_attachment)
+        WHERE (sealed IS NULL AND excluded.sealed IS NOT NULL) OR (has_attachment IS NULL AND excluded.has_attachment IS NOT NULL)`),
       // The same message at the same place with an older MODSEQ (another process fetched it
       // earlier and applied it later) leaves the newer flags in place.
       putLocation: p(`INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
@@ -133,6 +172,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
         WHERE l.inbox_id = ? AND l.label_guid = ? AND l.uid < ? ORDER BY l.uid DESC LIMIT ?`),
       message: p(`SELECT ${MESSAGE_COLUMNS} FROM mail_messages m WHERE m.inbox_id = ? AND m.guid = ?`),
       messageLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND msg_guid = ?'),
+      searchLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))'),
       // Taken when free, lapsed or already ours; another holder's live lease is left alone.
       claim: p(`INSERT INTO mail_watch_leases (inbox_id, holder, expires_at) VALUES (@inboxId, @holder, @until)
         ON CONFLICT (inbox_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
@@ -346,6 +386,17 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     // UIDs are 32-bit: 2^32 is above every UID.
     const rows = this.s.page!.all(inboxId, labelGuid, before ?? 2 ** 32, limit) as Array<LocationRow & MessageRow>;
     return rows.map((r) => ({ message: toMessage(r), location: toLocation(r) }));
+  }
+
+  async search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]> {
+    const { sql, params } = searchSql(inboxId, search, after, limit);
+    const rows = this.db.prepare(sql).all(params) as MessageRow[];
+    if (rows.length === 0) return [];
+    const places = this.s.searchLocations!.all(inboxId, JSON.stringify(rows.map((r) => r.guid))) as LocationRow[];
+    const byGuid = new Map<string, Location[]>();
+    for (const l of places.map(toLocation)) byGuid.set(l.msgGuid, [...(byGuid.get(l.msgGuid) ?? []), l]);
+    // A message with no place left (a racing removal) is not a result.
+    return rows.map((r) => ({ message: toMessage(r), locations: byGuid.get(r.guid) ?? [] })).filter((r) => r.locations.length > 0);
   }
 
   async message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null> {

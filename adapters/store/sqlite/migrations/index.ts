@@ -28,6 +28,7 @@ import mailOutboxOutcome from './023_mail_outbox_outcome.ts';
 import reauthChallenges from './024_reauth_challenges.ts';
 import webhooks from './025_webhooks.ts';
 import webhookDeliveries from './026_webhook_deliveries.ts';
+import mailSearch from './027_mail_search.ts';
 
 export interface Migration {
   version: number;
@@ -59,4 +60,5 @@ export const migrations: Migration[] = [
   { version: 24, name: 'reauth_challenges', sql: reauthChallenges },
   { version: 25, name: 'webhooks', sql: webhooks },
   { version: 26, name: 'webhook_deliveries', sql: webhookDeliveries },
+  { version: 27, name: 'mail_search', sql: mailSearch },
 ];

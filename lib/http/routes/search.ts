@@ -1,0 +1,38 @@
+// Message search (issue 20, docs/search.md): the same access as listing; `body` and `text` read
+// content, so they need what /content needs (a token with content:read, a compatible inbox) and
+// each such search is recorded as `access.content.searched` before it runs.
+import type { Access } from '../../auth/access.ts';
+import { forbidden } from '../../errors.ts';
+import type { EventLog } from '../../events/log.ts';
+import { readsContent, type MailSearch, type SearchQuery } from '../../mail/search.ts';
+import { allow, DEFAULT_RULE } from '../authenticate.ts';
+import type { AppRouter } from '../context.ts';
+import type { Validator } from '../validate.ts';
+
+const SEARCH_QUERY = 'https://postern.dev/schemas/mail.json#/$defs/MessageSearchQuery';
+const CONTENT_RULE = { token: 'content:read', session: false } as const;
+
+export function searchRoutes(access: Access, search: MailSearch, validator: Validator, events: EventLog) {
+  return (router: AppRouter): void => {
+    router.get('/inboxes/:inbox/search', allow(access, DEFAULT_RULE), async (ctx) => {
+      const principal = ctx.state.principal;
+      const { inbox } = await access.inboxAccess(principal, ctx.params.inbox!, 'messages:read');
+      const query = validator.query<SearchQuery>(SEARCH_QUERY, ctx.query);
+      const content = readsContent(query);
+      if (content) {
+        access.authorize(principal, CONTENT_RULE);
+        await access.inboxAccess(principal, inbox.id, 'content:read');
+        if (inbox.mode !== 'compatible') throw forbidden('this inbox is zero-access: Postern cannot read its content, so body and text cannot be searched');
+        await events.record({
+          type: 'access.content.searched',
+          projectId: inbox.projectId,
+          inboxId: inbox.id,
+          actor: principal.actor,
+          subject: inbox.id,
+          data: { conditions: (['body', 'text'] as const).filter((c) => query[c] !== undefined), ...(query.inLabel ? { labelId: query.inLabel } : {}) },
+        });
+      }
+      ctx.body = await search.search(inbox, query, content);
+    });
+  };
+}

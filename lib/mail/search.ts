@@ -1,0 +1,139 @@
+// Message search (issue 20): JMAP's Email/query filter names (RFC 8621 4.4.1) over one inbox.
+// Metadata conditions are answered by the index's text index (both engines, both modes); `body`
+// and `text` read content, so they go to the mail server's own SEARCH and are audited.
+import { forbidden, invalid, notFound } from '../errors.ts';
+import { guidFromId } from '../ids.ts';
+import type { MessageSearchPage } from '../../schemas/wire.ts';
+import { FLAGS, imapSpellings } from './flags.ts';
+import type { MailMirror } from './mirror.ts';
+import { directionOf, primaryLocation, summarize } from './service.ts';
+import { searchWords } from './search-words.ts';
+import type { IndexSearch, MailIndexStore, MailInbox, MailSource, SearchAfter, TextField } from './types.ts';
+
+/** The query as the route validated it (schemas/mail.json MessageSearchQuery). */
+export interface SearchQuery {
+  limit: number;
+  cursor?: string;
+  inLabel?: string;
+  from?: string;
+  to?: string;
+  cc?: string;
+  subject?: string;
+  text?: string;
+  body?: string;
+  after?: string;
+  before?: string;
+  minSize?: number;
+  maxSize?: number;
+  hasKeyword?: string;
+  notKeyword?: string;
+  hasAttachment?: boolean;
+}
+
+
+/** What reading content needs beyond listing: checked by the route, which knows the caller. */
+export const readsContent = (q: SearchQuery): boolean => q.body !== undefined || q.text !== undefined;
+
+/**
+ * A condition's phrases: each whitespace-separated piece of what the caller typed is a phrase
+ * (its words adjacent, in order), the last word of each matching as a prefix. `subject=invoice
+ * march` wants both words anywhere; `from=alice@exa` wants that address, however it goes on.
+ */
+export function searchPhrases(value: string): string[][] {
+  return value
+    .split(/\s+/)
+    .map(searchWords)
+    .filter((p) => p.length > 0);
+}
+
+// The cursor: the last row's place in the order (receivedAt, then GUID, both descending). Opaque
+// to callers; a tampered one is a 400, never a wrong page.
+const CURSOR = /^(\d{1,15})\.([0-9a-f]{32})$/;
+
+export function encodeCursor(after: SearchAfter): string {
+  return Buffer.from(`${after.receivedAt}.${after.guid}`).toString('base64url');
+}
+
+export function decodeCursor(cursor: string): SearchAfter {
+  const m = CURSOR.exec(Buffer.from(cursor, 'base64url').toString('latin1'));
+  if (!m) throw invalid('query parameter cursor is not a cursor this search returned');
+  return { receivedAt: Number(m[1]), guid: m[2]! };
+}
+
+/** A Flag name (spec 2.5) or a custom keyword: the IMAP spellings that mean it, lower case. */
+function keywordSpellings(name: string): string[] {
+  return (FLAGS as readonly string[]).includes(name) ? imapSpellings(name) : [name.toLowerCase()];
+}
+
+const TEXT_FIELDS: readonly TextField[] = ['from', 'to', 'cc', 'subject'];
+
+/** The index's part of the query; throws 400/404 for what cannot be searched. */
+export function indexSearch(q: SearchQuery): IndexSearch {
+  const search: IndexSearch = { text: [] };
+  if (q.inLabel !== undefined) {
+    const guid = guidFromId('lbl', q.inLabel);
+    if (!guid) throw notFound('label not found');
+    search.labelGuid = guid;
+  }
+  for (const field of TEXT_FIELDS) {
+    const value = q[field];
+    if (value === undefined) continue;
+    const phrases = searchPhrases(value);
+    if (phrases.length === 0) throw invalid(`query parameter ${field} has no word to search for (words are letters and digits)`);
+    search.text.push({ field, phrases });
+  }
+  if (q.after !== undefined) search.receivedFrom = Date.parse(q.after);
+  if (q.before !== undefined) search.receivedBefore = Date.parse(q.before);
+  if (q.minSize !== undefined) search.minSize = q.minSize;
+  if (q.maxSize !== undefined) search.maxSize = q.maxSize;
+  if (q.hasKeyword !== undefined) search.hasKeyword = keywordSpellings(q.hasKeyword);
+  if (q.notKeyword !== undefined) search.notKeyword = keywordSpellings(q.notKeyword);
+  if (q.hasAttachment !== undefined) search.hasAttachment = q.hasAttachment;
+  return search;
+}
+
+export class MailSearch {
+  constructor(
+    private readonly index: MailIndexStore,
+    private readonly mirror: MailMirror,
+    private readonly source: MailSource,
+  ) {}
+
+  /**
+   * One page, newest first. `content`: the caller may have `body`/`text` read (the route checked
+   * the scope, the inbox's mode and recorded the audit event); without it they are refused.
+   */
+  async search(inbox: MailInbox, q: SearchQuery, content: boolean): Promise<MessageSearchPage> {
+    if (readsContent(q) && !content) throw forbidden('body and text conditions read content');
+    const search = indexSearch(q);
+    const after = q.cursor === undefined ? null : decodeCursor(q.cursor);
+    await this.mirror.refresh(inbox);
+    if (search.labelGuid && !(await this.index.label(inbox.id, search.labelGuid))) throw notFound('label not found');
+    if (readsContent(q)) search.guids = await this.contentMatches(inbox, q, search.labelGuid);
+    const rows = search.guids?.length === 0 ? [] : await this.index.search(inbox.id, search, after, q.limit + 1);
+    const more = rows.length > q.limit;
+    const shown = rows.slice(0, q.limit);
+    const labels = await this.index.labels(inbox.id);
+    const sent = new Set(labels.filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
+    const messages = shown.map(({ message, locations }) => {
+      const [first, ...rest] = locations;
+      // Inside a label, the message as that label lists it (its UID there); else as the detail shows it.
+      const inLabel = search.labelGuid ? locations.find((l) => l.labelGuid === search.labelGuid) : undefined;
+      const at = inLabel ?? primaryLocation([first!, ...rest], labels);
+      return summarize(message, at, inLabel ? inLabel.uid : 0, directionOf(inbox, message, locations, sent));
+    });
+    const last = shown.at(-1);
+    return more && last ? { messages, cursor: encodeCursor({ receivedAt: last.message.receivedAt, guid: last.message.guid }) } : { messages };
+  }
+
+  /** The GUIDs whose content matches, from the mail server's SEARCH in every label searched. */
+  private async contentMatches(inbox: MailInbox, q: SearchQuery, labelGuid: string | undefined): Promise<string[]> {
+    const labels = (await this.index.labels(inbox.id)).filter((l) => !labelGuid || l.guid === labelGuid);
+    const found = await this.source.searchContent(inbox, labels, { ...(q.body !== undefined ? { body: q.body } : {}), ...(q.text !== undefined ? { text: q.text } : {}) });
+    const guids = new Set<string>();
+    for (const [guid, uids] of found) {
+      for (const l of await this.index.locations(inbox.id, guid, uids)) guids.add(l.msgGuid);
+    }
+    return [...guids];
+  }
+}
