@@ -1,0 +1,68 @@
+// Messages indexed before search existed are searchable after the upgrade: SQLite's migration 027
+// indexes the rows already there; PostgreSQL fills a row's vector on its inbox's next search.
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { openDb } from '../../adapters/store/sqlite/db.ts';
+import { migrations } from '../../adapters/store/sqlite/migrations/index.ts';
+import { SqliteMailIndex } from '../../adapters/store/sqlite/mail-index.ts';
+import { PgMailIndex } from '../../adapters/store/postgres/mail-index.ts';
+import { newId } from '../../lib/ids.ts';
+import { indexSearch } from '../../lib/mail/search.ts';
+import type { MessageRecord } from '../../lib/mail/types.ts';
+import { freshDatabase } from './postgres.ts';
+
+const guid = () => randomBytes(16).toString('hex');
+const SUBJECTS = ['Quarterly numbers', 'Lunch on Friday', 'Réunion trimestrielle'];
+const search = (subject: string) => indexSearch({ limit: 10, subject });
+
+describe('search over messages indexed before it', () => {
+  it('SQLite: migration 027 puts every row already there in the text index', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'postern-search-upgrade-'));
+    const file = join(dir, 'postern.db');
+    const inbox = newId('ibx');
+    const label = guid();
+    try {
+      const before = openDb(file, migrations.filter((m) => m.version < 27));
+      SUBJECTS.forEach((subject, i) => {
+        const g = guid();
+        before.prepare('INSERT INTO mail_messages (inbox_id, guid, size, received_at, from_text, subject) VALUES (?, ?, 100, ?, ?, ?)').run(inbox, g, 1000 + i, 'Old <old@x.test>', subject);
+        before.prepare("INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen) VALUES (?, ?, ?, ?, 1, '[]', 0)").run(inbox, label, i + 1, g);
+      });
+      before.close();
+      const db = openDb(file);
+      try {
+        const index = new SqliteMailIndex(db);
+        expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal(['Réunion trimestrielle']);
+        expect(await index.search(inbox, indexSearch({ limit: 10, from: 'old@x' }), null, 10)).to.have.length(3);
+      } finally {
+        db.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('PostgreSQL: a row without its vector gets it on the first search that needs it', async () => {
+    const fresh = await freshDatabase(2);
+    try {
+      const index = new PgMailIndex(fresh.pool);
+      const inbox = newId('ibx');
+      const label = guid();
+      const ms: MessageRecord[] = SUBJECTS.map((subject, i) => ({
+        guid: guid(), size: 100, receivedAt: 1000 + i, date: null, from: 'Old <old@x.test>', to: null, cc: null, replyTo: null, subject, messageId: null, inReplyTo: null, fromAddress: 'old@x.test',
+      }));
+      await index.apply(inbox, ms.map((m, i) => ({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })));
+      // As migration 006 leaves the rows indexed before it.
+      await fresh.pool.query('UPDATE mail_messages SET search = NULL WHERE inbox_id = $1', [inbox]);
+      expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal(['Réunion trimestrielle']);
+      const { rows } = await fresh.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM mail_messages WHERE inbox_id = $1 AND search IS NULL', [inbox]);
+      expect(rows[0]!.n).to.equal(0);
+      expect(await index.search(inbox, indexSearch({ limit: 10, from: 'old@x' }), null, 10)).to.have.length(3);
+    } finally {
+      await fresh.drop();
+    }
+  });
+});
