@@ -151,8 +151,12 @@ describe('message search', function () {
     expect(events[3]!.data).to.deep.equal({ conditions: ['text'] });
     expect(events[0]!.subject).to.equal(inbox.id);
     expect(JSON.stringify(events)).to.not.contain('kumquat');
-    // Metadata searches read no content: nothing more recorded.
+    // Metadata searches read no content, and a body search refused before Dovecot is asked read
+    // none either: nothing more recorded.
     await search({ subject: 'invoice' }, { token: reader });
+    await expectError(await call(url({ body: 'kumquat', inLabel: 'lbl_00000000000000000000000000' }), { token: reader }), 404);
+    await expectError(await call(url({ body: 'kumquat', cursor: 'bm9wZQ' }), { token: reader }), 400);
+    await expectError(await call(url({ body: 'kumquat', subject: '...' }), { token: reader }), 400);
     const again = await getPage(`${s.base}/events?inboxes=${inbox.id}&audit=true&types=access.content.searched`, { token: auditor });
     expect(again.events).to.have.length(6);
   });

@@ -30,7 +30,6 @@ export interface SearchQuery {
   hasAttachment?: boolean;
 }
 
-
 /** What reading content needs beyond listing: checked by the route, which knows the caller. */
 export const readsContent = (q: SearchQuery): boolean => q.body !== undefined || q.text !== undefined;
 
@@ -100,16 +99,20 @@ export class MailSearch {
   ) {}
 
   /**
-   * One page, newest first. `content`: the caller may have `body`/`text` read (the route checked
-   * the scope, the inbox's mode and recorded the audit event); without it they are refused.
+   * One page, newest first. `body`/`text` need `recordRead`: the route gives it once it checked
+   * that the caller may have content read; it is called (the audit event recorded) after every
+   * other check passed and before the mail server reads anything. Without it they are refused.
    */
-  async search(inbox: MailInbox, q: SearchQuery, content: boolean): Promise<MessageSearchPage> {
-    if (readsContent(q) && !content) throw forbidden('body and text conditions read content');
+  async search(inbox: MailInbox, q: SearchQuery, recordRead?: () => Promise<void>): Promise<MessageSearchPage> {
+    if (readsContent(q) && !recordRead) throw forbidden('body and text conditions read content');
     const search = indexSearch(q);
     const after = q.cursor === undefined ? null : decodeCursor(q.cursor);
     await this.mirror.refresh(inbox);
     if (search.labelGuid && !(await this.index.label(inbox.id, search.labelGuid))) throw notFound('label not found');
-    if (readsContent(q)) search.guids = await this.contentMatches(inbox, q, search.labelGuid);
+    if (readsContent(q)) {
+      await recordRead!();
+      search.guids = await this.contentMatches(inbox, q, search.labelGuid);
+    }
     const rows = search.guids?.length === 0 ? [] : await this.index.search(inbox.id, search, after, q.limit + 1);
     const more = rows.length > q.limit;
     const shown = rows.slice(0, q.limit);
@@ -131,8 +134,8 @@ export class MailSearch {
     const labels = (await this.index.labels(inbox.id)).filter((l) => !labelGuid || l.guid === labelGuid);
     const found = await this.source.searchContent(inbox, labels, { ...(q.body !== undefined ? { body: q.body } : {}), ...(q.text !== undefined ? { text: q.text } : {}) });
     const guids = new Set<string>();
-    for (const [guid, uids] of found) {
-      for (const l of await this.index.locations(inbox.id, guid, uids)) guids.add(l.msgGuid);
+    for (const [label, uids] of found) {
+      for (const l of await this.index.locations(inbox.id, label, uids)) guids.add(l.msgGuid);
     }
     return [...guids];
   }

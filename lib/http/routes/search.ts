@@ -1,6 +1,6 @@
 // Message search (issue 20, docs/search.md): the same access as listing; `body` and `text` read
 // content, so they need what /content needs (a token with content:read, a compatible inbox) and
-// each such search is recorded as `access.content.searched` before it runs.
+// each such search is recorded as `access.content.searched` before the mail server reads anything.
 import type { Access } from '../../auth/access.ts';
 import { forbidden } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
@@ -18,21 +18,23 @@ export function searchRoutes(access: Access, search: MailSearch, validator: Vali
       const principal = ctx.state.principal;
       const { inbox } = await access.inboxAccess(principal, ctx.params.inbox!, 'messages:read');
       const query = validator.query<SearchQuery>(SEARCH_QUERY, ctx.query);
-      const content = readsContent(query);
-      if (content) {
+      let recordRead: (() => Promise<void>) | undefined;
+      if (readsContent(query)) {
         access.authorize(principal, CONTENT_RULE);
         await access.inboxAccess(principal, inbox.id, 'content:read');
         if (inbox.mode !== 'compatible') throw forbidden('this inbox is zero-access: Postern cannot read its content, so body and text cannot be searched');
-        await events.record({
-          type: 'access.content.searched',
-          projectId: inbox.projectId,
-          inboxId: inbox.id,
-          actor: principal.actor,
-          subject: inbox.id,
-          data: { conditions: (['body', 'text'] as const).filter((c) => query[c] !== undefined), ...(query.inLabel ? { labelId: query.inLabel } : {}) },
-        });
+        recordRead = async () => {
+          await events.record({
+            type: 'access.content.searched',
+            projectId: inbox.projectId,
+            inboxId: inbox.id,
+            actor: principal.actor,
+            subject: inbox.id,
+            data: { conditions: (['body', 'text'] as const).filter((c) => query[c] !== undefined), ...(query.inLabel ? { labelId: query.inLabel } : {}) },
+          });
+        };
       }
-      ctx.body = await search.search(inbox, query, content);
+      ctx.body = await search.search(inbox, query, recordRead);
     });
   };
 }
