@@ -1,7 +1,8 @@
 -- Message search (issue 20, lib/mail/search.ts): SQLite's migration 027 in PostgreSQL's terms.
 -- `search` is the text index: From, To, Cc and Subject as weights A, B, C and D of one tsvector,
--- built by the adapter from lib/mail/search-words.ts (lower case, diacritics removed, every
--- address part a word), so both engines agree on what a word is whatever the database's locale.
+-- built by the adapter from lib/mail/search-words.ts (SQLite's tokenizer's rules: lower case,
+-- Latin accents dropped, every address part a word), so both engines agree on what a word is
+-- whatever the database's locale.
 -- NULL: a row from before, filled on its inbox's next search (or its next write).
 ALTER TABLE mail_messages ADD COLUMN has_attachment BOOLEAN;   -- NULL: cannot tell (sealed) or indexed before
 ALTER TABLE mail_messages ADD COLUMN search TSVECTOR;
