@@ -161,6 +161,25 @@ describe('message search', function () {
     expect(again.events).to.have.length(6);
   });
 
+  it('body words with accents reach Dovecot as UTF-8 (CHARSET UTF-8), matched without case', async () => {
+    const other = await p.inbox();
+    const otherReader = await p.token(['messages:read', 'content:read'], { inboxes: [other.id] });
+    const app = await mailApp(other);
+    try {
+      const raw = await new MailComposer({ from: 'a@x.example', to: other.address, subject: 'Grüße', text: 'Schöne Grüße aus Köln' }).compile().build();
+      await app.append('INBOX', raw);
+    } finally {
+      await app.logout();
+    }
+    const find = async (body: string) => {
+      const res = await call(url({ body }, s.base, other.id), { token: otherReader });
+      return (await json<MessageSearchPage>(res)).messages.map((m) => m.subject);
+    };
+    expect(await find('grüße')).to.deep.equal(['Grüße']);
+    expect(await find('KÖLN')).to.deep.equal(['Grüße']);
+    expect(await find('Koeln')).to.deep.equal([]);
+  });
+
   it('refuses body and text without content:read, to sessions and in a zero-access inbox, whose metadata it still searches', async () => {
     await expectError(await call(url({ body: 'kumquat' }), { token }), 403, /content:read/);
     await expectError(await call(url({ text: 'kumquat' }), { token }), 403, /content:read/);
