@@ -1,6 +1,7 @@
 // What every reader of decrypted content shares, whether it asks over HTTP (lib/http/routes/
-// content.ts) or through an agent's tool (lib/mcp): only compatible inboxes have content Postern
-// can read, and each read is recorded as `access.content.read` before any byte goes out.
+// content.ts, search.ts) or through an agent's tool (lib/mcp): only compatible inboxes have
+// content Postern can read, and each read is recorded as `access.content.read` before any byte
+// goes out (a content search as `access.content.searched` before the mail server reads).
 import type { Inbox } from '../directory/types.ts';
 import { forbidden } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
@@ -21,5 +22,20 @@ export function recordContentRead(events: EventLog, inbox: Inbox, actor: string,
     actor,
     subject: msgId,
     data: { msgId, ...data },
+  });
+}
+
+/** Which content conditions a search had (docs/search.md), and the label it was limited to. */
+export type ContentSearch = { conditions: Array<'body' | 'text'>; labelId?: string };
+
+/** The audit record of one search of the inbox's content; the words searched for are not in it. */
+export function recordContentSearch(events: EventLog, inbox: Inbox, actor: string, data: ContentSearch) {
+  return events.record({
+    type: 'access.content.searched',
+    projectId: inbox.projectId,
+    inboxId: inbox.id,
+    actor,
+    subject: inbox.id,
+    data,
   });
 }

@@ -2,8 +2,8 @@
 // content, so they need what /content needs (a token with content:read, a compatible inbox) and
 // each such search is recorded as `access.content.searched` before the mail server reads anything.
 import type { Access } from '../../auth/access.ts';
-import { forbidden } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
+import { recordContentSearch, requireCompatible } from '../../mail/content-access.ts';
 import { readsContent, type MailSearch, type SearchQuery } from '../../mail/search.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import type { AppRouter } from '../context.ts';
@@ -22,17 +22,9 @@ export function searchRoutes(access: Access, search: MailSearch, validator: Vali
       if (readsContent(query)) {
         access.authorize(principal, CONTENT_RULE);
         await access.inboxAccess(principal, inbox.id, 'content:read');
-        if (inbox.mode !== 'compatible') throw forbidden('this inbox is zero-access: Postern cannot read its content, so body and text cannot be searched');
-        recordRead = async () => {
-          await events.record({
-            type: 'access.content.searched',
-            projectId: inbox.projectId,
-            inboxId: inbox.id,
-            actor: principal.actor,
-            subject: inbox.id,
-            data: { conditions: (['body', 'text'] as const).filter((c) => query[c] !== undefined), ...(query.inLabel ? { labelId: query.inLabel } : {}) },
-          });
-        };
+        requireCompatible(inbox);
+        const conditions = (['body', 'text'] as const).filter((c) => query[c] !== undefined);
+        recordRead = () => recordContentSearch(events, inbox, principal.actor, { conditions, ...(query.inLabel ? { labelId: query.inLabel } : {}) }).then(() => undefined);
       }
       ctx.body = await search.search(inbox, query, recordRead);
     });
