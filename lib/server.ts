@@ -308,7 +308,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     events: eventLog,
   });
   const mcpSubscriptions = new McpSubscriptions(bus, mail, access, log.child({ part: 'mcp' }));
-  const mcpTools = new McpTools({ access, mail, sealed, send, events: eventLog, validator, subscriptions: mcpSubscriptions, log: log.child({ part: 'mcp' }) });
+  const mcpTools = new McpTools({ access, mail, search: mailSearch, sealed, send, events: eventLog, validator, subscriptions: mcpSubscriptions, log: log.child({ part: 'mcp' }) });
   const routes = [
     inboxRoutes(access),
     eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),

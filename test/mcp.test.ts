@@ -94,11 +94,11 @@ describe('MCP: /v1/mcp', function () {
 
   it('lists only the tools a token\'s scopes allow', async () => {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
-    expect(names).to.deep.equal(['get_attachment', 'get_message', 'list_events', 'list_inboxes', 'list_labels', 'list_messages', 'publish_event', 'read_message', 'send_message', 'set_flags']);
+    expect(names).to.deep.equal(['get_attachment', 'get_message', 'list_events', 'list_inboxes', 'list_labels', 'list_messages', 'publish_event', 'read_message', 'search_messages', 'send_message', 'set_flags']);
     const readOnly = await connect(s, await p.token(['messages:read']));
     clients.push(readOnly);
     const listed = await readOnly.listTools();
-    expect(listed.tools.map((t) => t.name).sort()).to.deep.equal(['get_message', 'list_inboxes', 'list_labels', 'list_messages']);
+    expect(listed.tools.map((t) => t.name).sort()).to.deep.equal(['get_message', 'list_inboxes', 'list_labels', 'list_messages', 'search_messages']);
     // Inputs are JSON Schemas the client can show and check.
     const list = listed.tools.find((t) => t.name === 'list_messages')!;
     expect(list.inputSchema).to.include({ type: 'object' });
@@ -229,6 +229,31 @@ describe('MCP: /v1/mcp', function () {
     const msgId = await appended(await compose({ from: 'm@example.org', to: sealed.address, subject: `za ${randomBytes(3).toString('hex')}`, text: 'secret' }), sealed);
     const text = await refused(client, 'read_message', { inboxId: sealed.id, messageId: msgId });
     expect(text).to.match(/zero-access: Postern cannot read its content/);
+  });
+
+  it('search_messages finds by metadata, reads bodies only with content:read in compatible inboxes, and audits each body search', async () => {
+    const word = `zq${randomBytes(4).toString('hex')}`;
+    const hit = await appended(await compose({ from: `Ana Émile <ana.${word}@example.org>`, to: inbox.address, subject: `Facture ${word} mars`, text: `the body says ${word}body` }));
+    await appended(await compose({ from: 'someone@example.org', to: inbox.address, subject: `other ${randomBytes(3).toString('hex')}`, text: 'nothing' }));
+    const bySender = await ok<{ messages: Array<{ id: string }> }>(client, 'search_messages', { inboxId: inbox.id, from: `emile ana.${word}` });
+    expect(bySender.messages.map((m) => m.id)).to.deep.equal([hit]);
+    expect(bySender.__text).to.include('<untrusted-mail-data');
+    const bySubject = await ok<{ messages: Array<{ id: string }> }>(client, 'search_messages', { inboxId: inbox.id, subject: `FACTURE ${word}`, notKeyword: 'flagged' });
+    expect(bySubject.messages.map((m) => m.id)).to.deep.equal([hit]);
+    const byBody = await ok<{ messages: Array<{ id: string }> }>(client, 'search_messages', { inboxId: inbox.id, body: `${word}body` });
+    expect(byBody.messages.map((m) => m.id)).to.deep.equal([hit]);
+    const audit = await until('the body search in the audit log', async () => {
+      const { events } = await ok<{ events: Array<{ type: string; data: { conditions: string[] } }> }>(client, 'list_events', { types: 'access.content.searched', inboxes: inbox.id, audit: true });
+      return events.length > 0 ? events : undefined;
+    });
+    expect(audit.map((e) => e.data.conditions)).to.deep.equal([['body']]);
+    // Without content:read the tool is listed (metadata works) but a body condition is refused.
+    const metaOnly = await connect(s, await p.token(['messages:read']));
+    clients.push(metaOnly);
+    expect(await refused(metaOnly, 'search_messages', { inboxId: inbox.id, body: word })).to.match(/content:read/);
+    const sealed = await p.inbox({ mode: 'zero-access' });
+    expect(await refused(client, 'search_messages', { inboxId: sealed.id, text: word })).to.match(/zero-access: Postern cannot read its content/);
+    expect(await refused(client, 'search_messages', { inboxId: inbox.id, limit: 0 })).to.match(/limit/);
   });
 
   it('send_message sends a threaded answer with In-Reply-To and References, and is rate-limited like any send', async () => {

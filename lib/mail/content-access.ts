@@ -2,6 +2,7 @@
 // content.ts, search.ts) or through an agent's tool (lib/mcp): only compatible inboxes have
 // content Postern can read, and each read is recorded as `access.content.read` before any byte
 // goes out (a content search as `access.content.searched` before the mail server reads).
+import type { Access, Principal } from '../auth/access.ts';
 import type { Inbox } from '../directory/types.ts';
 import { forbidden } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
@@ -38,4 +39,28 @@ export function recordContentSearch(events: EventLog, inbox: Inbox, actor: strin
     subject: inbox.id,
     data,
   });
+}
+
+/** Reading content: a token with content:read (never a session), as GET …/content needs. */
+export const CONTENT_RULE = { token: 'content:read', session: false } as const;
+
+/**
+ * What a search that reads content (`body`, `text`) needs beyond listing, checked for HTTP and
+ * agents alike: content:read on this inbox, a compatible inbox. Resolves with the audit record to
+ * write before the mail server reads anything; undefined when the search reads no content.
+ */
+export async function contentSearchGate(
+  access: Access,
+  events: EventLog,
+  principal: Principal,
+  inbox: Inbox,
+  query: { body?: string; text?: string; inLabel?: string },
+): Promise<(() => Promise<void>) | undefined> {
+  const conditions = (['body', 'text'] as const).filter((c) => query[c] !== undefined);
+  if (conditions.length === 0) return undefined;
+  access.authorize(principal, CONTENT_RULE);
+  await access.inboxAccess(principal, inbox.id, 'content:read');
+  requireCompatible(inbox);
+  const data: ContentSearch = { conditions, ...(query.inLabel ? { labelId: query.inLabel } : {}) };
+  return () => recordContentSearch(events, inbox, principal.actor, data).then(() => undefined);
 }

@@ -23,6 +23,7 @@ import { isDomainError, notFound, type DomainError } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
 import { DEFAULT_RULE } from '../http/authenticate.ts';
 import type { Validator } from '../http/validate.ts';
+import type { MailSearch } from '../mail/search.ts';
 import type { MailService } from '../mail/service.ts';
 import { ROOT } from '../paths.ts';
 import type { SendService } from '../send/service.ts';
@@ -32,11 +33,13 @@ import { MCP_SCHEMA, type Tool } from './tool.ts';
 import { contentTools } from './tools/content.ts';
 import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
+import { searchTools } from './tools/search.ts';
 import { sendTools } from './tools/send.ts';
 
 export interface McpDeps {
   access: Access;
   mail: MailService;
+  search: MailSearch;
   sealed: SealedMail;
   send: SendService;
   events: EventLog;
@@ -68,9 +71,8 @@ export class McpTools {
   private readonly schemas: ReadonlyMap<string, Record<string, unknown>>;
 
   constructor(private readonly deps: McpDeps) {
-    const { access, mail, sealed, send, events } = deps;
-    // search_messages joins these once the search endpoint is in (docs/mcp.md).
-    this.tools = [...mailTools(access, mail, sealed), ...contentTools(access, sealed, events), ...sendTools(access, send, sealed), ...eventTools(access, events)];
+    const { access, mail, search, sealed, send, events } = deps;
+    this.tools = [...mailTools(access, mail, sealed), ...searchTools(access, search, events), ...contentTools(access, sealed, events), ...sendTools(access, send, sealed), ...eventTools(access, events)];
     this.byName = new Map(this.tools.map((t) => [t.name, t]));
     const file = deps.validator.schemas.find((s) => s.$id === MCP_SCHEMA);
     const defs = (file?.$defs ?? {}) as Record<string, Record<string, unknown>>;

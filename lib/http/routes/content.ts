@@ -5,12 +5,12 @@ import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import type { Inbox } from '../../directory/types.ts';
 import { notFound, unprocessable } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
-import { recordContentRead, requireCompatible, type ContentPart } from '../../mail/content-access.ts';
+import { CONTENT_RULE, recordContentRead, requireCompatible, type ContentPart } from '../../mail/content-access.ts';
 import { openAttachment, parseContent, UnparseableMessageError } from '../../mail/content.ts';
 import { allow } from '../authenticate.ts';
 import type { AppContext, AppRouter } from '../context.ts';
 
-const RULE = { token: 'content:read', session: false } as const;
+const RULE = CONTENT_RULE;
 /** A MIME type as a header may carry it; anything else is served as opaque bytes. */
 const MIME_TYPE = /^[A-Za-z0-9][\w!#$&^.+-]*\/[A-Za-z0-9][\w!#$&^.+-]*$/;
 

@@ -3,14 +3,13 @@
 // each such search is recorded as `access.content.searched` before the mail server reads anything.
 import type { Access } from '../../auth/access.ts';
 import type { EventLog } from '../../events/log.ts';
-import { recordContentSearch, requireCompatible } from '../../mail/content-access.ts';
-import { readsContent, type MailSearch, type SearchQuery } from '../../mail/search.ts';
+import { contentSearchGate } from '../../mail/content-access.ts';
+import type { MailSearch, SearchQuery } from '../../mail/search.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import type { AppRouter } from '../context.ts';
 import type { Validator } from '../validate.ts';
 
 const SEARCH_QUERY = 'https://postern.dev/schemas/mail.json#/$defs/MessageSearchQuery';
-const CONTENT_RULE = { token: 'content:read', session: false } as const;
 
 export function searchRoutes(access: Access, search: MailSearch, validator: Validator, events: EventLog) {
   return (router: AppRouter): void => {
@@ -18,14 +17,7 @@ export function searchRoutes(access: Access, search: MailSearch, validator: Vali
       const principal = ctx.state.principal;
       const { inbox } = await access.inboxAccess(principal, ctx.params.inbox!, 'messages:read');
       const query = validator.query<SearchQuery>(SEARCH_QUERY, ctx.query);
-      let recordRead: (() => Promise<void>) | undefined;
-      if (readsContent(query)) {
-        access.authorize(principal, CONTENT_RULE);
-        await access.inboxAccess(principal, inbox.id, 'content:read');
-        requireCompatible(inbox);
-        const conditions = (['body', 'text'] as const).filter((c) => query[c] !== undefined);
-        recordRead = () => recordContentSearch(events, inbox, principal.actor, { conditions, ...(query.inLabel ? { labelId: query.inLabel } : {}) }).then(() => undefined);
-      }
+      const recordRead = await contentSearchGate(access, events, principal, inbox, query);
       ctx.body = await search.search(inbox, query, recordRead);
     });
   };

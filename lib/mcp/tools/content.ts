@@ -7,7 +7,7 @@ import type { Access } from '../../auth/access.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import { notFound, unprocessable } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
-import { recordContentRead, requireCompatible } from '../../mail/content-access.ts';
+import { CONTENT_RULE, recordContentRead, requireCompatible } from '../../mail/content-access.ts';
 import { openAttachment, parseContent, UnparseableMessageError } from '../../mail/content.ts';
 import { cap, cutNote, htmlToText, untrusted, UNTRUSTED_NOTICE } from '../text.ts';
 import { tool, type Tool } from '../tool.ts';
@@ -15,7 +15,7 @@ import { tool, type Tool } from '../tool.ts';
 /** Attachments larger than this are not returned through a tool (base64 in a model's context). */
 export const MAX_ATTACHMENT_BYTES = 256 * 1024;
 
-const RULE = { token: 'content:read', session: false } as const;
+const RULE = CONTENT_RULE;
 
 function unparseable(err: unknown): never {
   if (err instanceof UnparseableMessageError) throw unprocessable(`the message could not be parsed (${err.message})`);

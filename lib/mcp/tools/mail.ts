@@ -10,7 +10,7 @@ import { untrusted, UNTRUSTED_NOTICE } from '../text.ts';
 import { tool, type Tool } from '../tool.ts';
 
 /** One line per message: what the model needs to pick one (sender and subject are untrusted). */
-function line(m: MessageSummary): string {
+export function messageLine(m: MessageSummary): string {
   const flags = m.flags.length > 0 ? ` [${m.flags.join(', ')}]` : '';
   return `${m.id} | ${m.receivedAt} | ${m.direction ?? 'in'} | from: ${m.from ?? ''} | subject: ${m.subject ?? ''}${flags}`;
 }
@@ -59,7 +59,7 @@ export function mailTools(access: Access, mail: MailService, sealed: SealedMail)
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
         const page = await mail.messages(inbox, args.labelId, { limit: args.limit, ...(args.before !== undefined ? { before: args.before } : {}) });
         const more = page.before !== undefined ? `\nOlder messages: call again with before=${page.before}.` : '';
-        const text = page.messages.length === 0 ? 'No messages.' : untrusted(page.messages.map(line).join('\n')) + more;
+        const text = page.messages.length === 0 ? 'No messages.' : untrusted(page.messages.map(messageLine).join('\n')) + more;
         return { structured: { ...page, notice: UNTRUSTED_NOTICE }, text };
       },
     }),
