@@ -23,6 +23,9 @@ const USAGE = `usage:
   postern serve                      run the service (configured by environment variables; --help lists them)
   postern demo                       start the mail environment, seed a demo project and run the service
   postern mcp --url BASE_URL [--token svc_…]   (or POSTERN_TOKEN) MCP over stdio for desktop clients, relayed to BASE_URL/mcp (docs/mcp.md)
+  postern demo-seed --mx HOST:PORT [--domain DOMAIN] [--password PW] [--public-url URL]
+                                     seed the demo project into a running deployment whose mail server
+                                     has demo@DOMAIN and vault@DOMAIN already (the compose file's demo)
   postern admin project create --name NAME
   postern admin project list
   postern admin project show --project PRJ           its members (with their inboxes and roles) and inboxes
@@ -345,6 +348,19 @@ async function storeFile(command: 'backup' | 'export' | 'import', args: string[]
   return command === 'backup' ? backupStore(config, to) : exportStore(config, to);
 }
 
+async function demoSeed(args: string[]): Promise<unknown> {
+  const v = flags(args, { mx: { type: 'string' }, domain: { type: 'string' }, password: { type: 'string' }, 'public-url': { type: 'string' } });
+  const mx = /^([^\s:]+):(\d{1,5})$/.exec(required(v, 'mx'));
+  if (!mx) throw new UsageError('--mx must be host:port');
+  const { runDemoSeed, DEMO_PASSWORD } = await import('../scripts/demo-seed.ts');
+  return runDemoSeed({
+    mx: { host: mx[1]!, port: Number(mx[2]) },
+    domain: v.domain ?? 'postern.test',
+    password: v.password ?? DEMO_PASSWORD,
+    ...(v['public-url'] ? { publicUrl: v['public-url'] } : {}),
+  });
+}
+
 async function serve(args: string[]): Promise<number> {
   const v = flags(args, { help: { type: 'boolean' } });
   if (v.help) {
@@ -416,6 +432,9 @@ async function main(argv: string[]): Promise<number> {
         await runDemo(rest);
         return 0;
       }
+      case 'demo-seed':
+        process.stdout.write(`${JSON.stringify(await demoSeed(rest), null, 2)}\n`);
+        return 0;
       case 'admin':
         process.stdout.write(`${JSON.stringify(await admin(rest))}\n`);
         return 0;
