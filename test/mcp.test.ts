@@ -329,6 +329,39 @@ describe('MCP: /v1/mcp', function () {
     expect(updates[0]).to.equal(`postern://inboxes/${watched.id}`);
   });
 
+  it('a subscriber hears when a mail app flags a message', async () => {
+    const watched = await p.inbox();
+    const subscriber = await connect(s, await p.token(['messages:read'], { inboxes: [watched.id] }));
+    clients.push(subscriber);
+    // The message is in (and listed) before the subscription, so every update heard after it
+    // comes from a flag change.
+    await appended(await compose({ from: 'a@example.org', to: watched.address, subject: `to flag ${randomBytes(3).toString('hex')}`, text: 'x' }), watched, subscriber);
+    const updates: string[] = [];
+    subscriber.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+      updates.push(n.params.uri);
+    });
+    await subscriber.subscribeResource({ uri: `postern://inboxes/${watched.id}` });
+    const imap = await mailApp(watched);
+    try {
+      await imap.mailboxOpen('INBOX');
+      // The stream starts watching a moment after the subscription: the mail app flags and
+      // unflags the message each second until a change is heard.
+      let n = 0;
+      await until('a resource-updated notification for a flag change', async () => {
+        if (updates.length > 0) return true;
+        if (n++ % 5 === 0) {
+          if (n % 2 === 1) await imap.messageFlagsAdd('1:*', ['\\Flagged']);
+          else await imap.messageFlagsRemove('1:*', ['\\Flagged']);
+        }
+        await new Promise((r) => setTimeout(r, 200));
+        return null;
+      }, 30_000);
+    } finally {
+      await imap.logout();
+    }
+    expect(updates[0]).to.equal(`postern://inboxes/${watched.id}`);
+  });
+
   it('a subscriber whose token is revoked is cut off at the next change', async () => {
     const watched = await p.inbox();
     const token = await p.token(['messages:read'], { inboxes: [watched.id] });
