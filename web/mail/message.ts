@@ -10,7 +10,7 @@ import type { Flag, FlagChange, FlagsResponse, MessageDetail, WebFlag } from '..
 import { api, ApiError, SIGNED_OUT } from '../api.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, report, show } from '../ui.ts';
-import { inboxHash } from './inbox.ts';
+import { inboxHash } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 import { messageDetail, openMessage } from './open.ts';
 import { awaitSealing } from './sealing.ts';
