@@ -1,13 +1,14 @@
 // The inbox screen, `#/inbox/<ibx>` (INBOX) or `#/inbox/<ibx>/label/<lbl>`: its labels with unread
 // counts, the label's messages newest first a page at a time (spec 4.3: `limit`, `before`), and
-// live changes from the inbox stream (spec 6.1) applied in place without a reload. Rows,
-// addresses and the arrow keys are list.ts's.
+// live changes from the inbox stream (spec 6.1) applied in place without a reload; above them the
+// search box (search.ts). Rows, addresses and the arrow keys are list.ts's, shared with search.
 import type { InboxList, Label, LabelList, LiveChange, MessageList } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, main, show } from '../ui.ts';
 import { inboxHash, listKeys, PAGE_SIZE, row, shownSummary, startListing } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
+import { searchForm } from './search.ts';
 
 function labelNav(inboxId: string, labels: Label[], current: string): HTMLElement {
   return h('nav', { 'aria-label': 'Labels' }, h('ul', { class: 'labels', id: 'labels' }, ...labels.map((l) => h('li', {},
@@ -125,6 +126,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     h('div', { class: 'actions' },
       h('a', { class: 'button', href: `#/compose/${inboxId}`, id: 'compose' }, 'Compose'),
       h('a', { class: 'button secondary', href: '#/events', id: 'activity' }, 'Activity')),
+    searchForm(inboxId, labels, ''),
     nav,
     h('h2', { id: 'label-heading' }, label.name),
     status,
@@ -134,7 +136,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     more,
   );
   // Rows keep what the list gave (their summary) so a flag change can redraw them.
-  startListing(label.id);
+  startListing(inboxId, label.id, { hash, name: label.name }, true);
   await loadPage(true);
 
   // The member may have left while the first page loaded.

@@ -1,5 +1,6 @@
-// The message list's parts: the screens' addresses, a message's row, the arrow keys between rows,
-// and what was listed last (the listing sealing.ts starts from).
+// What the inbox screen and the search results share: the screens' addresses, a message's row,
+// the arrow keys between rows, and what was listed last (the message screen's way back, and the
+// listing sealing.ts starts from).
 import type { MessageSummary } from '../../schemas/wire.ts';
 import { h } from '../ui.ts';
 
@@ -7,6 +8,7 @@ export const PAGE_SIZE = 50;
 
 export const inboxHash = (inboxId: string, labelId?: string) => `#/inbox/${inboxId}${labelId ? `/label/${labelId}` : ''}`;
 export const messageHash = (inboxId: string, msgId: string) => `#/inbox/${inboxId}/message/${msgId}`;
+export const searchHash = (inboxId: string, query: string) => `#/inbox/${inboxId}/search/${encodeURIComponent(query)}`;
 
 const when = (iso: string) => {
   const d = new Date(iso);
@@ -17,11 +19,23 @@ const when = (iso: string) => {
 const summaries = new Map<string, MessageSummary>();
 /** The label the rows in `summaries` were listed from, when they all come from one. */
 let shownLabel: string | undefined;
-/** A new listing replaces the rows, all of label `labelId`. */
-export function startListing(labelId: string): void {
+/** The list or search screen last shown, per inbox: where "back" from a message leads. */
+const lastList = new Map<string, { hash: string; name: string }>();
+/** The label screen last shown, per inbox: where leaving a search leads. */
+const lastLabel = new Map<string, string>();
+
+/** A new listing replaces the rows: `labelId` when they are one label's (a search may span several). */
+export function startListing(inboxId: string, labelId: string | undefined, back: { hash: string; name: string }, isLabel: boolean): void {
   summaries.clear();
   shownLabel = labelId;
+  lastList.set(inboxId, back);
+  if (isLabel) lastLabel.set(inboxId, back.hash);
 }
+
+/** Where the message screen's "back" leads: the list or results it was opened from. */
+export const backFromMessage = (inboxId: string) => lastList.get(inboxId) ?? { hash: inboxHash(inboxId), name: 'the inbox' };
+/** Where leaving a search leads: the label shown before it. */
+export const backFromSearch = (inboxId: string) => lastLabel.get(inboxId) ?? inboxHash(inboxId);
 
 /** A message's row as last listed, and its label: what the message screen knows before opening it. */
 export function listedMessage(msgId: string): { summary: MessageSummary; labelId: string } | undefined {
