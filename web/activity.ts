@@ -4,7 +4,7 @@
 // those. Events carry ids and metadata only (never message content), so holding them is cheap.
 import type { InboxList } from '../schemas/wire.ts';
 import { api } from './api.ts';
-import { messageHash } from './mail/inbox.ts';
+import { messageHash } from './mail/list.ts';
 import { addRoute, navigate } from './routes.ts';
 import { button, h, show, type Child } from './ui.ts';
 

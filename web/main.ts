@@ -12,6 +12,7 @@ import { button, h, report, show } from './ui.ts';
 // Screens that register their own routes.
 import './mail/inbox.ts';
 import './mail/message.ts';
+import './mail/search.ts';
 
 function enrollPage(invite: string): void {
   const name = h('input', { id: 'passkey-name', name: 'name', autocomplete: 'off', value: 'This device', maxlength: '100' });

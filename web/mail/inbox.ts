@@ -1,49 +1,14 @@
 // The inbox screen, `#/inbox/<ibx>` (INBOX) or `#/inbox/<ibx>/label/<lbl>`: its labels with unread
 // counts, the label's messages newest first a page at a time (spec 4.3: `limit`, `before`), and
-// live changes from the inbox stream (spec 6.1) applied in place without a reload.
-import type { InboxList, Label, LabelList, LiveChange, MessageList, MessageSummary } from '../../schemas/wire.ts';
+// live changes from the inbox stream (spec 6.1) applied in place without a reload; above them the
+// search box (search.ts). Rows, addresses and the arrow keys are list.ts's, shared with search.
+import type { InboxList, Label, LabelList, LiveChange, MessageList } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, main, show } from '../ui.ts';
+import { inboxHash, listKeys, PAGE_SIZE, row, shownSummary, startListing } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
-
-export const PAGE_SIZE = 50;
-
-export const inboxHash = (inboxId: string, labelId?: string) => `#/inbox/${inboxId}${labelId ? `/label/${labelId}` : ''}`;
-export const messageHash = (inboxId: string, msgId: string) => `#/inbox/${inboxId}/message/${msgId}`;
-
-const when = (iso: string) => {
-  const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
-};
-
-/** What each row shows, by message id, so a row can be redrawn with new flags. */
-const summaries = new Map<string, MessageSummary>();
-/** The label the list shows (its rows are in `summaries`). */
-let shownLabel: string | undefined;
-
-/** A message's row as last listed, and its label: what the message screen knows before opening it. */
-export function listedMessage(msgId: string): { summary: MessageSummary; labelId: string } | undefined {
-  const summary = summaries.get(msgId);
-  return summary && shownLabel ? { summary, labelId: shownLabel } : undefined;
-}
-
-/** A message's row: a link to it, with its marks spelled out for screen readers. */
-function row(inboxId: string, m: MessageSummary): HTMLLIElement {
-  summaries.set(m.id, m);
-  const unread = !m.flags.includes('seen');
-  const flagged = m.flags.includes('flagged');
-  const li = h('li', { 'data-msg': m.id, 'data-uid': String(m.uid), class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}` },
-    h('a', { href: messageHash(inboxId, m.id) },
-      h('span', { class: 'from' }, m.from ?? '(no sender)'),
-      h('span', { class: 'subject' }, m.subject ?? '(no subject)'),
-      h('time', { datetime: m.receivedAt, class: 'muted' }, when(m.date ?? m.receivedAt)),
-      h('span', { class: 'marks' },
-        unread ? h('span', { class: 'mark-unread', title: 'Unread' }, '●', h('span', { class: 'sr-only' }, ' unread')) : null,
-        flagged ? h('span', { class: 'mark-flagged', title: 'Flagged' }, '★', h('span', { class: 'sr-only' }, ' flagged')) : null,
-        m.flags.includes('answered') ? h('span', { class: 'mark-answered', title: 'Answered' }, '↩', h('span', { class: 'sr-only' }, ' answered')) : null)));
-  return li;
-}
+import { searchForm } from './search.ts';
 
 function labelNav(inboxId: string, labels: Label[], current: string): HTMLElement {
   return h('nav', { 'aria-label': 'Labels' }, h('ul', { class: 'labels', id: 'labels' }, ...labels.map((l) => h('li', {},
@@ -71,23 +36,6 @@ function updateLabelNav(nav: HTMLElement, inboxId: string, labels: Label[], curr
   nav.replaceWith(next);
   if (focused) Array.from(next.querySelectorAll<HTMLAnchorElement>('a[data-label]')).find((a) => a.dataset.label === focused)?.focus();
   return next;
-}
-
-/**
- * Arrow keys (and Home, End) move between the rows' links, as in a mail app's list; Tab still
- * walks every link, so nothing depends on knowing the keys.
- */
-function listKeys(list: HTMLElement): void {
-  list.addEventListener('keydown', (e) => {
-    if (e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
-    const links = Array.from(list.querySelectorAll<HTMLAnchorElement>('li.message > a'));
-    const at = links.findIndex((a) => a === document.activeElement);
-    if (at < 0) return;
-    const to = e.key === 'ArrowDown' ? at + 1 : e.key === 'ArrowUp' ? at - 1 : e.key === 'Home' ? 0 : e.key === 'End' ? links.length - 1 : null;
-    if (to === null) return;
-    e.preventDefault();
-    links[Math.max(0, Math.min(links.length - 1, to))]?.focus();
-  });
 }
 
 async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Promise<void> {
@@ -164,7 +112,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
       existing?.remove();
       empty();
     } else if (change.type === 'message.flags' && existing && change.flags && (!change.labelId || change.labelId === label.id)) {
-      const shown = summaries.get(change.msgId);
+      const shown = shownSummary(change.msgId);
       if (shown) existing.replaceWith(row(inboxId, { ...shown, flags: change.flags }));
     }
     refreshCounts();
@@ -178,6 +126,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     h('div', { class: 'actions' },
       h('a', { class: 'button', href: `#/compose/${inboxId}`, id: 'compose' }, 'Compose'),
       h('a', { class: 'button secondary', href: '#/events', id: 'activity' }, 'Activity')),
+    searchForm(inboxId, labels, ''),
     nav,
     h('h2', { id: 'label-heading' }, label.name),
     status,
@@ -187,8 +136,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     more,
   );
   // Rows keep what the list gave (their summary) so a flag change can redraw them.
-  summaries.clear();
-  shownLabel = label.id;
+  startListing(inboxId, label.id, { hash, name: label.name }, true);
   await loadPage(true);
 
   // The member may have left while the first page loaded.

@@ -10,7 +10,7 @@ import type { Flag, FlagChange, FlagsResponse, MessageDetail, WebFlag } from '..
 import { api, ApiError, SIGNED_OUT } from '../api.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, report, show } from '../ui.ts';
-import { inboxHash } from './inbox.ts';
+import { backFromMessage } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 import { messageDetail, openMessage } from './open.ts';
 import { awaitSealing } from './sealing.ts';
@@ -69,7 +69,8 @@ function removedNotice(): HTMLElement {
 
 async function messageScreen(inboxId: string, msgId: string): Promise<void> {
   revokeObjectUrls();
-  const back = h('p', {}, h('a', { href: inboxHash(inboxId) }, '← Back to the inbox'));
+  const from = backFromMessage(inboxId);
+  const back = h('p', {}, h('a', { href: from.hash, id: 'back' }, `← Back to ${from.name}`));
   show(back, h('h1', {}, 'Opening the message…'), h('p', { class: 'muted' }, 'Decrypting it in this browser.'));
   const hash = location.hash;
   const gone = () => show(back, h('h1', {}, 'Message removed'), removedNotice());

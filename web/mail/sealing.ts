@@ -6,7 +6,7 @@
 import type { LabelList, MessageList, MessageSummary } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
 import { h, show } from '../ui.ts';
-import { inboxHash, listedMessage, messageHash, PAGE_SIZE } from './inbox.ts';
+import { inboxHash, listedMessage, messageHash, PAGE_SIZE } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 
 /** How long to wait for the sealed copy before showing the server's refusal after all. */

@@ -1,0 +1,81 @@
+// What the inbox screen and the search results share: the screens' addresses, a message's row,
+// the arrow keys between rows, and what was listed last (the message screen's way back, and the
+// listing sealing.ts starts from).
+import type { MessageSummary } from '../../schemas/wire.ts';
+import { h } from '../ui.ts';
+
+export const PAGE_SIZE = 50;
+
+export const inboxHash = (inboxId: string, labelId?: string) => `#/inbox/${inboxId}${labelId ? `/label/${labelId}` : ''}`;
+export const messageHash = (inboxId: string, msgId: string) => `#/inbox/${inboxId}/message/${msgId}`;
+export const searchHash = (inboxId: string, query: string) => `#/inbox/${inboxId}/search/${encodeURIComponent(query)}`;
+
+const when = (iso: string) => {
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
+};
+
+/** What each row shows, by message id, so a row can be redrawn with new flags. */
+const summaries = new Map<string, MessageSummary>();
+/** The label the rows in `summaries` were listed from, when they all come from one. */
+let shownLabel: string | undefined;
+/** The list or search screen last shown, per inbox: where "back" from a message leads. */
+const lastList = new Map<string, { hash: string; name: string }>();
+/** The label screen last shown, per inbox: where leaving a search leads. */
+const lastLabel = new Map<string, string>();
+
+/** A new listing replaces the rows: `labelId` when they are one label's (a search may span several). */
+export function startListing(inboxId: string, labelId: string | undefined, back: { hash: string; name: string }, isLabel: boolean): void {
+  summaries.clear();
+  shownLabel = labelId;
+  lastList.set(inboxId, back);
+  if (isLabel) lastLabel.set(inboxId, back.hash);
+}
+
+/** Where the message screen's "back" leads: the list or results it was opened from. */
+export const backFromMessage = (inboxId: string) => lastList.get(inboxId) ?? { hash: inboxHash(inboxId), name: 'the inbox' };
+/** Where leaving a search leads: the label shown before it. */
+export const backFromSearch = (inboxId: string) => lastLabel.get(inboxId) ?? inboxHash(inboxId);
+
+/** A message's row as last listed, and its label: what the message screen knows before opening it. */
+export function listedMessage(msgId: string): { summary: MessageSummary; labelId: string } | undefined {
+  const summary = summaries.get(msgId);
+  return summary && shownLabel ? { summary, labelId: shownLabel } : undefined;
+}
+
+/** The row as last drawn. */
+export const shownSummary = (msgId: string) => summaries.get(msgId);
+
+/** A message's row: a link to it, with its marks spelled out for screen readers. */
+export function row(inboxId: string, m: MessageSummary): HTMLLIElement {
+  summaries.set(m.id, m);
+  const unread = !m.flags.includes('seen');
+  const flagged = m.flags.includes('flagged');
+  const li = h('li', { 'data-msg': m.id, 'data-uid': String(m.uid), class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}` },
+    h('a', { href: messageHash(inboxId, m.id) },
+      h('span', { class: 'from' }, m.from ?? '(no sender)'),
+      h('span', { class: 'subject' }, m.subject ?? '(no subject)'),
+      h('time', { datetime: m.receivedAt, class: 'muted' }, when(m.date ?? m.receivedAt)),
+      h('span', { class: 'marks' },
+        unread ? h('span', { class: 'mark-unread', title: 'Unread' }, '●', h('span', { class: 'sr-only' }, ' unread')) : null,
+        flagged ? h('span', { class: 'mark-flagged', title: 'Flagged' }, '★', h('span', { class: 'sr-only' }, ' flagged')) : null,
+        m.flags.includes('answered') ? h('span', { class: 'mark-answered', title: 'Answered' }, '↩', h('span', { class: 'sr-only' }, ' answered')) : null)));
+  return li;
+}
+
+/**
+ * Arrow keys (and Home, End) move between the rows' links, as in a mail app's list; Tab still
+ * walks every link, so nothing depends on knowing the keys.
+ */
+export function listKeys(list: HTMLElement): void {
+  list.addEventListener('keydown', (e) => {
+    if (e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
+    const links = Array.from(list.querySelectorAll<HTMLAnchorElement>('li.message > a'));
+    const at = links.findIndex((a) => a === document.activeElement);
+    if (at < 0) return;
+    const to = e.key === 'ArrowDown' ? at + 1 : e.key === 'ArrowUp' ? at - 1 : e.key === 'Home' ? 0 : e.key === 'End' ? links.length - 1 : null;
+    if (to === null) return;
+    e.preventDefault();
+    links[Math.max(0, Math.min(links.length - 1, to))]?.focus();
+  });
+}
