@@ -223,8 +223,11 @@ function searchTsquery(text: IndexSearch['text']): string {
     .join(' & ');
 }
 
-/** A search as one statement; its shape varies with the conditions given (not a named one). */
-function searchStatement(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { text: string; values: unknown[] } {
+/**
+ * A search as one statement; its shape varies with the conditions given (not a named one).
+ * Exported for bench/search.ts, whose raw-SQL floor must run this very statement.
+ */
+export function searchStatement(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { text: string; values: unknown[] } {
   const values: unknown[] = [inboxId];
   const param = (v: unknown, type: string) => `$${values.push(v)}::${type}`;
   const where = ['m.inbox_id = $1::text'];

@@ -38,9 +38,10 @@ const FTS_COLUMNS = { from: 'from_text', to: 'to_text', cc: 'cc_text', subject: 
 /**
  * A search as one statement (its shape varies with the conditions given; prepare() caches
  * nothing, but a search is rare next to listing). Text conditions are one FTS5 MATCH: each
- * phrase `column : "w1 w2"*` (words are letters and digits only, nothing to escape).
+ * phrase `column : "w1 w2"*` (words are letters and digits only, nothing to escape). Exported for
+ * bench/search.ts, whose raw-SQL floor must run this very statement.
  */
-function searchSql(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { sql: string; params: Record<string, unknown> } {
+export function searchSql(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { sql: string; params: Record<string, unknown> } {
   const where = ['m.inbox_id = @inboxId'];
   const params: Record<string, unknown> = { inboxId, limit };
   const when = (list: string[], sql: string, values: Record<string, unknown>) => {
