@@ -179,7 +179,9 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
         WHERE l.inbox_id = ? AND l.label_guid = ? AND l.uid < ? ORDER BY l.uid DESC LIMIT ?`),
       message: p(`SELECT ${MESSAGE_COLUMNS} FROM mail_messages m WHERE m.inbox_id = ? AND m.guid = ?`),
       messageLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND msg_guid = ?'),
-      searchLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))'),
+      // The page's messages looked up one by one: without the hint the planner walks every place
+      // of the inbox and tests each against the list (13 ms a search at 100,000 messages).
+      searchLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations INDEXED BY mail_locations_message WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))'),
       // Taken when free, lapsed or already ours; another holder's live lease is left alone.
       claim: p(`INSERT INTO mail_watch_leases (inbox_id, holder, expires_at) VALUES (@inboxId, @holder, @until)
         ON CONFLICT (inbox_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
