@@ -6,6 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import {
   CallToolRequestSchema,
   ErrorCode,
@@ -69,6 +70,11 @@ export class McpTools {
   readonly tools: readonly Tool[];
   private readonly byName: ReadonlyMap<string, Tool>;
   private readonly schemas: ReadonlyMap<string, Record<string, unknown>>;
+  /**
+   * One for every request's server: left out, each Server makes its own Ajv (with formats), and
+   * a server lives for one request here, so that was a new Ajv per call (found by bench:search).
+   */
+  private readonly jsonSchemaValidator = new AjvJsonSchemaValidator();
 
   constructor(private readonly deps: McpDeps) {
     const { access, mail, search, sealed, send, events } = deps;
@@ -95,7 +101,7 @@ export class McpTools {
     const { access, validator, subscriptions, mail } = this.deps;
     const server = new Server(
       { name: 'postern', title: 'Postern', version: VERSION },
-      { capabilities: { tools: { listChanged: false }, resources: { subscribe: true, listChanged: false } }, instructions: INSTRUCTIONS },
+      { capabilities: { tools: { listChanged: false }, resources: { subscribe: true, listChanged: false } }, instructions: INSTRUCTIONS, jsonSchemaValidator: this.jsonSchemaValidator },
     );
 
     // Tools the token's scopes do not allow are not listed.
