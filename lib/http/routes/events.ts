@@ -3,9 +3,10 @@
 import type { Access } from '../../auth/access.ts';
 import { invalid, isDomainError, tooLarge, unprocessable } from '../../errors.ts';
 import { Cursors } from '../../events/cursor.ts';
+import { publishAs, type PublishRequest } from '../../events/publish-as.ts';
 import { MAX_DATA_BYTES, type EventLog, type NewEventType } from '../../events/log.ts';
 import { compileFilter, filterFor, redactActor, startPosition, type EventFilter, type EventsQuery } from '../../events/query.ts';
-import type { EventData, StoredEvent } from '../../events/types.ts';
+import type { StoredEvent } from '../../events/types.ts';
 import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
@@ -36,13 +37,6 @@ export interface EventRouteOptions {
   /** Caps the live streams open per credential and per project. */
   quota: StreamQuota;
   log?: WarnLog;
-}
-
-interface NewEventBody {
-  type: string;
-  subject?: string;
-  inbox?: string;
-  data?: EventData;
 }
 
 /** Shape errors in a request body are 422 on the event operations (spec 4.6 lists no 400 there). */
@@ -210,20 +204,8 @@ export function eventRoutes(o: EventRouteOptions) {
         ctx.body = { id: first.id, duplicate: true };
         return;
       }
-      const body = bodyAs<NewEventBody>(validator, `${SCHEMA}#/$defs/NewEvent`, raw);
-      if (body.data !== undefined && Buffer.byteLength(JSON.stringify(body.data)) > MAX_DATA_BYTES) {
-        throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes (measured as compact JSON)`);
-      }
-      if (body.inbox !== undefined) await access.inboxAccess(p, body.inbox, 'messages:read');
-      const result = await events.publish({
-        projectId: p.projectId,
-        actor: p.actor,
-        type: body.type,
-        ...(body.subject !== undefined ? { subject: body.subject } : {}),
-        ...(body.inbox !== undefined ? { inboxId: body.inbox } : {}),
-        ...(body.data !== undefined ? { data: body.data } : {}),
-        ...(key ? { idempotencyKey: key } : {}),
-      });
+      const body = bodyAs<PublishRequest>(validator, `${SCHEMA}#/$defs/NewEvent`, raw);
+      const result = await publishAs(events, access, p, body, key);
       if (result.duplicate) {
         ctx.status = 200;
         ctx.body = { id: result.id, duplicate: true };

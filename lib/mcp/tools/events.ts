@@ -1,17 +1,12 @@
 // The project event log (spec 4.6): list_events, the twin of GET /events read as pages, and
 // publish_event, the twin of POST /events, with the same checks in the same order.
 import type { Access } from '../../auth/access.ts';
-import { tooLarge } from '../../errors.ts';
-import { MAX_DATA_BYTES, type EventLog } from '../../events/log.ts';
+import type { EventLog } from '../../events/log.ts';
+import { publishAs, type PublishRequest } from '../../events/publish-as.ts';
 import { filterFor, startPosition, type EventsQuery } from '../../events/query.ts';
-import type { EventData } from '../../events/types.ts';
 import { tool, type Tool } from '../tool.ts';
 
-interface PublishArgs {
-  type: string;
-  subject?: string;
-  inbox?: string;
-  data?: EventData;
+interface PublishArgs extends PublishRequest {
   idempotencyKey?: string;
 }
 
@@ -45,19 +40,7 @@ export function eventTools(access: Access, events: EventLog): Tool[] {
         const key = body.idempotencyKey;
         const first = key ? await events.keyed(p.projectId, key) : null;
         if (first) return { structured: { id: first.id, duplicate: true }, text: `Already published as ${first.id}.` };
-        if (body.data !== undefined && Buffer.byteLength(JSON.stringify(body.data)) > MAX_DATA_BYTES) {
-          throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes (measured as compact JSON)`);
-        }
-        if (body.inbox !== undefined) await access.inboxAccess(p, body.inbox, 'messages:read');
-        const result = await events.publish({
-          projectId: p.projectId,
-          actor: p.actor,
-          type: body.type,
-          ...(body.subject !== undefined ? { subject: body.subject } : {}),
-          ...(body.inbox !== undefined ? { inboxId: body.inbox } : {}),
-          ...(body.data !== undefined ? { data: body.data } : {}),
-          ...(key ? { idempotencyKey: key } : {}),
-        });
+        const result = await publishAs(events, access, p, body, key);
         if (result.duplicate) return { structured: { id: result.id, duplicate: true }, text: `Already published as ${result.id}.` };
         return { structured: { id: result.id, cursor: result.cursor, duplicate: false }, text: `Published ${result.id}.` };
       },
