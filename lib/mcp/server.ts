@@ -2,7 +2,8 @@
 // per request (stateless Streamable HTTP, docs/mcp.md), so what it lists and allows follows the
 // caller's token as it is now. The SDK's low-level Server is used rather than McpServer because
 // the tools' arguments are JSON Schemas from schemas/mcp.json, checked by the same ajv as every
-// HTTP body, not zod shapes.
+// HTTP body, not zod shapes. tools/list and tools/call are answered by listTools and callTool,
+// which the lean path (lean.ts) calls too, so the two paths cannot answer differently.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -17,6 +18,7 @@ import {
   SubscribeRequestSchema,
   UnsubscribeRequestSchema,
   type CallToolResult,
+  type ListToolsResult,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { Access, Principal } from '../auth/access.ts';
 import type { SealedMail } from '../crypto/sealed-mail.ts';
@@ -96,35 +98,46 @@ export class McpTools {
     }
   }
 
+  /** tools/list for `p`: the tools its token's scopes allow now (the others are not listed). */
+  listTools(p: Principal): ListToolsResult {
+    return {
+      tools: this.tools
+        .filter((t) => this.allows(p, t))
+        .map((t) => ({ name: t.name, title: t.title, description: t.description, inputSchema: this.schemas.get(t.name) as { type: 'object' } })),
+    };
+  }
+
+  /**
+   * tools/call for `p`. What the caller may not do or got wrong is a tool error the model reads;
+   * an unknown tool is a protocol error (McpError), as the SDK would answer it. Anything else is
+   * a fault of ours: logged, and answered without its message (which may name internals).
+   */
+  async callTool(p: Principal, name: string, args: Record<string, unknown> | undefined): Promise<CallToolResult> {
+    const t = this.byName.get(name);
+    if (!t) throw new McpError(ErrorCode.InvalidParams, `no tool named ${name}`);
+    try {
+      this.deps.access.authorize(p, t.rule);
+      // A copy: ajv fills in defaults, and the request's own object stays as it came.
+      const checked = this.deps.validator.body<never>(`${MCP_SCHEMA}#/$defs/${t.input}`, structuredClone(args ?? {}));
+      const answer = await t.run(p, checked);
+      return { content: [{ type: 'text', text: answer.text }], structuredContent: answer.structured };
+    } catch (err) {
+      if (isDomainError(err)) return toolError(err);
+      this.deps.log.warn({ err, tool: name }, 'MCP tool failed');
+      throw new McpError(ErrorCode.InternalError, 'internal error');
+    }
+  }
+
   /** An MCP server for one request by `p`. */
   serverFor(p: Principal): Server {
-    const { access, validator, subscriptions, mail } = this.deps;
+    const { access, subscriptions, mail } = this.deps;
     const server = new Server(
       { name: 'postern', title: 'Postern', version: VERSION },
       { capabilities: { tools: { listChanged: false }, resources: { subscribe: true, listChanged: false } }, instructions: INSTRUCTIONS, jsonSchemaValidator: this.jsonSchemaValidator },
     );
 
-    // Tools the token's scopes do not allow are not listed.
-    server.setRequestHandler(ListToolsRequestSchema, () => ({
-      tools: this.tools
-        .filter((t) => this.allows(p, t))
-        .map((t) => ({ name: t.name, title: t.title, description: t.description, inputSchema: this.schemas.get(t.name) as { type: 'object' } })),
-    }));
-
-    server.setRequestHandler(CallToolRequestSchema, async (request): Promise<CallToolResult> => {
-      const t = this.byName.get(request.params.name);
-      if (!t) throw new McpError(ErrorCode.InvalidParams, `no tool named ${request.params.name}`);
-      try {
-        access.authorize(p, t.rule);
-        // A copy: ajv fills in defaults, and the request's own object stays as it came.
-        const args = validator.body<never>(`${MCP_SCHEMA}#/$defs/${t.input}`, structuredClone(request.params.arguments ?? {}));
-        const answer = await t.run(p, args);
-        return { content: [{ type: 'text', text: answer.text }], structuredContent: answer.structured };
-      } catch (err) {
-        if (isDomainError(err)) return toolError(err);
-        throw err;
-      }
-    });
+    server.setRequestHandler(ListToolsRequestSchema, () => this.listTools(p));
+    server.setRequestHandler(CallToolRequestSchema, (request) => this.callTool(p, request.params.name, request.params.arguments));
 
     // Inboxes are resources: their labels and counts, and a subscription to their changes.
     server.setRequestHandler(ListResourcesRequestSchema, async () => {

@@ -1,11 +1,15 @@
 // POST/GET /v1/mcp: the Model Context Protocol over Streamable HTTP (docs/mcp.md), for API
-// tokens. The caller is authenticated like every request on {base_url}; then the SDK's
-// transport takes the raw request, statelessly: each request gets its own server and transport,
-// so any process can answer any request. POST carries the calls; GET is the stream that carries
+// tokens. The caller is authenticated like every request on {base_url}; then, statelessly, so
+// any process can answer any request: a plain tools/call or tools/list is answered on the lean
+// path (lib/mcp/lean.ts), and everything else goes to the SDK's transport, with a server and
+// transport of its own. POST carries the calls; GET is the stream that carries
 // resource-updated notifications for the inboxes the token subscribed to.
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isJsonContentType } from '@modelcontextprotocol/sdk/shared/mediaType.js';
+import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { Access } from '../../auth/access.ts';
 import type { Config } from '../../config.ts';
+import { answerLean, leanRequest } from '../../mcp/lean.ts';
 import type { McpTools } from '../../mcp/server.ts';
 import type { McpSubscriptions } from '../../mcp/subscriptions.ts';
 import { allow } from '../authenticate.ts';
@@ -19,10 +23,27 @@ const RULE = { token: 'any', session: false } as const;
 /** A send_message call carries its text (200,000 characters, JSON-escaped) and little else. */
 const MCP_BODY_LIMIT = 2 * 1024 * 1024;
 
+/**
+ * Whether the SDK's transport would pass the request's headers through to its server: Accept
+ * names both JSON and SSE, the body is application/json, and any MCP-Protocol-Version is one it
+ * supports. Otherwise the SDK answers (406, 415, 400) in its own words.
+ */
+function plainPost(ctx: AppContext): boolean {
+  const accept = ctx.get('accept');
+  const version = ctx.headers['mcp-protocol-version'];
+  return accept.includes('application/json') && accept.includes('text/event-stream') && isJsonContentType(ctx.get('content-type')) && (version === undefined || (typeof version === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(version)));
+}
+
 export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubscriptions, stream: Config['stream'], quota: StreamQuota) {
   return (router: AppRouter): void => {
     router.post('/mcp', allow(access, RULE), async (ctx) => {
       const body = await readJson(ctx, MCP_BODY_LIMIT);
+      const lean = plainPost(ctx) ? leanRequest(body) : null;
+      if (lean) {
+        // Always a JSON answer, as the SDK's transport gives with enableJsonResponse below.
+        ctx.body = await answerLean(mcp, ctx.state.principal, lean);
+        return;
+      }
       const server = mcp.serverFor(ctx.state.principal);
       // JSON answers: no tool streams progress, and a plain response is easiest on proxies.
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
