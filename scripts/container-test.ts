@@ -383,12 +383,14 @@ async function down(env: Record<string, string>): Promise<void> {
 
 async function main(): Promise<void> {
   const t0 = Date.now();
-  await timed('checking podman, podman-compose, debootstrap and runc', () =>
+  await timed('checking podman, podman-compose, debootstrap, runc and CNI dnsname', () =>
     installMissing([
       { pkg: 'podman', files: ['/usr/bin/podman'] },
       { pkg: 'podman-compose', files: ['/usr/bin/podman-compose'] },
       { pkg: 'debootstrap', files: ['/usr/sbin/debootstrap'] },
       { pkg: 'runc', files: ['/usr/sbin/runc'] },
+      // CNI's DNS for compose's service names (postgres, redis, mail): podman does not pull it in.
+      { pkg: 'golang-github-containernetworking-plugin-dnsname', files: ['/usr/lib/cni/dnsname'] },
     ]),
   );
   await fs.mkdir(WORK, { recursive: true });
