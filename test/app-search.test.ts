@@ -112,6 +112,8 @@ describe('web app: searching an inbox (Chromium, virtual passkeys)', function ()
     await search(page, `from:"Bob Builder"`);
     await page.locator('#search-results li', { hasText: `Invoice ${tag} April` }).locator('a').click();
     await page.locator('#message-subject', { hasText: `Invoice ${tag} April` }).waitFor({ timeout: 60_000 });
+    // Opening marks it read once the screen is drawn: the Read toggle shows when that is done.
+    await page.locator('#toggle-seen[aria-pressed="true"]').waitFor({ timeout: 30_000 });
     expect(await page.locator('#back').textContent()).to.equal('← Back to the results');
     await page.click('#back');
     await page.locator('#search-status[data-found="1"]').waitFor({ timeout: 30_000 });
