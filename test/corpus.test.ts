@@ -37,6 +37,7 @@ async function listAll(s: TestServer, token: string, inboxId: string, labelId: s
 
 async function inboxLabel(s: TestServer, token: string, inboxId: string): Promise<string> {
   const res = await call(`${s.base}/inboxes/${inboxId}/labels`, { token });
+  expect(res.status, await res.clone().text()).to.equal(200);
   const { labels } = (await res.json()) as { labels: Array<{ id: string; name: string; total: number }> };
   return labels.find((l) => l.name === 'INBOX')!.id;
 }
