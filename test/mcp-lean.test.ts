@@ -3,6 +3,9 @@
 // shows it), and the SDK answers it with the single response, so the same request sent alone
 // and as [request] compares the two paths through the real HTTP stack.
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { RELATED_TASK_META_KEY } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import { parseToken } from '../lib/auth/credentials.ts';
@@ -63,9 +66,11 @@ describe('MCP lean path: the same answers as the SDK', function () {
   let all: string;
   let readOnly: string;
   let labelId: string;
+  let logFile: string;
 
   before(async () => {
-    s = await startPostern();
+    logFile = join(mkdtempSync(join(tmpdir(), 'postern-mcp-log-')), 'postern.log');
+    s = await startPostern({ POSTERN_LOG_LEVEL: 'info' }, { logFile });
     p = await newProject(s);
     inbox = await p.inbox();
     all = await p.token(['messages:read', 'content:read', 'flags:write', 'send', 'events:read', 'events:write']);
@@ -166,6 +171,10 @@ describe('MCP lean path: the same answers as the SDK', function () {
     const plain = await post(all, message, noVersion);
     expect(plain.status).to.equal(200);
     expect((plain.body as { result: { structuredContent: { inboxes: unknown[] } } }).result.structuredContent.inboxes).to.have.length(1);
+    // The client's mistakes are its own: the request lines show them, the server warns of none.
+    const lines = () => readFileSync(logFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { msg: string; status?: number; path?: string });
+    await until('the three refusals logged', async () => [406, 415, 400].every((status) => lines().some((l) => l.msg === 'request' && l.path === '/v1/mcp' && l.status === status)));
+    expect(lines().filter((l) => l.msg === 'MCP server error')).to.deep.equal([]);
   });
 
   it('what the lean path leaves to the SDK is answered by it: a malformed request, a method it does not take', async () => {

@@ -39,6 +39,9 @@ import { mailTools } from './tools/mail.ts';
 import { searchTools } from './tools/search.ts';
 import { sendTools } from './tools/send.ts';
 
+/** How the SDK's transport words the errors it answers with a 4xx. */
+const CLIENT_MISTAKE = /^(Not Acceptable|Unsupported Media Type|Parse error|Invalid Request|Bad Request|Method not allowed)/;
+
 export interface McpDeps {
   access: Access;
   mail: MailService;
@@ -187,7 +190,11 @@ export class McpTools {
       return {};
     });
 
-    server.onerror = (err) => this.deps.log.warn({ err }, 'MCP server error');
+    // The transport reports a client's own mistakes (406, 415, 400) here too; its answer already
+    // tells the client, and the request log has the status, so only the rest is a server warning.
+    server.onerror = (err) => {
+      if (!CLIENT_MISTAKE.test(err.message)) this.deps.log.warn({ err }, 'MCP server error');
+    };
     return server;
   }
 }
