@@ -413,7 +413,7 @@ describe('IMAP pool', function () {
 
   const settings = (maxPerInbox: number, maxTotal: number, acquireTimeoutMs = 10_000, reservedForReads = 0) => {
     const env = mailEnv();
-    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs, reservedForReads, watchLeaseMs: 15_000 };
+    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs, reservedForReads, watchLeaseMs: 15_000, bodySearchTimeoutMs: 20_000 };
   };
   const gate = () => {
     let open!: () => void;
