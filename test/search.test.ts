@@ -270,8 +270,10 @@ describe('message search', function () {
       const res = await call(url({ body: 'kumquats' }, hasty.base, box.id), { token: boxReader });
       expect(res.headers.get('retry-after')).to.match(/^\d+$/);
       await expectError(res, 503, /indexing/);
-      // The connection was closed, not handed back mid-command: the same server answers the next request.
       await until('the index Dovecot went on building', async () => xapianDbs(box.imapUser).length === 1, 60_000);
+      // The connection was closed, not handed back mid-command: the same server answers the next request.
+      const next = await call(url({ subject: 'bulk', limit: '1' }, hasty.base, box.id), { token: boxReader });
+      expect(next.status, await next.clone().text()).to.equal(200);
     } finally {
       await hasty.close();
     }

@@ -82,7 +82,7 @@ export class ImapMailSource implements MailSource {
    */
   async searchContent(inbox: MailInbox, labels: readonly LabelState[], terms: { body?: string; text?: string }): Promise<Map<string, number[]>> {
     const found = new Map<string, number[]>();
-    const late = () => unavailable('the mail server is still indexing this inbox for body search; try again shortly', 30);
+    const late = () => unavailable('the mail server has not finished this body search (it may be indexing the inbox); try again shortly', 30);
     await this.pool.use(
       inbox.imapUser,
       async (client) => {
