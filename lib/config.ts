@@ -45,6 +45,8 @@ export interface Config {
     reservedForReads: number;
     /** An inbox watcher's lease among the processes sharing the store (renewed every third of it). */
     watchLeaseMs: number;
+    /** A body/text search still unanswered after this answers 503; Dovecot goes on indexing. */
+    bodySearchTimeoutMs: number;
   };
   /** The relay: Postfix's submission service, logged in to as each inbox's user (docs/sending.md). */
   smtp: { host: string; port: number; secure: boolean; maxPerInbox: number; timeoutMs: number };
@@ -153,6 +155,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_IMAP_MAX_TOTAL', default: '200', description: 'IMAP connections in all at most' },
   { name: 'POSTERN_IMAP_READ_RESERVE_PERCENT', default: '20', description: 'share of POSTERN_IMAP_MAX_TOTAL (rounded down) that inbox watchers never take, kept for reads' },
   { name: 'POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', default: '10000', description: 'a request waits this long for a free IMAP connection, then answers 503' },
+  { name: 'POSTERN_BODY_SEARCH_TIMEOUT_MS', default: '20000', description: 'a body or text search Dovecot has not answered within this (it is indexing the mailbox for its first one) answers 503 with Retry-After; Dovecot goes on indexing' },
   { name: 'POSTERN_IMAP_WATCH_LEASE_MS', default: '15000', description: 'of the processes sharing the store, one watches an inbox; another takes over this long after it stops renewing' },
   { name: 'POSTERN_WATCH', default: 'auto', description: 'how every inbox is watched without a stream: push (Dovecot\'s push hints, needs POSTERN_HINT_LISTEN), notify (a NOTIFY connection per inbox), off; auto = push when POSTERN_HINT_LISTEN is set, else notify' },
   { name: 'POSTERN_HINT_LISTEN', default: '', description: 'host:port of the internal listener for Dovecot\'s push hints (docker/dovecot/postern-push.lua); keep it off the public network; empty: no listener' },
@@ -339,6 +342,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       reservedForReads: Math.floor((maxTotal * int('POSTERN_IMAP_READ_RESERVE_PERCENT', 0, 90)) / 100),
       acquireTimeoutMs: int('POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', 1, 600000),
       watchLeaseMs: int('POSTERN_IMAP_WATCH_LEASE_MS', 300, 600000),
+      bodySearchTimeoutMs: int('POSTERN_BODY_SEARCH_TIMEOUT_MS', 1, 290000),
     },
     smtp: {
       host: get('POSTERN_SMTP_HOST'),

@@ -413,7 +413,7 @@ describe('IMAP pool', function () {
 
   const settings = (maxPerInbox: number, maxTotal: number, acquireTimeoutMs = 10_000, reservedForReads = 0) => {
     const env = mailEnv();
-    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs, reservedForReads, watchLeaseMs: 15_000 };
+    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs, reservedForReads, watchLeaseMs: 15_000, bodySearchTimeoutMs: 20_000 };
   };
   const gate = () => {
     let open!: () => void;
@@ -466,6 +466,38 @@ describe('IMAP pool', function () {
     expect(t.status, 'the task cannot run on a closed pool').to.equal('rejected');
     expect(w.status, 'nor can the watcher get its connection').to.equal('rejected');
     await until('every socket the pool opened to close', async () => [...imapSockets()].every((h) => before.has(h)), 10_000);
+  });
+
+  it('a task past its time limit fails with the given error, once, and its connection is closed, not reused', async () => {
+    const a = await p.inbox();
+    const pool = new ImapPool(settings(1, 10), pino({ level: 'silent' }));
+    try {
+      const clients: unknown[] = [];
+      const slow = pool.use(
+        a.imapUser,
+        async (client) => {
+          clients.push(client);
+          // A command Dovecot is still working on when the limit passes.
+          await new Promise((r) => setTimeout(r, 5_000));
+          return 'too late';
+        },
+        'interactive',
+        { ms: 100, error: () => new Error('over the limit') },
+      );
+      const failed = await slow.then(() => null, (err: Error) => err);
+      expect(failed?.message).to.equal('over the limit');
+      expect(clients, 'not retried').to.have.length(1);
+      await until('the late connection closed', async () => pool.size === 0, 5_000);
+      // The next task gets a fresh connection (at maxPerInbox 1: the late one is no longer counted).
+      const next = await pool.use(a.imapUser, async (client) => {
+        expect(client).to.not.equal(clients[0]);
+        const status = await client.status('INBOX', { messages: true });
+        return status ? status.messages : -1;
+      });
+      expect(next).to.equal(0);
+    } finally {
+      await pool.close();
+    }
   });
 
   it('the bulk lane (downloads) leaves one connection for listings and syncs', async () => {

@@ -468,7 +468,13 @@ describe('mail environment (scripts/mailenv.ts)', function () {
   });
 
   it('down stops every process of the dir; status then reports nothing running; down twice is fine', async function () {
+    // An indexer-worker left behind by an earlier master (a first body search on a big mailbox),
+    // no longer its child: known by its title and its working directory in the env dir.
+    const orphan = spawn('bash', ['-c', 'exec -a dovecot-postern-0/indexer-worker sleep 600'], { cwd: join(dir, 'mail'), detached: true, stdio: 'ignore' });
+    orphan.unref();
+    await waitFor('the orphan to take its title', 5000, async () => (readFileSync(`/proc/${orphan.pid}/cmdline`, 'utf8').startsWith('dovecot-postern-0/') ? true : undefined));
     const before = processesOf(dir);
+    expect(before).to.include(orphan.pid);
     expect(before.length).to.be.greaterThan(5);
     const stopped = await down({ dir, basePort: BASE_PORT });
     expect(stopped.stopped).to.have.members(['dovecot', 'postfix', 'sink', 'redis', 'postgres']);

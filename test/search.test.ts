@@ -3,9 +3,11 @@
 // cursor, body/text through Dovecot's SEARCH (content:read, compatible inboxes only, audited),
 // metadata in a zero-access inbox, sessions on {app_url}, and every refusal.
 import { expect } from 'chai';
+import { chmodSync, existsSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import type { ImapFlow } from 'imapflow';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
-import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { call, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { getPage } from './events-helpers.ts';
 import { mailApp, rfc822, until } from './mail-fixtures.ts';
 import type { MessageSearchPage, MessageSummary } from '../schemas/wire.ts';
@@ -203,6 +205,80 @@ describe('message search', function () {
       return page.messages.length === 1 ? page.messages : null;
     });
     expect(found[0]!.subject).to.equal('Sealed quarterly numbers');
+  });
+
+  /** The user's Xapian databases (docker/dovecot/dovecot.conf: fts_xapian, under the mail home). */
+  const xapianDbs = (user: string) => {
+    const env = mailEnv();
+    const dir = join(env.dir, 'mail', env.domain, user.split('@')[0]!, 'mail', 'xapian-indexes');
+    return existsSync(dir) ? readdirSync(dir).filter((f) => f.startsWith('db_')) : [];
+  };
+  /** A fresh inbox holding these bodies (subject → body) in INBOX, once Postern's index has them. */
+  async function inboxWith(bodies: Record<string, string>): Promise<{ box: TestInbox; reader: string }> {
+    const box = await p.inbox();
+    const boxReader = await p.token(['messages:read', 'content:read'], { inboxes: [box.id] });
+    const app = await mailApp(box);
+    try {
+      for (const [subject, body] of Object.entries(bodies)) await app.append('INBOX', rfc822({ from: 'a@x.example', to: box.address, subject, body }));
+    } finally {
+      await app.logout();
+    }
+    const n = Object.keys(bodies).length;
+    await until('the messages in the index', async () => {
+      const page = await json<MessageSearchPage>(await call(url({ limit: '100' }, s.base, box.id), { token: boxReader }));
+      return page.messages.length === Math.min(n, 100);
+    }, 60_000);
+    return { box, reader: boxReader };
+  }
+
+  it("Dovecot's full-text index: built by a label's first body search, not at delivery; words in any order", async () => {
+    const { box, reader: boxReader } = await inboxWith({ Fruit: 'we eat kumquats daily', Other: 'kumquats are sour' });
+    expect(xapianDbs(box.imapUser), 'nothing indexed at delivery').to.deep.equal([]);
+    const find = async (body: string) => (await json<MessageSearchPage>(await call(url({ body }, s.base, box.id), { token: boxReader }))).messages.map((m) => m.subject);
+    // Words, not a substring: IMAP's scan would find "kumquats eat" nowhere.
+    expect(await find('kumquats eat')).to.deep.equal(['Fruit']);
+    expect(xapianDbs(box.imapUser), 'INBOX indexed by its first search, and no empty label').to.have.length(1);
+    expect(await find('kumquat')).to.have.members(['Fruit', 'Other']);
+  });
+
+  it('a body search Dovecot refuses is a 503 with Retry-After, not an empty page', async () => {
+    const { box, reader: boxReader } = await inboxWith({ Unreadable: 'kumquats behind a locked door' });
+    const env = mailEnv();
+    const dir = join(env.dir, 'mail', env.domain, box.imapUser.split('@')[0]!, 'mail', 'mailboxes', 'INBOX', 'dbox-Mails');
+    const files = readdirSync(dir).filter((f) => /^u\.\d+$/.test(f));
+    expect(files).to.have.length(1);
+    // Dovecot (not root) can no longer read the message: it answers the SEARCH with NO.
+    for (const f of files) chmodSync(join(dir, f), 0);
+    try {
+      const res = await call(url({ body: 'kumquats' }, s.base, box.id), { token: boxReader });
+      expect(res.headers.get('retry-after')).to.match(/^\d+$/);
+      await expectError(res, 503, /refused/);
+    } finally {
+      for (const f of files) chmodSync(join(dir, f), 0o600);
+    }
+    const page = await json<MessageSearchPage>(await call(url({ body: 'kumquats' }, s.base, box.id), { token: boxReader }));
+    expect(page.messages.map((m) => m.subject)).to.deep.equal(['Unreadable']);
+    await expectError(await call(url({ body: 'a\u0000b' }, s.base, box.id), { token: boxReader }), 400, /NUL/);
+  });
+
+  it('a first body search longer than POSTERN_BODY_SEARCH_TIMEOUT_MS is a 503 while Dovecot goes on indexing', async () => {
+    const bodies: Record<string, string> = {};
+    for (let i = 0; i < 400; i++) bodies[`Bulk ${i}`] = `message ${i} about ${i % 7 === 0 ? 'kumquats' : 'apples'} and ${'filler words '.repeat(40)}`;
+    const { box, reader: boxReader } = await inboxWith(bodies);
+    const hasty = await startPostern({ ...s.storeEnv, POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_BODY_SEARCH_TIMEOUT_MS: '20' });
+    try {
+      const res = await call(url({ body: 'kumquats' }, hasty.base, box.id), { token: boxReader });
+      expect(res.headers.get('retry-after')).to.match(/^\d+$/);
+      await expectError(res, 503, /indexing/);
+      await until('the index Dovecot went on building', async () => xapianDbs(box.imapUser).length === 1, 60_000);
+      // The connection was closed, not handed back mid-command: the same server answers the next request.
+      const next = await call(url({ subject: 'bulk', limit: '1' }, hasty.base, box.id), { token: boxReader });
+      expect(next.status, await next.clone().text()).to.equal(200);
+    } finally {
+      await hasty.close();
+    }
+    const page = await json<MessageSearchPage>(await call(url({ body: 'kumquats', limit: '100' }, s.base, box.id), { token: boxReader }));
+    expect(page.messages).to.have.length(58);
   });
 
   it('400 for what cannot be searched, 404 for a label or inbox not there', async () => {

@@ -120,14 +120,35 @@ export class ImapPool {
     return slot ? slot.idle.length + slot.busy.size : 0;
   }
 
-  async use<T>(user: string, task: (client: ImapFlow) => Promise<T>, lane: Lane = 'interactive'): Promise<T> {
+  /**
+   * Runs the task on a connection of the user's. With `limit`, a task still running after
+   * `limit.ms` fails with `limit.error()` and its connection is closed (the server may work on
+   * its command for minutes and would answer it before any other), not retried: for a command
+   * whose cost the caller cannot bound, a first body search indexing a large mailbox.
+   */
+  async use<T>(user: string, task: (client: ImapFlow) => Promise<T>, lane: Lane = 'interactive', limit?: { ms: number; error: () => Error }): Promise<T> {
     for (let attempt = 0; ; attempt++) {
       const conn = await this.acquire(user, lane);
+      const late: { error: Error | null } = { error: null };
+      let timer: NodeJS.Timeout | undefined;
       try {
-        const result = await task(conn.client);
+        const running = task(conn.client);
+        const result = limit
+          ? await Promise.race([
+              running,
+              new Promise<never>((_resolve, reject) => {
+                timer = setTimeout(() => reject((late.error = limit.error())), limit.ms);
+              }),
+            ])
+          : await running;
         this.release(conn);
         return result;
       } catch (err) {
+        if (late.error) {
+          // The task fails on the closed connection meanwhile; race() has already seen to that.
+          this.discard(conn);
+          throw late.error;
+        }
         const dead = !conn.client.usable;
         if (dead) this.discard(conn);
         else this.release(conn);
@@ -136,6 +157,8 @@ export class ImapPool {
           continue;
         }
         throw err;
+      } finally {
+        clearTimeout(timer);
       }
     }
   }

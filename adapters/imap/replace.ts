@@ -2,11 +2,30 @@
 // asked: fetch its source, APPEND its replacement with the same flags and INTERNALDATE, then UID
 // EXPUNGE the original. On its own pool connection, like every other command; the sync sees both
 // changes as a mail app's would.
+import type { ImapFlow } from 'imapflow';
 import type { MessageReplacer, ReplaceOne } from '../../lib/mail/reseal.ts';
 import { SEALED_HEADER } from '../../lib/mail/seal.ts';
 import type { MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
 import type { ImapPool } from './pool.ts';
-import { unselect } from './raw.ts';
+import { uidsWithHeader, unselect } from './raw.ts';
+
+const DAY_MS = 86_400_000;
+
+/**
+ * The sealed copies of `of` (a source hash, lib/mail/seal.ts) already in the selected label: an
+ * earlier attempt appended one after the original (a higher UID) with its INTERNALDATE (the same
+ * day, give or take the server's time zone).
+ */
+async function sealedCopies(client: ImapFlow, uid: number, internalDate: Date | string | undefined, of: string): Promise<number[]> {
+  const at = internalDate ? new Date(internalDate).getTime() : NaN;
+  const when = Number.isNaN(at) ? {} : { since: new Date(at - DAY_MS), before: new Date(at + 2 * DAY_MS) };
+  const wanted = of.toLowerCase();
+  const found = await uidsWithHeader(client, { uid: `${uid + 1}:*`, ...when }, SEALED_HEADER, (v) =>
+    v.split(';').some((part) => part.trim().toLowerCase() === `of=${wanted}`),
+  );
+  // "n:*" also names the last message when n is past it.
+  return found.filter((u) => u > uid);
+}
 
 export class ImapMessageReplacer implements MessageReplacer {
   constructor(
@@ -28,8 +47,8 @@ export class ImapMessageReplacer implements MessageReplacer {
           const replacement = await transform(found.source);
           if (!replacement) return 'unchanged';
           // An earlier attempt stored the replacement and died before the expunge: it stands.
-          const copies = options.sealedCopyOf ? await client.search({ header: { [SEALED_HEADER]: `of=${options.sealedCopyOf}` } }, { uid: true }) : [];
-          if (!copies || copies.length === 0) {
+          const copies = options.sealedCopyOf ? await sealedCopies(client, uid, found.internalDate, options.sealedCopyOf) : [];
+          if (copies.length === 0) {
             // \Recent belongs to the server; every other flag and keyword goes with the message.
             const flags = [...(found.flags ?? [])].filter((f) => f !== '\\Recent');
             const appended = await client.append(label.path, replacement, flags, found.internalDate ? new Date(found.internalDate) : undefined);

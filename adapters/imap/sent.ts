@@ -2,12 +2,14 @@
 // the same pool: a batch of copies in one MULTIAPPEND (adapters/imap/raw.ts appendAll), so
 // Dovecot saves them in one transaction (all or none) and sends one push hint for them.
 // Idempotent when the outbox retries after any failure: a retried copy whose Message-ID is
-// already in Sent is not appended again. A first attempt skips that search, which without a
-// full-text index reads the headers of the whole folder.
+// already in Sent is not appended again. A first attempt skips that check, which reads the
+// Message-ID of every message filed since the send was reserved.
 import type { MailInbox } from '../../lib/mail/types.ts';
 import type { SentCopy, SentFiler } from '../../lib/send/ports.ts';
-import { appendAll, unselect } from './raw.ts';
+import { appendAll, uidsWithHeader, unselect } from './raw.ts';
 import type { ImapPool } from './pool.ts';
+
+const DAY_MS = 86_400_000;
 
 export class ImapSentFiler implements SentFiler {
   /** Each user's \Sent mailbox, found once (forgotten when an attempt fails). */
@@ -44,8 +46,11 @@ export class ImapSentFiler implements SentFiler {
           const left: SentCopy[] = [];
           for (const copy of copies) {
             if (again || copy.retry) {
-              const found = await client.search({ header: { 'message-id': copy.messageId } }, { uid: true });
-              if (found && found.length > 0) continue;
+              // An earlier attempt appended it after the send was reserved: a day's margin for
+              // SINCE (a date in the server's time zone) and for clocks.
+              const since = new Date(copy.createdAt - DAY_MS);
+              const found = await uidsWithHeader(client, { since }, 'message-id', (v) => v === copy.messageId);
+              if (found.length > 0) continue;
             }
             left.push(copy);
           }

@@ -4,6 +4,7 @@
 import type { Logger } from 'pino';
 import type { ImapMetrics } from '../../lib/metrics.ts';
 import type { LabelState, LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, Place } from '../../lib/mail/types.ts';
+import { unavailable } from '../../lib/errors.ts';
 import { ImapPool, type ImapSettings } from './pool.ts';
 import { uidFetch, unselect } from './raw.ts';
 import { IndexSync } from './sync.ts';
@@ -75,21 +76,34 @@ export class ImapMailSource implements MailSource {
 
   /**
    * UID SEARCH BODY/TEXT, label by label. Dovecot answers from its full-text index when one is
-   * configured (fts plugin), else by reading every message of the label (docs/search.md).
+   * configured (fts plugin; a label's first search builds its index), else by reading every
+   * message of the label (docs/search.md). A search refused, or not answered within
+   * bodySearchTimeoutMs (Dovecot indexing a large mailbox), is a 503, never "nothing found".
    */
   async searchContent(inbox: MailInbox, labels: readonly LabelState[], terms: { body?: string; text?: string }): Promise<Map<string, number[]>> {
     const found = new Map<string, number[]>();
-    await this.pool.use(inbox.imapUser, async (client) => {
-      found.clear(); // a retry on a fresh connection starts over
-      for (const label of labels) {
-        const opened = await client.mailboxOpen(label.path, { readOnly: true }).catch(() => null);
-        // Gone, or another mailbox by that name now: the index will learn it on its next sync.
-        if (!opened || Number(opened.uidValidity) !== label.uidValidity) continue;
-        const uids = await client.search(terms, { uid: true });
-        if (uids && uids.length > 0) found.set(label.guid, uids);
-      }
-      await unselect(client);
-    });
+    const late = () => unavailable('the mail server has not finished this body search (it may be indexing the inbox); try again shortly', 30);
+    await this.pool.use(
+      inbox.imapUser,
+      async (client) => {
+        found.clear(); // a retry on a fresh connection starts over
+        try {
+          for (const label of labels) {
+            const opened = await client.mailboxOpen(label.path, { readOnly: true }).catch(() => null);
+            // Gone, or another mailbox by that name now: the index will learn it on its next sync.
+            if (!opened || Number(opened.uidValidity) !== label.uidValidity) continue;
+            if (opened.exists === 0) continue;
+            const uids = await client.search(terms, { uid: true });
+            if (!uids) throw unavailable('the mail server refused the search; try again later');
+            if (uids.length > 0) found.set(label.guid, uids);
+          }
+        } finally {
+          if (client.usable) await unselect(client).catch(() => undefined);
+        }
+      },
+      'interactive',
+      { ms: this.o.imap.bodySearchTimeoutMs, error: late },
+    );
     return found;
   }
 

@@ -81,6 +81,10 @@ export function indexSearch(q: SearchQuery): IndexSearch {
     if (phrases.length === 0) throw invalid(`query parameter ${field} has no word to search for (words are letters and digits)`);
     search.text.push({ field, phrases });
   }
+  for (const field of ['body', 'text'] as const) {
+    // An IMAP string cannot carry them (imapflow refuses to send it): the caller's mistake, not a 500.
+    if (/[\0\r\n]/.test(q[field] ?? '')) throw invalid(`query parameter ${field} holds a line break or NUL, which IMAP cannot search for`);
+  }
   if (q.after !== undefined) search.receivedFrom = Date.parse(q.after);
   if (q.before !== undefined) search.receivedBefore = Date.parse(q.before);
   if (q.minSize !== undefined) search.minSize = q.minSize;
@@ -131,7 +135,10 @@ export class MailSearch {
 
   /** The GUIDs whose content matches, from the mail server's SEARCH in every label searched. */
   private async contentMatches(inbox: MailInbox, q: SearchQuery, labelGuid: string | undefined): Promise<string[]> {
-    const labels = (await this.index.labels(inbox.id)).filter((l) => !labelGuid || l.guid === labelGuid);
+    // An empty label has nothing to find (and Dovecot nothing to index or read).
+    const counts = await this.index.counts(inbox.id);
+    const labels = (await this.index.labels(inbox.id)).filter((l) => (!labelGuid || l.guid === labelGuid) && (counts.get(l.guid)?.total ?? 0) > 0);
+    if (labels.length === 0) return [];
     const found = await this.source.searchContent(inbox, labels, { ...(q.body !== undefined ? { body: q.body } : {}), ...(q.text !== undefined ? { text: q.text } : {}) });
     const guids = new Set<string>();
     for (const [label, uids] of found) {

@@ -195,7 +195,7 @@ export class SentCopies implements CopyQueue {
       const copies: SentCopy[] = [];
       for (const entry of inbox ? claimed : []) {
         const raw = await this.outbox.copy(entry.id);
-        if (raw) copies.push({ raw, messageId: entry.messageId, retry: entry.claims > 0 });
+        if (raw) copies.push({ raw, messageId: entry.messageId, retry: entry.claims > 0, createdAt: entry.createdAt });
       }
       // An inbox removed meanwhile has no Sent to file into; its copies go with it.
       if (inbox && copies.length > 0) {

@@ -166,6 +166,8 @@ export interface SentCopy {
    * filed again if a message with this Message-ID is in Sent already.
    */
   retry: boolean;
+  /** When the send was reserved (ms since the epoch): no attempt filed it before then. */
+  createdAt: number;
 }
 
 export interface SentFiler {

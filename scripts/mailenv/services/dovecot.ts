@@ -4,7 +4,7 @@ import * as path from 'node:path';
 import { mustRun, runStarter } from '../commands.ts';
 import { VMAIL_USER, type Layout } from '../layout.ts';
 import { HOST, ports } from '../ports.ts';
-import { procCmdline } from '../processes.ts';
+import { procCmdline, procCwd, signal, waitGone } from '../processes.ts';
 import { renderTemplate } from '../templates.ts';
 import type { PrepareContext, Service } from './service.ts';
 
@@ -13,6 +13,8 @@ export const dovecot: Service<'dovecot'> = {
   packages: [
     { pkg: 'dovecot-imapd', files: ['/usr/sbin/dovecot', '/usr/bin/doveconf', '/usr/lib/dovecot/imap'] },
     { pkg: 'dovecot-lmtpd', files: ['/usr/lib/dovecot/lmtp'] },
+    // Body search from a full-text index (docs/search.md, "Body and text").
+    { pkg: 'dovecot-fts-xapian', files: ['/usr/lib/dovecot/modules/lib21_fts_xapian_plugin.so'] },
     // ss(8): test/dovecot-lmtp.test.ts watches the ingress's LMTP connections to Dovecot.
     { pkg: 'iproute2', files: ['/usr/bin/ss'] },
   ],
@@ -76,4 +78,19 @@ export const dovecot: Service<'dovecot'> = {
     await runStarter('dovecot', ['-c', l.dovecotConf], path.join(l.dovecotDir, 'start.out'), `starting dovecot (log: ${l.dovecotLog})`);
   },
   // Dovecot's master shuts down cleanly on SIGTERM: the default stop.
+  async afterStop(l: Layout): Promise<void> {
+    // An indexer-worker busy with a large mailbox (a first body search) can outlive its master:
+    // it is ours when it runs in this env dir (Dovecot's processes work in base_dir or the user's
+    // home), whatever its title ("dovecot-<instance_name>/indexer-worker").
+    const orphans = (await fs.readdir('/proc'))
+      .filter((name) => /^\d+$/.test(name))
+      .map(Number)
+      .filter((pid) => /^dovecot[^/]*\//.test(procCmdline(pid)[0] ?? '') && isInside(procCwd(pid), l.dir));
+    for (const pid of orphans) signal(pid, 'SIGKILL');
+    if ((await waitGone(orphans, 5000)).length > 0) throw new Error(`mailenv: dovecot processes ${orphans.join(' ')} did not exit`);
+  },
 };
+
+function isInside(dir: string | undefined, root: string): boolean {
+  return dir !== undefined && (dir === root || dir.startsWith(root + path.sep));
+}
