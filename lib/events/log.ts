@@ -238,8 +238,8 @@ export class EventLog {
 
   /**
    * The first event of a client's Idempotency-Key used within its 24 hours, if any. Spec 4.6: the
-   * same key returns the first event whatever the new request holds, so POST /events asks this
-   * before it validates the body.
+   * same key returns the first event whatever the new request holds, so a request about to be
+   * refused asks this first (publishKeyed); one that is stored learns it from the append.
    */
   async keyed(projectId: string, key: string): Promise<{ id: string } | null> {
     if (!CLIENT_KEY.test(key)) throw invalid('Idempotency-Key must be 1 to 255 visible ASCII characters');

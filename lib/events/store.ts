@@ -108,7 +108,7 @@ export interface EventStore {
 
   /**
    * The event a live idempotency key (recorded after `since`) names, if any: a request repeating
-   * the key is answered from it before its body is even validated (spec 4.6).
+   * the key that would be refused is answered from it (spec 4.6); `append` answers the others.
    */
   keyedEvent(projectId: string, key: string, since: number): Promise<{ eventId: string; position: number } | null>;
 
