@@ -320,14 +320,14 @@ export class EventLog {
       stream: e.inboxId ?? e.projectId,
       now,
       ...(e.idempotency ? { idempotency: { ...e.idempotency, ttlMs: IDEMPOTENCY_TTL_MS } } : {}),
-      build: ({ sequence, recordedAt }) => {
+      build: ({ sequence, time }) => {
         // Key order is fixed: `actor` comes before anything a caller wrote (see redactActor).
         const event: CloudEvent = {
           specversion: '1.0',
           id: eventId,
           type: e.type.name,
           source: e.type.source,
-          time: new Date(recordedAt).toISOString(),
+          time,
           scope: e.projectId,
           sequence,
           actor: e.actor,
