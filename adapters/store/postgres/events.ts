@@ -39,6 +39,7 @@ import {
 } from '../../../lib/events/store.ts';
 import type { StoredEvent } from '../../../lib/events/types.ts';
 import { EventTypeCache, toEvent, toType, VISIBILITY_SET, type EventRow, type KeyRow, type TypeRow } from '../rows/events.ts';
+import { KeptReads, type PgChanges } from './changes.ts';
 import { inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
@@ -161,8 +162,21 @@ export class PgEventStore implements EventStore {
   private pumping = false;
   private head: Promise<{ id: string; secret: Uint8Array }> | null = null;
 
+  /**
+   * A type's versions as read for each POST /events, kept (one round trip each otherwise) and
+   * dropped when any process changes the project's types (changes.ts); none without `changes`.
+   */
+  private readonly versions: KeptReads<StoredEventType[]> | null;
+
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
-  constructor(private readonly pool: Pool) {}
+  constructor(
+    private readonly pool: Pool,
+    changes: PgChanges | null = null,
+    keepMs = 0,
+  ) {
+    this.versions = changes && keepMs > 0 ? new KeptReads<StoredEventType[]>(changes, keepMs) : null;
+    changes?.on('postern_event_types', (projectId) => (projectId === null ? this.versions?.drop(null) : this.versions?.dropPrefix(`${projectId}\n`)));
+  }
 
   private rows<R extends QueryResultRow>(q: QueryConfig<unknown[]>, client: Queryable = this.pool): Promise<R[]> {
     return rowsOf<R>(client, q);
@@ -357,7 +371,7 @@ export class PgEventStore implements EventStore {
   ): Promise<StoredEventType> {
     // The row is locked while `decide` runs; a first registration that races another finds the
     // row taken at its INSERT and decides again, now seeing what the other stored.
-    return this.transaction(async (c) => {
+    const stored = await this.transaction(async (c) => {
       const [row] = await this.rows<TypeRow>(S.lockType([projectId, name, version]), c);
       const next = decide(row ? toType(row) : null);
       const fields = JSON.stringify(next.fields);
@@ -367,6 +381,9 @@ export class PgEventStore implements EventStore {
       }
       return next;
     });
+    // This process's next read sees it at once, before its notice arrives.
+    this.versions?.dropPrefix(`${projectId}\n`);
+    return stored;
   }
 
   async getType(projectId: string, name: string, version: number): Promise<StoredEventType | null> {
@@ -375,7 +392,9 @@ export class PgEventStore implements EventStore {
   }
 
   async typeVersions(projectId: string, name: string, below: number | null, limit: number): Promise<StoredEventType[]> {
-    return (await this.rows<TypeRow>(S.typeVersions([projectId, name, below ?? 2 ** 31 - 1, limit]))).map((r) => this.types.of(r));
+    const read = async () => (await this.rows<TypeRow>(S.typeVersions([projectId, name, below ?? 2 ** 31 - 1, limit]))).map((r) => this.types.of(r));
+    if (!this.versions) return read();
+    return (await this.versions.get(`${projectId}\n${name}\n${below}\n${limit}`, read))!;
   }
 
   async listTypes(projectId: string): Promise<StoredEventType[]> {
