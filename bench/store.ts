@@ -14,10 +14,12 @@
 //   npm run bench:store -- --write      # also replaces the store section of bench/RESULTS.md
 //   npm run bench:store -- --quick      # shorter rounds, smaller mailboxes, for a smoke run
 //   npm run bench:store -- --only=events|mail
+//   npm run bench:store -- --only=post  # the POST rows alone, the engines' rounds in turn (a shared machine)
+//   npm run bench:store -- --rounds=5   # rounds per measurement (default 3)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
@@ -40,7 +42,7 @@ import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
-const ROUNDS = QUICK ? 1 : 3;
+const ROUNDS = Number(process.argv.find((a) => a.startsWith('--rounds='))?.slice(9) ?? (QUICK ? 1 : 3));
 const SECONDS = QUICK ? 2 : 5;
 const PREFILL = QUICK ? 5000 : 20_000;
 const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split(',') ?? null;
@@ -288,19 +290,7 @@ async function runEngine(engine: StoreEngine, dir: string, pgServer: string): Pr
       posts.push(await benchPost(b, base, server.child.pid!));
       log(`  POST round ${i + 1}: ${f0(posts.at(-1)!.rate)} events/s`);
     }
-    // A round of its own, not timed: a reader pages from the log's start while the same 32
-    // clients write, and must see each event once.
-    let writing = true;
-    const reader = pageAll(b, base, () => !writing);
-    await benchPost(b, base, server.child.pid!);
-    writing = false;
-    const seen = await reader;
-    const unique = new Set(seen);
-    const readerRepeated = seen.length - unique.size;
-    // Every event written by the rounds (201 answers only; none failed) is in the log: count them there.
-    const inLog = await countAll(b, base);
-    const readerMissing = inLog - unique.size;
-    log(`  reader: ${f0(unique.size)} of ${f0(inLog)} events, ${readerRepeated} repeated, ${readerMissing} missing`);
+    const { readerSeen, readerRepeated, readerMissing, acknowledged } = await readerRound(b, base, server.child.pid!);
 
     const range = await prefill(b);
     const gets: number[] = [];
@@ -330,14 +320,91 @@ async function runEngine(engine: StoreEngine, dir: string, pgServer: string): Pr
       appendFloorUnordered: unordered.length ? median(unordered) : NaN,
       get: median(gets),
       selectFloor: floorGet,
-      readerSeen: unique.size,
+      readerSeen,
       readerMissing,
       readerRepeated,
-      acknowledged: inLog,
+      acknowledged,
     };
   } finally {
     if (server) await stopProcess(server.child);
     await b.drop();
+  }
+}
+
+/**
+ * A round of its own, not timed: a reader pages from the log's start while the same 32 clients
+ * write, and must see each event once.
+ */
+async function readerRound(b: Bench, base: string, pid: number): Promise<Pick<EngineResult, 'readerSeen' | 'readerRepeated' | 'readerMissing' | 'acknowledged'>> {
+  let writing = true;
+  const reader = pageAll(b, base, () => !writing);
+  await benchPost(b, base, pid);
+  writing = false;
+  const seen = await reader;
+  const unique = new Set(seen);
+  // Every event written by the rounds (201 answers only; none failed) is in the log: count them there.
+  const inLog = await countAll(b, base);
+  const r = { readerSeen: unique.size, readerRepeated: seen.length - unique.size, readerMissing: inLog - unique.size, acknowledged: inLog };
+  log(`  ${b.engine} reader: ${f0(r.readerSeen)} of ${f0(inLog)} events, ${r.readerRepeated} repeated, ${r.readerMissing} missing`);
+  return r;
+}
+
+/**
+ * `--only=post`: the POST /events rows alone, both engines' servers up at once and their rounds
+ * taken in turn (SQLite, PostgreSQL, SQLite, …), so a machine shared with other work loads both
+ * alike; then each engine's reader round and PostgreSQL's ordered floor. Prints Markdown.
+ */
+async function runPostOnly(dir: string, pgServer: string): Promise<string> {
+  const load0 = loadavg();
+  const benches = new Map<StoreEngine, Bench>();
+  const servers = new Map<StoreEngine, { child: ChildProcess; url: string }>();
+  const posts = new Map<StoreEngine, PostResult[]>(ENGINES.map((e) => [e, []]));
+  try {
+    for (const engine of ENGINES) {
+      const b = await freshStore(engine, dir, pgServer);
+      benches.set(engine, b);
+      servers.set(engine, await spawnPostern(serverEnv(b, { POSTERN_WORKERS: '2' })));
+    }
+    const base = (e: StoreEngine) => `${servers.get(e)!.url}/v1`;
+    for (let i = 0; i < ROUNDS; i++) {
+      for (const engine of ENGINES) {
+        posts.get(engine)!.push(await benchPost(benches.get(engine)!, base(engine), servers.get(engine)!.child.pid!));
+        log(`  ${engine} POST round ${i + 1}: ${f0(posts.get(engine)!.at(-1)!.rate)} events/s`);
+      }
+    }
+    const readers = new Map<StoreEngine, Awaited<ReturnType<typeof readerRound>>>();
+    for (const engine of ENGINES) readers.set(engine, await readerRound(benches.get(engine)!, base(engine), servers.get(engine)!.child.pid!));
+    for (const [engine, s] of servers) {
+      await stopProcess(s.child);
+      servers.delete(engine);
+    }
+    const floors: number[] = [];
+    for (let i = 0; i < ROUNDS; i++) floors.push(await pgAppendFloor(benches.get('postgres')!.storeEnv.POSTERN_DATABASE_URL!, 32, true));
+    const load1 = loadavg();
+    const mid = (e: StoreEngine) => {
+      const list = posts.get(e)!;
+      const rates = list.map((p) => p.rate);
+      return list[rates.indexOf(median(rates))] ?? list[0]!;
+    };
+    const [s, p] = [mid('sqlite'), mid('postgres')];
+    const rounds = (e: StoreEngine) => posts.get(e)!.map((r) => f0(r.rate)).join(', ');
+    const reader = (e: StoreEngine) => {
+      const r = readers.get(e)!;
+      return `${f0(r.readerSeen)} of ${f0(r.acknowledged)} events, ${r.readerRepeated} repeated, ${r.readerMissing} missing`;
+    };
+    return `POST /events only (\`npm run bench:store -- --only=post\`), ${new Date().toISOString().slice(0, 16)}Z; ${ROUNDS} rounds of ${SECONDS} s per engine, taken in turn; medians.
+Machine: ${machine()}; load average ${load0.map((l) => l.toFixed(2)).join(' ')} at the start, ${load1.map((l) => l.toFixed(2)).join(' ')} at the end.
+
+| Benchmark | Postern | Floor, same run | Ratio | Target |
+|---|---|---|---|---|
+| POST /events, 1 KB + Idempotency-Key, 32 clients, 2 workers: SQLite | ${f0(s.rate)} events/s, p99 ${f1(s.p99)} ms, server ${f1(s.serverCores)} cores (rounds ${rounds('sqlite')}) | — | — | — |
+| Same, PostgreSQL | ${f0(p.rate)} events/s, p99 ${f1(p.p99)} ms, server ${f1(p.serverCores)} cores (rounds ${rounds('postgres')}) | raw pg, 32 connections, one transaction per event (key, head row lock, event): ${f0(median(floors))}/s | ${(p.rate / median(floors)).toFixed(2)} of the floor; ${(p.rate / s.rate).toFixed(2)} of SQLite | ≥ 0.5 of the floor; ≥ 0.8 of SQLite |
+| A reader paging GET /events while 32 clients POST: SQLite | ${reader('sqlite')} | — | — | 0 and 0 |
+| Same, PostgreSQL | ${reader('postgres')} | — | — | 0 and 0 |
+`;
+  } finally {
+    for (const s of servers.values()) await stopProcess(s.child);
+    for (const b of benches.values()) await b.drop();
   }
 }
 
@@ -378,6 +445,14 @@ async function main(): Promise<void> {
   const env = await up();
   if (!env.postgres) throw new Error('the mail environment has no PostgreSQL');
   const dir = mkdtempSync(join(tmpdir(), 'postern-bench-store-'));
+  if (ONLY?.includes('post')) {
+    try {
+      process.stdout.write(`${await runPostOnly(dir, env.postgres.url)}\n`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    return;
+  }
   const events = new Map<StoreEngine, EngineResult>();
   const mail = new Map<StoreEngine, MailResult>();
   try {

@@ -28,6 +28,8 @@ export interface Config {
   databaseUrl: string | null;
   /** PostgreSQL connections each process opens at most. */
   databasePoolSize: number;
+  /** PostgreSQL: how long a process keeps a token or event type it read; a change drops it at once. */
+  databaseKeepMs: number;
   imap: {
     host: string;
     port: number;
@@ -145,6 +147,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
   { name: 'POSTERN_DATABASE_URL', default: '', description: 'the store on PostgreSQL (postgres://user:password@host:port/db), for several machines sharing it (docs/deployment.md); empty: SQLite at POSTERN_DB' },
   { name: 'POSTERN_DATABASE_POOL', default: '10', description: 'PostgreSQL connections each process (each worker) opens at most' },
+  { name: 'POSTERN_DATABASE_KEEP_MS', default: '10000', description: 'PostgreSQL: how long a process keeps an API token or event type it read; a change through any process drops it at once (LISTEN/NOTIFY); 0: read the database on every request' },
   { name: 'POSTERN_IMAP_HOST', default: '127.0.0.1', description: 'Dovecot IMAP host' },
   { name: 'POSTERN_IMAP_PORT', default: '143', description: 'Dovecot IMAP port' },
   { name: 'POSTERN_IMAP_SECURE', default: 'false', description: 'connect with implicit TLS' },
@@ -329,6 +332,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     dbFile: text('POSTERN_DB'),
     databaseUrl: url('POSTERN_DATABASE_URL', ['postgres:', 'postgresql:']),
     databasePoolSize: int('POSTERN_DATABASE_POOL', 1, 1000),
+    databaseKeepMs: int('POSTERN_DATABASE_KEEP_MS', 0, 3600000),
     imap: {
       host: text('POSTERN_IMAP_HOST'),
       port: int('POSTERN_IMAP_PORT', 1, 65535),

@@ -16,7 +16,7 @@ import { newId } from '../lib/ids.ts';
 
 let PROJECT = '';
 
-function request(build: AppendRequest['build'] = ({ sequence, recordedAt }) => JSON.stringify({ sequence, recordedAt })): AppendRequest {
+function request(build: AppendRequest['build'] = ({ sequence, time }) => JSON.stringify({ sequence, time })): AppendRequest {
   return { eventId: newId('evt'), projectId: PROJECT, inboxId: null, type: 'ext.test.happened', visibility: 'project', stream: PROJECT, now: Date.now(), build };
 }
 

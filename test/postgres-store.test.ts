@@ -190,4 +190,53 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
       }
     });
   });
+  it('each process keeps the tokens and event types it read until any process changes them: the change is announced at commit', async function () {
+    const [a, b] = [await openPostgresStore(db.url, { keepMs: 60_000 }), await openPostgresStore(db.url, { keepMs: 60_000 })];
+    const raw = pool();
+    try {
+      const now = Date.now();
+      await a.directory.createProject({ id: 'prj_kept', name: 'kept', createdAt: now });
+      await a.directory.createMember({ id: 'mem_kept', projectId: 'prj_kept', email: 'kept@example.org', createdAt: now });
+      const token = (id: string) => ({ id, projectId: 'prj_kept', memberId: 'mem_kept', scopes: ['events:write'], inboxes: null, secretHash: Buffer.alloc(32), createdAt: now, expiresAt: null, revokedAt: null });
+      await a.directory.createToken(token('tok_kept1'));
+      await a.directory.createToken(token('tok_kept2'));
+      // Each store listens on a connection of its own, opened at its first read.
+      await a.directory.getToken('tok_kept1');
+      await b.directory.getToken('tok_kept1');
+      const listening = async () =>
+        (await raw.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'postern (changes)' AND state = 'idle' AND query LIKE 'LISTEN%'")).rows[0]!.n;
+      for (const deadline = Date.now() + 10_000; (await listening()) < 2; ) {
+        if (Date.now() > deadline) throw new Error('the stores never listened');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      // Kept: a change made without its notice (the trigger off) is not seen by A.
+      expect((await a.directory.getToken('tok_kept1'))?.scopes).to.deep.equal(['events:write']);
+      await raw.query('ALTER TABLE tokens DISABLE TRIGGER tokens_changed');
+      await raw.query("UPDATE tokens SET scopes = 'events:read' WHERE id = 'tok_kept1'");
+      await raw.query('ALTER TABLE tokens ENABLE TRIGGER tokens_changed');
+      expect((await a.directory.getToken('tok_kept1'))?.scopes).to.deep.equal(['events:write']);
+      // Revoked through B: A drops it when the notice arrives.
+      expect(await b.directory.revokeToken('tok_kept1', now)).to.equal(true);
+      for (const deadline = Date.now() + 5_000; (await a.directory.getToken('tok_kept1'))?.revokedAt !== now; ) {
+        if (Date.now() > deadline) throw new Error('A still serves the revoked token');
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      // Revoked through A itself: refused on its next read, before the notice.
+      expect((await a.directory.getToken('tok_kept2'))?.revokedAt).to.equal(null);
+      await a.directory.revokeToken('tok_kept2', now);
+      expect((await a.directory.getToken('tok_kept2'))?.revokedAt).to.equal(now);
+      // A type's versions: a version registered through B is seen by A once its notice arrives.
+      const type = (version: number) => ({ projectId: 'prj_kept', name: 'ext.kept.happened', version, description: 'kept', fields: [], createdAt: now, updatedAt: now });
+      await a.events.upsertType('prj_kept', 'ext.kept.happened', 1, () => type(1));
+      expect((await a.events.typeVersions('prj_kept', 'ext.kept.happened', null, 5)).map((t) => t.version)).to.deep.equal([1]);
+      await b.events.upsertType('prj_kept', 'ext.kept.happened', 2, () => type(2));
+      for (const deadline = Date.now() + 5_000; (await a.events.typeVersions('prj_kept', 'ext.kept.happened', null, 5)).length !== 2; ) {
+        if (Date.now() > deadline) throw new Error('A never saw version 2');
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
 });

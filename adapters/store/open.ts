@@ -7,11 +7,13 @@ export interface StoreSettings {
   dbFile: string;
   databaseUrl: string | null;
   databasePoolSize: number;
+  /** PostgreSQL only: how long a process keeps tokens and event types it read (0: not at all). */
+  databaseKeepMs?: number;
 }
 
 export async function openStore(settings: StoreSettings, options: { applicationName?: string; onIdleError?: (err: Error) => void } = {}): Promise<Store> {
   if (settings.databaseUrl === null) return openSqliteStore(settings.dbFile);
   // Loaded only when used: a SQLite deployment never loads the pg driver.
   const { openPostgresStore } = await import('./postgres/store.ts');
-  return openPostgresStore(settings.databaseUrl, { poolSize: settings.databasePoolSize, ...options });
+  return openPostgresStore(settings.databaseUrl, { poolSize: settings.databasePoolSize, keepMs: settings.databaseKeepMs ?? 0, ...options });
 }

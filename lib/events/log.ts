@@ -238,8 +238,8 @@ export class EventLog {
 
   /**
    * The first event of a client's Idempotency-Key used within its 24 hours, if any. Spec 4.6: the
-   * same key returns the first event whatever the new request holds, so POST /events asks this
-   * before it validates the body.
+   * same key returns the first event whatever the new request holds, so a request about to be
+   * refused asks this first (publishKeyed); one that is stored learns it from the append.
    */
   async keyed(projectId: string, key: string): Promise<{ id: string } | null> {
     if (!CLIENT_KEY.test(key)) throw invalid('Idempotency-Key must be 1 to 255 visible ASCII characters');
@@ -320,14 +320,14 @@ export class EventLog {
       stream: e.inboxId ?? e.projectId,
       now,
       ...(e.idempotency ? { idempotency: { ...e.idempotency, ttlMs: IDEMPOTENCY_TTL_MS } } : {}),
-      build: ({ sequence, recordedAt }) => {
+      build: ({ sequence, time }) => {
         // Key order is fixed: `actor` comes before anything a caller wrote (see redactActor).
         const event: CloudEvent = {
           specversion: '1.0',
           id: eventId,
           type: e.type.name,
           source: e.type.source,
-          time: new Date(recordedAt).toISOString(),
+          time,
           scope: e.projectId,
           sequence,
           actor: e.actor,

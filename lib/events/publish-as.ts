@@ -2,7 +2,7 @@
 // data size rule, the inbox the caller must be able to read, then the log, which answers a
 // repeated Idempotency-Key with the first event.
 import type { Access, Principal } from '../auth/access.ts';
-import { tooLarge } from '../errors.ts';
+import { isDomainError, tooLarge } from '../errors.ts';
 import { MAX_DATA_BYTES, type EventLog, type PublishResult } from './log.ts';
 import type { EventData } from './types.ts';
 
@@ -28,4 +28,26 @@ export async function publishAs(events: EventLog, access: Access, p: Principal, 
     ...(body.data !== undefined ? { data: body.data } : {}),
     ...(idempotencyKey ? { idempotencyKey } : {}),
   });
+}
+
+/**
+ * Spec 4.6: a key used within 24 hours returns the first event, whatever the new request holds.
+ * A request that is going to be stored learns that from the append itself (the store answers a
+ * taken key with its event), so only one `publish` refuses asks for the key, a round trip to the
+ * store fewer for every other.
+ */
+export async function publishKeyed(
+  events: EventLog,
+  projectId: string,
+  idempotencyKey: string | undefined,
+  publish: () => Promise<PublishResult>,
+): Promise<PublishResult> {
+  try {
+    return await publish();
+  } catch (err) {
+    if (!idempotencyKey || !isDomainError(err)) throw err;
+    const first = await events.keyed(projectId, idempotencyKey);
+    if (!first) throw err;
+    return { duplicate: true, id: first.id };
+  }
 }

@@ -5,12 +5,17 @@ import type { DataField, StoredEvent, Visibility } from './types.ts';
 /** A stream's counter as `sequence`: zero-padded so it also sorts as text. */
 export const formatSequence = (n: number): string => String(n).padStart(20, '0');
 
-/** What the store assigns inside the write transaction, handed to `build`. */
+/**
+ * What the store assigns inside the write transaction, handed to `build`. An engine may instead
+ * call `build` once with placeholders and put the values in their places itself, in the database
+ * (PostgreSQL does: adapters/store/postgres/events.ts), so `build` must write each as given, as a
+ * JSON string, before anything a caller wrote.
+ */
 export interface Assigned {
   /** Per-stream counter value, already zero-padded. */
   sequence: string;
-  /** Recorded time, ms since the epoch, never earlier than the previous row's. */
-  recordedAt: number;
+  /** Recorded time as toISOString() writes it (the event's recordedAt, never earlier than the previous row's). */
+  time: string;
 }
 
 export interface AppendRequest {
@@ -22,7 +27,7 @@ export interface AppendRequest {
   /** The counter bumped for `sequence`: the inbox id for inbox events, the project id otherwise. */
   stream: string;
   now: number;
-  /** Serializes the event once its sequence and time are known (runs inside the transaction). */
+  /** Serializes the event with its sequence and time (see Assigned: they may be placeholders). */
   build(assigned: Assigned): string;
   /** Store the key with the event, in the same transaction; an existing live key wins. */
   idempotency?: { key: string; fingerprint: string; ttlMs: number };
@@ -108,7 +113,7 @@ export interface EventStore {
 
   /**
    * The event a live idempotency key (recorded after `since`) names, if any: a request repeating
-   * the key is answered from it before its body is even validated (spec 4.6).
+   * the key that would be refused is answered from it (spec 4.6); `append` answers the others.
    */
   keyedEvent(projectId: string, key: string, since: number): Promise<{ eventId: string; position: number } | null>;
 

@@ -3,6 +3,7 @@
 import type { Pool } from 'pg';
 import { DuplicateError, type CredentialFilter, type DirectoryStore, type ProjectErased } from '../../../lib/directory/store.ts';
 import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
+import { KeptReads, type PgChanges } from './changes.ts';
 import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
 import { grantOf, inboxOf, tokenOf, toSession, type GrantedInboxRow, type InboxRow, type SessionRow, type TokenRow } from '../rows/directory.ts';
 import { MEMBER_ERASE, parameterCount, PROJECT_ERASE, tally, type EraseStep } from '../erase.ts';
@@ -122,8 +123,27 @@ const ERASE_PROJECT = eraseStatements('eraseProject', PROJECT_ERASE);
 const ERASE_MEMBER = eraseStatements('eraseMember', MEMBER_ERASE);
 
 export class PgDirectoryStore implements DirectoryStore {
+  /**
+   * Tokens read, kept for every request's authentication (one round trip each otherwise) and
+   * dropped when any process changes them (changes.ts); none without `changes`.
+   */
+  private readonly tokens: KeptReads<TokenRecord> | null;
+
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
-  constructor(private readonly pool: Pool) {}
+  constructor(
+    private readonly pool: Pool,
+    changes: PgChanges | null = null,
+    keepMs = 0,
+  ) {
+    this.tokens = changes && keepMs > 0 ? new KeptReads<TokenRecord>(changes, keepMs) : null;
+    changes?.on('postern_tokens', (id) => this.tokens?.drop(id));
+  }
+
+  /** After a write that may change tokens: what this process kept goes at once, before its notice. */
+  private dropTokens<T>(id: string | null, written: T): T {
+    this.tokens?.drop(id);
+    return written;
+  }
 
   async createProject(p: Project): Promise<void> {
     await this.pool.query(S.insertProject([p.id, p.name, p.createdAt]));
@@ -182,11 +202,12 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async deleteInbox(id: string, at: number): Promise<boolean> {
-    return inTransaction(this.pool, async (c) => {
+    const deleted = await inTransaction(this.pool, async (c) => {
       await c.query(S.lockInbox([id]));
       await c.query(S.lockNarrowed([id]));
       return (await changed(c, S.deleteInbox([id, at]))) > 0;
     });
+    return this.dropTokens(null, deleted);
   }
 
   async inboxesVersion(): Promise<number> {
@@ -230,12 +251,15 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async getToken(id: string): Promise<TokenRecord | null> {
-    const r = await rowOf<TokenRow<string[]>>(this.pool, S.getToken([id]));
-    return r ? toToken(r) : null;
+    const read = async () => {
+      const r = await rowOf<TokenRow<string[]>>(this.pool, S.getToken([id]));
+      return r ? toToken(r) : null;
+    };
+    return this.tokens ? this.tokens.get(id, read) : read();
   }
 
   async revokeToken(id: string, at: number): Promise<boolean> {
-    return (await changed(this.pool, S.revokeToken([at, id]))) > 0;
+    return this.dropTokens(id, (await changed(this.pool, S.revokeToken([at, id]))) > 0);
   }
 
   async createSession(s: SessionRecord): Promise<void> {
@@ -263,7 +287,7 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async deleteProject(id: string, at: number): Promise<ProjectErased | null> {
-    return inTransaction(this.pool, async (c) => {
+    return this.dropTokens(null, await inTransaction(this.pool, async (c) => {
       if ((await changed(c, S.lockProject([id]))) === 0) return null;
       for (const lock of [S.lockMembers, S.lockInboxes, S.lockTokens]) await c.query(lock([id]));
       // As MailIndexStore.dropInbox: a tombstone's version starts at the clock, in microseconds.
@@ -271,17 +295,17 @@ export class PgDirectoryStore implements DirectoryStore {
       const counted: Array<{ step: EraseStep; rows: number }> = [];
       for (const { step, statement, takes } of ERASE_PROJECT) counted.push({ step, rows: await changed(c, statement(values.slice(0, takes))) });
       return tally(counted);
-    });
+    }));
   }
 
   async deleteMember(id: string): Promise<boolean> {
-    return inTransaction(this.pool, async (c) => {
+    return this.dropTokens(null, await inTransaction(this.pool, async (c) => {
       if ((await changed(c, S.lockMember([id]))) === 0) return false;
       await c.query(S.lockMemberTokens([id]));
       const counted: Array<{ step: EraseStep; rows: number }> = [];
       for (const { step, statement, takes } of ERASE_MEMBER) counted.push({ step, rows: await changed(c, statement([id].slice(0, takes))) });
       return tally(counted).members > 0;
-    });
+    }));
   }
 
   async getSession(id: string): Promise<SessionRecord | null> {

@@ -12,12 +12,13 @@
 //   it releases its locks, so any snapshot that sees N+1 sees N;
 // - positions are gap-free (a rolled back append returns its numbers with the row), which keeps
 //   the live feed's in-order fast path (`position === delivered + 1`).
-// The cost is that commits of the log are serialized, each one's WAL flush inside the lock. Two
+// The cost is that commits of the log are serialized, each one's WAL flush inside the lock. Three
 // things keep that cheap: only the tail (the UPDATE, one multi-row INSERT, COMMIT) runs under the
-// lock, the idempotency claims and stream counters being taken before it; and appends are group
+// lock, the idempotency claims and stream counters being taken before it; appends are group
 // committed (like SQLite's group-commit.ts): those arriving while a batch commits go together in
-// the next, one lock and one flush per batch. Measured (2 cores, 32 appenders): 3,900 appends/s
-// from one process against 2,400/s for plain autocommitted INSERTs; 970/s from 4 processes of 8.
+// the next, one lock and one flush per batch; and a batch is one statement, append_events()
+// (migration 007), so the lock is never held across a round trip to this process. Each body is
+// built once, with placeholders the statement fills in (Assigned in lib/events/store.ts).
 // Chosen over the transaction-id scheme (store pg_current_xact_id(), read only below the
 // snapshot's xmin, order by (xid, position)) because that needs a composite cursor through
 // lib/events and a live feed that tolerates positions arriving out of order, and holds every reader
@@ -38,6 +39,7 @@ import {
 } from '../../../lib/events/store.ts';
 import type { StoredEvent } from '../../../lib/events/types.ts';
 import { EventTypeCache, toEvent, toType, VISIBILITY_SET, type EventRow, type KeyRow, type TypeRow } from '../rows/events.ts';
+import { KeptReads, type PgChanges } from './changes.ts';
 import { inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
@@ -72,40 +74,16 @@ const readShapes = (named: boolean) => ({
 });
 
 const S = {
-  // Claims each key, or takes over an expired one (its own cutoff: `now - ttl` of its request);
-  // waits for a transaction claiming one now. Rows come sorted by key: locks in one order.
-  claimKeys: stmt(
-    'claimKeys',
-    `INSERT INTO event_idempotency (project_id, key, fingerprint, event_id, created_at)
-       SELECT p, k, f, e, c FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) AS t(p, k, f, e, c) ORDER BY p, k
-     ON CONFLICT (project_id, key) DO UPDATE
-       SET fingerprint = excluded.fingerprint, event_id = excluded.event_id, created_at = excluded.created_at
-       WHERE event_idempotency.created_at <= (
-         SELECT cut FROM unnest($1::text[], $2::text[], $6::bigint[]) AS u(p, k, cut) WHERE u.p = excluded.project_id AND u.k = excluded.key)
-     RETURNING project_id, key`,
+  // A batch of appends in one statement (migration 007): arrays of one element per append.
+  appendEvents: stmt(
+    'appendEvents',
+    `SELECT * FROM append_events($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+       $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::boolean[])`,
   ),
   getKey: stmt(
     'getKey',
     `SELECT k.fingerprint, k.event_id, k.created_at, e.position FROM event_idempotency k JOIN events e ON e.event_id = k.event_id
      WHERE k.project_id = $1 AND k.key = $2`,
-  ),
-  // Each stream's counter moved by its number of events in the batch, sorted: locks in one order.
-  bump: stmt(
-    'bump',
-    `INSERT INTO event_streams (stream, seq) SELECT s, n FROM unnest($1::text[], $2::bigint[]) AS t(s, n) ORDER BY s
-     ON CONFLICT (stream) DO UPDATE SET seq = event_streams.seq + excluded.seq RETURNING stream, seq`,
-  ),
-  // The last statement before the INSERT and COMMIT: see the top of this file. The batch is
-  // recorded at one time, never earlier than the log's last.
-  takePositions: stmt(
-    'takePositions',
-    `UPDATE event_log SET last_position = last_position + $1, last_recorded_at = GREATEST(last_recorded_at, $2)
-     RETURNING last_position, last_recorded_at`,
-  ),
-  insert: stmt(
-    'insert',
-    `INSERT INTO events (position, event_id, project_id, inbox_id, type, visibility, recorded_at, body)
-       SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::text[])`,
   ),
   log: stmt('log', 'SELECT id, cursor_secret, last_position FROM event_log'),
   horizon: stmt('horizon', 'SELECT position FROM events WHERE recorded_at <= $1 ORDER BY recorded_at DESC, position DESC LIMIT 1'),
@@ -132,8 +110,42 @@ const S = {
   all: readShapes(false),
 };
 
-/** Lost a race for a row another transaction inserted first (or must run again without one append): roll back and retry. */
+/** Lost a race for a row another transaction inserted first: roll back and retry. */
 class Raced extends Error {}
+
+/** A row of append_events(): see migration 007. */
+interface AppendRow {
+  r_index: number;
+  r_kind: 'appended' | 'duplicate' | 'retry';
+  r_event_id: string | null;
+  r_position: number | null;
+  r_recorded_at: number | null;
+  r_seq: number | null;
+  r_fingerprint: string | null;
+}
+
+/** An event's JSON around its recorded time and its sequence (in either order), which the statement fills in. */
+interface Body {
+  head: string;
+  middle: string;
+  tail: string;
+  timeFirst: boolean;
+}
+
+// The placeholders `build` is given (lib/events/store.ts, Assigned): each lands in the JSON as a
+// string exactly as given, before anything a caller wrote, so the first occurrence is the field.
+const TIME_MARK = '"postern:time"';
+const SEQUENCE_MARK = '"postern:sequence"';
+
+function bodyPieces(req: AppendRequest): Body {
+  const json = req.build({ sequence: JSON.parse(SEQUENCE_MARK) as string, time: JSON.parse(TIME_MARK) as string });
+  const t = json.indexOf(TIME_MARK);
+  const q = json.indexOf(SEQUENCE_MARK);
+  if (t < 0 || q < 0) throw new Error('append: the event JSON must hold its sequence and time as given');
+  const [a, aLength, b, bLength] = t < q ? [t, TIME_MARK.length, q, SEQUENCE_MARK.length] : [q, SEQUENCE_MARK.length, t, TIME_MARK.length];
+  // The quotes stay in the pieces: the statement puts in the bare values.
+  return { head: json.slice(0, a + 1), middle: json.slice(a + aLength - 1, b + 1), tail: json.slice(b + bLength - 1), timeFirst: t < q };
+}
 
 interface Pending {
   req: AppendRequest;
@@ -150,8 +162,21 @@ export class PgEventStore implements EventStore {
   private pumping = false;
   private head: Promise<{ id: string; secret: Uint8Array }> | null = null;
 
+  /**
+   * A type's versions as read for each POST /events, kept (one round trip each otherwise) and
+   * dropped when any process changes the project's types (changes.ts); none without `changes`.
+   */
+  private readonly versions: KeptReads<StoredEventType[]> | null;
+
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
-  constructor(private readonly pool: Pool) {}
+  constructor(
+    private readonly pool: Pool,
+    changes: PgChanges | null = null,
+    keepMs = 0,
+  ) {
+    this.versions = changes && keepMs > 0 ? new KeptReads<StoredEventType[]>(changes, keepMs) : null;
+    changes?.on('postern_event_types', (projectId) => (projectId === null ? this.versions?.drop(null) : this.versions?.dropPrefix(`${projectId}\n`)));
+  }
 
   private rows<R extends QueryResultRow>(q: QueryConfig<unknown[]>, client: Queryable = this.pool): Promise<R[]> {
     return rowsOf<R>(client, q);
@@ -211,128 +236,90 @@ export class PgEventStore implements EventStore {
     }
   }
 
-  /** Commits a batch and settles each of its appends; throws (settling none) if its transaction failed. */
+  /** Appends a batch in one statement and settles each of its appends; throws (settling none) if it failed. */
   private async commitBatch(batch: Pending[]): Promise<void> {
-    type Outcome = { pending: Pending; result: AppendResult } | { pending: Pending; sameAs: Pending } | { pending: Pending; taken: true };
-    const outcomes: Outcome[] = [];
-    const failed: Array<[Pending, unknown]> = [];
-    await this.transaction(async (c) => {
-      outcomes.length = 0;
-      failed.length = 0;
-      // Keys: the first request of a key in the batch claims it; the others repeat it.
-      let writing: Pending[] = [];
-      const byKey = new Map<string, Pending>();
-      for (const p of batch) {
-        const k = p.req.idempotency && `${p.req.projectId}\n${p.req.idempotency.key}`;
-        const first = k ? byKey.get(k) : undefined;
-        if (first) outcomes.push({ pending: p, sameAs: first });
-        else {
-          if (k) byKey.set(k, p);
-          writing.push(p);
-        }
+    // Keys: the first request of a key in the batch claims it; the others repeat it.
+    const writing: Array<{ pending: Pending; body: Body }> = [];
+    const sameAs: Array<[Pending, Pending]> = [];
+    const byKey = new Map<string, Pending>();
+    for (const p of batch) {
+      const k = p.req.idempotency && `${p.req.projectId}\n${p.req.idempotency.key}`;
+      const first = k ? byKey.get(k) : undefined;
+      if (first) {
+        sameAs.push([p, first]);
+        continue;
       }
-      const keyed = writing.filter((p) => p.req.idempotency);
-      if (keyed.length > 0) {
-        const col = <T>(f: (r: AppendRequest) => T) => keyed.map((p) => f(p.req));
-        const claimed = await this.rows<{ project_id: string; key: string }>(
-          S.claimKeys([
-            col((r) => r.projectId),
-            col((r) => r.idempotency!.key),
-            col((r) => r.idempotency!.fingerprint),
-            col((r) => r.eventId),
-            col((r) => r.now),
-            col((r) => r.now - r.idempotency!.ttlMs),
-          ]),
-          c,
-        );
-        const won = new Set(claimed.map((r) => `${r.project_id}\n${r.key}`));
-        for (const p of keyed) {
-          if (!won.has(`${p.req.projectId}\n${p.req.idempotency!.key}`)) outcomes.push({ pending: p, taken: true });
-        }
-        writing = writing.filter((p) => !p.req.idempotency || won.has(`${p.req.projectId}\n${p.req.idempotency.key}`));
-      }
-      if (writing.length === 0) return;
-      const counts = new Map<string, number>();
-      for (const p of writing) counts.set(p.req.stream, (counts.get(p.req.stream) ?? 0) + 1);
-      const bumped = await this.rows<{ stream: string; seq: number }>(S.bump([[...counts.keys()], [...counts.values()]]), c);
-      // The first number of each stream's run in this batch.
-      const next = new Map(bumped.map((r) => [r.stream, r.seq - counts.get(r.stream)! + 1]));
-      const [head] = (await this.rows<{ last_position: number; last_recorded_at: number }>(
-        S.takePositions([writing.length, Math.max(...writing.map((p) => p.req.now))]),
-        c,
-      )) as [{ last_position: number; last_recorded_at: number }];
-      const recordedAt = head.last_recorded_at;
-      let position = head.last_position - writing.length;
-      const events: StoredEvent[] = [];
-      for (const p of writing) {
-        const seq = next.get(p.req.stream)!;
-        next.set(p.req.stream, seq + 1);
-        const { req } = p;
-        let json: string;
-        try {
-          json = req.build({ sequence: formatSequence(seq), recordedAt });
-        } catch (err) {
-          failed.push([p, err]);
-          continue;
-        }
-        position += 1;
-        const event = { position, eventId: req.eventId, projectId: req.projectId, inboxId: req.inboxId, type: req.type, visibility: req.visibility, recordedAt, json };
-        events.push(event);
-        outcomes.push({ pending: p, result: { kind: 'appended', event } });
-      }
-      // A build that threw would leave holes in the positions and its stream's numbers: none are
-      // written; the rest go again without it.
-      if (failed.length > 0) throw new Raced();
-      const col = <T>(f: (e: StoredEvent) => T) => events.map(f);
-      await c.query(
-        S.insert([
-          col((e) => e.position),
-          col((e) => e.eventId),
-          col((e) => e.projectId),
-          col((e) => e.inboxId),
-          col((e) => e.type),
-          col((e) => e.visibility),
-          col((e) => e.recordedAt),
-          col((e) => e.json),
-        ]),
-      );
-    }, () => {
-      // Before the retry: what failed to build is settled now and left out.
-      for (const [p, err] of failed) {
+      let body: Body;
+      try {
+        body = bodyPieces(p.req);
+      } catch (err) {
+        // Refused before the statement: no position or sequence is taken for it.
         p.reject(err);
-        batch.splice(batch.indexOf(p), 1);
+        continue;
       }
-    });
+      if (k) byKey.set(k, p);
+      writing.push({ pending: p, body });
+    }
+    if (writing.length === 0) {
+      for (const [p] of sameAs) this.requeue(p);
+      return;
+    }
+    const col = <T>(f: (r: AppendRequest, b: Body) => T) => writing.map((w) => f(w.pending.req, w.body));
+    const rows = await this.rows<AppendRow>(
+      S.appendEvents([
+        col((r) => r.projectId),
+        col((r) => r.eventId),
+        col((r) => r.inboxId),
+        col((r) => r.type),
+        col((r) => r.visibility),
+        col((r) => r.stream),
+        col((r) => r.now),
+        col((r) => r.idempotency?.key ?? null),
+        col((r) => r.idempotency?.fingerprint ?? null),
+        col((r) => (r.idempotency ? r.now - r.idempotency.ttlMs : null)),
+        col((_, b) => b.head),
+        col((_, b) => b.middle),
+        col((_, b) => b.tail),
+        col((_, b) => b.timeFirst),
+      ]),
+    );
     const results = new Map<Pending, AppendResult>();
-    for (const o of outcomes) if ('result' in o) results.set(o.pending, o.result);
-    for (const o of outcomes) {
-      if ('result' in o) o.pending.resolve(o.result);
-      else if ('sameAs' in o) {
-        const first = results.get(o.sameAs);
-        if (first?.kind === 'appended') {
-          o.pending.resolve({ kind: 'duplicate', eventId: first.event.eventId, position: first.event.position, sameRequest: o.sameAs.req.idempotency!.fingerprint === o.pending.req.idempotency!.fingerprint });
-        } else this.requeue(o.pending);
-      } else this.duplicateOf(o.pending);
+    // The fingerprint a duplicate's first event was stored with.
+    const stored = new Map<Pending, string>();
+    for (const row of rows) {
+      const { pending, body } = writing[row.r_index - 1]!;
+      const { req } = pending;
+      if (row.r_kind === 'appended') {
+        const recordedAt = row.r_recorded_at!;
+        // The body as the statement stored it.
+        const [time, sequence] = [new Date(recordedAt).toISOString(), formatSequence(row.r_seq!)];
+        const json = body.timeFirst ? body.head + time + body.middle + sequence + body.tail : body.head + sequence + body.middle + time + body.tail;
+        const event = { position: row.r_position!, eventId: req.eventId, projectId: req.projectId, inboxId: req.inboxId, type: req.type, visibility: req.visibility, recordedAt, json };
+        results.set(pending, { kind: 'appended', event });
+      } else if (row.r_kind === 'duplicate') {
+        stored.set(pending, row.r_fingerprint!);
+        results.set(pending, { kind: 'duplicate', eventId: row.r_event_id!, position: row.r_position!, sameRequest: row.r_fingerprint === req.idempotency!.fingerprint });
+      }
+    }
+    for (const { pending } of writing) {
+      const result = results.get(pending);
+      // No result ('retry'): the key's event was purged or expired since the claim was refused.
+      if (result) pending.resolve(result);
+      else this.requeue(pending);
+    }
+    for (const [p, first] of sameAs) {
+      const result = results.get(first);
+      if (result?.kind === 'appended') {
+        p.resolve({ kind: 'duplicate', eventId: result.event.eventId, position: result.event.position, sameRequest: first.req.idempotency!.fingerprint === p.req.idempotency!.fingerprint });
+      } else if (result?.kind === 'duplicate') {
+        p.resolve({ ...result, sameRequest: stored.get(first) === p.req.idempotency!.fingerprint });
+      } else this.requeue(p);
     }
   }
 
   private requeue(p: Pending): void {
     this.queue.push(p);
     void this.pump();
-  }
-
-  /** A key claimed by a committed event: that event is the answer (or, purged or expired since, claim again). */
-  private duplicateOf(p: Pending): void {
-    const { req } = p;
-    const { key, fingerprint, ttlMs } = req.idempotency!;
-    this.rows<KeyRow>(S.getKey([req.projectId, key])).then(
-      ([prior]) => {
-        if (prior && prior.created_at > req.now - ttlMs) {
-          p.resolve({ kind: 'duplicate', eventId: prior.event_id, position: prior.position, sameRequest: prior.fingerprint === fingerprint });
-        } else this.requeue(p);
-      },
-      (err: unknown) => p.reject(err),
-    );
   }
 
   async read(q: ReadQuery): Promise<ReadResult> {
@@ -384,7 +371,7 @@ export class PgEventStore implements EventStore {
   ): Promise<StoredEventType> {
     // The row is locked while `decide` runs; a first registration that races another finds the
     // row taken at its INSERT and decides again, now seeing what the other stored.
-    return this.transaction(async (c) => {
+    const stored = await this.transaction(async (c) => {
       const [row] = await this.rows<TypeRow>(S.lockType([projectId, name, version]), c);
       const next = decide(row ? toType(row) : null);
       const fields = JSON.stringify(next.fields);
@@ -394,6 +381,9 @@ export class PgEventStore implements EventStore {
       }
       return next;
     });
+    // This process's next read sees it at once, before its notice arrives.
+    this.versions?.dropPrefix(`${projectId}\n`);
+    return stored;
   }
 
   async getType(projectId: string, name: string, version: number): Promise<StoredEventType | null> {
@@ -402,7 +392,9 @@ export class PgEventStore implements EventStore {
   }
 
   async typeVersions(projectId: string, name: string, below: number | null, limit: number): Promise<StoredEventType[]> {
-    return (await this.rows<TypeRow>(S.typeVersions([projectId, name, below ?? 2 ** 31 - 1, limit]))).map((r) => this.types.of(r));
+    const read = async () => (await this.rows<TypeRow>(S.typeVersions([projectId, name, below ?? 2 ** 31 - 1, limit]))).map((r) => this.types.of(r));
+    if (!this.versions) return read();
+    return (await this.versions.get(`${projectId}\n${name}\n${below}\n${limit}`, read))!;
   }
 
   async listTypes(projectId: string): Promise<StoredEventType[]> {

@@ -1,6 +1,7 @@
 // PostgreSQL: every store port on one database (POSTERN_DATABASE_URL), for several machines. Each
 // instance opens one pool, shared by its ports; migrations run at open under the advisory lock,
 // so instances starting together apply each once.
+import { PgChanges } from './changes.ts';
 import { migratePg, openPgPool } from './db.ts';
 import { PgDirectoryStore } from './directory.ts';
 import { PgEventStore } from './events.ts';
@@ -20,6 +21,11 @@ export interface PostgresStoreOptions {
   applicationName?: string;
   /** A connection lost while idle (the server restarted): the pool has dropped it. */
   onIdleError?: (err: Error) => void;
+  /**
+   * How long a process keeps a token or a type's versions it read (POSTERN_DATABASE_KEEP_MS);
+   * any process's change drops them at once (changes.ts). 0: every request reads the database.
+   */
+  keepMs?: number;
 }
 
 /** The URL with its password masked, for logs and `inbox status`. */
@@ -47,14 +53,16 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     throw err;
   }
   let closed = false;
+  const keepMs = options.keepMs ?? 0;
+  const changes = new PgChanges(url, options.applicationName ?? 'postern', options.onIdleError);
   return {
     engine: 'postgres',
     location: redactedUrl(url),
-    directory: new PgDirectoryStore(pool),
+    directory: new PgDirectoryStore(pool, changes, keepMs),
     keys: new PgKeyStore(pool),
     keyBackups: new PgKeyBackupStore(pool),
     passkeys: new PgPasskeyStore(pool),
-    events: new PgEventStore(pool),
+    events: new PgEventStore(pool, changes, keepMs),
     mailIndex: new PgMailIndex(pool),
     outbox: new PgOutboxStore(pool),
     resealJobs: new PgResealJobs(pool),
@@ -67,6 +75,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     async close() {
       if (closed) return;
       closed = true;
+      await changes.close();
       await pool.end();
     },
   };

@@ -107,7 +107,7 @@ export class SqliteEventStore implements EventStore {
       const previous = lastRecorded ?? s.lastTime.get()?.recorded_at ?? 0;
       const recordedAt = Math.max(req.now, previous);
       const seq = s.bump.get(req.stream)!.seq;
-      const body = req.build({ sequence: formatSequence(seq), recordedAt });
+      const body = req.build({ sequence: formatSequence(seq), time: new Date(recordedAt).toISOString() });
       const info = s.insert.run(req.eventId, req.projectId, req.inboxId, req.type, req.visibility, recordedAt, body);
       const position = Number(info.lastInsertRowid);
       if (req.idempotency) {

@@ -3,7 +3,7 @@
 import type { Access } from '../../auth/access.ts';
 import { invalid, isDomainError, tooLarge, unprocessable } from '../../errors.ts';
 import { Cursors } from '../../events/cursor.ts';
-import { publishAs, type PublishRequest } from '../../events/publish-as.ts';
+import { publishAs, publishKeyed, type PublishRequest } from '../../events/publish-as.ts';
 import { MAX_DATA_BYTES, type EventLog, type NewEventType } from '../../events/log.ts';
 import { compileFilter, filterFor, redactActor, startPosition, type EventFilter, type EventsQuery } from '../../events/query.ts';
 import type { StoredEvent } from '../../events/types.ts';
@@ -198,14 +198,9 @@ export function eventRoutes(o: EventRouteOptions) {
         throw err;
       }
       // Spec 4.6: a key used within 24 hours returns the first event, whatever this body holds.
-      const first = key ? await events.keyed(p.projectId, key) : null;
-      if (first) {
-        ctx.status = 200;
-        ctx.body = { id: first.id, duplicate: true };
-        return;
-      }
-      const body = bodyAs<PublishRequest>(validator, `${SCHEMA}#/$defs/NewEvent`, raw);
-      const result = await publishAs(events, access, p, body, key);
+      const result = await publishKeyed(events, p.projectId, key || undefined, () =>
+        publishAs(events, access, p, bodyAs<PublishRequest>(validator, `${SCHEMA}#/$defs/NewEvent`, raw), key),
+      );
       if (result.duplicate) {
         ctx.status = 200;
         ctx.body = { id: result.id, duplicate: true };

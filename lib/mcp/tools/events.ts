@@ -2,7 +2,7 @@
 // publish_event, the twin of POST /events, with the same checks in the same order.
 import type { Access } from '../../auth/access.ts';
 import type { EventLog } from '../../events/log.ts';
-import { publishAs, type PublishRequest } from '../../events/publish-as.ts';
+import { publishAs, publishKeyed, type PublishRequest } from '../../events/publish-as.ts';
 import { filterFor, startPosition, type EventsQuery } from '../../events/query.ts';
 import { tool, type Tool } from '../tool.ts';
 
@@ -38,9 +38,7 @@ export function eventTools(access: Access, events: EventLog): Tool[] {
       input: 'PublishEventInput',
       async run(p, body) {
         const key = body.idempotencyKey;
-        const first = key ? await events.keyed(p.projectId, key) : null;
-        if (first) return { structured: { id: first.id, duplicate: true }, text: `Already published as ${first.id}.` };
-        const result = await publishAs(events, access, p, body, key);
+        const result = await publishKeyed(events, p.projectId, key, () => publishAs(events, access, p, body, key));
         if (result.duplicate) return { structured: { id: result.id, duplicate: true }, text: `Already published as ${result.id}.` };
         return { structured: { id: result.id, cursor: result.cursor, duplicate: false }, text: `Published ${result.id}.` };
       },
