@@ -32,6 +32,8 @@ import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
+/** `--throughput-only`: just (2), e.g. to profile it alone. */
+const THROUGHPUT_ONLY = args.has('--throughput-only');
 const ROUNDS = QUICK ? 1 : 3;
 const RATE = 200;
 const SECONDS = QUICK ? 4 : 10;
@@ -279,14 +281,18 @@ async function main(): Promise<void> {
   const bare: number[] = [];
   try {
     for (let round = 1; round <= ROUNDS; round++) {
-      log(`round ${round}: latency`);
-      calm.push(await latency(s, rx, false));
+      if (!THROUGHPUT_ONLY) {
+        log(`round ${round}: latency`);
+        calm.push(await latency(s, rx, false));
+      }
       log(`round ${round}: throughput`);
       const t = await throughput(s, rx);
       rates.push(t.rate);
       bare.push(await bareLoop(rx, t.bodies));
-      log(`round ${round}: latency with a hanging endpoint`);
-      hung.push(await latency(s, rx, true));
+      if (!THROUGHPUT_ONLY) {
+        log(`round ${round}: latency with a hanging endpoint`);
+        hung.push(await latency(s, rx, true));
+      }
     }
   } finally {
     await s.stop();
