@@ -16,6 +16,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Access, Principal } from '../auth/access.ts';
+import type { Cursors } from '../events/cursor.ts';
 import type { EventLog } from '../events/log.ts';
 import { SYSTEM_ACTOR } from '../events/log.ts';
 import type { EventFilter } from '../events/query.ts';
@@ -55,11 +56,34 @@ const MAX_IN_FLIGHT = 512;
 /** New events are read this long after the first of them arrives, with those arriving meanwhile. */
 const WAKE_DELAY_MS = 5;
 /** Outcomes are written this long after an attempt ends, with those of every attempt ending meanwhile. */
-const FLUSH_DELAY_MS = 5;
+const FLUSH_DELAY_MS = 20;
+/**
+ * An endpoint's deliveries are leased (when enqueued, or claimed) in batches of what it gets
+ * through in this long at its recent pace: a fast receiver costs one claim per batch, not one
+ * per attempt, and a slow one holds no more than twice its cap.
+ */
+const PACE_WINDOW_MS = 100;
+/** The most an endpoint's batch holds. */
+const MAX_BATCH = 256;
+/** How often an endpoint's pace is measured again. */
+const PACE_EVERY_MS = 250;
 /** A token's standing is read again after this long (revocation reaches deliveries within it). */
 const PRINCIPAL_TTL_MS = 1000;
 
 type DisableReason = 'failing' | 'gone' | 'token';
+
+/** A leased delivery waiting for room under its endpoint's cap, and until when its lease holds. */
+interface Held {
+  d: DeliveryRecord;
+  until: number;
+}
+
+/** Attempts an endpoint has ended since `since`, and its pace measured before. */
+interface Pace {
+  ended: number;
+  since: number;
+  perSecond: number;
+}
 
 interface Standing {
   principal: Principal | null;
@@ -88,8 +112,10 @@ export class WebhookDispatcher {
   private settling = false;
   private refilling = false;
   private waking = false;
-  /** Claimed deliveries waiting for room under their endpoint's cap. */
-  private readonly queued = new Map<string, DeliveryRecord[]>();
+  /** Leased deliveries waiting for room under their endpoint's cap. */
+  private readonly queued = new Map<string, Held[]>();
+  private readonly paces = new Map<string, Pace>();
+  private cursorCodec: Cursors | null = null;
   private readonly woken = new Set<string>();
   private pumpAgain = false;
   private timer: NodeJS.Timeout | null = null;
@@ -133,7 +159,7 @@ export class WebhookDispatcher {
     this.stopping.abort();
     await Promise.allSettled([...this.attempts]);
     // Claimed but never started: handed back for another process.
-    for (const q of this.queued.values()) for (const d of q) this.outcomes.push(this.released(d));
+    for (const q of this.queued.values()) for (const h of q) this.outcomes.push(this.released(h.d));
     this.queued.clear();
     await this.flush();
   }
@@ -194,8 +220,8 @@ export class WebhookDispatcher {
         void this.flush();
       }, FLUSH_DELAY_MS).unref();
     }
-    // Claimed in batches: only once what the endpoint holds is down to its cap (half its room).
-    if (!this.refilling && this.held(endpointId) <= this.o.settings.concurrency) {
+    // Claimed in batches: only once what the endpoint holds is down to half a batch.
+    if (!this.refilling && this.held(endpointId) <= this.batchOf(endpointId) / 2) {
       this.refilling = true;
       setImmediate(() => {
         this.refilling = false;
@@ -237,9 +263,14 @@ export class WebhookDispatcher {
       if (read.scannedTo <= e.position) return;
       const at = this.now();
       const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type, event: ev.json }));
-      if (await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at)) {
+      // What there is room for is leased to this process as it is made, and sent without a claim.
+      const room = Math.min(this.batchOf(id) - this.held(id), MAX_IN_FLIGHT - this.heldTotal(), deliveries.length);
+      const until = at + this.o.settings.leaseMs;
+      const leased = await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at, room > 0 ? { owner: this.owner, until, count: room } : undefined);
+      if (leased) {
         this.endpoints.set(id, { ...e, position: read.scannedTo });
-        if (deliveries.length > 0) void this.pump();
+        this.hold(leased, until);
+        if (deliveries.length > leased.length) void this.pump();
       } else {
         // Another process moved it on, or a replay rewound it: read where it stands now.
         const fresh = await this.o.store.get(e.projectId, e.id);
@@ -292,18 +323,13 @@ export class WebhookDispatcher {
       do {
         this.pumpAgain = false;
         while (!this.closed && this.heldTotal() < MAX_IN_FLIGHT) {
-          // Twice the cap: the next ones wait here, ready to start the moment an attempt ends.
-          const room = 2 * this.o.settings.concurrency;
-          const endpoints = [...this.endpoints.keys()].map((id) => ({ id, limit: room - this.held(id) })).filter((e) => e.limit > 0);
+          // A batch each: the next ones wait here, ready to start the moment an attempt ends.
+          const endpoints = [...this.endpoints.keys()].map((id) => ({ id, limit: this.batchOf(id) - this.held(id) })).filter((e) => e.limit > 0);
           if (endpoints.length === 0) break;
           const now = this.now();
-          const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil: now + this.o.settings.leaseMs, endpoints });
-          for (const d of claimed) {
-            const q = this.queued.get(d.endpointId);
-            if (q) q.push(d);
-            else this.queued.set(d.endpointId, [d]);
-          }
-          for (const id of new Set(claimed.map((d) => d.endpointId))) this.drain(id);
+          const leaseUntil = now + this.o.settings.leaseMs;
+          const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil, endpoints });
+          this.hold(claimed, leaseUntil);
           if (claimed.length === 0) break;
         }
       } while (this.pumpAgain && !this.closed);
@@ -314,7 +340,39 @@ export class WebhookDispatcher {
     }
   }
 
-  /** Deliveries of an endpoint this process holds: under way, and claimed waiting to start. */
+  /** Leased deliveries to send: queued by endpoint, started while there is room. */
+  private hold(leased: readonly DeliveryRecord[], until: number): void {
+    for (const d of leased) {
+      const q = this.queued.get(d.endpointId);
+      if (q) q.push({ d, until });
+      else this.queued.set(d.endpointId, [{ d, until }]);
+    }
+    for (const id of new Set(leased.map((d) => d.endpointId))) this.drain(id);
+  }
+
+  /** How many deliveries an endpoint's batch holds: what it gets through in PACE_WINDOW_MS, at least twice its cap. */
+  private batchOf(id: string): number {
+    const perSecond = this.paces.get(id)?.perSecond ?? 0;
+    return Math.min(MAX_BATCH, Math.max(2 * this.o.settings.concurrency, Math.ceil((perSecond * PACE_WINDOW_MS) / 1000)));
+  }
+
+  /** An attempt of the endpoint ended: its pace, measured every PACE_EVERY_MS. */
+  private paced(id: string): void {
+    const now = this.now();
+    const p = this.paces.get(id);
+    if (!p) {
+      this.paces.set(id, { ended: 1, since: now, perSecond: 0 });
+      return;
+    }
+    p.ended++;
+    if (now - p.since >= PACE_EVERY_MS) {
+      p.perSecond = (p.ended * 1000) / (now - p.since);
+      p.ended = 0;
+      p.since = now;
+    }
+  }
+
+  /** Deliveries of an endpoint this process holds: under way, and leased waiting to start. */
   private held(id: string): number {
     return (this.inFlight.get(id) ?? 0) + (this.queued.get(id)?.length ?? 0);
   }
@@ -329,8 +387,10 @@ export class WebhookDispatcher {
   private drain(id: string): void {
     const q = this.queued.get(id);
     while (q && q.length > 0 && (this.inFlight.get(id) ?? 0) < this.o.settings.concurrency) {
-      const d = q.shift()!;
-      if (this.closed) this.outcomes.push(this.released(d));
+      const { d, until } = q.shift()!;
+      // Not started with less of its lease left than an attempt may take (another process could
+      // claim it meanwhile): handed back, to be claimed afresh.
+      if (this.closed || until - this.now() <= this.o.settings.timeoutMs) this.outcomes.push(this.released(d));
       else this.launch(d);
     }
     if (q && q.length === 0) this.queued.delete(id);
@@ -353,6 +413,7 @@ export class WebhookDispatcher {
         else this.inFlight.set(d.endpointId, n);
         this.inFlightTotal--;
         this.attempts.delete(run);
+        this.paced(d.endpointId);
         this.drain(d.endpointId);
         this.settled(d.endpointId);
       });
@@ -405,7 +466,8 @@ export class WebhookDispatcher {
 
   /** The body as sent: `{type, timestamp, data}`, data being the event as GET /events serves it plus its cursor. */
   private async body(d: DeliveryRecord, event: { time?: unknown }): Promise<string> {
-    const cursor = (await this.o.events.cursors()).encode(d.projectId, d.position);
+    this.cursorCodec ??= await this.o.events.cursors();
+    const cursor = this.cursorCodec.encode(d.projectId, d.position);
     const time = typeof event.time === 'string' ? event.time : new Date(this.now()).toISOString();
     return webhookBody(d.type, time, { ...event, cursor });
   }
