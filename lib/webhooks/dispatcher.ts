@@ -20,7 +20,7 @@ import type { Cursors } from '../events/cursor.ts';
 import type { EventLog } from '../events/log.ts';
 import { SYSTEM_ACTOR } from '../events/log.ts';
 import type { EventFilter } from '../events/query.ts';
-import type { Visibility } from '../events/types.ts';
+import type { StoredEvent, Visibility } from '../events/types.ts';
 import type { Config } from '../config.ts';
 import { NO_METRICS, type WebhookMetrics } from '../metrics.ts';
 import type { WebhookEndpoints } from './endpoints.ts';
@@ -72,10 +72,11 @@ const PRINCIPAL_TTL_MS = 1000;
 
 type DisableReason = 'failing' | 'gone' | 'token';
 
-/** A leased delivery waiting for room under its endpoint's cap, and until when its lease holds. */
+/** A leased delivery waiting for room under its endpoint's cap, until when its lease holds, and its event's JSON (null: no longer in the log). */
 interface Held {
   d: DeliveryRecord;
   until: number;
+  event: string | null;
 }
 
 /** Attempts an endpoint has ended since `since`, and its pace measured before. */
@@ -262,14 +263,14 @@ export class WebhookDispatcher {
       const read = await this.o.events.backfill(filter, e.position, READ_BATCH);
       if (read.scannedTo <= e.position) return;
       const at = this.now();
-      const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type, event: ev.json }));
+      const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
       // What there is room for is leased to this process as it is made, and sent without a claim.
       const room = Math.min(this.batchOf(id) - this.held(id), MAX_IN_FLIGHT - this.heldTotal(), deliveries.length);
       const until = at + this.o.settings.leaseMs;
       const leased = await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at, room > 0 ? { owner: this.owner, until, count: room } : undefined);
       if (leased) {
         this.endpoints.set(id, { ...e, position: read.scannedTo });
-        this.hold(leased, until);
+        await this.hold(leased, until, read.events);
         if (deliveries.length > leased.length) void this.pump();
       } else {
         // Another process moved it on, or a replay rewound it: read where it stands now.
@@ -329,7 +330,7 @@ export class WebhookDispatcher {
           const now = this.now();
           const leaseUntil = now + this.o.settings.leaseMs;
           const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil, endpoints });
-          this.hold(claimed, leaseUntil);
+          await this.hold(claimed, leaseUntil);
           if (claimed.length === 0) break;
         }
       } while (this.pumpAgain && !this.closed);
@@ -340,12 +341,29 @@ export class WebhookDispatcher {
     }
   }
 
-  /** Leased deliveries to send: queued by endpoint, started while there is room. */
-  private hold(leased: readonly DeliveryRecord[], until: number): void {
+  /**
+   * Leased deliveries to send: their events read from the log (one read per project for the
+   * batch, none for those just read), queued by endpoint, started while there is room.
+   */
+  private async hold(leased: readonly DeliveryRecord[], until: number, read: readonly StoredEvent[] = []): Promise<void> {
+    if (leased.length === 0) return;
+    const events = new Map<string, string>();
+    for (const ev of read) events.set(`${ev.projectId} ${ev.position}`, ev.json);
+    const wanted = new Map<string, number[]>();
     for (const d of leased) {
+      if (events.has(`${d.projectId} ${d.position}`)) continue;
+      const list = wanted.get(d.projectId);
+      if (list) list.push(d.position);
+      else wanted.set(d.projectId, [d.position]);
+    }
+    for (const [projectId, positions] of wanted) {
+      for (const ev of await this.o.events.atPositions(projectId, positions)) events.set(`${ev.projectId} ${ev.position}`, ev.json);
+    }
+    for (const d of leased) {
+      const h = { d, until, event: events.get(`${d.projectId} ${d.position}`) ?? null };
       const q = this.queued.get(d.endpointId);
-      if (q) q.push({ d, until });
-      else this.queued.set(d.endpointId, [{ d, until }]);
+      if (q) q.push(h);
+      else this.queued.set(d.endpointId, [h]);
     }
     for (const id of new Set(leased.map((d) => d.endpointId))) this.drain(id);
   }
@@ -387,19 +405,21 @@ export class WebhookDispatcher {
   private drain(id: string): void {
     const q = this.queued.get(id);
     while (q && q.length > 0 && (this.inFlight.get(id) ?? 0) < this.o.settings.concurrency) {
-      const { d, until } = q.shift()!;
+      const h = q.shift()!;
+      const { d, until } = h;
       // Not started with less of its lease left than an attempt may take (another process could
       // claim it meanwhile): handed back, to be claimed afresh.
       if (this.closed || until - this.now() <= this.o.settings.timeoutMs) this.outcomes.push(this.released(d));
-      else this.launch(d);
+      else this.launch(h);
     }
     if (q && q.length === 0) this.queued.delete(id);
   }
 
-  private launch(d: DeliveryRecord): void {
+  private launch(h: Held): void {
+    const d = h.d;
     this.inFlight.set(d.endpointId, (this.inFlight.get(d.endpointId) ?? 0) + 1);
     this.inFlightTotal++;
-    const run = this.attempt(d)
+    const run = this.attempt(d, h.event)
       .then((outcome) => {
         this.outcomes.push(outcome);
       })
@@ -420,7 +440,7 @@ export class WebhookDispatcher {
     this.attempts.add(run);
   }
 
-  private async attempt(d: DeliveryRecord): Promise<DeliveryOutcome> {
+  private async attempt(d: DeliveryRecord, json: string | null): Promise<DeliveryOutcome> {
     const base = { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner };
     const e = this.endpoints.get(d.endpointId) ?? (await this.o.store.get(d.projectId, d.endpointId));
     const release = (): DeliveryOutcome => this.released(d);
@@ -430,7 +450,11 @@ export class WebhookDispatcher {
       await this.disable(e, 'token', 'the token that created it was revoked or expired');
       return release();
     }
-    const event = JSON.parse(d.event) as { containerid?: unknown; time?: unknown };
+    if (json === null) {
+      this.metrics.attempted('failed');
+      return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: 'the event is no longer in the log', ms: null, receiver: null };
+    }
+    const event = JSON.parse(json) as { containerid?: unknown; time?: unknown };
     if (typeof event.containerid === 'string' && !standing.readable.has(event.containerid)) {
       this.metrics.attempted('failed');
       return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: "the endpoint's token may no longer read this inbox", ms: null, receiver: null };

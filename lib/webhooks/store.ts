@@ -39,14 +39,15 @@ export type WebhookEndpointChange = Pick<WebhookEndpointRecord, 'url' | 'types' 
 /** `pending`: to be attempted (again) at `nextAttemptAt`; `delivered`: a 2xx; `failed`: given up. */
 export type DeliveryState = 'pending' | 'delivered' | 'failed';
 
-/** One event to send to one endpoint: made when the dispatcher reads past the endpoint's position. */
+/**
+ * One event to send to one endpoint: made when the dispatcher reads past the endpoint's position.
+ * It names the event by its log position; the body is read from the log when it is sent.
+ */
 export interface NewDelivery {
   eventId: string;
   /** The event's log position. */
   position: number;
   type: string;
-  /** The event as GET /events returns it (its JSON, served as is). */
-  event: string;
 }
 
 export interface DeliveryRecord extends NewDelivery {

@@ -16,8 +16,8 @@ import { changed, inTransaction, rowOf, rowsOf, statements } from './sql.ts';
 const stmt = statements('webhooks');
 
 // One statement for the batch; a replay makes a delivery already there pending afresh (leased as a new one is).
-const ADD_DELIVERIES = `INSERT INTO webhook_deliveries (endpoint_id, event_id, position, project_id, type, event, next_attempt_at, created_at, updated_at, lease_owner, lease_until)
-  SELECT $1, e, p, $2, t, b, $3, $3, $3, $8::text, $9::bigint FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS x(e, p, t, b)
+const ADD_DELIVERIES = `INSERT INTO webhook_deliveries (endpoint_id, event_id, position, project_id, type, next_attempt_at, created_at, updated_at, lease_owner, lease_until)
+  SELECT $1, e, p, $2, t, $3, $3, $3, $7::text, $8::bigint FROM unnest($4::text[], $5::bigint[], $6::text[]) AS x(e, p, t)
   ON CONFLICT (endpoint_id, event_id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
     lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at`;
 const n = WEBHOOK_CHANGE_COLUMNS.length;
@@ -42,7 +42,7 @@ const S = {
   // Not updated_at: that says when the endpoint was last changed, not how far it has been served.
   move: stmt('move', 'UPDATE webhook_endpoints SET position = $1 WHERE id = $2 AND position = $3 RETURNING project_id'),
   addDeliveries: stmt('addDeliveries', ADD_DELIVERIES),
-  // The same, leased to $8 until $9 as they are made, and returned.
+  // The same, leased to $7 until $8 as they are made, and returned.
   addLeased: stmt('addLeased', `${ADD_DELIVERIES} RETURNING *`),
   rewind: stmt('rewind', 'UPDATE webhook_endpoints SET position = least(position, $1), updated_at = $2 WHERE id = $3 AND project_id = $4 RETURNING *'),
   // Each named enabled endpoint's due rows through its index (LATERAL), locked SKIP LOCKED: a
@@ -141,7 +141,7 @@ export class PgWebhookStore implements WebhookStore {
     return inTransaction(this.pool, async (c) => {
       const moved = await rowOf<{ project_id: string }>(c, S.move([to, endpointId, from]));
       if (!moved) return null;
-      const values = (list: readonly NewDelivery[]) => [endpointId, moved.project_id, at, list.map((d) => d.eventId), list.map((d) => d.position), list.map((d) => d.type), list.map((d) => d.event)];
+      const values = (list: readonly NewDelivery[]) => [endpointId, moved.project_id, at, list.map((d) => d.eventId), list.map((d) => d.position), list.map((d) => d.type)];
       const count = lease ? Math.min(lease.count, deliveries.length) : 0;
       const leased = count > 0 ? await rowsOf<DeliveryRow>(c, S.addLeased([...values(deliveries.slice(0, count)), lease!.owner, lease!.until])) : [];
       if (deliveries.length > count) await c.query(S.addDeliveries([...values(deliveries.slice(count)), null, null]));
