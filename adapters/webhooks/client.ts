@@ -270,6 +270,21 @@ export function refusal(address: string, allow: readonly Cidr[] = []): string | 
   return null;
 }
 
+const verdicts = new WeakMap<readonly Cidr[], Map<string, string | null>>();
+
+/** refusal(), remembered per allow list: the same address is checked for every delivery to it. */
+function refusalOf(address: string, allow: readonly Cidr[]): string | null {
+  let known = verdicts.get(allow);
+  if (!known) verdicts.set(allow, (known = new Map()));
+  let why = known.get(address);
+  if (why === undefined) {
+    why = refusal(address, allow);
+    if (known.size >= 4096) known.clear();
+    known.set(address, why);
+  }
+  return why;
+}
+
 const systemResolver: Resolver = (hostname) => dns.lookup(hostname, { all: true, verbatim: true });
 
 /** Retry-After as seconds from now: a number of seconds, or an HTTP date. */
@@ -330,7 +345,7 @@ function parseTarget(url: string): Target | WebhookClientError {
 /** The address to connect to for `host`, every address it resolves to having been checked. */
 async function pin(host: string, allow: readonly Cidr[], options: WebhookPostOptions, deadline: AbortSignal, timedOut: () => WebhookClientError): Promise<ResolvedAddress> {
   if (isIP(host) !== 0) {
-    const why = refusal(host, allow);
+    const why = refusalOf(host, allow);
     if (why !== null) throw new WebhookClientError('refused-address', `${host}: ${why}`, host);
     return { address: host, family: isIP(host) };
   }
@@ -351,7 +366,7 @@ async function pin(host: string, allow: readonly Cidr[], options: WebhookPostOpt
   if (addresses.length === 0) throw new WebhookClientError('dns', `${host} resolves to no address`);
   // Every address, not just the one used: a name must not be able to point inside at all.
   for (const a of addresses) {
-    const why = refusal(a.address, allow);
+    const why = refusalOf(a.address, allow);
     if (why !== null) throw new WebhookClientError('refused-address', `${host} resolves to ${a.address}: ${why}`, a.address);
   }
   const pinned = { address: addresses[0]!.address, family: addresses[0]!.family };

@@ -25,7 +25,7 @@ import type { Config } from '../config.ts';
 import { NO_METRICS, type WebhookMetrics } from '../metrics.ts';
 import type { WebhookEndpoints } from './endpoints.ts';
 import { nextAttempt } from './retry.ts';
-import { deliveryHeaders, webhookBody } from './signature.ts';
+import { deliveryHeaders, webhookBody, webhookBodyOf } from './signature.ts';
 import type { DeliveryOutcome, DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './store.ts';
 
 /** What one POST to a receiver came to (adapters/webhooks/client.ts postWebhook, bound to its settings). */
@@ -459,7 +459,7 @@ export class WebhookDispatcher {
       this.metrics.attempted('failed');
       return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: "the endpoint's token may no longer read this inbox", ms: null, receiver: null };
     }
-    const body = await this.body(d, event);
+    const body = await this.body(d, json, event);
     const headers = deliveryHeaders(this.secretsOf(e), d.eventId, body, new Date(this.now()));
     const r = await this.o.post(e.url, headers, body, this.stopping.signal);
     if (!r.ok && r.cancelled) return release();
@@ -489,10 +489,12 @@ export class WebhookDispatcher {
   }
 
   /** The body as sent: `{type, timestamp, data}`, data being the event as GET /events serves it plus its cursor. */
-  private async body(d: DeliveryRecord, event: { time?: unknown }): Promise<string> {
+  private async body(d: DeliveryRecord, json: string, event: { time?: unknown; cursor?: unknown }): Promise<string> {
     this.cursorCodec ??= await this.o.events.cursors();
     const cursor = this.cursorCodec.encode(d.projectId, d.position);
     const time = typeof event.time === 'string' ? event.time : new Date(this.now()).toISOString();
+    // The log's JSON is JSON.stringify's: the cursor is added to its end, not by parsing and writing it again.
+    if (event.cursor === undefined && json.endsWith('}')) return webhookBodyOf(d.type, time, `${json.slice(0, -1)}${json === '{}' ? '' : ','}"cursor":${JSON.stringify(cursor)}}`);
     return webhookBody(d.type, time, { ...event, cursor });
   }
 
