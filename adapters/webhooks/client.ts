@@ -6,7 +6,7 @@
 // read. Failures are a WebhookClientError saying why; the dispatcher maps them to its retries.
 import { promises as dns } from 'node:dns';
 import { BlockList, isIP } from 'node:net';
-import { buildConnector, Pool } from 'undici';
+import { buildConnector, Pool, type Dispatcher } from 'undici';
 import type { Cidr } from '../../lib/config.ts';
 import type { Poster } from '../../lib/webhooks/dispatcher.ts';
 
@@ -342,22 +342,64 @@ function parseTarget(url: string): Target | WebhookClientError {
   return { url: target, isHttps: target.protocol === 'https:', host, path: `${target.pathname}${target.search}` };
 }
 
-/** The address to connect to for `host`, every address it resolves to having been checked. */
-async function pin(host: string, allow: readonly Cidr[], options: WebhookPostOptions, deadline: AbortSignal, timedOut: () => WebhookClientError): Promise<ResolvedAddress> {
+/**
+ * One attempt's deadline and cancellation: one timer, and what to stop when either comes (the
+ * lookup waiting on `expired`, the request through `stop`).
+ */
+class Attempt {
+  private readonly timer: NodeJS.Timeout;
+  private readonly cancel = (): void => this.end(new WebhookClientError('cancelled', 'the attempt was cancelled'));
+  private rejectExpired: ((err: WebhookClientError) => void) | null = null;
+  /** Set by the request under way: abandons it with the error. */
+  stop: ((err: WebhookClientError) => void) | null = null;
+  over: WebhookClientError | null = null;
+
+  constructor(
+    timeoutMs: number,
+    private readonly signal: AbortSignal | undefined,
+  ) {
+    this.timer = setTimeout(() => this.end(new WebhookClientError('timeout', `no answer within ${timeoutMs} ms`)), timeoutMs);
+    if (signal?.aborted) this.over = new WebhookClientError('cancelled', 'the attempt was cancelled');
+    else signal?.addEventListener('abort', this.cancel, { once: true });
+  }
+
+  /** Rejects when the attempt's time is up (for racing the lookup). */
+  expired(): Promise<never> {
+    return new Promise<never>((_, reject) => {
+      if (this.over) reject(this.over);
+      else this.rejectExpired = reject;
+    });
+  }
+
+  private end(err: WebhookClientError): void {
+    if (this.over) return;
+    this.over = err;
+    this.rejectExpired?.(err);
+    this.stop?.(err);
+  }
+
+  /** The attempt is over, however: the timer and the listener go. */
+  close(): void {
+    clearTimeout(this.timer);
+    this.signal?.removeEventListener('abort', this.cancel);
+  }
+}
+
+/** The address to connect to for `host`, every address it resolves to having been checked: at once when known, else a promise. */
+function pin(host: string, allow: readonly Cidr[], options: WebhookPostOptions, attempt: Attempt): ResolvedAddress | Promise<ResolvedAddress> {
   if (isIP(host) !== 0) {
     const why = refusalOf(host, allow);
     if (why !== null) throw new WebhookClientError('refused-address', `${host}: ${why}`, host);
     return { address: host, family: isIP(host) };
   }
-  const known = options.verdicts?.get(allow, host);
-  if (known) return known;
+  return options.verdicts?.get(allow, host) ?? resolveAndCheck(host, allow, options, attempt);
+}
+
+async function resolveAndCheck(host: string, allow: readonly Cidr[], options: WebhookPostOptions, attempt: Attempt): Promise<ResolvedAddress> {
   const resolving = (options.resolve ?? systemResolver)(host);
   let addresses: ResolvedAddress[];
   try {
-    addresses = await Promise.race([
-      resolving,
-      new Promise<never>((_, reject) => deadline.addEventListener('abort', () => reject(timedOut()), { once: true })),
-    ]);
+    addresses = await Promise.race([resolving, attempt.expired()]);
   } catch (err) {
     if (err instanceof WebhookClientError) throw err;
     const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
@@ -380,82 +422,94 @@ async function pin(host: string, allow: readonly Cidr[], options: WebhookPostOpt
  */
 export async function postWebhook(url: string, options: WebhookPostOptions): Promise<WebhookResponse> {
   const started = performance.now();
-  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
-  const allow = options.allow ?? [];
   const target = targetOf(url);
-
-  // The attempt's one timer: it aborts whatever stage the attempt is at.
-  const deadline = new AbortController();
-  const timer = setTimeout(() => deadline.abort(), timeoutMs);
-  const cancel = (): void => deadline.abort();
-  options.signal?.addEventListener('abort', cancel, { once: true });
-  const timedOut = (): WebhookClientError =>
-    options.signal?.aborted ? new WebhookClientError('cancelled', 'the attempt was cancelled') : new WebhookClientError('timeout', `no answer within ${timeoutMs} ms`);
+  const allow = options.allow ?? [];
+  // The attempt's one timer: it ends whatever stage the attempt is at.
+  const attempt = new Attempt(options.timeoutMs ?? DEFAULT_TIMEOUT_MS, options.signal);
   let own: Pool | null = null;
   try {
-    const pinned = await pin(target.host, allow, options, deadline.signal, timedOut);
-    if (deadline.signal.aborted) throw timedOut();
+    const known = pin(target.host, allow, options, attempt);
+    const pinned = known instanceof Promise ? await known : known;
+    if (attempt.over) throw attempt.over;
     // Pooled only with connections to the very address checked for this attempt (WebhookConnections).
     const pool = options.connections ? options.connections.poolFor(target, pinned.address) : (own = connectTo(target, pinned.address, 1));
-    return await send(pool, target, pinned, options, maxBodyBytes, deadline.signal, timedOut, started);
+    return await send(pool, target, pinned, options, options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, attempt, started);
   } finally {
-    clearTimeout(timer);
-    options.signal?.removeEventListener('abort', cancel);
+    attempt.close();
     if (own) void own.destroy().catch(() => undefined);
   }
 }
 
-async function send(
-  pool: Pool,
-  target: Target,
-  pinned: ResolvedAddress,
-  options: WebhookPostOptions,
-  maxBodyBytes: number,
-  signal: AbortSignal,
-  timedOut: () => WebhookClientError,
-  started: number,
-): Promise<WebhookResponse> {
+/** The request itself, through undici's handler interface (no stream, no AbortSignal of its own per attempt). */
+function send(pool: Pool, target: Target, pinned: ResolvedAddress, options: WebhookPostOptions, maxBodyBytes: number, attempt: Attempt, started: number): Promise<WebhookResponse> {
   const body = Buffer.from(options.body);
   // Header names are case-insensitive: one of each, ours for the length.
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   for (const [name, value] of Object.entries(options.headers)) headers[name.toLowerCase()] = value;
   headers['content-length'] = String(body.length);
-  const failed = (err: unknown): WebhookClientError => {
-    if (signal.aborted) return timedOut();
-    return describe(causeOf(err), target.isHttps, pinned.address);
-  };
-  let response;
-  try {
-    // The deadline is the attempt's own timer (the signal); undici's are off.
-    response = await pool.request({ method: 'POST', path: target.path, headers, body, signal, headersTimeout: 0, bodyTimeout: 0 });
-  } catch (err) {
-    throw failed(err);
-  }
-  const chunks: Buffer[] = [];
-  let length = 0;
-  try {
-    for await (const chunk of response.body as AsyncIterable<Buffer>) {
-      chunks.push(chunk);
-      length += chunk.length;
-      // An answer longer than we read is not read on: that socket goes. One read to its end may be reused.
-      if (length >= maxBodyBytes) {
-        response.body.destroy();
-        break;
-      }
+  return new Promise<WebhookResponse>((resolve, reject) => {
+    let controller: Dispatcher.DispatchController | null = null;
+    let settled = false;
+    let status = 0;
+    let retryAfter: string | undefined;
+    const chunks: Buffer[] = [];
+    let length = 0;
+    const answer = (): void => {
+      if (settled) return;
+      settled = true;
+      resolve({
+        status,
+        retryAfterSeconds: parseRetryAfter(retryAfter),
+        bodySnippet: Buffer.concat(chunks).subarray(0, maxBodyBytes).toString('utf8'),
+        ms: Math.round(performance.now() - started),
+      });
+    };
+    const fail = (err: WebhookClientError): void => {
+      if (settled) return;
+      settled = true;
+      reject(err);
+    };
+    // The deadline or the caller: the attempt fails now, and the request goes (once it has started).
+    attempt.stop = (err) => {
+      fail(err);
+      controller?.abort(err);
+    };
+    try {
+      pool.dispatch(
+        { method: 'POST', path: target.path, headers, body, headersTimeout: 0, bodyTimeout: 0 },
+        {
+          onRequestStart(c) {
+            controller = c;
+            if (settled) c.abort(attempt.over ?? new Error('the attempt is over'));
+          },
+          onResponseStart(_c, statusCode, answerHeaders) {
+            status = statusCode;
+            const value = answerHeaders['retry-after'];
+            retryAfter = Array.isArray(value) ? value[0] : value;
+          },
+          onResponseData(c, chunk) {
+            chunks.push(chunk);
+            length += chunk.length;
+            // An answer longer than we read is not read on: that socket goes. One read to its end may be reused.
+            if (length >= maxBodyBytes) {
+              answer();
+              c.abort(new Error('the answer is longer than is read'));
+            }
+          },
+          onResponseEnd() {
+            answer();
+          },
+          onResponseError(_c, err) {
+            // Cut short by the receiver after its status: the status stands, with what arrived.
+            if (status !== 0) answer();
+            else fail(describe(causeOf(err), target.isHttps, pinned.address));
+          },
+        },
+      );
+    } catch (err) {
+      fail(describe(causeOf(err), target.isHttps, pinned.address));
     }
-  } catch (err) {
-    // Cut short by the receiver: its status still stands, with what arrived; not so a deadline.
-    if (signal.aborted) throw timedOut();
-    void err;
-  }
-  const retryAfter = response.headers['retry-after'];
-  return {
-    status: response.statusCode,
-    retryAfterSeconds: parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter),
-    bodySnippet: Buffer.concat(chunks).subarray(0, maxBodyBytes).toString('utf8'),
-    ms: Math.round(performance.now() - started),
-  };
+  });
 }
 
 /** undici wraps some socket errors; the socket's own says what happened. */
