@@ -471,6 +471,7 @@ function send(pool: Pool, target: Target, pinned: ResolvedAddress, options: Webh
     };
     // The deadline or the caller: the attempt fails now, and the request goes (once it has started).
     attempt.stop = (err) => {
+      if (settled) return;
       fail(err);
       controller?.abort(err);
     };

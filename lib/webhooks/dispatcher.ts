@@ -182,6 +182,7 @@ export class WebhookDispatcher {
     const next = new Map<string, WebhookEndpointRecord>();
     for (const e of all) if (e.disabledAt === null) next.set(e.id, e);
     this.endpoints = next;
+    for (const id of this.paces.keys()) if (!next.has(id)) this.paces.delete(id);
     const projects = new Set([...next.values()].map((e) => e.projectId));
     for (const [project, off] of this.subscriptions) {
       if (!projects.has(project)) {
