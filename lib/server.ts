@@ -70,7 +70,7 @@ import { seal } from './mail/seal.ts';
 import { BounceMatcher } from './send/bounces.ts';
 import { WebhookEndpoints } from './webhooks/endpoints.ts';
 import { WebhookDispatcher } from './webhooks/dispatcher.ts';
-import { WebhookConnections, webhookPoster } from '../adapters/webhooks/client.ts';
+import { AddressVerdicts, WebhookConnections, webhookPoster } from '../adapters/webhooks/client.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
 import { Metrics, NO_METRICS, type Recorders } from './metrics.ts';
 import { listenMetrics, type MetricsServer } from './http/metrics-server.ts';
@@ -275,7 +275,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
 
   // Webhooks: endpoints managed through the API, deliveries sent by the dispatcher.
   const webhookConnections = new WebhookConnections();
-  const postWebhook = webhookPoster({ allow: config.webhookAllow, timeoutMs: config.webhooks.timeoutMs, connections: webhookConnections });
+  // A name's checked address is kept 5 s: a DNS change is seen that soon, and each attempt is not a lookup.
+  const postWebhook = webhookPoster({ allow: config.webhookAllow, timeoutMs: config.webhooks.timeoutMs, connections: webhookConnections, verdicts: new AddressVerdicts(5000) });
   let dispatcher: WebhookDispatcher | null = null;
   const webhookEndpoints = new WebhookEndpoints({
     store: store.webhooks,

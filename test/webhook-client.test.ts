@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { cidrList, ConfigError, loadConfig } from '../lib/config.ts';
 import {
+  AddressVerdicts,
   parseRetryAfter,
   postWebhook,
   refusal,
@@ -394,6 +395,8 @@ describe('webhooks: the delivery client', () => {
         const resolve = scripted({ 'pool.example.test': [['127.0.0.1'], ['127.0.0.1'], ['::1'], ['10.0.0.1']] });
         const url = `http://pool.example.test:${port}/hook`;
         expect((await post(url, { resolve, allow, connections: pool })).bodySnippet).to.match(/127\.0\.0\.1$/);
+        // undici hands a connection back to its pool on the turn after the answer is read.
+        await new Promise((resolve) => setImmediate(resolve));
         expect((await post(url, { resolve, allow, connections: pool })).bodySnippet).to.match(/127\.0\.0\.1$/);
         expect(connections, 'the second attempt reused the first connection').to.equal(1);
         // Rebound: a new connection, to the new checked address.
@@ -408,6 +411,24 @@ describe('webhooks: the delivery client', () => {
         server.closeAllConnections();
         await new Promise<void>((resolve) => server.close(() => resolve()));
       }
+    });
+
+    it('with verdicts kept, resolves a name once per TTL and per allow list, and sees a change after it', async () => {
+      const live = await start((_req, res) => res.end('ok'));
+      let clock = 0;
+      const verdicts = new AddressVerdicts(1000, () => clock);
+      const resolve = scripted({ 'kept.example.test': [['127.0.0.1'], ['10.0.0.1']] });
+      const url = `http://kept.example.test:${live.port}/`;
+      expect((await post(url, { resolve, verdicts })).status).to.equal(200);
+      expect((await post(url, { resolve, verdicts })).status).to.equal(200);
+      expect(resolve.calls, 'the second attempt used the kept verdict').to.have.length(1);
+      // Another allow list has verdicts of its own: under none, the name is refused.
+      expect((await failure(post(url, { resolve: scripted({ 'kept.example.test': [['127.0.0.1']] }), verdicts, allow: [] }))).reason).to.equal('refused-address');
+      clock = 1000;
+      // Past the TTL the name is resolved again, and its new address checked and refused.
+      expect((await failure(post(url, { resolve, verdicts }))).reason).to.equal('refused-address');
+      expect(resolve.calls).to.have.length(2);
+      expect(live.requests).to.have.length(2);
     });
 
     it('given a public address first and a private one after, it never goes to the private one', async () => {

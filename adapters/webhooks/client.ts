@@ -5,9 +5,8 @@
 // No redirect is followed, the whole attempt has one deadline, and at most 4 KB of the answer is
 // read. Failures are a WebhookClientError saying why; the dispatcher maps them to its retries.
 import { promises as dns } from 'node:dns';
-import http from 'node:http';
-import https from 'node:https';
-import { BlockList, isIP, type LookupFunction } from 'node:net';
+import { BlockList, isIP } from 'node:net';
+import { buildConnector, Pool, type Dispatcher } from 'undici';
 import type { Cidr } from '../../lib/config.ts';
 import type { Poster } from '../../lib/webhooks/dispatcher.ts';
 
@@ -56,6 +55,18 @@ export interface WebhookPostOptions {
   signal?: AbortSignal;
   /** Keep-alive connections per checked address; without it each attempt opens its own. */
   connections?: WebhookConnections;
+  /** Verdicts on names, kept a short while; without it every attempt resolves its host. */
+  verdicts?: AddressVerdicts;
+}
+
+/** A webhook URL, parsed and checked for its form (not yet its address). */
+interface Target {
+  url: URL;
+  isHttps: boolean;
+  /** The host without IPv6 brackets. */
+  host: string;
+  /** Path and query, as sent. */
+  path: string;
 }
 
 /**
@@ -65,34 +76,75 @@ export interface WebhookPostOptions {
  * connection could not go (a name rebound to another address gets another pool).
  */
 export class WebhookConnections {
-  private readonly agents = new Map<string, http.Agent>();
+  private readonly pools = new Map<string, Pool>();
 
   constructor(private readonly maxPools = 1024) {}
 
-  agentFor(isHttps: boolean, host: string, address: string): http.Agent {
-    const key = `${isHttps ? 'https' : 'http'} ${host} ${address}`;
-    let agent = this.agents.get(key);
-    if (agent) {
+  poolFor(target: Target, address: string): Pool {
+    const key = `${target.url.origin} ${address}`;
+    let pool = this.pools.get(key);
+    if (pool) {
       // Most recently used last: the first is the one to drop when there are too many.
-      this.agents.delete(key);
-      this.agents.set(key, agent);
-      return agent;
+      this.pools.delete(key);
+      this.pools.set(key, pool);
+      return pool;
     }
-    if (this.agents.size >= this.maxPools) {
-      const [oldest, pool] = this.agents.entries().next().value as [string, http.Agent];
-      pool.destroy();
-      this.agents.delete(oldest);
+    if (this.pools.size >= this.maxPools) {
+      const [oldest, idle] = this.pools.entries().next().value as [string, Pool];
+      void idle.close().catch(() => undefined);
+      this.pools.delete(oldest);
     }
-    // Idle sockets close after 30 s; the agent unrefs them, so they never hold the process up.
-    const options = { keepAlive: true, maxSockets: 64, maxFreeSockets: 16, timeout: 30_000 };
-    agent = isHttps ? new https.Agent(options) : new http.Agent(options);
-    this.agents.set(key, agent);
-    return agent;
+    pool = connectTo(target, address, 64);
+    this.pools.set(key, pool);
+    return pool;
   }
 
   close(): void {
-    for (const agent of this.agents.values()) agent.destroy();
-    this.agents.clear();
+    for (const pool of this.pools.values()) void pool.destroy().catch(() => undefined);
+    this.pools.clear();
+  }
+}
+
+/**
+ * A pool for the URL's origin whose every socket goes to `address`, whatever the name resolves
+ * to by then: undici sends the URL's host as Host and as TLS SNI (and checks the certificate
+ * against it), and connects where this says.
+ */
+function connectTo(target: Target, address: string, connections: number): Pool {
+  const connect = buildConnector({});
+  return new Pool(target.url.origin, {
+    connections,
+    // Idle sockets close after 30 s; undici unrefs idle ones, so they never hold the process up.
+    keepAliveTimeout: 30_000,
+    keepAliveMaxTimeout: 30_000,
+    connect: (options, callback) => connect({ ...options, hostname: address }, callback),
+  });
+}
+
+/**
+ * What a name resolved to and whether it may be called, kept `ttlMs` per allow list (a short
+ * while, so a change of DNS is seen soon). Connections still go only to the address the verdict
+ * checked: reuse saves the lookup, not the check.
+ */
+export class AddressVerdicts {
+  private readonly byAllow = new WeakMap<readonly Cidr[], Map<string, { at: number; pinned: ResolvedAddress }>>();
+
+  constructor(
+    readonly ttlMs = 5000,
+    private readonly now: () => number = Date.now,
+    private readonly max = 4096,
+  ) {}
+
+  get(allow: readonly Cidr[], host: string): ResolvedAddress | null {
+    const known = this.byAllow.get(allow)?.get(host);
+    return known && this.now() - known.at < this.ttlMs ? known.pinned : null;
+  }
+
+  set(allow: readonly Cidr[], host: string, pinned: ResolvedAddress): void {
+    let map = this.byAllow.get(allow);
+    if (!map) this.byAllow.set(allow, (map = new Map()));
+    if (map.size >= this.max) map.clear();
+    map.set(host, { at: this.now(), pinned });
   }
 }
 
@@ -185,15 +237,26 @@ function embeddedV4(address: string): string | null {
   return null;
 }
 
+const allowLists = new WeakMap<readonly Cidr[], BlockList>();
+
+/** The allow list as a BlockList, built once per list. */
+function allowList(allow: readonly Cidr[]): BlockList {
+  let list = allowLists.get(allow);
+  if (!list) {
+    list = new BlockList();
+    for (const c of allow) list.addSubnet(c.network, c.prefix, c.family);
+    allowLists.set(allow, list);
+  }
+  return list;
+}
+
 /** Why Postern will not call this address, or null when it will. */
 export function refusal(address: string, allow: readonly Cidr[] = []): string | null {
   const family = isIP(address);
   if (family === 0) return 'not an IP address';
   // A zone (fe80::1%eth0) names a local link; no public address needs one.
   if (address.includes('%')) return 'scoped to a local interface';
-  const allowed = new BlockList();
-  for (const c of allow) allowed.addSubnet(c.network, c.prefix, c.family);
-  if (allowed.check(address, family === 4 ? 'ipv4' : 'ipv6')) return null;
+  if (allowList(allow).check(address, family === 4 ? 'ipv4' : 'ipv6')) return null;
   if (family === 4) {
     for (const [list, why] of REFUSED_V4_LISTS) if (list.check(address, 'ipv4')) return why;
     return null;
@@ -205,6 +268,21 @@ export function refusal(address: string, allow: readonly Cidr[] = []): string | 
     if (why !== null) return `${why} (${inner} inside ${address})`;
   }
   return null;
+}
+
+const verdicts = new WeakMap<readonly Cidr[], Map<string, string | null>>();
+
+/** refusal(), remembered per allow list: the same address is checked for every delivery to it. */
+function refusalOf(address: string, allow: readonly Cidr[]): string | null {
+  let known = verdicts.get(allow);
+  if (!known) verdicts.set(allow, (known = new Map()));
+  let why = known.get(address);
+  if (why === undefined) {
+    why = refusal(address, allow);
+    if (known.size >= 4096) known.clear();
+    known.set(address, why);
+  }
+  return why;
 }
 
 const systemResolver: Resolver = (hostname) => dns.lookup(hostname, { all: true, verbatim: true });
@@ -231,152 +309,222 @@ function describe(err: NodeJS.ErrnoException, isHttps: boolean, address: string)
   return new WebhookClientError('connection', `connecting to ${address} failed: ${code || err.message}`, address);
 }
 
+const targets = new Map<string, Target | WebhookClientError>();
+
+/** The URL parsed and its form checked, once per URL (a URL is an endpoint's, used again and again). */
+function targetOf(url: string): Target {
+  let known = targets.get(url);
+  if (!known) {
+    known = parseTarget(url);
+    if (targets.size >= 4096) targets.clear();
+    targets.set(url, known);
+  }
+  if (known instanceof WebhookClientError) throw known;
+  return known;
+}
+
+function parseTarget(url: string): Target | WebhookClientError {
+  let target: URL;
+  try {
+    target = new URL(url);
+  } catch {
+    return new WebhookClientError('invalid-url', 'the webhook URL does not parse');
+  }
+  if ((target.protocol !== 'http:' && target.protocol !== 'https:') || target.hostname === '') {
+    return new WebhookClientError('invalid-url', 'a webhook URL is http:// or https:// with a host');
+  }
+  // Credentials in the URL would be sent to whoever answers; the secret signs instead.
+  if (target.username !== '' || target.password !== '') {
+    return new WebhookClientError('invalid-url', 'a webhook URL carries no user name or password');
+  }
+  // WHATWG URL has already turned 2130706433, 0x7f.1 and 017700000001 into 127.0.0.1.
+  const host = target.hostname.replace(/^\[|\]$/g, '');
+  return { url: target, isHttps: target.protocol === 'https:', host, path: `${target.pathname}${target.search}` };
+}
+
+/**
+ * One attempt's deadline and cancellation: one timer, and what to stop when either comes (the
+ * lookup waiting on `expired`, the request through `stop`).
+ */
+class Attempt {
+  private readonly timer: NodeJS.Timeout;
+  private readonly cancel = (): void => this.end(new WebhookClientError('cancelled', 'the attempt was cancelled'));
+  private rejectExpired: ((err: WebhookClientError) => void) | null = null;
+  /** Set by the request under way: abandons it with the error. */
+  stop: ((err: WebhookClientError) => void) | null = null;
+  over: WebhookClientError | null = null;
+
+  constructor(
+    timeoutMs: number,
+    private readonly signal: AbortSignal | undefined,
+  ) {
+    this.timer = setTimeout(() => this.end(new WebhookClientError('timeout', `no answer within ${timeoutMs} ms`)), timeoutMs);
+    if (signal?.aborted) this.over = new WebhookClientError('cancelled', 'the attempt was cancelled');
+    else signal?.addEventListener('abort', this.cancel, { once: true });
+  }
+
+  /** Rejects when the attempt's time is up (for racing the lookup). */
+  expired(): Promise<never> {
+    return new Promise<never>((_, reject) => {
+      if (this.over) reject(this.over);
+      else this.rejectExpired = reject;
+    });
+  }
+
+  private end(err: WebhookClientError): void {
+    if (this.over) return;
+    this.over = err;
+    this.rejectExpired?.(err);
+    this.stop?.(err);
+  }
+
+  /** The attempt is over, however: the timer and the listener go. */
+  close(): void {
+    clearTimeout(this.timer);
+    this.signal?.removeEventListener('abort', this.cancel);
+  }
+}
+
+/** The address to connect to for `host`, every address it resolves to having been checked: at once when known, else a promise. */
+function pin(host: string, allow: readonly Cidr[], options: WebhookPostOptions, attempt: Attempt): ResolvedAddress | Promise<ResolvedAddress> {
+  if (isIP(host) !== 0) {
+    const why = refusalOf(host, allow);
+    if (why !== null) throw new WebhookClientError('refused-address', `${host}: ${why}`, host);
+    return { address: host, family: isIP(host) };
+  }
+  return options.verdicts?.get(allow, host) ?? resolveAndCheck(host, allow, options, attempt);
+}
+
+async function resolveAndCheck(host: string, allow: readonly Cidr[], options: WebhookPostOptions, attempt: Attempt): Promise<ResolvedAddress> {
+  const resolving = (options.resolve ?? systemResolver)(host);
+  let addresses: ResolvedAddress[];
+  try {
+    addresses = await Promise.race([resolving, attempt.expired()]);
+  } catch (err) {
+    if (err instanceof WebhookClientError) throw err;
+    const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new WebhookClientError('dns', `resolving ${host} failed: ${code}`);
+  }
+  if (addresses.length === 0) throw new WebhookClientError('dns', `${host} resolves to no address`);
+  // Every address, not just the one used: a name must not be able to point inside at all.
+  for (const a of addresses) {
+    const why = refusalOf(a.address, allow);
+    if (why !== null) throw new WebhookClientError('refused-address', `${host} resolves to ${a.address}: ${why}`, a.address);
+  }
+  const pinned = { address: addresses[0]!.address, family: addresses[0]!.family };
+  options.verdicts?.set(allow, host, pinned);
+  return pinned;
+}
+
 /**
  * POST `body` to `url`, having checked where it goes. Resolves with the receiver's answer (any
  * status, a 3xx included: redirects are not followed); rejects with a WebhookClientError.
  */
 export async function postWebhook(url: string, options: WebhookPostOptions): Promise<WebhookResponse> {
   const started = performance.now();
-  const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
+  const target = targetOf(url);
   const allow = options.allow ?? [];
-
-  let target: URL;
+  // The attempt's one timer: it ends whatever stage the attempt is at.
+  const attempt = new Attempt(options.timeoutMs ?? DEFAULT_TIMEOUT_MS, options.signal);
+  let own: Pool | null = null;
   try {
-    target = new URL(url);
-  } catch {
-    throw new WebhookClientError('invalid-url', 'the webhook URL does not parse');
-  }
-  if ((target.protocol !== 'http:' && target.protocol !== 'https:') || target.hostname === '') {
-    throw new WebhookClientError('invalid-url', 'a webhook URL is http:// or https:// with a host');
-  }
-  // Credentials in the URL would be sent to whoever answers; the secret signs instead.
-  if (target.username !== '' || target.password !== '') {
-    throw new WebhookClientError('invalid-url', 'a webhook URL carries no user name or password');
-  }
-  const isHttps = target.protocol === 'https:';
-  // WHATWG URL has already turned 2130706433, 0x7f.1 and 017700000001 into 127.0.0.1.
-  const host = target.hostname.replace(/^\[|\]$/g, '');
-
-  const deadline = new AbortController();
-  const timer = setTimeout(() => deadline.abort(), timeoutMs);
-  const cancel = (): void => deadline.abort();
-  options.signal?.addEventListener('abort', cancel, { once: true });
-  const timedOut = (): WebhookClientError =>
-    options.signal?.aborted ? new WebhookClientError('cancelled', 'the attempt was cancelled') : new WebhookClientError('timeout', `no answer within ${timeoutMs} ms`);
-  try {
-    let pinned: ResolvedAddress;
-    if (isIP(host) !== 0) {
-      pinned = { address: host, family: isIP(host) };
-    } else {
-      const resolving = (options.resolve ?? systemResolver)(host);
-      let addresses: ResolvedAddress[];
-      try {
-        addresses = await Promise.race([
-          resolving,
-          new Promise<never>((_, reject) => deadline.signal.addEventListener('abort', () => reject(timedOut()), { once: true })),
-        ]);
-      } catch (err) {
-        if (err instanceof WebhookClientError) throw err;
-        const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
-        throw new WebhookClientError('dns', `resolving ${host} failed: ${code}`);
-      }
-      if (addresses.length === 0) throw new WebhookClientError('dns', `${host} resolves to no address`);
-      // Every address, not just the one used: a name must not be able to point inside at all.
-      for (const a of addresses) {
-        const why = refusal(a.address, allow);
-        if (why !== null) throw new WebhookClientError('refused-address', `${host} resolves to ${a.address}: ${why}`, a.address);
-      }
-      pinned = addresses[0]!;
-    }
-    const why = refusal(pinned.address, allow);
-    if (why !== null) throw new WebhookClientError('refused-address', `${pinned.address}: ${why}`, pinned.address);
-    if (deadline.signal.aborted) throw timedOut();
-    return await send(target, isHttps, pinned, options, maxBodyBytes, deadline.signal, timedOut, started);
+    const known = pin(target.host, allow, options, attempt);
+    const pinned = known instanceof Promise ? await known : known;
+    if (attempt.over) throw attempt.over;
+    // Pooled only with connections to the very address checked for this attempt (WebhookConnections).
+    const pool = options.connections ? options.connections.poolFor(target, pinned.address) : (own = connectTo(target, pinned.address, 1));
+    return await send(pool, target, pinned, options, options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES, attempt, started);
   } finally {
-    clearTimeout(timer);
-    options.signal?.removeEventListener('abort', cancel);
+    attempt.close();
+    if (own) void own.destroy().catch(() => undefined);
   }
 }
 
-function send(
-  target: URL,
-  isHttps: boolean,
-  pinned: ResolvedAddress,
-  options: WebhookPostOptions,
-  maxBodyBytes: number,
-  signal: AbortSignal,
-  timedOut: () => WebhookClientError,
-  started: number,
-): Promise<WebhookResponse> {
-  // Node resolves through this instead of DNS: it can only ever answer the checked address.
-  const lookup: LookupFunction = (_hostname, lookupOptions, callback) => {
-    if (lookupOptions.all) callback(null, [{ address: pinned.address, family: pinned.family }]);
-    else callback(null, pinned.address, pinned.family);
-  };
+/** The request itself, through undici's handler interface (no stream, no AbortSignal of its own per attempt). */
+function send(pool: Pool, target: Target, pinned: ResolvedAddress, options: WebhookPostOptions, maxBodyBytes: number, attempt: Attempt, started: number): Promise<WebhookResponse> {
   const body = Buffer.from(options.body);
   // Header names are case-insensitive: one of each, ours for the length.
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   for (const [name, value] of Object.entries(options.headers)) headers[name.toLowerCase()] = value;
   headers['content-length'] = String(body.length);
   return new Promise<WebhookResponse>((resolve, reject) => {
+    let controller: Dispatcher.DispatchController | null = null;
     let settled = false;
-    const finish = (fn: () => void): void => {
+    let status = 0;
+    let retryAfter: string | undefined;
+    const chunks: Buffer[] = [];
+    let length = 0;
+    const answer = (): void => {
       if (settled) return;
       settled = true;
-      signal.removeEventListener('abort', onAbort);
-      fn();
-    };
-    const request = (isHttps ? https : http).request(target, {
-      method: 'POST',
-      lookup,
-      // Pooled only with connections to the very address checked for this attempt (WebhookConnections).
-      agent: options.connections ? options.connections.agentFor(isHttps, target.host, pinned.address) : false,
-      headers,
-    });
-    const onAbort = (): void => {
-      finish(() => reject(timedOut()));
-      request.destroy();
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-    request.on('error', (err: NodeJS.ErrnoException) => finish(() => reject(describe(err, isHttps, pinned.address))));
-    request.on('response', (response) => {
-      const chunks: Buffer[] = [];
-      let length = 0;
-      const done = (cut: boolean): void => {
-        finish(() =>
-          resolve({
-            status: response.statusCode ?? 0,
-            retryAfterSeconds: parseRetryAfter(response.headers['retry-after']),
-            bodySnippet: Buffer.concat(chunks).subarray(0, maxBodyBytes).toString('utf8'),
-            ms: Math.round(performance.now() - started),
-          }),
-        );
-        // An answer longer than we read is not read on: that socket goes. One read to its end may be reused.
-        if (cut) {
-          response.destroy();
-          request.destroy();
-        }
-      };
-      response.on('data', (chunk: Buffer) => {
-        chunks.push(chunk);
-        length += chunk.length;
-        if (length >= maxBodyBytes) done(true);
+      resolve({
+        status,
+        retryAfterSeconds: parseRetryAfter(retryAfter),
+        bodySnippet: Buffer.concat(chunks).subarray(0, maxBodyBytes).toString('utf8'),
+        ms: Math.round(performance.now() - started),
       });
-      response.on('end', () => done(false));
-      // Cut short by the receiver: its status still stands, with what arrived.
-      response.on('close', () => done(!response.complete));
-      response.on('error', (err: NodeJS.ErrnoException) => finish(() => reject(describe(err, isHttps, pinned.address))));
-    });
-    request.end(body);
+    };
+    const fail = (err: WebhookClientError): void => {
+      if (settled) return;
+      settled = true;
+      reject(err);
+    };
+    // The deadline or the caller: the attempt fails now, and the request goes (once it has started).
+    attempt.stop = (err) => {
+      if (settled) return;
+      fail(err);
+      controller?.abort(err);
+    };
+    try {
+      pool.dispatch(
+        { method: 'POST', path: target.path, headers, body, headersTimeout: 0, bodyTimeout: 0 },
+        {
+          onRequestStart(c) {
+            controller = c;
+            if (settled) c.abort(attempt.over ?? new Error('the attempt is over'));
+          },
+          onResponseStart(_c, statusCode, answerHeaders) {
+            status = statusCode;
+            const value = answerHeaders['retry-after'];
+            retryAfter = Array.isArray(value) ? value[0] : value;
+          },
+          onResponseData(c, chunk) {
+            chunks.push(chunk);
+            length += chunk.length;
+            // An answer longer than we read is not read on: that socket goes. One read to its end may be reused.
+            if (length >= maxBodyBytes) {
+              answer();
+              c.abort(new Error('the answer is longer than is read'));
+            }
+          },
+          onResponseEnd() {
+            answer();
+          },
+          onResponseError(_c, err) {
+            // Cut short by the receiver after its status: the status stands, with what arrived.
+            if (status !== 0) answer();
+            else fail(describe(causeOf(err), target.isHttps, pinned.address));
+          },
+        },
+      );
+    } catch (err) {
+      fail(describe(causeOf(err), target.isHttps, pinned.address));
+    }
   });
+}
+
+/** undici wraps some socket errors; the socket's own says what happened. */
+function causeOf(err: unknown): NodeJS.ErrnoException {
+  const e = err as NodeJS.ErrnoException & { cause?: unknown };
+  if (e.cause instanceof Error && !e.code?.startsWith('ECONN') && (e.cause as NodeJS.ErrnoException).code) return e.cause as NodeJS.ErrnoException;
+  return e;
 }
 
 /**
  * The dispatcher's way to reach receivers (lib/webhooks/dispatcher.ts Poster): postWebhook with
  * the service's settings, a refusal or a failure to connect being an answer, not a throw.
  */
-export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: number; connections: WebhookConnections; resolve?: Resolver }): Poster {
+export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: number; connections: WebhookConnections; verdicts?: AddressVerdicts; resolve?: Resolver }): Poster {
   return async (url, headers, body, signal) => {
     const started = performance.now();
     try {
@@ -386,6 +534,7 @@ export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: num
         allow: settings.allow,
         timeoutMs: settings.timeoutMs,
         connections: settings.connections,
+        ...(settings.verdicts ? { verdicts: settings.verdicts } : {}),
         ...(settings.resolve ? { resolve: settings.resolve } : {}),
         ...(signal ? { signal } : {}),
       });

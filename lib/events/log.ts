@@ -466,6 +466,11 @@ export class EventLog {
     return this.store.positionOf(projectId, eventId);
   }
 
+  /** The project's events at these positions, as GET /events serves them (the webhook dispatcher reads its deliveries' bodies so). */
+  atPositions(projectId: string, positions: readonly number[]): Promise<StoredEvent[]> {
+    return this.store.atPositions(projectId, positions);
+  }
+
   /** Forgets idempotency keys past their 24 hours. */
   purgeIdempotency(): Promise<number> {
     return this.store.purgeIdempotency(this.now() - IDEMPOTENCY_TTL_MS);

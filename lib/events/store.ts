@@ -92,6 +92,8 @@ export interface EventStore {
   lastPosition(): Promise<number>;
   /** The position of one of the project's events, by its id. */
   positionOf(projectId: string, eventId: string): Promise<number | null>;
+  /** The project's events at these positions, in order (a position not the project's, or not written, is left out). */
+  atPositions(projectId: string, positions: readonly number[]): Promise<StoredEvent[]>;
 
   /**
    * Registers or updates one version of a type in one transaction: `decide` sees the stored

@@ -16,15 +16,16 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Access, Principal } from '../auth/access.ts';
+import type { Cursors } from '../events/cursor.ts';
 import type { EventLog } from '../events/log.ts';
 import { SYSTEM_ACTOR } from '../events/log.ts';
 import type { EventFilter } from '../events/query.ts';
-import type { Visibility } from '../events/types.ts';
+import type { StoredEvent, Visibility } from '../events/types.ts';
 import type { Config } from '../config.ts';
 import { NO_METRICS, type WebhookMetrics } from '../metrics.ts';
 import type { WebhookEndpoints } from './endpoints.ts';
 import { nextAttempt } from './retry.ts';
-import { deliveryHeaders, webhookBody } from './signature.ts';
+import { deliveryHeaders, webhookBody, webhookBodyOf } from './signature.ts';
 import type { DeliveryOutcome, DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './store.ts';
 
 /** What one POST to a receiver came to (adapters/webhooks/client.ts postWebhook, bound to its settings). */
@@ -55,11 +56,35 @@ const MAX_IN_FLIGHT = 512;
 /** New events are read this long after the first of them arrives, with those arriving meanwhile. */
 const WAKE_DELAY_MS = 5;
 /** Outcomes are written this long after an attempt ends, with those of every attempt ending meanwhile. */
-const FLUSH_DELAY_MS = 5;
+const FLUSH_DELAY_MS = 20;
+/**
+ * An endpoint's deliveries are leased (when enqueued, or claimed) in batches of what it gets
+ * through in this long at its recent pace: a fast receiver costs one claim per batch, not one
+ * per attempt, and a slow one holds no more than twice its cap.
+ */
+const PACE_WINDOW_MS = 100;
+/** The most an endpoint's batch holds. */
+const MAX_BATCH = 256;
+/** How often an endpoint's pace is measured again (soon after a backlog starts, so its batches grow quickly). */
+const PACE_EVERY_MS = 50;
 /** A token's standing is read again after this long (revocation reaches deliveries within it). */
 const PRINCIPAL_TTL_MS = 1000;
 
 type DisableReason = 'failing' | 'gone' | 'token';
+
+/** A leased delivery waiting for room under its endpoint's cap, until when its lease holds, and its event's JSON (null: no longer in the log). */
+interface Held {
+  d: DeliveryRecord;
+  until: number;
+  event: string | null;
+}
+
+/** Attempts an endpoint has ended since `since`, and its pace measured before. */
+interface Pace {
+  ended: number;
+  since: number;
+  perSecond: number;
+}
 
 interface Standing {
   principal: Principal | null;
@@ -88,8 +113,10 @@ export class WebhookDispatcher {
   private settling = false;
   private refilling = false;
   private waking = false;
-  /** Claimed deliveries waiting for room under their endpoint's cap. */
-  private readonly queued = new Map<string, DeliveryRecord[]>();
+  /** Leased deliveries waiting for room under their endpoint's cap. */
+  private readonly queued = new Map<string, Held[]>();
+  private readonly paces = new Map<string, Pace>();
+  private cursorCodec: Cursors | null = null;
   private readonly woken = new Set<string>();
   private pumpAgain = false;
   private timer: NodeJS.Timeout | null = null;
@@ -133,7 +160,7 @@ export class WebhookDispatcher {
     this.stopping.abort();
     await Promise.allSettled([...this.attempts]);
     // Claimed but never started: handed back for another process.
-    for (const q of this.queued.values()) for (const d of q) this.outcomes.push(this.released(d));
+    for (const q of this.queued.values()) for (const h of q) this.outcomes.push(this.released(h.d));
     this.queued.clear();
     await this.flush();
   }
@@ -155,6 +182,7 @@ export class WebhookDispatcher {
     const next = new Map<string, WebhookEndpointRecord>();
     for (const e of all) if (e.disabledAt === null) next.set(e.id, e);
     this.endpoints = next;
+    for (const id of this.paces.keys()) if (!next.has(id)) this.paces.delete(id);
     const projects = new Set([...next.values()].map((e) => e.projectId));
     for (const [project, off] of this.subscriptions) {
       if (!projects.has(project)) {
@@ -194,8 +222,8 @@ export class WebhookDispatcher {
         void this.flush();
       }, FLUSH_DELAY_MS).unref();
     }
-    // Claimed in batches: only once what the endpoint holds is down to its cap (half its room).
-    if (!this.refilling && this.held(endpointId) <= this.o.settings.concurrency) {
+    // Claimed in batches: only once what the endpoint holds is down to half a batch.
+    if (!this.refilling && this.held(endpointId) <= this.batchOf(endpointId) / 2) {
       this.refilling = true;
       setImmediate(() => {
         this.refilling = false;
@@ -236,10 +264,15 @@ export class WebhookDispatcher {
       const read = await this.o.events.backfill(filter, e.position, READ_BATCH);
       if (read.scannedTo <= e.position) return;
       const at = this.now();
-      const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type, event: ev.json }));
-      if (await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at)) {
+      const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
+      // What there is room for is leased to this process as it is made, and sent without a claim.
+      const room = Math.min(this.batchOf(id) - this.held(id), MAX_IN_FLIGHT - this.heldTotal(), deliveries.length);
+      const until = at + this.o.settings.leaseMs;
+      const leased = await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at, room > 0 ? { owner: this.owner, until, count: room } : undefined);
+      if (leased) {
         this.endpoints.set(id, { ...e, position: read.scannedTo });
-        if (deliveries.length > 0) void this.pump();
+        await this.hold(leased, until, read.events);
+        if (deliveries.length > leased.length) void this.pump();
       } else {
         // Another process moved it on, or a replay rewound it: read where it stands now.
         const fresh = await this.o.store.get(e.projectId, e.id);
@@ -292,18 +325,13 @@ export class WebhookDispatcher {
       do {
         this.pumpAgain = false;
         while (!this.closed && this.heldTotal() < MAX_IN_FLIGHT) {
-          // Twice the cap: the next ones wait here, ready to start the moment an attempt ends.
-          const room = 2 * this.o.settings.concurrency;
-          const endpoints = [...this.endpoints.keys()].map((id) => ({ id, limit: room - this.held(id) })).filter((e) => e.limit > 0);
+          // A batch each: the next ones wait here, ready to start the moment an attempt ends.
+          const endpoints = [...this.endpoints.keys()].map((id) => ({ id, limit: this.batchOf(id) - this.held(id) })).filter((e) => e.limit > 0);
           if (endpoints.length === 0) break;
           const now = this.now();
-          const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil: now + this.o.settings.leaseMs, endpoints });
-          for (const d of claimed) {
-            const q = this.queued.get(d.endpointId);
-            if (q) q.push(d);
-            else this.queued.set(d.endpointId, [d]);
-          }
-          for (const id of new Set(claimed.map((d) => d.endpointId))) this.drain(id);
+          const leaseUntil = now + this.o.settings.leaseMs;
+          const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil, endpoints });
+          await this.hold(claimed, leaseUntil);
           if (claimed.length === 0) break;
         }
       } while (this.pumpAgain && !this.closed);
@@ -314,7 +342,56 @@ export class WebhookDispatcher {
     }
   }
 
-  /** Deliveries of an endpoint this process holds: under way, and claimed waiting to start. */
+  /**
+   * Leased deliveries to send: their events read from the log (one read per project for the
+   * batch, none for those just read), queued by endpoint, started while there is room.
+   */
+  private async hold(leased: readonly DeliveryRecord[], until: number, read: readonly StoredEvent[] = []): Promise<void> {
+    if (leased.length === 0) return;
+    const events = new Map<string, string>();
+    for (const ev of read) events.set(`${ev.projectId} ${ev.position}`, ev.json);
+    const wanted = new Map<string, number[]>();
+    for (const d of leased) {
+      if (events.has(`${d.projectId} ${d.position}`)) continue;
+      const list = wanted.get(d.projectId);
+      if (list) list.push(d.position);
+      else wanted.set(d.projectId, [d.position]);
+    }
+    for (const [projectId, positions] of wanted) {
+      for (const ev of await this.o.events.atPositions(projectId, positions)) events.set(`${ev.projectId} ${ev.position}`, ev.json);
+    }
+    for (const d of leased) {
+      const h = { d, until, event: events.get(`${d.projectId} ${d.position}`) ?? null };
+      const q = this.queued.get(d.endpointId);
+      if (q) q.push(h);
+      else this.queued.set(d.endpointId, [h]);
+    }
+    for (const id of new Set(leased.map((d) => d.endpointId))) this.drain(id);
+  }
+
+  /** How many deliveries an endpoint's batch holds: what it gets through in PACE_WINDOW_MS, at least twice its cap. */
+  private batchOf(id: string): number {
+    const perSecond = this.paces.get(id)?.perSecond ?? 0;
+    return Math.min(MAX_BATCH, Math.max(2 * this.o.settings.concurrency, Math.ceil((perSecond * PACE_WINDOW_MS) / 1000)));
+  }
+
+  /** An attempt of the endpoint ended: its pace, measured every PACE_EVERY_MS. */
+  private paced(id: string): void {
+    const now = this.now();
+    const p = this.paces.get(id);
+    if (!p) {
+      this.paces.set(id, { ended: 1, since: now, perSecond: 0 });
+      return;
+    }
+    p.ended++;
+    if (now - p.since >= PACE_EVERY_MS) {
+      p.perSecond = (p.ended * 1000) / (now - p.since);
+      p.ended = 0;
+      p.since = now;
+    }
+  }
+
+  /** Deliveries of an endpoint this process holds: under way, and leased waiting to start. */
   private held(id: string): number {
     return (this.inFlight.get(id) ?? 0) + (this.queued.get(id)?.length ?? 0);
   }
@@ -329,17 +406,21 @@ export class WebhookDispatcher {
   private drain(id: string): void {
     const q = this.queued.get(id);
     while (q && q.length > 0 && (this.inFlight.get(id) ?? 0) < this.o.settings.concurrency) {
-      const d = q.shift()!;
-      if (this.closed) this.outcomes.push(this.released(d));
-      else this.launch(d);
+      const h = q.shift()!;
+      const { d, until } = h;
+      // Not started with less of its lease left than an attempt may take (another process could
+      // claim it meanwhile): handed back, to be claimed afresh.
+      if (this.closed || until - this.now() <= this.o.settings.timeoutMs) this.outcomes.push(this.released(d));
+      else this.launch(h);
     }
     if (q && q.length === 0) this.queued.delete(id);
   }
 
-  private launch(d: DeliveryRecord): void {
+  private launch(h: Held): void {
+    const d = h.d;
     this.inFlight.set(d.endpointId, (this.inFlight.get(d.endpointId) ?? 0) + 1);
     this.inFlightTotal++;
-    const run = this.attempt(d)
+    const run = this.attempt(d, h.event)
       .then((outcome) => {
         this.outcomes.push(outcome);
       })
@@ -353,13 +434,14 @@ export class WebhookDispatcher {
         else this.inFlight.set(d.endpointId, n);
         this.inFlightTotal--;
         this.attempts.delete(run);
+        this.paced(d.endpointId);
         this.drain(d.endpointId);
         this.settled(d.endpointId);
       });
     this.attempts.add(run);
   }
 
-  private async attempt(d: DeliveryRecord): Promise<DeliveryOutcome> {
+  private async attempt(d: DeliveryRecord, json: string | null): Promise<DeliveryOutcome> {
     const base = { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner };
     const e = this.endpoints.get(d.endpointId) ?? (await this.o.store.get(d.projectId, d.endpointId));
     const release = (): DeliveryOutcome => this.released(d);
@@ -369,12 +451,16 @@ export class WebhookDispatcher {
       await this.disable(e, 'token', 'the token that created it was revoked or expired');
       return release();
     }
-    const event = JSON.parse(d.event) as { containerid?: unknown; time?: unknown };
+    if (json === null) {
+      this.metrics.attempted('failed');
+      return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: 'the event is no longer in the log', ms: null, receiver: null };
+    }
+    const event = JSON.parse(json) as { containerid?: unknown; time?: unknown };
     if (typeof event.containerid === 'string' && !standing.readable.has(event.containerid)) {
       this.metrics.attempted('failed');
       return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: "the endpoint's token may no longer read this inbox", ms: null, receiver: null };
     }
-    const body = await this.body(d, event);
+    const body = await this.body(d, json, event);
     const headers = deliveryHeaders(this.secretsOf(e), d.eventId, body, new Date(this.now()));
     const r = await this.o.post(e.url, headers, body, this.stopping.signal);
     if (!r.ok && r.cancelled) return release();
@@ -404,9 +490,12 @@ export class WebhookDispatcher {
   }
 
   /** The body as sent: `{type, timestamp, data}`, data being the event as GET /events serves it plus its cursor. */
-  private async body(d: DeliveryRecord, event: { time?: unknown }): Promise<string> {
-    const cursor = (await this.o.events.cursors()).encode(d.projectId, d.position);
+  private async body(d: DeliveryRecord, json: string, event: { time?: unknown; cursor?: unknown }): Promise<string> {
+    this.cursorCodec ??= await this.o.events.cursors();
+    const cursor = this.cursorCodec.encode(d.projectId, d.position);
     const time = typeof event.time === 'string' ? event.time : new Date(this.now()).toISOString();
+    // The log's JSON is JSON.stringify's: the cursor is added to its end, not by parsing and writing it again.
+    if (event.cursor === undefined && json.endsWith('}')) return webhookBodyOf(d.type, time, `${json.slice(0, -1)}${json === '{}' ? '' : ','}"cursor":${JSON.stringify(cursor)}}`);
     return webhookBody(d.type, time, { ...event, cursor });
   }
 

@@ -15,8 +15,21 @@ export function webhookSecret(key: Buffer): string {
   return PREFIX + key.toString('base64');
 }
 
+/** Secrets read before (an endpoint's secret signs every one of its deliveries). */
+const keys = new Map<string, Buffer>();
+
 /** The key bytes of a `whsec_` secret; throws on anything else, so a mangled secret never signs. */
 export function secretKey(secret: string): Buffer {
+  let key = keys.get(secret);
+  if (!key) {
+    key = readSecretKey(secret);
+    if (keys.size >= 4096) keys.clear();
+    keys.set(secret, key);
+  }
+  return key;
+}
+
+function readSecretKey(secret: string): Buffer {
   if (!secret.startsWith(PREFIX)) throw new Error('a webhook secret starts with whsec_');
   const encoded = secret.slice(PREFIX.length);
   const key = Buffer.from(encoded, 'base64');
@@ -70,7 +83,12 @@ export interface WebhookPayload<T> {
 
 /** The body as sent and signed: one serialisation, so what is signed is byte for byte what is sent. */
 export function webhookBody<T>(type: string, occurredAt: Date | string, data: T): string {
+  return webhookBodyOf(type, occurredAt, JSON.stringify(data));
+}
+
+/** webhookBody with the data already serialised (JSON.stringify's output, as the event log keeps an event). */
+export function webhookBodyOf(type: string, occurredAt: Date | string, dataJson: string): string {
   const timestamp = typeof occurredAt === 'string' ? occurredAt : occurredAt.toISOString();
-  const payload: WebhookPayload<T> = { type, timestamp, data };
-  return JSON.stringify(payload);
+  // What JSON.stringify({type, timestamp, data}) writes, in its key order.
+  return `{"type":${JSON.stringify(type)},"timestamp":${JSON.stringify(timestamp)},"data":${dataJson}}`;
 }

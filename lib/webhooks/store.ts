@@ -39,14 +39,15 @@ export type WebhookEndpointChange = Pick<WebhookEndpointRecord, 'url' | 'types' 
 /** `pending`: to be attempted (again) at `nextAttemptAt`; `delivered`: a 2xx; `failed`: given up. */
 export type DeliveryState = 'pending' | 'delivered' | 'failed';
 
-/** One event to send to one endpoint: made when the dispatcher reads past the endpoint's position. */
+/**
+ * One event to send to one endpoint: made when the dispatcher reads past the endpoint's position.
+ * It names the event by its log position; the body is read from the log when it is sent.
+ */
 export interface NewDelivery {
   eventId: string;
   /** The event's log position. */
   position: number;
   type: string;
-  /** The event as GET /events returns it (its JSON, served as is). */
-  event: string;
 }
 
 export interface DeliveryRecord extends NewDelivery {
@@ -63,6 +64,14 @@ export interface DeliveryRecord extends NewDelivery {
   lastMs: number | null;
   createdAt: number;
   updatedAt: number;
+}
+
+/** Deliveries leased as they are made, to the process making them (it sends them without a claim). */
+export interface EnqueueLease {
+  owner: string;
+  until: number;
+  /** How many of the new deliveries, the first ones (oldest events), are leased. */
+  count: number;
 }
 
 export interface ClaimQuery {
@@ -108,10 +117,12 @@ export interface WebhookStore {
   all(): Promise<WebhookEndpointRecord[]>;
   /**
    * Moves an endpoint's position from `from` to `to` and adds its deliveries, in one transaction;
-   * false (nothing written) when the position is no longer `from` (another process moved it, or
-   * a replay rewound it). A delivery already there is made pending afresh (a replay).
+   * null (nothing written) when the position is no longer `from` (another process moved it, or
+   * a replay rewound it). A delivery already there is made pending afresh (a replay). With a
+   * lease, the first `lease.count` deliveries are leased to its owner as they are made, and come
+   * back (as a claim's would); without one, none are and the answer is empty.
    */
-  enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): Promise<boolean>;
+  enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): Promise<DeliveryRecord[] | null>;
   /** Sets the position back to `position` if it is further on (a replay). Null: no such endpoint. */
   rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null>;
   /** Due pending deliveries of the endpoints named (enabled ones), oldest due first, leased to `owner` until `leaseUntil`. */

@@ -90,6 +90,17 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       expect(await store.positionOf(await engine.newProject(), events[0]!.eventId)).to.equal(null);
     });
 
+    it('reads events by position: those asked for, in order, only the project\'s', async () => {
+      const projectId = await engine.newProject();
+      const other = await engine.newProject();
+      const events: StoredEvent[] = [];
+      for (let i = 0; i < 4; i++) events.push(await append({ projectId }));
+      const theirs = await append({ projectId: other });
+      const wanted = [events[3]!.position, events[0]!.position, events[2]!.position, theirs.position, (await store.lastPosition()) + 10];
+      expect(await store.atPositions(projectId, wanted)).to.deep.equal([events[0], events[2], events[3]]);
+      expect(await store.atPositions(projectId, [])).to.deep.equal([]);
+    });
+
     it('is append-only: the engine itself refuses to change a stored event', async () => {
       const event = await append({ projectId: await engine.newProject(), type: 'ext.test.kept' });
       const refused = await engine.rewrite(event.eventId).then(() => null, (err: unknown) => err as Error);

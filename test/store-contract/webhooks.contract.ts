@@ -33,7 +33,7 @@ function endpoint(projectId: string, over: Partial<WebhookEndpointRecord> = {}):
   };
 }
 
-const delivery = (position: number): NewDelivery => ({ eventId: newId('evt'), position, type: 'message.added', event: JSON.stringify({ position }) });
+const delivery = (position: number): NewDelivery => ({ eventId: newId('evt'), position, type: 'message.added' });
 
 const outcome = (endpointId: string, eventId: string, owner: string, over: Partial<DeliveryOutcome> = {}): DeliveryOutcome => ({
   endpointId,
@@ -170,18 +170,33 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
       it('moves the position and adds deliveries in one step, only from where it stands', async () => {
         const e = await fresh(10);
         const batch = [delivery(11), delivery(13)];
-        expect(await a.enqueue(e.id, 10, 13, batch, 1_000)).to.equal(true);
+        expect(await a.enqueue(e.id, 10, 13, batch, 1_000)).to.deep.equal([]);
         // Another process read from the same place: it loses, and writes nothing.
-        expect(await b.enqueue(e.id, 10, 14, [delivery(14)], 1_000)).to.equal(false);
+        expect(await b.enqueue(e.id, 10, 14, [delivery(14)], 1_000)).to.equal(null);
         expect((await b.get(e.projectId, e.id))!.position).to.equal(13);
         // How far it has been served is not a change to the endpoint.
         expect((await b.get(e.projectId, e.id))!.updatedAt).to.equal(e.updatedAt);
         const listed = await b.deliveries(e.projectId, e.id, null, 10);
         expect(listed.map((d) => d.position)).to.deep.equal([13, 11]);
-        expect(listed[0]).to.deep.include({ endpointId: e.id, projectId: e.projectId, state: 'pending', attempts: 0, nextAttemptAt: 1_000, lastStatus: null, event: batch[1]!.event });
+        expect(listed[0]).to.deep.include({ endpointId: e.id, projectId: e.projectId, state: 'pending', attempts: 0, nextAttemptAt: 1_000, lastStatus: null });
         expect(await a.deliveries(newId('prj'), e.id, null, 10)).to.deep.equal([]);
         expect((await b.all()).some((x) => x.id === e.id)).to.equal(true);
-        expect(await a.enqueue(newId('whk'), 0, 1, [delivery(1)], 1_000)).to.equal(false);
+        expect(await a.enqueue(newId('whk'), 0, 1, [delivery(1)], 1_000)).to.equal(null);
+      });
+
+      it('leases the first deliveries to the enqueuing process as they are made; a claim takes only the rest until the lease lapses', async () => {
+        const e = await fresh(0);
+        const batch = [1, 2, 3, 4].map(delivery);
+        const leased = await a.enqueue(e.id, 0, 4, batch, 1_000, { owner: 'p1', until: 60_000, count: 3 });
+        expect(leased!.map((d) => d.position)).to.deep.equal([1, 2, 3]);
+        expect(leased![0]).to.deep.include({ endpointId: e.id, projectId: e.projectId, eventId: batch[0]!.eventId, state: 'pending', attempts: 0, nextAttemptAt: 1_000 });
+        const others = await b.claim({ owner: 'p2', now: 2_000, leaseUntil: 90_000, endpoints: [{ id: e.id, limit: 10 }] });
+        expect(others.map((d) => d.position)).to.deep.equal([4]);
+        // Held under the lease: its outcome is the owner's to write.
+        expect(await b.finish([outcome(e.id, leased![0]!.eventId, 'p2')])).to.deep.equal(new Map());
+        expect((await a.finish([outcome(e.id, leased![0]!.eventId, 'p1')])).get(e.id)).to.equal(null);
+        // The lease lapses: the two left are anyone's.
+        expect((await b.claim({ owner: 'p2', now: 60_000, leaseUntil: 90_000, endpoints: [{ id: e.id, limit: 10 }] })).map((d) => d.position)).to.deep.equal([2, 3]);
       });
 
       it('claims due deliveries of enabled endpoints once, at most so many per endpoint, and again once the lease lapses', async () => {
@@ -242,6 +257,26 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         expect((await b.deliveries(e.projectId, e.id, 2, 1))[0]).to.deep.include({ state: 'delivered', attempts: 2, lastStatus: 204, lastError: null });
       });
 
+      it('in one batch of outcomes, a success clears the failing before it and a failure after it starts it again', async () => {
+        const e = await fresh(0);
+        const f = await fresh(0);
+        await a.enqueue(e.id, 0, 4, [1, 2, 3, 4].map(delivery), 1_000);
+        await a.enqueue(f.id, 0, 2, [1, 2].map(delivery), 1_000);
+        const got = await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }, { id: f.id, limit: 10 }] });
+        const [e1, e2, e3, e4] = got.filter((d) => d.endpointId === e.id);
+        const [f1, f2] = got.filter((d) => d.endpointId === f.id);
+        const down = (at: number) => ({ state: 'pending' as const, nextAttemptAt: 90_000, at, status: 503, error: 'HTTP 503', receiver: 'down' as const });
+        await a.finish([outcome(e.id, e1!.eventId, 'p1', down(3_000)), outcome(f.id, f1!.eventId, 'p1', down(3_000))]);
+        const after = await b.finish([
+          outcome(e.id, e2!.eventId, 'p1', down(5_000)),
+          outcome(e.id, e3!.eventId, 'p1', { at: 6_000 }),
+          outcome(e.id, e4!.eventId, 'p1', down(7_000)),
+          outcome(f.id, f2!.eventId, 'p1', down(8_000)),
+        ]);
+        expect(after.get(e.id)).to.equal(7_000);
+        expect(after.get(f.id)).to.equal(3_000);
+      });
+
       it('a rewind sends again: the deliveries after it are made pending afresh', async () => {
         const e = await fresh(0);
         const batch = [1, 2].map(delivery);
@@ -253,7 +288,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         expect(back!.position).to.equal(1);
         // A rewind past where it stands changes nothing.
         expect((await b.rewind(e.projectId, e.id, 5, 2_000))!.position).to.equal(1);
-        expect(await a.enqueue(e.id, 1, 2, [batch[1]!], 3_000)).to.equal(true);
+        expect(await a.enqueue(e.id, 1, 2, [batch[1]!], 3_000)).to.deep.equal([]);
         const listed = await a.deliveries(e.projectId, e.id, null, 10);
         expect(listed.map((d) => [d.position, d.state, d.attempts])).to.deep.equal([[2, 'pending', 0], [1, 'delivered', 1]]);
         expect(listed[0]!.nextAttemptAt).to.equal(3_000);

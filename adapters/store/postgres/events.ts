@@ -89,6 +89,7 @@ const S = {
   horizon: stmt('horizon', 'SELECT position FROM events WHERE recorded_at <= $1 ORDER BY recorded_at DESC, position DESC LIMIT 1'),
   readAll: stmt('readAll', `SELECT ${COLUMNS} FROM events WHERE position > $1 ORDER BY position LIMIT $2`),
   positionOf: stmt('positionOf', 'SELECT position FROM events WHERE project_id = $1 AND event_id = $2'),
+  atPositions: stmt('atPositions', `SELECT ${COLUMNS} FROM events WHERE project_id = $1 AND position = ANY($2::bigint[]) ORDER BY position`),
   getType: stmt('getType', 'SELECT * FROM event_types WHERE project_id = $1 AND name = $2 AND version = $3'),
   lockType: stmt('lockType', 'SELECT * FROM event_types WHERE project_id = $1 AND name = $2 AND version = $3 FOR UPDATE'),
   typeVersions: stmt(
@@ -356,6 +357,11 @@ export class PgEventStore implements EventStore {
   async lastPosition(): Promise<number> {
     // The head row moves in the same transaction as the event it numbers.
     return (await this.rows<{ last_position: number }>(S.log([])))[0]!.last_position;
+  }
+
+  async atPositions(projectId: string, positions: readonly number[]): Promise<StoredEvent[]> {
+    if (positions.length === 0) return [];
+    return (await this.rows<EventRow>(S.atPositions([projectId, positions]))).map(toEvent);
   }
 
   async positionOf(projectId: string, eventId: string): Promise<number | null> {

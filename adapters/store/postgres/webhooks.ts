@@ -4,6 +4,7 @@ import type {
   ClaimQuery,
   DeliveryOutcome,
   DeliveryRecord,
+  EnqueueLease,
   NewDelivery,
   WebhookEndpointChange,
   WebhookEndpointRecord,
@@ -13,6 +14,12 @@ import { changeValues, deliveryOf, WEBHOOK_CHANGE_COLUMNS, WEBHOOK_COLUMNS, webh
 import { changed, inTransaction, rowOf, rowsOf, statements } from './sql.ts';
 
 const stmt = statements('webhooks');
+
+// One statement for the batch; a replay makes a delivery already there pending afresh (leased as a new one is).
+const ADD_DELIVERIES = `INSERT INTO webhook_deliveries (endpoint_id, event_id, position, project_id, type, next_attempt_at, created_at, updated_at, lease_owner, lease_until)
+  SELECT $1, e, p, $2, t, $3, $3, $3, $7::text, $8::bigint FROM unnest($4::text[], $5::bigint[], $6::text[]) AS x(e, p, t)
+  ON CONFLICT (endpoint_id, event_id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
+    lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at`;
 const n = WEBHOOK_CHANGE_COLUMNS.length;
 
 const S = {
@@ -34,14 +41,9 @@ const S = {
   all: stmt('all', 'SELECT * FROM webhook_endpoints ORDER BY id'),
   // Not updated_at: that says when the endpoint was last changed, not how far it has been served.
   move: stmt('move', 'UPDATE webhook_endpoints SET position = $1 WHERE id = $2 AND position = $3 RETURNING project_id'),
-  // One statement for the batch; a replay makes a delivery already there pending afresh.
-  addDeliveries: stmt(
-    'addDeliveries',
-    `INSERT INTO webhook_deliveries (endpoint_id, event_id, position, project_id, type, event, next_attempt_at, created_at, updated_at)
-     SELECT $1, e, p, $2, t, b, $3, $3, $3 FROM unnest($4::text[], $5::bigint[], $6::text[], $7::text[]) AS x(e, p, t, b)
-     ON CONFLICT (endpoint_id, event_id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
-       lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at`,
-  ),
+  addDeliveries: stmt('addDeliveries', ADD_DELIVERIES),
+  // The same, leased to $7 until $8 as they are made, and returned.
+  addLeased: stmt('addLeased', `${ADD_DELIVERIES} RETURNING *`),
   rewind: stmt('rewind', 'UPDATE webhook_endpoints SET position = least(position, $1), updated_at = $2 WHERE id = $3 AND project_id = $4 RETURNING *'),
   // Each named enabled endpoint's due rows through its index (LATERAL), locked SKIP LOCKED: a
   // row another process is claiming is passed over, and one it claimed since is re-checked
@@ -71,8 +73,10 @@ const S = {
      WHERE w.endpoint_id = o.endpoint_id AND w.event_id = o.event_id AND w.lease_owner = o.owner
      RETURNING w.endpoint_id, w.event_id`,
   ),
-  up: stmt('up', 'UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ANY($1::text[])'),
-  down: stmt('down', 'UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $1) WHERE id = ANY($2::text[])'),
+  // A success in the batch: failing since the first failure after the last success (or not at all).
+  setFailing: stmt('setFailing', 'UPDATE webhook_endpoints e SET failing_since = v.since FROM unnest($1::text[], $2::bigint[]) AS v(id, since) WHERE e.id = v.id'),
+  // Only failures: failing since whenever it began, this batch's first failure if not before.
+  down: stmt('down', 'UPDATE webhook_endpoints e SET failing_since = coalesce(e.failing_since, v.since) FROM unnest($1::text[], $2::bigint[]) AS v(id, since) WHERE e.id = v.id'),
   failingSince: stmt('failingSince', 'SELECT id, failing_since FROM webhook_endpoints WHERE id = ANY($1::text[])'),
   deliveries: stmt(
     'deliveries',
@@ -133,16 +137,15 @@ export class PgWebhookStore implements WebhookStore {
     return (await rowsOf<WebhookRow>(this.pool, S.all([]))).map(webhookOf);
   }
 
-  async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): Promise<boolean> {
+  async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): Promise<DeliveryRecord[] | null> {
     return inTransaction(this.pool, async (c) => {
       const moved = await rowOf<{ project_id: string }>(c, S.move([to, endpointId, from]));
-      if (!moved) return false;
-      if (deliveries.length > 0) {
-        await c.query(
-          S.addDeliveries([endpointId, moved.project_id, at, deliveries.map((d) => d.eventId), deliveries.map((d) => d.position), deliveries.map((d) => d.type), deliveries.map((d) => d.event)]),
-        );
-      }
-      return true;
+      if (!moved) return null;
+      const values = (list: readonly NewDelivery[]) => [endpointId, moved.project_id, at, list.map((d) => d.eventId), list.map((d) => d.position), list.map((d) => d.type)];
+      const count = lease ? Math.min(lease.count, deliveries.length) : 0;
+      const leased = count > 0 ? await rowsOf<DeliveryRow>(c, S.addLeased([...values(deliveries.slice(0, count)), lease!.owner, lease!.until])) : [];
+      if (deliveries.length > count) await c.query(S.addDeliveries([...values(deliveries.slice(count)), null, null]));
+      return leased.map(deliveryOf).sort((a, b) => a.position - b.position);
     });
   }
 
@@ -177,15 +180,20 @@ export class PgWebhookStore implements WebhookStore {
         ]),
       );
       const done = new Set(written.map((w) => `${w.endpoint_id} ${w.event_id}`));
-      // In outcome order, so an endpoint's last word (up or down) in the batch is what stays.
-      const last = new Map<string, DeliveryOutcome>();
-      for (const o of outcomes) if (o.receiver !== null && done.has(`${o.endpointId} ${o.eventId}`)) last.set(o.endpointId, o);
-      if (last.size === 0) return new Map();
-      const up = [...last.values()].filter((o) => o.receiver === 'up').map((o) => o.endpointId);
-      const down = [...last.values()].filter((o) => o.receiver === 'down');
-      if (up.length > 0) await c.query(S.up([up]));
-      if (down.length > 0) await c.query(S.down([Math.min(...down.map((o) => o.at)), down.map((o) => o.endpointId)]));
-      const rows = await rowsOf<{ id: string; failing_since: number | null }>(c, S.failingSince([[...last.keys()]]));
+      // Per endpoint, in outcome order: whether it answered at all, and when the failing that
+      // stands at the end began (the first failure after the last success).
+      const said = new Map<string, { up: boolean; downSince: number | null }>();
+      for (const o of outcomes) {
+        if (o.receiver === null || !done.has(`${o.endpointId} ${o.eventId}`)) continue;
+        const s = said.get(o.endpointId) ?? { up: false, downSince: null };
+        said.set(o.endpointId, o.receiver === 'up' ? { up: true, downSince: null } : { up: s.up, downSince: s.downSince ?? o.at });
+      }
+      if (said.size === 0) return new Map();
+      const up = [...said].filter(([, s]) => s.up);
+      const down = [...said].filter(([, s]) => !s.up);
+      if (up.length > 0) await c.query(S.setFailing([up.map(([id]) => id), up.map(([, s]) => s.downSince)]));
+      if (down.length > 0) await c.query(S.down([down.map(([id]) => id), down.map(([, s]) => s.downSince)]));
+      const rows = await rowsOf<{ id: string; failing_since: number | null }>(c, S.failingSince([[...said.keys()]]));
       return new Map(rows.map((r) => [r.id, r.failing_since]));
     });
   }

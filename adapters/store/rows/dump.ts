@@ -89,11 +89,17 @@ export const DUMP_TABLES: readonly DumpTable[] = [
     created_at: 'int', updated_at: 'int',
   }),
   t('webhook_deliveries', 'endpoint_id, event_id', {
-    endpoint_id: 'text', event_id: 'text', position: 'int', project_id: 'text', type: 'text', event: 'text', state: 'text', attempts: 'int',
+    endpoint_id: 'text', event_id: 'text', position: 'int', project_id: 'text', type: 'text', state: 'text', attempts: 'int',
     next_attempt_at: 'int', lease_owner: 'text', lease_until: 'int', last_attempt_at: 'int', last_status: 'int', last_error: 'text', last_ms: 'int',
     created_at: 'int', updated_at: 'int',
   }),
 ];
+
+/**
+ * Columns a table had in earlier files of this version, read and dropped: a webhook delivery's
+ * copy of its event (it names the event by position now, and the log has it).
+ */
+const FORMER_COLUMNS: Readonly<Record<string, readonly string[]>> = { webhook_deliveries: ['event'] };
 
 /**
  * The tables an export leaves out, and why: each engine keeps its own, or a new store makes them
@@ -353,7 +359,7 @@ export async function* readDump(file: string): AsyncGenerator<DumpItem, DumpHead
       current = table.index;
       const raw = obj.row as Record<string, unknown> | undefined;
       if (!raw || typeof raw !== 'object') throw new DumpError(`${file}, line ${n}: no row`);
-      const extra = Object.keys(raw).find((c) => !(c in table.columns));
+      const extra = Object.keys(raw).find((c) => !(c in table.columns) && !FORMER_COLUMNS[table.name]?.includes(c));
       if (extra) throw new DumpError(`${file}, line ${n}: ${table.name} has no column ${extra} here`);
       const row: DumpRow = {};
       for (const [column, kind] of Object.entries(table.columns)) {

@@ -68,7 +68,6 @@ export interface DeliveryRow {
   position: number;
   project_id: string;
   type: string;
-  event: string;
   state: string;
   attempts: number;
   next_attempt_at: number;
@@ -88,7 +87,6 @@ export const deliveryOf = (r: DeliveryRow): DeliveryRecord => ({
   position: r.position,
   projectId: r.project_id,
   type: r.type,
-  event: r.event,
   state: r.state as DeliveryState,
   attempts: r.attempts,
   nextAttemptAt: r.next_attempt_at,
@@ -101,8 +99,9 @@ export const deliveryOf = (r: DeliveryRow): DeliveryRecord => ({
 });
 
 /** The columns a new delivery binds (the rest take their defaults), in `newDeliveryValues`' order. */
-export const NEW_DELIVERY_COLUMNS = ['endpoint_id', 'event_id', 'position', 'project_id', 'type', 'event', 'next_attempt_at', 'created_at', 'updated_at'] as const;
+export const NEW_DELIVERY_COLUMNS = ['endpoint_id', 'event_id', 'position', 'project_id', 'type', 'next_attempt_at', 'created_at', 'updated_at', 'lease_owner', 'lease_until'] as const;
 
-export const newDeliveryValues = (endpointId: string, projectId: string, d: NewDelivery, at: number): unknown[] => [
-  endpointId, d.eventId, d.position, projectId, d.type, d.event, at, at, at,
+/** The lease is null for a delivery left for a claim. */
+export const newDeliveryValues = (endpointId: string, projectId: string, d: NewDelivery, at: number, lease: { owner: string; until: number } | null): unknown[] => [
+  endpointId, d.eventId, d.position, projectId, d.type, at, at, at, lease?.owner ?? null, lease?.until ?? null,
 ];

@@ -40,6 +40,7 @@ export class SqliteEventStore implements EventStore {
     last: Statement<[], { position: number | null }>;
     readAll: Statement<[number, number], EventRow>;
     positionOf: Statement<[string, string], { position: number }>;
+    atPositions: Statement<[string, string], EventRow>;
     getType: Statement<[string, string, number], TypeRow>;
     typeVersions: Statement<[string, string, number, number], TypeRow>;
     listTypes: Statement<[string], TypeRow>;
@@ -75,6 +76,8 @@ export class SqliteEventStore implements EventStore {
       last: db.prepare('SELECT MAX(position) AS position FROM events'),
       readAll: db.prepare(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`),
       positionOf: db.prepare('SELECT position FROM events WHERE project_id = ? AND event_id = ?'),
+      // The positions as one JSON array: one statement whatever their number.
+      atPositions: db.prepare(`SELECT ${COLUMNS} FROM events WHERE project_id = ? AND position IN (SELECT value FROM json_each(?)) ORDER BY position`),
       getType: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? AND version = ?'),
       typeVersions: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? AND version < ? ORDER BY version DESC LIMIT ?'),
       listTypes: db.prepare('SELECT * FROM event_types WHERE project_id = ? ORDER BY name, version'),
@@ -227,6 +230,11 @@ export class SqliteEventStore implements EventStore {
 
   async positionOf(projectId: string, eventId: string): Promise<number | null> {
     return this.s.positionOf.get(projectId, eventId)?.position ?? null;
+  }
+
+  async atPositions(projectId: string, positions: readonly number[]): Promise<StoredEvent[]> {
+    if (positions.length === 0) return [];
+    return this.s.atPositions.all(projectId, JSON.stringify(positions)).map(toEvent);
   }
 
   async upsertType(

@@ -3,6 +3,7 @@ import type {
   ClaimQuery,
   DeliveryOutcome,
   DeliveryRecord,
+  EnqueueLease,
   NewDelivery,
   WebhookEndpointChange,
   WebhookEndpointRecord,
@@ -21,6 +22,11 @@ import {
   type WebhookRow,
 } from '../rows/webhooks.ts';
 import type { Db } from './db.ts';
+
+// A replay makes a delivery already there pending afresh, as if new (leased as a new one is).
+const ADD_DELIVERY = `INSERT INTO webhook_deliveries (${NEW_DELIVERY_COLUMNS.join(', ')}) VALUES (${NEW_DELIVERY_COLUMNS.map(() => '?').join(', ')})
+  ON CONFLICT (endpoint_id, event_id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
+    lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at`;
 
 export class SqliteWebhookStore implements WebhookStore {
   private readonly q;
@@ -41,12 +47,8 @@ export class SqliteWebhookStore implements WebhookStore {
       all: db.prepare('SELECT * FROM webhook_endpoints ORDER BY id'),
       // Not updated_at: that says when the endpoint was last changed, not how far it has been served.
       move: db.prepare('UPDATE webhook_endpoints SET position = ? WHERE id = ? AND position = ?'),
-      // A replay makes a delivery already there pending afresh, as if new.
-      addDelivery: db.prepare(
-        `INSERT INTO webhook_deliveries (${NEW_DELIVERY_COLUMNS.join(', ')}) VALUES (${NEW_DELIVERY_COLUMNS.map(() => '?').join(', ')})
-         ON CONFLICT (endpoint_id, event_id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
-           lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at`,
-      ),
+      addDelivery: db.prepare(`${ADD_DELIVERY}`),
+      addLeased: db.prepare(`${ADD_DELIVERY} RETURNING *`),
       rewind: db.prepare('UPDATE webhook_endpoints SET position = min(position, ?), updated_at = ? WHERE id = ? AND project_id = ? RETURNING *'),
       // One endpoint's due rows, through its index: cheap however long the other endpoints' queues are.
       claim: db.prepare(
@@ -63,7 +65,7 @@ export class SqliteWebhookStore implements WebhookStore {
            last_ms = ?, lease_owner = NULL, lease_until = NULL, updated_at = ?
          WHERE endpoint_id = ? AND event_id = ? AND lease_owner = ?`,
       ),
-      up: db.prepare('UPDATE webhook_endpoints SET failing_since = NULL WHERE id = ?'),
+      setFailing: db.prepare('UPDATE webhook_endpoints SET failing_since = ? WHERE id = ?'),
       down: db.prepare('UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, ?) WHERE id = ?'),
       failingSince: db.prepare('SELECT failing_since FROM webhook_endpoints WHERE id = ?'),
       projectOf: db.prepare('SELECT project_id FROM webhook_endpoints WHERE id = ?'),
@@ -79,23 +81,34 @@ export class SqliteWebhookStore implements WebhookStore {
         )
         .pluck(),
     };
-    this.enqueueTx = db.transaction((endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): boolean => {
+    this.enqueueTx = db.transaction((endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): DeliveryRecord[] | null => {
       const row = this.q.projectOf.get(endpointId) as { project_id: string } | undefined;
-      if (!row || this.q.move.run(to, endpointId, from).changes === 0) return false;
-      for (const d of deliveries) this.q.addDelivery.run(...newDeliveryValues(endpointId, row.project_id, d, at));
-      return true;
+      if (!row || this.q.move.run(to, endpointId, from).changes === 0) return null;
+      const leased: DeliveryRecord[] = [];
+      deliveries.forEach((d, i) => {
+        if (lease && i < lease.count) leased.push(deliveryOf(this.q.addLeased.get(...newDeliveryValues(endpointId, row.project_id, d, at, lease)) as DeliveryRow));
+        else this.q.addDelivery.run(...newDeliveryValues(endpointId, row.project_id, d, at, null));
+      });
+      return leased;
     });
     this.finishTx = db.transaction((outcomes: readonly DeliveryOutcome[]): Map<string, number | null> => {
-      const touched = new Set<string>();
+      // Per endpoint, what the batch says of its receiver, in order: whether it answered at all,
+      // and when the failing that stands at the end began (the first failure after the last success).
+      const said = new Map<string, { up: boolean; downSince: number | null }>();
       for (const o of outcomes) {
         const written = this.q.finish.run(o.state, o.receiver === null ? 0 : 1, o.nextAttemptAt, o.receiver === null ? null : o.at, o.status, o.error, o.ms, o.at, o.endpointId, o.eventId, o.owner).changes;
         if (written === 0 || o.receiver === null) continue;
-        if (o.receiver === 'up') this.q.up.run(o.endpointId);
-        else this.q.down.run(o.at, o.endpointId);
-        touched.add(o.endpointId);
+        const s = said.get(o.endpointId) ?? { up: false, downSince: null };
+        if (o.receiver === 'up') said.set(o.endpointId, { up: true, downSince: null });
+        else said.set(o.endpointId, { up: s.up, downSince: s.downSince ?? o.at });
       }
       const out = new Map<string, number | null>();
-      for (const id of touched) out.set(id, (this.q.failingSince.get(id) as { failing_since: number | null } | undefined)?.failing_since ?? null);
+      for (const [id, s] of said) {
+        // One write per endpoint per batch: a success in it clears what came before.
+        if (s.up) this.q.setFailing.run(s.downSince, id);
+        else this.q.down.run(s.downSince, id);
+        out.set(id, (this.q.failingSince.get(id) as { failing_since: number | null } | undefined)?.failing_since ?? null);
+      }
       return out;
     });
     this.claimTx = db.transaction((c: ClaimQuery): DeliveryRecord[] => {
@@ -113,7 +126,7 @@ export class SqliteWebhookStore implements WebhookStore {
     });
   }
 
-  private readonly enqueueTx: (endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number) => boolean;
+  private readonly enqueueTx: (endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease) => DeliveryRecord[] | null;
   private readonly finishTx: (outcomes: readonly DeliveryOutcome[]) => Map<string, number | null>;
   private readonly deleteTx: (projectId: string, id: string) => boolean;
   private readonly claimTx: (c: ClaimQuery) => DeliveryRecord[];
@@ -154,8 +167,8 @@ export class SqliteWebhookStore implements WebhookStore {
     return (this.q.all.all() as WebhookRow[]).map(webhookOf);
   }
 
-  async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number): Promise<boolean> {
-    return this.enqueueTx(endpointId, from, to, deliveries, at);
+  async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): Promise<DeliveryRecord[] | null> {
+    return this.enqueueTx(endpointId, from, to, deliveries, at, lease);
   }
 
   async rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null> {

@@ -29,6 +29,7 @@ import reauthChallenges from './024_reauth_challenges.ts';
 import webhooks from './025_webhooks.ts';
 import webhookDeliveries from './026_webhook_deliveries.ts';
 import mailSearch from './027_mail_search.ts';
+import webhookDeliveryPositions from './028_webhook_delivery_positions.ts';
 
 export interface Migration {
   version: number;
@@ -61,4 +62,5 @@ export const migrations: Migration[] = [
   { version: 25, name: 'webhooks', sql: webhooks },
   { version: 26, name: 'webhook_deliveries', sql: webhookDeliveries },
   { version: 27, name: 'mail_search', sql: mailSearch },
+  { version: 28, name: 'webhook_delivery_positions', sql: webhookDeliveryPositions },
 ];
