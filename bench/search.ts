@@ -17,6 +17,7 @@
 //   npm run bench:search -- --quick           # 10,000 messages and shorter rounds, for a smoke run
 //   npm run bench:search -- --mcp-only        # only the MCP rows (3), while working on them
 //   npm run bench:search -- --body-only       # only the body search (2), its own section of RESULTS.md
+//   npm run bench:search -- --skip-body       # (1) and (3) without (2): no 100,000-message Xapian build (about 20 min)
 //   BENCH_PROFILE_DIR=/tmp/prof npm run bench:search   # the server writes a CPU profile there
 //   npm run bench:search -- --explain         # only prints the plans of the two metadata searches
 import { once } from 'node:events';
@@ -52,6 +53,7 @@ const MCP_ROUNDS = QUICK ? 5 : 9;
 const MCP_SECONDS = QUICK ? 2 : 5;
 const MCP_ONLY = args.has('--mcp-only');
 const BODY_ONLY = args.has('--body-only');
+const SKIP_BODY = args.has('--skip-body');
 const CLIENTS = 32;
 const PAGE = 50;
 
@@ -216,7 +218,7 @@ async function main(): Promise<void> {
         `| Metadata search, rare word, ${CLIENTS} concurrent clients | ${f0(rareLoad.rps)} searches/s, p99 ${f1(rareLoad.p99)} ms | ${f0(rareRawLoad.rps)} statements/s${POSTGRES ? ` (${CLIENTS} pool connections)` : ' (synchronous: one at a time)'} | ${(rareLoad.rps / rareRawLoad.rps).toFixed(2)} | ≥ 1,000/s: ${met(rareLoad.rps >= 1000)} |`,
       );
     }
-    if (!MCP_ONLY) {
+    if (!MCP_ONLY && !SKIP_BODY) {
       // 2. Body search: Postern against imapflow's UID SEARCH BODY in the same mailbox, alternating.
       // No socket timeout to speak of: the first search waits while Dovecot indexes the label.
       const imap = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: `${user}*${env.master.user}`, pass: env.master.password }, logger: false, disableAutoIdle: true, socketTimeout: 3 * 3600_000 });
@@ -308,7 +310,7 @@ async function main(): Promise<void> {
 
     const load1 = loadavg()[0]!;
     const engine = POSTGRES ? 'PostgreSQL (the env cluster, fsync off), VACUUM ANALYZE after the first index' : 'SQLite';
-    const flags = [POSTGRES ? '--postgres' : '', QUICK ? '--quick' : '', MCP_ONLY ? '--mcp-only' : '', BODY_ONLY ? '--body-only' : ''].filter(Boolean).join(' ');
+    const flags = [POSTGRES ? '--postgres' : '', QUICK ? '--quick' : '', MCP_ONLY ? '--mcp-only' : '', BODY_ONLY ? '--body-only' : '', SKIP_BODY ? '--skip-body' : ''].filter(Boolean).join(' ');
     const md = `## Message search (issue 20)${BODY_ONLY ? ', body search from Dovecot\'s Xapian index' : ''}, ${POSTGRES ? 'PostgreSQL' : 'SQLite'}
 
 Machine: ${machine()}, shared; load average ${load0.toFixed(2)} at the start, ${load1.toFixed(2)} at the end. Store: ${engine}. Dovecot 2.3 (sdbox), loopback.
