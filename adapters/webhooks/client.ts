@@ -67,6 +67,8 @@ interface Target {
   host: string;
   /** Path and query, as sent. */
   path: string;
+  /** url.origin, read once (the getter builds it anew each time). */
+  origin: string;
 }
 
 /**
@@ -77,13 +79,17 @@ interface Target {
  */
 export class WebhookConnections {
   private readonly pools = new Map<string, Pool>();
+  /** The pool used last, already last in `pools`. */
+  private last: string | null = null;
 
   constructor(private readonly maxPools = 1024) {}
 
   poolFor(target: Target, address: string): Pool {
-    const key = `${target.url.origin} ${address}`;
+    const key = `${target.origin} ${address}`;
     let pool = this.pools.get(key);
     if (pool) {
+      if (this.last === key) return pool;
+      this.last = key;
       // Most recently used last: the first is the one to drop when there are too many.
       this.pools.delete(key);
       this.pools.set(key, pool);
@@ -96,12 +102,14 @@ export class WebhookConnections {
     }
     pool = connectTo(target, address, 64);
     this.pools.set(key, pool);
+    this.last = key;
     return pool;
   }
 
   close(): void {
     for (const pool of this.pools.values()) void pool.destroy().catch(() => undefined);
     this.pools.clear();
+    this.last = null;
   }
 }
 
@@ -112,7 +120,7 @@ export class WebhookConnections {
  */
 function connectTo(target: Target, address: string, connections: number): Pool {
   const connect = buildConnector({});
-  return new Pool(target.url.origin, {
+  return new Pool(target.origin, {
     connections,
     // Idle sockets close after 30 s; undici unrefs idle ones, so they never hold the process up.
     keepAliveTimeout: 30_000,
@@ -339,7 +347,7 @@ function parseTarget(url: string): Target | WebhookClientError {
   }
   // WHATWG URL has already turned 2130706433, 0x7f.1 and 017700000001 into 127.0.0.1.
   const host = target.hostname.replace(/^\[|\]$/g, '');
-  return { url: target, isHttps: target.protocol === 'https:', host, path: `${target.pathname}${target.search}` };
+  return { url: target, isHttps: target.protocol === 'https:', host, path: `${target.pathname}${target.search}`, origin: target.origin };
 }
 
 /**
