@@ -67,6 +67,8 @@ interface Target {
   host: string;
   /** Path and query, as sent. */
   path: string;
+  /** url.origin, read once (the getter builds it anew each time). */
+  origin: string;
 }
 
 /**
@@ -77,13 +79,17 @@ interface Target {
  */
 export class WebhookConnections {
   private readonly pools = new Map<string, Pool>();
+  /** The pool used last, already last in `pools`. */
+  private last: string | null = null;
 
   constructor(private readonly maxPools = 1024) {}
 
   poolFor(target: Target, address: string): Pool {
-    const key = `${target.url.origin} ${address}`;
+    const key = `${target.origin} ${address}`;
     let pool = this.pools.get(key);
     if (pool) {
+      if (this.last === key) return pool;
+      this.last = key;
       // Most recently used last: the first is the one to drop when there are too many.
       this.pools.delete(key);
       this.pools.set(key, pool);
@@ -96,12 +102,14 @@ export class WebhookConnections {
     }
     pool = connectTo(target, address, 64);
     this.pools.set(key, pool);
+    this.last = key;
     return pool;
   }
 
   close(): void {
     for (const pool of this.pools.values()) void pool.destroy().catch(() => undefined);
     this.pools.clear();
+    this.last = null;
   }
 }
 
@@ -112,7 +120,7 @@ export class WebhookConnections {
  */
 function connectTo(target: Target, address: string, connections: number): Pool {
   const connect = buildConnector({});
-  return new Pool(target.url.origin, {
+  return new Pool(target.origin, {
     connections,
     // Idle sockets close after 30 s; undici unrefs idle ones, so they never hold the process up.
     keepAliveTimeout: 30_000,
@@ -339,7 +347,7 @@ function parseTarget(url: string): Target | WebhookClientError {
   }
   // WHATWG URL has already turned 2130706433, 0x7f.1 and 017700000001 into 127.0.0.1.
   const host = target.hostname.replace(/^\[|\]$/g, '');
-  return { url: target, isHttps: target.protocol === 'https:', host, path: `${target.pathname}${target.search}` };
+  return { url: target, isHttps: target.protocol === 'https:', host, path: `${target.pathname}${target.search}`, origin: target.origin };
 }
 
 /**
@@ -348,7 +356,6 @@ function parseTarget(url: string): Target | WebhookClientError {
  */
 class Attempt {
   private readonly timer: NodeJS.Timeout;
-  private readonly cancel = (): void => this.end(new WebhookClientError('cancelled', 'the attempt was cancelled'));
   private rejectExpired: ((err: WebhookClientError) => void) | null = null;
   /** Set by the request under way: abandons it with the error. */
   stop: ((err: WebhookClientError) => void) | null = null;
@@ -360,7 +367,7 @@ class Attempt {
   ) {
     this.timer = setTimeout(() => this.end(new WebhookClientError('timeout', `no answer within ${timeoutMs} ms`)), timeoutMs);
     if (signal?.aborted) this.over = new WebhookClientError('cancelled', 'the attempt was cancelled');
-    else signal?.addEventListener('abort', this.cancel, { once: true });
+    else if (signal) attemptsUnder(signal).add(this);
   }
 
   /** Rejects when the attempt's time is up (for racing the lookup). */
@@ -369,6 +376,10 @@ class Attempt {
       if (this.over) reject(this.over);
       else this.rejectExpired = reject;
     });
+  }
+
+  cancel(): void {
+    this.end(new WebhookClientError('cancelled', 'the attempt was cancelled'));
   }
 
   private end(err: WebhookClientError): void {
@@ -381,8 +392,30 @@ class Attempt {
   /** The attempt is over, however: the timer and the listener go. */
   close(): void {
     clearTimeout(this.timer);
-    this.signal?.removeEventListener('abort', this.cancel);
+    if (this.signal) underSignal.get(this.signal)?.delete(this);
   }
+}
+
+/**
+ * The attempts a signal would cancel: one listener per signal (the dispatcher passes the same one
+ * to every attempt), not one added and removed per attempt.
+ */
+const underSignal = new WeakMap<AbortSignal, Set<Attempt>>();
+
+function attemptsUnder(signal: AbortSignal): Set<Attempt> {
+  let set = underSignal.get(signal);
+  if (!set) {
+    const attempts = (set = new Set());
+    underSignal.set(signal, attempts);
+    signal.addEventListener(
+      'abort',
+      () => {
+        for (const a of [...attempts]) a.cancel();
+      },
+      { once: true },
+    );
+  }
+  return set;
 }
 
 /** The address to connect to for `host`, every address it resolves to having been checked: at once when known, else a promise. */
@@ -445,7 +478,7 @@ function send(pool: Pool, target: Target, pinned: ResolvedAddress, options: Webh
   const body = Buffer.from(options.body);
   // Header names are case-insensitive: one of each, ours for the length.
   const headers: Record<string, string> = { 'content-type': 'application/json' };
-  for (const [name, value] of Object.entries(options.headers)) headers[name.toLowerCase()] = value;
+  for (const name in options.headers) headers[name.toLowerCase()] = options.headers[name]!;
   headers['content-length'] = String(body.length);
   return new Promise<WebhookResponse>((resolve, reject) => {
     let controller: Dispatcher.DispatchController | null = null;
@@ -528,15 +561,16 @@ export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: num
   return async (url, headers, body, signal) => {
     const started = performance.now();
     try {
+      // One literal of a fixed shape per attempt (absent settings are undefined, which postWebhook reads as absent).
       const r = await postWebhook(url, {
         headers,
         body,
         allow: settings.allow,
         timeoutMs: settings.timeoutMs,
         connections: settings.connections,
-        ...(settings.verdicts ? { verdicts: settings.verdicts } : {}),
-        ...(settings.resolve ? { resolve: settings.resolve } : {}),
-        ...(signal ? { signal } : {}),
+        verdicts: settings.verdicts,
+        resolve: settings.resolve,
+        signal,
       });
       return { ok: true, status: r.status, retryAfterSeconds: r.retryAfterSeconds, ms: Math.round(r.ms) };
     } catch (err) {

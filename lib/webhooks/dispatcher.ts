@@ -70,13 +70,29 @@ const PACE_EVERY_MS = 50;
 /** A token's standing is read again after this long (revocation reaches deliveries within it). */
 const PRINCIPAL_TTL_MS = 1000;
 
+/**
+ * The top-level `time` of an event as the log writes it: its first `"time":"` is that key (it comes
+ * before anything nested, and a quote inside a string is escaped), and an ISO time has no escapes.
+ */
+function leadingTime(json: string): string | null {
+  const at = json.indexOf('"time":"');
+  if (at < 0) return null;
+  // Only a key before anything nested (else: the long way).
+  const brace = json.indexOf('{', 1);
+  const bracket = json.indexOf('[');
+  if ((brace >= 0 && brace < at) || (bracket >= 0 && bracket < at)) return null;
+  const end = json.indexOf('"', at + 8);
+  const time = json.slice(at + 8, end);
+  return end > 0 && !time.includes('\\') ? time : null;
+}
+
 type DisableReason = 'failing' | 'gone' | 'token';
 
-/** A leased delivery waiting for room under its endpoint's cap, until when its lease holds, and its event's JSON (null: no longer in the log). */
+/** A leased delivery waiting for room under its endpoint's cap, until when its lease holds, and its event (null: no longer in the log). */
 interface Held {
   d: DeliveryRecord;
   until: number;
-  event: string | null;
+  event: StoredEvent | null;
 }
 
 /** Attempts an endpoint has ended since `since`, and its pace measured before. */
@@ -106,7 +122,8 @@ export class WebhookDispatcher {
   private readonly refill = new Set<string>();
   private readonly inFlight = new Map<string, number>();
   private inFlightTotal = 0;
-  private readonly attempts = new Set<Promise<void>>();
+  /** Wakes close once no attempt is under way. */
+  private allEnded: (() => void) | null = null;
   private outcomes: DeliveryOutcome[] = [];
   private flushing: Promise<void> | null = null;
   private pumping = false;
@@ -156,13 +173,25 @@ export class WebhookDispatcher {
     for (const off of this.subscriptions.values()) off();
     this.subscriptions.clear();
     // Attempts still running after the grace are abandoned and handed back (their leases released).
-    await Promise.race([Promise.allSettled([...this.attempts]), new Promise((r) => setTimeout(r, graceMs).unref())]);
+    await Promise.race([this.attemptsEnded(), new Promise((r) => setTimeout(r, graceMs).unref())]);
     this.stopping.abort();
-    await Promise.allSettled([...this.attempts]);
+    await this.attemptsEnded();
     // Claimed but never started: handed back for another process.
     for (const q of this.queued.values()) for (const h of q) this.outcomes.push(this.released(h.d));
     this.queued.clear();
     await this.flush();
+  }
+
+  /** Resolves once no attempt is under way. */
+  private attemptsEnded(): Promise<void> {
+    if (this.inFlightTotal === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const before = this.allEnded;
+      this.allEnded = () => {
+        before?.();
+        resolve();
+      };
+    });
   }
 
   private async tick(only?: string): Promise<void> {
@@ -328,6 +357,9 @@ export class WebhookDispatcher {
           // A batch each: the next ones wait here, ready to start the moment an attempt ends.
           const endpoints = [...this.endpoints.keys()].map((id) => ({ id, limit: this.batchOf(id) - this.held(id) })).filter((e) => e.limit > 0);
           if (endpoints.length === 0) break;
+          // Outcomes waiting are written first: a claim walks past every due row still leased, and
+          // the settled ones stay so until written.
+          if (this.outcomes.length > 0) await this.flush();
           const now = this.now();
           const leaseUntil = now + this.o.settings.leaseMs;
           const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil, endpoints });
@@ -348,8 +380,8 @@ export class WebhookDispatcher {
    */
   private async hold(leased: readonly DeliveryRecord[], until: number, read: readonly StoredEvent[] = []): Promise<void> {
     if (leased.length === 0) return;
-    const events = new Map<string, string>();
-    for (const ev of read) events.set(`${ev.projectId} ${ev.position}`, ev.json);
+    const events = new Map<string, StoredEvent>();
+    for (const ev of read) events.set(`${ev.projectId} ${ev.position}`, ev);
     const wanted = new Map<string, number[]>();
     for (const d of leased) {
       if (events.has(`${d.projectId} ${d.position}`)) continue;
@@ -358,7 +390,7 @@ export class WebhookDispatcher {
       else wanted.set(d.projectId, [d.position]);
     }
     for (const [projectId, positions] of wanted) {
-      for (const ev of await this.o.events.atPositions(projectId, positions)) events.set(`${ev.projectId} ${ev.position}`, ev.json);
+      for (const ev of await this.o.events.atPositions(projectId, positions)) events.set(`${ev.projectId} ${ev.position}`, ev);
     }
     for (const d of leased) {
       const h = { d, until, event: events.get(`${d.projectId} ${d.position}`) ?? null };
@@ -420,55 +452,62 @@ export class WebhookDispatcher {
     const d = h.d;
     this.inFlight.set(d.endpointId, (this.inFlight.get(d.endpointId) ?? 0) + 1);
     this.inFlightTotal++;
-    const run = this.attempt(d, h.event)
-      .then((outcome) => {
-        this.outcomes.push(outcome);
-      })
-      .catch((err: unknown) => {
-        // The lease lapses and the delivery is tried again, by this process or another.
-        this.o.log.warn({ err, webhook: d.endpointId, event: d.eventId }, 'webhook attempt failed unexpectedly');
-      })
-      .finally(() => {
-        const n = (this.inFlight.get(d.endpointId) ?? 1) - 1;
-        if (n === 0) this.inFlight.delete(d.endpointId);
-        else this.inFlight.set(d.endpointId, n);
-        this.inFlightTotal--;
-        this.attempts.delete(run);
-        this.paced(d.endpointId);
-        this.drain(d.endpointId);
-        this.settled(d.endpointId);
-      });
-    this.attempts.add(run);
+    void this.run(d, h.event);
   }
 
-  private async attempt(d: DeliveryRecord, json: string | null): Promise<DeliveryOutcome> {
-    const base = { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner };
+  /** One attempt and what follows it (one promise per attempt, not a chain of them). */
+  private async run(d: DeliveryRecord, event: StoredEvent | null): Promise<void> {
+    try {
+      // Awaited first: `this.outcomes` is a new array after each flush.
+      const outcome = await this.attempt(d, event);
+      this.outcomes.push(outcome);
+    } catch (err) {
+      // The lease lapses and the delivery is tried again, by this process or another.
+      this.o.log.warn({ err, webhook: d.endpointId, event: d.eventId }, 'webhook attempt failed unexpectedly');
+    }
+    const n = (this.inFlight.get(d.endpointId) ?? 1) - 1;
+    if (n === 0) this.inFlight.delete(d.endpointId);
+    else this.inFlight.set(d.endpointId, n);
+    this.inFlightTotal--;
+    if (this.inFlightTotal === 0 && this.allEnded) {
+      const wake = this.allEnded;
+      this.allEnded = null;
+      wake();
+    }
+    this.paced(d.endpointId);
+    this.drain(d.endpointId);
+    this.settled(d.endpointId);
+  }
+
+  private async attempt(d: DeliveryRecord, ev: StoredEvent | null): Promise<DeliveryOutcome> {
     const e = this.endpoints.get(d.endpointId) ?? (await this.o.store.get(d.projectId, d.endpointId));
-    const release = (): DeliveryOutcome => this.released(d);
-    if (!e || e.disabledAt !== null) return release();
-    const standing = await this.standing(e);
+    if (!e || e.disabledAt !== null) return this.released(d);
+    // The token's standing as last read, when that is recent (no await: most attempts use it).
+    const known = this.standings.get(e.tokenId);
+    const standing = known && this.now() - known.at < PRINCIPAL_TTL_MS ? known : await this.standing(e);
     if (!standing.principal) {
       await this.disable(e, 'token', 'the token that created it was revoked or expired');
-      return release();
+      return this.released(d);
     }
-    if (json === null) {
+    if (ev === null) {
       this.metrics.attempted('failed');
-      return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: 'the event is no longer in the log', ms: null, receiver: null };
+      return this.outcome(d, 'failed', d.nextAttemptAt, this.now(), null, 'the event is no longer in the log', null, null);
     }
-    const event = JSON.parse(json) as { containerid?: unknown; time?: unknown };
-    if (typeof event.containerid === 'string' && !standing.readable.has(event.containerid)) {
+    // The event's containerid is its row's inbox (lib/events/log.ts writes it from the same value).
+    if (ev.inboxId !== null && !standing.readable.has(ev.inboxId)) {
       this.metrics.attempted('failed');
-      return { ...base, state: 'failed', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: null, error: "the endpoint's token may no longer read this inbox", ms: null, receiver: null };
+      return this.outcome(d, 'failed', d.nextAttemptAt, this.now(), null, "the endpoint's token may no longer read this inbox", null, null);
     }
-    const body = await this.body(d, json, event);
+    this.cursorCodec ??= await this.o.events.cursors();
+    const body = this.body(this.cursorCodec, d, ev.json);
     const headers = deliveryHeaders(this.secretsOf(e), d.eventId, body, new Date(this.now()));
     const r = await this.o.post(e.url, headers, body, this.stopping.signal);
-    if (!r.ok && r.cancelled) return release();
+    if (!r.ok && r.cancelled) return this.released(d);
     const at = this.now();
     const attempts = d.attempts + 1;
     if (r.ok && r.status >= 200 && r.status < 300) {
       this.metrics.attempted('delivered');
-      return { ...base, state: 'delivered', nextAttemptAt: d.nextAttemptAt, at, status: r.status, error: null, ms: r.ms, receiver: 'up' };
+      return this.outcome(d, 'delivered', d.nextAttemptAt, at, r.status, null, r.ms, 'up');
     }
     const status = r.ok ? r.status : null;
     const error = r.ok ? `the receiver answered HTTP ${r.status}` : r.error;
@@ -476,27 +515,45 @@ export class WebhookDispatcher {
       this.metrics.attempted('gone');
       await this.disable(e, 'gone', 'the receiver answered 410 Gone');
       // Kept for when the endpoint is enabled again.
-      return { ...base, state: 'pending', nextAttemptAt: at, at, status, error, ms: r.ms, receiver: 'down' };
+      return this.outcome(d, 'pending', at, at, status, error, r.ms, 'down');
     }
     const retryAfter = r.ok && (status === 429 || status === 503) ? r.retryAfterSeconds : null;
     const next = nextAttempt({ scheduleMs: this.o.settings.scheduleMs, random: this.o.random }, attempts, at, retryAfter);
     this.metrics.attempted(next === null ? 'failed' : 'retrying');
-    return { ...base, state: next === null ? 'failed' : 'pending', nextAttemptAt: next ?? at, at, status, error, ms: r.ms, receiver: 'down' };
+    return this.outcome(d, next === null ? 'failed' : 'pending', next ?? at, at, status, error, r.ms, 'down');
   }
 
   /** Hands a delivery back untried: pending as it was, its lease given up. */
   private released(d: DeliveryRecord): DeliveryOutcome {
-    return { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner, state: 'pending', nextAttemptAt: d.nextAttemptAt, at: this.now(), status: d.lastStatus, error: d.lastError, ms: d.lastMs, receiver: null };
+    return this.outcome(d, 'pending', d.nextAttemptAt, this.now(), d.lastStatus, d.lastError, d.lastMs, null);
+  }
+
+  /**
+   * An attempt's outcome, written as one literal: V8 adds each property after a spread (`{...base,
+   * state}`) on a slow path, several microseconds an outcome.
+   */
+  private outcome(
+    d: DeliveryRecord,
+    state: DeliveryOutcome['state'],
+    nextAttemptAt: number,
+    at: number,
+    status: number | null,
+    error: string | null,
+    ms: number | null,
+    receiver: DeliveryOutcome['receiver'],
+  ): DeliveryOutcome {
+    return { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner, state, nextAttemptAt, at, status, error, ms, receiver };
   }
 
   /** The body as sent: `{type, timestamp, data}`, data being the event as GET /events serves it plus its cursor. */
-  private async body(d: DeliveryRecord, json: string, event: { time?: unknown; cursor?: unknown }): Promise<string> {
-    this.cursorCodec ??= await this.o.events.cursors();
-    const cursor = this.cursorCodec.encode(d.projectId, d.position);
-    const time = typeof event.time === 'string' ? event.time : new Date(this.now()).toISOString();
-    // The log's JSON is JSON.stringify's: the cursor is added to its end, not by parsing and writing it again.
-    if (event.cursor === undefined && json.endsWith('}')) return webhookBodyOf(d.type, time, `${json.slice(0, -1)}${json === '{}' ? '' : ','}"cursor":${JSON.stringify(cursor)}}`);
-    return webhookBody(d.type, time, { ...event, cursor });
+  private body(cursors: Cursors, d: DeliveryRecord, json: string): string {
+    const cursor = cursors.encode(d.projectId, d.position);
+    // The log's JSON is JSON.stringify's, `time` among its first keys (lib/events/log.ts): read and
+    // extended as text, not parsed and written again. Anything else takes the long way.
+    const time = leadingTime(json);
+    if (time !== null && json.endsWith('}') && !json.includes('"cursor":')) return webhookBodyOf(d.type, time, `${json.slice(0, -1)},"cursor":${JSON.stringify(cursor)}}`);
+    const event = JSON.parse(json) as { time?: unknown };
+    return webhookBody(d.type, typeof event.time === 'string' ? event.time : new Date(this.now()).toISOString(), { ...event, cursor });
   }
 
   /** The endpoint's signing secrets, opened once per change of the endpoint (and again when a rotation's overlap ends). */

@@ -71,7 +71,14 @@ export function signedHeaders(secrets: readonly string[], id: string, body: stri
 
 /** Everything a delivery attempt sends besides its body: the signature headers, the type, who sends. */
 export function deliveryHeaders(secrets: readonly string[], id: string, body: string, at: Date = new Date()): Record<string, string> {
-  return { ...signedHeaders(secrets, id, body, at), 'content-type': 'application/json', 'user-agent': 'Postern-Webhooks/1' };
+  const signed = signedHeaders(secrets, id, body, at);
+  return {
+    'webhook-id': signed['webhook-id'],
+    'webhook-timestamp': signed['webhook-timestamp'],
+    'webhook-signature': signed['webhook-signature'],
+    'content-type': 'application/json',
+    'user-agent': 'Postern-Webhooks/1',
+  };
 }
 
 /** The body the spec recommends: the type, when the event happened (not when it is sent), its data. */
