@@ -17,6 +17,7 @@
 //   npm run bench:search -- --quick           # 10,000 messages and shorter rounds, for a smoke run
 //   npm run bench:search -- --mcp-only        # only the MCP rows (3), while working on them
 //   npm run bench:search -- --body-only       # only the body search (2), its own section of RESULTS.md
+//   npm run bench:search -- --watch=off       # no watcher: every read checks with Dovecot first (a pass per read)
 //   npm run bench:search -- --skip-body       # (1) and (3) without (2): no 100,000-message Xapian build (about 20 min)
 //   BENCH_PROFILE_DIR=/tmp/prof npm run bench:search   # the server writes a CPU profile there
 //   npm run bench:search -- --explain         # only prints the plans of the two metadata searches
@@ -54,6 +55,7 @@ const MCP_SECONDS = QUICK ? 2 : 5;
 const MCP_ONLY = args.has('--mcp-only');
 const BODY_ONLY = args.has('--body-only');
 const SKIP_BODY = args.has('--skip-body');
+const WATCH = process.argv.find((a) => a.startsWith('--watch='))?.slice(8) ?? 'auto';
 const CLIENTS = 32;
 const PAGE = 50;
 
@@ -105,7 +107,9 @@ async function main(): Promise<void> {
   if (POSTGRES && !env.postgres) throw new Error('the mail environment has no PostgreSQL');
   const dir = mkdtempSync(join(tmpdir(), 'postern-bench-search-'));
   const db = POSTGRES ? await emptyDatabase(env.postgres!.url) : null;
-  const serverEnv = benchServerEnv(env, dir, { POSTERN_WATCH: 'off', ...(db ? { POSTERN_DATABASE_URL: db.url } : {}) });
+  // The inbox watched as a deployment's default does (POSTERN_WATCH=auto: a NOTIFY connection),
+  // so a read trusts the index; `--watch=off` makes every read check with Dovecot first.
+  const serverEnv = benchServerEnv(env, dir, { POSTERN_WATCH: WATCH, ...(db ? { POSTERN_DATABASE_URL: db.url } : {}) });
   const load0 = loadavg()[0]!;
   let server: Awaited<ReturnType<typeof spawnPostern>> | null = null;
   try {
@@ -310,10 +314,10 @@ async function main(): Promise<void> {
 
     const load1 = loadavg()[0]!;
     const engine = POSTGRES ? 'PostgreSQL (the env cluster, fsync off), VACUUM ANALYZE after the first index' : 'SQLite';
-    const flags = [POSTGRES ? '--postgres' : '', QUICK ? '--quick' : '', MCP_ONLY ? '--mcp-only' : '', BODY_ONLY ? '--body-only' : '', SKIP_BODY ? '--skip-body' : ''].filter(Boolean).join(' ');
+    const flags = [POSTGRES ? '--postgres' : '', QUICK ? '--quick' : '', MCP_ONLY ? '--mcp-only' : '', BODY_ONLY ? '--body-only' : '', SKIP_BODY ? '--skip-body' : '', WATCH !== 'auto' ? `--watch=${WATCH}` : ''].filter(Boolean).join(' ');
     const md = `## Message search (issue 20)${BODY_ONLY ? ', body search from Dovecot\'s Xapian index' : ''}, ${POSTGRES ? 'PostgreSQL' : 'SQLite'}
 
-Machine: ${machine()}, shared; load average ${load0.toFixed(2)} at the start, ${load1.toFixed(2)} at the end. Store: ${engine}. Dovecot 2.3 (sdbox), loopback.
+Machine: ${machine()}, shared; load average ${load0.toFixed(2)} at the start, ${load1.toFixed(2)} at the end. Store: ${engine}. Watching: POSTERN_WATCH=${WATCH}. Dovecot 2.3 (sdbox), loopback.
 Command: \`npm run bench:search${flags ? ` -- ${flags}` : ''}\`, ${new Date().toISOString().slice(0, 10)}. One compatible inbox, ${f0(MESSAGES)} messages in INBOX (\`doveadm import\`, ${f1(seedS)} s, without mail_crypt; first index ${f1(indexS)} s). Postern runs as its own process; the load generator and the floors share the machine with it and Dovecot. A page is ${PAGE} messages. ${bad} requests answered other than 200.
 
 | Benchmark | Postern | Floor, same run | Ratio | Target |
