@@ -9,6 +9,7 @@ import { BlockList, isIP } from 'node:net';
 import { buildConnector, Pool, type Dispatcher } from 'undici';
 import type { Cidr } from '../../lib/config.ts';
 import type { Poster } from '../../lib/webhooks/dispatcher.ts';
+import { remembered } from '../../lib/remembered.ts';
 
 export type WebhookClientFailure =
   /** Not an http(s) URL with a host, or one carrying a user name or password. */
@@ -284,13 +285,7 @@ const verdicts = new WeakMap<readonly Cidr[], Map<string, string | null>>();
 function refusalOf(address: string, allow: readonly Cidr[]): string | null {
   let known = verdicts.get(allow);
   if (!known) verdicts.set(allow, (known = new Map()));
-  let why = known.get(address);
-  if (why === undefined) {
-    why = refusal(address, allow);
-    if (known.size >= 4096) known.clear();
-    known.set(address, why);
-  }
-  return why;
+  return remembered(known, address, (a) => refusal(a, allow));
 }
 
 const systemResolver: Resolver = (hostname) => dns.lookup(hostname, { all: true, verbatim: true });
@@ -321,12 +316,7 @@ const targets = new Map<string, Target | WebhookClientError>();
 
 /** The URL parsed and its form checked, once per URL (a URL is an endpoint's, used again and again). */
 function targetOf(url: string): Target {
-  let known = targets.get(url);
-  if (!known) {
-    known = parseTarget(url);
-    if (targets.size >= 4096) targets.clear();
-    targets.set(url, known);
-  }
+  const known = remembered(targets, url, parseTarget);
   if (known instanceof WebhookClientError) throw known;
   return known;
 }

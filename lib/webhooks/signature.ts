@@ -2,6 +2,7 @@
 // came from it, unaltered, and is not an old one replayed. The signed content covers the id and
 // the attempt's timestamp as well as the body, unlike body-only schemes that can be replayed.
 import { createHmac, randomBytes } from 'node:crypto';
+import { remembered } from '../remembered.ts';
 
 const PREFIX = 'whsec_';
 
@@ -20,13 +21,7 @@ const keys = new Map<string, Buffer>();
 
 /** The key bytes of a `whsec_` secret; throws on anything else, so a mangled secret never signs. */
 export function secretKey(secret: string): Buffer {
-  let key = keys.get(secret);
-  if (!key) {
-    key = readSecretKey(secret);
-    if (keys.size >= 4096) keys.clear();
-    keys.set(secret, key);
-  }
-  return key;
+  return remembered(keys, secret, readSecretKey);
 }
 
 function readSecretKey(secret: string): Buffer {
