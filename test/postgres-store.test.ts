@@ -239,4 +239,64 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
       await b.close();
     }
   });
+
+  it("each process keeps a member's grant, an inbox and its index's seeded state until any process changes them", async function () {
+    const [a, b] = [await openPostgresStore(db.url, { keepMs: 60_000 }), await openPostgresStore(db.url, { keepMs: 60_000 })];
+    const raw = pool();
+    const until = async (what: string, done: () => Promise<boolean>) => {
+      for (const deadline = Date.now() + 5_000; !(await done()); ) {
+        if (Date.now() > deadline) throw new Error(what);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    };
+    try {
+      const now = Date.now();
+      await a.directory.createProject({ id: 'prj_keep', name: 'keep', createdAt: now });
+      await a.directory.createMember({ id: 'mem_keep', projectId: 'prj_keep', email: 'keep@example.org', createdAt: now });
+      const inbox = (n: number) => ({ id: `ibx_keep${n}`, projectId: 'prj_keep', imapUser: `keep${n}`, addresses: [`keep${n}@example.org`], mode: 'compatible' as const, createdAt: now });
+      for (const n of [1, 2]) {
+        await a.directory.createInbox(inbox(n));
+        await a.directory.putGrant({ memberId: 'mem_keep', inboxId: `ibx_keep${n}`, role: 'reader', createdAt: now });
+      }
+      await a.mailIndex.markSeeded('ibx_keep1', true);
+      // Both listening (as in the test above), then everything read once on each.
+      await a.directory.getGrant('mem_keep', 'ibx_keep1');
+      await b.directory.getGrant('mem_keep', 'ibx_keep1');
+      await until('the stores never listened', async () =>
+        (await raw.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'postern (changes)' AND state = 'idle' AND query LIKE 'LISTEN%'")).rows[0]!.n >= 2);
+      for (const s of [a, b]) {
+        for (const n of [1, 2]) expect((await s.directory.getGrant('mem_keep', `ibx_keep${n}`))?.role).to.equal('reader');
+        expect((await s.directory.getInbox('ibx_keep2'))?.addresses).to.deep.equal(['keep2@example.org']);
+        expect(await s.mailIndex.isSeeded('ibx_keep1')).to.equal(true);
+      }
+      // Kept: changes made without their notices (the triggers off) are not seen by A.
+      await raw.query('ALTER TABLE grants DISABLE TRIGGER grants_changed');
+      await raw.query("UPDATE grants SET role = 'admin' WHERE inbox_id = 'ibx_keep1'");
+      await raw.query('ALTER TABLE grants ENABLE TRIGGER grants_changed');
+      await raw.query('ALTER TABLE mail_inboxes DISABLE TRIGGER mail_inboxes_unseeded');
+      await raw.query("UPDATE mail_inboxes SET seeded = false WHERE inbox_id = 'ibx_keep1'");
+      await raw.query('ALTER TABLE mail_inboxes ENABLE TRIGGER mail_inboxes_unseeded');
+      expect((await a.directory.getGrant('mem_keep', 'ibx_keep1'))?.role).to.equal('reader');
+      expect(await a.mailIndex.isSeeded('ibx_keep1')).to.equal(true);
+      await b.mailIndex.markSeeded('ibx_keep1', true);
+      // Changed through B: A drops each when its notice arrives.
+      expect(await b.directory.deleteGrant('mem_keep', 'ibx_keep1')).to.equal(true);
+      await until('A still serves the deleted grant', async () => (await a.directory.getGrant('mem_keep', 'ibx_keep1')) === null);
+      await b.mailIndex.markSeeded('ibx_keep1', false);
+      await until('A still takes the index as seeded', async () => (await a.mailIndex.isSeeded('ibx_keep1')) === false);
+      expect(await b.directory.deleteInbox('ibx_keep2', now)).to.equal(true);
+      await until('A still serves the deleted inbox', async () => (await a.directory.getInbox('ibx_keep2')) === null);
+      await until("A still serves the deleted inbox's grant", async () => (await a.directory.getGrant('mem_keep', 'ibx_keep2')) === null);
+      // Changed through A itself: seen on its next read, before the notice.
+      await a.directory.putGrant({ memberId: 'mem_keep', inboxId: 'ibx_keep1', role: 'reader', createdAt: now });
+      expect((await a.directory.getGrant('mem_keep', 'ibx_keep1'))?.role).to.equal('reader');
+      await a.mailIndex.markSeeded('ibx_keep1', true);
+      expect(await a.mailIndex.isSeeded('ibx_keep1')).to.equal(true);
+      await a.mailIndex.dropInbox('ibx_keep1');
+      expect(await a.mailIndex.isSeeded('ibx_keep1')).to.equal(false);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
 });

@@ -112,15 +112,18 @@ export class MailSearch {
     const search = indexSearch(q);
     const after = q.cursor === undefined ? null : decodeCursor(q.cursor);
     await this.mirror.refresh(inbox);
-    if (search.labelGuid && !(await this.index.label(inbox.id, search.labelGuid))) throw notFound('label not found');
+    // One read serves the label check and the page's locations (a round trip on PostgreSQL).
+    let labels = await this.index.labels(inbox.id);
+    if (search.labelGuid && !labels.some((l) => l.guid === search.labelGuid)) throw notFound('label not found');
     if (readsContent(q)) {
       await recordRead!();
       search.guids = await this.contentMatches(inbox, q, search.labelGuid);
+      // The mail server's search can take seconds: labels made meanwhile may hold a match.
+      labels = await this.index.labels(inbox.id);
     }
     const rows = search.guids?.length === 0 ? [] : await this.index.search(inbox.id, search, after, q.limit + 1);
     const more = rows.length > q.limit;
     const shown = rows.slice(0, q.limit);
-    const labels = await this.index.labels(inbox.id);
     const sent = new Set(labels.filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
     const messages = shown.map(({ message, locations }) => {
       const [first, ...rest] = locations;

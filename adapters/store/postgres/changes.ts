@@ -1,13 +1,15 @@
-// What other processes changed, as PostgreSQL announces it: triggers (migration 008) NOTIFY on
-// commit of a change to a token or an event type, and this one connection per process LISTENs.
-// A process keeps a few hot reads (a token, a type's versions) and drops one when its change is
+// What other processes changed, as PostgreSQL announces it: triggers (migrations 008, 010) NOTIFY
+// on commit of a change to a token, an event type, a grant, an inbox or an index's seeded state,
+// and this one connection per process LISTENs. A process keeps those hot reads (every request
+// makes one or more of them) and drops one when its change is
 // announced, so a token revoked through any machine, or by `postern admin`, is refused by every
 // machine as soon as the notice arrives (milliseconds), with no round trip per request. Nothing
 // may be kept while the connection is down: notices sent then are lost, so `live` is false, every
 // read goes to the store, and what was kept is dropped.
 import pg from 'pg';
 
-export type ChangeChannel = 'postern_tokens' | 'postern_event_types';
+/** Channels of migrations 008 and 010. */
+export type ChangeChannel = 'postern_tokens' | 'postern_event_types' | 'postern_grants' | 'postern_inboxes' | 'postern_index_seeded';
 
 const RETRY_MS = [100, 500, 2_000, 5_000];
 

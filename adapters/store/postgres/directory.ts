@@ -128,6 +128,9 @@ export class PgDirectoryStore implements DirectoryStore {
    * dropped when any process changes them (changes.ts); none without `changes`.
    */
   private readonly tokens: KeptReads<TokenRecord> | null;
+  /** Grants ("member inbox") and inboxes, kept the same way: every request on an inbox reads both. */
+  private readonly grants: KeptReads<Grant> | null;
+  private readonly inboxes: KeptReads<Inbox> | null;
 
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
   constructor(
@@ -135,13 +138,25 @@ export class PgDirectoryStore implements DirectoryStore {
     changes: PgChanges | null = null,
     keepMs = 0,
   ) {
-    this.tokens = changes && keepMs > 0 ? new KeptReads<TokenRecord>(changes, keepMs) : null;
+    const keep = changes && keepMs > 0;
+    this.tokens = keep ? new KeptReads<TokenRecord>(changes, keepMs) : null;
+    this.grants = keep ? new KeptReads<Grant>(changes, keepMs) : null;
+    this.inboxes = keep ? new KeptReads<Inbox>(changes, keepMs) : null;
     changes?.on('postern_tokens', (id) => this.tokens?.drop(id));
+    changes?.on('postern_grants', (key) => this.grants?.drop(key));
+    changes?.on('postern_inboxes', (id) => this.inboxes?.drop(id));
   }
 
   /** After a write that may change tokens: what this process kept goes at once, before its notice. */
   private dropTokens<T>(id: string | null, written: T): T {
     this.tokens?.drop(id);
+    return written;
+  }
+
+  /** After a write that may change grants or inboxes (rare): everything kept of them goes at once. */
+  private dropAccess<T>(written: T): T {
+    this.grants?.drop(null);
+    this.inboxes?.drop(null);
     return written;
   }
 
@@ -187,8 +202,11 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async getInbox(id: string): Promise<Inbox | null> {
-    const r = await rowOf<InboxRow<string[]>>(this.pool, S.getInbox([id]));
-    return r ? toInbox(r) : null;
+    const read = async () => {
+      const r = await rowOf<InboxRow<string[]>>(this.pool, S.getInbox([id]));
+      return r ? toInbox(r) : null;
+    };
+    return this.inboxes ? this.inboxes.get(id, read) : read();
   }
 
   async findInboxByAddress(address: string): Promise<Inbox | null> {
@@ -207,7 +225,7 @@ export class PgDirectoryStore implements DirectoryStore {
       await c.query(S.lockNarrowed([id]));
       return (await changed(c, S.deleteInbox([id, at]))) > 0;
     });
-    return this.dropTokens(null, deleted);
+    return this.dropAccess(this.dropTokens(null, deleted));
   }
 
   async inboxesVersion(): Promise<number> {
@@ -220,14 +238,16 @@ export class PgDirectoryStore implements DirectoryStore {
 
   async putGrant(g: Grant): Promise<void> {
     await this.pool.query(S.putGrant([g.memberId, g.inboxId, g.role, g.createdAt]));
+    this.dropAccess(null);
   }
 
   async deleteGrant(memberId: string, inboxId: string): Promise<boolean> {
-    return (await changed(this.pool, S.deleteGrant([memberId, inboxId]))) > 0;
+    return this.dropAccess((await changed(this.pool, S.deleteGrant([memberId, inboxId]))) > 0);
   }
 
   async getGrant(memberId: string, inboxId: string): Promise<Grant | null> {
-    return rowOf<Grant>(this.pool, S.getGrant([memberId, inboxId]));
+    const read = () => rowOf<Grant>(this.pool, S.getGrant([memberId, inboxId]));
+    return this.grants ? this.grants.get(`${memberId} ${inboxId}`, read) : read();
   }
 
   async listGrants(memberId: string): Promise<Array<{ grant: Grant; inbox: Inbox }>> {
@@ -287,7 +307,7 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async deleteProject(id: string, at: number): Promise<ProjectErased | null> {
-    return this.dropTokens(null, await inTransaction(this.pool, async (c) => {
+    return this.dropAccess(this.dropTokens(null, await inTransaction(this.pool, async (c) => {
       if ((await changed(c, S.lockProject([id]))) === 0) return null;
       for (const lock of [S.lockMembers, S.lockInboxes, S.lockTokens]) await c.query(lock([id]));
       // As MailIndexStore.dropInbox: a tombstone's version starts at the clock, in microseconds.
@@ -295,17 +315,17 @@ export class PgDirectoryStore implements DirectoryStore {
       const counted: Array<{ step: EraseStep; rows: number }> = [];
       for (const { step, statement, takes } of ERASE_PROJECT) counted.push({ step, rows: await changed(c, statement(values.slice(0, takes))) });
       return tally(counted);
-    }));
+    })));
   }
 
   async deleteMember(id: string): Promise<boolean> {
-    return this.dropTokens(null, await inTransaction(this.pool, async (c) => {
+    return this.dropAccess(this.dropTokens(null, await inTransaction(this.pool, async (c) => {
       if ((await changed(c, S.lockMember([id]))) === 0) return false;
       await c.query(S.lockMemberTokens([id]));
       const counted: Array<{ step: EraseStep; rows: number }> = [];
       for (const { step, statement, takes } of ERASE_MEMBER) counted.push({ step, rows: await changed(c, statement([id].slice(0, takes))) });
       return tally(counted).members > 0;
-    }));
+    })));
   }
 
   async getSession(id: string): Promise<SessionRecord | null> {

@@ -12,6 +12,7 @@ import type { IndexOp, IndexSearch, IndexStatus, LabelState, Location, MailIndex
 import { searchWords } from '../../../lib/mail/search-words.ts';
 import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
 import { notFound } from '../../../lib/errors.ts';
+import { KeptReads, type PgChanges } from './changes.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
 const isSeen = (flags: readonly string[]) => flags.some((f) => f.toLowerCase() === '\\seen');
@@ -110,7 +111,6 @@ const S = {
     'putSearch',
     'UPDATE mail_messages m SET search = t.search FROM unnest($2::text[], $3::tsvector[]) AS t(guid, search) WHERE m.inbox_id = $1 AND m.guid = t.guid',
   ),
-  searchLocations: stmt('searchLocations', `SELECT ${LOCATION_COLUMNS} FROM mail_locations WHERE inbox_id = $1 AND msg_guid = ANY($2::text[])`),
   locationsAt: stmt(
     'locationsAt',
     `SELECT l.label_guid, l.uid, l.msg_guid FROM mail_locations l JOIN ${PLACES} ON l.label_guid = t.label_guid AND l.uid = t.uid WHERE l.inbox_id = $1`,
@@ -254,9 +254,15 @@ export function searchStatement(inboxId: string, q: IndexSearch, after: SearchAf
   if (q.notKeyword !== undefined) place.push(`NOT ${hasFlag(q.notKeyword)}`);
   where.push(`EXISTS (SELECT 1 FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid${place.map((c) => ` AND ${c}`).join('')})`);
   const from = matches ? 'f JOIN mail_messages m ON m.inbox_id = $1::text AND m.guid = f.guid' : 'mail_messages m';
-  const text = `${matches}SELECT ${MESSAGE_COLUMNS} FROM ${from} WHERE ${where.join(' AND ')} ORDER BY m.received_at DESC, m.guid DESC LIMIT ${param(limit, 'int')}`;
+  const page = `${matches}SELECT ${MESSAGE_COLUMNS} FROM ${from} WHERE ${where.join(' AND ')} ORDER BY m.received_at DESC, m.guid DESC LIMIT ${param(limit, 'int')}`;
+  // Each result's places come with it (a round trip less than asking after), as [label, uid, modseq, flags].
+  const places = `(SELECT json_agg(json_build_array(l.label_guid, l.uid, l.modseq, l.flags)) FROM mail_locations l WHERE l.inbox_id = $1::text AND l.msg_guid = r.guid) AS places`;
+  const text = `SELECT r.*, ${places} FROM (${page}) r ORDER BY r.received_at DESC, r.guid DESC`;
   return { text, values };
 }
+
+/** A search result's row: the message's columns and its places (searchStatement). */
+type SearchResultRow = MessageRow & { places: Array<[string, number, number, string]> | null };
 
 /**
  * The messages of a run, one row per GUID: as if upserted in order, the first record's columns
@@ -330,7 +336,19 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   // The driver is asynchronous: a batch in one transaction keeps the loop free while it runs.
   readonly writeSizing = null;
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
-  constructor(private readonly pool: Pool) {}
+  /** Inboxes whose rows all have their search vectors (fillSearch). */
+  private readonly searchFilled = new Set<string>();
+  /** Inboxes seen seeded, kept (see changes.ts): every read asks, and only a removal or reset unseeds. */
+  private readonly seeded: KeptReads<true> | null;
+
+  constructor(
+    private readonly pool: Pool,
+    changes: PgChanges | null = null,
+    keepMs = 0,
+  ) {
+    this.seeded = changes && keepMs > 0 ? new KeptReads<true>(changes, keepMs) : null;
+    changes?.on('postern_index_seeded', (id) => this.seeded?.drop(id));
+  }
 
   /** First in every index write's transaction: the inbox's row locked and its version bumped, unless it was removed. */
   private async begin(c: PoolClient, inboxId: string): Promise<void> {
@@ -439,12 +457,14 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   }
 
   async isSeeded(inboxId: string): Promise<boolean> {
-    const [row] = await rowsOf<{ seeded: boolean }>(this.pool, S.seeded([inboxId]));
-    return row?.seeded === true;
+    const read = async () => ((await rowsOf<{ seeded: boolean }>(this.pool, S.seeded([inboxId])))[0]?.seeded === true ? true : null);
+    return (this.seeded ? await this.seeded.get(inboxId, read) : await read()) === true;
   }
 
   async markSeeded(inboxId: string, seeded: boolean): Promise<void> {
-    if ((await changed(this.pool, S.markSeeded([inboxId, seeded, firstVersion()]))) === 0) throw removedInbox();
+    const written = await changed(this.pool, S.markSeeded([inboxId, seeded, firstVersion()]));
+    if (!seeded) this.seeded?.drop(inboxId);
+    if (written === 0) throw removedInbox();
   }
 
   async markSynced(inboxId: string, at: number): Promise<void> {
@@ -489,6 +509,7 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
       await c.query(S.tombstone([inboxId, firstVersion(), Date.now()]));
       for (const statement of Object.values(S.dropInbox)) await c.query(statement([inboxId]));
     });
+    this.seeded?.drop(inboxId);
   }
 
   async labels(inboxId: string): Promise<LabelState[]> {
@@ -537,25 +558,29 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   }
 
   async search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]> {
-    if (search.text.length > 0) await this.fillSearch(inboxId);
-    const rows = (await this.pool.query<MessageRow>(searchStatement(inboxId, search, after, limit))).rows;
-    if (rows.length === 0) return [];
-    const places = await rowsOf<LocationRow>(this.pool, S.searchLocations([inboxId, rows.map((r) => r.guid)]));
-    const byGuid = new Map<string, Location[]>();
-    for (const l of places.map(toLocation)) byGuid.set(l.msgGuid, [...(byGuid.get(l.msgGuid) ?? []), l]);
-    // A message with no place left (a racing removal) is not a result.
-    return rows.map((r) => ({ message: toMessage(r), locations: byGuid.get(r.guid) ?? [] })).filter((r) => r.locations.length > 0);
+    if (search.text.length > 0 && !this.searchFilled.has(inboxId)) await this.fillSearch(inboxId);
+    const rows = (await this.pool.query<SearchResultRow>(searchStatement(inboxId, search, after, limit))).rows;
+    return rows.map((r) => ({
+      message: toMessage(r),
+      locations: (r.places ?? []).map(([labelGuid, uid, modseq, flags]) => toLocation({ label_guid: labelGuid, uid, msg_guid: r.guid, modseq, flags })),
+    }));
   }
 
-  /** Gives the inbox's rows from before search their vectors (once; a few hundred at a time). */
+  /**
+   * Gives the inbox's rows from before search (migration 006) their vectors, a few hundred at a
+   * time. Once per inbox and process: every index write since gives its rows theirs.
+   */
   private async fillSearch(inboxId: string): Promise<void> {
     const batch = 500;
     for (;;) {
       const rows = await rowsOf<Pick<MessageRow, 'guid' | 'from_text' | 'to_text' | 'cc_text' | 'subject'>>(this.pool, S.unsearchable([inboxId, batch]));
-      if (rows.length === 0) return;
-      const vectors = rows.map((r) => searchVector({ from: r.from_text, to: r.to_text, cc: r.cc_text, subject: r.subject }));
-      await this.pool.query(S.putSearch([inboxId, rows.map((r) => r.guid), vectors]));
-      if (rows.length < batch) return;
+      if (rows.length > 0) {
+        const vectors = rows.map((r) => searchVector({ from: r.from_text, to: r.to_text, cc: r.cc_text, subject: r.subject }));
+        await this.pool.query(S.putSearch([inboxId, rows.map((r) => r.guid), vectors]));
+      }
+      if (rows.length < batch) break;
     }
+    if (this.searchFilled.size >= 10_000) this.searchFilled.clear();
+    this.searchFilled.add(inboxId);
   }
 }

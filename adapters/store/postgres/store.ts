@@ -22,7 +22,8 @@ export interface PostgresStoreOptions {
   /** A connection lost while idle (the server restarted): the pool has dropped it. */
   onIdleError?: (err: Error) => void;
   /**
-   * How long a process keeps a token or a type's versions it read (POSTERN_DATABASE_KEEP_MS);
+   * How long a process keeps a token, a type's versions, a grant, an inbox or an index's seeded
+   * state it read (POSTERN_DATABASE_KEEP_MS);
    * any process's change drops them at once (changes.ts). 0: every request reads the database.
    */
   keepMs?: number;
@@ -63,7 +64,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     keyBackups: new PgKeyBackupStore(pool),
     passkeys: new PgPasskeyStore(pool),
     events: new PgEventStore(pool, changes, keepMs),
-    mailIndex: new PgMailIndex(pool),
+    mailIndex: new PgMailIndex(pool, changes, keepMs),
     outbox: new PgOutboxStore(pool),
     resealJobs: new PgResealJobs(pool),
     webhooks: new PgWebhookStore(pool),
