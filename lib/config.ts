@@ -147,7 +147,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
   { name: 'POSTERN_DATABASE_URL', default: '', description: 'the store on PostgreSQL (postgres://user:password@host:port/db), for several machines sharing it (docs/deployment.md); empty: SQLite at POSTERN_DB' },
   { name: 'POSTERN_DATABASE_POOL', default: '10', description: 'PostgreSQL connections each process (each worker) opens at most' },
-  { name: 'POSTERN_DATABASE_KEEP_MS', default: '10000', description: 'PostgreSQL: how long a process keeps an API token or event type it read; a change through any process drops it at once (LISTEN/NOTIFY); 0: read the database on every request' },
+  { name: 'POSTERN_DATABASE_KEEP_MS', default: '10000', description: 'PostgreSQL: how long a process keeps an API token, event type, grant, inbox or index state it read; a change through any process drops it at once (LISTEN/NOTIFY); 0: read the database on every request' },
   { name: 'POSTERN_IMAP_HOST', default: '127.0.0.1', description: 'Dovecot IMAP host' },
   { name: 'POSTERN_IMAP_PORT', default: '143', description: 'Dovecot IMAP port' },
   { name: 'POSTERN_IMAP_SECURE', default: 'false', description: 'connect with implicit TLS' },
