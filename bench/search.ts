@@ -57,7 +57,7 @@ const BODY_ONLY = args.has('--body-only');
 const SKIP_BODY = args.has('--skip-body');
 const WATCH = process.argv.find((a) => a.startsWith('--watch='))?.slice(8) ?? 'auto';
 const CLIENTS = 32;
-const PAGE = 50;
+const PAGE = Number(process.env.BENCH_PAGE ?? 50);
 
 function post(url: string, headers: Record<string, string>, body: string): Promise<Answer> {
   return new Promise((resolve, reject) => {
