@@ -138,9 +138,9 @@ export class MailSearch {
 
   /** The GUIDs whose content matches, from the mail server's SEARCH in every label searched. */
   private async contentMatches(inbox: MailInbox, q: SearchQuery, labelGuid: string | undefined): Promise<string[]> {
-    // An empty label has nothing to find (and Dovecot nothing to index or read).
-    const counts = await this.index.counts(inbox.id);
-    const labels = (await this.index.labels(inbox.id)).filter((l) => (!labelGuid || l.guid === labelGuid) && (counts.get(l.guid)?.total ?? 0) > 0);
+    // The source skips a label its server finds empty (nothing to index or read there); counting
+    // the index's labels first would scan every place of the inbox (12 ms at 100,000 messages).
+    const labels = (await this.index.labels(inbox.id)).filter((l) => !labelGuid || l.guid === labelGuid);
     if (labels.length === 0) return [];
     const found = await this.source.searchContent(inbox, labels, { ...(q.body !== undefined ? { body: q.body } : {}), ...(q.text !== undefined ? { text: q.text } : {}) });
     const guids = new Set<string>();

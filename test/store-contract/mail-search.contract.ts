@@ -138,7 +138,10 @@ export function mailSearchContract(engineName: string, open: () => Promise<MailI
         after = { receivedAt: last.receivedAt, guid: last.guid };
       }
       expect(seen).to.deep.equal(expected);
-      expect(await find({}, { guids: [ms[0]!.guid, ms[5]!.guid, guid()] }), 'only the GUIDs given').to.have.members([ms[0]!.guid, ms[5]!.guid]);
+      expect(await find({}, { guids: [ms[0]!.guid, ms[5]!.guid, guid()] }), 'only the GUIDs given, newest first').to.deep.equal([ms[5]!.guid, ms[0]!.guid]);
+      // Many GUIDs (a body search matching much of the inbox) take another plan on SQLite.
+      const many = [ms[5]!.guid, ...Array.from({ length: 6_000 }, () => guid()), ms[0]!.guid];
+      expect(await find({}, { guids: many }), 'only the GUIDs given, among many').to.deep.equal([ms[5]!.guid, ms[0]!.guid]);
       expect(await find({}, { guids: [] })).to.deep.equal([]);
     });
 
