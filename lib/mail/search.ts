@@ -138,9 +138,12 @@ export class MailSearch {
 
   /** The GUIDs whose content matches, from the mail server's SEARCH in every label searched. */
   private async contentMatches(inbox: MailInbox, q: SearchQuery, labelGuid: string | undefined): Promise<string[]> {
-    // The source skips a label its server finds empty (nothing to index or read there); counting
-    // the index's labels first would scan every place of the inbox (12 ms at 100,000 messages).
-    const labels = (await this.index.labels(inbox.id)).filter((l) => !labelGuid || l.guid === labelGuid);
+    // An empty label has nothing to find (and Dovecot nothing to index or read). Asked label by
+    // label (the newest place of each): counting them all scans every place of the inbox (12 ms
+    // at 100,000 messages), and opening each on the mail server costs a round trip.
+    const named = (await this.index.labels(inbox.id)).filter((l) => !labelGuid || l.guid === labelGuid);
+    const held = await Promise.all(named.map(async (l) => (await this.index.page(inbox.id, l.guid, null, 1)).length > 0));
+    const labels = named.filter((_, i) => held[i]);
     if (labels.length === 0) return [];
     const found = await this.source.searchContent(inbox, labels, { ...(q.body !== undefined ? { body: q.body } : {}), ...(q.text !== undefined ? { text: q.text } : {}) });
     const guids = new Set<string>();
