@@ -1,4 +1,4 @@
-// What other processes changed, as PostgreSQL announces it: triggers (migrations 008, 010) NOTIFY
+// What other processes changed, as PostgreSQL announces it: triggers (migrations 008, 011) NOTIFY
 // on commit of a change to a token, an event type, a grant, an inbox or an index's seeded state,
 // and this one connection per process LISTENs. A process keeps those hot reads (every request
 // makes one or more of them) and drops one when its change is
@@ -8,7 +8,7 @@
 // read goes to the store, and what was kept is dropped.
 import pg from 'pg';
 
-/** Channels of migrations 008 and 010. */
+/** Channels of migrations 008 and 011. */
 export type ChangeChannel = 'postern_tokens' | 'postern_event_types' | 'postern_grants' | 'postern_inboxes' | 'postern_index_seeded';
 
 const RETRY_MS = [100, 500, 2_000, 5_000];
