@@ -354,12 +354,16 @@ export class WebhookDispatcher {
       do {
         this.pumpAgain = false;
         while (!this.closed && this.heldTotal() < MAX_IN_FLIGHT) {
-          // A batch each: the next ones wait here, ready to start the moment an attempt ends.
-          const endpoints = [...this.endpoints.keys()].map((id) => ({ id, limit: this.batchOf(id) - this.held(id) })).filter((e) => e.limit > 0);
-          if (endpoints.length === 0) break;
           // Outcomes waiting are written first: a claim walks past every due row still leased, and
           // the settled ones stay so until written.
           if (this.outcomes.length > 0) await this.flush();
+          // A batch each: the next ones wait here, ready to start the moment an attempt ends. Only
+          // endpoints down to half a batch (as settled() asks): topping up by the few attempts
+          // that ended during the last claim cost a flush and a claim for a handful of rows.
+          const endpoints = [...this.endpoints.keys()]
+            .filter((id) => this.held(id) <= this.batchOf(id) / 2)
+            .map((id) => ({ id, limit: this.batchOf(id) - this.held(id) }));
+          if (endpoints.length === 0) break;
           const now = this.now();
           const leaseUntil = now + this.o.settings.leaseMs;
           const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil, endpoints });
