@@ -136,6 +136,8 @@ export class WebhookDispatcher {
   private cursorCodec: Cursors | null = null;
   private readonly woken = new Set<string>();
   private pumpAgain = false;
+  /** Refreshes started: only the latest one's read is kept. */
+  private refreshes = 0;
   private timer: NodeJS.Timeout | null = null;
   /** Aborts the attempts still running when close's grace is over. */
   private readonly stopping = new AbortController();
@@ -207,7 +209,11 @@ export class WebhookDispatcher {
 
   /** The enabled endpoints, and a live subscription per project that has any (new events wake their fill). */
   private async refresh(): Promise<void> {
+    const seq = ++this.refreshes;
     const all = await this.o.store.all();
+    // A read begun before another (the poll's, before an edit's poke) and ending after it would put
+    // back what that one saw changed: an endpoint just disabled would go on being sent to.
+    if (seq !== this.refreshes) return;
     const next = new Map<string, WebhookEndpointRecord>();
     for (const e of all) if (e.disabledAt === null) next.set(e.id, e);
     this.endpoints = next;
