@@ -250,13 +250,7 @@ export class WebhookDispatcher {
    * and the room they left is claimed again after this turn (one claim for all of them).
    */
   private settled(endpointId: string): void {
-    if (!this.settling) {
-      this.settling = true;
-      setTimeout(() => {
-        this.settling = false;
-        void this.flush();
-      }, FLUSH_DELAY_MS).unref();
-    }
+    this.flushSoon();
     // Claimed in batches: only once what the endpoint holds is down to half a batch.
     if (!this.refilling && this.held(endpointId) <= this.batchOf(endpointId) / 2) {
       this.refilling = true;
@@ -265,6 +259,16 @@ export class WebhookDispatcher {
         void this.pump();
       });
     }
+  }
+
+  /** Outcomes are written a moment from now, with every one pushed meanwhile. */
+  private flushSoon(): void {
+    if (this.settling) return;
+    this.settling = true;
+    setTimeout(() => {
+      this.settling = false;
+      void this.flush();
+    }, FLUSH_DELAY_MS).unref();
   }
 
   /** Reads the log past the endpoint's position and enqueues what it may receive, until caught up. */
@@ -452,8 +456,11 @@ export class WebhookDispatcher {
       const { d, until } = h;
       // Not started with less of its lease left than an attempt may take (another process could
       // claim it meanwhile): handed back, to be claimed afresh.
-      if (this.closed || until - this.now() <= this.o.settings.timeoutMs) this.outcomes.push(this.released(d));
-      else this.launch(h);
+      // (Written by the next flush: claims no longer write the outcomes waiting first.)
+      if (this.closed || until - this.now() <= this.o.settings.timeoutMs) {
+        this.outcomes.push(this.released(d));
+        this.flushSoon();
+      } else this.launch(h);
     }
     if (q && q.length === 0) this.queued.delete(id);
   }
