@@ -309,7 +309,9 @@ export class WebhookDispatcher {
       const until = at + this.o.settings.leaseMs;
       const leased = await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at, room > 0 ? { owner: this.owner, until, count: room } : undefined);
       if (leased) {
-        this.endpoints.set(id, { ...e, position: read.scannedTo });
+        // Not put back when a refresh dropped it meanwhile (disabled, deleted): attempt() then
+        // finds it gone and hands its deliveries back, instead of sending to a disabled endpoint.
+        if (this.endpoints.has(id)) this.endpoints.set(id, { ...e, position: read.scannedTo });
         await this.hold(leased, until, read.events);
         if (deliveries.length > leased.length) void this.pump();
       } else {
