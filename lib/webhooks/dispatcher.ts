@@ -136,6 +136,8 @@ export class WebhookDispatcher {
   private cursorCodec: Cursors | null = null;
   private readonly woken = new Set<string>();
   private pumpAgain = false;
+  /** Refreshes started: only the latest one's read is kept. */
+  private refreshes = 0;
   private timer: NodeJS.Timeout | null = null;
   /** Aborts the attempts still running when close's grace is over. */
   private readonly stopping = new AbortController();
@@ -207,7 +209,11 @@ export class WebhookDispatcher {
 
   /** The enabled endpoints, and a live subscription per project that has any (new events wake their fill). */
   private async refresh(): Promise<void> {
+    const seq = ++this.refreshes;
     const all = await this.o.store.all();
+    // A read begun before another (the poll's, before an edit's poke) and ending after it would put
+    // back what that one saw changed: an endpoint just disabled would go on being sent to.
+    if (seq !== this.refreshes) return;
     const next = new Map<string, WebhookEndpointRecord>();
     for (const e of all) if (e.disabledAt === null) next.set(e.id, e);
     this.endpoints = next;
@@ -244,13 +250,7 @@ export class WebhookDispatcher {
    * and the room they left is claimed again after this turn (one claim for all of them).
    */
   private settled(endpointId: string): void {
-    if (!this.settling) {
-      this.settling = true;
-      setTimeout(() => {
-        this.settling = false;
-        void this.flush();
-      }, FLUSH_DELAY_MS).unref();
-    }
+    this.flushSoon();
     // Claimed in batches: only once what the endpoint holds is down to half a batch.
     if (!this.refilling && this.held(endpointId) <= this.batchOf(endpointId) / 2) {
       this.refilling = true;
@@ -259,6 +259,16 @@ export class WebhookDispatcher {
         void this.pump();
       });
     }
+  }
+
+  /** Outcomes are written a moment from now, with every one pushed meanwhile. */
+  private flushSoon(): void {
+    if (this.settling) return;
+    this.settling = true;
+    setTimeout(() => {
+      this.settling = false;
+      void this.flush();
+    }, FLUSH_DELAY_MS).unref();
   }
 
   /** Reads the log past the endpoint's position and enqueues what it may receive, until caught up. */
@@ -299,7 +309,9 @@ export class WebhookDispatcher {
       const until = at + this.o.settings.leaseMs;
       const leased = await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at, room > 0 ? { owner: this.owner, until, count: room } : undefined);
       if (leased) {
-        this.endpoints.set(id, { ...e, position: read.scannedTo });
+        // Not put back when a refresh dropped it meanwhile (disabled, deleted): attempt() then
+        // finds it gone and hands its deliveries back, instead of sending to a disabled endpoint.
+        if (this.endpoints.has(id)) this.endpoints.set(id, { ...e, position: read.scannedTo });
         await this.hold(leased, until, read.events);
         if (deliveries.length > leased.length) void this.pump();
       } else {
@@ -354,12 +366,16 @@ export class WebhookDispatcher {
       do {
         this.pumpAgain = false;
         while (!this.closed && this.heldTotal() < MAX_IN_FLIGHT) {
-          // A batch each: the next ones wait here, ready to start the moment an attempt ends.
-          const endpoints = [...this.endpoints.keys()].map((id) => ({ id, limit: this.batchOf(id) - this.held(id) })).filter((e) => e.limit > 0);
+          // Outcomes waiting are not written first: they are at most FLUSH_DELAY_MS of attempts,
+          // which the claim walks past (still leased), cheaper than a write of a few rows before
+          // every claim, which also split the outcomes into small batches.
+          // A batch each: the next ones wait here, ready to start the moment an attempt ends. Only
+          // endpoints down to half a batch (as settled() asks): topping up by the few attempts
+          // that ended during the last claim cost a flush and a claim for a handful of rows.
+          const endpoints = [...this.endpoints.keys()]
+            .filter((id) => this.held(id) <= this.batchOf(id) / 2)
+            .map((id) => ({ id, limit: this.batchOf(id) - this.held(id) }));
           if (endpoints.length === 0) break;
-          // Outcomes waiting are written first: a claim walks past every due row still leased, and
-          // the settled ones stay so until written.
-          if (this.outcomes.length > 0) await this.flush();
           const now = this.now();
           const leaseUntil = now + this.o.settings.leaseMs;
           const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil, endpoints });
@@ -442,8 +458,11 @@ export class WebhookDispatcher {
       const { d, until } = h;
       // Not started with less of its lease left than an attempt may take (another process could
       // claim it meanwhile): handed back, to be claimed afresh.
-      if (this.closed || until - this.now() <= this.o.settings.timeoutMs) this.outcomes.push(this.released(d));
-      else this.launch(h);
+      // (Written by the next flush: claims no longer write the outcomes waiting first.)
+      if (this.closed || until - this.now() <= this.o.settings.timeoutMs) {
+        this.outcomes.push(this.released(d));
+        this.flushSoon();
+      } else this.launch(h);
     }
     if (q && q.length === 0) this.queued.delete(id);
   }

@@ -63,21 +63,34 @@ const S = {
      FROM picked WHERE w.endpoint_id = picked.endpoint_id AND w.event_id = picked.event_id
      RETURNING w.*`,
   ),
+  // One statement, one round trip: the outcomes written (those whose lease the owner still
+  // holds), then per endpoint what the written ones say of its receiver, in outcome order (any
+  // success, and the first failure after the last one), and its failing_since written only when
+  // that changes it (the endpoint's row is not rewritten at every batch). Returns each such
+  // endpoint's failing_since after the write.
   finish: stmt(
     'finish',
-    `UPDATE webhook_deliveries w SET state = o.state, attempts = w.attempts + o.tried, next_attempt_at = o.next_at,
-       last_attempt_at = CASE WHEN o.tried = 1 THEN o.at ELSE w.last_attempt_at END, last_status = o.status, last_error = o.error, last_ms = o.ms,
-       lease_owner = NULL, lease_until = NULL, updated_at = o.at
-     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::bigint[], $8::int[], $9::text[], $10::int[])
-       AS o(endpoint_id, event_id, owner, state, tried, next_at, at, status, error, ms)
-     WHERE w.endpoint_id = o.endpoint_id AND w.event_id = o.event_id AND w.lease_owner = o.owner
-     RETURNING w.endpoint_id, w.event_id`,
+    `WITH o AS (
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::int[], $8::text[], $9::int[], $10::text[])
+         WITH ORDINALITY AS o(endpoint_id, event_id, owner, state, next_at, at, status, error, ms, receiver, i)),
+     written AS (
+       UPDATE webhook_deliveries w SET state = o.state, attempts = w.attempts + CASE WHEN o.receiver IS NULL THEN 0 ELSE 1 END, next_attempt_at = o.next_at,
+         last_attempt_at = CASE WHEN o.receiver IS NULL THEN w.last_attempt_at ELSE o.at END, last_status = o.status, last_error = o.error, last_ms = o.ms,
+         lease_owner = NULL, lease_until = NULL, updated_at = o.at
+       FROM o WHERE w.endpoint_id = o.endpoint_id AND w.event_id = o.event_id AND w.lease_owner = o.owner
+       RETURNING w.endpoint_id, w.event_id),
+     said AS (SELECT o.endpoint_id, o.receiver, o.at, o.i FROM o JOIN written USING (endpoint_id, event_id) WHERE o.receiver IS NOT NULL),
+     verdict AS (
+       SELECT l.endpoint_id AS id, l.last_up IS NOT NULL AS up,
+         (SELECT s.at FROM said s WHERE s.endpoint_id = l.endpoint_id AND s.receiver = 'down' AND s.i > coalesce(l.last_up, 0) ORDER BY s.i LIMIT 1) AS since
+       FROM (SELECT endpoint_id, max(i) FILTER (WHERE receiver = 'up') AS last_up FROM said GROUP BY endpoint_id) l),
+     moved AS (
+       UPDATE webhook_endpoints e SET failing_since = CASE WHEN v.up THEN v.since ELSE coalesce(e.failing_since, v.since) END
+       FROM verdict v WHERE e.id = v.id AND e.failing_since IS DISTINCT FROM (CASE WHEN v.up THEN v.since ELSE coalesce(e.failing_since, v.since) END)
+       RETURNING e.id, e.failing_since)
+     SELECT v.id, CASE WHEN m.id IS NULL THEN e.failing_since ELSE m.failing_since END AS failing_since
+     FROM verdict v JOIN webhook_endpoints e ON e.id = v.id LEFT JOIN moved m ON m.id = v.id`,
   ),
-  // A success in the batch: failing since the first failure after the last success (or not at all).
-  setFailing: stmt('setFailing', 'UPDATE webhook_endpoints e SET failing_since = v.since FROM unnest($1::text[], $2::bigint[]) AS v(id, since) WHERE e.id = v.id'),
-  // Only failures: failing since whenever it began, this batch's first failure if not before.
-  down: stmt('down', 'UPDATE webhook_endpoints e SET failing_since = coalesce(e.failing_since, v.since) FROM unnest($1::text[], $2::bigint[]) AS v(id, since) WHERE e.id = v.id'),
-  failingSince: stmt('failingSince', 'SELECT id, failing_since FROM webhook_endpoints WHERE id = ANY($1::text[])'),
   deliveries: stmt(
     'deliveries',
     `SELECT d.* FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id
@@ -163,39 +176,22 @@ export class PgWebhookStore implements WebhookStore {
 
   async finish(outcomes: readonly DeliveryOutcome[]): Promise<Map<string, number | null>> {
     if (outcomes.length === 0) return new Map();
-    return inTransaction(this.pool, async (c) => {
-      const written = await rowsOf<{ endpoint_id: string; event_id: string }>(
-        c,
-        S.finish([
-          outcomes.map((o) => o.endpointId),
-          outcomes.map((o) => o.eventId),
-          outcomes.map((o) => o.owner),
-          outcomes.map((o) => o.state),
-          outcomes.map((o) => (o.receiver === null ? 0 : 1)),
-          outcomes.map((o) => o.nextAttemptAt),
-          outcomes.map((o) => o.at),
-          outcomes.map((o) => o.status),
-          outcomes.map((o) => o.error),
-          outcomes.map((o) => o.ms),
-        ]),
-      );
-      const done = new Set(written.map((w) => `${w.endpoint_id} ${w.event_id}`));
-      // Per endpoint, in outcome order: whether it answered at all, and when the failing that
-      // stands at the end began (the first failure after the last success).
-      const said = new Map<string, { up: boolean; downSince: number | null }>();
-      for (const o of outcomes) {
-        if (o.receiver === null || !done.has(`${o.endpointId} ${o.eventId}`)) continue;
-        const s = said.get(o.endpointId) ?? { up: false, downSince: null };
-        said.set(o.endpointId, o.receiver === 'up' ? { up: true, downSince: null } : { up: s.up, downSince: s.downSince ?? o.at });
-      }
-      if (said.size === 0) return new Map();
-      const up = [...said].filter(([, s]) => s.up);
-      const down = [...said].filter(([, s]) => !s.up);
-      if (up.length > 0) await c.query(S.setFailing([up.map(([id]) => id), up.map(([, s]) => s.downSince)]));
-      if (down.length > 0) await c.query(S.down([down.map(([id]) => id), down.map(([, s]) => s.downSince)]));
-      const rows = await rowsOf<{ id: string; failing_since: number | null }>(c, S.failingSince([[...said.keys()]]));
-      return new Map(rows.map((r) => [r.id, r.failing_since]));
-    });
+    const rows = await rowsOf<{ id: string; failing_since: number | null }>(
+      this.pool,
+      S.finish([
+        outcomes.map((o) => o.endpointId),
+        outcomes.map((o) => o.eventId),
+        outcomes.map((o) => o.owner),
+        outcomes.map((o) => o.state),
+        outcomes.map((o) => o.nextAttemptAt),
+        outcomes.map((o) => o.at),
+        outcomes.map((o) => o.status),
+        outcomes.map((o) => o.error),
+        outcomes.map((o) => o.ms),
+        outcomes.map((o) => o.receiver),
+      ]),
+    );
+    return new Map(rows.map((r) => [r.id, r.failing_since]));
   }
 
   async deliveries(projectId: string, id: string, beforePosition: number | null, limit: number): Promise<DeliveryRecord[]> {
