@@ -20,6 +20,7 @@
 //   npm run bench:search -- --watch=off       # no watcher: every read checks with Dovecot first (a pass per read)
 //   npm run bench:search -- --skip-body       # (1) and (3) without (2): no 100,000-message Xapian build (about 20 min)
 //   BENCH_PROFILE_DIR=/tmp/prof npm run bench:search   # the server writes a CPU profile there
+//   BENCH_PAGE=1 npm run bench:search -- --mcp-only   # another page size (default 50): MCP's fixed cost apart from what grows with the answer
 //   npm run bench:search -- --explain         # only prints the plans of the two metadata searches
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
