@@ -145,6 +145,29 @@ describe('MCP lean path: the same answers as the SDK', function () {
     expect(unknown.error).to.deep.equal({ code: -32602, message: 'MCP error -32602: no tool named no_such_tool' });
   });
 
+  it('a page asked for again is the same answer under its own id, and a new one once a flag changes (its JSON is made once per page)', async () => {
+    type Page = { id: unknown; result: { structuredContent: { messages: Array<{ id: string; flags: string[] }> }; content: Array<{ text: string }> } };
+    const ask = async (id: number | string) => (await post(all, tools(id, 'list_messages', { inboxId: inbox.id, labelId, limit: 10 }))).body as Page;
+    const first = await ask('first');
+    const again = await ask(8);
+    expect(again).to.deep.equal({ ...first, id: 8 });
+    const listed = async () => (await (await call(`${s.base}/inboxes/${inbox.id}/labels/${labelId}/messages?limit=10`, { token: all })).json()) as Page['result']['structuredContent'];
+    const before = await listed();
+    expect(before.messages[0]!.flags).to.not.include('flagged');
+    const m = first.result.structuredContent.messages[0]!;
+    const changed = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token: all, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+    expect(changed.status).to.equal(200);
+    try {
+      const now = await ask(9);
+      expect(now.id).to.equal(9);
+      expect(now.result.structuredContent.messages[0]!.flags).to.include('flagged');
+      expect(now.result.content[0]!.text).to.match(/\[[^\]]*flagged[^\]]*\]/);
+      expect((await listed()).messages[0]!.flags).to.include('flagged');
+    } finally {
+      await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token: all, headers: { 'content-type': 'application/json' }, body: '{"remove":["flagged"]}' });
+    }
+  });
+
   it('authenticates first: no token 401, a revoked one 401', async () => {
     const message = tools(1, 'list_inboxes');
     const none = await post(undefined, message);

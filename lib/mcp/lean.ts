@@ -7,6 +7,7 @@
 // The answer comes from the same McpTools.listTools/callTool the SDK's handlers call.
 import { ErrorCode, RELATED_TASK_META_KEY, type JSONRPCResponse, type RequestId } from '@modelcontextprotocol/sdk/types.js';
 import type { Principal } from '../auth/access.ts';
+import { jsonOnce } from '../http/json-once.ts';
 import type { McpTools } from './server.ts';
 
 export type LeanRequest =
@@ -62,4 +63,15 @@ export async function answerLean(mcp: McpTools, p: Principal, req: LeanRequest):
     const code = typeof e.code === 'number' && Number.isSafeInteger(e.code) ? e.code : ErrorCode.InternalError;
     return { jsonrpc: '2.0', id: req.id, error: { code, message: e.message ?? 'Internal error', ...(e.data !== undefined ? { data: e.data } : {}) } };
   }
+}
+
+const RESULT_OPEN = Buffer.from('{"result":');
+
+/**
+ * The answer's JSON bytes. A result is serialized once per object (json-once.ts): a tool that
+ * answers a cached page with the same result costs the JSON-RPC envelope around it, not the page.
+ */
+export function leanBytes(answer: JSONRPCResponse): Buffer {
+  if (!('result' in answer)) return Buffer.from(JSON.stringify(answer));
+  return Buffer.concat([RESULT_OPEN, jsonOnce(answer.result), Buffer.from(`,"jsonrpc":"2.0","id":${JSON.stringify(answer.id)}}`)]);
 }

@@ -32,7 +32,7 @@ import { ROOT } from '../paths.ts';
 import type { SendService } from '../send/service.ts';
 import type { WarnLog } from '../warn-log.ts';
 import { inboxOfUri, inboxUri, type McpSubscriptions } from './subscriptions.ts';
-import { MCP_SCHEMA, type Tool } from './tool.ts';
+import { MCP_SCHEMA, type Tool, type ToolAnswer } from './tool.ts';
 import { contentTools } from './tools/content.ts';
 import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
@@ -80,6 +80,7 @@ export class McpTools {
    * a server lives for one request here, so that was a new Ajv per call (found by bench:search).
    */
   private readonly jsonSchemaValidator = new AjvJsonSchemaValidator();
+  private readonly results = new WeakMap<ToolAnswer, CallToolResult>();
 
   constructor(private readonly deps: McpDeps) {
     const { access, mail, search, sealed, send, events } = deps;
@@ -123,7 +124,11 @@ export class McpTools {
       // A copy: ajv fills in defaults, and the request's own object stays as it came.
       const checked = this.deps.validator.body<never>(`${MCP_SCHEMA}#/$defs/${t.input}`, structuredClone(args ?? {}));
       const answer = await t.run(p, checked);
-      return { content: [{ type: 'text', text: answer.text }], structuredContent: answer.structured };
+      // A tool that answers with the same object again (a cached page) gets the same result, so
+      // the lean path's JSON of it is made once (json-once.ts).
+      let result = this.results.get(answer);
+      if (result === undefined) this.results.set(answer, (result = { content: [{ type: 'text', text: answer.text }], structuredContent: answer.structured }));
+      return result;
     } catch (err) {
       if (isDomainError(err)) return toolError(err);
       this.deps.log.warn({ err, tool: name }, 'MCP tool failed');

@@ -9,7 +9,7 @@ import { isJsonContentType } from '@modelcontextprotocol/sdk/shared/mediaType.js
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { Access } from '../../auth/access.ts';
 import type { Config } from '../../config.ts';
-import { answerLean, leanRequest } from '../../mcp/lean.ts';
+import { answerLean, leanBytes, leanRequest } from '../../mcp/lean.ts';
 import type { McpTools } from '../../mcp/server.ts';
 import type { McpSubscriptions } from '../../mcp/subscriptions.ts';
 import { allow } from '../authenticate.ts';
@@ -41,7 +41,8 @@ export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubsc
       const lean = plainPost(ctx) ? leanRequest(body) : null;
       if (lean) {
         // Always a JSON answer, as the SDK's transport gives with enableJsonResponse below.
-        ctx.body = await answerLean(mcp, ctx.state.principal, lean);
+        ctx.type = 'json';
+        ctx.body = leanBytes(await answerLean(mcp, ctx.state.principal, lean));
         return;
       }
       const server = mcp.serverFor(ctx.state.principal);

@@ -6,6 +6,7 @@ import type { MailService } from '../../mail/service.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import { readJson } from '../body.ts';
+import { sendJsonOnce } from '../json-once.ts';
 import type { AppRouter } from '../context.ts';
 import type { Validator } from '../validate.ts';
 
@@ -24,7 +25,7 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
     router.get('/inboxes/:inbox/labels/:label/messages', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
       const query = validator.query<{ limit: number; before?: number }>(LIST_QUERY, ctx.query);
-      ctx.body = await mail.messages(inbox, ctx.params.label!, query);
+      sendJsonOnce(ctx, await mail.messages(inbox, ctx.params.label!, query));
     });
 
     router.get('/inboxes/:inbox/messages/:msg', allow(access, DEFAULT_RULE), async (ctx) => {

@@ -1,19 +1,27 @@
 // Metadata tools, each the twin of a read operation of spec 4.2 and 4.3: list_inboxes
 // (GET /inboxes), list_labels, list_messages, get_message and set_flags.
-import type { FlagChange, MessageSummary } from '../../../schemas/wire.ts';
+import type { FlagChange, MessageList, MessageSummary } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import { invalid } from '../../errors.ts';
 import type { MailService } from '../../mail/service.ts';
 import { DEFAULT_RULE } from '../../http/authenticate.ts';
 import { untrusted, UNTRUSTED_NOTICE } from '../text.ts';
-import { tool, type Tool } from '../tool.ts';
+import { tool, type Tool, type ToolAnswer } from '../tool.ts';
 
 /** One line per message: what the model needs to pick one (sender and subject are untrusted). */
 export function messageLine(m: MessageSummary): string {
   const flags = m.flags.length > 0 ? ` [${m.flags.join(', ')}]` : '';
   return `${m.id} | ${m.receivedAt} | ${m.direction ?? 'in'} | from: ${m.from ?? ''} | subject: ${m.subject ?? ''}${flags}`;
 }
+
+function pageAnswer(page: MessageList): ToolAnswer {
+  const more = page.before !== undefined ? `\nOlder messages: call again with before=${page.before}.` : '';
+  const text = page.messages.length === 0 ? 'No messages.' : untrusted(page.messages.map(messageLine).join('\n')) + more;
+  return { structured: { ...page, notice: UNTRUSTED_NOTICE }, text };
+}
+
+const pageAnswers = new WeakMap<MessageList, ToolAnswer>();
 
 export function mailTools(access: Access, mail: MailService, sealed: SealedMail): Tool[] {
   return [
@@ -58,9 +66,10 @@ export function mailTools(access: Access, mail: MailService, sealed: SealedMail)
       async run(p, args) {
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
         const page = await mail.messages(inbox, args.labelId, { limit: args.limit, ...(args.before !== undefined ? { before: args.before } : {}) });
-        const more = page.before !== undefined ? `\nOlder messages: call again with before=${page.before}.` : '';
-        const text = page.messages.length === 0 ? 'No messages.' : untrusted(page.messages.map(messageLine).join('\n')) + more;
-        return { structured: { ...page, notice: UNTRUSTED_NOTICE }, text };
+        // The page is the cache's own object until the inbox changes: so is its answer (json-once.ts).
+        let answer = pageAnswers.get(page);
+        if (answer === undefined) pageAnswers.set(page, (answer = pageAnswer(page)));
+        return answer;
       },
     }),
 
