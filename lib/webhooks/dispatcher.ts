@@ -561,7 +561,7 @@ export class WebhookDispatcher {
     ms: number | null,
     receiver: DeliveryOutcome['receiver'],
   ): DeliveryOutcome {
-    return { endpointId: d.endpointId, eventId: d.eventId, owner: this.owner, state, nextAttemptAt, at, status, error, ms, receiver };
+    return { endpointId: d.endpointId, eventId: d.eventId, position: d.position, owner: this.owner, state, nextAttemptAt, at, status, error, ms, receiver };
   }
 
   /** The body as sent: `{type, timestamp, data}`, data being the event as GET /events serves it plus its cursor. */

@@ -18,7 +18,7 @@ const stmt = statements('webhooks');
 // One statement for the batch; a replay makes a delivery already there pending afresh (leased as a new one is).
 const ADD_DELIVERIES = `INSERT INTO webhook_deliveries (endpoint_id, event_id, position, project_id, type, next_attempt_at, created_at, updated_at, lease_owner, lease_until)
   SELECT $1, e, p, $2, t, $3, $3, $3, $7::text, $8::bigint FROM unnest($4::text[], $5::bigint[], $6::text[]) AS x(e, p, t)
-  ON CONFLICT (endpoint_id, event_id) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
+  ON CONFLICT (endpoint_id, position) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
     lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at`;
 const n = WEBHOOK_CHANGE_COLUMNS.length;
 
@@ -51,16 +51,16 @@ const S = {
   claim: stmt(
     'claim',
     `WITH picked AS (
-       SELECT d.endpoint_id, d.event_id
+       SELECT d.endpoint_id, d.position
        FROM unnest($3::text[], $4::int[]) AS e(id, n)
        JOIN webhook_endpoints we ON we.id = e.id AND we.disabled_at IS NULL
        CROSS JOIN LATERAL (
-         SELECT endpoint_id, event_id FROM webhook_deliveries
+         SELECT endpoint_id, position FROM webhook_deliveries
          WHERE endpoint_id = e.id AND state = 'pending' AND next_attempt_at <= $5 AND (lease_until IS NULL OR lease_until <= $5)
          ORDER BY next_attempt_at, position LIMIT e.n
          FOR UPDATE SKIP LOCKED) d)
      UPDATE webhook_deliveries w SET lease_owner = $1, lease_until = $2
-     FROM picked WHERE w.endpoint_id = picked.endpoint_id AND w.event_id = picked.event_id
+     FROM picked WHERE w.endpoint_id = picked.endpoint_id AND w.position = picked.position
      RETURNING w.*`,
   ),
   // One statement, one round trip: the outcomes written (those whose lease the owner still
@@ -71,15 +71,15 @@ const S = {
   finish: stmt(
     'finish',
     `WITH o AS (
-       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::int[], $8::text[], $9::int[], $10::text[])
-         WITH ORDINALITY AS o(endpoint_id, event_id, owner, state, next_at, at, status, error, ms, receiver, i)),
+       SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::int[], $8::text[], $9::int[], $10::text[])
+         WITH ORDINALITY AS o(endpoint_id, position, owner, state, next_at, at, status, error, ms, receiver, i)),
      written AS (
        UPDATE webhook_deliveries w SET state = o.state, attempts = w.attempts + CASE WHEN o.receiver IS NULL THEN 0 ELSE 1 END, next_attempt_at = o.next_at,
          last_attempt_at = CASE WHEN o.receiver IS NULL THEN w.last_attempt_at ELSE o.at END, last_status = o.status, last_error = o.error, last_ms = o.ms,
          lease_owner = NULL, lease_until = NULL, updated_at = o.at
-       FROM o WHERE w.endpoint_id = o.endpoint_id AND w.event_id = o.event_id AND w.lease_owner = o.owner
-       RETURNING w.endpoint_id, w.event_id),
-     said AS (SELECT o.endpoint_id, o.receiver, o.at, o.i FROM o JOIN written USING (endpoint_id, event_id) WHERE o.receiver IS NOT NULL),
+       FROM o WHERE w.endpoint_id = o.endpoint_id AND w.position = o.position AND w.lease_owner = o.owner
+       RETURNING w.endpoint_id, w.position),
+     said AS (SELECT o.endpoint_id, o.receiver, o.at, o.i FROM o JOIN written USING (endpoint_id, position) WHERE o.receiver IS NOT NULL),
      verdict AS (
        SELECT l.endpoint_id AS id, l.last_up IS NOT NULL AS up,
          (SELECT s.at FROM said s WHERE s.endpoint_id = l.endpoint_id AND s.receiver = 'down' AND s.i > coalesce(l.last_up, 0) ORDER BY s.i LIMIT 1) AS since
@@ -180,7 +180,7 @@ export class PgWebhookStore implements WebhookStore {
       this.pool,
       S.finish([
         outcomes.map((o) => o.endpointId),
-        outcomes.map((o) => o.eventId),
+        outcomes.map((o) => o.position),
         outcomes.map((o) => o.owner),
         outcomes.map((o) => o.state),
         outcomes.map((o) => o.nextAttemptAt),
