@@ -24,6 +24,7 @@ import type { StoredEvent, Visibility } from '../events/types.ts';
 import type { Config } from '../config.ts';
 import { NO_METRICS, type WebhookMetrics } from '../metrics.ts';
 import type { WebhookEndpoints } from './endpoints.ts';
+import { RecentEvents } from './recent-events.ts';
 import { nextAttempt } from './retry.ts';
 import { deliveryHeaders, webhookBody, webhookBodyOf } from './signature.ts';
 import type { DeliveryOutcome, DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './store.ts';
@@ -134,6 +135,8 @@ export class WebhookDispatcher {
   private readonly queued = new Map<string, Held[]>();
   private readonly paces = new Map<string, Pace>();
   private cursorCodec: Cursors | null = null;
+  /** Events read lately: a claimed delivery's body, without reading the log again. */
+  private readonly recent = new RecentEvents();
   private readonly woken = new Set<string>();
   private pumpAgain = false;
   /** Refreshes started: only the latest one's read is kept. */
@@ -312,7 +315,9 @@ export class WebhookDispatcher {
         // Not put back when a refresh dropped it meanwhile (disabled, deleted): attempt() then
         // finds it gone and hands its deliveries back, instead of sending to a disabled endpoint.
         if (this.endpoints.has(id)) this.endpoints.set(id, { ...e, position: read.scannedTo });
-        await this.hold(leased, until, read.events);
+        // Kept for the deliveries claimed later (a backlog past what was leased now), and for these.
+        this.recent.add(read.events);
+        await this.hold(leased, until);
         if (deliveries.length > leased.length) void this.pump();
       } else {
         // Another process moved it on, or a replay rewound it: read where it stands now.
@@ -391,25 +396,29 @@ export class WebhookDispatcher {
   }
 
   /**
-   * Leased deliveries to send: their events read from the log (one read per project for the
-   * batch, none for those just read), queued by endpoint, started while there is room.
+   * Leased deliveries to send: their events taken from those read lately (RecentEvents) or read
+   * from the log (one read per project for the batch), queued by endpoint, started while there is room.
    */
-  private async hold(leased: readonly DeliveryRecord[], until: number, read: readonly StoredEvent[] = []): Promise<void> {
+  private async hold(leased: readonly DeliveryRecord[], until: number): Promise<void> {
     if (leased.length === 0) return;
-    const events = new Map<string, StoredEvent>();
-    for (const ev of read) events.set(`${ev.projectId} ${ev.position}`, ev);
+    // By log position: unique across projects.
+    const events = new Map<number, StoredEvent>();
     const wanted = new Map<string, number[]>();
     for (const d of leased) {
-      if (events.has(`${d.projectId} ${d.position}`)) continue;
+      const kept = this.recent.get(d.projectId, d.position);
+      if (kept) {
+        events.set(d.position, kept);
+        continue;
+      }
       const list = wanted.get(d.projectId);
       if (list) list.push(d.position);
       else wanted.set(d.projectId, [d.position]);
     }
     for (const [projectId, positions] of wanted) {
-      for (const ev of await this.o.events.atPositions(projectId, positions)) events.set(`${ev.projectId} ${ev.position}`, ev);
+      for (const ev of await this.o.events.atPositions(projectId, positions)) events.set(ev.position, ev);
     }
     for (const d of leased) {
-      const h = { d, until, event: events.get(`${d.projectId} ${d.position}`) ?? null };
+      const h = { d, until, event: events.get(d.position) ?? null };
       const q = this.queued.get(d.endpointId);
       if (q) q.push(h);
       else this.queued.set(d.endpointId, [h]);
