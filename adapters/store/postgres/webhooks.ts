@@ -11,7 +11,7 @@ import type {
   WebhookStore,
 } from '../../../lib/webhooks/store.ts';
 import { changeValues, deliveryOf, WEBHOOK_CHANGE_COLUMNS, WEBHOOK_COLUMNS, webhookOf, webhookValues, type DeliveryRow, type WebhookRow } from '../rows/webhooks.ts';
-import { changed, inTransaction, rowOf, rowsOf, statements } from './sql.ts';
+import { arrayLiteral, changed, inTransaction, rowOf, rowsOf, statements } from './sql.ts';
 
 const stmt = statements('webhooks');
 
@@ -154,7 +154,14 @@ export class PgWebhookStore implements WebhookStore {
     return inTransaction(this.pool, async (c) => {
       const moved = await rowOf<{ project_id: string }>(c, S.move([to, endpointId, from]));
       if (!moved) return null;
-      const values = (list: readonly NewDelivery[]) => [endpointId, moved.project_id, at, list.map((d) => d.eventId), list.map((d) => d.position), list.map((d) => d.type)];
+      const values = (list: readonly NewDelivery[]) => [
+        endpointId,
+        moved.project_id,
+        at,
+        arrayLiteral(list.map((d) => d.eventId)),
+        arrayLiteral(list.map((d) => d.position)),
+        arrayLiteral(list.map((d) => d.type)),
+      ];
       const count = lease ? Math.min(lease.count, deliveries.length) : 0;
       const leased = count > 0 ? await rowsOf<DeliveryRow>(c, S.addLeased([...values(deliveries.slice(0, count)), lease!.owner, lease!.until])) : [];
       if (deliveries.length > count) await c.query(S.addDeliveries([...values(deliveries.slice(count)), null, null]));
@@ -170,7 +177,7 @@ export class PgWebhookStore implements WebhookStore {
   async claim(q: ClaimQuery): Promise<DeliveryRecord[]> {
     const wanted = q.endpoints.filter((e) => e.limit > 0);
     if (wanted.length === 0) return [];
-    const rows = await rowsOf<DeliveryRow>(this.pool, S.claim([q.owner, q.leaseUntil, wanted.map((e) => e.id), wanted.map((e) => e.limit), q.now]));
+    const rows = await rowsOf<DeliveryRow>(this.pool, S.claim([q.owner, q.leaseUntil, arrayLiteral(wanted.map((e) => e.id)), arrayLiteral(wanted.map((e) => e.limit)), q.now]));
     return rows.map(deliveryOf).sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.position - b.position);
   }
 
@@ -179,16 +186,16 @@ export class PgWebhookStore implements WebhookStore {
     const rows = await rowsOf<{ id: string; failing_since: number | null }>(
       this.pool,
       S.finish([
-        outcomes.map((o) => o.endpointId),
-        outcomes.map((o) => o.position),
-        outcomes.map((o) => o.owner),
-        outcomes.map((o) => o.state),
-        outcomes.map((o) => o.nextAttemptAt),
-        outcomes.map((o) => o.at),
-        outcomes.map((o) => o.status),
-        outcomes.map((o) => o.error),
-        outcomes.map((o) => o.ms),
-        outcomes.map((o) => o.receiver),
+        arrayLiteral(outcomes.map((o) => o.endpointId)),
+        arrayLiteral(outcomes.map((o) => o.position)),
+        arrayLiteral(outcomes.map((o) => o.owner)),
+        arrayLiteral(outcomes.map((o) => o.state)),
+        arrayLiteral(outcomes.map((o) => o.nextAttemptAt)),
+        arrayLiteral(outcomes.map((o) => o.at)),
+        arrayLiteral(outcomes.map((o) => o.status)),
+        arrayLiteral(outcomes.map((o) => o.error)),
+        arrayLiteral(outcomes.map((o) => o.ms)),
+        arrayLiteral(outcomes.map((o) => o.receiver)),
       ]),
     );
     return new Map(rows.map((r) => [r.id, r.failing_since]));
