@@ -15,11 +15,6 @@ import { arrayLiteral, changed, inTransaction, rowOf, rowsOf, statements } from 
 
 const stmt = statements('webhooks');
 
-// One statement for the batch; a replay makes a delivery already there pending afresh (leased as a new one is).
-const ADD_DELIVERIES = `INSERT INTO webhook_deliveries (endpoint_id, event_id, position, project_id, type, next_attempt_at, created_at, updated_at, lease_owner, lease_until)
-  SELECT $1, e, p, $2, t, $3, $3, $3, $7::text, $8::bigint FROM unnest($4::text[], $5::bigint[], $6::text[]) AS x(e, p, t)
-  ON CONFLICT (endpoint_id, position) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
-    lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at`;
 const n = WEBHOOK_CHANGE_COLUMNS.length;
 
 const S = {
@@ -39,11 +34,24 @@ const S = {
   delete: stmt('delete', 'DELETE FROM webhook_endpoints WHERE id = $1 AND project_id = $2'),
   deleteDeliveries: stmt('deleteDeliveries', 'DELETE FROM webhook_deliveries WHERE endpoint_id = $1'),
   all: stmt('all', 'SELECT * FROM webhook_endpoints ORDER BY id'),
-  // Not updated_at: that says when the endpoint was last changed, not how far it has been served.
-  move: stmt('move', 'UPDATE webhook_endpoints SET position = $1 WHERE id = $2 AND position = $3 RETURNING project_id'),
-  addDeliveries: stmt('addDeliveries', ADD_DELIVERIES),
-  // The same, leased to $7 until $8 as they are made, and returned.
-  addLeased: stmt('addLeased', `${ADD_DELIVERIES} RETURNING *`),
+  // One statement, one round trip (it was BEGIN, the move, two INSERTs and COMMIT): the position
+  // moved from $3 to $2 only if it still stands at $3 (else nothing is written and no row comes
+  // back), and the batch's deliveries added, the first $8 leased to $9 until $10. A replay makes a
+  // delivery already there pending afresh (leased as a new one is). Returns a row per leased
+  // delivery, or one of NULLs when it moved and none is leased. Not updated_at: that says when
+  // the endpoint was last changed, not how far it has been served.
+  enqueue: stmt(
+    'enqueue',
+    `WITH moved AS (UPDATE webhook_endpoints SET position = $2 WHERE id = $1 AND position = $3 RETURNING project_id),
+     added AS (
+       INSERT INTO webhook_deliveries (endpoint_id, event_id, position, project_id, type, next_attempt_at, created_at, updated_at, lease_owner, lease_until)
+       SELECT $1, x.e, x.p, m.project_id, x.t, $4, $4, $4, CASE WHEN x.n <= $8 THEN $9::text END, CASE WHEN x.n <= $8 THEN $10::bigint END
+       FROM moved m CROSS JOIN unnest($5::text[], $6::bigint[], $7::text[]) WITH ORDINALITY AS x(e, p, t, n)
+       ON CONFLICT (endpoint_id, position) DO UPDATE SET state = 'pending', attempts = 0, next_attempt_at = excluded.next_attempt_at,
+         lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, updated_at = excluded.updated_at
+       RETURNING *)
+     SELECT a.* FROM moved LEFT JOIN added a ON a.lease_owner IS NOT NULL`,
+  ),
   rewind: stmt('rewind', 'UPDATE webhook_endpoints SET position = least(position, $1), updated_at = $2 WHERE id = $3 AND project_id = $4 RETURNING *'),
   // Each named enabled endpoint's due rows through its index (LATERAL), locked SKIP LOCKED: a
   // row another process is claiming is passed over, and one it claimed since is re-checked
@@ -151,22 +159,26 @@ export class PgWebhookStore implements WebhookStore {
   }
 
   async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): Promise<DeliveryRecord[] | null> {
-    return inTransaction(this.pool, async (c) => {
-      const moved = await rowOf<{ project_id: string }>(c, S.move([to, endpointId, from]));
-      if (!moved) return null;
-      const values = (list: readonly NewDelivery[]) => [
+    const count = lease ? Math.min(lease.count, deliveries.length) : 0;
+    const rows = await rowsOf<DeliveryRow | { [K in keyof DeliveryRow]: null }>(
+      this.pool,
+      S.enqueue([
         endpointId,
-        moved.project_id,
+        to,
+        from,
         at,
-        arrayLiteral(list.map((d) => d.eventId)),
-        arrayLiteral(list.map((d) => d.position)),
-        arrayLiteral(list.map((d) => d.type)),
-      ];
-      const count = lease ? Math.min(lease.count, deliveries.length) : 0;
-      const leased = count > 0 ? await rowsOf<DeliveryRow>(c, S.addLeased([...values(deliveries.slice(0, count)), lease!.owner, lease!.until])) : [];
-      if (deliveries.length > count) await c.query(S.addDeliveries([...values(deliveries.slice(count)), null, null]));
-      return leased.map(deliveryOf).sort((a, b) => a.position - b.position);
-    });
+        arrayLiteral(deliveries.map((d) => d.eventId)),
+        arrayLiteral(deliveries.map((d) => d.position)),
+        arrayLiteral(deliveries.map((d) => d.type)),
+        count,
+        lease?.owner ?? null,
+        lease?.until ?? null,
+      ]),
+    );
+    if (rows.length === 0) return null;
+    const leased: DeliveryRecord[] = [];
+    for (const r of rows) if (r.endpoint_id !== null) leased.push(deliveryOf(r as DeliveryRow));
+    return leased.sort((a, b) => a.position - b.position);
   }
 
   async rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null> {
