@@ -34,6 +34,15 @@ export function arrayLiteral(values: readonly (string | number | null)[]): strin
   return `${out}}`;
 }
 
+/**
+ * A statement sent unnamed: PostgreSQL plans it at each execution, for the table as it is then.
+ * For a statement over a table that swings between empty and large (webhook_deliveries), where a
+ * named one's cached generic plan, made while the table looked empty, scans it whole once it is not.
+ */
+export const replanned =
+  (text: string): Statement =>
+  (values) => ({ text, values });
+
 /** A pool or, inside `inTransaction`, its connection. */
 export type Queryable = Pool | PoolClient;
 
