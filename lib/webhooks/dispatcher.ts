@@ -134,6 +134,13 @@ export class WebhookDispatcher {
   /** Leased deliveries waiting for room under their endpoint's cap. */
   private readonly queued = new Map<string, Held[]>();
   private readonly paces = new Map<string, Pace>();
+  /**
+   * Endpoints whose last claim came back short: not claimed for again until the next poll, or
+   * until this process enqueues deliveries it does not lease. Every attempt's end asked again, and
+   * once a backlog was drained (or with live events, leased as they are made) each of those
+   * claims found nothing: a third of the claims in a run of the throughput benchmark.
+   */
+  private readonly drained = new Set<string>();
   private cursorCodec: Cursors | null = null;
   /** Events read lately: a claimed delivery's body, without reading the log again. */
   private readonly recent = new RecentEvents();
@@ -204,6 +211,8 @@ export class WebhookDispatcher {
     try {
       await this.refresh();
       for (const e of this.endpoints.values()) if (!only || e.id === only) void this.fill(e.id);
+      // Retries come due and leases lapse with time, and other processes enqueue: each poll asks again.
+      this.drained.clear();
       void this.pump();
     } catch (err) {
       this.o.log.warn({ err }, 'webhook dispatcher pass failed; trying again');
@@ -318,7 +327,10 @@ export class WebhookDispatcher {
         // Kept for the deliveries claimed later (a backlog past what was leased now), and for these.
         this.recent.add(read.events);
         await this.hold(leased, until);
-        if (deliveries.length > leased.length) void this.pump();
+        if (deliveries.length > leased.length) {
+          this.drained.delete(id);
+          void this.pump();
+        }
       } else {
         // Another process moved it on, or a replay rewound it: read where it stands now.
         const fresh = await this.o.store.get(e.projectId, e.id);
@@ -378,12 +390,15 @@ export class WebhookDispatcher {
           // endpoints down to half a batch (as settled() asks): topping up by the few attempts
           // that ended during the last claim cost a flush and a claim for a handful of rows.
           const endpoints = [...this.endpoints.keys()]
-            .filter((id) => this.held(id) <= this.batchOf(id) / 2)
+            .filter((id) => !this.drained.has(id) && this.held(id) <= this.batchOf(id) / 2)
             .map((id) => ({ id, limit: this.batchOf(id) - this.held(id) }));
           if (endpoints.length === 0) break;
           const now = this.now();
           const leaseUntil = now + this.o.settings.leaseMs;
           const claimed = await this.o.store.claim({ owner: this.owner, now, leaseUntil, endpoints });
+          const got = new Map<string, number>();
+          for (const d of claimed) got.set(d.endpointId, (got.get(d.endpointId) ?? 0) + 1);
+          for (const e of endpoints) if ((got.get(e.id) ?? 0) < e.limit) this.drained.add(e.id);
           await this.hold(claimed, leaseUntil);
           if (claimed.length === 0) break;
         }
