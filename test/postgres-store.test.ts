@@ -10,6 +10,7 @@ import pg from 'pg';
 import { migratePg, openPgPool, readPgMigrations, type MigrateResult, type PgMigration } from '../adapters/store/postgres/db.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { openPostgresStore } from '../adapters/store/postgres/store.ts';
+import { arrayLiteral } from '../adapters/store/postgres/sql.ts';
 import { ConfigError, loadConfig } from '../lib/config.ts';
 import { runPostern as postern } from './processes.ts';
 import { emptyDatabase } from './store-contract/postgres.ts';
@@ -54,6 +55,17 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
     const slow = pool({ statementTimeoutMs: 100 });
     const cancelled = await slow.query('SELECT pg_sleep(5)').then(() => null, (e: unknown) => e as Error & { code?: string });
     expect(cancelled?.code).to.equal('57014');
+  });
+
+  it('arrayLiteral: text and bigint arrays bound as literals come back element for element, quotes, backslashes, commas, braces and NULLs too', async function () {
+    const p = pool();
+    const texts = ['whk_abc', '', 'NULL', 'a "quoted" word', 'back\\slash\\', 'comma, {brace}', ' spaced ', 'ünï', null, '\\"'];
+    const numbers = [0, 1, -7, Number.MAX_SAFE_INTEGER, null];
+    const { rows } = await p.query<{ t: (string | null)[]; n: (number | null)[] }>('SELECT $1::text[] AS t, $2::bigint[] AS n', [arrayLiteral(texts), arrayLiteral(numbers)]);
+    expect(rows[0]!.t).to.deep.equal(texts);
+    expect(rows[0]!.n!.map((x) => (x === null ? null : Number(x)))).to.deep.equal(numbers);
+    const empty = await p.query<{ t: string[] }>('SELECT $1::text[] AS t', [arrayLiteral([])]);
+    expect(empty.rows[0]!.t).to.deep.equal([]);
   });
 
   it("applies every migration to an empty database, in order; SQLite's every directory and mail table and column is there by the same name", async function () {

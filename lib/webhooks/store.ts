@@ -87,6 +87,8 @@ export interface ClaimQuery {
 export interface DeliveryOutcome {
   endpointId: string;
   eventId: string;
+  /** The event's log position: as unique as its id within an endpoint (PostgreSQL keys deliveries by it). */
+  position: number;
   owner: string;
   state: DeliveryState;
   nextAttemptAt: number;

@@ -35,9 +35,10 @@ function endpoint(projectId: string, over: Partial<WebhookEndpointRecord> = {}):
 
 const delivery = (position: number): NewDelivery => ({ eventId: newId('evt'), position, type: 'message.added' });
 
-const outcome = (endpointId: string, eventId: string, owner: string, over: Partial<DeliveryOutcome> = {}): DeliveryOutcome => ({
+const outcome = (endpointId: string, d: Pick<DeliveryOutcome, 'eventId' | 'position'>, owner: string, over: Partial<DeliveryOutcome> = {}): DeliveryOutcome => ({
   endpointId,
-  eventId,
+  eventId: d.eventId,
+  position: d.position,
   owner,
   state: 'delivered',
   nextAttemptAt: 0,
@@ -193,8 +194,8 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const others = await b.claim({ owner: 'p2', now: 2_000, leaseUntil: 90_000, endpoints: [{ id: e.id, limit: 10 }] });
         expect(others.map((d) => d.position)).to.deep.equal([4]);
         // Held under the lease: its outcome is the owner's to write.
-        expect(await b.finish([outcome(e.id, leased![0]!.eventId, 'p2')])).to.deep.equal(new Map());
-        expect((await a.finish([outcome(e.id, leased![0]!.eventId, 'p1')])).get(e.id)).to.equal(null);
+        expect(await b.finish([outcome(e.id, leased![0]!, 'p2')])).to.deep.equal(new Map());
+        expect((await a.finish([outcome(e.id, leased![0]!, 'p1')])).get(e.id)).to.equal(null);
         // The lease lapses: the two left are anyone's.
         expect((await b.claim({ owner: 'p2', now: 60_000, leaseUntil: 90_000, endpoints: [{ id: e.id, limit: 10 }] })).map((d) => d.position)).to.deep.equal([2, 3]);
       });
@@ -238,21 +239,21 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const claimed = await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] });
         const [d1, d2, d3] = claimed.filter((d) => d.endpointId === e.id);
         // Not the owner: nothing written.
-        expect(await b.finish([outcome(e.id, d1!.eventId, 'p2')])).to.deep.equal(new Map());
-        const down = await b.finish([outcome(e.id, d1!.eventId, 'p1', { state: 'pending', nextAttemptAt: 6_000, at: 5_000, status: 503, error: 'HTTP 503', receiver: 'down' })]);
+        expect(await b.finish([outcome(e.id, d1!, 'p2')])).to.deep.equal(new Map());
+        const down = await b.finish([outcome(e.id, d1!, 'p1', { state: 'pending', nextAttemptAt: 6_000, at: 5_000, status: 503, error: 'HTTP 503', receiver: 'down' })]);
         expect(down.get(e.id)).to.equal(5_000);
-        const stillDown = await a.finish([outcome(e.id, d2!.eventId, 'p1', { state: 'pending', nextAttemptAt: 8_000, at: 7_000, status: null, error: 'timeout', ms: null, receiver: 'down' })]);
+        const stillDown = await a.finish([outcome(e.id, d2!, 'p1', { state: 'pending', nextAttemptAt: 8_000, at: 7_000, status: null, error: 'timeout', ms: null, receiver: 'down' })]);
         expect(stillDown.get(e.id)).to.equal(5_000);
         expect((await a.get(e.projectId, e.id))!.failingSince).to.equal(5_000);
         // Never called (the token may no longer read it): not a word about the receiver.
-        expect(await a.finish([outcome(e.id, d3!.eventId, 'p1', { state: 'failed', status: null, error: 'not readable', ms: null, receiver: null })])).to.deep.equal(new Map());
+        expect(await a.finish([outcome(e.id, d3!, 'p1', { state: 'failed', status: null, error: 'not readable', ms: null, receiver: null })])).to.deep.equal(new Map());
         const [r1] = (await b.deliveries(e.projectId, e.id, 2, 10));
         expect(r1).to.deep.include({ state: 'pending', attempts: 1, nextAttemptAt: 6_000, lastAttemptAt: 5_000, lastStatus: 503, lastError: 'HTTP 503', lastMs: 12 });
         const r3 = (await b.deliveries(e.projectId, e.id, null, 1))[0]!;
         expect(r3).to.deep.include({ state: 'failed', attempts: 0, lastAttemptAt: null });
         const retried = await a.claim({ owner: 'p1', now: 6_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] });
         expect(retried.map((d) => d.eventId)).to.deep.equal([d1!.eventId]);
-        const up = await a.finish([outcome(e.id, d1!.eventId, 'p1', { at: 9_000 })]);
+        const up = await a.finish([outcome(e.id, d1!, 'p1', { at: 9_000 })]);
         expect(up.get(e.id)).to.equal(null);
         expect((await b.deliveries(e.projectId, e.id, 2, 1))[0]).to.deep.include({ state: 'delivered', attempts: 2, lastStatus: 204, lastError: null });
       });
@@ -266,12 +267,12 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const [e1, e2, e3, e4] = got.filter((d) => d.endpointId === e.id);
         const [f1, f2] = got.filter((d) => d.endpointId === f.id);
         const down = (at: number) => ({ state: 'pending' as const, nextAttemptAt: 90_000, at, status: 503, error: 'HTTP 503', receiver: 'down' as const });
-        await a.finish([outcome(e.id, e1!.eventId, 'p1', down(3_000)), outcome(f.id, f1!.eventId, 'p1', down(3_000))]);
+        await a.finish([outcome(e.id, e1!, 'p1', down(3_000)), outcome(f.id, f1!, 'p1', down(3_000))]);
         const after = await b.finish([
-          outcome(e.id, e2!.eventId, 'p1', down(5_000)),
-          outcome(e.id, e3!.eventId, 'p1', { at: 6_000 }),
-          outcome(e.id, e4!.eventId, 'p1', down(7_000)),
-          outcome(f.id, f2!.eventId, 'p1', down(8_000)),
+          outcome(e.id, e2!, 'p1', down(5_000)),
+          outcome(e.id, e3!, 'p1', { at: 6_000 }),
+          outcome(e.id, e4!, 'p1', down(7_000)),
+          outcome(f.id, f2!, 'p1', down(8_000)),
         ]);
         expect(after.get(e.id)).to.equal(7_000);
         expect(after.get(f.id)).to.equal(3_000);
@@ -282,7 +283,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const batch = [1, 2].map(delivery);
         await a.enqueue(e.id, 0, 2, batch, 1_000);
         const claimed = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] })).filter((d) => d.endpointId === e.id);
-        await a.finish(claimed.map((d) => outcome(e.id, d.eventId, 'p1')));
+        await a.finish(claimed.map((d) => outcome(e.id, d, 'p1')));
         expect(await b.rewind(newId('prj'), e.id, 0, 2_000)).to.equal(null);
         const back = await b.rewind(e.projectId, e.id, 1, 2_000);
         expect(back!.position).to.equal(1);
@@ -305,7 +306,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         await a.enqueue(e.id, 2, 3, [delivery(3)], 3_000);
         expect(await b.oldestDue()).to.equal(1_000);
         const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 1 }] })).filter((d) => d.endpointId === e.id);
-        await a.finish([outcome(e.id, d1!.eventId, 'p1', { at: 2_000 })]);
+        await a.finish([outcome(e.id, d1!, 'p1', { at: 2_000 })]);
         expect(await b.oldestDue()).to.equal(3_000);
       });
 
@@ -313,7 +314,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const e = await fresh(0);
         await a.enqueue(e.id, 0, 2, [1, 2].map(delivery), 1_000);
         const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] })).filter((d) => d.endpointId === e.id);
-        await a.finish([outcome(e.id, d1!.eventId, 'p1', { at: 4_000 })]);
+        await a.finish([outcome(e.id, d1!, 'p1', { at: 4_000 })]);
         expect(await b.purgeDeliveries(4_001)).to.be.at.least(1);
         expect((await a.deliveries(e.projectId, e.id, null, 10)).map((d) => d.position)).to.deep.equal([2]);
         expect(await a.delete(e.projectId, e.id)).to.equal(true);

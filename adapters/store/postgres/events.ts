@@ -40,7 +40,7 @@ import {
 import type { StoredEvent } from '../../../lib/events/types.ts';
 import { EventTypeCache, toEvent, toType, VISIBILITY_SET, type EventRow, type KeyRow, type TypeRow } from '../rows/events.ts';
 import { KeptReads, type PgChanges } from './changes.ts';
-import { inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
+import { arrayLiteral, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
 const COLUMNS = 'position, event_id, project_id, inbox_id, type, visibility, recorded_at, body';
 
@@ -361,7 +361,7 @@ export class PgEventStore implements EventStore {
 
   async atPositions(projectId: string, positions: readonly number[]): Promise<StoredEvent[]> {
     if (positions.length === 0) return [];
-    return (await this.rows<EventRow>(S.atPositions([projectId, positions]))).map(toEvent);
+    return (await this.rows<EventRow>(S.atPositions([projectId, arrayLiteral(positions)]))).map(toEvent);
   }
 
   async positionOf(projectId: string, eventId: string): Promise<number | null> {
