@@ -3,6 +3,7 @@
 import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { DEFAULT_DISABLE_AFTER, DEFAULT_SCHEDULE, parseDuration, parseSchedule } from './webhooks/retry.ts';
+import { DEFAULT_SEARCH_BOUNDS, type SearchBounds } from './mail/search-bounds.ts';
 
 export interface Config {
   http: {
@@ -52,6 +53,8 @@ export interface Config {
   };
   /** The relay: Postfix's submission service, logged in to as each inbox's user (docs/sending.md). */
   smtp: { host: string; port: number; secure: boolean; maxPerInbox: number; timeoutMs: number };
+  /** What one message search may ask of the store's text index (docs/search.md, "What a search may cost"). */
+  search: SearchBounds;
   /** Postern's own sending limit per inbox, before the relay's. */
   send: { perHour: number; copyYieldMs: number };
   /** The LMTP delivery ingress (Postfix → Postern → Dovecot); `listen` null: off. */
@@ -159,6 +162,10 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_IMAP_READ_RESERVE_PERCENT', default: '20', description: 'share of POSTERN_IMAP_MAX_TOTAL (rounded down) that inbox watchers never take, kept for reads' },
   { name: 'POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', default: '10000', description: 'a request waits this long for a free IMAP connection, then answers 503' },
   { name: 'POSTERN_BODY_SEARCH_TIMEOUT_MS', default: '20000', description: 'a body or text search Dovecot has not answered within this (it is indexing the mailbox for its first one) answers 503 with Retry-After; Dovecot goes on indexing' },
+  { name: 'POSTERN_SEARCH_MAX_WORDS', default: String(DEFAULT_SEARCH_BOUNDS.maxWords), description: 'a message search may have this many words in from, to, cc and subject together; more answer 422' },
+  { name: 'POSTERN_SEARCH_MAX_PREFIXES', default: String(DEFAULT_SEARCH_BOUNDS.maxPrefixes), description: 'a message search may have this many space-separated pieces ending in a word matched as a prefix (from, to, cc and subject together); more answer 422' },
+  { name: 'POSTERN_SEARCH_MIN_PREFIX', default: String(DEFAULT_SEARCH_BOUNDS.minPrefix), description: 'the last word of a search piece matches as a prefix when it has at least this many characters; a shorter one matches only that whole word' },
+  { name: 'POSTERN_SEARCH_TIMEOUT_MS', default: String(DEFAULT_SEARCH_BOUNDS.budgetMs), description: 'PostgreSQL: a message search\'s statement still running after this is cancelled and answers 503 with Retry-After; SQLite bounds a search by its shape instead (docs/search.md)' },
   { name: 'POSTERN_IMAP_WATCH_LEASE_MS', default: '15000', description: 'of the processes sharing the store, one watches an inbox; another takes over this long after it stops renewing' },
   { name: 'POSTERN_WATCH', default: 'auto', description: 'how every inbox is watched without a stream: push (Dovecot\'s push hints, needs POSTERN_HINT_LISTEN), notify (a NOTIFY connection per inbox), off; auto = push when POSTERN_HINT_LISTEN is set, else notify' },
   { name: 'POSTERN_HINT_LISTEN', default: '', description: 'host:port of the internal listener for Dovecot\'s push hints (docker/dovecot/postern-push.lua); keep it off the public network; empty: no listener' },
@@ -354,6 +361,13 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       secure: bool('POSTERN_SMTP_SECURE'),
       maxPerInbox: int('POSTERN_SMTP_MAX_PER_INBOX', 1, 64),
       timeoutMs: int('POSTERN_SMTP_TIMEOUT_MS', 100, 600000),
+    },
+    search: {
+      maxWords: int('POSTERN_SEARCH_MAX_WORDS', 1, 512),
+      maxPrefixes: int('POSTERN_SEARCH_MAX_PREFIXES', 0, 512),
+      minPrefix: int('POSTERN_SEARCH_MIN_PREFIX', 1, 100),
+      // Under the pool's statement timeout (30 s) and its wait for a connection (10 s).
+      budgetMs: int('POSTERN_SEARCH_TIMEOUT_MS', 10, 10000),
     },
     send: { perHour: int('POSTERN_SEND_RATE_PER_HOUR', 1, 10_000_000), copyYieldMs: int('POSTERN_SENT_COPY_YIELD_MS', 0, 3_600_000) },
     ingress: {

@@ -112,14 +112,25 @@ export type IndexOp =
 /** The metadata fields the text index holds, each searched on its own. */
 export type TextField = 'from' | 'to' | 'cc' | 'subject';
 
+/** Words as searchWords makes them, adjacent in this order; `prefix`: the last one matches as a prefix. */
+export interface Phrase {
+  words: string[];
+  prefix: boolean;
+}
+
 /**
- * A search of the index (lib/mail/search.ts): every condition given must hold. Words are as
- * searchWords makes them; each phrase's words are adjacent in order, its last one a prefix.
- * Location conditions (label, keywords) hold at one same place of the message.
+ * A search of the index (lib/mail/search.ts): every condition given must hold. Location
+ * conditions (label, keywords) hold at one same place of the message.
  */
 export interface IndexSearch {
   labelGuid?: string;
-  text: Array<{ field: TextField; phrases: string[][] }>;
+  text: Array<{ field: TextField; phrases: Phrase[] }>;
+  /**
+   * How long the store may spend on it: PostgreSQL cancels the statement past it (an
+   * `unavailable` error). SQLite cannot stop a statement under way: its searches are bounded by
+   * their shape instead (docs/search.md, "What a search may cost").
+   */
+  budgetMs?: number;
   /** receivedAt at or after (ms). */
   receivedFrom?: number;
   /** receivedAt before (ms). */
