@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { openDb } from '../../adapters/store/sqlite/db.ts';
+import { openDb, type Db } from '../../adapters/store/sqlite/db.ts';
 import { migrations } from '../../adapters/store/sqlite/migrations/index.ts';
 import { SqliteMailIndex } from '../../adapters/store/sqlite/mail-index.ts';
 import { PgMailIndex } from '../../adapters/store/postgres/mail-index.ts';
@@ -21,6 +21,15 @@ const guid = () => randomBytes(16).toString('hex');
 const SUBJECTS = ['Quarterly numbers', 'Lunch on Friday', 'Réunion trimestrielle'];
 const search = (subject: string) => indexSearch({ limit: 10, subject });
 
+/** The messages of SUBJECTS in one label, written as an older version's SQLite store held them. */
+function oldRows(db: Db, inbox: string, label: string): void {
+  SUBJECTS.forEach((subject, i) => {
+    const g = guid();
+    db.prepare('INSERT INTO mail_messages (inbox_id, guid, size, received_at, from_text, subject) VALUES (?, ?, 100, ?, ?, ?)').run(inbox, g, 1000 + i, 'Old <old@x.test>', subject);
+    db.prepare("INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen) VALUES (?, ?, ?, ?, 1, '[]', 0)").run(inbox, label, i + 1, g);
+  });
+}
+
 describe('search over messages indexed before it', () => {
   it('SQLite: migration 027 puts every row already there in the text index', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'postern-search-upgrade-'));
@@ -29,11 +38,7 @@ describe('search over messages indexed before it', () => {
     const label = guid();
     try {
       const before = openDb(file, migrations.filter((m) => m.version < 27));
-      SUBJECTS.forEach((subject, i) => {
-        const g = guid();
-        before.prepare('INSERT INTO mail_messages (inbox_id, guid, size, received_at, from_text, subject) VALUES (?, ?, 100, ?, ?, ?)').run(inbox, g, 1000 + i, 'Old <old@x.test>', subject);
-        before.prepare("INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen) VALUES (?, ?, ?, ?, 1, '[]', 0)").run(inbox, label, i + 1, g);
-      });
+      oldRows(before, inbox, label);
       before.close();
       const db = openDb(file);
       try {
@@ -76,13 +81,7 @@ describe('search over messages indexed before it', () => {
     const label = guid();
     try {
       const before = openDb(file, migrations.filter((m) => m.version < 29));
-      for (const box of [inbox, other]) {
-        SUBJECTS.forEach((subject, i) => {
-          const g = guid();
-          before.prepare('INSERT INTO mail_messages (inbox_id, guid, size, received_at, from_text, subject) VALUES (?, ?, 100, ?, ?, ?)').run(box, g, 1000 + i, 'Old <old@x.test>', subject);
-          before.prepare("INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen) VALUES (?, ?, ?, ?, 1, '[]', 0)").run(box, label, i + 1, g);
-        });
-      }
+      for (const box of [inbox, other]) oldRows(before, box, label);
       before.close();
       const db = openDb(file);
       try {
