@@ -61,7 +61,7 @@ export interface Config {
     /** Dovecot's `recipient_delimiter`: each character starts an address's detail (empty: none). */
     recipientDelimiter: string;
   };
-  /** Every inbox watched, always (issue 12, docs/watch.md). */
+  /** Every inbox watched, always (docs/watch.md). */
   watch: {
     mode: 'push' | 'notify' | 'off';
     /** The internal listener for Dovecot's push hints (push mode), and its shared secret. */

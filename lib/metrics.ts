@@ -1,4 +1,4 @@
-// Prometheus metrics (issue 19.4, docs/operations.md "Metrics"): the one module that knows
+// Prometheus metrics (docs/operations.md, "Metrics"): the one module that knows
 // prom-client. It owns the registry and every family; the rest of Postern records through the
 // small typed recorders below (ImapMetrics, WatchMetrics, ...) and hands over what is sampled at
 // scrape time (MetricSamples), so no domain file imports prom-client and nothing here knows a

@@ -110,7 +110,7 @@ export interface Postern {
   resealer: Resealer;
   /** Matches delivery reports to the sends they are about (mail.delivery.failed). */
   bounces: BounceMatcher;
-  /** Every inbox watched without a stream: push hints, the sweep, or NOTIFY (issue 12). */
+  /** Every inbox watched without a stream: push hints, the sweep, or NOTIFY (docs/watch.md). */
   watchAll: WatchAll;
   /** The internal listener for Dovecot's push hints, when POSTERN_HINT_LISTEN is set. */
   hintListener: HintListener | null;

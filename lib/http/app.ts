@@ -89,7 +89,7 @@ export function createApp(options: AppOptions): Koa<AppState> {
     ctx.state.requestId = requestIdOf(ctx.get('x-request-id'));
     ctx.state.bodyIdleMs = options.bodyIdleTimeoutMs;
     ctx.set('X-Request-Id', ctx.state.requestId);
-    // Shared caches never store responses (spec 1); routes that can be cached privately say so.
+    // Shared caches never store responses (docs/api.md, "What the service does"); routes that can be cached privately say so.
     ctx.set('Cache-Control', 'no-store');
     ctx.set('X-Content-Type-Options', 'nosniff');
     const started = performance.now();

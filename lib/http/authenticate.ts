@@ -4,7 +4,7 @@ import type { Next } from 'koa';
 import type { Access, AccessRule, Principal } from '../auth/access.ts';
 import type { AppContext, Surface } from './context.ts';
 
-/** Tokens are accepted only on {base_url}, sessions only on {app_url} (spec 5, rule 8). */
+/** Tokens are accepted only on {base_url}, sessions only on {app_url} (docs/api.md, "Authentication", rule 8). */
 export function authenticate(access: Access, surface: Surface) {
   return async function authenticateRequest(ctx: AppContext, next: Next): Promise<void> {
     ctx.state.surface = surface;
@@ -31,5 +31,5 @@ export function allow(access: Access, rule: AccessRule) {
   };
 }
 
-/** Spec 4.1: operations with no requirement of their own need T(messages:read) or S. */
+/** docs/api.md, "Endpoints summary": operations with no requirement of their own need T(messages:read) or S. */
 export const DEFAULT_RULE: AccessRule = { token: 'messages:read', session: true };

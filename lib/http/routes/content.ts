@@ -1,4 +1,4 @@
-// Decrypted content (spec 4.4): tokens with content:read, compatible inboxes only. Each read is
+// Decrypted content (docs/api.md, "Content"): tokens with content:read, compatible inboxes only. Each read is
 // recorded as `access.content.read` before any byte goes out, and nothing here is ever cached.
 import type { Access } from '../../auth/access.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';

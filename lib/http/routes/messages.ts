@@ -1,4 +1,4 @@
-// Message listing, detail and flags (spec 4.3, 3.1).
+// Message listing, detail and flags (docs/api.md, "Messages", "Message flags").
 import type { Access } from '../../auth/access.ts';
 import { invalid } from '../../errors.ts';
 import type { FlagChange } from '../../../schemas/wire.ts';
@@ -30,7 +30,7 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
 
     router.get('/inboxes/:inbox/messages/:msg', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
-      // With keyEpoch and wrappedDek (spec 2.7): the ETag covers them too.
+      // With keyEpoch and wrappedDek (docs/api.md, "Message detail"): the ETag covers them too.
       const { detail, etag } = await sealed.detail(inbox, ctx.params.msg!);
       // Private: a browser may keep it, but must ask each time (the ETag makes that cheap).
       ctx.set('Cache-Control', 'private, no-cache');

@@ -1,5 +1,5 @@
 // Passkey enrollment, sign-in and sign-out, and the member's passkeys and sessions: Postern's
-// own endpoints under {app_url} (not in the spec's table). The ceremonies are public (the
+// own endpoints under {app_url} (not in the contract's table, docs/api.md, "Endpoints summary"). The ceremonies are public (the
 // passkey is the credential); everything else needs the session.
 import type { Access } from '../../auth/access.ts';
 import type { Passkeys } from '../../auth/passkeys.ts';

@@ -1,4 +1,4 @@
-// Message search (issue 20, docs/search.md): the same access as listing; `body` and `text` read
+// Message search (docs/search.md): the same access as listing; `body` and `text` read
 // content, so they need what /content needs (a token with content:read, a compatible inbox) and
 // each such search is recorded as `access.content.searched` before the mail server reads anything.
 import type { Access } from '../../auth/access.ts';
