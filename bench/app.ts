@@ -1,4 +1,4 @@
-// Web app benchmark (issue 11), in headless Chromium (Debian's, through playwright-core) against
+// Web app benchmark (docs/app.md), in headless Chromium (Debian's, through playwright-core) against
 // a Postern on the real mail environment:
 //   - sign-in to first message list: click "Sign in with a passkey" (a virtual PRF passkey), the
 //     key unlocked, the inbox opened, until its first row is on screen;

@@ -1,4 +1,4 @@
-// Event log benchmarks (issue 3), each next to a baseline measured in the same run:
+// Event log benchmarks (docs/events.md), each next to a baseline measured in the same run:
 //   1. POST /events, 1 KB data, an Idempotency-Key each, 32 concurrent clients: events/s, p99.
 //      Baseline: raw SQLite one-row transactions of the same size on the same disk.
 //   2. GET /events?limit=500: events/s read. Baseline: the raw SELECT behind it.

@@ -1,4 +1,4 @@
-// The store's two engines side by side (issue 17), each next to its raw driver doing the same
+// The store's two engines side by side (docs/deployment.md), each next to its raw driver doing the same
 // statements in the same run:
 //   1. POST /events, 1 KB data + Idempotency-Key, 32 clients, `postern serve` with 2 workers.
 //      Floor: the raw driver committing the append's statements (the idempotency row, the head

@@ -1,4 +1,4 @@
-// Webhook delivery benchmarks (issue 18), each next to a baseline measured in the same run:
+// Webhook delivery benchmarks (docs/webhooks.md), each next to a baseline measured in the same run:
 //   1. Latency: 200 events/s published (POST /events) to a project with 10 endpoints; from the
 //      moment the POST was sent to the moment each receiver got the event: p50 and p99.
 //   2. Throughput: 4,000 events waiting for one fast endpoint (disabled while they were

@@ -1,4 +1,4 @@
-// Message search over the real-world corpus (issue 20): all 377 messages APPENDed into one
+// Message search over the real-world corpus (docs/search.md): all 377 messages APPENDed into one
 // compatible inbox, then every message whose Subject and From the index can read (Dovecot's
 // ENVELOPE, decoded) is searched for by the words of its subject, by its sender's address and by
 // the sender's display name, and must be among the results. No search may answer anything but 200. Runs on either engine
