@@ -27,6 +27,7 @@ module.exports = {
     'test/open-handles.test.ts',
     'test/openapi.test.ts',
     'test/outbox-store.test.ts',
+    'test/readme.test.ts',
     'test/relay-pool.test.ts',
     'test/seal.test.ts',
     'test/send-parsing.test.ts',
