@@ -123,7 +123,7 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
     const ids = got.map((e) => e.id);
     const unique = new Set(ids);
     for (const id of written) expect(unique.has(id), `missing ${id}`).to.equal(true);
-    // Resuming from the exact cursor repeats nothing here (docs/api.md, "Project event log" would allow repeats).
+    // Resuming from the exact cursor repeats nothing here (repeats would be allowed: docs/api.md, "Project event log").
     expect(unique.size).to.equal(ids.length);
     // Order is the log's order.
     const seqB = c2.events().filter((e) => e.containerid === B).map((e) => Number(e.sequence));
