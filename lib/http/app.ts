@@ -5,6 +5,7 @@ import Router from '@koa/router';
 import Koa from 'koa';
 import type { Logger } from 'pino';
 import type { Access, Principal } from '../auth/access.ts';
+import type { CredentialRate } from '../rate.ts';
 import { authenticate } from './authenticate.ts';
 import type { AppRouter, AppState, Surface } from './context.ts';
 import { errorMiddleware } from './errors.ts';
@@ -14,6 +15,8 @@ export type RouteModule = (router: AppRouter) => void;
 
 export interface AppOptions {
   access: Access;
+  /** Each token's and session's request budget, charged as it authenticates. */
+  rate: CredentialRate;
   log: Logger;
   /** Mounted under both base addresses. */
   routes: RouteModule[];
@@ -125,7 +128,7 @@ export function createApp(options: AppOptions): Koa<AppState> {
 
   for (const [surface, prefix] of Object.entries(SURFACES) as Array<[Surface, string]>) {
     const router: AppRouter = new Router<AppState>({ prefix });
-    router.use(authenticate(options.access, surface));
+    router.use(authenticate(options.access, surface, options.rate));
     for (const mount of options.routes) mount(router);
     app.use(router.routes()).use(router.allowedMethods());
   }

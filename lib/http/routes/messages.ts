@@ -4,7 +4,8 @@ import { invalid } from '../../errors.ts';
 import type { FlagChange } from '../../../schemas/wire.ts';
 import type { MailService } from '../../mail/service.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
-import { allow, DEFAULT_RULE } from '../authenticate.ts';
+import type { CredentialRate } from '../../rate.ts';
+import { allow, DEFAULT_RULE, expensive } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import { sendJsonOnce } from '../json-once.ts';
 import type { AppRouter } from '../context.ts';
@@ -20,7 +21,7 @@ function matches(header: string, etag: string): boolean {
   return header.split(',').some((t) => t.trim().replace(/^W\//, '') === bare);
 }
 
-export function messageRoutes(access: Access, mail: MailService, validator: Validator, sealed: SealedMail) {
+export function messageRoutes(access: Access, mail: MailService, validator: Validator, sealed: SealedMail, rate: CredentialRate) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/labels/:label/messages', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
@@ -43,7 +44,8 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
       ctx.body = detail;
     });
 
-    router.get('/inboxes/:inbox/messages/:msg/raw', allow(access, DEFAULT_RULE), async (ctx) => {
+    // The whole message from the mail server: the expensive budget.
+    router.get('/inboxes/:inbox/messages/:msg/raw', allow(access, DEFAULT_RULE), expensive(rate), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
       const body = await sealed.raw(inbox, ctx.params.msg!);
       // Byte-identical on every read, forever (docs/encryption.md): the browser may keep it.
