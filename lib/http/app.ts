@@ -33,9 +33,13 @@ export interface AppOptions {
   metrics?: { request(method: string, route: string, status: number, seconds: number): void };
 }
 
-/** A caller's (or proxy's) X-Request-Id when it is printable ASCII of at most 128 characters; otherwise a new one. */
+/**
+ * A caller's (or proxy's) X-Request-Id when it is at most 64 of A-Z a-z 0-9 . _ : - (what
+ * tracing systems mint: UUIDs, hex trace ids, `host:seq`); otherwise a new one. It is echoed in
+ * a header and written to every log line of the request, so nothing else is taken.
+ */
 export function requestIdOf(incoming: string): string {
-  return /^[\x21-\x7e](?:[\x20-\x7e]{0,126}[\x21-\x7e])?$/.test(incoming) ? incoming : randomUUID();
+  return /^[A-Za-z0-9._:-]{1,64}$/.test(incoming) ? incoming : randomUUID();
 }
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
