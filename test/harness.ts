@@ -68,20 +68,13 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-/**
- * The expensive budget (searches, whole messages, MCP tool calls) is off unless a test sets it:
- * suites search and download back to back with one token, far faster than any client would, and
- * test/rate-limits.test.ts tests the budget itself. The general request budget keeps its default.
- */
-const TEST_DEFAULTS = { POSTERN_RATE_EXPENSIVE: '0' };
-
 /** `logFile`: where Postern's log goes instead of stdout (a test that reads what was logged). */
 export async function startPostern(extra: Record<string, string> = {}, options: { logFile?: string } = {}): Promise<TestServer> {
   const dir = mkdtempSync(join(tmpdir(), 'postern-test-'));
   // A test that names a store (another instance's) shares it; otherwise the server gets its own.
   const shared = 'POSTERN_DB' in extra || 'POSTERN_DATABASE_URL' in extra;
   const store: TestStore = shared ? { env: {}, drop: async () => undefined } : await newStore(dir);
-  const config: Config = loadConfig(envVars(mailEnv(), { ...TEST_DEFAULTS, ...store.env, ...extra }));
+  const config: Config = loadConfig(envVars(mailEnv(), { ...store.env, ...extra }));
   const postern = await openPostern(config, options.logFile ? pino({ level: config.logLevel }, pino.destination({ dest: options.logFile, sync: true })) : pino({ level: config.logLevel }));
   const { url } = await postern.listen();
   return {
