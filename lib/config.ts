@@ -2,6 +2,7 @@
 // and the README list this table, and a bad value stops start-up with a clear message.
 import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
+import type { CredentialLimits } from './rate.ts';
 import { DEFAULT_DISABLE_AFTER, DEFAULT_SCHEDULE, parseDuration, parseSchedule } from './webhooks/retry.ts';
 import { DEFAULT_SEARCH_BOUNDS, type SearchBounds } from './mail/search-bounds.ts';
 
@@ -64,7 +65,7 @@ export interface Config {
     /** Dovecot's `recipient_delimiter`: each character starts an address's detail (empty: none). */
     recipientDelimiter: string;
   };
-  /** Every inbox watched, always (issue 12, docs/watch.md). */
+  /** Every inbox watched, always (docs/watch.md). */
   watch: {
     mode: 'push' | 'notify' | 'off';
     /** The internal listener for Dovecot's push hints (push mode), and its shared secret. */
@@ -114,6 +115,8 @@ export interface Config {
     maxPerCredential: number;
     maxPerProject: number;
   };
+  /** Each token's and session's request budgets, per process (lib/rate.ts, docs/access.md). */
+  rate: CredentialLimits;
   /** POSTERN_METRICS_LISTEN: the internal Prometheus listener; null: no metrics at all. */
   metrics: { host: string; port: number } | null;
   logLevel: string;
@@ -209,6 +212,10 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams re-check their credential and inbox access this often; one that lost them ends' },
   { name: 'POSTERN_STREAM_MAX_PER_CREDENTIAL', default: '20', description: 'open streams of each kind (inbox, project events) one token or session may hold in a process, more get 429; 0 = no cap' },
   { name: 'POSTERN_STREAM_MAX_PER_PROJECT', default: '60', description: 'open streams of each kind all credentials of one project may hold in a process, more get 429; 0 = no cap' },
+  { name: 'POSTERN_RATE_REQUESTS', default: '100', description: 'requests per second (a decimal number: 0.5 is one every two seconds) one token or session may make, sustained, in each process (with POSTERN_WORKERS=n up to n times as many), more get 429 with Retry-After; 0 = no limit' },
+  { name: 'POSTERN_RATE_BURST', default: '200', description: 'requests one token or session may make at once before POSTERN_RATE_REQUESTS applies (its bucket\'s size)' },
+  { name: 'POSTERN_RATE_EXPENSIVE', default: '10', description: 'searches, whole-message downloads (/raw, /source) and MCP tool calls per second one token or session may make, sustained, in each process, besides POSTERN_RATE_REQUESTS; more get 429 with Retry-After; 0 = no limit' },
+  { name: 'POSTERN_RATE_EXPENSIVE_BURST', default: '40', description: 'expensive calls one token or session may make at once before POSTERN_RATE_EXPENSIVE applies' },
   { name: 'POSTERN_METRICS_LISTEN', default: '', description: 'host:port of the internal Prometheus listener (GET /metrics; with POSTERN_WORKERS the primary serves every worker\'s, aggregated); keep it off the public network; empty: no metrics are kept' },
   { name: 'POSTERN_LOG_LEVEL', default: 'info', description: 'pino log level (fatal, error, warn, info, debug, trace, silent)' },
 ];
@@ -256,6 +263,13 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     if (!/^\d+$/.test(raw) || n < min || n > max) {
       throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, got "${raw}"`);
     }
+    return n;
+  };
+  /** A rate: a whole or decimal number (0.5 a second is one every two seconds). */
+  const decimal = (name: string, max: number): number => {
+    const raw = get(name);
+    const n = Number(raw);
+    if (!/^\d+(?:\.\d+)?$/.test(raw) || n > max) throw new ConfigError(`${name} must be a number from 0 to ${max} (such as 10 or 0.5), got "${raw}"`);
     return n;
   };
   const bool = (name: string): boolean => {
@@ -409,6 +423,10 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       recheckMs: int('POSTERN_STREAM_RECHECK_MS', 10, 3600000),
       maxPerCredential: int('POSTERN_STREAM_MAX_PER_CREDENTIAL', 0, 1000000),
       maxPerProject: int('POSTERN_STREAM_MAX_PER_PROJECT', 0, 1000000),
+    },
+    rate: {
+      requests: { perSecond: decimal('POSTERN_RATE_REQUESTS', 1_000_000), burst: int('POSTERN_RATE_BURST', 1, 1_000_000) },
+      expensive: { perSecond: decimal('POSTERN_RATE_EXPENSIVE', 1_000_000), burst: int('POSTERN_RATE_EXPENSIVE_BURST', 1, 1_000_000) },
     },
     metrics: hostPort('POSTERN_METRICS_LISTEN'),
     logLevel,

@@ -35,6 +35,7 @@ import { inboxRoutes } from './http/routes/inboxes.ts';
 import { inboxEventRoutes } from './http/routes/inbox-events.ts';
 import { StreamGuard } from './http/stream-guard.ts';
 import { StreamQuota } from './http/stream-quota.ts';
+import { CredentialRate } from './rate.ts';
 import { createHttpServer, drainServer } from './http/connections.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
@@ -110,7 +111,7 @@ export interface Postern {
   resealer: Resealer;
   /** Matches delivery reports to the sends they are about (mail.delivery.failed). */
   bounces: BounceMatcher;
-  /** Every inbox watched without a stream: push hints, the sweep, or NOTIFY (issue 12). */
+  /** Every inbox watched without a stream: push hints, the sweep, or NOTIFY (docs/watch.md). */
   watchAll: WatchAll;
   /** The internal listener for Dovecot's push hints, when POSTERN_HINT_LISTEN is set. */
   hintListener: HintListener | null;
@@ -272,6 +273,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const streamGuard = new StreamGuard(access, { intervalMs: config.stream.recheckMs, log: log.child({ part: 'stream-guard' }) });
   // Caps the live streams of one credential and of one project (both kinds of stream).
   const streamQuota = new StreamQuota({ maxPerCredential: config.stream.maxPerCredential, maxPerProject: config.stream.maxPerProject });
+  // Each token's and session's request budgets, in this process (docs/access.md, "Rate limits").
+  const rate = new CredentialRate(config.rate, recorders.rate);
 
   // Webhooks: endpoints managed through the API, deliveries sent by the dispatcher.
   const webhookConnections = new WebhookConnections();
@@ -314,19 +317,19 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     inboxRoutes(access),
     eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
     labelRoutes(access, mail),
-    messageRoutes(access, mail, validator, sealed),
-    searchRoutes(access, mailSearch, validator, eventLog),
+    messageRoutes(access, mail, validator, sealed, rate),
+    searchRoutes(access, mailSearch, validator, eventLog, rate),
     keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
-    contentRoutes(access, sealed, eventLog),
+    contentRoutes(access, sealed, eventLog, rate),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
     webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
-    mcpRoutes(access, mcpTools, mcpSubscriptions, config.stream, streamQuota),
+    mcpRoutes(access, mcpTools, mcpSubscriptions, config.stream, streamQuota, rate),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
-    passkeyRoutes({ access, passkeys, validator, ceremoniesPerMinute: config.app.ceremoniesPerMinute }),
-    keyBackupRoutes({ access, backups: new KeyBackups(store.keyBackups), validator }),
+    passkeyRoutes({ access, passkeys, validator, ceremoniesPerMinute: config.app.ceremoniesPerMinute, rate, metrics: recorders.rate }),
+    keyBackupRoutes({ access, backups: new KeyBackups(store.keyBackups), validator, rate }),
   ];
   const openApi = buildOpenApi(validator.schemas);
   // An IMAP user to log in as, looked up only when none is remembered (ImapLoginCheck); picked
@@ -347,6 +350,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   );
   const app = createApp({
     access,
+    rate,
     log,
     trustProxy: config.http.trustProxy,
     bodyIdleTimeoutMs: config.http.bodyIdleTimeoutMs,

@@ -1,4 +1,4 @@
-// Prometheus metrics (issue 19.4, docs/operations.md "Metrics"): after real traffic (reads, a
+// Prometheus metrics (docs/operations.md, "Metrics"): after real traffic (reads, a
 // delivery through Postfix and Dovecot's push hint, a send, streams, a webhook), a scrape of
 // POSTERN_METRICS_LISTEN has every family with its labels, no id in any label, and the public
 // port does not serve it. With POSTERN_WORKERS=2 the primary serves every worker's as one.
@@ -54,7 +54,7 @@ async function scrape(metricsUrl: string): Promise<{ text: string; samples: Samp
 /** Ids Postern mints (lib/ids.ts): none may be a label value. */
 const ID = /\b(?:prj|mem|ibx|tok|msg|evt|whk|lbl|ses)_[0-9A-Za-z]{10,}/;
 
-describe('metrics (issue 19.4)', function () {
+describe('metrics', function () {
   this.timeout(120_000);
 
   describe('one process', () => {

@@ -1,4 +1,4 @@
-// The PostgreSQL store's foundation (issue 17): the mail environment's private cluster (or the
+// The PostgreSQL store's foundation (docs/deployment.md): the mail environment's private cluster (or the
 // server POSTERN_TEST_DATABASE_URL names), the pool's settings, the migrations (applied in order,
 // each once even when several migrators start together, a failed one leaving nothing behind)
 // and `postern admin migrate`. Each test works in a database of its own, dropped after.
@@ -21,7 +21,7 @@ const isSqliteTextIndex = (table: string) => table.startsWith('mail_search');
 
 const versions = (list: { version: number }[]) => list.map((m) => m.version);
 
-describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
+describe('PostgreSQL store: cluster, pool, migrations', function () {
   this.timeout(60_000);
   let db: { url: string; drop: () => Promise<void> };
   const pools: pg.Pool[] = [];
@@ -90,7 +90,7 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
       const tables = sqlite.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").pluck().all() as string[];
       expect(tables.length).to.be.greaterThan(30);
       // The event log's tables (002_events.sql) are shaped by PostgreSQL's own ordering of
-      // concurrent writers (issue 17, item 4), not translated column for column.
+      // concurrent writers (docs/events.md, "On PostgreSQL: a log that never skips"), not translated column for column.
       for (const table of tables.filter((t) => !EVENT_LOG_TABLES.includes(t) && !isSqliteTextIndex(t))) {
         const columns = (sqlite.pragma(`table_info(${table})`) as { name: string }[]).map((c) => c.name);
         for (const column of columns) if (!pgColumns.get(table)?.has(column)) missing.push(`${table}.${column}`);

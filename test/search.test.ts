@@ -1,4 +1,4 @@
-// Message search (issue 20): GET /inboxes/{inbox}/search with JMAP's filter names, on real
+// Message search (docs/search.md): GET /inboxes/{inbox}/search with JMAP's filter names, on real
 // Dovecot, on the engine POSTERN_TEST_STORE names. Each filter, combinations, paging with the
 // cursor, body/text through Dovecot's SEARCH (content:read, compatible inboxes only, audited),
 // metadata in a zero-access inbox, sessions on {app_url}, and every refusal.

@@ -1,4 +1,4 @@
-// Webhook deliveries (issue 18, items 2-5; docs/webhooks.md) against a real receiver verifying
+// Webhook deliveries (docs/webhooks.md) against a real receiver verifying
 // with `standardwebhooks`: mail from SMTP and a mail app's change reach it, filters and the
 // token's reach hold, retries (a shortened schedule) bring everything once the receiver is back,
 // Retry-After is heeded, 410 and failing for too long disable, a revoked token stops its

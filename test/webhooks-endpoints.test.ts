@@ -1,4 +1,4 @@
-// Webhook endpoints over HTTP (issue 18, item 1; docs/webhooks.md): created, listed, changed,
+// Webhook endpoints over HTTP (docs/webhooks.md, "Endpoints"): created, listed, changed,
 // removed and their secrets rotated by the token that made them; validated (https only, GET
 // /events' type syntax without audit-only types, the token's own inboxes); and the secret shown
 // once, kept only sealed.

@@ -1,4 +1,4 @@
-// Message search (issue 20): JMAP's Email/query filter names (RFC 8621 4.4.1) over one inbox.
+// Message search (docs/search.md): JMAP's Email/query filter names (RFC 8621 4.4.1) over one inbox.
 // Metadata conditions are answered by the index's text index (both engines, both modes); `body`
 // and `text` read content, so they go to the mail server's own SEARCH and are audited.
 import { forbidden, invalid, notFound, unprocessable } from '../errors.ts';
@@ -62,7 +62,7 @@ export function decodeCursor(cursor: string): SearchAfter {
   return { receivedAt: Number(m[1]), guid: m[2]! };
 }
 
-/** A Flag name (spec 2.5) or a custom keyword: the IMAP spellings that mean it, lower case. */
+/** A Flag name (docs/api.md, "Flag and WebFlag") or a custom keyword: the IMAP spellings that mean it, lower case. */
 function keywordSpellings(name: string): string[] {
   return (FLAGS as readonly string[]).includes(name) ? imapSpellings(name) : [name.toLowerCase()];
 }

@@ -1,4 +1,4 @@
-// The webhook dispatcher (issue 18, docs/webhooks.md): reads the event log past each enabled
+// The webhook dispatcher (docs/webhooks.md): reads the event log past each enabled
 // endpoint's position, makes a durable delivery per matching event (the position moves in the
 // same transaction, so no event is enqueued twice or skipped), and sends what is due.
 //

@@ -1,4 +1,4 @@
-// Webhook endpoints (issue 18, docs/webhooks.md): where a project's events are sent, managed by
+// Webhook endpoints (docs/webhooks.md): where a project's events are sent, managed by
 // tokens with `webhooks:write`. An endpoint receives what the token that created it may read
 // (events:read semantics, re-checked at delivery by the dispatcher), so only that token sees and
 // changes it: another token of the project, even one of the same member, could otherwise point

@@ -1,4 +1,4 @@
-// The mail index's search (MailIndexStore.search, issue 20) on every engine: the text index
+// The mail index's search (MailIndexStore.search, docs/search.md) on every engine: the text index
 // (words, case and accents, address parts, prefixes, phrases, one field at a time), the metadata
 // conditions, places (label and keywords at one place), the order and its cursor, and the text
 // index kept in step with every write that adds or drops a message.

@@ -1,4 +1,4 @@
-// The mailbox index on PostgreSQL (DESIGN.md 4), with the SQLite adapter's semantics
+// The mailbox index on PostgreSQL (docs/mail.md, "The index"), with the SQLite adapter's semantics
 // (adapters/store/sqlite/mail-index.ts). Two things differ because of the engine:
 // - Writes of one inbox take turns on its mail_inboxes row: every index write starts by bumping
 //   the inbox's version (an upsert that locks the row until COMMIT, and says whether the inbox

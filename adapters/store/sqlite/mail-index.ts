@@ -1,4 +1,4 @@
-// The mailbox index in SQLite (DESIGN.md 4). Statements are prepared once; every write goes
+// The mailbox index in SQLite (docs/mail.md, "The index"). Statements are prepared once; every write goes
 // through one transaction per batch so a label's sync state never runs ahead of its rows.
 import type { Statement } from 'better-sqlite3';
 import type { IndexOp, IndexSearch, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, SearchAfter, SearchRow, WatchLeases, WatchReport, WatchReports, WriteSizing } from '../../../lib/mail/types.ts';

@@ -12,6 +12,7 @@ import type { Config } from '../../config.ts';
 import { answerLean, leanBytes, leanRequest } from '../../mcp/lean.ts';
 import type { McpTools } from '../../mcp/server.ts';
 import type { McpSubscriptions } from '../../mcp/subscriptions.ts';
+import type { CredentialRate } from '../../rate.ts';
 import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
@@ -34,10 +35,17 @@ function plainPost(ctx: AppContext): boolean {
   return accept.includes('application/json') && accept.includes('text/event-stream') && isJsonContentType(ctx.get('content-type')) && (version === undefined || (typeof version === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(version)));
 }
 
-export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubscriptions, stream: Config['stream'], quota: StreamQuota) {
+/** A single JSON-RPC tools/call request (a batch is an array). */
+function singleToolCall(body: unknown): boolean {
+  return typeof body === 'object' && body !== null && !Array.isArray(body) && (body as { method?: unknown }).method === 'tools/call';
+}
+
+export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubscriptions, stream: Config['stream'], quota: StreamQuota, rate: CredentialRate) {
   return (router: AppRouter): void => {
     router.post('/mcp', allow(access, RULE), async (ctx) => {
       const body = await readJson(ctx, MCP_BODY_LIMIT);
+      // A tool call runs a search or reads mail: the expensive budget, before either path runs it.
+      if (singleToolCall(body)) rate.expensive(ctx.state.principal);
       const lean = plainPost(ctx) ? leanRequest(body) : null;
       if (lean) {
         // Always a JSON answer, as the SDK's transport gives with enableJsonResponse below.

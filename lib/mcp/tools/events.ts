@@ -1,4 +1,4 @@
-// The project event log (spec 4.6): list_events, the twin of GET /events read as pages, and
+// The project event log (docs/api.md, "Events"): list_events, the twin of GET /events read as pages, and
 // publish_event, the twin of POST /events, with the same checks in the same order.
 import type { Access } from '../../auth/access.ts';
 import type { EventLog } from '../../events/log.ts';

@@ -1,4 +1,4 @@
-// Metadata tools, each the twin of a read operation of spec 4.2 and 4.3: list_inboxes
+// Metadata tools, each the twin of a read operation of docs/api.md, "Inboxes", "Messages": list_inboxes
 // (GET /inboxes), list_labels, list_messages, get_message and set_flags.
 import type { FlagChange, MessageList, MessageSummary } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
