@@ -304,13 +304,14 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     const dropInbox = ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map((table) =>
       p(`DELETE FROM ${table} WHERE inbox_id = ?`),
     );
-    // The inbox's row stays as a tombstone (a few bytes; inbox ids are never reused): a pass
-    // that was running when the inbox was removed, here or in another process, has its next
-    // write refused instead of writing the index back.
+    // One batch of markRows: the same rows put in the text index and marked as in it.
     this.markTx = db.transaction((inboxId: string, batch: number) => {
       this.s.markIndex!.run({ inboxId, batch });
       return this.s.markDocs!.run({ inboxId, batch }).changes;
     });
+    // The inbox's row stays as a tombstone (a few bytes; inbox ids are never reused): a pass
+    // that was running when the inbox was removed, here or in another process, has its next
+    // write refused instead of writing the index back.
     this.dropInboxTx = db.transaction((inboxId: string) => {
       for (const statement of dropInbox) statement.run(inboxId);
       this.s.tombstone!.run({ inboxId, version: Date.now() * 1000, at: Date.now() });
