@@ -23,7 +23,7 @@ interface Entry { name: string; store: Store | 'container'; file: string }
 interface Outcome { entry: Entry; code: number | null; output: string; ms: number; passed: number; failed: number; skipped: number }
 
 function parseArgs(argv: string[]): { jobs: number; stores: Store[]; container: boolean; files: string[] } {
-  let jobs = Number(process.env.POSTERN_TEST_JOBS ?? 5);
+  let jobs = Number(process.env.POSTERN_TEST_JOBS ?? 4);
   let stores: Store[] = ['sqlite', 'postgres'];
   let container = true;
   const files: string[] = [];
