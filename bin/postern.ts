@@ -1,6 +1,6 @@
 // The `postern` command: the service, the staff CLI and the demo. Every command prints one JSON
 // value on stdout (an object; the staff lists an array); failures print {"error": "..."} and exit
-// non-zero. Each command imports what it runs when it runs (lib/server.ts for serve, lib/staff.ts
+// non-zero. Each command imports what it runs when it runs (lib/server.ts for serve, bin/staff.ts
 // for admin): a staff command answers without loading the service (docs/operations.md, "The
 // postern command").
 import cluster from 'node:cluster';
@@ -109,7 +109,7 @@ async function admin(args: string[]): Promise<unknown> {
   if (DESTRUCTIVE.includes(command) && !tail.includes('--yes')) {
     throw new UsageError(`${command} cannot be undone: add --yes to do it`);
   }
-  const { openStaff } = await import('../lib/staff.ts');
+  const { openStaff } = await import('./staff.ts');
   const { admin, userKeys, store, config, passkeys, events, close } = await openStaff(loadConfig());
   const { directory, mailIndex: index, resealJobs: sealing } = store;
   try {

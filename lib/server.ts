@@ -1,5 +1,6 @@
 // The one place that wires adapters to the domain for the serving Postern (createPostern,
-// openPostern), on a store opened by adapters/store/open.ts; what staff commands use is lib/staff.ts.
+// openPostern), on a store opened by adapters/store/open.ts; what staff commands use is
+// bin/staff.ts.
 import cluster from 'node:cluster';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';

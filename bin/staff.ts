@@ -1,15 +1,15 @@
 // What staff commands (`postern admin …`) work with: the domain on the configured store, nothing
-// that serves. Apart from lib/server.ts, so a staff command loads only what it uses: the mail
-// server's client and the WebAuthn library are loaded by the commands that need them
-// (docs/operations.md, "The postern command").
-import type { Config } from './config.ts';
-import { EpochKeyring } from './crypto/epoch-keys.ts';
-import { MasterKey } from './crypto/master-key.ts';
-import { UserKeys } from './crypto/user-keys.ts';
-import { Admin, type MailUsers } from './directory/admin.ts';
-import { EventLog } from './events/log.ts';
-import type { Passkeys } from './auth/passkeys.ts';
-import type { Store } from './store.ts';
+// that serves. Wired here, beside the entry point, not in lib/server.ts, so a staff command loads
+// only what it uses: the mail server's client and the WebAuthn library are loaded by the commands
+// that need them (docs/operations.md, "The postern command").
+import type { Config } from '../lib/config.ts';
+import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
+import { MasterKey } from '../lib/crypto/master-key.ts';
+import { UserKeys } from '../lib/crypto/user-keys.ts';
+import { Admin, type MailUsers } from '../lib/directory/admin.ts';
+import { EventLog } from '../lib/events/log.ts';
+import type { Passkeys } from '../lib/auth/passkeys.ts';
+import type { Store } from '../lib/store.ts';
 import { MemoryBus } from '../adapters/bus/memory.ts';
 import { openStore } from '../adapters/store/open.ts';
 
@@ -52,7 +52,7 @@ export async function openStaff(config: Config): Promise<Staff> {
   });
   let passkeys: Promise<Passkeys> | null = null;
   const makePasskeys = async (): Promise<Passkeys> => {
-    const { Passkeys } = await import('./auth/passkeys.ts');
+    const { Passkeys } = await import('../lib/auth/passkeys.ts');
     return new Passkeys(store.passkeys, directory, {
       origin: config.app.origin,
       rpName: 'Postern',
