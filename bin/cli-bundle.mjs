@@ -37,7 +37,8 @@ export function freshBundle() {
   for (const [file, sig] of Object.entries(stamp.inputs)) {
     if (signature(file) !== sig) return null;
   }
-  return join(OUT_DIR, stamp.build, 'postern.mjs');
+  const entry = join(OUT_DIR, stamp.build, 'postern.mjs');
+  return statSync(entry, { throwIfNoEntry: false }) ? entry : null;
 }
 
 /**
@@ -122,9 +123,10 @@ export async function buildBundle() {
 }
 
 function removeOldBuilds(current) {
+  // Another process may be removing them too.
   const others = readdirSync(OUT_DIR, { withFileTypes: true })
     .filter((d) => d.isDirectory() && d.name !== current)
-    .map((d) => ({ path: join(OUT_DIR, d.name), mtimeMs: statSync(join(OUT_DIR, d.name)).mtimeMs }))
+    .map((d) => ({ path: join(OUT_DIR, d.name), mtimeMs: statSync(join(OUT_DIR, d.name), { throwIfNoEntry: false })?.mtimeMs ?? 0 }))
     .sort((a, b) => b.mtimeMs - a.mtimeMs);
   for (const [i, d] of others.entries()) {
     if (i >= KEEP_NEWEST && Date.now() - d.mtimeMs > KEEP_MS) rmSync(d.path, { recursive: true, force: true });
