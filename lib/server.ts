@@ -1,5 +1,6 @@
-// The one place that wires adapters to the domain: the serving Postern (createPostern, openPostern)
-// and what staff commands use (openStaff), both on a store opened by adapters/store/open.ts.
+// The one place that wires adapters to the domain for the serving Postern (createPostern,
+// openPostern), on a store opened by adapters/store/open.ts; what staff commands use is
+// bin/staff.ts.
 import cluster from 'node:cluster';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
@@ -23,7 +24,6 @@ import { Access } from './auth/access.ts';
 import { ConfigError, type Config } from './config.ts';
 import type { Store } from './store.ts';
 import { openStore } from '../adapters/store/open.ts';
-import { ImapMailUsers } from '../adapters/imap/users.ts';
 import { Admin } from './directory/admin.ts';
 import { createApp, listOperations, SURFACES } from './http/app.ts';
 import { apiReferenceRoutes } from './http/api-reference.ts';
@@ -482,46 +482,4 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await store.close();
     },
   };
-}
-
-/** What a staff command works with: the domain on the configured store, nothing that serves. */
-export interface Staff {
-  admin: Admin;
-  userKeys: UserKeys;
-  store: Store;
-  config: Config;
-  passkeys: Passkeys;
-  events: EventLog;
-  close: () => Promise<void>;
-}
-
-/** Opens the configured store and builds what staff commands use on it (`postern admin …`). */
-export async function openStaff(config: Config): Promise<Staff> {
-  // The same POSTERN_MASTER_KEY as `serve`: only commands that make or open keys need it, and
-  // they fail with the reason when it is missing or wrong (EpochKeyring throws MasterKeyError).
-  let master: MasterKey | null = null;
-  if (config.masterKey) master = MasterKey.parse(config.masterKey);
-  const store = await openStore(config, { applicationName: 'postern admin' });
-  const { directory, mailIndex } = store;
-  const keys = new EpochKeyring(store.keys, master);
-  const admin = new Admin(directory, {
-    tokenTtlSeconds: config.tokenTtlSeconds,
-    sessionTtlSeconds: config.sessionTtlSeconds,
-    keys,
-    // A running `postern serve` sees the removal within POSTERN_WATCH_CATALOG_POLL_MS (the
-    // store's inbox list version) and stops watching it; a pass of it running there meanwhile
-    // has its writes refused (the index's tombstone), so the index stays dropped.
-    onInboxRemoved: (id) => mailIndex.dropInbox(id),
-    // `inbox add` refuses an IMAP user the mail server does not have.
-    mailUsers: new ImapMailUsers(config.imap),
-  });
-  const passkeys = new Passkeys(store.passkeys, directory, {
-    origin: config.app.origin,
-    rpName: 'Postern',
-    sessionTtlSeconds: config.sessionTtlSeconds,
-    inviteTtlSeconds: config.app.inviteTtlSeconds,
-  });
-  // What staff commands record goes to the store; a running server's readers find it there.
-  const events = new EventLog(store.events, new MemoryBus(), { settleMs: config.events.settleMs });
-  return { admin, userKeys: new UserKeys(store.keys, keys), store, config, passkeys, events, close: () => store.close() };
 }
