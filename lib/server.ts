@@ -122,6 +122,8 @@ export interface Postern {
   openApi: ReturnType<typeof buildOpenApi>;
   /** What GET /readyz answers: the store, IMAP and SMTP submission checked, or draining. */
   readiness: Readiness;
+  /** MCP's tools (McpTools.charge is where a limit on calls plugs in) and resource subscriptions. */
+  mcp: { tools: McpTools; subscriptions: McpSubscriptions };
   /**
    * Starts listening; resolves with the bound address, and the metrics listener's (null when
    * metrics are off, or in a cluster worker: there the primary serves them).
@@ -324,7 +326,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
     webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
-    mcpRoutes(access, mcpTools, mcpSubscriptions, config.stream, streamQuota, rate),
+    mcpRoutes(access, mcpTools, mcpSubscriptions, config.stream, streamQuota, rate, config.mcp),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
@@ -397,6 +399,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     bounces,
     watchAll,
     hintListener,
+    mcp: { tools: mcpTools, subscriptions: mcpSubscriptions },
     metrics,
     operations: [...listOperations(routes), ...listOperations(appRoutes)],
     openApi,

@@ -54,9 +54,9 @@ export function leanRequest(body: unknown): LeanRequest | null {
 }
 
 /** The JSON-RPC answer, as the SDK's Protocol writes it: the result, or the error thrown. */
-export async function answerLean(mcp: McpTools, p: Principal, req: LeanRequest): Promise<JSONRPCResponse> {
+export async function answerLean(mcp: McpTools, p: Principal, req: LeanRequest, requestId: string): Promise<JSONRPCResponse> {
   try {
-    const result = req.method === 'tools/list' ? mcp.listTools(p) : await mcp.callTool(p, req.name, req.args);
+    const result = req.method === 'tools/list' ? mcp.listTools(p) : await mcp.callTool(p, req.name, req.args, requestId);
     return { result, jsonrpc: '2.0', id: req.id };
   } catch (err) {
     const e = err as { code?: unknown; message?: string; data?: unknown };

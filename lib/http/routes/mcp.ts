@@ -9,6 +9,7 @@ import { isJsonContentType } from '@modelcontextprotocol/sdk/shared/mediaType.js
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { Access } from '../../auth/access.ts';
 import type { Config } from '../../config.ts';
+import { RequestGate, type McpLimits } from '../../mcp/gate.ts';
 import { answerLean, leanBytes, leanRequest } from '../../mcp/lean.ts';
 import type { McpTools } from '../../mcp/server.ts';
 import type { McpSubscriptions } from '../../mcp/subscriptions.ts';
@@ -40,26 +41,40 @@ function singleToolCall(body: unknown): boolean {
   return typeof body === 'object' && body !== null && !Array.isArray(body) && (body as { method?: unknown }).method === 'tools/call';
 }
 
-export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubscriptions, stream: Config['stream'], quota: StreamQuota, rate: CredentialRate) {
+export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubscriptions, stream: Config['stream'], quota: StreamQuota, rate: CredentialRate, limits: McpLimits) {
   return (router: AppRouter): void => {
     router.post('/mcp', allow(access, RULE), async (ctx) => {
       const body = await readJson(ctx, MCP_BODY_LIMIT);
+      const { requestId, principal } = ctx.state;
+      if (Array.isArray(body) && body.length > limits.batchMax) {
+        throw new HttpError(400, `a batch may hold at most ${limits.batchMax} messages (POSTERN_MCP_BATCH_MAX); this one holds ${body.length}: send it as several requests`);
+      }
       // A tool call runs a search or reads mail: the expensive budget, before either path runs it.
-      if (singleToolCall(body)) rate.expensive(ctx.state.principal);
+      if (singleToolCall(body)) rate.expensive(principal);
       const lean = plainPost(ctx) ? leanRequest(body) : null;
       if (lean) {
         // Always a JSON answer, as the SDK's transport gives with enableJsonResponse below.
         ctx.type = 'json';
-        ctx.body = leanBytes(await answerLean(mcp, ctx.state.principal, lean));
+        ctx.body = leanBytes(await answerLean(mcp, principal, lean, requestId));
         return;
       }
-      const server = mcp.serverFor(ctx.state.principal);
+      // The client gone before its answer: calls not started yet never start (lib/mcp/gate.ts).
+      const gone = new AbortController();
+      const server = mcp.serverFor(principal, { requestId, gate: new RequestGate(limits, gone.signal) });
       // JSON answers: no tool streams progress, and a plain response is easiest on proxies.
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
       await server.connect(transport);
       ctx.respond = false;
-      ctx.res.once('close', () => void server.close());
-      await transport.handleRequest(ctx.req, ctx.res, body);
+      const closed = new Promise<void>((resolve) =>
+        ctx.res.once('close', () => {
+          gone.abort();
+          void server.close();
+          resolve();
+        }),
+      );
+      // A batch whose client left is never answered, so the transport's promise never settles:
+      // the request ends (and is logged) when its connection does.
+      await Promise.race([transport.handleRequest(ctx.req, ctx.res, body), closed]);
     });
 
     router.get('/mcp', allow(access, RULE), async (ctx: AppContext) => {
@@ -67,7 +82,7 @@ export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubsc
       const p = ctx.state.principal;
       // The stream watches inboxes with the process's IMAP pool: it counts as an inbox stream.
       const release = quota.take('inbox', p);
-      const server = mcp.serverFor(p);
+      const server = mcp.serverFor(p, { requestId: ctx.state.requestId });
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, keepAliveMs: stream.heartbeatMs });
       try {
         await server.connect(transport);
