@@ -17,7 +17,7 @@ const BUDGET_MS = 1500;
 
 type Answer = { id: number; result?: { isError?: boolean }; error?: { code: number; message: string } };
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 describe('MCP: the bounds of one request', function () {
   this.timeout(60_000);
