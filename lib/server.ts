@@ -326,7 +326,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
     webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
-    mcpRoutes(access, mcpTools, mcpSubscriptions, config.stream, streamQuota, rate, config.mcp),
+    mcpRoutes({ access, mcp: mcpTools, subscriptions: mcpSubscriptions, stream: config.stream, guard: streamGuard, quota: streamQuota, rate, limits: config.mcp }),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [

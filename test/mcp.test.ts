@@ -3,6 +3,9 @@
 // caps, the audit record of a read, the send rate, resource notifications from live changes,
 // and `postern mcp` relaying stdio.
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
@@ -57,6 +60,7 @@ describe('MCP: /v1/mcp', function () {
   let app: ImapFlow;
   let all: string;
   let client: Client;
+  let logFile: string;
   const clients: Client[] = [];
 
   /** A message appended to INBOX, and its id as list_messages shows it. */
@@ -78,7 +82,9 @@ describe('MCP: /v1/mcp', function () {
 
   before(async () => {
     // One message an hour per inbox: the rate test's second send meets it at once.
-    s = await startPostern({ POSTERN_SEND_RATE_PER_HOUR: '1' });
+    logFile = join(mkdtempSync(join(tmpdir(), 'postern-mcp-')), 'postern.log');
+    // Streams re-check their credential often, so a revoked one is found soon.
+    s = await startPostern({ POSTERN_SEND_RATE_PER_HOUR: '1', POSTERN_STREAM_RECHECK_MS: '200' }, { logFile });
     p = await newProject(s);
     inbox = await p.inbox();
     app = await mailApp(inbox);
@@ -438,6 +444,107 @@ describe('MCP: /v1/mcp', function () {
       }, 30_000);
     } finally {
       await imap.logout();
+    }
+  });
+
+  /** A client subscribed to the inbox, with the updates it hears and the errors its transport reports. */
+  async function subscriber(token: string, watched: TestInbox) {
+    const c = await connect(s, token);
+    clients.push(c);
+    const heard: string[] = [];
+    const errors: string[] = [];
+    c.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => {
+      heard.push(n.params.uri);
+    });
+    c.onerror = (e) => errors.push(String(e));
+    await c.subscribeResource({ uri: `postern://inboxes/${watched.id}` });
+    return { heard, errors, credentialId: parseToken(token)!.id };
+  }
+
+  /** Messages appended to the inbox, one a second, until `heard` says so. */
+  async function changeUntil(watched: TestInbox, what: string, heard: () => boolean): Promise<void> {
+    const imap = await mailApp(watched);
+    try {
+      let n = 0;
+      await until(what, async () => {
+        if (heard()) return true;
+        if (n++ % 5 === 0) await imap.append('INBOX', await compose({ from: 'a@example.org', to: watched.address, subject: `change ${n}`, text: 'x' }));
+        await new Promise((r) => setTimeout(r, 200));
+        return null;
+      }, 30_000);
+    } finally {
+      await imap.logout();
+    }
+  }
+
+  it('a revoked token loses its subscriptions and its stream at the next re-check, without waiting for a change', async () => {
+    const watched = await p.inbox();
+    const revoked = await subscriber(await p.token(['messages:read'], { inboxes: [watched.id] }), watched);
+    const kept = await subscriber(await p.token(['messages:read'], { inboxes: [watched.id] }), watched);
+    // Both streams are open and watching.
+    await changeUntil(watched, 'both subscribers hear a change', () => revoked.heard.length > 0 && kept.heard.length > 0);
+    await s.postern.admin.revokeToken(revoked.credentialId);
+    const heardBefore = revoked.heard.length;
+    // No change is made: the stream's re-check ends it, and the client's reconnection is refused.
+    await until('the revoked stream cut off', async () => revoked.errors.some((e) => /Failed to open SSE stream: Unauthorized/.test(e)));
+    expect([...s.postern.mcp.subscriptions.subscribed(revoked.credentialId)]).to.deep.equal([]);
+    const keptBefore = kept.heard.length;
+    await changeUntil(watched, 'the valid subscriber hears a later change', () => kept.heard.length > keptBefore);
+    expect(revoked.heard).to.have.length(heardBefore);
+  });
+
+  it('a withdrawn grant drops the subscription: given back, the token hears nothing until it subscribes again', async () => {
+    const watched = await p.inbox();
+    const member = await p.member();
+    await s.postern.admin.grant(member, watched.id, 'reader');
+    const narrowed = await subscriber(await p.token(['messages:read'], { memberId: member }), watched);
+    const kept = await subscriber(await p.token(['messages:read'], { inboxes: [watched.id] }), watched);
+    await changeUntil(watched, 'both subscribers hear a change', () => narrowed.heard.length > 0 && kept.heard.length > 0);
+    await s.postern.admin.revoke(member, watched.id);
+    await until('the subscription dropped', async () => s.postern.mcp.subscriptions.subscribed(narrowed.credentialId).size === 0);
+    await s.postern.admin.grant(member, watched.id, 'reader');
+    const heardBefore = narrowed.heard.length;
+    const keptBefore = kept.heard.length;
+    await changeUntil(watched, 'the other subscriber hears a later change', () => kept.heard.length > keptBefore);
+    expect(narrowed.heard).to.have.length(heardBefore);
+  });
+
+  it('an internal failure in resources/read or resources/subscribe reaches the client as a request id, its detail only in the log', async () => {
+    const watched = await p.inbox();
+    const reader = await connect(s, await p.token(['messages:read'], { inboxes: [watched.id] }));
+    clients.push(reader);
+    const uri = `postern://inboxes/${watched.id}`;
+    const secret = `SECRET-${randomBytes(4).toString('hex')} at /var/lib/postern`;
+    const { mail, bus } = s.postern;
+    const labels = mail.labels;
+    const publish = bus.publish;
+    const caught = async (request: Promise<unknown>) => {
+      const err = await request.then(
+        () => null,
+        (e: unknown) => e as Error,
+      );
+      expect(err, 'the request should fail').to.be.instanceOf(Error);
+      return err!.message;
+    };
+    let read: string;
+    let subscribed: string;
+    try {
+      mail.labels = () => Promise.reject(new Error(`labels failed: ${secret}`));
+      read = await caught(reader.readResource({ uri }));
+      bus.publish = () => Promise.reject(new Error(`bus failed: ${secret}`));
+      subscribed = await caught(reader.subscribeResource({ uri }));
+    } finally {
+      mail.labels = labels;
+      bus.publish = publish;
+    }
+    const lines = readFileSync(logFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { msg: string; requestId?: string; err?: { message: string } });
+    for (const [message, method] of [[read, 'resources/read'], [subscribed, 'resources/subscribe']] as const) {
+      expect(message).to.not.include('SECRET').and.not.include('failed');
+      // The client puts its own "MCP error -32603: " before what the server said, which has it too.
+      const id = /^(?:MCP error -32603: )+internal error \(request ([^)]+)\)$/.exec(message)?.[1];
+      expect(id, message).to.be.a('string');
+      const logged = lines.find((l) => l.msg === 'MCP request failed' && l.requestId === id);
+      expect(logged?.err?.message, method).to.include(secret);
     }
   });
 

@@ -18,6 +18,7 @@ import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
 import { HttpError } from '../errors.ts';
+import type { StreamGuard } from '../stream-guard.ts';
 import type { StreamQuota } from '../stream-quota.ts';
 
 /** Tokens only: the web app's sessions have their own API, and MCP is for agents. */
@@ -41,7 +42,18 @@ function singleToolCall(body: unknown): boolean {
   return typeof body === 'object' && body !== null && !Array.isArray(body) && (body as { method?: unknown }).method === 'tools/call';
 }
 
-export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubscriptions, stream: Config['stream'], quota: StreamQuota, rate: CredentialRate, limits: McpLimits) {
+export interface McpRouteDeps {
+  access: Access;
+  mcp: McpTools;
+  subscriptions: McpSubscriptions;
+  stream: Config['stream'];
+  guard: StreamGuard;
+  quota: StreamQuota;
+  rate: CredentialRate;
+  limits: McpLimits;
+}
+
+export function mcpRoutes({ access, mcp, subscriptions, stream, guard, quota, rate, limits }: McpRouteDeps) {
   return (router: AppRouter): void => {
     router.post('/mcp', allow(access, RULE), async (ctx) => {
       const body = await readJson(ctx, MCP_BODY_LIMIT);
@@ -91,16 +103,33 @@ export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubsc
         throw err;
       }
       const end = () => void server.close();
-      const stop = subscriptions.open(p, (uri) => server.sendResourceUpdated({ uri }), end);
+      const live = subscriptions.open(p, (uri) => server.sendResourceUpdated({ uri }), end);
       // Like every live stream, it ends within POSTERN_STREAM_MAX_MS; the client opens another.
       const timer = setTimeout(end, stream.maxDurationMs);
+      let closed = false;
       ctx.respond = false;
       ctx.res.once('close', () => {
+        closed = true;
         clearTimeout(timer);
         release();
-        stop();
+        live.close();
         end();
       });
+      // Re-checked like every live stream (POSTERN_STREAM_RECHECK_MS): a subscription whose inbox
+      // the token may no longer read is dropped; a revoked or expired token loses them all, and
+      // the stream ends (the client's reconnection is then refused with the reason).
+      guard.watch(
+        ctx,
+        {
+          get closed() {
+            return closed;
+          },
+          endWith: () => live.refused(),
+          reconnect: end,
+          onClose: (handler) => ctx.res.once('close', handler),
+        },
+        (now) => live.recheck(now),
+      );
       await transport.handleRequest(ctx.req, ctx.res);
     });
   };
