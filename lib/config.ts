@@ -218,7 +218,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
-  { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams re-check their credential and inbox access this often; one that lost them ends' },
+  { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams and MCP notification streams re-check their credential and inbox access this often; one that lost them ends, an MCP subscription whose inbox was lost is dropped' },
   { name: 'POSTERN_STREAM_MAX_PER_CREDENTIAL', default: '20', description: 'open streams of each kind (inbox, project events) one token or session may hold in a process, more get 429; 0 = no cap' },
   { name: 'POSTERN_STREAM_MAX_PER_PROJECT', default: '60', description: 'open streams of each kind all credentials of one project may hold in a process, more get 429; 0 = no cap' },
   { name: 'POSTERN_RATE_REQUESTS', default: '100', description: 'requests per second (a decimal number: 0.5 is one every two seconds) one token or session may make, sustained, in each process (with POSTERN_WORKERS=n up to n times as many), more get 429 with Retry-After; 0 = no limit' },
