@@ -314,7 +314,19 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     events: eventLog,
   });
   const mcpSubscriptions = new McpSubscriptions(bus, mail, access, log.child({ part: 'mcp' }));
-  const mcpTools = new McpTools({ access, mail, search: mailSearch, sealed, send, events: eventLog, validator, subscriptions: mcpSubscriptions, log: log.child({ part: 'mcp' }) });
+  const mcpTools = new McpTools({
+    access,
+    mail,
+    search: mailSearch,
+    sealed,
+    send,
+    events: eventLog,
+    validator,
+    subscriptions: mcpSubscriptions,
+    log: log.child({ part: 'mcp' }),
+    // Each tool call, a batch's too, spends one of the credential's expensive budget as it starts.
+    charge: (p) => rate.expensive(p),
+  });
   const routes = [
     inboxRoutes(access),
     eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
@@ -326,7 +338,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
     webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
-    mcpRoutes({ access, mcp: mcpTools, subscriptions: mcpSubscriptions, stream: config.stream, guard: streamGuard, quota: streamQuota, rate, limits: config.mcp }),
+    mcpRoutes({ access, mcp: mcpTools, subscriptions: mcpSubscriptions, stream: config.stream, guard: streamGuard, quota: streamQuota, limits: config.mcp }),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [

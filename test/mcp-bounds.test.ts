@@ -7,6 +7,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
+import type { CallCharge } from '../lib/mcp/server.ts';
 import { call, newProject, startPostern, type TestInbox, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
 
@@ -14,6 +15,7 @@ const HEADERS = { 'content-type': 'application/json', accept: 'application/json,
 const BATCH_MAX = 10;
 const CONCURRENCY = 2;
 const BUDGET_MS = 1500;
+const RATE_BURST = 3;
 
 type Answer = { id: number; result?: { isError?: boolean }; error?: { code: number; message: string } };
 
@@ -25,16 +27,28 @@ describe('MCP: the bounds of one request', function () {
   let token: string;
   let inbox: TestInbox;
   let logFile: string;
+  let charge: CallCharge | null;
 
   before(async () => {
     logFile = join(mkdtempSync(join(tmpdir(), 'postern-mcp-bounds-')), 'postern.log');
     s = await startPostern(
-      { POSTERN_MCP_BATCH_MAX: String(BATCH_MAX), POSTERN_MCP_BATCH_CONCURRENCY: String(CONCURRENCY), POSTERN_MCP_BATCH_BUDGET_MS: String(BUDGET_MS), POSTERN_LOG_LEVEL: 'info' },
+      {
+        POSTERN_MCP_BATCH_MAX: String(BATCH_MAX),
+        POSTERN_MCP_BATCH_CONCURRENCY: String(CONCURRENCY),
+        POSTERN_MCP_BATCH_BUDGET_MS: String(BUDGET_MS),
+        // A few tool calls per token, refilled one every 50 s: nothing refills while the test runs.
+        POSTERN_RATE_EXPENSIVE: '0.02',
+        POSTERN_RATE_EXPENSIVE_BURST: String(RATE_BURST),
+        POSTERN_LOG_LEVEL: 'info',
+      },
       { logFile },
     );
     const p = await newProject(s);
     inbox = await p.inbox();
     token = await p.token(['messages:read']);
+    charge = s.postern.mcp.tools.charge;
+    // The other tests watch calls through the charge in the budget's place.
+    s.postern.mcp.tools.charge = null;
   });
   afterEach(() => {
     s.postern.mcp.tools.charge = null;
@@ -46,8 +60,8 @@ describe('MCP: the bounds of one request', function () {
   const calls = (n: number, name = 'list_inboxes', args: Record<string, unknown> = {}) =>
     Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'tools/call', params: { name, arguments: args } }));
 
-  async function batch(body: unknown[], init: RequestInit = {}): Promise<{ status: number; body: unknown }> {
-    const res = await call(`${s.base}/mcp`, { method: 'POST', headers: { ...HEADERS, ...(init.headers as Record<string, string>) }, body: JSON.stringify(body), token, ...(init.signal ? { signal: init.signal } : {}) });
+  async function batch(body: unknown, init: RequestInit & { token?: string } = {}): Promise<{ status: number; body: unknown }> {
+    const res = await call(`${s.base}/mcp`, { method: 'POST', headers: { ...HEADERS, ...(init.headers as Record<string, string>) }, body: JSON.stringify(body), token: init.token ?? token, ...(init.signal ? { signal: init.signal } : {}) });
     return { status: res.status, body: JSON.parse(await res.text()) as unknown };
   }
 
@@ -62,6 +76,24 @@ describe('MCP: the bounds of one request', function () {
     expect(fits.status).to.equal(200);
     expect((fits.body as Answer[]).map((a) => a.id)).to.have.members(calls(BATCH_MAX).map((c) => c.id));
     expect(started).to.equal(BATCH_MAX);
+  });
+
+  it('charges each call of a batch to the credential\'s expensive budget as it starts: past it, a JSON-RPC error; a single call, a 429', async () => {
+    s.postern.mcp.tools.charge = charge;
+    const p = await newProject(s);
+    await p.inbox();
+    const spender = await p.token(['messages:read']);
+    const answers = (await batch(calls(RATE_BURST + 2), { token: spender })).body as Answer[];
+    const refused = answers.filter((a) => a.error);
+    expect(answers.filter((a) => a.result && !a.result.isError)).to.have.length(RATE_BURST);
+    expect(refused).to.have.length(2);
+    for (const a of refused) expect(a.error!.message).to.match(/too many searches, message downloads and tool calls for this credential; try again in \d+ s/);
+    // tools/list is not a tool call; a single call is refused as a request.
+    expect((await batch({ jsonrpc: '2.0', id: 1, method: 'tools/list' }, { token: spender })).status).to.equal(200);
+    const single = await batch(calls(1)[0], { token: spender });
+    expect(single.status).to.equal(429);
+    expect(Object.keys(single.body as object)).to.deep.equal(['error']);
+    expect((single.body as { error: string }).error).to.match(/too many searches/);
   });
 
   it('runs a batch\'s calls at most POSTERN_MCP_BATCH_CONCURRENCY at a time', async () => {

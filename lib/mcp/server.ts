@@ -53,6 +53,7 @@ export interface McpDeps {
   validator: Validator;
   subscriptions: McpSubscriptions;
   log: WarnLog;
+  charge?: CallCharge;
 }
 
 const VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
@@ -75,9 +76,10 @@ function internalError(requestId: string | undefined): McpError {
 }
 
 /**
- * Charged once for each tool call, as it starts (a call a batch never starts is not charged):
- * the one place a per-credential limit on calls applies. A DomainError it throws (rate-limited)
- * is the call's answer, as a tool error.
+ * Charged once for each tool call, on either path, as it starts (a call a batch never starts is
+ * not charged): where the credential's expensive budget applies (docs/access.md, "Rate limits").
+ * A DomainError it throws refuses the call as a request, not as the tool's answer: a single call
+ * gets the HTTP refusal (429 with Retry-After), a call in a batch a JSON-RPC error.
  */
 export type CallCharge = (p: Principal, tool: string) => Promise<void> | void;
 
@@ -99,10 +101,11 @@ export class McpTools {
    */
   private readonly jsonSchemaValidator = new AjvJsonSchemaValidator();
   private readonly results = new WeakMap<ToolAnswer, CallToolResult>();
-  /** Set by whoever limits calls per credential; none by default. Tests set it to watch calls start. */
-  charge: CallCharge | null = null;
+  /** Every tool call's charge (McpDeps.charge); tests put their own to watch calls start. */
+  charge: CallCharge | null;
 
   constructor(private readonly deps: McpDeps) {
+    this.charge = deps.charge ?? null;
     const { access, mail, search, sealed, send, events } = deps;
     this.tools = [...mailTools(access, mail, sealed), ...searchTools(access, search, events), ...contentTools(access, sealed, events), ...sendTools(access, send, sealed), ...eventTools(access, events)];
     this.byName = new Map(this.tools.map((t) => [t.name, t]));
@@ -134,13 +137,14 @@ export class McpTools {
   /**
    * tools/call for `p`. What the caller may not do or got wrong is a tool error the model reads;
    * an unknown tool is a protocol error (McpError), as the SDK would answer it. Anything else is
-   * a fault of ours: logged, and answered without its message (which may name internals).
+   * a fault of ours: logged, and answered without its message (which may name internals). A
+   * refused charge (CallCharge) is thrown as it is.
    */
   async callTool(p: Principal, name: string, args: Record<string, unknown> | undefined, requestId?: string): Promise<CallToolResult> {
     const t = this.byName.get(name);
     if (!t) throw new McpError(ErrorCode.InvalidParams, `no tool named ${name}`);
+    await this.beforeCall(p, name);
     try {
-      await this.beforeCall(p, name);
       this.deps.access.authorize(p, t.rule);
       // A copy: ajv fills in defaults, and the request's own object stays as it came.
       const checked = this.deps.validator.body<never>(`${MCP_SCHEMA}#/$defs/${t.input}`, structuredClone(args ?? {}));

@@ -13,7 +13,6 @@ import { RequestGate, type McpLimits } from '../../mcp/gate.ts';
 import { answerLean, leanBytes, leanRequest } from '../../mcp/lean.ts';
 import type { McpTools } from '../../mcp/server.ts';
 import type { McpSubscriptions } from '../../mcp/subscriptions.ts';
-import type { CredentialRate } from '../../rate.ts';
 import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
@@ -37,11 +36,6 @@ function plainPost(ctx: AppContext): boolean {
   return accept.includes('application/json') && accept.includes('text/event-stream') && isJsonContentType(ctx.get('content-type')) && (version === undefined || (typeof version === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(version)));
 }
 
-/** A single JSON-RPC tools/call request (a batch is an array). */
-function singleToolCall(body: unknown): boolean {
-  return typeof body === 'object' && body !== null && !Array.isArray(body) && (body as { method?: unknown }).method === 'tools/call';
-}
-
 export interface McpRouteDeps {
   access: Access;
   mcp: McpTools;
@@ -49,11 +43,10 @@ export interface McpRouteDeps {
   stream: Config['stream'];
   guard: StreamGuard;
   quota: StreamQuota;
-  rate: CredentialRate;
   limits: McpLimits;
 }
 
-export function mcpRoutes({ access, mcp, subscriptions, stream, guard, quota, rate, limits }: McpRouteDeps) {
+export function mcpRoutes({ access, mcp, subscriptions, stream, guard, quota, limits }: McpRouteDeps) {
   return (router: AppRouter): void => {
     router.post('/mcp', allow(access, RULE), async (ctx) => {
       const body = await readJson(ctx, MCP_BODY_LIMIT);
@@ -61,8 +54,6 @@ export function mcpRoutes({ access, mcp, subscriptions, stream, guard, quota, ra
       if (Array.isArray(body) && body.length > limits.batchMax) {
         throw new HttpError(400, `a batch may hold at most ${limits.batchMax} messages (POSTERN_MCP_BATCH_MAX); this one holds ${body.length}: send it as several requests`);
       }
-      // A tool call runs a search or reads mail: the expensive budget, before either path runs it.
-      if (singleToolCall(body)) rate.expensive(principal);
       const lean = plainPost(ctx) ? leanRequest(body) : null;
       if (lean) {
         // Always a JSON answer, as the SDK's transport gives with enableJsonResponse below.
