@@ -9,8 +9,8 @@
 import type { Access, Principal } from '../auth/access.ts';
 import type { Bus, Unsubscribe } from '../bus.ts';
 import { isDomainError, unprocessable } from '../errors.ts';
-import type { MailService } from '../mail/service.ts';
 import type { Standing } from '../http/stream-guard.ts';
+import type { MailService } from '../mail/service.ts';
 import type { Unwatch } from '../mail/types.ts';
 import type { WarnLog } from '../warn-log.ts';
 
