@@ -117,6 +117,15 @@ export interface Config {
   };
   /** Each token's and session's request budgets, per process (lib/rate.ts, docs/access.md). */
   rate: CredentialLimits;
+  /** Bounds on one POST /v1/mcp request (docs/mcp.md, "Bounds"). */
+  mcp: {
+    /** JSON-RPC messages one batch may hold; a larger batch is refused. */
+    batchMax: number;
+    /** Calls of one request under way at once. */
+    batchConcurrency: number;
+    /** Time one request's calls share: a call not started by then is answered with an error. */
+    batchBudgetMs: number;
+  };
   /** POSTERN_METRICS_LISTEN: the internal Prometheus listener; null: no metrics at all. */
   metrics: { host: string; port: number } | null;
   logLevel: string;
@@ -209,13 +218,16 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
-  { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams re-check their credential and inbox access this often; one that lost them ends' },
+  { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams and MCP notification streams re-check their credential and inbox access this often; one that lost them ends, an MCP subscription whose inbox was lost is dropped' },
   { name: 'POSTERN_STREAM_MAX_PER_CREDENTIAL', default: '20', description: 'open streams of each kind (inbox, project events) one token or session may hold in a process, more get 429; 0 = no cap' },
   { name: 'POSTERN_STREAM_MAX_PER_PROJECT', default: '60', description: 'open streams of each kind all credentials of one project may hold in a process, more get 429; 0 = no cap' },
   { name: 'POSTERN_RATE_REQUESTS', default: '100', description: 'requests per second (a decimal number: 0.5 is one every two seconds) one token or session may make, sustained, in each process (with POSTERN_WORKERS=n up to n times as many), more get 429 with Retry-After; 0 = no limit' },
   { name: 'POSTERN_RATE_BURST', default: '200', description: 'requests one token or session may make at once before POSTERN_RATE_REQUESTS applies (its bucket\'s size)' },
   { name: 'POSTERN_RATE_EXPENSIVE', default: '10', description: 'searches, whole-message downloads (/raw, /source) and MCP tool calls per second one token or session may make, sustained, in each process, besides POSTERN_RATE_REQUESTS; more get 429 with Retry-After; 0 = no limit' },
   { name: 'POSTERN_RATE_EXPENSIVE_BURST', default: '40', description: 'expensive calls one token or session may make at once before POSTERN_RATE_EXPENSIVE applies' },
+  { name: 'POSTERN_MCP_BATCH_MAX', default: '20', description: 'JSON-RPC messages one POST /v1/mcp batch may hold (at most 100), a larger batch is refused with 400' },
+  { name: 'POSTERN_MCP_BATCH_CONCURRENCY', default: '4', description: 'calls of one POST /v1/mcp request (a batch) under way at once; the rest wait their turn' },
+  { name: 'POSTERN_MCP_BATCH_BUDGET_MS', default: '10000', description: 'time the calls of one POST /v1/mcp request share: a call not started within it is answered with a JSON-RPC error, and a client that disconnects stops the calls not yet started' },
   { name: 'POSTERN_METRICS_LISTEN', default: '', description: 'host:port of the internal Prometheus listener (GET /metrics; with POSTERN_WORKERS the primary serves every worker\'s, aggregated); keep it off the public network; empty: no metrics are kept' },
   { name: 'POSTERN_LOG_LEVEL', default: 'info', description: 'pino log level (fatal, error, warn, info, debug, trace, silent)' },
 ];
@@ -427,6 +439,12 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     rate: {
       requests: { perSecond: decimal('POSTERN_RATE_REQUESTS', 1_000_000), burst: int('POSTERN_RATE_BURST', 1, 1_000_000) },
       expensive: { perSecond: decimal('POSTERN_RATE_EXPENSIVE', 1_000_000), burst: int('POSTERN_RATE_EXPENSIVE_BURST', 1, 1_000_000) },
+    },
+    mcp: {
+      // The SDK's own cap is 100: a batch it would refuse anyway is no bound to offer.
+      batchMax: int('POSTERN_MCP_BATCH_MAX', 1, 100),
+      batchConcurrency: int('POSTERN_MCP_BATCH_CONCURRENCY', 1, 100),
+      batchBudgetMs: int('POSTERN_MCP_BATCH_BUDGET_MS', 100, 600000),
     },
     metrics: hostPort('POSTERN_METRICS_LISTEN'),
     logLevel,

@@ -122,6 +122,8 @@ export interface Postern {
   openApi: ReturnType<typeof buildOpenApi>;
   /** What GET /readyz answers: the store, IMAP and SMTP submission checked, or draining. */
   readiness: Readiness;
+  /** MCP's tools (McpTools.charge is where a limit on calls plugs in) and resource subscriptions. */
+  mcp: { tools: McpTools; subscriptions: McpSubscriptions };
   /**
    * Starts listening; resolves with the bound address, and the metrics listener's (null when
    * metrics are off, or in a cluster worker: there the primary serves them).
@@ -312,7 +314,19 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     events: eventLog,
   });
   const mcpSubscriptions = new McpSubscriptions(bus, mail, access, log.child({ part: 'mcp' }));
-  const mcpTools = new McpTools({ access, mail, search: mailSearch, sealed, send, events: eventLog, validator, subscriptions: mcpSubscriptions, log: log.child({ part: 'mcp' }) });
+  const mcpTools = new McpTools({
+    access,
+    mail,
+    search: mailSearch,
+    sealed,
+    send,
+    events: eventLog,
+    validator,
+    subscriptions: mcpSubscriptions,
+    log: log.child({ part: 'mcp' }),
+    // Each tool call, a batch's too, spends one of the credential's expensive budget as it starts.
+    charge: (p) => rate.expensive(p),
+  });
   const routes = [
     inboxRoutes(access),
     eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
@@ -324,7 +338,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
     webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
-    mcpRoutes(access, mcpTools, mcpSubscriptions, config.stream, streamQuota, rate),
+    mcpRoutes({ access, mcp: mcpTools, subscriptions: mcpSubscriptions, stream: config.stream, guard: streamGuard, quota: streamQuota, limits: config.mcp }),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
@@ -397,6 +411,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     bounces,
     watchAll,
     hintListener,
+    mcp: { tools: mcpTools, subscriptions: mcpSubscriptions },
     metrics,
     operations: [...listOperations(routes), ...listOperations(appRoutes)],
     openApi,
