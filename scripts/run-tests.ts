@@ -11,14 +11,16 @@
 // Files start longest first, by the durations of this machine's last run (kept beside the mail
 // environment, not in the repository), or by size before there is one. Each file's output is
 // printed whole when it ends; the last line is the plain count CI reads.
-import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join, relative } from 'node:path';
 import { ROOT } from '../lib/paths.ts';
-import { down, portsFree, up, type MailEnvOptions } from './mailenv.ts';
+import { down, portsFree, up } from './mailenv.ts';
 
 type Store = 'sqlite' | 'postgres';
+/** A lane's own mail environment. */
+interface Lane { dir: string; basePort: number }
 interface Entry { name: string; store: Store | 'container'; file: string }
 interface Outcome { entry: Entry; code: number | null; output: string; ms: number; passed: number; failed: number; skipped: number }
 
@@ -82,19 +84,27 @@ function counts(output: string): { passed: number; failed: number; skipped: numb
 }
 
 /** Lane k's environment: its own folder and the k-th free block of ports from 14300 up. */
-async function laneEnvironments(count: number): Promise<MailEnvOptions[]> {
-  const lanes: MailEnvOptions[] = [];
+async function laneEnvironments(count: number): Promise<Lane[]> {
+  const lanes: Lane[] = [];
   for (let basePort = 14300; lanes.length < count && basePort < 20000; basePort += 100) {
     const dir = join(ROOT, '.mailenv', 'lanes', String(lanes.length));
-    // What an interrupted run left running in this lane's folder is stopped first.
-    await down({ dir });
-    if (await portsFree({ dir, basePort })) lanes.push({ dir, basePort });
+    // What an interrupted run left running in this lane's folder is stopped first (a service is
+    // known by its port too, so by the base port it was started on).
+    const portFile = join(dir, 'base-port');
+    if (existsSync(portFile)) await down({ dir, basePort: Number(readFileSync(portFile, 'utf8')) });
+    if (await portsFree({ dir, basePort })) {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(portFile, String(basePort));
+      lanes.push({ dir, basePort });
+    }
   }
   if (lanes.length < count) throw new Error(`no free ports for ${count} mail environments between 14300 and 20000`);
   return lanes;
 }
 
-function run(entry: Entry, lane: MailEnvOptions): Promise<Outcome> {
+const children = new Set<ChildProcess>();
+
+function run(entry: Entry, lane: Lane): Promise<Outcome> {
   const started = Date.now();
   const args =
     entry.store === 'container'
@@ -106,10 +116,12 @@ function run(entry: Entry, lane: MailEnvOptions): Promise<Outcome> {
   else delete env.POSTERN_TEST_STORE;
   return new Promise((resolve) => {
     const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.add(child);
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d));
     child.stderr.on('data', (d: Buffer) => (output += d));
     child.on('close', (code) => {
+      children.delete(child);
       const c = entry.store === 'container' ? { passed: code === 0 ? 1 : 0, failed: code === 0 ? 0 : 1, skipped: 0 } : counts(output);
       // A file that exits non-zero with nothing failing (a crash, a handle left open) counts as a failure.
       if (code !== 0 && c.failed === 0) c.failed = 1;
@@ -128,6 +140,14 @@ async function main(): Promise<number> {
   entries.sort((a, b) => expected(b, durations) - expected(a, durations));
 
   const lanes = await laneEnvironments(Math.min(jobs, entries.length));
+  // Interrupted: the files running are stopped, then every lane's environment.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      process.stdout.write(`\n${signal}: stopping the files running and the lanes' environments\n`);
+      for (const child of children) child.kill('SIGTERM');
+      void Promise.all(lanes.map((lane) => down(lane))).finally(() => process.exit(130));
+    });
+  }
   // The first lane alone first: on a new machine it installs the packages every lane needs.
   await up(lanes[0]);
   await Promise.all(lanes.slice(1).map((lane) => up(lane)));
@@ -135,7 +155,7 @@ async function main(): Promise<number> {
 
   const outcomes: Outcome[] = [];
   let next = 0;
-  const worker = async (lane: MailEnvOptions) => {
+  const worker = async (lane: Lane) => {
     while (next < entries.length) {
       const entry = entries[next++]!;
       const outcome = await run(entry, lane);
