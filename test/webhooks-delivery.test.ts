@@ -413,7 +413,7 @@ describe('postern admin webhook', function () {
       const listed = await runPostern(['admin', 'webhook', 'list', '--project', p.projectId], env);
       expect(listed.code, listed.stderr).to.equal(0);
       expect(listed.out).to.deep.equal([
-        { id: hook.id, projectId: p.projectId, tokenId: /^svc_(tok_[0-9A-Z]{26})_/.exec(a.token)![1], url: r.url, types: ['ext.*'], inboxes: null, enabled: true, disabledAt: null, disabledReason: null, failingSince: null, createdAt: hook.createdAt },
+        { id: hook.id, projectId: p.projectId, tokenId: /^svc_(tok_[0-9A-Z]{26})_/.exec(a.token)![1], url: r.url, types: ['ext.*'], inboxes: null, enabled: true, disabledBy: null, disabledAt: null, disabledReason: null, failingSince: null, createdAt: hook.createdAt },
       ]);
       const off = await runPostern(['admin', 'webhook', 'disable', '--id', hook.id, '--reason', 'receiver under maintenance'], env);
       expect(off.code, off.stderr).to.equal(0);
