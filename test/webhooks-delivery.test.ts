@@ -10,74 +10,12 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { openStore } from '../adapters/store/open.ts';
 import { loadConfig } from '../lib/config.ts';
-import type { Webhook, WebhookCreated, WebhookDeliveryList, WebhookSecret, WebhookTestResult } from '../schemas/wire.ts';
-import { register, post as publish, type WireEvent } from './events-helpers.ts';
-import { call, envVars, json, mailEnv, newProject, newStore, startPostern, type TestProject, type TestServer } from './harness.ts';
+import type { WebhookSecret, WebhookTestResult } from '../schemas/wire.ts';
+import { call, envVars, json, mailEnv, newStore, startPostern, type TestServer } from './harness.ts';
 import { append, deliver, mailApp, until } from './mail-fixtures.ts';
 import { freePort, runPostern, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { Receiver } from './webhook-receiver.ts';
-
-const SCHEMA = 'https://postern.dev/schemas/webhooks.json#/$defs/';
-const SCOPES = ['webhooks:write', 'events:read', 'events:write', 'project:read'];
-
-/** Retries in a blink, loopback receivers allowed, leases short enough for a test to outlive. */
-const FAST: Record<string, string> = {
-  POSTERN_EVENTS_SETTLE_MS: '0',
-  POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: '1',
-  POSTERN_WEBHOOK_ALLOW: '127.0.0.1/32',
-  POSTERN_WEBHOOK_RETRY_SCHEDULE: '300ms,300ms,300ms,300ms,300ms,300ms,300ms,300ms',
-  POSTERN_WEBHOOK_POLL_MS: '100',
-  POSTERN_WEBHOOK_TIMEOUT_MS: '2000',
-  POSTERN_WEBHOOK_LEASE_MS: '4000',
-};
-
-function api(s: TestServer, token: string) {
-  const send = async (method: string, path: string, body?: unknown) =>
-    call(`${s.base}${path}`, {
-      method,
-      token,
-      ...(body !== undefined ? { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) } : {}),
-    });
-  return {
-    token,
-    send,
-    async hook(receiver: Receiver, body: Record<string, unknown> = {}): Promise<WebhookCreated> {
-      const res = await send('POST', '/webhooks', { url: receiver.url, ...body });
-      expect(res.status, await res.clone().text()).to.equal(201);
-      const made = await json<WebhookCreated>(res);
-      receiver.secrets = [made.secret];
-      return made;
-    },
-    async get(id: string): Promise<Webhook> {
-      return json<Webhook>(await send('GET', `/webhooks/${id}`));
-    },
-    async deliveries(id: string, query = ''): Promise<WebhookDeliveryList> {
-      const res = await send('GET', `/webhooks/${id}/deliveries${query}`);
-      expect(res.status, await res.clone().text()).to.equal(200);
-      return s.postern.validator.body<WebhookDeliveryList>(`${SCHEMA}WebhookDeliveryList`, await json(res));
-    },
-    /** Publishes ext.order.shipped events; their ids, in order. */
-    async ship(n: number): Promise<string[]> {
-      const ids: string[] = [];
-      for (let i = 0; i < n; i++) {
-        const res = await publish(s, token, { type: 'ext.order.shipped', data: { orderId: `o-${i}` } });
-        expect(res.status, await res.clone().text()).to.equal(201);
-        ids.push((await json<{ id: string }>(res)).id);
-      }
-      return ids;
-    },
-    async events(query: string): Promise<WireEvent[]> {
-      return (await json<{ events: WireEvent[] }>(await send('GET', `/events?${query}`))).events;
-    },
-  };
-}
-
-async function project(s: TestServer): Promise<{ p: TestProject; token: string; a: ReturnType<typeof api> }> {
-  const p = await newProject(s);
-  const token = await p.token(SCOPES);
-  await register(s, token, { name: 'ext.order.shipped', description: 'An order left.', data: [{ name: 'orderId', type: 'string', required: true }] });
-  return { p, token, a: api(s, token) };
-}
+import { api, FAST, project, SCHEMA } from './webhook-api.ts';
 
 describe('webhook deliveries', function () {
   this.timeout(60_000);
@@ -404,7 +342,7 @@ describe('postern admin webhook', function () {
     await s?.close();
   });
 
-  it('lists every endpoint, and disables one: recorded, its owner may enable it again', async () => {
+  it('lists every endpoint, and disables one: recorded, and its owner cannot enable it again (409)', async () => {
     const { p, a } = await project(s);
     const r = await new Receiver().start();
     try {
@@ -424,9 +362,21 @@ describe('postern admin webhook', function () {
       const missing = await runPostern(['admin', 'webhook', 'disable', '--id', 'whk_01M8ANF4Q35SV94XVK3S6RVM3P'], env);
       expect(missing.code).to.not.equal(0);
       expect(missing.out.error).to.match(/no webhook endpoint/);
-      expect((await a.send('PATCH', `/webhooks/${hook.id}`, { enabled: true })).status).to.equal(200);
-      const [id] = await a.ship(1);
-      await until('delivered once enabled again', async () => r.delivered.has(id!));
+      // Its owner cannot undo staff's decision: a clear 409, and it stays disabled.
+      const again = await a.send('PATCH', `/webhooks/${hook.id}`, { enabled: true });
+      expect(again.status).to.equal(409);
+      expect(((await again.json()) as { error: string }).error).to.match(/disabled by the service's staff/);
+      expect(await a.get(hook.id)).to.include({ enabled: false, disabledReason: 'disabled by staff: receiver under maintenance' });
+      // Other changes are the owner's to make; they leave it disabled.
+      expect((await a.send('PATCH', `/webhooks/${hook.id}`, { description: 'edited' })).status).to.equal(200);
+      expect((await a.get(hook.id)).enabled).to.equal(false);
+
+      // One its owner disabled, then staff too: staff's, so the owner cannot enable it either.
+      const other = await a.hook(r, { types: ['ext.*'] });
+      expect((await a.send('PATCH', `/webhooks/${other.id}`, { enabled: false })).status).to.equal(200);
+      const offToo = await runPostern(['admin', 'webhook', 'disable', '--id', other.id, '--reason', 'abuse'], env);
+      expect(offToo.out).to.include({ id: other.id, enabled: false, disabledBy: 'staff', disabledReason: 'disabled by staff: abuse' });
+      expect((await a.send('PATCH', `/webhooks/${other.id}`, { enabled: true })).status).to.equal(409);
     } finally {
       await r.close();
     }
