@@ -238,7 +238,7 @@ describe('webhook projects do not hold each other back', function () {
   describe('slow receivers that answer 200', () => {
     let s: TestServer;
     before(async () => {
-      // 64 per endpoint: with the old process-wide cap alone (512), A's 8 endpoints could take it all.
+      // 64 per endpoint: with the process-wide cap alone (512), A's 10 endpoints could take it all.
       s = await startPostern({ ...FAST, POSTERN_WEBHOOK_CONCURRENCY: '64', POSTERN_WEBHOOK_TIMEOUT_MS: '10000', POSTERN_WEBHOOK_LEASE_MS: '30000' });
     });
     after(async () => {
@@ -249,15 +249,21 @@ describe('webhook projects do not hold each other back', function () {
       const delayMs = 4000;
       const A = await project(s);
       const slow: Receiver[] = [];
-      for (let i = 0; i < 8; i++) {
+      const hooks: string[] = [];
+      for (let i = 0; i < 10; i++) {
         const r = await receiver();
         r.answer = () => ({ status: 200, delayMs });
-        await A.a.hook(r, { types: ['ext.*'] });
+        hooks.push((await A.a.hook(r, { types: ['ext.*'] })).id);
         slow.push(r);
       }
-      await A.a.ship(80);
+      await A.a.ship(64);
       const underWay = () => slow.reduce((n, r) => n + r.hangingCount, 0);
       await until('A saturating its share', async () => underWay() >= 64, 20_000);
+      // A's whole backlog made (640 deliveries, more than the process-wide cap of 512): B comes after it.
+      await until('A enqueued', async () => {
+        for (const id of hooks) if ((await A.a.deliveries(id, '?limit=100')).deliveries.length < 64) return false;
+        return true;
+      }, 20_000);
 
       const B = await project(s);
       const fast = await receiver();
