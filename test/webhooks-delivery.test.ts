@@ -288,10 +288,74 @@ describe('webhook deliveries', function () {
       expect(refused.delivered).to.equal(false);
       expect(refused.status).to.equal(null);
       expect(refused.error).to.match(/127\.0\.0\.1.*loopback/);
+      // By name: refused without saying what the name resolved to (the check is no DNS oracle).
+      const named = await sa.hook(r, { url: r.url.replace('127.0.0.1', 'localhost') });
+      const hidden = await json<WebhookTestResult>(await sa.send('POST', `/webhooks/${named.id}/test`));
+      expect(hidden).to.include({ delivered: false, status: null, error: 'localhost resolves to an address Postern does not call (docs/webhooks.md)' });
       expect(r.received).to.have.length(1);
     } finally {
       await strict.close();
     }
+  });
+});
+
+describe('webhook test sends and deletion', function () {
+  this.timeout(60_000);
+  let s: TestServer;
+  const receivers: Receiver[] = [];
+  const receiver = async () => {
+    const r = await new Receiver().start();
+    receivers.push(r);
+    return r;
+  };
+  before(async () => {
+    s = await startPostern(FAST);
+  });
+  after(async () => {
+    for (const r of receivers) await r.close();
+    await s?.close();
+  });
+
+  it('POST /test: a few a minute per endpoint (429 with Retry-After), and a failure names no address', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    const hook = await a.hook(r);
+    for (let i = 0; i < 5; i++) expect((await a.send('POST', `/webhooks/${hook.id}/test`)).status, `test ${i}`).to.equal(200);
+    const limited = await a.send('POST', `/webhooks/${hook.id}/test`);
+    expect(limited.status).to.equal(429);
+    expect(Number(limited.headers.get('retry-after'))).to.be.within(1, 60);
+    expect(((await limited.json()) as { error: string }).error).to.match(/at most 5 test sends per webhook a minute/);
+    expect(r.received).to.have.length(5);
+    // Another endpoint has its own budget; this one refuses to connect, and says so by the URL's host.
+    const closed = await new Receiver().start();
+    const url = closed.url.replace('127.0.0.1', 'localhost');
+    await closed.close();
+    const other = await a.hook(r, { url });
+    const failed = await json<WebhookTestResult>(await a.send('POST', `/webhooks/${other.id}/test`));
+    expect(failed.error).to.match(/^connecting to localhost failed: ECONNREFUSED$/);
+  });
+
+  it('DELETE stops its deliveries at once: attempts under way abandoned, none waiting sent', async () => {
+    const { a } = await project(s);
+    const slow = await receiver();
+    slow.answer = () => ({ status: 200, delayMs: 3000 });
+    const fast = await receiver();
+    const hook = await a.hook(slow, { types: ['ext.*'] });
+    await a.hook(fast, { types: ['ext.*'] });
+    // More than its 8 at a time: some wait, leased, while 8 are under way.
+    const shipped = await a.ship(20);
+    await until('attempts under way', async () => slow.hangingCount >= 1);
+    expect((await a.send('DELETE', `/webhooks/${hook.id}`)).status).to.equal(204);
+    // Cut short at once, not answered 3 s later.
+    await until('attempts under way abandoned', async () => slow.hangingCount === 0, 2000);
+    expect(slow.cutShort).to.be.at.least(1);
+    expect(slow.delivered.size).to.equal(0);
+    const seen = slow.received.length;
+    // The dispatcher goes on: the other endpoint gets a later event, and everything before it.
+    const [later] = await a.ship(1);
+    await until('the later event at the other endpoint', async () => [...shipped, later!].every((id) => fast.delivered.has(id)));
+    expect(slow.received.length, 'attempts reaching the deleted endpoint after the DELETE').to.equal(seen);
+    expect((await a.send('GET', `/webhooks/${hook.id}`)).status).to.equal(404);
   });
 });
 
