@@ -5,7 +5,7 @@ import { expect } from 'chai';
 import type { Webhook, WebhookCreated, WebhookDeliveryList } from '../schemas/wire.ts';
 import { register, post as publish, type WireEvent } from './events-helpers.ts';
 import { call, json, newProject, type TestProject, type TestServer } from './harness.ts';
-import type { Receiver } from './webhook-receiver.ts';
+import { Receiver } from './webhook-receiver.ts';
 
 export const SCHEMA = 'https://postern.dev/schemas/webhooks.json#/$defs/';
 export const SCOPES = ['webhooks:write', 'events:read', 'events:write', 'project:read'];
@@ -69,3 +69,18 @@ export async function project(s: TestServer): Promise<{ p: TestProject; token: s
   return { p, token, a: api(s, token) };
 }
 
+
+/** Receivers a suite starts, closed together (`close`, in its after or afterEach). */
+export function receiverPool(): { receiver: () => Promise<Receiver>; close: () => Promise<void> } {
+  const open: Receiver[] = [];
+  return {
+    receiver: async () => {
+      const r = await new Receiver().start();
+      open.push(r);
+      return r;
+    },
+    close: async () => {
+      for (const r of open.splice(0)) await r.close();
+    },
+  };
+}

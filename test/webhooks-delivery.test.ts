@@ -15,23 +15,18 @@ import { call, envVars, json, mailEnv, newStore, startPostern, type TestServer }
 import { append, deliver, mailApp, until } from './mail-fixtures.ts';
 import { freePort, runPostern, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { Receiver } from './webhook-receiver.ts';
-import { api, FAST, project, SCHEMA } from './webhook-api.ts';
+import { api, FAST, project, receiverPool, SCHEMA } from './webhook-api.ts';
 
 describe('webhook deliveries', function () {
   this.timeout(60_000);
   let s: TestServer;
-  const receivers: Receiver[] = [];
-  const receiver = async () => {
-    const r = await new Receiver().start();
-    receivers.push(r);
-    return r;
-  };
+  const { receiver, close: closeReceivers } = receiverPool();
 
   before(async () => {
     s = await startPostern(FAST);
   });
   after(async () => {
-    for (const r of receivers) await r.close();
+    await closeReceivers();
     await s?.close();
   });
 
@@ -302,18 +297,13 @@ describe('webhook deliveries', function () {
 describe('webhook test sends and deletion', function () {
   this.timeout(60_000);
   let s: TestServer;
-  const receivers: Receiver[] = [];
-  const receiver = async () => {
-    const r = await new Receiver().start();
-    receivers.push(r);
-    return r;
-  };
+  const { receiver, close: closeReceivers } = receiverPool();
   before(async () => {
     // Attempts may take 10 s: a slow receiver's are cut short by the DELETE, not by the timeout.
     s = await startPostern({ ...FAST, POSTERN_WEBHOOK_TIMEOUT_MS: '10000', POSTERN_WEBHOOK_LEASE_MS: '20000' });
   });
   after(async () => {
-    for (const r of receivers) await r.close();
+    await closeReceivers();
     await s?.close();
   });
 

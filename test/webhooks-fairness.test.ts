@@ -14,7 +14,7 @@ import { expect } from 'chai';
 import { WebhookDns, WebhookDnsError } from '../adapters/webhooks/dns.ts';
 import { startPostern, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
-import { FAST, project } from './webhook-api.ts';
+import { FAST, project, receiverPool } from './webhook-api.ts';
 import { Receiver } from './webhook-receiver.ts';
 
 /**
@@ -164,15 +164,8 @@ describe('webhook hosts: resolved off the thread pool, failures kept, a share pe
 
 describe('webhook projects do not hold each other back', function () {
   this.timeout(120_000);
-  const receivers: Receiver[] = [];
-  const receiver = async () => {
-    const r = await new Receiver().start();
-    receivers.push(r);
-    return r;
-  };
-  afterEach(async () => {
-    for (const r of receivers.splice(0)) await r.close();
-  });
+  const { receiver, close: closeReceivers } = receiverPool();
+  afterEach(closeReceivers);
 
   describe('endpoints on names whose server never answers', () => {
     let dns: FakeDns;
