@@ -129,6 +129,8 @@ export class WebhookDispatcher {
   private readonly waitingForRoom = new Set<string>();
   /** A claim left endpoints out for want of room in their project: the next attempt's end claims again. */
   private projectFull = false;
+  /** Claims made: where the next one starts among the endpoints. */
+  private claims = 0;
   /** Per endpoint with attempts under way: what abandons them (deleted, or the process stopping). */
   private readonly aborts = new Map<string, { controller: AbortController; signal: AbortSignal }>();
   /** Wakes close once no attempt is under way. */
@@ -416,11 +418,14 @@ export class WebhookDispatcher {
           // A batch each: the next ones wait here, ready to start the moment an attempt ends. Only
           // endpoints down to half a batch (as settled() asks): topping up by the few attempts
           // that ended during the last claim cost a flush and a claim for a handful of rows.
-          // Each project's endpoints share what it may hold (projectRoom), in turn.
+          // Each project's endpoints share what it may hold (projectRoom), in turn: each claim
+          // starts one endpoint further on, so the first ones cannot keep a busy project's room.
           const endpoints: Array<{ id: string; limit: number }> = [];
           const room = new Map<string, number>();
           this.projectFull = false;
-          for (const [id, e] of this.endpoints) {
+          const all = [...this.endpoints];
+          const from = all.length > 0 ? this.claims++ % all.length : 0;
+          for (const [id, e] of [...all.slice(from), ...all.slice(0, from)]) {
             if (this.drained.has(id) || this.held(id) > this.batchOf(id) / 2) continue;
             const left = room.get(e.projectId) ?? this.projectRoom(e.projectId);
             const limit = Math.min(this.batchOf(id) - this.held(id), left);
