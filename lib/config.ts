@@ -213,7 +213,7 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_WEBHOOK_CONCURRENCY', default: '8', description: 'webhook attempts under way at once to one endpoint, per process' },
   { name: 'POSTERN_WEBHOOK_PROJECT_CONCURRENCY', default: '64', description: "webhook attempts under way at once to all of one project's endpoints, per process: a project's slow receivers hold back only its own deliveries" },
   { name: 'POSTERN_WEBHOOK_MAX_IN_FLIGHT', default: '512', description: 'webhook attempts under way at once in a process, over every project (at least POSTERN_WEBHOOK_PROJECT_CONCURRENCY)' },
-  { name: 'POSTERN_WEBHOOK_TESTS_PER_MINUTE', default: '5', description: 'POST /webhooks/{id}/test calls one endpoint may make per minute, per process (then 429 with Retry-After)' },
+  { name: 'POSTERN_WEBHOOK_TESTS_PER_MINUTE', default: '5', description: 'POST /webhooks/{id}/test calls one endpoint may make per minute, per process (as many at once, then evenly; more get 429 with Retry-After); 0 = no limit' },
   { name: 'POSTERN_WEBHOOK_DNS_SERVERS', default: '', description: "comma-separated name servers (address or address:port) webhook hosts are resolved with; empty: the system's (/etc/resolv.conf). /etc/hosts and localhost are honoured either way" },
   { name: 'POSTERN_WEBHOOK_DNS_TIMEOUT_MS', default: '2000', description: "one try of a webhook host's DNS query waits this long for an answer" },
   { name: 'POSTERN_WEBHOOK_DNS_TRIES', default: '2', description: "tries of a webhook host's DNS query per name server before it fails" },
