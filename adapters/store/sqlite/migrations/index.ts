@@ -30,7 +30,7 @@ import webhooks from './025_webhooks.ts';
 import webhookDeliveries from './026_webhook_deliveries.ts';
 import mailSearch from './027_mail_search.ts';
 import webhookDeliveryPositions from './028_webhook_delivery_positions.ts';
-import webhookDisabledBy from './029_webhook_disabled_by.ts';
+import webhookDisabledBy from './030_webhook_disabled_by.ts';
 
 export interface Migration {
   version: number;
@@ -64,5 +64,5 @@ export const migrations: Migration[] = [
   { version: 26, name: 'webhook_deliveries', sql: webhookDeliveries },
   { version: 27, name: 'mail_search', sql: mailSearch },
   { version: 28, name: 'webhook_delivery_positions', sql: webhookDeliveryPositions },
-  { version: 29, name: 'webhook_disabled_by', sql: webhookDisabledBy },
+  { version: 30, name: 'webhook_disabled_by', sql: webhookDisabledBy },
 ];
