@@ -106,6 +106,21 @@ export interface Config {
     leaseMs: number;
     pollMs: number;
     keepMs: number;
+    /** Attempts under way at once in a process: all projects' (POSTERN_WEBHOOK_MAX_IN_FLIGHT), one project's (POSTERN_WEBHOOK_PROJECT_CONCURRENCY). */
+    maxInFlight: number;
+    projectConcurrency: number;
+    /** POST /webhooks/{id}/test calls per endpoint a minute, per process. */
+    testsPerMinute: number;
+    /** How webhook hosts are resolved (adapters/webhooks/dns.ts). */
+    dns: {
+      /** Name servers (`host` or `host:port`); null: the system's (/etc/resolv.conf). */
+      servers: string[] | null;
+      timeoutMs: number;
+      tries: number;
+      negativeTtlMs: number;
+      /** Lookups under way at once for one project, per process. */
+      perProject: number;
+    };
   };
   stream: {
     heartbeatMs: number;
@@ -212,6 +227,14 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_WEBHOOK_DISABLE_AFTER', default: DEFAULT_DISABLE_AFTER, description: 'a webhook endpoint whose every attempt has failed for this long is disabled (webhook.endpoint.disabled is recorded)' },
   { name: 'POSTERN_WEBHOOK_TIMEOUT_MS', default: '15000', description: 'one webhook attempt (connect, send, answer) may take this long' },
   { name: 'POSTERN_WEBHOOK_CONCURRENCY', default: '8', description: 'webhook attempts under way at once to one endpoint, per process' },
+  { name: 'POSTERN_WEBHOOK_PROJECT_CONCURRENCY', default: '64', description: "webhook attempts under way at once to all of one project's endpoints, per process: a project's slow receivers hold back only its own deliveries" },
+  { name: 'POSTERN_WEBHOOK_MAX_IN_FLIGHT', default: '512', description: 'webhook attempts under way at once in a process, over every project (at least POSTERN_WEBHOOK_PROJECT_CONCURRENCY)' },
+  { name: 'POSTERN_WEBHOOK_TESTS_PER_MINUTE', default: '5', description: 'POST /webhooks/{id}/test calls one endpoint may make per minute, per process (as many at once, then evenly; more get 429 with Retry-After); 0 = no limit' },
+  { name: 'POSTERN_WEBHOOK_DNS_SERVERS', default: '', description: "comma-separated name servers (address or address:port) webhook hosts are resolved with; empty: the system's (/etc/resolv.conf). /etc/hosts and localhost are honoured either way" },
+  { name: 'POSTERN_WEBHOOK_DNS_TIMEOUT_MS', default: '2000', description: "one try of a webhook host's DNS query waits this long for an answer" },
+  { name: 'POSTERN_WEBHOOK_DNS_TRIES', default: '2', description: "tries of a webhook host's DNS query per name server before it fails" },
+  { name: 'POSTERN_WEBHOOK_DNS_NEGATIVE_TTL', default: '60s', description: 'a webhook host that did not resolve (no such name, no address, no answer) is not asked again for this long' },
+  { name: 'POSTERN_WEBHOOK_DNS_PER_PROJECT', default: '4', description: "DNS lookups of webhook hosts under way at once for one project, per process (the rest wait, within their attempt's timeout)" },
   { name: 'POSTERN_WEBHOOK_LEASE_MS', default: '60000', description: 'a process holds a delivery it took this long; a process that died leaves its deliveries to others after it (more than POSTERN_WEBHOOK_TIMEOUT_MS)' },
   { name: 'POSTERN_WEBHOOK_POLL_MS', default: '1000', description: 'how often the webhook dispatcher looks for endpoints and due retries without being woken by an event' },
   { name: 'POSTERN_WEBHOOK_KEEP', default: '7d', description: 'settled webhook deliveries (delivered or given up) are listed for this long, then forgotten' },
@@ -302,6 +325,15 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     const leaseMs = int('POSTERN_WEBHOOK_LEASE_MS', 1000, 3600000);
     // A lease lapsing while its attempt still runs would let a second process send the event too.
     if (leaseMs <= timeoutMs) throw new ConfigError(`POSTERN_WEBHOOK_LEASE_MS (${leaseMs}) must be over POSTERN_WEBHOOK_TIMEOUT_MS (${timeoutMs})`);
+    const projectConcurrency = int('POSTERN_WEBHOOK_PROJECT_CONCURRENCY', 1, 4096);
+    const maxInFlight = int('POSTERN_WEBHOOK_MAX_IN_FLIGHT', 1, 65536);
+    if (maxInFlight < projectConcurrency) throw new ConfigError(`POSTERN_WEBHOOK_MAX_IN_FLIGHT (${maxInFlight}) must be at least POSTERN_WEBHOOK_PROJECT_CONCURRENCY (${projectConcurrency})`);
+    const dnsServers = get('POSTERN_WEBHOOK_DNS_SERVERS').split(',').map((x) => x.trim()).filter((x) => x !== '');
+    for (const server of dnsServers) {
+      // An address, [v6]:port or v4:port: what dns.Resolver.setServers takes (a name would need a lookup of its own).
+      const host = /^\[(.+)\](?::\d+)?$/.exec(server)?.[1] ?? /^([^:]+)(?::\d+)?$/.exec(server)?.[1] ?? server;
+      if (isIP(host) === 0) throw new ConfigError(`POSTERN_WEBHOOK_DNS_SERVERS must list addresses (1.1.1.1, 127.0.0.1:5353, [::1]:53), got "${server}"`);
+    }
     return {
       scheduleMs,
       disableAfterMs: duration('POSTERN_WEBHOOK_DISABLE_AFTER'),
@@ -310,6 +342,16 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       leaseMs,
       pollMs: int('POSTERN_WEBHOOK_POLL_MS', 10, 600000),
       keepMs: duration('POSTERN_WEBHOOK_KEEP'),
+      maxInFlight,
+      projectConcurrency,
+      testsPerMinute: int('POSTERN_WEBHOOK_TESTS_PER_MINUTE', 0, 10000),
+      dns: {
+        servers: dnsServers.length === 0 ? null : dnsServers,
+        timeoutMs: int('POSTERN_WEBHOOK_DNS_TIMEOUT_MS', 10, 60000),
+        tries: int('POSTERN_WEBHOOK_DNS_TRIES', 1, 10),
+        negativeTtlMs: duration('POSTERN_WEBHOOK_DNS_NEGATIVE_TTL'),
+        perProject: int('POSTERN_WEBHOOK_DNS_PER_PROJECT', 1, 1024),
+      },
     };
   };
   const logLevel = get('POSTERN_LOG_LEVEL');

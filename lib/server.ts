@@ -72,6 +72,7 @@ import { BounceMatcher } from './send/bounces.ts';
 import { WebhookEndpoints } from './webhooks/endpoints.ts';
 import { WebhookDispatcher } from './webhooks/dispatcher.ts';
 import { AddressVerdicts, WebhookConnections, webhookPoster } from '../adapters/webhooks/client.ts';
+import { WebhookDns } from '../adapters/webhooks/dns.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
 import { Metrics, NO_METRICS, type Recorders } from './metrics.ts';
 import { listenMetrics, type MetricsServer } from './http/metrics-server.ts';
@@ -280,8 +281,16 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
 
   // Webhooks: endpoints managed through the API, deliveries sent by the dispatcher.
   const webhookConnections = new WebhookConnections();
+  // Hosts resolved off libuv's thread pool, answers and failures kept, a share of lookups per project (docs/webhooks.md).
+  const webhookDns = new WebhookDns(config.webhooks.dns);
   // A name's checked address is kept 5 s: a DNS change is seen that soon, and each attempt is not a lookup.
-  const postWebhook = webhookPoster({ allow: config.webhookAllow, timeoutMs: config.webhooks.timeoutMs, connections: webhookConnections, verdicts: new AddressVerdicts(5000) });
+  const postWebhook = webhookPoster({
+    allow: config.webhookAllow,
+    timeoutMs: config.webhooks.timeoutMs,
+    connections: webhookConnections,
+    verdicts: new AddressVerdicts(5000),
+    resolve: (host, project) => webhookDns.resolve(host, project),
+  });
   let dispatcher: WebhookDispatcher | null = null;
   const webhookEndpoints = new WebhookEndpoints({
     store: store.webhooks,
@@ -292,6 +301,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     cursors: () => eventLog.cursors(),
     post: postWebhook,
     onChange: async (id) => dispatcher?.poke(id),
+    onDelete: (id) => dispatcher?.forget(id),
+    testsPerMinute: config.webhooks.testsPerMinute,
   });
   dispatcher = new WebhookDispatcher({
     store: store.webhooks,
@@ -491,6 +502,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await bounces?.drain();
       await webhookDispatcher.close();
       webhookConnections.close();
+      webhookDns.close();
       await mcpSubscriptions.close();
       await eventLog.close();
       await bus.close();

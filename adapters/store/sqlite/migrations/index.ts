@@ -31,6 +31,7 @@ import webhookDeliveries from './026_webhook_deliveries.ts';
 import mailSearch from './027_mail_search.ts';
 import webhookDeliveryPositions from './028_webhook_delivery_positions.ts';
 import mailSearchMarked from './029_mail_search_marked.ts';
+import webhookDisabledBy from './030_webhook_disabled_by.ts';
 
 export interface Migration {
   version: number;
@@ -65,4 +66,5 @@ export const migrations: Migration[] = [
   { version: 27, name: 'mail_search', sql: mailSearch },
   { version: 28, name: 'webhook_delivery_positions', sql: webhookDeliveryPositions },
   { version: 29, name: 'mail_search_marked', sql: mailSearchMarked },
+  { version: 30, name: 'webhook_disabled_by', sql: webhookDisabledBy },
 ];
