@@ -145,7 +145,10 @@ export async function openPostern(config: Config, log: Logger = pino({ level: co
   MasterKey.parse(config.masterKey);
   // Only what the error says: pg attaches its whole client (connection state, every prepared statement) to it.
   const onIdleError = (err: Error & { code?: string }) => log.warn({ err: { message: err.message, code: err.code } }, 'an idle PostgreSQL connection failed; the pool opens another');
-  const store = await openStore(config, { onIdleError });
+  // Kept reads (docs/deployment.md): while the listening connection is not heard to, every read goes to the database.
+  const onListenerState = (live: boolean, why: string) =>
+    live ? log.info({ why }, 'PostgreSQL changes are heard: kept reads are served') : log.warn({ why }, 'PostgreSQL changes may not be heard: every read goes to the database until they are');
+  const store = await openStore(config, { onIdleError, onListenerState });
   try {
     return createPostern(config, store, log);
   } catch (err) {
