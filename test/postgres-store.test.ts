@@ -231,6 +231,12 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
       await raw.query("UPDATE tokens SET scopes = 'events:read' WHERE id = 'tok_kept1'");
       await raw.query('ALTER TABLE tokens ENABLE TRIGGER tokens_changed');
       expect((await a.directory.getToken('tok_kept1'))?.scopes).to.deep.equal(['events:write']);
+      // What an operator sends after such a write (docs/deployment.md): every process drops all it kept.
+      await raw.query('NOTIFY postern_forget');
+      for (const deadline = Date.now() + 5_000; (await a.directory.getToken('tok_kept1'))?.scopes[0] !== 'events:read'; ) {
+        if (Date.now() > deadline) throw new Error('A still serves what it kept after NOTIFY postern_forget');
+        await new Promise((r) => setTimeout(r, 5));
+      }
       // Revoked through B: A drops it when the notice arrives.
       expect(await b.directory.revokeToken('tok_kept1', now)).to.equal(true);
       for (const deadline = Date.now() + 5_000; (await a.directory.getToken('tok_kept1'))?.revokedAt !== now; ) {
