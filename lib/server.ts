@@ -175,7 +175,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   });
   const validator = new Validator();
   // Off (no POSTERN_METRICS_LISTEN): recorders that do nothing, and no registry at all.
-  const metrics = config.metrics ? new Metrics() : null;
+  const metrics = config.metrics ? new Metrics({ keptReads: store.keptReadsServed() !== null }) : null;
   const recorders: Recorders = metrics ?? NO_METRICS;
   // After a Redis reconnect the event log's live feed heals from the store, and inbox streams end
   // so their clients read again (lib/mail/live.ts); both are assigned just below.
@@ -367,6 +367,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     eventLogReaders: () => eventLog.live.subscriberCount(),
     sseStreams: () => streamQuota.openStreams(),
     unsealedMessages: async () => store.resealJobs.unsealedCount((await directory.listInboxes()).filter((i) => i.mode === 'zero-access').map((i) => i.id)),
+    keptReadsServed: () => store.keptReadsServed(),
     webhookQueueAgeSeconds: async () => {
       const due = await store.webhooks.oldestDue();
       return due === null ? 0 : Math.max(0, (Date.now() - due) / 1000);

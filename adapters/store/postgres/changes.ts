@@ -123,7 +123,11 @@ export class PgChanges {
     if (this.heardAt - sentAt > this.boundMs || (this.confirmedSentAt !== null && sentAt <= this.confirmedSentAt)) return;
     const was = this.confirmedSentAt;
     this.confirmedSentAt = sentAt;
-    if (was === null) this.o.onState?.(true, 'a heartbeat came back');
+    if (was !== null) return;
+    // Only a connection heard on resets the backoff: one that opens but never hears (a pooler
+    // passing no notices) is opened again ever more slowly.
+    this.failures = 0;
+    this.o.onState?.(true, 'a heartbeat came back');
   }
 
   /** Sends a heartbeat (one at a time); closes a connection that has heard none for too long. */
@@ -162,7 +166,7 @@ export class PgChanges {
       for (const h of this.handlers.get(n.channel as ChangeChannel) ?? []) h(n.payload ?? null);
     });
     client.on('error', (err) => {
-      this.onError(err);
+      this.o.onError?.(err);
       this.lost(client, `the listening connection failed: ${err.message}`);
     });
     client.on('end', () => this.lost(client, 'the listening connection ended'));
@@ -175,7 +179,6 @@ export class PgChanges {
         await client.end();
         return;
       }
-      this.failures = 0;
       this.client = client;
       this.listeningSince = performance.now();
       this.heardAt = this.listeningSince;
@@ -186,16 +189,12 @@ export class PgChanges {
       }
       this.beat();
     } catch (err) {
-      this.onError(err as Error);
+      this.o.onError?.(err as Error);
       client.end().catch(() => undefined);
       this.lost(client, `the listening connection could not be opened: ${(err as Error).message}`);
     } finally {
       this.connecting = null;
     }
-  }
-
-  private onError(err: Error): void {
-    this.o.onError?.(err);
   }
 
   /** Notices may have been missed: forget everything kept, and listen again after a pause (longer after each failure). */

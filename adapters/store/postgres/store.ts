@@ -88,6 +88,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     outbox: new PgOutboxStore(pool),
     resealJobs: new PgResealJobs(pool),
     webhooks: new PgWebhookStore(pool),
+    keptReadsServed: () => (keepMs > 0 ? changes.live : null),
     async health() {
       await pool.query('SELECT 1');
     },
