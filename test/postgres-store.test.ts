@@ -13,6 +13,7 @@ import { HEARTBEAT_BOUND } from '../adapters/store/postgres/changes.ts';
 import { openPostgresStore } from '../adapters/store/postgres/store.ts';
 import { arrayLiteral } from '../adapters/store/postgres/sql.ts';
 import { ConfigError, loadConfig } from '../lib/config.ts';
+import type { Store } from '../lib/store.ts';
 import { runPostern as postern } from './processes.ts';
 import { emptyDatabase } from './store-contract/postgres.ts';
 import { TcpTap, type TapConnection } from './tcp-tap.ts';
@@ -20,6 +21,15 @@ import { TcpTap, type TapConnection } from './tcp-tap.ts';
 const EVENT_LOG_TABLES = ['events', 'event_streams', 'event_idempotency', 'event_log', 'event_types'];
 /** SQLite's text index (FTS5 and its own tables): PostgreSQL's is a column (mail_messages.search). */
 const isSqliteTextIndex = (table: string) => table.startsWith('mail_search');
+
+/** A project prj_NAME, its member mem_NAME and two of its tokens, tok_NAME1 and tok_NAME2 (scope events:write). */
+async function twoTokens(store: Store, name: string, now: number): Promise<void> {
+  await store.directory.createProject({ id: `prj_${name}`, name, createdAt: now });
+  await store.directory.createMember({ id: `mem_${name}`, projectId: `prj_${name}`, email: `${name}@example.org`, createdAt: now });
+  for (const n of [1, 2]) {
+    await store.directory.createToken({ id: `tok_${name}${n}`, projectId: `prj_${name}`, memberId: `mem_${name}`, scopes: ['events:write'], inboxes: null, secretHash: Buffer.alloc(32), createdAt: now, expiresAt: null, revokedAt: null });
+  }
+}
 
 const versions = (list: { version: number }[]) => list.map((m) => m.version);
 
@@ -211,11 +221,7 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
     const raw = pool();
     try {
       const now = Date.now();
-      await a.directory.createProject({ id: 'prj_kept', name: 'kept', createdAt: now });
-      await a.directory.createMember({ id: 'mem_kept', projectId: 'prj_kept', email: 'kept@example.org', createdAt: now });
-      const token = (id: string) => ({ id, projectId: 'prj_kept', memberId: 'mem_kept', scopes: ['events:write'], inboxes: null, secretHash: Buffer.alloc(32), createdAt: now, expiresAt: null, revokedAt: null });
-      await a.directory.createToken(token('tok_kept1'));
-      await a.directory.createToken(token('tok_kept2'));
+      await twoTokens(a, 'kept', now);
       // Each store listens on a connection of its own, opened at its first read, and keeps what it
       // reads once its first heartbeat came back on it.
       await a.directory.getToken('tok_kept1');
@@ -368,11 +374,7 @@ describe('PostgreSQL store: kept reads fail closed when the listening connection
     const raw = openPgPool(db.url);
     try {
       const now = Date.now();
-      await b.directory.createProject({ id: 'prj_frozen', name: 'frozen', createdAt: now });
-      await b.directory.createMember({ id: 'mem_frozen', projectId: 'prj_frozen', email: 'frozen@example.org', createdAt: now });
-      const token = (id: string) => ({ id, projectId: 'prj_frozen', memberId: 'mem_frozen', scopes: ['events:write'], inboxes: null, secretHash: Buffer.alloc(32), createdAt: now, expiresAt: null, revokedAt: null });
-      await b.directory.createToken(token('tok_frozen1'));
-      await b.directory.createToken(token('tok_frozen2'));
+      await twoTokens(b, 'frozen', now);
       // Kept by A: a change made without its notice (the trigger off) is not seen.
       const changedUnannounced = async (id: string) => {
         await raw.query('ALTER TABLE tokens DISABLE TRIGGER tokens_changed');
