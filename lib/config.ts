@@ -32,6 +32,10 @@ export interface Config {
   databasePoolSize: number;
   /** PostgreSQL: how long a process keeps a token or event type it read; a change drops it at once. */
   databaseKeepMs: number;
+  /** POSTERN_DATABASE_LISTEN_URL: where the connection hearing changes LISTENs; null: databaseUrl. */
+  databaseListenUrl: string | null;
+  /** PostgreSQL: how often each process checks that connection still hears (docs/deployment.md). */
+  databaseHeartbeatMs: number;
   imap: {
     host: string;
     port: number;
@@ -177,7 +181,9 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
   { name: 'POSTERN_DATABASE_URL', default: '', description: 'the store on PostgreSQL (postgres://user:password@host:port/db), for several machines sharing it (docs/deployment.md); empty: SQLite at POSTERN_DB' },
   { name: 'POSTERN_DATABASE_POOL', default: '10', description: 'PostgreSQL connections each process (each worker) opens at most' },
-  { name: 'POSTERN_DATABASE_KEEP_MS', default: '10000', description: 'PostgreSQL: how long a process keeps an API token, event type, grant, inbox or index state it read; a change through any process drops it at once (LISTEN/NOTIFY); 0: read the database on every request' },
+  { name: 'POSTERN_DATABASE_KEEP_MS', default: '10000', description: 'PostgreSQL: how long a process keeps an API token, event type, grant, inbox or index state it read; a change through any process drops it at once (LISTEN/NOTIFY), or within 3 heartbeats (POSTERN_DATABASE_HEARTBEAT_MS) if the listening connection went silent; 0: read the database on every request' },
+  { name: 'POSTERN_DATABASE_LISTEN_URL', default: '', description: 'PostgreSQL: where each process\'s one connection that hears changes (LISTEN) goes, when POSTERN_DATABASE_URL goes through a PgBouncer in transaction mode (which passes no notices): the same database, directly or through a session-mode pool; empty: POSTERN_DATABASE_URL' },
+  { name: 'POSTERN_DATABASE_HEARTBEAT_MS', default: '1000', description: 'PostgreSQL: how often each process sends itself a notice to check that its listening connection hears changes; what it kept is served only while one sent within 3 heartbeats came back, so a change takes effect within 3 heartbeats even if that connection went silent (docs/deployment.md)' },
   { name: 'POSTERN_IMAP_HOST', default: '127.0.0.1', description: 'Dovecot IMAP host' },
   { name: 'POSTERN_IMAP_PORT', default: '143', description: 'Dovecot IMAP port' },
   { name: 'POSTERN_IMAP_SECURE', default: 'false', description: 'connect with implicit TLS' },
@@ -408,6 +414,8 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     databaseUrl: url('POSTERN_DATABASE_URL', ['postgres:', 'postgresql:']),
     databasePoolSize: int('POSTERN_DATABASE_POOL', 1, 1000),
     databaseKeepMs: int('POSTERN_DATABASE_KEEP_MS', 0, 3600000),
+    databaseListenUrl: url('POSTERN_DATABASE_LISTEN_URL', ['postgres:', 'postgresql:']),
+    databaseHeartbeatMs: int('POSTERN_DATABASE_HEARTBEAT_MS', 50, 60000),
     imap: {
       host: text('POSTERN_IMAP_HOST'),
       port: int('POSTERN_IMAP_PORT', 1, 65535),

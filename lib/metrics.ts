@@ -106,6 +106,8 @@ export interface MetricSamples {
   unsealedMessages(): Promise<number>;
   /** Seconds the most overdue webhook delivery has waited past its due time (0: none due). */
   webhookQueueAgeSeconds(): Promise<number>;
+  /** Whether this process serves the store reads it keeps now; null: it keeps none. */
+  keptReadsServed(): boolean | null;
 }
 
 /** Request durations' buckets: from a cached read to a large send. */
@@ -130,7 +132,8 @@ export class Metrics implements Recorders {
   private readonly httpDuration: Histogram<'method' | 'route' | 'status'>;
   private samples: MetricSamples | null = null;
 
-  constructor() {
+  /** `keptReads`: the store keeps reads (PostgreSQL): its gauge exists (a gauge never set would read 0). */
+  constructor(options: { keptReads: boolean } = { keptReads: false }) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     this.httpDuration = new Histogram({
@@ -287,6 +290,20 @@ export class Metrics implements Recorders {
     // Each kind at 0 from the start, so an alert on its increase has a series before the first refusal.
     for (const kind of RATE_KINDS) refusals.inc({ kind }, 0);
     this.rate = { refused: (kind) => refusals.inc({ kind }) };
+
+    if (options.keptReads) {
+      new Gauge({
+        name: 'postern_store_kept_reads_served',
+        help: 'PostgreSQL: 1 while this process serves the tokens, grants and inboxes it kept (its listening connection heard a heartbeat lately), 0 while every read goes to the database; absent when nothing is kept',
+        // One worker not hearing is what matters.
+        aggregator: 'min',
+        registers,
+        collect() {
+          const served = samples()?.keptReadsServed() ?? null;
+          if (served !== null) this.set(served ? 1 : 0);
+        },
+      });
+    }
 
     // A cluster worker answers its primary's requests with this registry.
     if (cluster.isWorker) {

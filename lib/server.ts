@@ -149,7 +149,10 @@ export async function openPostern(config: Config, log: Logger = pino({ level: co
   MasterKey.parse(config.masterKey);
   // Only what the error says: pg attaches its whole client (connection state, every prepared statement) to it.
   const onIdleError = (err: Error & { code?: string }) => log.warn({ err: { message: err.message, code: err.code } }, 'an idle PostgreSQL connection failed; the pool opens another');
-  const store = await openStore(config, { onIdleError });
+  // Kept reads (docs/deployment.md): while the listening connection is not heard to, every read goes to the database.
+  const onListenerState = (live: boolean, why: string) =>
+    live ? log.info({ why }, 'PostgreSQL changes are heard: kept reads are served') : log.warn({ why }, 'PostgreSQL changes may not be heard: every read goes to the database until they are');
+  const store = await openStore(config, { onIdleError, onListenerState });
   try {
     return createPostern(config, store, log);
   } catch (err) {
@@ -176,7 +179,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   });
   const validator = new Validator();
   // Off (no POSTERN_METRICS_LISTEN): recorders that do nothing, and no registry at all.
-  const metrics = config.metrics ? new Metrics() : null;
+  const metrics = config.metrics ? new Metrics({ keptReads: store.keptReadsServed() !== null }) : null;
   const recorders: Recorders = metrics ?? NO_METRICS;
   // After a Redis reconnect the event log's live feed heals from the store, and inbox streams end
   // so their clients read again (lib/mail/live.ts); both are assigned just below.
@@ -393,6 +396,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     eventLogReaders: () => eventLog.live.subscriberCount(),
     sseStreams: () => streamQuota.openStreams(),
     unsealedMessages: async () => store.resealJobs.unsealedCount((await directory.listInboxes()).filter((i) => i.mode === 'zero-access').map((i) => i.id)),
+    keptReadsServed: () => store.keptReadsServed(),
     webhookQueueAgeSeconds: async () => {
       const due = await store.webhooks.oldestDue();
       return due === null ? 0 : Math.max(0, (Date.now() - due) / 1000);

@@ -177,6 +177,12 @@ describe('metrics', function () {
       expect(value(samples, 'postern_unsealed_messages')).to.be.at.least(0);
       expect(value(samples, 'postern_webhook_queue_age_seconds')).to.be.at.least(0);
       expect(value(samples, 'postern_webhook_deliveries_total', { outcome: 'delivered' })).to.be.greaterThan(0);
+      // Kept reads: PostgreSQL's, served once its listening connection is heard (docs/deployment.md).
+      if (s.postern.store.engine === 'postgres') {
+        await until('kept reads served', async () => value((await scrape(metricsUrl)).samples, 'postern_store_kept_reads_served') === 1);
+      } else {
+        expect(find(samples, 'postern_store_kept_reads_served')).to.deep.equal([]);
+      }
 
       // Once the streams end, they are no longer counted.
       for (const stream of streams.splice(0)) await stream.close();
