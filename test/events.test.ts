@@ -431,7 +431,8 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
   const ids: Record<string, string> = {};
 
   before(async () => {
-    s = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0' });
+    // One token posts 600 events to fill a page: more than a credential's default burst (docs/access.md, "Rate limits").
+    s = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_RATE_REQUESTS: '0' });
     p = await newProject(s);
     A = await addInbox(s, p);
     B = await addInbox(s, p, { role: 'reader' });
