@@ -178,8 +178,12 @@ function call(agent: Agent, base: string, token: string, method: string, path: s
         res.on('error', () => resolve({ status: 0, body: '' }));
       },
     );
-    req.setTimeout(timeoutMs, () => req.destroy());
-    req.on('error', (err) => resolve({ status: 0, body: err.message }));
+    let timedOut = false;
+    req.setTimeout(timeoutMs, () => {
+      timedOut = true;
+      req.destroy();
+    });
+    req.on('error', (err) => resolve({ status: 0, body: timedOut ? `no answer within ${timeoutMs / 1000} s` : err.message }));
     req.end(data);
   });
 }
