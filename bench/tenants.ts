@@ -32,7 +32,7 @@ import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
-import { createServer as createTcpServer, type AddressInfo, type Socket } from 'node:net';
+import { createServer as createTcpServer, type Socket } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -41,7 +41,7 @@ import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
 import { spawnPostern, stopProcess } from '../test/processes.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
-import { benchServerEnv, f0, f1, log, machine, median, now, pct, runBench, seed, sleep } from './common.ts';
+import { benchServerEnv, f0, f1, listenLoopback, log, machine, median, now, pct, runBench, seed, sleep } from './common.ts';
 import { closedLoop, type LoadResult, type Request } from './load.ts';
 import { writeResults } from './results.ts';
 
@@ -101,9 +101,7 @@ class Receiver {
 
   async start(): Promise<void> {
     this.server.keepAliveTimeout = 5000;
-    this.server.listen(0, '127.0.0.1');
-    await once(this.server, 'listening');
-    this.base = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    this.base = await listenLoopback(this.server);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -132,10 +130,9 @@ async function blackHole(): Promise<{ url: string; close: () => void }> {
     s.on('close', () => held.delete(s));
     s.pause();
   });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
+  const url = await listenLoopback(server);
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    url,
     close: () => {
       for (const s of held) s.destroy();
       server.close();
