@@ -39,7 +39,7 @@ import { pino } from 'pino';
 import { loadConfig, SETTINGS } from '../lib/config.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
-import { spawnPostern, stopProcess } from '../test/processes.ts';
+import { spawnPostern } from '../test/processes.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { benchServerEnv, f0, f1, listenLoopback, log, machine, median, now, pct, runBench, seed, sleep } from './common.ts';
 import { closedLoop, type LoadResult, type Request } from './load.ts';
@@ -233,7 +233,8 @@ interface Setup {
   base: string;
   a: Tenant;
   b: Tenant;
-  stop: () => Promise<void>;
+  /** Whether the server exited within 30 s of SIGTERM. */
+  stop: () => Promise<boolean>;
 }
 
 async function setup(dir: string, serverExtra: Record<string, string>): Promise<Setup> {
@@ -285,8 +286,16 @@ async function setup(dir: string, serverExtra: Record<string, string>): Promise<
     a: { token: a.token, inboxId: a.inboxId, labelId: await label(a, A_MESSAGES) },
     b: { token: b.token, inboxId: b.inboxId, labelId: await label(b, B_MESSAGES) },
     stop: async () => {
-      await stopProcess(server.child);
+      // Bounded: a server that does not exit within 30 s of SIGTERM is killed, and said so.
+      const exited = once(server.child, 'exit');
+      server.child.kill('SIGTERM');
+      const clean = await Promise.race([exited.then(() => true), sleep(30_000).then(() => false)]);
+      if (!clean) {
+        server.child.kill('SIGKILL');
+        await exited;
+      }
       await db?.drop();
+      return clean;
     },
   };
 }
@@ -450,6 +459,7 @@ async function main(): Promise<void> {
   const abused: BResult[] = [];
   const aRounds: AResult[][] = [];
   const recoveries: number[] = [];
+  let cleanExit = true;
   try {
     // B's type and its endpoint; A's type (its endpoints are made for each abuse phase).
     for (const t of [s.a, s.b]) {
@@ -483,7 +493,7 @@ async function main(): Promise<void> {
       log(`  recovered in ${f1(recoveries.at(-1)!)} s`);
     }
   } finally {
-    await s.stop();
+    cleanExit = await s.stop();
     rx.close();
     hole.close();
     dnsServer.close();
@@ -556,7 +566,7 @@ A's answers, all rounds (target: refusals, 4xx or 429; a 5xx is a bug):
 |---|---|---|---|---|---|---|
 ${aRows.join('\n')}
 
-After each abuse phase B's list was back to its alone speed in ${recoveries.map(f1).join(', ')} s (bounded at 60 s).${firstBad ? ` B's first unexpected answer: \`${firstBad.replace(/\s+/g, ' ').replace(/`/g, "'").slice(0, 200)}\`.` : ''}${fiveXX ? ` **A got ${f0(fiveXX)} 5xx answers: each is a bug.**` : ''}
+After each abuse phase B's list was back to its alone speed in ${recoveries.map(f1).join(', ')} s (bounded at 60 s).${firstBad ? ` B's first unexpected answer: \`${firstBad.replace(/\s+/g, ' ').replace(/`/g, "'").slice(0, 200)}\`.` : ''}${fiveXX ? ` **A got ${f0(fiveXX)} 5xx answers: each is a bug.**` : ''}${cleanExit ? '' : ' **The server did not exit within 30 s of SIGTERM at the end (killed).**'}
 ${failures.length ? `A's first answer other than 2xx, by kind:\n${failures.join('\n')}\n` : ''}`;
   process.stdout.write(md);
   if (args.has('--write')) log(`written to ${writeResults(POSTGRES ? 'tenants-postgres' : 'tenants', md)}`);
