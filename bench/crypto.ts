@@ -1,4 +1,4 @@
-// Encryption benchmarks (issue 9), against the real Dovecot of scripts/mailenv.ts:
+// Encryption benchmarks (docs/encryption.md), against the real Dovecot of scripts/mailenv.ts:
 //   1. GET /raw of a 25 MB message, 8 concurrent: MB/s and the server's peak RSS growth, against
 //      openpgp.js encrypting the same bytes in this process in the same run.
 //   2. GET /content of a typical 100 KB multipart message: requests/s, against mailparser alone

@@ -1,4 +1,4 @@
-// Event log benchmarks (issue 3), each next to a baseline measured in the same run:
+// Event log benchmarks (docs/events.md), each next to a baseline measured in the same run:
 //   1. POST /events, 1 KB data, an Idempotency-Key each, 32 concurrent clients: events/s, p99.
 //      Baseline: raw SQLite one-row transactions of the same size on the same disk.
 //   2. GET /events?limit=500: events/s read. Baseline: the raw SELECT behind it.
@@ -30,7 +30,7 @@ import { Admin } from '../lib/directory/admin.ts';
 import type { Cursors } from '../lib/events/cursor.ts';
 import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
-import { cpuSeconds, pageRate, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
+import { cpuSeconds, NO_RATE_LIMITS, pageRate, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
@@ -102,7 +102,7 @@ async function setup(): Promise<Setup> {
 
 function serverEnv(dbFile: string, extra: Record<string, string> = {}): Record<string, string> {
   // The bench holds 10,000 streams of one token from one address: the per-caller caps are off.
-  const uncapped = { POSTERN_STREAM_MAX_PER_CREDENTIAL: '0', POSTERN_STREAM_MAX_PER_PROJECT: '0', POSTERN_MAX_CONNECTIONS_PER_ADDRESS: '0' };
+  const uncapped = { POSTERN_STREAM_MAX_PER_CREDENTIAL: '0', POSTERN_STREAM_MAX_PER_PROJECT: '0', POSTERN_MAX_CONNECTIONS_PER_ADDRESS: '0', ...NO_RATE_LIMITS };
   return { POSTERN_PORT: '0', POSTERN_DB: dbFile, POSTERN_LOG_LEVEL: 'warn', POSTERN_IMAP_MASTER_PASSWORD: 'unused', POSTERN_MASTER_KEY: MASTER_KEY, ...uncapped, ...extra };
 }
 

@@ -1,4 +1,4 @@
-// Delivery ingress benchmark (issue 9 item 5), against the real Postfix and Dovecot of
+// Delivery ingress benchmark (docs/ingress.md), against the real Postfix and Dovecot of
 // scripts/mailenv.ts: 50 KB messages submitted to Postfix and counted as they land in Dovecot,
 //   - through Postern's ingress into a zero-access inbox (Postfix → Postern LMTP, sealing →
 //     Dovecot LMTP), Postern running as its own process (`bin/postern serve`);

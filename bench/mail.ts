@@ -1,4 +1,4 @@
-// Mail read API benchmarks (issue 4), against the real Dovecot of scripts/mailenv.ts:
+// Mail read API benchmarks (docs/mail.md), against the real Dovecot of scripts/mailenv.ts:
 //   1. A 50-message page of a 10,000-message label: Postern over HTTP vs the raw imapflow FETCH
 //      of the same page (latency medians, ratio); and requests/s at 64 concurrent connections.
 //   2. Message detail with If-None-Match (304): requests/s at 64 concurrent connections.

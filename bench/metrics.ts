@@ -1,4 +1,4 @@
-// Metrics overhead (issue 19.4): the list page (50 messages of a label) at 64 keep-alive
+// Metrics overhead (docs/operations.md, "Metrics"): the list page (50 messages of a label) at 64 keep-alive
 // connections, served by `postern serve` with POSTERN_METRICS_LISTEN unset and set, in the same
 // run on the same store: rounds alternate off, on, off, on… so the machine's drift (it is shared)
 // falls on both. With metrics on, /metrics is scraped every second meanwhile (Prometheus's usual

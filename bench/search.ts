@@ -1,4 +1,4 @@
-// Message search benchmarks (issue 20), each next to a floor measured in the same run, on one
+// Message search benchmarks (docs/search.md), each next to a floor measured in the same run, on one
 // compatible inbox of 100,000 messages (INBOX, seeded with `doveadm import`):
 //   1. Metadata search (`subject=42424`, one match; `from=sender42@example.org`, 1/97 of the
 //      inbox, first page of 50): p50/p99 at 1 client and searches/s at 32, against

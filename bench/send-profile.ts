@@ -1,4 +1,4 @@
-// Profiles Postern's answer path for sending (issue 10): spawns `bin/postern serve` with
+// Profiles Postern's answer path for sending (docs/sending.md): spawns `bin/postern serve` with
 // `--cpu-prof`, sends 20 KB messages at 16 concurrent clients through POST /messages (as
 // bench/send.ts does, without its baseline), and writes the profile of the Postern process.
 // Sent copies are held back (POSTERN_SENT_COPY_YIELD_MS) so the profile is the answers' alone.

@@ -1,4 +1,4 @@
-// Sending benchmark (issue 10), against the real Postfix submission of scripts/mailenv.ts, which
+// Sending benchmark (docs/sending.md), against the real Postfix submission of scripts/mailenv.ts, which
 // relays to the SMTP sink:
 //   - 20 KB messages, 16 concurrent clients, POST /inboxes/{inbox}/messages through Postern (its
 //     own process, `bin/postern serve`) → Postfix submission, against nodemailer submitting the

@@ -1,4 +1,4 @@
-// Where filing Sent copies costs Dovecot its CPU (issue 10 follow-up): 20 KB messages APPENDed to
+// Where filing Sent copies costs Dovecot its CPU (docs/sending.md): 20 KB messages APPENDed to
 // Sent one at a time, pipelined on one connection, and as MULTIAPPEND (RFC 3502) batches, each
 // into a fresh user's empty Sent, over a plain socket (imapflow keeps one command in flight, so it
 // cannot pipeline). Dovecot's CPU is read from /proc like bench/send.ts does. It measures the

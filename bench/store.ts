@@ -1,4 +1,4 @@
-// The store's two engines side by side (issue 17), each next to its raw driver doing the same
+// The store's two engines side by side (docs/deployment.md), each next to its raw driver doing the same
 // statements in the same run:
 //   1. POST /events, 1 KB data + Idempotency-Key, 32 clients, `postern serve` with 2 workers.
 //      Floor: the raw driver committing the append's statements (the idempotency row, the head
@@ -36,7 +36,7 @@ import type { StoreEngine } from '../lib/store.ts';
 import { up } from '../scripts/mailenv.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { childPids, spawnPostern, stopProcess } from '../test/processes.ts';
-import { cpuSeconds, f0, f1, getJson, log, machine, median, pageRate, pct, runBench } from './common.ts';
+import { cpuSeconds, f0, f1, getJson, log, machine, median, NO_RATE_LIMITS, pageRate, pct, runBench } from './common.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 
@@ -87,6 +87,7 @@ async function freshStore(engine: StoreEngine, dir: string, pgServer: string): P
 }
 
 const serverEnv = (b: Bench, extra: Record<string, string> = {}) => ({
+  ...NO_RATE_LIMITS,
   POSTERN_PORT: '0',
   POSTERN_LOG_LEVEL: 'warn',
   POSTERN_IMAP_MASTER_PASSWORD: 'unused',

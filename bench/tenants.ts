@@ -245,6 +245,8 @@ async function setup(dir: string, serverExtra: Record<string, string>): Promise<
   const known = (pairs: Record<string, string>) => Object.fromEntries(Object.entries(pairs).filter(([k]) => KNOWN.has(k)));
   const serverEnv = benchServerEnv(env, dir, {
     ...known({ POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: '1', POSTERN_WEBHOOK_ALLOW: '127.0.0.1/32' }),
+    // The request budgets at their defaults, whatever the other benches turn off: they are what A must meet.
+    ...Object.fromEntries(SETTINGS.filter((x) => x.name.startsWith('POSTERN_RATE_')).map((x) => [x.name, x.default])),
     ...serverExtra,
     ...(db ? { POSTERN_DATABASE_URL: db.url } : {}),
     ...EXTRA_ENV,

@@ -1,4 +1,4 @@
-// Every inbox watched, always (issue 12), against the real Dovecot of scripts/mailenv.ts:
+// Every inbox watched, always (docs/watch.md), against the real Dovecot of scripts/mailenv.ts:
 //   1. N inboxes (20 messages each) and a mail-app load of R changes/s (appends, flag changes,
 //      moves; random inboxes, several folders) for S s, with nobody streaming any inbox: each
 //      change → its event(s) on one project `GET /events` live stream, p50/p99, every change matched

@@ -1,4 +1,4 @@
-// Webhook delivery benchmarks (issue 18), each next to a baseline measured in the same run:
+// Webhook delivery benchmarks (docs/webhooks.md), each next to a baseline measured in the same run:
 //   1. Latency: 200 events/s published (POST /events) to a project with 10 endpoints; from the
 //      moment the POST was sent to the moment each receiver got the event: p50 and p99.
 //   2. Throughput: 4,000 events waiting for one fast endpoint (disabled while they were
@@ -31,7 +31,7 @@ import { spawnPostern, stopProcess } from '../test/processes.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { up } from '../scripts/mailenv.ts';
 import { layout } from '../scripts/mailenv/layout.ts';
-import { cpuSeconds, f0, f1, listenLoopback, log, machine, median, pct, runBench, sleep } from './common.ts';
+import { cpuSeconds, f0, f1, listenLoopback, log, machine, median, NO_RATE_LIMITS, pct, runBench, sleep } from './common.ts';
 import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));
@@ -129,6 +129,7 @@ async function setup(dir: string): Promise<Setup> {
   }
   const profile = process.env.BENCH_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [];
   const server = await spawnPostern({
+    ...NO_RATE_LIMITS,
     POSTERN_PORT: '0',
     POSTERN_LOG_LEVEL: 'warn',
     POSTERN_IMAP_MASTER_PASSWORD: 'unused',

@@ -1,6 +1,8 @@
 // The `postern` command: the service, the staff CLI and the demo. Every command prints one JSON
 // value on stdout (an object; the staff lists an array); failures print {"error": "..."} and exit
-// non-zero.
+// non-zero. Each command imports what it runs when it runs (lib/server.ts for serve, bin/staff.ts
+// for admin): a staff command answers without loading the service (docs/operations.md, "The
+// postern command").
 import cluster from 'node:cluster';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, describeSettings, loadConfig } from '../lib/config.ts';
@@ -10,10 +12,9 @@ import { readFileSync } from 'node:fs';
 import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { REPORT_MS } from '../lib/mail/watch-all.ts';
-import { openPostern, openStaff } from '../lib/server.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { backupStore, DumpError, exportStore, importStore } from '../adapters/store/portable.ts';
-import { runPrimary, type ListeningMessage } from './cluster.ts';
+import type { ListeningMessage } from './cluster.ts';
 import { untilSignal } from './signals.ts';
 import { WebhookStaff } from '../lib/webhooks/staff.ts';
 
@@ -108,6 +109,7 @@ async function admin(args: string[]): Promise<unknown> {
   if (DESTRUCTIVE.includes(command) && !tail.includes('--yes')) {
     throw new UsageError(`${command} cannot be undone: add --yes to do it`);
   }
+  const { openStaff } = await import('./staff.ts');
   const { admin, userKeys, store, config, passkeys, events, close } = await openStaff(loadConfig());
   const { directory, mailIndex: index, resealJobs: sealing } = store;
   try {
@@ -164,7 +166,7 @@ async function admin(args: string[]): Promise<unknown> {
       }
       case 'member invite': {
         const v = flags(tail, { member: { type: 'string' }, 'expires-in': { type: 'string' } });
-        return await passkeys.invite(required(v, 'member'), seconds(v['expires-in'], 'expires-in'));
+        return await (await passkeys()).invite(required(v, 'member'), seconds(v['expires-in'], 'expires-in'));
       }
       case 'member set-key': {
         const v = flags(tail, { member: { type: 'string' }, 'public-key-file': { type: 'string' } });
@@ -373,8 +375,10 @@ async function serve(args: string[]): Promise<number> {
     MasterKey.parse(config.masterKey);
     // Migrate once here, so the workers start on an up-to-date store instead of racing to it.
     await (await openStore(config, { applicationName: 'postern primary' })).close();
+    const { runPrimary } = await import('./cluster.ts');
     return runPrimary(config.workers, config.http.shutdownGraceMs, config.metrics);
   }
+  const { openPostern } = await import('../lib/server.ts');
   const postern = await openPostern(config);
   const { url, metricsUrl } = await postern.listen();
   if (cluster.isWorker) {

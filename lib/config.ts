@@ -2,7 +2,9 @@
 // and the README list this table, and a bad value stops start-up with a clear message.
 import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
+import type { CredentialLimits } from './rate.ts';
 import { DEFAULT_DISABLE_AFTER, DEFAULT_SCHEDULE, parseDuration, parseSchedule } from './webhooks/retry.ts';
+import { DEFAULT_SEARCH_BOUNDS, type SearchBounds } from './mail/search-bounds.ts';
 
 export interface Config {
   http: {
@@ -30,6 +32,10 @@ export interface Config {
   databasePoolSize: number;
   /** PostgreSQL: how long a process keeps a token or event type it read; a change drops it at once. */
   databaseKeepMs: number;
+  /** POSTERN_DATABASE_LISTEN_URL: where the connection hearing changes LISTENs; null: databaseUrl. */
+  databaseListenUrl: string | null;
+  /** PostgreSQL: how often each process checks that connection still hears (docs/deployment.md). */
+  databaseHeartbeatMs: number;
   imap: {
     host: string;
     port: number;
@@ -52,6 +58,8 @@ export interface Config {
   };
   /** The relay: Postfix's submission service, logged in to as each inbox's user (docs/sending.md). */
   smtp: { host: string; port: number; secure: boolean; maxPerInbox: number; timeoutMs: number };
+  /** What one message search may ask of the store's text index (docs/search.md, "What a search may cost"). */
+  search: SearchBounds;
   /** Postern's own sending limit per inbox, before the relay's. */
   send: { perHour: number; copyYieldMs: number };
   /** The LMTP delivery ingress (Postfix → Postern → Dovecot); `listen` null: off. */
@@ -61,7 +69,7 @@ export interface Config {
     /** Dovecot's `recipient_delimiter`: each character starts an address's detail (empty: none). */
     recipientDelimiter: string;
   };
-  /** Every inbox watched, always (issue 12, docs/watch.md). */
+  /** Every inbox watched, always (docs/watch.md). */
   watch: {
     mode: 'push' | 'notify' | 'off';
     /** The internal listener for Dovecot's push hints (push mode), and its shared secret. */
@@ -102,6 +110,21 @@ export interface Config {
     leaseMs: number;
     pollMs: number;
     keepMs: number;
+    /** Attempts under way at once in a process: all projects' (POSTERN_WEBHOOK_MAX_IN_FLIGHT), one project's (POSTERN_WEBHOOK_PROJECT_CONCURRENCY). */
+    maxInFlight: number;
+    projectConcurrency: number;
+    /** POST /webhooks/{id}/test calls per endpoint a minute, per process. */
+    testsPerMinute: number;
+    /** How webhook hosts are resolved (adapters/webhooks/dns.ts). */
+    dns: {
+      /** Name servers (`host` or `host:port`); null: the system's (/etc/resolv.conf). */
+      servers: string[] | null;
+      timeoutMs: number;
+      tries: number;
+      negativeTtlMs: number;
+      /** Lookups under way at once for one project, per process. */
+      perProject: number;
+    };
   };
   stream: {
     heartbeatMs: number;
@@ -110,6 +133,17 @@ export interface Config {
     /** Open live streams of each kind (inbox, project events) per credential and per project, in this process (0: no cap). */
     maxPerCredential: number;
     maxPerProject: number;
+  };
+  /** Each token's and session's request budgets, per process (lib/rate.ts, docs/access.md). */
+  rate: CredentialLimits;
+  /** Bounds on one POST /v1/mcp request (docs/mcp.md, "Bounds"). */
+  mcp: {
+    /** JSON-RPC messages one batch may hold; a larger batch is refused. */
+    batchMax: number;
+    /** Calls of one request under way at once. */
+    batchConcurrency: number;
+    /** Time one request's calls share: a call not started by then is answered with an error. */
+    batchBudgetMs: number;
   };
   /** POSTERN_METRICS_LISTEN: the internal Prometheus listener; null: no metrics at all. */
   metrics: { host: string; port: number } | null;
@@ -147,7 +181,9 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_DB', default: './postern.db', description: 'SQLite file for identities, keys, events, idempotency' },
   { name: 'POSTERN_DATABASE_URL', default: '', description: 'the store on PostgreSQL (postgres://user:password@host:port/db), for several machines sharing it (docs/deployment.md); empty: SQLite at POSTERN_DB' },
   { name: 'POSTERN_DATABASE_POOL', default: '10', description: 'PostgreSQL connections each process (each worker) opens at most' },
-  { name: 'POSTERN_DATABASE_KEEP_MS', default: '10000', description: 'PostgreSQL: how long a process keeps an API token, event type, grant, inbox or index state it read; a change through any process drops it at once (LISTEN/NOTIFY); 0: read the database on every request' },
+  { name: 'POSTERN_DATABASE_KEEP_MS', default: '10000', description: 'PostgreSQL: how long a process keeps an API token, event type, grant, inbox or index state it read; a change through any process drops it at once (LISTEN/NOTIFY), or within 3 heartbeats (POSTERN_DATABASE_HEARTBEAT_MS) if the listening connection went silent; 0: read the database on every request' },
+  { name: 'POSTERN_DATABASE_LISTEN_URL', default: '', description: 'PostgreSQL: where each process\'s one connection that hears changes (LISTEN) goes, when POSTERN_DATABASE_URL goes through a PgBouncer in transaction mode (which passes no notices): the same database, directly or through a session-mode pool; empty: POSTERN_DATABASE_URL' },
+  { name: 'POSTERN_DATABASE_HEARTBEAT_MS', default: '1000', description: 'PostgreSQL: how often each process sends itself a notice to check that its listening connection hears changes; what it kept is served only while one sent within 3 heartbeats came back, so a change takes effect within 3 heartbeats even if that connection went silent (docs/deployment.md)' },
   { name: 'POSTERN_IMAP_HOST', default: '127.0.0.1', description: 'Dovecot IMAP host' },
   { name: 'POSTERN_IMAP_PORT', default: '143', description: 'Dovecot IMAP port' },
   { name: 'POSTERN_IMAP_SECURE', default: 'false', description: 'connect with implicit TLS' },
@@ -159,6 +195,10 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_IMAP_READ_RESERVE_PERCENT', default: '20', description: 'share of POSTERN_IMAP_MAX_TOTAL (rounded down) that inbox watchers never take, kept for reads' },
   { name: 'POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', default: '10000', description: 'a request waits this long for a free IMAP connection, then answers 503' },
   { name: 'POSTERN_BODY_SEARCH_TIMEOUT_MS', default: '20000', description: 'a body or text search Dovecot has not answered within this (it is indexing the mailbox for its first one) answers 503 with Retry-After; Dovecot goes on indexing' },
+  { name: 'POSTERN_SEARCH_MAX_WORDS', default: String(DEFAULT_SEARCH_BOUNDS.maxWords), description: 'a message search may have this many words in from, to, cc and subject together; more answer 422' },
+  { name: 'POSTERN_SEARCH_MAX_PREFIXES', default: String(DEFAULT_SEARCH_BOUNDS.maxPrefixes), description: 'a message search may have this many space-separated pieces ending in a word matched as a prefix (from, to, cc and subject together); more answer 422' },
+  { name: 'POSTERN_SEARCH_MIN_PREFIX', default: String(DEFAULT_SEARCH_BOUNDS.minPrefix), description: 'the last word of a search piece matches as a prefix when it has at least this many characters; a shorter one matches only that whole word' },
+  { name: 'POSTERN_SEARCH_TIMEOUT_MS', default: String(DEFAULT_SEARCH_BOUNDS.budgetMs), description: 'PostgreSQL: a message search\'s statement still running after this is cancelled and answers 503 with Retry-After; SQLite bounds a search by its shape instead (docs/search.md)' },
   { name: 'POSTERN_IMAP_WATCH_LEASE_MS', default: '15000', description: 'of the processes sharing the store, one watches an inbox; another takes over this long after it stops renewing' },
   { name: 'POSTERN_WATCH', default: 'auto', description: 'how every inbox is watched without a stream: push (Dovecot\'s push hints, needs POSTERN_HINT_LISTEN), notify (a NOTIFY connection per inbox), off; auto = push when POSTERN_HINT_LISTEN is set, else notify' },
   { name: 'POSTERN_HINT_LISTEN', default: '', description: 'host:port of the internal listener for Dovecot\'s push hints (docker/dovecot/postern-push.lua); keep it off the public network; empty: no listener' },
@@ -193,15 +233,30 @@ export const SETTINGS: readonly Setting[] = [
   { name: 'POSTERN_WEBHOOK_DISABLE_AFTER', default: DEFAULT_DISABLE_AFTER, description: 'a webhook endpoint whose every attempt has failed for this long is disabled (webhook.endpoint.disabled is recorded)' },
   { name: 'POSTERN_WEBHOOK_TIMEOUT_MS', default: '15000', description: 'one webhook attempt (connect, send, answer) may take this long' },
   { name: 'POSTERN_WEBHOOK_CONCURRENCY', default: '8', description: 'webhook attempts under way at once to one endpoint, per process' },
+  { name: 'POSTERN_WEBHOOK_PROJECT_CONCURRENCY', default: '64', description: "webhook attempts under way at once to all of one project's endpoints, per process: a project's slow receivers hold back only its own deliveries" },
+  { name: 'POSTERN_WEBHOOK_MAX_IN_FLIGHT', default: '512', description: 'webhook attempts under way at once in a process, over every project (at least POSTERN_WEBHOOK_PROJECT_CONCURRENCY)' },
+  { name: 'POSTERN_WEBHOOK_TESTS_PER_MINUTE', default: '5', description: 'POST /webhooks/{id}/test calls one endpoint may make per minute, per process (as many at once, then evenly; more get 429 with Retry-After); 0 = no limit' },
+  { name: 'POSTERN_WEBHOOK_DNS_SERVERS', default: '', description: "comma-separated name servers (address or address:port) webhook hosts are resolved with; empty: the system's (/etc/resolv.conf). /etc/hosts and localhost are honoured either way" },
+  { name: 'POSTERN_WEBHOOK_DNS_TIMEOUT_MS', default: '2000', description: "one try of a webhook host's DNS query waits this long for an answer" },
+  { name: 'POSTERN_WEBHOOK_DNS_TRIES', default: '2', description: "tries of a webhook host's DNS query per name server before it fails" },
+  { name: 'POSTERN_WEBHOOK_DNS_NEGATIVE_TTL', default: '60s', description: 'a webhook host that did not resolve (no such name, no address, no answer) is not asked again for this long' },
+  { name: 'POSTERN_WEBHOOK_DNS_PER_PROJECT', default: '4', description: "DNS lookups of webhook hosts under way at once for one project, per process (the rest wait, within their attempt's timeout)" },
   { name: 'POSTERN_WEBHOOK_LEASE_MS', default: '60000', description: 'a process holds a delivery it took this long; a process that died leaves its deliveries to others after it (more than POSTERN_WEBHOOK_TIMEOUT_MS)' },
   { name: 'POSTERN_WEBHOOK_POLL_MS', default: '1000', description: 'how often the webhook dispatcher looks for endpoints and due retries without being woken by an event' },
   { name: 'POSTERN_WEBHOOK_KEEP', default: '7d', description: 'settled webhook deliveries (delivered or given up) are listed for this long, then forgotten' },
   { name: 'POSTERN_EVENTS_SETTLE_MS', default: '2000', description: 'paged event reads return events at least this old' },
   { name: 'POSTERN_STREAM_HEARTBEAT_MS', default: '15000', description: 'keep-alive comment interval on event streams' },
   { name: 'POSTERN_STREAM_MAX_MS', default: '600000', description: 'an event stream (inbox or project) ends after this long; the client reconnects' },
-  { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams re-check their credential and inbox access this often; one that lost them ends' },
+  { name: 'POSTERN_STREAM_RECHECK_MS', default: '15000', description: 'open event streams and MCP notification streams re-check their credential and inbox access this often; one that lost them ends, an MCP subscription whose inbox was lost is dropped' },
   { name: 'POSTERN_STREAM_MAX_PER_CREDENTIAL', default: '20', description: 'open streams of each kind (inbox, project events) one token or session may hold in a process, more get 429; 0 = no cap' },
   { name: 'POSTERN_STREAM_MAX_PER_PROJECT', default: '60', description: 'open streams of each kind all credentials of one project may hold in a process, more get 429; 0 = no cap' },
+  { name: 'POSTERN_RATE_REQUESTS', default: '100', description: 'requests per second (a decimal number: 0.5 is one every two seconds) one token or session may make, sustained, in each process (with POSTERN_WORKERS=n up to n times as many), more get 429 with Retry-After; 0 = no limit' },
+  { name: 'POSTERN_RATE_BURST', default: '200', description: 'requests one token or session may make at once before POSTERN_RATE_REQUESTS applies (its bucket\'s size)' },
+  { name: 'POSTERN_RATE_EXPENSIVE', default: '10', description: 'searches, whole-message downloads (/raw, /source) and MCP tool calls per second one token or session may make, sustained, in each process, besides POSTERN_RATE_REQUESTS; more get 429 with Retry-After; 0 = no limit' },
+  { name: 'POSTERN_RATE_EXPENSIVE_BURST', default: '40', description: 'expensive calls one token or session may make at once before POSTERN_RATE_EXPENSIVE applies' },
+  { name: 'POSTERN_MCP_BATCH_MAX', default: '20', description: 'JSON-RPC messages one POST /v1/mcp batch may hold (at most 100), a larger batch is refused with 400' },
+  { name: 'POSTERN_MCP_BATCH_CONCURRENCY', default: '4', description: 'calls of one POST /v1/mcp request (a batch) under way at once; the rest wait their turn' },
+  { name: 'POSTERN_MCP_BATCH_BUDGET_MS', default: '10000', description: 'time the calls of one POST /v1/mcp request share: a call not started within it is answered with a JSON-RPC error, and a client that disconnects stops the calls not yet started' },
   { name: 'POSTERN_METRICS_LISTEN', default: '', description: 'host:port of the internal Prometheus listener (GET /metrics; with POSTERN_WORKERS the primary serves every worker\'s, aggregated); keep it off the public network; empty: no metrics are kept' },
   { name: 'POSTERN_LOG_LEVEL', default: 'info', description: 'pino log level (fatal, error, warn, info, debug, trace, silent)' },
 ];
@@ -251,6 +306,13 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     }
     return n;
   };
+  /** A rate: a whole or decimal number (0.5 a second is one every two seconds). */
+  const decimal = (name: string, max: number): number => {
+    const raw = get(name);
+    const n = Number(raw);
+    if (!/^\d+(?:\.\d+)?$/.test(raw) || n > max) throw new ConfigError(`${name} must be a number from 0 to ${max} (such as 10 or 0.5), got "${raw}"`);
+    return n;
+  };
   const bool = (name: string): boolean => {
     const raw = get(name).toLowerCase();
     if (['1', 'true', 'yes', 'on'].includes(raw)) return true;
@@ -269,6 +331,15 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     const leaseMs = int('POSTERN_WEBHOOK_LEASE_MS', 1000, 3600000);
     // A lease lapsing while its attempt still runs would let a second process send the event too.
     if (leaseMs <= timeoutMs) throw new ConfigError(`POSTERN_WEBHOOK_LEASE_MS (${leaseMs}) must be over POSTERN_WEBHOOK_TIMEOUT_MS (${timeoutMs})`);
+    const projectConcurrency = int('POSTERN_WEBHOOK_PROJECT_CONCURRENCY', 1, 4096);
+    const maxInFlight = int('POSTERN_WEBHOOK_MAX_IN_FLIGHT', 1, 65536);
+    if (maxInFlight < projectConcurrency) throw new ConfigError(`POSTERN_WEBHOOK_MAX_IN_FLIGHT (${maxInFlight}) must be at least POSTERN_WEBHOOK_PROJECT_CONCURRENCY (${projectConcurrency})`);
+    const dnsServers = get('POSTERN_WEBHOOK_DNS_SERVERS').split(',').map((x) => x.trim()).filter((x) => x !== '');
+    for (const server of dnsServers) {
+      // An address, [v6]:port or v4:port: what dns.Resolver.setServers takes (a name would need a lookup of its own).
+      const host = /^\[(.+)\](?::\d+)?$/.exec(server)?.[1] ?? /^([^:]+)(?::\d+)?$/.exec(server)?.[1] ?? server;
+      if (isIP(host) === 0) throw new ConfigError(`POSTERN_WEBHOOK_DNS_SERVERS must list addresses (1.1.1.1, 127.0.0.1:5353, [::1]:53), got "${server}"`);
+    }
     return {
       scheduleMs,
       disableAfterMs: duration('POSTERN_WEBHOOK_DISABLE_AFTER'),
@@ -277,6 +348,16 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       leaseMs,
       pollMs: int('POSTERN_WEBHOOK_POLL_MS', 10, 600000),
       keepMs: duration('POSTERN_WEBHOOK_KEEP'),
+      maxInFlight,
+      projectConcurrency,
+      testsPerMinute: int('POSTERN_WEBHOOK_TESTS_PER_MINUTE', 0, 10000),
+      dns: {
+        servers: dnsServers.length === 0 ? null : dnsServers,
+        timeoutMs: int('POSTERN_WEBHOOK_DNS_TIMEOUT_MS', 10, 60000),
+        tries: int('POSTERN_WEBHOOK_DNS_TRIES', 1, 10),
+        negativeTtlMs: duration('POSTERN_WEBHOOK_DNS_NEGATIVE_TTL'),
+        perProject: int('POSTERN_WEBHOOK_DNS_PER_PROJECT', 1, 1024),
+      },
     };
   };
   const logLevel = get('POSTERN_LOG_LEVEL');
@@ -333,6 +414,8 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     databaseUrl: url('POSTERN_DATABASE_URL', ['postgres:', 'postgresql:']),
     databasePoolSize: int('POSTERN_DATABASE_POOL', 1, 1000),
     databaseKeepMs: int('POSTERN_DATABASE_KEEP_MS', 0, 3600000),
+    databaseListenUrl: url('POSTERN_DATABASE_LISTEN_URL', ['postgres:', 'postgresql:']),
+    databaseHeartbeatMs: int('POSTERN_DATABASE_HEARTBEAT_MS', 50, 60000),
     imap: {
       host: text('POSTERN_IMAP_HOST'),
       port: int('POSTERN_IMAP_PORT', 1, 65535),
@@ -354,6 +437,13 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       secure: bool('POSTERN_SMTP_SECURE'),
       maxPerInbox: int('POSTERN_SMTP_MAX_PER_INBOX', 1, 64),
       timeoutMs: int('POSTERN_SMTP_TIMEOUT_MS', 100, 600000),
+    },
+    search: {
+      maxWords: int('POSTERN_SEARCH_MAX_WORDS', 1, 512),
+      maxPrefixes: int('POSTERN_SEARCH_MAX_PREFIXES', 0, 512),
+      minPrefix: int('POSTERN_SEARCH_MIN_PREFIX', 1, 100),
+      // Under the pool's statement timeout (30 s) and its wait for a connection (10 s).
+      budgetMs: int('POSTERN_SEARCH_TIMEOUT_MS', 10, 10000),
     },
     send: { perHour: int('POSTERN_SEND_RATE_PER_HOUR', 1, 10_000_000), copyYieldMs: int('POSTERN_SENT_COPY_YIELD_MS', 0, 3_600_000) },
     ingress: {
@@ -395,6 +485,16 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       recheckMs: int('POSTERN_STREAM_RECHECK_MS', 10, 3600000),
       maxPerCredential: int('POSTERN_STREAM_MAX_PER_CREDENTIAL', 0, 1000000),
       maxPerProject: int('POSTERN_STREAM_MAX_PER_PROJECT', 0, 1000000),
+    },
+    rate: {
+      requests: { perSecond: decimal('POSTERN_RATE_REQUESTS', 1_000_000), burst: int('POSTERN_RATE_BURST', 1, 1_000_000) },
+      expensive: { perSecond: decimal('POSTERN_RATE_EXPENSIVE', 1_000_000), burst: int('POSTERN_RATE_EXPENSIVE_BURST', 1, 1_000_000) },
+    },
+    mcp: {
+      // The SDK's own cap is 100: a batch it would refuse anyway is no bound to offer.
+      batchMax: int('POSTERN_MCP_BATCH_MAX', 1, 100),
+      batchConcurrency: int('POSTERN_MCP_BATCH_CONCURRENCY', 1, 100),
+      batchBudgetMs: int('POSTERN_MCP_BATCH_BUDGET_MS', 100, 600000),
     },
     metrics: hostPort('POSTERN_METRICS_LISTEN'),
     logLevel,

@@ -1,4 +1,4 @@
-// Prometheus metrics (issue 19.4, docs/operations.md "Metrics"): the one module that knows
+// Prometheus metrics (docs/operations.md, "Metrics"): the one module that knows
 // prom-client. It owns the registry and every family; the rest of Postern records through the
 // small typed recorders below (ImapMetrics, WatchMetrics, ...) and hands over what is sampled at
 // scrape time (MetricSamples), so no domain file imports prom-client and nothing here knows a
@@ -22,6 +22,9 @@ export type EventReadKind = 'page' | 'backfill';
 export type SendOutcome = 'accepted' | 'refused' | 'deferred' | 'unknown' | 'error';
 /** delivered: a 2xx; retrying: failed, another attempt is scheduled; failed: given up; gone: 410, the endpoint disabled. */
 export type WebhookOutcome = 'delivered' | 'retrying' | 'failed' | 'gone';
+/** request: a credential's general budget; expensive: its budget for searches, downloads, tool calls; sign_in: an address's for the passkey ceremonies. */
+const RATE_KINDS = ['request', 'expensive', 'sign_in'] as const;
+export type RateKind = (typeof RATE_KINDS)[number];
 
 /** The IMAP connection pool (adapters/imap/pool.ts). */
 export interface ImapMetrics {
@@ -60,6 +63,12 @@ export interface WebhookMetrics {
   attempted(outcome: WebhookOutcome): void;
 }
 
+/** Request budgets (lib/rate.ts). */
+export interface RateMetrics {
+  /** A request (or MCP tool call) refused with 429 because a budget was spent. */
+  refused(kind: RateKind): void;
+}
+
 /** Every recorder, as the server wires them. */
 export interface Recorders {
   imap: ImapMetrics;
@@ -68,6 +77,7 @@ export interface Recorders {
   events: EventMetrics;
   send: SendMetrics;
   webhooks: WebhookMetrics;
+  rate: RateMetrics;
 }
 
 const nothing = (): void => undefined;
@@ -80,6 +90,7 @@ export const NO_METRICS: Recorders = {
   events: { appended: nothing, read: nothing },
   send: { sent: nothing, relayed: nothing },
   webhooks: { attempted: nothing },
+  rate: { refused: nothing },
 };
 
 /** What is read at scrape time from state already kept (or, for the store's two, one cheap query). */
@@ -95,6 +106,8 @@ export interface MetricSamples {
   unsealedMessages(): Promise<number>;
   /** Seconds the most overdue webhook delivery has waited past its due time (0: none due). */
   webhookQueueAgeSeconds(): Promise<number>;
+  /** Whether this process serves the store reads it keeps now; null: it keeps none. */
+  keptReadsServed(): boolean | null;
 }
 
 /** Request durations' buckets: from a cached read to a large send. */
@@ -115,10 +128,12 @@ export class Metrics implements Recorders {
   readonly events: EventMetrics;
   readonly send: SendMetrics;
   readonly webhooks: WebhookMetrics;
+  readonly rate: RateMetrics;
   private readonly httpDuration: Histogram<'method' | 'route' | 'status'>;
   private samples: MetricSamples | null = null;
 
-  constructor() {
+  /** `keptReads`: the store keeps reads (PostgreSQL): its gauge exists (a gauge never set would read 0). */
+  constructor(options: { keptReads: boolean } = { keptReads: false }) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
     this.httpDuration = new Histogram({
@@ -265,6 +280,30 @@ export class Metrics implements Recorders {
         if (s) this.set(await s.webhookQueueAgeSeconds());
       },
     });
+
+    const refusals = new Counter({
+      name: 'postern_rate_limited_total',
+      help: "Requests refused with 429 because a budget was spent, by kind (request: a credential's general budget; expensive: its budget for searches, message downloads and MCP tool calls; sign_in: an address's passkey ceremonies)",
+      labelNames: ['kind'],
+      registers,
+    });
+    // Each kind at 0 from the start, so an alert on its increase has a series before the first refusal.
+    for (const kind of RATE_KINDS) refusals.inc({ kind }, 0);
+    this.rate = { refused: (kind) => refusals.inc({ kind }) };
+
+    if (options.keptReads) {
+      new Gauge({
+        name: 'postern_store_kept_reads_served',
+        help: 'PostgreSQL: 1 while this process serves the tokens, grants and inboxes it kept (its listening connection heard a heartbeat lately), 0 while every read goes to the database; absent when nothing is kept',
+        // One worker not hearing is what matters.
+        aggregator: 'min',
+        registers,
+        collect() {
+          const served = samples()?.keptReadsServed() ?? null;
+          if (served !== null) this.set(served ? 1 : 0);
+        },
+      });
+    }
 
     // A cluster worker answers its primary's requests with this registry.
     if (cluster.isWorker) {

@@ -1,5 +1,6 @@
-// The one place that wires adapters to the domain: the serving Postern (createPostern, openPostern)
-// and what staff commands use (openStaff), both on a store opened by adapters/store/open.ts.
+// The one place that wires adapters to the domain for the serving Postern (createPostern,
+// openPostern), on a store opened by adapters/store/open.ts; what staff commands use is
+// bin/staff.ts.
 import cluster from 'node:cluster';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
@@ -23,7 +24,6 @@ import { Access } from './auth/access.ts';
 import { ConfigError, type Config } from './config.ts';
 import type { Store } from './store.ts';
 import { openStore } from '../adapters/store/open.ts';
-import { ImapMailUsers } from '../adapters/imap/users.ts';
 import { Admin } from './directory/admin.ts';
 import { createApp, listOperations, SURFACES } from './http/app.ts';
 import { apiReferenceRoutes } from './http/api-reference.ts';
@@ -35,6 +35,7 @@ import { inboxRoutes } from './http/routes/inboxes.ts';
 import { inboxEventRoutes } from './http/routes/inbox-events.ts';
 import { StreamGuard } from './http/stream-guard.ts';
 import { StreamQuota } from './http/stream-quota.ts';
+import { CredentialRate } from './rate.ts';
 import { createHttpServer, drainServer } from './http/connections.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
@@ -71,6 +72,7 @@ import { BounceMatcher } from './send/bounces.ts';
 import { WebhookEndpoints } from './webhooks/endpoints.ts';
 import { WebhookDispatcher } from './webhooks/dispatcher.ts';
 import { AddressVerdicts, WebhookConnections, webhookPoster } from '../adapters/webhooks/client.ts';
+import { WebhookDns } from '../adapters/webhooks/dns.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
 import { Metrics, NO_METRICS, type Recorders } from './metrics.ts';
 import { listenMetrics, type MetricsServer } from './http/metrics-server.ts';
@@ -110,7 +112,7 @@ export interface Postern {
   resealer: Resealer;
   /** Matches delivery reports to the sends they are about (mail.delivery.failed). */
   bounces: BounceMatcher;
-  /** Every inbox watched without a stream: push hints, the sweep, or NOTIFY (issue 12). */
+  /** Every inbox watched without a stream: push hints, the sweep, or NOTIFY (docs/watch.md). */
   watchAll: WatchAll;
   /** The internal listener for Dovecot's push hints, when POSTERN_HINT_LISTEN is set. */
   hintListener: HintListener | null;
@@ -121,6 +123,8 @@ export interface Postern {
   openApi: ReturnType<typeof buildOpenApi>;
   /** What GET /readyz answers: the store, IMAP and SMTP submission checked, or draining. */
   readiness: Readiness;
+  /** MCP's tools (McpTools.charge is where a limit on calls plugs in) and resource subscriptions. */
+  mcp: { tools: McpTools; subscriptions: McpSubscriptions };
   /**
    * Starts listening; resolves with the bound address, and the metrics listener's (null when
    * metrics are off, or in a cluster worker: there the primary serves them).
@@ -145,7 +149,10 @@ export async function openPostern(config: Config, log: Logger = pino({ level: co
   MasterKey.parse(config.masterKey);
   // Only what the error says: pg attaches its whole client (connection state, every prepared statement) to it.
   const onIdleError = (err: Error & { code?: string }) => log.warn({ err: { message: err.message, code: err.code } }, 'an idle PostgreSQL connection failed; the pool opens another');
-  const store = await openStore(config, { onIdleError });
+  // Kept reads (docs/deployment.md): while the listening connection is not heard to, every read goes to the database.
+  const onListenerState = (live: boolean, why: string) =>
+    live ? log.info({ why }, 'PostgreSQL changes are heard: kept reads are served') : log.warn({ why }, 'PostgreSQL changes may not be heard: every read goes to the database until they are');
+  const store = await openStore(config, { onIdleError, onListenerState });
   try {
     return createPostern(config, store, log);
   } catch (err) {
@@ -172,7 +179,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   });
   const validator = new Validator();
   // Off (no POSTERN_METRICS_LISTEN): recorders that do nothing, and no registry at all.
-  const metrics = config.metrics ? new Metrics() : null;
+  const metrics = config.metrics ? new Metrics({ keptReads: store.keptReadsServed() !== null }) : null;
   const recorders: Recorders = metrics ?? NO_METRICS;
   // After a Redis reconnect the event log's live feed heals from the store, and inbox streams end
   // so their clients read again (lib/mail/live.ts); both are assigned just below.
@@ -236,7 +243,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     ? new LmtpIngress(new Ingress(directory, keys, dovecotLmtp, eventLog, log.child({ part: 'ingress' }), (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve(), config.ingress.recipientDelimiter), { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) })
     : null;
   const mail = new MailService(mailIndex, mailMirror, mailSource, mailChanges.expect);
-  const mailSearch = new MailSearch(mailIndex, mailMirror, mailSource);
+  const mailSearch = new MailSearch(mailIndex, mailMirror, mailSource, config.search);
   const sealed = new SealedMail(mail, mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), keys, keyStore);
   const userKeys = new UserKeys(keyStore, keys);
   // Sending: Postfix submission as each inbox's user; Sent copies from the durable outbox.
@@ -272,11 +279,21 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const streamGuard = new StreamGuard(access, { intervalMs: config.stream.recheckMs, log: log.child({ part: 'stream-guard' }) });
   // Caps the live streams of one credential and of one project (both kinds of stream).
   const streamQuota = new StreamQuota({ maxPerCredential: config.stream.maxPerCredential, maxPerProject: config.stream.maxPerProject });
+  // Each token's and session's request budgets, in this process (docs/access.md, "Rate limits").
+  const rate = new CredentialRate(config.rate, recorders.rate);
 
   // Webhooks: endpoints managed through the API, deliveries sent by the dispatcher.
   const webhookConnections = new WebhookConnections();
+  // Hosts resolved off libuv's thread pool, answers and failures kept, a share of lookups per project (docs/webhooks.md).
+  const webhookDns = new WebhookDns(config.webhooks.dns);
   // A name's checked address is kept 5 s: a DNS change is seen that soon, and each attempt is not a lookup.
-  const postWebhook = webhookPoster({ allow: config.webhookAllow, timeoutMs: config.webhooks.timeoutMs, connections: webhookConnections, verdicts: new AddressVerdicts(5000) });
+  const postWebhook = webhookPoster({
+    allow: config.webhookAllow,
+    timeoutMs: config.webhooks.timeoutMs,
+    connections: webhookConnections,
+    verdicts: new AddressVerdicts(5000),
+    resolve: (host, project) => webhookDns.resolve(host, project),
+  });
   let dispatcher: WebhookDispatcher | null = null;
   const webhookEndpoints = new WebhookEndpoints({
     store: store.webhooks,
@@ -287,6 +304,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     cursors: () => eventLog.cursors(),
     post: postWebhook,
     onChange: async (id) => dispatcher?.poke(id),
+    onDelete: (id) => dispatcher?.forget(id),
+    testsPerMinute: config.webhooks.testsPerMinute,
   });
   dispatcher = new WebhookDispatcher({
     store: store.webhooks,
@@ -309,24 +328,36 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     events: eventLog,
   });
   const mcpSubscriptions = new McpSubscriptions(bus, mail, access, log.child({ part: 'mcp' }));
-  const mcpTools = new McpTools({ access, mail, search: mailSearch, sealed, send, events: eventLog, validator, subscriptions: mcpSubscriptions, log: log.child({ part: 'mcp' }) });
+  const mcpTools = new McpTools({
+    access,
+    mail,
+    search: mailSearch,
+    sealed,
+    send,
+    events: eventLog,
+    validator,
+    subscriptions: mcpSubscriptions,
+    log: log.child({ part: 'mcp' }),
+    // Each tool call, a batch's too, spends one of the credential's expensive budget as it starts.
+    charge: (p) => rate.expensive(p),
+  });
   const routes = [
     inboxRoutes(access),
     eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
     labelRoutes(access, mail),
-    messageRoutes(access, mail, validator, sealed),
-    searchRoutes(access, mailSearch, validator, eventLog),
+    messageRoutes(access, mail, validator, sealed, rate),
+    searchRoutes(access, mailSearch, validator, eventLog, rate),
     keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
-    contentRoutes(access, sealed, eventLog),
+    contentRoutes(access, sealed, eventLog, rate),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
     webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
-    mcpRoutes(access, mcpTools, mcpSubscriptions, config.stream, streamQuota),
+    mcpRoutes({ access, mcp: mcpTools, subscriptions: mcpSubscriptions, stream: config.stream, guard: streamGuard, quota: streamQuota, limits: config.mcp }),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
-    passkeyRoutes({ access, passkeys, validator, ceremoniesPerMinute: config.app.ceremoniesPerMinute }),
-    keyBackupRoutes({ access, backups: new KeyBackups(store.keyBackups), validator }),
+    passkeyRoutes({ access, passkeys, validator, ceremoniesPerMinute: config.app.ceremoniesPerMinute, rate, metrics: recorders.rate }),
+    keyBackupRoutes({ access, backups: new KeyBackups(store.keyBackups), validator, rate }),
   ];
   const openApi = buildOpenApi(validator.schemas);
   // An IMAP user to log in as, looked up only when none is remembered (ImapLoginCheck); picked
@@ -347,6 +378,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   );
   const app = createApp({
     access,
+    rate,
     log,
     trustProxy: config.http.trustProxy,
     bodyIdleTimeoutMs: config.http.bodyIdleTimeoutMs,
@@ -364,6 +396,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     eventLogReaders: () => eventLog.live.subscriberCount(),
     sseStreams: () => streamQuota.openStreams(),
     unsealedMessages: async () => store.resealJobs.unsealedCount((await directory.listInboxes()).filter((i) => i.mode === 'zero-access').map((i) => i.id)),
+    keptReadsServed: () => store.keptReadsServed(),
     webhookQueueAgeSeconds: async () => {
       const due = await store.webhooks.oldestDue();
       return due === null ? 0 : Math.max(0, (Date.now() - due) / 1000);
@@ -393,6 +426,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     bounces,
     watchAll,
     hintListener,
+    mcp: { tools: mcpTools, subscriptions: mcpSubscriptions },
     metrics,
     operations: [...listOperations(routes), ...listOperations(appRoutes)],
     openApi,
@@ -472,52 +506,11 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       await bounces?.drain();
       await webhookDispatcher.close();
       webhookConnections.close();
+      webhookDns.close();
       await mcpSubscriptions.close();
       await eventLog.close();
       await bus.close();
       await store.close();
     },
   };
-}
-
-/** What a staff command works with: the domain on the configured store, nothing that serves. */
-export interface Staff {
-  admin: Admin;
-  userKeys: UserKeys;
-  store: Store;
-  config: Config;
-  passkeys: Passkeys;
-  events: EventLog;
-  close: () => Promise<void>;
-}
-
-/** Opens the configured store and builds what staff commands use on it (`postern admin …`). */
-export async function openStaff(config: Config): Promise<Staff> {
-  // The same POSTERN_MASTER_KEY as `serve`: only commands that make or open keys need it, and
-  // they fail with the reason when it is missing or wrong (EpochKeyring throws MasterKeyError).
-  let master: MasterKey | null = null;
-  if (config.masterKey) master = MasterKey.parse(config.masterKey);
-  const store = await openStore(config, { applicationName: 'postern admin' });
-  const { directory, mailIndex } = store;
-  const keys = new EpochKeyring(store.keys, master);
-  const admin = new Admin(directory, {
-    tokenTtlSeconds: config.tokenTtlSeconds,
-    sessionTtlSeconds: config.sessionTtlSeconds,
-    keys,
-    // A running `postern serve` sees the removal within POSTERN_WATCH_CATALOG_POLL_MS (the
-    // store's inbox list version) and stops watching it; a pass of it running there meanwhile
-    // has its writes refused (the index's tombstone), so the index stays dropped.
-    onInboxRemoved: (id) => mailIndex.dropInbox(id),
-    // `inbox add` refuses an IMAP user the mail server does not have.
-    mailUsers: new ImapMailUsers(config.imap),
-  });
-  const passkeys = new Passkeys(store.passkeys, directory, {
-    origin: config.app.origin,
-    rpName: 'Postern',
-    sessionTtlSeconds: config.sessionTtlSeconds,
-    inviteTtlSeconds: config.app.inviteTtlSeconds,
-  });
-  // What staff commands record goes to the store; a running server's readers find it there.
-  const events = new EventLog(store.events, new MemoryBus(), { settleMs: config.events.settleMs });
-  return { admin, userKeys: new UserKeys(store.keys, keys), store, config, passkeys, events, close: () => store.close() };
 }

@@ -27,6 +27,11 @@ export interface Store {
   outbox: OutboxStore;
   resealJobs: ResealJobs;
   webhooks: WebhookStore;
+  /**
+   * Whether this process serves the reads it keeps now (PostgreSQL: its listening connection heard
+   * a heartbeat lately, docs/deployment.md "Kept reads"); null: it keeps none.
+   */
+  keptReadsServed(): boolean | null;
   /** Resolves when the store answers a query; rejects with why not (GET /healthz). */
   health(): Promise<void>;
   /**

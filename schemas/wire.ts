@@ -1,20 +1,20 @@
-// The API's wire shapes as TypeScript: what the server sends and the web app reads (spec 2, and
+// The API's wire shapes as TypeScript: what the server sends and the web app reads (docs/api.md, and
 // the JSON Schemas beside this file, which the server validates against and the OpenAPI document
 // is built from). Types only, and no imports: lib/ and web/ both `import type` from here, so the
 // contract is written once and nothing of the server reaches the browser bundle.
 // test/wire.test.ts checks each interface's keys (required and optional) and enums against its
 // schema, so the two cannot drift apart.
 
-/** Spec 2.5 (common.json Flag). */
+/** docs/api.md, "Flag and WebFlag" (common.json Flag). */
 export type Flag = 'seen' | 'answered' | 'flagged' | 'draft' | 'forwarded' | 'junk' | 'not_junk';
 
-/** Spec 2.5: the flags the API may change (common.json WebFlag). */
+/** docs/api.md, "Flag and WebFlag": the flags the API may change (common.json WebFlag). */
 export type WebFlag = 'seen' | 'flagged' | 'answered';
 
-/** Spec 2.4: the special-use attributes, as IMAP spells them (RFC 6154). */
+/** docs/api.md, "Label": the special-use attributes, as IMAP spells them (RFC 6154). */
 export type SpecialUse = '\\Sent' | '\\Drafts' | '\\Trash' | '\\Junk' | '\\Archive';
 
-/** Spec 2.3 (common.json InboxGrant). */
+/** docs/api.md, "InboxGrant" (common.json InboxGrant). */
 export interface InboxGrant {
   inboxId: string;
   role: string;
@@ -26,7 +26,7 @@ export interface InboxList {
   inboxes: InboxGrant[];
 }
 
-/** Spec 2.4 (mail.json Label). */
+/** docs/api.md, "Label" (mail.json Label). */
 export interface Label {
   id: string;
   name: string;
@@ -40,7 +40,7 @@ export interface LabelList {
   labels: Label[];
 }
 
-/** Spec 2.6 (mail.json MessageSummary). */
+/** docs/api.md, "MessageSummary" (mail.json MessageSummary). */
 export interface MessageSummary {
   id: string;
   uid: number;
@@ -69,7 +69,7 @@ export interface MessageSearchPage {
   cursor?: string;
 }
 
-/** Spec 2.7: GET /inboxes/{inbox}/messages/{msg} (mail.json MessageDetail). */
+/** docs/api.md, "Message detail": GET /inboxes/{inbox}/messages/{msg} (mail.json MessageDetail). */
 export interface MessageDetail {
   message: MessageSummary;
   keyEpoch: number;
@@ -92,7 +92,7 @@ export interface FlagsResponse {
   flags: Flag[];
 }
 
-/** Spec 2.12: the data of each inbox stream event (mail.json LiveChange). */
+/** docs/api.md, "LiveChange": the data of each inbox stream event (mail.json LiveChange). */
 export interface LiveChange {
   type: 'message.added' | 'message.removed' | 'message.flags';
   msgId: string;
@@ -102,7 +102,7 @@ export interface LiveChange {
   flags?: Flag[];
 }
 
-/** Spec 2.8: one epoch's private key, sealed to the caller's user key. */
+/** docs/api.md, "Epoch keys": one epoch's private key, sealed to the caller's user key. */
 export interface EpochKey {
   epoch: number;
   wrapped: string;
@@ -126,7 +126,7 @@ export interface UserKeySet {
   fingerprint: string;
 }
 
-/** Spec 2.9: GET /inboxes/{inbox}/compose (crypto.json ComposeData). */
+/** docs/api.md, "Compose data": GET /inboxes/{inbox}/compose (crypto.json ComposeData). */
 export interface ComposeData {
   addresses: string[];
   epoch: number;

@@ -188,7 +188,7 @@ export interface DemoSeedOptions {
  */
 export async function runDemoSeed(opts: DemoSeedOptions): Promise<unknown> {
   const { loadConfig } = await import('../lib/config.ts');
-  const { openStaff } = await import('../lib/server.ts');
+  const { openStaff } = await import('../bin/staff.ts');
   const config = loadConfig();
   const mail: DemoMail = {
     imap: { host: config.imap.host, port: config.imap.port },
@@ -203,7 +203,7 @@ export async function runDemoSeed(opts: DemoSeedOptions): Promise<unknown> {
     if (existing) return { seeded: false, reason: `the demo is seeded already (inbox ${existing.id}); its tokens were printed then: make more with postern admin token create` };
     // The mail server may still be starting (compose starts both at once).
     const seededMail = await retrying(60_000, () => seedMailbox(mail));
-    const seeded = await seedProject(staff.admin, staff.passkeys, mail);
+    const seeded = await seedProject(staff.admin, await staff.passkeys(), mail);
     const arrived = seededMail ? await deliverSeed(mail) : true;
     return {
       ...describeDemo(seeded, mail, { api: opts.publicUrl ?? config.app.origin, app: config.app.origin }),

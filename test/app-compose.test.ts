@@ -196,7 +196,7 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
     expect(await source(b, fwd.id)).to.include('The original body.').and.include(`Subject: ${subject}`);
   });
 
-  // mail.delivery.accepted has project visibility: spec 4.6 shows it only with project:read, which a
+  // mail.delivery.accepted has project visibility: docs/api.md, "Events" shows it only with project:read, which a
   // web session never holds, so the screen shows the inbox events (docs/app.md, "Activity").
   it('the activity screen lists the member\'s inbox events newest first: the reply\'s \\Answered among them', async () => {
     const { page } = device;

@@ -1,5 +1,5 @@
-// The web app's open message in real Chromium, kept current by the inbox stream (issue 11
-// follow-ups): a flag a mail app changes shows without reopening, over the same stream the inbox
+// The web app's open message in real Chromium, kept current by the inbox stream (docs/app.md,
+// "Reading mail"): a flag a mail app changes shows without reopening, over the same stream the inbox
 // screen reads; a message a mail app expunges says so; plaintext a mail app appends to a
 // zero-access inbox shows "being secured" and opens by itself once Postern has sealed it; and the
 // mail screens work from the keyboard and at 320 px.

@@ -1,4 +1,4 @@
-// The web app's mail client in real Chromium (issue 11, item 3): a message that arrived through
+// The web app's mail client in real Chromium (docs/app.md, "Reading mail"): a message that arrived through
 // Postfix (text, HTML with a remote image, an inline cid: image, an attachment) read in a
 // compatible and a zero-access inbox, decrypted in the browser; the remote image provably not
 // fetched until "Show images"; the attachment saved byte for byte; a flag set in the app seen
@@ -226,7 +226,7 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     expect(await page.locator('#message-body b').count()).to.equal(0);
   });
 
-  it('pages newest first with the spec\'s limit and before, in another label', async () => {
+  it('pages newest first with the API\'s limit and before, in another label', async () => {
     const inbox = await p.inbox();
     await importMessages(inbox.imapUser, 'Projects', 55);
     const page = a.page;

@@ -1,4 +1,4 @@
-// The web app's search box (issue 20, item 4) in real Chromium: typed conditions show only the
+// The web app's search box (docs/search.md) in real Chromium: typed conditions show only the
 // matching messages, in the list's rows, which open the message; more results by cursor; an
 // empty result, a slip in the syntax and the API's refusal are each said; Escape and an empty
 // search go back to the list; a zero-access inbox's mail is found by its clear headers and opens

@@ -1,4 +1,4 @@
-// The web app under attack (issue 11's review): the server's headers on every /app response, a
+// The web app under attack (docs/app.md, "Security review"): the server's headers on every /app response, a
 // hostile HTML message that tries every way to load something remote, navigate, run script or
 // spoof a file name, an HTML attachment opened in a tab, and a session that ends while decrypted
 // mail is on screen. Remote loads are counted by a local HTTP server standing in for the sender's.

@@ -1,4 +1,4 @@
-// Spec section 5 rules 1-8 on GET /inboxes, and the HTTP surface every endpoint shares.
+// docs/api.md, "Authentication", rules 1-8 on GET /inboxes, and the HTTP surface every endpoint shares.
 import { expect } from 'chai';
 import { call, expectError, json, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
 

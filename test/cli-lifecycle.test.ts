@@ -1,4 +1,4 @@
-// The staff lifecycle commands (issue 19 item 6): lists and shows as JSON without secrets, and
+// The staff lifecycle commands (docs/operations.md, "Staff commands"): lists and shows as JSON without secrets, and
 // the destructive ones (project delete, member remove, inbox remove, token and session revoke)
 // acting only with --yes, on the store a running server serves from (either engine).
 import { expect } from 'chai';

@@ -62,6 +62,11 @@ describe('configuration', () => {
       [{ POSTERN_BODY_IDLE_TIMEOUT_MS: '0' }, /^POSTERN_BODY_IDLE_TIMEOUT_MS must be/],
       [{ POSTERN_METRICS_LISTEN: '9464' }, /^POSTERN_METRICS_LISTEN must be host:port, got "9464"/],
       [{ POSTERN_METRICS_LISTEN: '127.0.0.1:99999' }, /^POSTERN_METRICS_LISTEN must be host:port/],
+      [{ POSTERN_RATE_REQUESTS: '-1' }, /^POSTERN_RATE_REQUESTS must be a number from 0/],
+      [{ POSTERN_RATE_EXPENSIVE: '.5' }, /^POSTERN_RATE_EXPENSIVE must be a number from 0/],
+      [{ POSTERN_RATE_EXPENSIVE: '1e3' }, /^POSTERN_RATE_EXPENSIVE must be a number from 0/],
+      [{ POSTERN_RATE_BURST: '0' }, /^POSTERN_RATE_BURST must be a whole number from 1/],
+      [{ POSTERN_RATE_EXPENSIVE_BURST: '2.5' }, /^POSTERN_RATE_EXPENSIVE_BURST must be a whole number/],
     ];
     for (const [env, message] of cases) expect(refusal({ ...PASSWORD, ...env }), JSON.stringify(env)).to.match(message);
   });
@@ -78,6 +83,9 @@ describe('configuration', () => {
     // A stalled body is cut long before the whole request's deadline (nginx's client_body_timeout).
     expect(loadConfig(PASSWORD).http).to.deep.include({ bodyIdleTimeoutMs: 30_000, requestTimeoutMs: 300_000 });
     expect(loadConfig({ ...PASSWORD, POSTERN_BODY_IDLE_TIMEOUT_MS: '1500' }).http.bodyIdleTimeoutMs).to.equal(1500);
+    // Request budgets: generous for every request, tighter for searches, downloads and tool calls.
+    expect(loadConfig(PASSWORD).rate).to.deep.equal({ requests: { perSecond: 100, burst: 200 }, expensive: { perSecond: 10, burst: 40 } });
+    expect(loadConfig({ ...PASSWORD, POSTERN_RATE_EXPENSIVE: '0.5', POSTERN_RATE_REQUESTS: '0' }).rate).to.deep.include({ requests: { perSecond: 0, burst: 200 }, expensive: { perSecond: 0.5, burst: 40 } });
   });
 
   describe('bin/postern serve', function () {

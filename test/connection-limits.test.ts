@@ -1,4 +1,4 @@
-// Issue 8.6: slow clients do not hold sockets forever. A connection whose headers, or whose body,
+// docs/mail.md, "Limits": slow clients do not hold sockets forever. A connection whose headers, or whose body,
 // do not arrive in time gets a JSON 408 and is closed; an open event stream is not cut by those
 // deadlines; a body that stops arriving is cut after POSTERN_BODY_IDLE_TIMEOUT_MS, while a slow one
 // that keeps moving is not; one address holds a bounded number of connections (429 beyond), except

@@ -1,4 +1,4 @@
-// Decrypted content (spec 4.4): /content, /source, /attachments/{n} for tokens with content:read
+// Decrypted content (docs/api.md, "Content"): /content, /source, /attachments/{n} for tokens with content:read
 // on compatible inboxes, each read audited as access.content.read before any byte goes out,
 // never cached; every 403/404 case; a 20 MB attachment streamed whole.
 import { randomBytes } from 'node:crypto';

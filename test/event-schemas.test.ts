@@ -1,4 +1,4 @@
-// Compiled event data schemas are freed, not just forgotten (issue 8, item 7): registering and
+// Compiled event data schemas are freed, not just forgotten (docs/events.md, "Registered types"): registering and
 // publishing 20,000 type versions must not keep 20,000 compiled schemas on the heap. Measured in
 // a child process started with --expose-gc (test/schema-cache-heap.ts), so collections are real
 // and this process's own heap does not blur the figure.

@@ -1,5 +1,5 @@
 // Which version of a registered type an event is recorded as: the newest non-deprecated version
-// its data matches (issue 8, item 4). The HTTP side is in events.test.ts ("publishing").
+// its data matches (docs/events.md, "Registered types"). The HTTP side is in events.test.ts ("publishing").
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

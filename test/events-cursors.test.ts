@@ -1,4 +1,4 @@
-// Cursors are private to their project (issue 8, item 8): they do not move with other projects'
+// Cursors are private to their project (docs/events.md, "Cursors"): they do not move with other projects'
 // events, another project's cursor is a 400, old clear-text cursors get a clear 400, and the
 // same place always has the same cursor, on pages, on publish and on live frames.
 import { expect } from 'chai';

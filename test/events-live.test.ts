@@ -1,4 +1,4 @@
-// Live streams of the project event log (spec 6.2) and paging under concurrent writers: frames,
+// Live streams of the project event log (docs/api.md, "Project event log") and paging under concurrent writers: frames,
 // heartbeats, resume after a forced disconnect, backfill joined to live without a gap, slow
 // clients cut off, and 10,000 events paged while writers append.
 import { request, type IncomingMessage } from 'node:http';
@@ -123,7 +123,7 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
     const ids = got.map((e) => e.id);
     const unique = new Set(ids);
     for (const id of written) expect(unique.has(id), `missing ${id}`).to.equal(true);
-    // Resuming from the exact cursor repeats nothing here (the spec would allow repeats).
+    // Resuming from the exact cursor repeats nothing here (repeats would be allowed: docs/api.md, "Project event log").
     expect(unique.size).to.equal(ids.length);
     // Order is the log's order.
     const seqB = c2.events().filter((e) => e.containerid === B).map((e) => Number(e.sequence));

@@ -1,4 +1,4 @@
-// The project event log over HTTP (spec 2.13-2.15, 4.6, 6.2-6.4, 7, 8): catalog, registered
+// The project event log over HTTP (docs/api.md: "EventType" to "Event", "Events", "Project event log" to "Which operation emits which event", "Errors", "Limits"): catalog, registered
 // types, publishing with idempotency, paged reads and the visibility matrix.
 import { request } from 'node:http';
 import { expect } from 'chai';
@@ -352,7 +352,7 @@ describe('events: publishing (POST /events)', () => {
     expect(await s.postern.events.lastPosition()).to.equal(before + 1);
   });
 
-  it('Idempotency-Key: first 201, then 200 duplicate with the first event whatever the body holds (spec 4.6); nothing stored twice', async () => {
+  it('Idempotency-Key: first 201, then 200 duplicate with the first event whatever the body holds (docs/api.md, "Events"); nothing stored twice', async () => {
     const body = { type: 'ext.deploy.finished', data: { service: 'idem', seconds: 1 } };
     const first = await post(s, writer, body, { 'idempotency-key': 'deploy-1' });
     expect(first.status).to.equal(201);

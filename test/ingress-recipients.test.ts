@@ -1,4 +1,4 @@
-// Recipient resolution at the delivery ingress (issue 16 item 1): Dovecot delivers a detail form
+// Recipient resolution at the delivery ingress (docs/ingress.md, "Recipients"): Dovecot delivers a detail form
 // (user+news@…), another case, the bare IMAP user name and whatever an alias rewrites to into the
 // same user's INBOX, so the ingress resolves every recipient to its Dovecot user as Dovecot will
 // and seals whatever reaches a zero-access inbox. Each form goes through Postfix.

@@ -173,7 +173,7 @@ describe('mail read API', function () {
     const etag = first.headers.get('etag')!;
     expect(etag).to.match(/^"[\w-]+"$/);
     const body = await json<Record<string, unknown>>(first);
-    // Spec 2.7: the data key for /raw (made at this first read: test/encryption.test.ts).
+    // docs/api.md, "Message detail": the data key for /raw (made at this first read: test/encryption.test.ts).
     expect(body).to.include.keys('keyEpoch', 'wrappedDek');
     expect(body).to.have.property('messageId').that.match(/^<t\d+/);
 

@@ -1,4 +1,4 @@
-// Every inbox watched, always (issue 12): a mail app's changes reach the project event log with
+// Every inbox watched, always (docs/watch.md): a mail app's changes reach the project event log with
 // nobody streaming and nobody reading, through Dovecot's push hints (real Dovecot, real Lua
 // script), through the sweep when a hint is lost, and through NOTIFY where there is no push.
 import { spawn } from 'node:child_process';
@@ -122,7 +122,7 @@ async function labelIdOf(s: TestServer, token: string, inboxId: string, name: st
   return (await json<{ labels: Array<{ id: string; name: string }> }>(res)).labels.find((l) => l.name === name)!.id;
 }
 
-describe('every inbox watched, always (issue 12)', function () {
+describe('every inbox watched, always', function () {
   this.timeout(60_000);
 
   it('push mode: once hints flow, reads trust the index, and a mail app\'s change is in the next read after its command returns', async () => {
@@ -378,7 +378,7 @@ describe('every inbox watched, always (issue 12)', function () {
         await append(app, 'INBOX', { subject: 'after the removal' });
         // Dovecot's hint arrived and found no inbox: Postern had its chance to record it.
         await until('the hint for the removed inbox', async () => s.postern.watchAll.stats.unknownHints > hintsBefore);
-        // Kept in the log (spec 6.2), though no grant reaches them over the API any more.
+        // Kept in the log (docs/api.md, "Project event log"), though no grant reaches them over the API any more.
         const kept = await s.postern.store.events.read({
           projectId: p.projectId,
           after: 0,

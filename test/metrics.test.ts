@@ -1,4 +1,4 @@
-// Prometheus metrics (issue 19.4, docs/operations.md "Metrics"): after real traffic (reads, a
+// Prometheus metrics (docs/operations.md, "Metrics"): after real traffic (reads, a
 // delivery through Postfix and Dovecot's push hint, a send, streams, a webhook), a scrape of
 // POSTERN_METRICS_LISTEN has every family with its labels, no id in any label, and the public
 // port does not serve it. With POSTERN_WORKERS=2 the primary serves every worker's as one.
@@ -54,7 +54,7 @@ async function scrape(metricsUrl: string): Promise<{ text: string; samples: Samp
 /** Ids Postern mints (lib/ids.ts): none may be a label value. */
 const ID = /\b(?:prj|mem|ibx|tok|msg|evt|whk|lbl|ses)_[0-9A-Za-z]{10,}/;
 
-describe('metrics (issue 19.4)', function () {
+describe('metrics', function () {
   this.timeout(120_000);
 
   describe('one process', () => {
@@ -177,6 +177,12 @@ describe('metrics (issue 19.4)', function () {
       expect(value(samples, 'postern_unsealed_messages')).to.be.at.least(0);
       expect(value(samples, 'postern_webhook_queue_age_seconds')).to.be.at.least(0);
       expect(value(samples, 'postern_webhook_deliveries_total', { outcome: 'delivered' })).to.be.greaterThan(0);
+      // Kept reads: PostgreSQL's, served once its listening connection is heard (docs/deployment.md).
+      if (s.postern.store.engine === 'postgres') {
+        await until('kept reads served', async () => value((await scrape(metricsUrl)).samples, 'postern_store_kept_reads_served') === 1);
+      } else {
+        expect(find(samples, 'postern_store_kept_reads_served')).to.deep.equal([]);
+      }
 
       // Once the streams end, they are no longer counted.
       for (const stream of streams.splice(0)) await stream.close();

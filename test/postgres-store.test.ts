@@ -1,4 +1,4 @@
-// The PostgreSQL store's foundation (issue 17): the mail environment's private cluster (or the
+// The PostgreSQL store's foundation (docs/deployment.md): the mail environment's private cluster (or the
 // server POSTERN_TEST_DATABASE_URL names), the pool's settings, the migrations (applied in order,
 // each once even when several migrators start together, a failed one leaving nothing behind)
 // and `postern admin migrate`. Each test works in a database of its own, dropped after.
@@ -9,19 +9,31 @@ import { expect } from 'chai';
 import pg from 'pg';
 import { migratePg, openPgPool, readPgMigrations, type MigrateResult, type PgMigration } from '../adapters/store/postgres/db.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
+import { HEARTBEAT_BOUND } from '../adapters/store/postgres/changes.ts';
 import { openPostgresStore } from '../adapters/store/postgres/store.ts';
 import { arrayLiteral } from '../adapters/store/postgres/sql.ts';
 import { ConfigError, loadConfig } from '../lib/config.ts';
+import type { Store } from '../lib/store.ts';
 import { runPostern as postern } from './processes.ts';
 import { emptyDatabase } from './store-contract/postgres.ts';
+import { TcpTap, type TapConnection } from './tcp-tap.ts';
 
 const EVENT_LOG_TABLES = ['events', 'event_streams', 'event_idempotency', 'event_log', 'event_types'];
 /** SQLite's text index (FTS5 and its own tables): PostgreSQL's is a column (mail_messages.search). */
 const isSqliteTextIndex = (table: string) => table.startsWith('mail_search');
 
+/** A project prj_NAME, its member mem_NAME and two of its tokens, tok_NAME1 and tok_NAME2 (scope events:write). */
+async function twoTokens(store: Store, name: string, now: number): Promise<void> {
+  await store.directory.createProject({ id: `prj_${name}`, name, createdAt: now });
+  await store.directory.createMember({ id: `mem_${name}`, projectId: `prj_${name}`, email: `${name}@example.org`, createdAt: now });
+  for (const n of [1, 2]) {
+    await store.directory.createToken({ id: `tok_${name}${n}`, projectId: `prj_${name}`, memberId: `mem_${name}`, scopes: ['events:write'], inboxes: null, secretHash: Buffer.alloc(32), createdAt: now, expiresAt: null, revokedAt: null });
+  }
+}
+
 const versions = (list: { version: number }[]) => list.map((m) => m.version);
 
-describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
+describe('PostgreSQL store: cluster, pool, migrations', function () {
   this.timeout(60_000);
   let db: { url: string; drop: () => Promise<void> };
   const pools: pg.Pool[] = [];
@@ -90,7 +102,7 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
       const tables = sqlite.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").pluck().all() as string[];
       expect(tables.length).to.be.greaterThan(30);
       // The event log's tables (002_events.sql) are shaped by PostgreSQL's own ordering of
-      // concurrent writers (issue 17, item 4), not translated column for column.
+      // concurrent writers (docs/events.md, "On PostgreSQL: a log that never skips"), not translated column for column.
       for (const table of tables.filter((t) => !EVENT_LOG_TABLES.includes(t) && !isSqliteTextIndex(t))) {
         const columns = (sqlite.pragma(`table_info(${table})`) as { name: string }[]).map((c) => c.name);
         for (const column of columns) if (!pgColumns.get(table)?.has(column)) missing.push(`${table}.${column}`);
@@ -203,30 +215,34 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
     });
   });
   it('each process keeps the tokens and event types it read until any process changes them: the change is announced at commit', async function () {
-    const [a, b] = [await openPostgresStore(db.url, { keepMs: 60_000 }), await openPostgresStore(db.url, { keepMs: 60_000 })];
+    const heard = [false, false];
+    const open = (i: number) => openPostgresStore(db.url, { keepMs: 60_000, onListenerState: (live) => (heard[i] = live) });
+    const [a, b] = [await open(0), await open(1)];
     const raw = pool();
     try {
       const now = Date.now();
-      await a.directory.createProject({ id: 'prj_kept', name: 'kept', createdAt: now });
-      await a.directory.createMember({ id: 'mem_kept', projectId: 'prj_kept', email: 'kept@example.org', createdAt: now });
-      const token = (id: string) => ({ id, projectId: 'prj_kept', memberId: 'mem_kept', scopes: ['events:write'], inboxes: null, secretHash: Buffer.alloc(32), createdAt: now, expiresAt: null, revokedAt: null });
-      await a.directory.createToken(token('tok_kept1'));
-      await a.directory.createToken(token('tok_kept2'));
-      // Each store listens on a connection of its own, opened at its first read.
+      await twoTokens(a, 'kept', now);
+      // Each store listens on a connection of its own, opened at its first read, and keeps what it
+      // reads once its first heartbeat came back on it.
       await a.directory.getToken('tok_kept1');
       await b.directory.getToken('tok_kept1');
-      const listening = async () =>
-        (await raw.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'postern (changes)' AND state = 'idle' AND query LIKE 'LISTEN%'")).rows[0]!.n;
-      for (const deadline = Date.now() + 10_000; (await listening()) < 2; ) {
+      for (const deadline = Date.now() + 10_000; !heard.every(Boolean); ) {
         if (Date.now() > deadline) throw new Error('the stores never listened');
         await new Promise((r) => setTimeout(r, 20));
       }
+      expect((await raw.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'postern (changes)' AND query LIKE 'LISTEN%'")).rows[0]!.n).to.equal(2);
       // Kept: a change made without its notice (the trigger off) is not seen by A.
       expect((await a.directory.getToken('tok_kept1'))?.scopes).to.deep.equal(['events:write']);
       await raw.query('ALTER TABLE tokens DISABLE TRIGGER tokens_changed');
       await raw.query("UPDATE tokens SET scopes = 'events:read' WHERE id = 'tok_kept1'");
       await raw.query('ALTER TABLE tokens ENABLE TRIGGER tokens_changed');
       expect((await a.directory.getToken('tok_kept1'))?.scopes).to.deep.equal(['events:write']);
+      // What an operator sends after such a write (docs/deployment.md): every process drops all it kept.
+      await raw.query('NOTIFY postern_forget');
+      for (const deadline = Date.now() + 5_000; (await a.directory.getToken('tok_kept1'))?.scopes[0] !== 'events:read'; ) {
+        if (Date.now() > deadline) throw new Error('A still serves what it kept after NOTIFY postern_forget');
+        await new Promise((r) => setTimeout(r, 5));
+      }
       // Revoked through B: A drops it when the notice arrives.
       expect(await b.directory.revokeToken('tok_kept1', now)).to.equal(true);
       for (const deadline = Date.now() + 5_000; (await a.directory.getToken('tok_kept1'))?.revokedAt !== now; ) {
@@ -253,7 +269,9 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
   });
 
   it("each process keeps a member's grant, an inbox and its index's seeded state until any process changes them", async function () {
-    const [a, b] = [await openPostgresStore(db.url, { keepMs: 60_000 }), await openPostgresStore(db.url, { keepMs: 60_000 })];
+    const heard = [false, false];
+    const open = (i: number) => openPostgresStore(db.url, { keepMs: 60_000, onListenerState: (live) => (heard[i] = live) });
+    const [a, b] = [await open(0), await open(1)];
     const raw = pool();
     const until = async (what: string, done: () => Promise<boolean>) => {
       for (const deadline = Date.now() + 5_000; !(await done()); ) {
@@ -274,8 +292,7 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
       // Both listening (as in the test above), then everything read once on each.
       await a.directory.getGrant('mem_keep', 'ibx_keep1');
       await b.directory.getGrant('mem_keep', 'ibx_keep1');
-      await until('the stores never listened', async () =>
-        (await raw.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'postern (changes)' AND state = 'idle' AND query LIKE 'LISTEN%'")).rows[0]!.n >= 2);
+      await until('the stores never listened', async () => heard.every(Boolean));
       for (const s of [a, b]) {
         for (const n of [1, 2]) expect((await s.directory.getGrant('mem_keep', `ibx_keep${n}`))?.role).to.equal('reader');
         expect((await s.directory.getInbox('ibx_keep2'))?.addresses).to.deep.equal(['keep2@example.org']);
@@ -309,6 +326,94 @@ describe('PostgreSQL store: cluster, pool, migrations (issue 17)', function () {
     } finally {
       await a.close();
       await b.close();
+    }
+  });
+});
+
+describe('PostgreSQL store: kept reads fail closed when the listening connection goes silent', function () {
+  this.timeout(60_000);
+  let db: { url: string; drop: () => Promise<void> };
+  let tap: TcpTap | null = null;
+
+  beforeEach(async function () {
+    db = await emptyDatabase();
+  });
+
+  afterEach(async function () {
+    await tap?.close();
+    tap = null;
+    await db.drop();
+  });
+
+  const until = async (what: string, withinMs: number, done: () => Promise<boolean> | boolean) => {
+    for (const deadline = Date.now() + withinMs; !(await done()); ) {
+      if (Date.now() > deadline) throw new Error(what);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+
+  it('a token revoked while the listening connection is frozen is refused within 3 heartbeats; a new connection is opened and kept reads resume', async function () {
+    // A's listening connection goes through a relay that can freeze a connection: hold its bytes
+    // both ways and close nothing, as a NAT that dropped it or a half-open connection does. Its
+    // pool goes direct, so only the notices stop.
+    const server = new URL(db.url);
+    const frozen = new Set<TapConnection>();
+    const seen = new Set<TapConnection>();
+    const hold = (_chunk: Buffer, conn: TapConnection): 'forward' | 'handled' => {
+      seen.add(conn);
+      return frozen.has(conn) ? 'handled' : 'forward';
+    };
+    tap = new TcpTap({ host: server.hostname, port: Number(server.port) }, { onClient: hold, onServer: hold });
+    const relayed = new URL(db.url);
+    relayed.host = `127.0.0.1:${await tap.start()}`;
+    const heartbeatMs = 300;
+    const boundMs = heartbeatMs * HEARTBEAT_BOUND;
+    const states: boolean[] = [];
+    const a = await openPostgresStore(db.url, { keepMs: 60_000, heartbeatMs, listenUrl: relayed.toString(), onListenerState: (live) => states.push(live) });
+    const b = await openPostgresStore(db.url, { keepMs: 60_000 });
+    const raw = openPgPool(db.url);
+    try {
+      const now = Date.now();
+      await twoTokens(b, 'frozen', now);
+      // Kept by A: a change made without its notice (the trigger off) is not seen.
+      const changedUnannounced = async (id: string) => {
+        await raw.query('ALTER TABLE tokens DISABLE TRIGGER tokens_changed');
+        await raw.query("UPDATE tokens SET scopes = scopes || ' events:read' WHERE id = $1", [id]);
+        await raw.query('ALTER TABLE tokens ENABLE TRIGGER tokens_changed');
+      };
+      const scopes = async (id: string) => (await a.directory.getToken(id))?.scopes.join(' ');
+
+      // The first read starts A listening; once a heartbeat came back, what A reads is kept.
+      await a.directory.getToken('tok_frozen1');
+      await until('A never heard its heartbeat', 10_000, () => states.at(-1) === true);
+      expect(seen.size).to.equal(1);
+      expect(await scopes('tok_frozen1')).to.equal('events:write');
+      await changedUnannounced('tok_frozen1');
+      expect(await scopes('tok_frozen1')).to.equal('events:write');
+
+      // Frozen: B's revocation is never announced to A, yet A refuses the token within the bound.
+      for (const conn of seen) frozen.add(conn);
+      expect(await b.directory.revokeToken('tok_frozen1', now)).to.equal(true);
+      // The bound, plus room for a read and a loaded machine.
+      await until(`A still served the revoked token ${boundMs + 1500} ms after the revocation`, boundMs + 1500, async () => (await a.directory.getToken('tok_frozen1'))?.revokedAt === now);
+      expect(states).to.deep.equal([true, false]);
+      // Not heard: nothing is kept, every read is the database's.
+      await changedUnannounced('tok_frozen2');
+      expect(await scopes('tok_frozen2')).to.equal('events:write events:read');
+
+      // The frozen connection never thaws: A closes it after 10 silent heartbeats and listens on a
+      // new one, and once that is heard what A reads is kept again.
+      await until('A never listened again', 20_000, () => seen.size === 2 && states.at(-1) === true);
+      expect(await scopes('tok_frozen2')).to.equal('events:write events:read');
+      await changedUnannounced('tok_frozen2');
+      expect(await scopes('tok_frozen2')).to.equal('events:write events:read');
+      // And notices are heard on it: a revocation through B is refused by A at once.
+      expect(await b.directory.revokeToken('tok_frozen2', now)).to.equal(true);
+      await until('A still serves the token revoked through B', 5_000, async () => (await a.directory.getToken('tok_frozen2'))?.revokedAt === now);
+    } finally {
+      await a.close();
+      await b.close();
+      await raw.end();
     }
   });
 });

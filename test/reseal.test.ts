@@ -2,7 +2,7 @@
 // same flags, same INTERNALDATE, the plaintext expunged; a sealed message is never sealed again;
 // two Postern processes that both see the append re-seal it once.
 //
-// Durable sealing (issue 16 item 2): a mailbox that becomes a zero-access inbox with mail in it
+// Durable sealing (docs/ingress.md, "Re-sealing what mail apps append"): a mailbox that becomes a zero-access inbox with mail in it
 // has every message sealed, exactly once, also across a `kill -9` of `postern serve`; an attempt
 // that died between its APPEND and its EXPUNGE is finished, not repeated.
 import { spawn } from 'node:child_process';

@@ -13,7 +13,7 @@ export interface TestEpochKey {
   armoredPrivate: string;
 }
 
-/** An epoch-shaped key: v4, Ed25519 primary, Curve25519 encryption subkey (DESIGN.md 5). */
+/** An epoch-shaped key: v4, Ed25519 primary, Curve25519 encryption subkey (docs/encryption.md, "Keys"). */
 export async function testEpochKey(epoch = 1): Promise<TestEpochKey> {
   const { privateKey } = await openpgp.generateKey({ type: 'ecc', curve: 'curve25519Legacy', userIDs: [{ name: 'test epoch', email: 'epoch@postern.test' }], format: 'armored' });
   const priv = await openpgp.readPrivateKey({ armoredKey: privateKey });

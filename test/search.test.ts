@@ -1,4 +1,4 @@
-// Message search (issue 20): GET /inboxes/{inbox}/search with JMAP's filter names, on real
+// Message search (docs/search.md): GET /inboxes/{inbox}/search with JMAP's filter names, on real
 // Dovecot, on the engine POSTERN_TEST_STORE names. Each filter, combinations, paging with the
 // cursor, body/text through Dovecot's SEARCH (content:read, compatible inboxes only, audited),
 // metadata in a zero-access inbox, sessions on {app_url}, and every refusal.
@@ -279,6 +279,14 @@ describe('message search', function () {
     }
     const page = await json<MessageSearchPage>(await call(url({ body: 'kumquats', limit: '100' }, s.base, box.id), { token: boxReader }));
     expect(page.messages).to.have.length(58);
+  });
+
+  it('422 beyond the words and prefixes one search may have; a one-letter last word matches a whole word only', async () => {
+    // One piece of 25 words (POSTERN_SEARCH_MAX_WORDS: 24), then 13 pieces each ending in a prefix (POSTERN_SEARCH_MAX_PREFIXES: 12).
+    await expectError(await call(url({ subject: Array.from({ length: 25 }, (_, i) => `w${i}`).join('.') }), { token }), 422, /25 words .*at most 24/);
+    await expectError(await call(url({ from: 'a b', subject: Array.from({ length: 13 }, (_, i) => `p${i}`).join(' ') }), { token }), 422, /13 space-separated pieces .*at most 12/);
+    expect(await subjects({ from: 'c' }), 'not a prefix of carol').to.deep.equal([]);
+    expect(await subjects({ from: 'car' })).to.deep.equal(['Invoice April (PDF)']);
   });
 
   it('400 for what cannot be searched, 404 for a label or inbox not there', async () => {

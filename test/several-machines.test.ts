@@ -1,4 +1,4 @@
-// Several machines, one service (issue 17, items 4 and 5): three `postern serve` processes, each in
+// Several machines, one service (docs/deployment.md, "Several machines on one store: what is proven"): three `postern serve` processes, each in
 // a working directory of its own (standing in for a machine: nothing on its disk), sharing one
 // PostgreSQL database (POSTERN_DATABASE_URL) and one Redis, every inbox watched (POSTERN_WATCH=notify).
 // Any machine answers any request; a change is recorded once and seen through all; one machine
@@ -67,7 +67,7 @@ const idOf = (frameData: string) => (JSON.parse(frameData) as WireEvent).id;
 
 const data = (e: WireEvent) => e.data as { msgId: string; labelId: string; uid?: number; flags?: string[] };
 
-describe('several machines: three postern serve on one PostgreSQL and one Redis (issue 17)', function () {
+describe('several machines: three postern serve on one PostgreSQL and one Redis', function () {
   this.timeout(60_000);
   let db: { url: string; drop(): Promise<void> };
   /** Where the in-process admin's POSTERN_DB points: it must stay empty too. */

@@ -1,4 +1,4 @@
-// Backup, restore and moving a store between engines (issue 17; docs/deployment.md, "Backup and
+// Backup, restore and moving a store between engines (docs/deployment.md, "Backup and
 // restore" and "From one machine to several"): a SQLite backup taken while a server writes, a
 // PostgreSQL database through pg_dump and pg_restore, and `postern admin export` from SQLite
 // imported into PostgreSQL (and back). Each copy is served by a new Postern and must answer as the

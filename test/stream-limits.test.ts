@@ -1,4 +1,4 @@
-// Issue 8.5: one caller cannot take every IMAP connection. Open live streams are capped per
+// docs/access.md, "How many streams and connections a caller may hold": one caller cannot take every IMAP connection. Open live streams are capped per
 // credential and per project (429 with Retry-After), for inbox streams and project event streams
 // alike, and watchers never take the share of the pool kept for reads: another project's reads
 // stay fast however many inboxes one token streams.

@@ -194,6 +194,9 @@ describe('webhooks: the delivery client', () => {
     const refused = await failure(post(`http://127.0.0.1:${port}/`));
     expect(refused).to.include({ reason: 'connection', address: '127.0.0.1' });
     expect(refused.message).to.match(/ECONNREFUSED/);
+    // By name: the URL's host, not the address it resolved to.
+    const named = await failure(post(`http://hooks.example.test:${port}/`, { resolve: scripted({ 'hooks.example.test': [['127.0.0.1']] }) }));
+    expect(named).to.include({ reason: 'connection', address: '127.0.0.1', message: 'connecting to hooks.example.test failed: ECONNREFUSED' });
 
     const dir = mkdtempSync(join(tmpdir(), 'postern-webhook-tls-'));
     try {
@@ -291,6 +294,8 @@ describe('webhooks: the delivery client', () => {
         const err = await failure(post('http://hooks.example.test/', { resolve, allow: [] }));
         expect(err.reason, address).to.equal('refused-address');
         expect(err.address, address).to.equal(address);
+        // The message goes to the endpoint's owner: neither the address nor its kind.
+        expect(err.message, address).to.equal('hooks.example.test resolves to an address Postern does not call (docs/webhooks.md)');
         expect(resolve.calls).to.deep.equal(['hooks.example.test']);
       }
     });

@@ -18,8 +18,11 @@ export interface Received {
   at: number;
 }
 
-/** What to answer: a status (with headers), or 'hang' (never answer; the sender times out). */
-export type Answer = { status: number; headers?: Record<string, string> } | 'hang';
+/**
+ * What to answer: a status (with headers; after `delayMs`, a slow receiver), or 'hang' (never
+ * answer; the sender times out).
+ */
+export type Answer = { status: number; headers?: Record<string, string>; delayMs?: number } | 'hang';
 
 export class Receiver {
   readonly received: Received[] = [];
@@ -28,6 +31,8 @@ export class Receiver {
   secrets: string[] = [];
   answer: (r: Received) => Answer = () => ({ status: 204 });
   private readonly hanging = new Set<ServerResponse>();
+  /** Requests whose sender closed the connection before it was answered. */
+  cutShort = 0;
   private server: Server | null = null;
   url = '';
 
@@ -88,10 +93,16 @@ export class Receiver {
     };
     this.received.push(r);
     const answer = this.answer(r);
-    if (answer === 'hang') {
+    if (answer === 'hang' || answer.delayMs) {
       this.hanging.add(res);
-      res.on('close', () => this.hanging.delete(res));
-      return;
+      res.on('close', () => {
+        this.hanging.delete(res);
+        if (!res.writableEnded) this.cutShort++;
+      });
+      if (answer === 'hang') return;
+      await new Promise((resolve) => setTimeout(resolve, answer.delayMs));
+      if (!this.hanging.has(res)) return;
+      this.hanging.delete(res);
     }
     if (answer.status >= 200 && answer.status < 300) this.delivered.add(r.id);
     res.writeHead(answer.status, answer.headers ?? {});

@@ -1,4 +1,4 @@
-// Webhook deliveries (issue 18, items 2-5; docs/webhooks.md) against a real receiver verifying
+// Webhook deliveries (docs/webhooks.md) against a real receiver verifying
 // with `standardwebhooks`: mail from SMTP and a mail app's change reach it, filters and the
 // token's reach hold, retries (a shortened schedule) bring everything once the receiver is back,
 // Retry-After is heeded, 410 and failing for too long disable, a revoked token stops its
@@ -10,90 +10,23 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { openStore } from '../adapters/store/open.ts';
 import { loadConfig } from '../lib/config.ts';
-import type { Webhook, WebhookCreated, WebhookDeliveryList, WebhookSecret, WebhookTestResult } from '../schemas/wire.ts';
-import { register, post as publish, type WireEvent } from './events-helpers.ts';
-import { call, envVars, json, mailEnv, newProject, newStore, startPostern, type TestProject, type TestServer } from './harness.ts';
+import type { WebhookSecret, WebhookTestResult } from '../schemas/wire.ts';
+import { call, envVars, json, mailEnv, newStore, startPostern, type TestServer } from './harness.ts';
 import { append, deliver, mailApp, until } from './mail-fixtures.ts';
 import { freePort, runPostern, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { Receiver } from './webhook-receiver.ts';
-
-const SCHEMA = 'https://postern.dev/schemas/webhooks.json#/$defs/';
-const SCOPES = ['webhooks:write', 'events:read', 'events:write', 'project:read'];
-
-/** Retries in a blink, loopback receivers allowed, leases short enough for a test to outlive. */
-const FAST: Record<string, string> = {
-  POSTERN_EVENTS_SETTLE_MS: '0',
-  POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: '1',
-  POSTERN_WEBHOOK_ALLOW: '127.0.0.1/32',
-  POSTERN_WEBHOOK_RETRY_SCHEDULE: '300ms,300ms,300ms,300ms,300ms,300ms,300ms,300ms',
-  POSTERN_WEBHOOK_POLL_MS: '100',
-  POSTERN_WEBHOOK_TIMEOUT_MS: '2000',
-  POSTERN_WEBHOOK_LEASE_MS: '4000',
-};
-
-function api(s: TestServer, token: string) {
-  const send = async (method: string, path: string, body?: unknown) =>
-    call(`${s.base}${path}`, {
-      method,
-      token,
-      ...(body !== undefined ? { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) } : {}),
-    });
-  return {
-    token,
-    send,
-    async hook(receiver: Receiver, body: Record<string, unknown> = {}): Promise<WebhookCreated> {
-      const res = await send('POST', '/webhooks', { url: receiver.url, ...body });
-      expect(res.status, await res.clone().text()).to.equal(201);
-      const made = await json<WebhookCreated>(res);
-      receiver.secrets = [made.secret];
-      return made;
-    },
-    async get(id: string): Promise<Webhook> {
-      return json<Webhook>(await send('GET', `/webhooks/${id}`));
-    },
-    async deliveries(id: string, query = ''): Promise<WebhookDeliveryList> {
-      const res = await send('GET', `/webhooks/${id}/deliveries${query}`);
-      expect(res.status, await res.clone().text()).to.equal(200);
-      return s.postern.validator.body<WebhookDeliveryList>(`${SCHEMA}WebhookDeliveryList`, await json(res));
-    },
-    /** Publishes ext.order.shipped events; their ids, in order. */
-    async ship(n: number): Promise<string[]> {
-      const ids: string[] = [];
-      for (let i = 0; i < n; i++) {
-        const res = await publish(s, token, { type: 'ext.order.shipped', data: { orderId: `o-${i}` } });
-        expect(res.status, await res.clone().text()).to.equal(201);
-        ids.push((await json<{ id: string }>(res)).id);
-      }
-      return ids;
-    },
-    async events(query: string): Promise<WireEvent[]> {
-      return (await json<{ events: WireEvent[] }>(await send('GET', `/events?${query}`))).events;
-    },
-  };
-}
-
-async function project(s: TestServer): Promise<{ p: TestProject; token: string; a: ReturnType<typeof api> }> {
-  const p = await newProject(s);
-  const token = await p.token(SCOPES);
-  await register(s, token, { name: 'ext.order.shipped', description: 'An order left.', data: [{ name: 'orderId', type: 'string', required: true }] });
-  return { p, token, a: api(s, token) };
-}
+import { api, FAST, project, receiverPool, SCHEMA } from './webhook-api.ts';
 
 describe('webhook deliveries', function () {
   this.timeout(60_000);
   let s: TestServer;
-  const receivers: Receiver[] = [];
-  const receiver = async () => {
-    const r = await new Receiver().start();
-    receivers.push(r);
-    return r;
-  };
+  const { receiver, close: closeReceivers } = receiverPool();
 
   before(async () => {
     s = await startPostern(FAST);
   });
   after(async () => {
-    for (const r of receivers) await r.close();
+    await closeReceivers();
     await s?.close();
   });
 
@@ -350,10 +283,71 @@ describe('webhook deliveries', function () {
       expect(refused.delivered).to.equal(false);
       expect(refused.status).to.equal(null);
       expect(refused.error).to.match(/127\.0\.0\.1.*loopback/);
+      // By name: refused without saying what the name resolved to (the check is no DNS oracle).
+      const named = await sa.hook(r, { url: r.url.replace('127.0.0.1', 'localhost') });
+      const hidden = await json<WebhookTestResult>(await sa.send('POST', `/webhooks/${named.id}/test`));
+      expect(hidden).to.include({ delivered: false, status: null, error: 'localhost resolves to an address Postern does not call (docs/webhooks.md)' });
       expect(r.received).to.have.length(1);
     } finally {
       await strict.close();
     }
+  });
+});
+
+describe('webhook test sends and deletion', function () {
+  this.timeout(60_000);
+  let s: TestServer;
+  const { receiver, close: closeReceivers } = receiverPool();
+  before(async () => {
+    // Attempts may take 10 s: a slow receiver's are cut short by the DELETE, not by the timeout.
+    s = await startPostern({ ...FAST, POSTERN_WEBHOOK_TIMEOUT_MS: '10000', POSTERN_WEBHOOK_LEASE_MS: '20000' });
+  });
+  after(async () => {
+    await closeReceivers();
+    await s?.close();
+  });
+
+  it('POST /test: a few a minute per endpoint (429 with Retry-After), and a failure names no address', async () => {
+    const { a } = await project(s);
+    const r = await receiver();
+    const hook = await a.hook(r);
+    for (let i = 0; i < 5; i++) expect((await a.send('POST', `/webhooks/${hook.id}/test`)).status, `test ${i}`).to.equal(200);
+    const limited = await a.send('POST', `/webhooks/${hook.id}/test`);
+    expect(limited.status).to.equal(429);
+    expect(Number(limited.headers.get('retry-after'))).to.be.within(1, 60);
+    expect(((await limited.json()) as { error: string }).error).to.match(/at most 5 test sends per webhook a minute/);
+    expect(r.received).to.have.length(5);
+    // Another endpoint has its own budget; this one refuses to connect, and says so by the URL's host.
+    const closed = await new Receiver().start();
+    const url = closed.url.replace('127.0.0.1', 'localhost');
+    await closed.close();
+    const other = await a.hook(r, { url });
+    const failed = await json<WebhookTestResult>(await a.send('POST', `/webhooks/${other.id}/test`));
+    expect(failed.error).to.match(/^connecting to localhost failed: ECONNREFUSED$/);
+  });
+
+  it('DELETE stops its deliveries at once: attempts under way abandoned, none waiting sent', async () => {
+    const { a } = await project(s);
+    const slow = await receiver();
+    slow.answer = () => ({ status: 200, delayMs: 5000 });
+    const fast = await receiver();
+    const hook = await a.hook(slow, { types: ['ext.*'] });
+    await a.hook(fast, { types: ['ext.*'] });
+    // More than its 8 at a time: some wait, leased, while 8 are under way.
+    const shipped = await a.ship(20);
+    await until('attempts under way', async () => slow.hangingCount >= 1);
+    expect((await a.send('DELETE', `/webhooks/${hook.id}`)).status).to.equal(204);
+    const answered = slow.delivered.size;
+    // Cut short at once, not answered 5 s later.
+    await until('attempts under way abandoned', async () => slow.hangingCount === 0, 2000);
+    expect(slow.cutShort).to.be.at.least(1);
+    expect(slow.delivered.size).to.equal(answered);
+    const seen = slow.received.length;
+    // The dispatcher goes on: the other endpoint gets a later event, and everything before it.
+    const [later] = await a.ship(1);
+    await until('the later event at the other endpoint', async () => [...shipped, later!].every((id) => fast.delivered.has(id)));
+    expect(slow.received.length, 'attempts reaching the deleted endpoint after the DELETE').to.equal(seen);
+    expect((await a.send('GET', `/webhooks/${hook.id}`)).status).to.equal(404);
   });
 });
 
@@ -404,7 +398,7 @@ describe('postern admin webhook', function () {
     await s?.close();
   });
 
-  it('lists every endpoint, and disables one: recorded, its owner may enable it again', async () => {
+  it('lists every endpoint, and disables one: recorded, and its owner cannot enable it again (409)', async () => {
     const { p, a } = await project(s);
     const r = await new Receiver().start();
     try {
@@ -413,7 +407,7 @@ describe('postern admin webhook', function () {
       const listed = await runPostern(['admin', 'webhook', 'list', '--project', p.projectId], env);
       expect(listed.code, listed.stderr).to.equal(0);
       expect(listed.out).to.deep.equal([
-        { id: hook.id, projectId: p.projectId, tokenId: /^svc_(tok_[0-9A-Z]{26})_/.exec(a.token)![1], url: r.url, types: ['ext.*'], inboxes: null, enabled: true, disabledAt: null, disabledReason: null, failingSince: null, createdAt: hook.createdAt },
+        { id: hook.id, projectId: p.projectId, tokenId: /^svc_(tok_[0-9A-Z]{26})_/.exec(a.token)![1], url: r.url, types: ['ext.*'], inboxes: null, enabled: true, disabledBy: null, disabledAt: null, disabledReason: null, failingSince: null, createdAt: hook.createdAt },
       ]);
       const off = await runPostern(['admin', 'webhook', 'disable', '--id', hook.id, '--reason', 'receiver under maintenance'], env);
       expect(off.code, off.stderr).to.equal(0);
@@ -424,9 +418,21 @@ describe('postern admin webhook', function () {
       const missing = await runPostern(['admin', 'webhook', 'disable', '--id', 'whk_01M8ANF4Q35SV94XVK3S6RVM3P'], env);
       expect(missing.code).to.not.equal(0);
       expect(missing.out.error).to.match(/no webhook endpoint/);
-      expect((await a.send('PATCH', `/webhooks/${hook.id}`, { enabled: true })).status).to.equal(200);
-      const [id] = await a.ship(1);
-      await until('delivered once enabled again', async () => r.delivered.has(id!));
+      // Its owner cannot undo staff's decision: a clear 409, and it stays disabled.
+      const again = await a.send('PATCH', `/webhooks/${hook.id}`, { enabled: true });
+      expect(again.status).to.equal(409);
+      expect(((await again.json()) as { error: string }).error).to.match(/disabled by the service's staff/);
+      expect(await a.get(hook.id)).to.include({ enabled: false, disabledReason: 'disabled by staff: receiver under maintenance' });
+      // Other changes are the owner's to make; they leave it disabled.
+      expect((await a.send('PATCH', `/webhooks/${hook.id}`, { description: 'edited' })).status).to.equal(200);
+      expect((await a.get(hook.id)).enabled).to.equal(false);
+
+      // One its owner disabled, then staff too: staff's, so the owner cannot enable it either.
+      const other = await a.hook(r, { types: ['ext.*'] });
+      expect((await a.send('PATCH', `/webhooks/${other.id}`, { enabled: false })).status).to.equal(200);
+      const offToo = await runPostern(['admin', 'webhook', 'disable', '--id', other.id, '--reason', 'abuse'], env);
+      expect(offToo.out).to.include({ id: other.id, enabled: false, disabledBy: 'staff', disabledReason: 'disabled by staff: abuse' });
+      expect((await a.send('PATCH', `/webhooks/${other.id}`, { enabled: true })).status).to.equal(409);
     } finally {
       await r.close();
     }

@@ -1,4 +1,4 @@
-// Webhook endpoints over HTTP (issue 18, item 1; docs/webhooks.md): created, listed, changed,
+// Webhook endpoints over HTTP (docs/webhooks.md, "Endpoints"): created, listed, changed,
 // removed and their secrets rotated by the token that made them; validated (https only, GET
 // /events' type syntax without audit-only types, the token's own inboxes); and the secret shown
 // once, kept only sealed.
@@ -78,7 +78,7 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     expect(stored.secretSealed.toString('latin1')).not.to.include(made.secret.slice('whsec_'.length));
     expect(JSON.stringify(stored)).not.to.include(made.secret.slice('whsec_'.length));
     // The master key opens it to the secret shown.
-    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false, cursors: () => s.postern.events.cursors(), post: refuseAll });
+    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false, cursors: () => s.postern.events.cursors(), post: refuseAll, testsPerMinute: 5 });
     expect(endpoints.signingSecrets(stored)).to.deep.equal([made.secret]);
   });
 
@@ -134,7 +134,7 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
       expect(stored.secretSealed.includes(key)).to.equal(false);
       expect(stored.previousSecretSealed!.includes(key)).to.equal(false);
     }
-    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false, cursors: () => s.postern.events.cursors(), post: refuseAll });
+    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false, cursors: () => s.postern.events.cursors(), post: refuseAll, testsPerMinute: 5 });
     expect(endpoints.signingSecrets(stored)).to.deep.equal([rotated.secret, made.secret]);
     // What the stored secrets sign verifies, by the reference library, with either secret shown.
     const body = webhookBody('message.received', new Date(), { n: 1 });

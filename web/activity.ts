@@ -1,5 +1,5 @@
 // `#/events`: the project event log for the member's inboxes, newest first, a page at a time.
-// GET /events reads oldest first (spec 4.6) and a web session must name its inboxes, so the
+// GET /events reads oldest first (docs/api.md, "Events") and a web session must name its inboxes, so the
 // screen walks the log forward from the start, keeps the newest KEEP events, and pages through
 // those. Events carry ids and metadata only (never message content), so holding them is cheap.
 import type { InboxList } from '../schemas/wire.ts';

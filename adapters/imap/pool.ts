@@ -1,4 +1,4 @@
-// IMAP connections to Dovecot, as the master user on behalf of each inbox's user (DESIGN.md 2).
+// IMAP connections to Dovecot, as the master user on behalf of each inbox's user (docs/mail.md, "Connections").
 //
 // - Bounded per inbox (maxPerInbox) and in all (maxTotal). Each inbox has its own connections
 //   and queue, so work for one inbox never waits behind another's; at the global cap an idle
@@ -426,7 +426,7 @@ export class ImapPool {
     let delay = 100;
     for (let attempt = 1; ; attempt++) {
       const client = asUser(s, user, {
-        // Pool connections never idle: the watcher has its own connection (DESIGN.md 2).
+        // Pool connections never idle: the watcher has its own connection (docs/design-facts.md, "Dovecot").
         disableAutoIdle: true,
         qresync: true,
         socketTimeout: 5 * 60_000,

@@ -14,7 +14,7 @@ export interface ImapSourceOptions {
   imap: ImapSettings;
   store: MailIndexStore;
   log: Logger;
-  /** The watcher's safety poll (DESIGN.md 4: every 30-60 s). */
+  /** The watcher's safety poll (docs/design-facts.md, "The index": every 30-60 s). */
   pollMs?: number;
   /** The watcher's poll on a server without NOTIFY, where only INBOX signals (docs/mail.md). */
   fallbackPollMs?: number;

@@ -1,4 +1,4 @@
-// The index sync (DESIGN.md 4). One pass: LIST-STATUS says which labels changed; for each,
+// The index sync (docs/mail.md, "The sync"). One pass: LIST-STATUS says which labels changed; for each,
 // EXAMINE, then `UID FETCH 1:<known> (FLAGS) (CHANGEDSINCE m VANISHED)` for flag changes and
 // expunges, then `UID FETCH <uidnext>:*` with X-GUID for additions. A new UIDVALIDITY re-seeds
 // the label, emitting only what really differs by GUID. A count that still disagrees with the
@@ -275,7 +275,7 @@ export class IndexSync {
     }
     const mailbox = await client.mailboxOpen(box.path, { readOnly: true });
     // Every value below comes from this mailbox's own EXAMINE (never another folder's: see the
-    // EmailEngine warning in DESIGN.md 2).
+    // EmailEngine warning in docs/design-facts.md, "Dovecot").
     const uidValidity = Number(mailbox.uidValidity);
     const modseqAtOpen = Number(mailbox.highestModseq ?? 0n);
     const uidNextAtOpen = mailbox.uidNext;

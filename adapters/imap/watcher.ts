@@ -1,4 +1,4 @@
-// The watcher of one inbox (DESIGN.md 4): its own IMAP connection that only listens. INBOX is
+// The watcher of one inbox (docs/mail.md, "The watcher and the stream"): its own IMAP connection that only listens. INBOX is
 // EXAMINEd so its changes arrive at once (EXISTS / FETCH / VANISHED under IDLE); NOTIFY (RFC
 // 5465) reports every other folder as `* STATUS` (Dovecot coalesces them, ~0.5 s) and folder
 // creation, deletion and renames as `* LIST`. The watcher does not interpret any of it: each

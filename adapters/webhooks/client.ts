@@ -4,12 +4,14 @@
 // was checked, so a name that answers differently the second time (DNS rebinding) gains nothing.
 // No redirect is followed, the whole attempt has one deadline, and at most 4 KB of the answer is
 // read. Failures are a WebhookClientError saying why; the dispatcher maps them to its retries.
-import { promises as dns } from 'node:dns';
+// Its message goes to the endpoint's owner (a delivery's lastError, a test send's error), so it
+// never says what a name resolved to: the check would otherwise map the internal DNS for anyone.
 import { BlockList, isIP } from 'node:net';
 import { buildConnector, Pool, type Dispatcher } from 'undici';
 import type { Cidr } from '../../lib/config.ts';
 import type { Poster } from '../../lib/webhooks/dispatcher.ts';
 import { remembered } from '../../lib/remembered.ts';
+import { WebhookDns } from './dns.ts';
 
 export type WebhookClientFailure =
   /** Not an http(s) URL with a host, or one carrying a user name or password. */
@@ -40,8 +42,11 @@ export interface ResolvedAddress {
   address: string;
   family: number;
 }
-/** dns.promises.lookup(name, {all: true}) by default; tests inject their own. */
-export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>;
+/**
+ * A host's addresses, looked up for a project's attempt (its share of lookups): WebhookDns
+ * (./dns.ts) in the service, never dns.lookup (libuv's thread pool); tests inject their own.
+ */
+export type Resolver = (hostname: string, project: string) => Promise<ResolvedAddress[]>;
 
 export interface WebhookPostOptions {
   headers: Readonly<Record<string, string>>;
@@ -49,6 +54,8 @@ export interface WebhookPostOptions {
   /** Networks called even though they are not public (POSTERN_WEBHOOK_ALLOW). */
   allow?: readonly Cidr[];
   resolve?: Resolver;
+  /** Whose attempt it is (the resolver's per-project share of lookups). */
+  project?: string;
   /** The whole attempt: resolving, connecting, sending, the status and the body read. */
   timeoutMs?: number;
   maxBodyBytes?: number;
@@ -288,7 +295,13 @@ function refusalOf(address: string, allow: readonly Cidr[]): string | null {
   return remembered(known, address, (a) => refusal(a, allow));
 }
 
-const systemResolver: Resolver = (hostname) => dns.lookup(hostname, { all: true, verbatim: true });
+let defaultDns: WebhookDns | null = null;
+
+/** Without a resolver of the caller's: the system's name servers, with the settings' defaults (lib/config.ts). */
+const systemResolver: Resolver = (hostname, project) => {
+  defaultDns ??= new WebhookDns({ servers: null, timeoutMs: 2000, tries: 2, negativeTtlMs: 60_000, perProject: 4 });
+  return defaultDns.resolve(hostname, project);
+};
 
 /** Retry-After as seconds from now: a number of seconds, or an HTTP date. */
 export function parseRetryAfter(value: string | undefined, now: number = Date.now()): number | null {
@@ -304,12 +317,14 @@ export function parseRetryAfter(value: string | undefined, now: number = Date.no
 
 const TLS_CODE = /CERT|TLS|SSL|HOSTNAME|SIGNATURE|ALTNAME/;
 
-function describe(err: NodeJS.ErrnoException, isHttps: boolean, address: string): WebhookClientError {
+/** A failure to connect, named by the URL's host (not the address it resolved to) and the error's code. */
+function describe(err: NodeJS.ErrnoException, target: Target, address: string): WebhookClientError {
   const code = err.code ?? '';
-  if (isHttps && (TLS_CODE.test(code) || /ssl|tls|certificate/i.test(err.message))) {
-    return new WebhookClientError('tls', `TLS with ${address} failed: ${code || err.message}`, address);
+  const host = isIP(target.host) === 6 ? `[${target.host}]` : target.host;
+  if (target.isHttps && (TLS_CODE.test(code) || /ssl|tls|certificate/i.test(err.message))) {
+    return new WebhookClientError('tls', `TLS with ${host} failed: ${code || 'handshake error'}`, address);
   }
-  return new WebhookClientError('connection', `connecting to ${address} failed: ${code || err.message}`, address);
+  return new WebhookClientError('connection', `connecting to ${host} failed: ${code || 'connection error'}`, address);
 }
 
 const targets = new Map<string, Target | WebhookClientError>();
@@ -419,7 +434,7 @@ function pin(host: string, allow: readonly Cidr[], options: WebhookPostOptions, 
 }
 
 async function resolveAndCheck(host: string, allow: readonly Cidr[], options: WebhookPostOptions, attempt: Attempt): Promise<ResolvedAddress> {
-  const resolving = (options.resolve ?? systemResolver)(host);
+  const resolving = (options.resolve ?? systemResolver)(host, options.project ?? '');
   let addresses: ResolvedAddress[];
   try {
     addresses = await Promise.race([resolving, attempt.expired()]);
@@ -432,7 +447,8 @@ async function resolveAndCheck(host: string, allow: readonly Cidr[], options: We
   // Every address, not just the one used: a name must not be able to point inside at all.
   for (const a of addresses) {
     const why = refusalOf(a.address, allow);
-    if (why !== null) throw new WebhookClientError('refused-address', `${host} resolves to ${a.address}: ${why}`, a.address);
+    // Neither the address nor which kind it is: the owner learns only that the name is refused.
+    if (why !== null) throw new WebhookClientError('refused-address', `${host} resolves to an address Postern does not call (docs/webhooks.md)`, a.address);
   }
   const pinned = { address: addresses[0]!.address, family: addresses[0]!.family };
   options.verdicts?.set(allow, host, pinned);
@@ -526,12 +542,12 @@ function send(pool: Pool, target: Target, pinned: ResolvedAddress, options: Webh
           onResponseError(_c, err) {
             // Cut short by the receiver after its status: the status stands, with what arrived.
             if (status !== 0) answer();
-            else fail(describe(causeOf(err), target.isHttps, pinned.address));
+            else fail(describe(causeOf(err), target, pinned.address));
           },
         },
       );
     } catch (err) {
-      fail(describe(causeOf(err), target.isHttps, pinned.address));
+      fail(describe(causeOf(err), target, pinned.address));
     }
   });
 }
@@ -548,7 +564,7 @@ function causeOf(err: unknown): NodeJS.ErrnoException {
  * the service's settings, a refusal or a failure to connect being an answer, not a throw.
  */
 export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: number; connections: WebhookConnections; verdicts?: AddressVerdicts; resolve?: Resolver }): Poster {
-  return async (url, headers, body, signal) => {
+  return async (url, headers, body, signal, project) => {
     const started = performance.now();
     try {
       // One literal of a fixed shape per attempt (absent settings are undefined, which postWebhook reads as absent).
@@ -560,6 +576,7 @@ export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: num
         connections: settings.connections,
         verdicts: settings.verdicts,
         resolve: settings.resolve,
+        project,
         signal,
       });
       return { ok: true, status: r.status, retryAfterSeconds: r.retryAfterSeconds, ms: Math.round(r.ms) };

@@ -1,4 +1,4 @@
--- Postern push hints (issue 12): Dovecot's push_notification Lua driver calls this for every
+-- Postern push hints (docs/watch.md): Dovecot's push_notification Lua driver calls this for every
 -- mailbox event of every user; at the end of each transaction it POSTs one small JSON hint,
 -- {"user": "...", "mailboxes": ["INBOX", ...]}, to Postern's internal hint listener. A hint only
 -- says "this inbox changed": Postern then syncs the inbox over IMAP (CONDSTORE/QRESYNC), so

@@ -22,7 +22,7 @@ export interface Principal {
   inboxes: ReadonlySet<string> | null;
 }
 
-/** What an operation requires (spec 4.1): a token scope (or any token), and whether sessions may call it. */
+/** What an operation requires (docs/api.md, "Endpoints summary"): a token scope (or any token), and whether sessions may call it. */
 export interface AccessRule {
   token: Scope | 'any';
   session: boolean;

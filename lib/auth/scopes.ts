@@ -1,4 +1,4 @@
-// Token scopes (spec section 5 rule 3) and inbox roles. A role bounds what any credential of
+// Token scopes (docs/api.md, "Authentication", rule 3) and inbox roles. A role bounds what any credential of
 // the member can do in that inbox; a token's scopes narrow it further.
 
 export const MAIL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'send'] as const;
@@ -13,7 +13,7 @@ export function isScope(value: string): value is Scope {
 }
 
 /**
- * Roles in an inbox. The spec names `owner` and leaves the rest open; see docs/access.md.
+ * Roles in an inbox. The contract names `owner` (docs/api.md, "InboxGrant") and leaves the rest open; see docs/access.md.
  * - owner:  everything, and is the inbox's accountable person
  * - member: reads, changes flags, sends
  * - reader: reads only (metadata, and decrypted content through a content:read token)

@@ -1,4 +1,4 @@
-// The encryption envelope of a compatible-mode message (DESIGN.md 5, docs/encryption.md).
+// The encryption envelope of a compatible-mode message (docs/encryption.md).
 // `wrappedDek` is the message's session key sealed to an epoch key (PKESK packets). `/raw` is a
 // SEIPD packet (tag 18, version 1: AES-256 CFB with a zero IV and an MDC) built from Dovecot's
 // bytes and the session key alone: fixed literal-packet fields, the CFB prefix derived from the

@@ -1,4 +1,4 @@
-// Epoch keys (DESIGN.md 5): per inbox and epoch, an OpenPGP v4 key, Ed25519 primary and
+// Epoch keys (docs/encryption.md, "Keys"): per inbox and epoch, an OpenPGP v4 key, Ed25519 primary and
 // Curve25519 (ECDH) encryption subkey, so what Postern seals opens in mainstream PGP mail apps.
 // Epoch 1 is made with the inbox; a rotation starts the next; old epochs stay readable. Private
 // keys rest sealed under the master key (master-key.ts) and are kept opened in memory once used.
@@ -38,7 +38,7 @@ export class UnknownEpochError extends Error {}
 
 const context = (inboxId: string, epoch: number) => `${inboxId}/${epoch}`;
 
-/** Generates an epoch key pair in the form DESIGN.md 5 asks for. */
+/** Generates an epoch key pair in the form docs/encryption.md, "Keys" gives. */
 export async function generateEpochKey(inboxId: string, epoch: number): Promise<{ privateKey: openpgp.PrivateKey; publicKey: openpgp.PublicKey }> {
   const { privateKey } = await openpgp.generateKey({
     type: 'ecc',

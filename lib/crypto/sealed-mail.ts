@@ -1,4 +1,4 @@
-// What the web app reads to open a message itself (DESIGN.md 5): the detail's `keyEpoch` and
+// What the web app reads to open a message itself (docs/encryption.md): the detail's `keyEpoch` and
 // `wrappedDek`, and `/raw`. Compatible inboxes: the session key is made the first time it is
 // asked for and only its sealed form is stored; `/raw` is derived from Dovecot's bytes
 // (envelope.ts). Zero-access inboxes: both come from the stored PGP/MIME message (RFC 3156):
@@ -31,7 +31,7 @@ export class SealedMail {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** Spec 2.7 with its ETag, which also covers `wrappedDek` (it changes when that is first made). */
+  /** The message detail (docs/api.md, "Message detail") with its ETag, which also covers `wrappedDek` (it changes when that is first made). */
   async detail(inbox: Inbox, msgId: string): Promise<{ detail: MessageDetail; etag: string }> {
     const { detail, etag } = await this.mail.message(inbox, msgId);
     const key = await this.messageKey(inbox, msgId);

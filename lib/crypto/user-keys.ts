@@ -1,4 +1,4 @@
-// Members' OpenPGP public keys ("user keys", DESIGN.md 5): what `/keys` seals each epoch's
+// Members' OpenPGP public keys ("user keys", docs/encryption.md, "Keys"): what `/keys` seals each epoch's
 // private key to. Armored or binary; a key that cannot encrypt is refused with the reason.
 import type { EpochKey, UserKeySet } from '../../schemas/wire.ts';
 import * as openpgp from 'openpgp';
@@ -48,7 +48,7 @@ export class UserKeys {
     return (await this.store.getMemberKey(memberId))?.fingerprint ?? null;
   }
 
-  /** Spec 2.8: every epoch's private key, each sealed to the member's user key; 409 without one. */
+  /** docs/api.md, "Epoch keys": every epoch's private key, each sealed to the member's user key; 409 without one. */
   async sealedEpochs(memberId: string, inboxId: string): Promise<EpochKey[]> {
     const record = await this.store.getMemberKey(memberId);
     if (!record) throw conflict('you have not set up your encryption key yet (PUT /me/key from the web app)');

@@ -1,4 +1,4 @@
-// Staff operations: what `postern admin …` does. Tokens are issued by staff for now (spec 5.4).
+// Staff operations: what `postern admin …` does. Tokens are issued by staff for now (docs/api.md, "Authentication", rule 4).
 import { mintSession, mintToken } from '../auth/credentials.ts';
 import { isRole, isScope, ROLES, SCOPES } from '../auth/scopes.ts';
 import type { EpochKeys } from '../crypto/epoch-keys.ts';
@@ -101,7 +101,7 @@ export class Admin {
   }
 
   /**
-   * Deletes the project and everything in it (spec 6.2: its events are kept until then), in one
+   * Deletes the project and everything in it (docs/api.md, "Project event log": its events are kept until then), in one
    * store transaction. Mail stays in the mail server. A running server stops watching its inboxes
    * within POSTERN_WATCH_CATALOG_POLL_MS (the store's inbox list version moves with the delete).
    */
@@ -181,7 +181,7 @@ export class Admin {
   }
 
   /**
-   * Everything is checked before anything is written (issue 16 item 8): the project, the names,
+   * Everything is checked before anything is written (docs/operations.md, "Staff commands"): the project, the names,
    * that the IMAP user and addresses are free, that keys can be made (the master key), and, with
    * `mailUsers`, that the mail server has the user. `createImapUser`, when given, makes the
    * mail server's user after those checks and before the inbox is written. A key that still
@@ -233,7 +233,7 @@ export class Admin {
     return { inboxId: inbox.id, epoch, fingerprint };
   }
 
-  /** Removes the inbox (spec 6.2: its events stay in the project's log). */
+  /** Removes the inbox (docs/api.md, "Project event log": its events stay in the project's log). */
   async removeInbox(id: string): Promise<{ id: string; removed: true }> {
     const inbox = isId('ibx', id) ? await this.store.getInbox(id) : null;
     if (!inbox) throw notFound(`no inbox ${id}`);

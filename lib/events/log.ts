@@ -92,7 +92,7 @@ export interface PublishInput {
 
 export type PublishResult = { duplicate: false; id: string; cursor: string } | { duplicate: true; id: string };
 
-/** NewEventType (spec 2.14), already checked for shape. */
+/** NewEventType (docs/api.md, "NewEventType"), already checked for shape. */
 export interface NewEventType {
   name: string;
   description: string;
@@ -237,7 +237,7 @@ export class EventLog {
   }
 
   /**
-   * The first event of a client's Idempotency-Key used within its 24 hours, if any. Spec 4.6: the
+   * The first event of a client's Idempotency-Key used within its 24 hours, if any. docs/api.md, "Events": the
    * same key returns the first event whatever the new request holds, so a request about to be
    * refused asks this first (publishKeyed); one that is stored learns it from the append.
    */
@@ -272,7 +272,7 @@ export class EventLog {
         : {}),
     });
     if (!result.duplicate) return { duplicate: false, id: result.stored.eventId, cursor: result.stored.cursor };
-    // Spec 4.6: the same key within 24 hours returns the first event, whatever this body holds.
+    // docs/api.md, "Events": the same key within 24 hours returns the first event, whatever this body holds.
     return { duplicate: true, id: result.eventId };
   }
 

@@ -1,4 +1,4 @@
-// Publishing for a caller, as POST /events and the publish_event tool both do (spec 4.6): the
+// Publishing for a caller, as POST /events and the publish_event tool both do (docs/api.md, "Events"): the
 // data size rule, the inbox the caller must be able to read, then the log, which answers a
 // repeated Idempotency-Key with the first event.
 import type { Access, Principal } from '../auth/access.ts';
@@ -31,7 +31,7 @@ export async function publishAs(events: EventLog, access: Access, p: Principal, 
 }
 
 /**
- * Spec 4.6: a key used within 24 hours returns the first event, whatever the new request holds.
+ * docs/api.md, "Events": a key used within 24 hours returns the first event, whatever the new request holds.
  * A request that is going to be stored learns that from the append itself (the store answers a
  * taken key with its event), so only one `publish` refuses asks for the key, a round trip to the
  * store fewer for every other.

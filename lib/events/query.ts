@@ -1,4 +1,4 @@
-// Who sees which events (spec 4.6), as one filter used by paged reads (in SQL, by the store) and
+// Who sees which events (docs/api.md, "Events"), as one filter used by paged reads (in SQL, by the store) and
 // by live streams (in memory, by `matches`), so the two can never disagree.
 import type { Access, Principal } from '../auth/access.ts';
 import { invalid, forbidden } from '../errors.ts';
@@ -63,7 +63,7 @@ export function parseTypes(raw: string): string[] | null {
   return items.every((t) => ok.test(t) || t === '*') ? [...new Set(items)] : null;
 }
 
-/** Who sees what on GET /events (spec 4.6); 400/403/404 for a request that cannot be served. */
+/** Who sees what on GET /events (docs/api.md, "Events"); 400/403/404 for a request that cannot be served. */
 export async function filterFor(access: Access, p: Principal, q: EventsQuery): Promise<EventFilter> {
   const session = p.kind === 'session';
   if (q.audit === true && !access.hasScope(p, 'audit:read')) throw forbidden('audit=true needs the audit:read scope');

@@ -1,5 +1,5 @@
 // Compiles event data schemas and caches them by content, so a registered type's schema is
-// compiled the first time it is used and not again while it stays in use (DESIGN.md 6). Keyed
+// compiled the first time it is used and not again while it stays in use (docs/events.md, "Registered types"). Keyed
 // by a hash of the schema itself: another instance updating a type compatibly changes the key,
 // so a stale compiled schema is never used.
 //

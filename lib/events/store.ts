@@ -115,7 +115,7 @@ export interface EventStore {
 
   /**
    * The event a live idempotency key (recorded after `since`) names, if any: a request repeating
-   * the key that would be refused is answered from it (spec 4.6); `append` answers the others.
+   * the key that would be refused is answered from it (docs/api.md, "Events"); `append` answers the others.
    */
   keyedEvent(projectId: string, key: string, since: number): Promise<{ eventId: string; position: number } | null>;
 

@@ -1,8 +1,8 @@
-// The shapes of the project event log (spec 2.13-2.15, DESIGN.md 6). Decisions the spec leaves
+// The shapes of the project event log (docs/api.md, "EventType", "NewEventType", "Event"). Decisions the contract leaves
 // open (classes, visibilities, cursor form) are explained in docs/events.md.
 
 /**
- * Who may read an event (spec 4.6):
+ * Who may read an event (docs/api.md, "Events"):
  * - `inbox`:   an inbox's own events; anyone with `events:read` (or a web session) who may use it
  * - `project`: project-level events (sending, access, domains); also needs `project:read`
  * - `audit`:   audit-only events (who read what); needs `audit:read` and `audit=true`
@@ -25,7 +25,7 @@ export type EventClass = (typeof EVENT_CLASSES)[number];
 export const TYPE_STATUSES = ['experimental', 'stable', 'deprecated'] as const;
 export type TypeStatus = (typeof TYPE_STATUSES)[number];
 
-/** The data field kinds a registered type may declare (spec 2.14). */
+/** The data field kinds a registered type may declare (docs/api.md, "NewEventType"). */
 export const FIELD_TYPES = ['string', 'integer', 'boolean', 'string[]'] as const;
 export type FieldType = (typeof FIELD_TYPES)[number];
 
@@ -39,7 +39,7 @@ export interface DataField {
 
 export type JsonSchemaObject = Record<string, unknown>;
 
-/** An entry of the catalog (spec 2.13). */
+/** An entry of the catalog (docs/api.md, "EventType"). */
 export interface EventType {
   name: string;
   version: number;
@@ -57,7 +57,7 @@ export interface EventType {
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 export type EventData = { [key: string]: JsonValue };
 
-/** The event as it is stored and served: CloudEvents 1.0 JSON with the service attributes (spec 2.15). */
+/** The event as it is stored and served: CloudEvents 1.0 JSON with the service attributes (docs/api.md, "Event"). */
 export interface CloudEvent {
   specversion: '1.0';
   id: string;

@@ -53,7 +53,7 @@ export function apiReferenceRoutes() {
         if (!body) cache.set(suffix, (body = load(asset)));
         ctx.type = asset.type;
         ctx.set('Content-Security-Policy', DOCS_CSP);
-        // Shared caches never store Postern's responses (spec 1); the files change only with a release.
+        // Shared caches never store Postern's responses (docs/api.md, "What the service does"); the files change only with a release.
         ctx.set('Cache-Control', 'private, max-age=300');
         ctx.body = body;
       });

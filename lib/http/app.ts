@@ -5,6 +5,7 @@ import Router from '@koa/router';
 import Koa from 'koa';
 import type { Logger } from 'pino';
 import type { Access, Principal } from '../auth/access.ts';
+import type { CredentialRate } from '../rate.ts';
 import { authenticate } from './authenticate.ts';
 import type { AppRouter, AppState, Surface } from './context.ts';
 import { errorMiddleware } from './errors.ts';
@@ -14,6 +15,8 @@ export type RouteModule = (router: AppRouter) => void;
 
 export interface AppOptions {
   access: Access;
+  /** Each token's and session's request budget, charged as it authenticates. */
+  rate: CredentialRate;
   log: Logger;
   /** Mounted under both base addresses. */
   routes: RouteModule[];
@@ -30,9 +33,13 @@ export interface AppOptions {
   metrics?: { request(method: string, route: string, status: number, seconds: number): void };
 }
 
-/** A caller's (or proxy's) X-Request-Id when it is printable ASCII of at most 128 characters; otherwise a new one. */
+/**
+ * A caller's (or proxy's) X-Request-Id when it is at most 64 of A-Z a-z 0-9 . _ : - (what
+ * tracing systems mint: UUIDs, hex trace ids, `host:seq`); otherwise a new one. It is echoed in
+ * a header and written to every log line of the request, so nothing else is taken.
+ */
 export function requestIdOf(incoming: string): string {
-  return /^[\x21-\x7e](?:[\x20-\x7e]{0,126}[\x21-\x7e])?$/.test(incoming) ? incoming : randomUUID();
+  return /^[A-Za-z0-9._:-]{1,64}$/.test(incoming) ? incoming : randomUUID();
 }
 
 export const SURFACES: Record<Surface, string> = { token: '/v1', session: '/api/v1' };
@@ -89,7 +96,7 @@ export function createApp(options: AppOptions): Koa<AppState> {
     ctx.state.requestId = requestIdOf(ctx.get('x-request-id'));
     ctx.state.bodyIdleMs = options.bodyIdleTimeoutMs;
     ctx.set('X-Request-Id', ctx.state.requestId);
-    // Shared caches never store responses (spec 1); routes that can be cached privately say so.
+    // Shared caches never store responses (docs/api.md, "What the service does"); routes that can be cached privately say so.
     ctx.set('Cache-Control', 'no-store');
     ctx.set('X-Content-Type-Options', 'nosniff');
     const started = performance.now();
@@ -125,7 +132,7 @@ export function createApp(options: AppOptions): Koa<AppState> {
 
   for (const [surface, prefix] of Object.entries(SURFACES) as Array<[Surface, string]>) {
     const router: AppRouter = new Router<AppState>({ prefix });
-    router.use(authenticate(options.access, surface));
+    router.use(authenticate(options.access, surface, options.rate));
     for (const mount of options.routes) mount(router);
     app.use(router.routes()).use(router.allowedMethods());
   }

@@ -2,13 +2,27 @@
 // one access module (lib/auth/access.ts).
 import type { Next } from 'koa';
 import type { Access, AccessRule, Principal } from '../auth/access.ts';
+import type { CredentialRate } from '../rate.ts';
 import type { AppContext, Surface } from './context.ts';
 
-/** Tokens are accepted only on {base_url}, sessions only on {app_url} (spec 5, rule 8). */
-export function authenticate(access: Access, surface: Surface) {
+/**
+ * Tokens are accepted only on {base_url}, sessions only on {app_url} (docs/api.md,
+ * "Authentication", rule 8). Every authenticated request is charged to its credential's request
+ * budget (429 once it is spent).
+ */
+export function authenticate(access: Access, surface: Surface, rate: CredentialRate) {
   return async function authenticateRequest(ctx: AppContext, next: Next): Promise<void> {
     ctx.state.surface = surface;
     ctx.state.principal = await authenticateAs(access, surface, presentedCredential(ctx, surface));
+    rate.request(ctx.state.principal);
+    await next();
+  };
+}
+
+/** After `allow`: an expensive operation (a search, a whole message) is charged to that budget too. */
+export function expensive(rate: CredentialRate) {
+  return async function chargeExpensive(ctx: AppContext, next: Next): Promise<void> {
+    rate.expensive(ctx.state.principal);
     await next();
   };
 }
@@ -31,5 +45,5 @@ export function allow(access: Access, rule: AccessRule) {
   };
 }
 
-/** Spec 4.1: operations with no requirement of their own need T(messages:read) or S. */
+/** docs/api.md, "Endpoints summary": operations with no requirement of their own need T(messages:read) or S. */
 export const DEFAULT_RULE: AccessRule = { token: 'messages:read', session: true };

@@ -1,4 +1,4 @@
-// The HTTP server and what it allows a connection (issue 8.6): a request's headers, and then its
+// The HTTP server and what it allows a connection (docs/mail.md, "Limits"): a request's headers, and then its
 // whole request, must arrive in time, and one client address holds a bounded number of sockets.
 // Otherwise a slow client (headers or a body dribbled in, or nothing at all) holds a socket and a
 // waiting handler forever.

@@ -49,7 +49,7 @@ export function openApiRoutes(document: Record<string, Json>, prefixes: string[]
     for (const prefix of prefixes) {
       router.get(`${prefix}/openapi.json`, (ctx) => {
         ctx.type = 'application/json';
-        // Shared caches never store Postern's responses (spec 1), not even the public contract.
+        // Shared caches never store Postern's responses (docs/api.md, "What the service does"), not even the public contract.
         ctx.set('Cache-Control', 'private, max-age=300');
         ctx.body = body;
       });

@@ -11,7 +11,6 @@ import type { Access, Principal } from '../auth/access.ts';
 import { isDomainError } from '../errors.ts';
 import { authenticateAs, presentedCredential } from './authenticate.ts';
 import type { AppContext, Surface } from './context.ts';
-import type { SseStream } from './sse.ts';
 import type { WarnLog } from '../warn-log.ts';
 
 /** A pass yields to the event loop after this much work, so it never holds up I/O for long. */
@@ -30,8 +29,18 @@ export interface Standing {
 /** Throws a DomainError (its message is sent to the client) when the stream may no longer run. */
 export type StreamCheck = (now: Standing) => Promise<void> | void;
 
+/** What the guard needs of a stream: SseStream, or MCP's notification stream (routes/mcp.ts). */
+export interface GuardedStream {
+  readonly closed: boolean;
+  /** The caller may no longer have it: it ends, telling why. */
+  endWith(error: string): void;
+  /** Shutdown: it ends, telling the client to come back after `retryMs`. */
+  reconnect(retryMs: number): void;
+  onClose(handler: () => void): void;
+}
+
 interface Watched {
-  sse: SseStream;
+  sse: GuardedStream;
   check: StreamCheck;
 }
 
@@ -68,7 +77,7 @@ export class StreamGuard {
   }
 
   /** Re-checks the request's credential and `check` every interval while `sse` is open. */
-  watch(ctx: AppContext, sse: SseStream, check: StreamCheck): void {
+  watch(ctx: AppContext, sse: GuardedStream, check: StreamCheck): void {
     if (sse.closed) return;
     if (this.ending !== null) {
       sse.reconnect(this.ending * (1 + Math.random()));

@@ -1,4 +1,4 @@
-// Caps on open live streams per credential and per project (issue 8.5). An inbox stream holds an
+// Caps on open live streams per credential and per project (docs/access.md, "How many streams and connections a caller may hold"). An inbox stream holds an
 // IMAP watcher from the process's connection pool, so without a cap one caller could take every
 // watcher the pool allows; a project event stream holds a socket and a subscription. Each kind is
 // counted on its own: a project's dashboards never use up its inbox streams, nor the reverse.

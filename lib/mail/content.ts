@@ -1,4 +1,4 @@
-// A message's decrypted content (spec 2.10, 2.11): decoded headers, text, HTML and its
+// A message's decrypted content (docs/api.md, "Decrypted message", "Attachment"): decoded headers, text, HTML and its
 // attachments, parsed by mailparser as a stream, so attachments are counted (or streamed to
 // the caller) without ever being held whole. The same parse numbers the attachments for
 // `/content` and `/attachments/{n}`, so an index always means the same part.
@@ -38,7 +38,7 @@ export const MAX_MIME_PARTS = 10_000;
  */
 export const PARSE_LIMITS = { deadlineMs: 30_000 };
 
-/** Spec 2.10: the decoded headers among these, only those present. */
+/** docs/api.md, "Decrypted message": the decoded headers among these, only those present. */
 const HEADERS: ReadonlyArray<[string, string]> = [
   ['from', 'from'],
   ['to', 'to'],
@@ -81,7 +81,7 @@ function walk(
   onAttachment: (att: AttachmentStream, index: number) => boolean,
   collect: { headers?: Map<string, HeaderValue>; text?: MessageText; sizes: number[]; infos: AttachmentInfo[] },
 ): { done: Promise<void>; stop: (err?: Error) => void } {
-  // skipTextToHtml: `html` is the message's own HTML only (spec: "empty string if none").
+  // skipTextToHtml: `html` is the message's own HTML only (docs/api.md, "Decrypted message": empty string if none).
   // maxChildNodes is mailsplit's option, passed through by mailparser (not in its types).
   const options = { skipTextToHtml: true, skipImageLinks: true, maxChildNodes: MAX_MIME_PARTS };
   const parser = new MailParser(options as ConstructorParameters<typeof MailParser>[0]);

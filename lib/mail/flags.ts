@@ -1,4 +1,4 @@
-// The one mapping between IMAP flags and keywords and the API's neutral flag names (spec 2.5).
+// The one mapping between IMAP flags and keywords and the API's neutral flag names (docs/api.md, "Flag and WebFlag").
 // Both directions live here so a mail app and the API can never disagree about a flag.
 import type { Flag } from '../../schemas/wire.ts';
 

@@ -1,7 +1,7 @@
-// Labels: the spec's view of IMAP mailboxes. Ordering and special-use naming live here.
+// Labels: the API's view of IMAP mailboxes (docs/api.md, "Label"). Ordering and special-use naming live here.
 import type { SpecialUse } from '../../schemas/wire.ts';
 
-/** Every SpecialUse (schemas/wire.ts), in the order labels are listed (spec 4.2). */
+/** Every SpecialUse (schemas/wire.ts), in the order labels are listed (docs/api.md, "Inboxes"). */
 export const SPECIAL_USES = ['\\Sent', '\\Drafts', '\\Trash', '\\Junk', '\\Archive'] as const satisfies readonly SpecialUse[];
 
 export function specialUseOf(attributes: Iterable<string>): SpecialUse | null {
@@ -17,7 +17,7 @@ export interface LabelOrderKey {
 // "By name" as people read names: case and accents second, then code points for a total order.
 const byName = new Intl.Collator('en', { sensitivity: 'base', numeric: true });
 
-/** Spec 4.2: INBOX first, then Sent, Drafts, Trash, Spam (Junk), Archive, then the rest by name. */
+/** docs/api.md, "Inboxes": INBOX first, then Sent, Drafts, Trash, Spam (Junk), Archive, then the rest by name. */
 export function compareLabels(a: LabelOrderKey, b: LabelOrderKey): number {
   const rank = (l: LabelOrderKey): number => {
     if (l.path.toUpperCase() === 'INBOX') return 0;

@@ -1,4 +1,4 @@
-// Keeps each inbox's index a mirror of the mail server (DESIGN.md 4): the decisions, while the
+// Keeps each inbox's index a mirror of the mail server (docs/design-facts.md, "The index"): the decisions, while the
 // mail source (adapters/imap) speaks the protocol.
 //
 // - Sync passes of one inbox run strictly one after another, in this process: callers arriving
@@ -6,7 +6,7 @@
 // - A read trusts the index without a sync of its own only while a watcher signals every label's
 //   changes as they happen, its last pass worked, and the index was filled once. During a mail
 //   server outage a read is served from the index when there is one.
-// - The watcher lease (DESIGN.md 6): among the processes sharing the store, the one holding an
+// - The watcher lease (docs/mail.md, "Across processes"): among the processes sharing the store, the one holding an
 //   inbox's lease watches it; the others hear its changes through the bus (MailLiveFeed). The
 //   lease is renewed every third of its length while anyone here listens, and taken over when
 //   the holder lets it lapse.

@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import * as openpgp from 'openpgp';
 
-/** Headers copied in clear onto the sealed message (DESIGN.md section 5). */
+/** Headers copied in clear onto the sealed message (docs/ingress.md, "What is stored for a zero-access inbox"). */
 export const CLEAR_HEADERS: readonly string[] = ['from', 'to', 'cc', 'subject', 'date', 'message-id', 'in-reply-to', 'references'];
 
 /** Names the epoch a sealed message was sealed to (and says Postern sealed it). */

@@ -1,11 +1,13 @@
-// What a word is to message search (lib/mail/search.ts), the same for both store engines: the
-// SQLite text index's tokenizer agrees with it, and the PostgreSQL one is built from it.
+// What a word is to message search (lib/mail/search.ts), the same for both store engines: both
+// text indexes are built from it (each word marked with its inbox, inboxMark).
 //
 // SQLite's unicode61 tokenizer (categories L* N* Co, remove_diacritics 2) is the reference, rule
 // for rule (test/search-words.test.ts compares them): a word is a run of letters, digits and
 // private-use characters; a Latin letter with diacritics is its base letter (only Latin: a Greek
 // ΐ stays ΐ); the combining diacritics below are dropped inside a word, any other mark separates
 // words; case is folded one character at a time (no final sigma).
+
+import { createHash } from 'node:crypto';
 
 const LATIN = /[\u00c0-\u024f\u1e00-\u1eff]/g;
 /** Latin letters unicode61 leaves whole although they decompose (Ǣ, Ǿ, …). */
@@ -32,4 +34,22 @@ export function searchWords(text: string): string[] {
     .replace(DIACRITICS, '')
     .split(NOT_WORD)
     .filter((w) => w.length > 0 && w.length <= MAX_WORD);
+}
+
+/**
+ * The inbox's mark on each of its words in the text index (docs/search.md, "The text index"):
+ * eight letters and digits from a hash of its id. A word is held as `<mark><word>`, so the
+ * index's terms are grouped by inbox and a search, a prefix one included, reads only the terms
+ * of the inbox it searches, whatever the other inboxes hold. Two inboxes sharing a mark (one pair
+ * in about a million inboxes) only share that cost: results still come from one inbox.
+ */
+export function inboxMark(inboxId: string): string {
+  const n = createHash('sha256').update(inboxId).digest().readUIntBE(0, 5);
+  return n.toString(32).padStart(8, '0');
+}
+
+/** The words of a text as the text index holds them for this inbox (searchWords, each marked). */
+export function markedWords(inboxId: string, text: string): string[] {
+  const mark = inboxMark(inboxId);
+  return searchWords(text).map((w) => mark + w);
 }

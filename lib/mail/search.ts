@@ -1,14 +1,15 @@
-// Message search (issue 20): JMAP's Email/query filter names (RFC 8621 4.4.1) over one inbox.
+// Message search (docs/search.md): JMAP's Email/query filter names (RFC 8621 4.4.1) over one inbox.
 // Metadata conditions are answered by the index's text index (both engines, both modes); `body`
 // and `text` read content, so they go to the mail server's own SEARCH and are audited.
-import { forbidden, invalid, notFound } from '../errors.ts';
+import { forbidden, invalid, notFound, unprocessable } from '../errors.ts';
 import { guidFromId } from '../ids.ts';
 import type { MessageSearchPage } from '../../schemas/wire.ts';
 import { FLAGS, imapSpellings } from './flags.ts';
 import type { MailMirror } from './mirror.ts';
 import { directionOf, primaryLocation, summarize } from './service.ts';
+import { DEFAULT_SEARCH_BOUNDS, type SearchBounds } from './search-bounds.ts';
 import { searchWords } from './search-words.ts';
-import type { IndexSearch, MailIndexStore, MailInbox, MailSource, SearchAfter, TextField } from './types.ts';
+import type { IndexSearch, MailIndexStore, MailInbox, MailSource, Phrase, SearchAfter, TextField } from './types.ts';
 
 /** The query as the route validated it (schemas/mail.json MessageSearchQuery). */
 export interface SearchQuery {
@@ -35,14 +36,16 @@ export const readsContent = (q: SearchQuery): boolean => q.body !== undefined ||
 
 /**
  * A condition's phrases: each whitespace-separated piece of what the caller typed is a phrase
- * (its words adjacent, in order), the last word of each matching as a prefix. `subject=invoice
- * march` wants both words anywhere; `from=alice@exa` wants that address, however it goes on.
+ * (its words adjacent, in order), the last word of each matching as a prefix when it has at
+ * least `minPrefix` characters. `subject=invoice march` wants both words anywhere;
+ * `from=alice@exa` wants that address, however it goes on; `subject=part 2` the word 2.
  */
-export function searchPhrases(value: string): string[][] {
+export function searchPhrases(value: string, minPrefix = DEFAULT_SEARCH_BOUNDS.minPrefix): Phrase[] {
   return value
     .split(/\s+/)
     .map(searchWords)
-    .filter((p) => p.length > 0);
+    .filter((words) => words.length > 0)
+    .map((words) => ({ words, prefix: [...words.at(-1)!].length >= minPrefix }));
 }
 
 // The cursor: the last row's place in the order (receivedAt, then GUID, both descending). Opaque
@@ -59,16 +62,16 @@ export function decodeCursor(cursor: string): SearchAfter {
   return { receivedAt: Number(m[1]), guid: m[2]! };
 }
 
-/** A Flag name (spec 2.5) or a custom keyword: the IMAP spellings that mean it, lower case. */
+/** A Flag name (docs/api.md, "Flag and WebFlag") or a custom keyword: the IMAP spellings that mean it, lower case. */
 function keywordSpellings(name: string): string[] {
   return (FLAGS as readonly string[]).includes(name) ? imapSpellings(name) : [name.toLowerCase()];
 }
 
 const TEXT_FIELDS: readonly TextField[] = ['from', 'to', 'cc', 'subject'];
 
-/** The index's part of the query; throws 400/404 for what cannot be searched. */
-export function indexSearch(q: SearchQuery): IndexSearch {
-  const search: IndexSearch = { text: [] };
+/** The index's part of the query; throws 400/404 for what cannot be searched, 422 beyond the bounds. */
+export function indexSearch(q: SearchQuery, bounds: SearchBounds = DEFAULT_SEARCH_BOUNDS): IndexSearch {
+  const search: IndexSearch = { text: [], budgetMs: bounds.budgetMs };
   if (q.inLabel !== undefined) {
     const guid = guidFromId('lbl', q.inLabel);
     if (!guid) throw notFound('label not found');
@@ -77,9 +80,20 @@ export function indexSearch(q: SearchQuery): IndexSearch {
   for (const field of TEXT_FIELDS) {
     const value = q[field];
     if (value === undefined) continue;
-    const phrases = searchPhrases(value);
+    const phrases = searchPhrases(value, bounds.minPrefix);
     if (phrases.length === 0) throw invalid(`query parameter ${field} has no word to search for (words are letters and digits)`);
     search.text.push({ field, phrases });
+  }
+  const phrases = search.text.flatMap((t) => t.phrases);
+  const words = phrases.reduce((n, p) => n + p.words.length, 0);
+  if (words > bounds.maxWords) {
+    throw unprocessable(`the search has ${words} words in from, to, cc and subject together; at most ${bounds.maxWords} are searched at once`);
+  }
+  const prefixes = phrases.filter((p) => p.prefix).length;
+  if (prefixes > bounds.maxPrefixes) {
+    throw unprocessable(
+      `the search has ${prefixes} space-separated pieces in from, to, cc and subject together, each ending in a word matched as a prefix; at most ${bounds.maxPrefixes} are searched at once`,
+    );
   }
   for (const field of ['body', 'text'] as const) {
     // An IMAP string cannot carry them (imapflow refuses to send it): the caller's mistake, not a 500.
@@ -100,6 +114,7 @@ export class MailSearch {
     private readonly index: MailIndexStore,
     private readonly mirror: MailMirror,
     private readonly source: MailSource,
+    private readonly bounds: SearchBounds = DEFAULT_SEARCH_BOUNDS,
   ) {}
 
   /**
@@ -109,7 +124,7 @@ export class MailSearch {
    */
   async search(inbox: MailInbox, q: SearchQuery, recordRead?: () => Promise<void>): Promise<MessageSearchPage> {
     if (readsContent(q) && !recordRead) throw forbidden('body and text conditions read content');
-    const search = indexSearch(q);
+    const search = indexSearch(q, this.bounds);
     const after = q.cursor === undefined ? null : decodeCursor(q.cursor);
     await this.mirror.refresh(inbox);
     // One read serves the label check and the page's locations (a round trip on PostgreSQL).

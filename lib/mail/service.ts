@@ -158,7 +158,7 @@ export class MailService {
   }
 
   /**
-   * Spec 3.1: an IMAP STORE on every label the message is in; returns the flags after it. A flag
+   * docs/api.md, "Message flags": an IMAP STORE on every label the message is in; returns the flags after it. A flag
    * both added and removed is refused by the route (400) before this is called.
    *
    * The answer is the truth. The index may be behind a mail app that just moved or expunged the

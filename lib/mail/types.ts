@@ -11,7 +11,7 @@ export interface MailInbox {
 }
 
 /**
- * What the index knows of a message: spec 2.7 but `keyEpoch` and `wrappedDek`, which
+ * What the index knows of a message: docs/api.md, "Message detail", but `keyEpoch` and `wrappedDek`, which
  * lib/crypto/sealed-mail.ts adds (they come from the key store, not from IMAP).
  */
 export type IndexedDetail = Omit<MessageDetail, 'keyEpoch' | 'wrappedDek'>;
@@ -31,7 +31,7 @@ export interface ChangePoint {
 }
 
 /**
- * A change the index applied: spec 2.12's LiveChange (schemas/wire.ts) and `at`, which is
+ * A change the index applied: LiveChange (docs/api.md, "LiveChange"; schemas/wire.ts) and `at`, which is
  * internal (what the event log keys the change on) and is left out of what clients get
  * (publicChange). `labelId` also rides on message.flags: IMAP flags belong to a message in a label.
  */
@@ -45,7 +45,7 @@ export function publicChange(change: LiveChange): PublicChange {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The index (DESIGN.md 4): what the API lists, mirrored from IMAP.
+// The index (docs/mail.md, "The index"): what the API lists, mirrored from IMAP.
 
 /** A label's row. GUIDs are the 32 hex digits behind lbl_/msg_ ids. */
 export interface LabelState {
@@ -112,14 +112,25 @@ export type IndexOp =
 /** The metadata fields the text index holds, each searched on its own. */
 export type TextField = 'from' | 'to' | 'cc' | 'subject';
 
+/** Words as searchWords makes them, adjacent in this order; `prefix`: the last one matches as a prefix. */
+export interface Phrase {
+  words: string[];
+  prefix: boolean;
+}
+
 /**
- * A search of the index (lib/mail/search.ts): every condition given must hold. Words are as
- * searchWords makes them; each phrase's words are adjacent in order, its last one a prefix.
- * Location conditions (label, keywords) hold at one same place of the message.
+ * A search of the index (lib/mail/search.ts): every condition given must hold. Location
+ * conditions (label, keywords) hold at one same place of the message.
  */
 export interface IndexSearch {
   labelGuid?: string;
-  text: Array<{ field: TextField; phrases: string[][] }>;
+  text: Array<{ field: TextField; phrases: Phrase[] }>;
+  /**
+   * How long the store may spend on it: PostgreSQL cancels the statement past it (an
+   * `unavailable` error). SQLite cannot stop a statement under way: its searches are bounded by
+   * their shape instead (docs/search.md, "What a search may cost").
+   */
+  budgetMs?: number;
   /** receivedAt at or after (ms). */
   receivedFrom?: number;
   /** receivedAt before (ms). */
@@ -156,7 +167,7 @@ export interface PageRow {
 }
 
 /**
- * Promise-returning like every store port (DESIGN: PostgreSQL comes later as another adapter),
+ * Promise-returning like every store port (docs/design-facts.md, "The store"),
  * though SQLite answers at once.
  */
 export interface IndexStatus {
@@ -239,11 +250,11 @@ export interface MailIndexStore {
 }
 
 /**
- * The watcher lease (DESIGN.md 6): among the processes sharing the store, one at a time watches
+ * The watcher lease (docs/mail.md, "Across processes"): among the processes sharing the store, one at a time watches
  * an inbox over IMAP; the others hear its changes through the Bus. A lease not renewed before it
  * expires may be taken by another process.
  */
-/** What a running `serve` says of how it watches every inbox (issue 12), for `inbox status`. */
+/** What a running `serve` says of how it watches every inbox (docs/watch.md), for `inbox status`. */
 export interface WatchReport {
   mode: 'push' | 'notify' | 'off';
   /** Why this mode: what POSTERN_WATCH and POSTERN_HINT_LISTEN said. */

@@ -1,4 +1,4 @@
-// Every inbox watched, always (issue 12, DESIGN.md 4): whether or not anyone streams an inbox,
+// Every inbox watched, always (docs/watch.md): whether or not anyone streams an inbox,
 // its changes reach the index, the event log and the streams within seconds.
 //
 // - Push (the scalable mode): Dovecot's push_notification Lua script posts a hint, "this user's

@@ -7,6 +7,7 @@
 // The answer comes from the same McpTools.listTools/callTool the SDK's handlers call.
 import { ErrorCode, RELATED_TASK_META_KEY, type JSONRPCResponse, type RequestId } from '@modelcontextprotocol/sdk/types.js';
 import type { Principal } from '../auth/access.ts';
+import { isDomainError } from '../errors.ts';
 import { jsonOnce } from '../http/json-once.ts';
 import type { McpTools } from './server.ts';
 
@@ -53,12 +54,17 @@ export function leanRequest(body: unknown): LeanRequest | null {
   return null;
 }
 
-/** The JSON-RPC answer, as the SDK's Protocol writes it: the result, or the error thrown. */
-export async function answerLean(mcp: McpTools, p: Principal, req: LeanRequest): Promise<JSONRPCResponse> {
+/**
+ * The JSON-RPC answer, as the SDK's Protocol writes it: the result, or the error thrown. A
+ * DomainError (the call's charge refused: the credential's budget is spent) refuses the request:
+ * it is thrown, and the route answers it over HTTP (429 with Retry-After).
+ */
+export async function answerLean(mcp: McpTools, p: Principal, req: LeanRequest, requestId: string): Promise<JSONRPCResponse> {
   try {
-    const result = req.method === 'tools/list' ? mcp.listTools(p) : await mcp.callTool(p, req.name, req.args);
+    const result = req.method === 'tools/list' ? mcp.listTools(p) : await mcp.callTool(p, req.name, req.args, requestId);
     return { result, jsonrpc: '2.0', id: req.id };
   } catch (err) {
+    if (isDomainError(err)) throw err;
     const e = err as { code?: unknown; message?: string; data?: unknown };
     const code = typeof e.code === 'number' && Number.isSafeInteger(e.code) ? e.code : ErrorCode.InternalError;
     return { jsonrpc: '2.0', id: req.id, error: { code, message: e.message ?? 'Internal error', ...(e.data !== undefined ? { data: e.data } : {}) } };

@@ -31,6 +31,7 @@ import type { MailService } from '../mail/service.ts';
 import { ROOT } from '../paths.ts';
 import type { SendService } from '../send/service.ts';
 import type { WarnLog } from '../warn-log.ts';
+import type { RequestGate } from './gate.ts';
 import { inboxOfUri, inboxUri, type McpSubscriptions } from './subscriptions.ts';
 import { MCP_SCHEMA, type Tool, type ToolAnswer } from './tool.ts';
 import { contentTools } from './tools/content.ts';
@@ -52,6 +53,7 @@ export interface McpDeps {
   validator: Validator;
   subscriptions: McpSubscriptions;
   log: WarnLog;
+  charge?: CallCharge;
 }
 
 const VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
@@ -65,10 +67,28 @@ function toolError(err: DomainError): CallToolResult {
   return { isError: true, content: [{ type: 'text', text: `Error (${err.kind}): ${err.message}` }] };
 }
 
-/** A domain error in a protocol request (resources): its message, as a JSON-RPC error. */
-function protocolError(err: unknown): never {
-  if (!isDomainError(err)) throw err;
-  throw new McpError(err.kind === 'not-found' ? ErrorCode.InvalidParams : ErrorCode.InvalidRequest, err.message);
+/**
+ * A fault of ours as the client sees it: no detail (a message may name internals), and the
+ * request id that finds the detail in the log.
+ */
+function internalError(requestId: string | undefined): McpError {
+  return new McpError(ErrorCode.InternalError, requestId ? `internal error (request ${requestId})` : 'internal error');
+}
+
+/**
+ * Charged once for each tool call, on either path, as it starts (a call a batch never starts is
+ * not charged): where the credential's expensive budget applies (docs/access.md, "Rate limits").
+ * A DomainError it throws refuses the call as a request, not as the tool's answer: a single call
+ * gets the HTTP refusal (429 with Retry-After), a call in a batch a JSON-RPC error.
+ */
+export type CallCharge = (p: Principal, tool: string) => Promise<void> | void;
+
+/** What one request's server needs besides its caller. */
+export interface McpRequest {
+  /** The HTTP request's id (X-Request-Id): an internal error names it, and the log has it. */
+  requestId: string;
+  /** Bounds its calls (a POST); absent for the GET stream, which carries none. */
+  gate?: RequestGate;
 }
 
 export class McpTools {
@@ -81,8 +101,11 @@ export class McpTools {
    */
   private readonly jsonSchemaValidator = new AjvJsonSchemaValidator();
   private readonly results = new WeakMap<ToolAnswer, CallToolResult>();
+  /** Every tool call's charge (McpDeps.charge); tests put their own to watch calls start. */
+  charge: CallCharge | null;
 
   constructor(private readonly deps: McpDeps) {
+    this.charge = deps.charge ?? null;
     const { access, mail, search, sealed, send, events } = deps;
     this.tools = [...mailTools(access, mail, sealed), ...searchTools(access, search, events), ...contentTools(access, sealed, events), ...sendTools(access, send, sealed), ...eventTools(access, events)];
     this.byName = new Map(this.tools.map((t) => [t.name, t]));
@@ -114,11 +137,13 @@ export class McpTools {
   /**
    * tools/call for `p`. What the caller may not do or got wrong is a tool error the model reads;
    * an unknown tool is a protocol error (McpError), as the SDK would answer it. Anything else is
-   * a fault of ours: logged, and answered without its message (which may name internals).
+   * a fault of ours: logged, and answered without its message (which may name internals). A
+   * refused charge (CallCharge) is thrown as it is.
    */
-  async callTool(p: Principal, name: string, args: Record<string, unknown> | undefined): Promise<CallToolResult> {
+  async callTool(p: Principal, name: string, args: Record<string, unknown> | undefined, requestId?: string): Promise<CallToolResult> {
     const t = this.byName.get(name);
     if (!t) throw new McpError(ErrorCode.InvalidParams, `no tool named ${name}`);
+    await this.beforeCall(p, name);
     try {
       this.deps.access.authorize(p, t.rule);
       // A copy: ajv fills in defaults, and the request's own object stays as it came.
@@ -131,69 +156,91 @@ export class McpTools {
       return result;
     } catch (err) {
       if (isDomainError(err)) return toolError(err);
-      this.deps.log.warn({ err, tool: name }, 'MCP tool failed');
-      throw new McpError(ErrorCode.InternalError, 'internal error');
+      this.deps.log.warn({ err, tool: name, requestId }, 'MCP tool failed');
+      throw internalError(requestId);
     }
   }
 
+  /** Every tool call, on either path, passes here once before it runs (see CallCharge). */
+  private async beforeCall(p: Principal, name: string): Promise<void> {
+    await this.charge?.(p, name);
+  }
+
   /** An MCP server for one request by `p`. */
-  serverFor(p: Principal): Server {
+  serverFor(p: Principal, request: McpRequest): Server {
     const { access, subscriptions, mail } = this.deps;
+    const { requestId, gate } = request;
     const server = new Server(
       { name: 'postern', title: 'Postern', version: VERSION },
       { capabilities: { tools: { listChanged: false }, resources: { subscribe: true, listChanged: false } }, instructions: INSTRUCTIONS, jsonSchemaValidator: this.jsonSchemaValidator },
     );
 
-    server.setRequestHandler(ListToolsRequestSchema, () => this.listTools(p));
-    server.setRequestHandler(CallToolRequestSchema, (request) => this.callTool(p, request.params.name, request.params.arguments));
-
-    // Inboxes are resources: their labels and counts, and a subscription to their changes.
-    server.setRequestHandler(ListResourcesRequestSchema, async () => {
+    /**
+     * Each request's work, through the request's gate (a batch's calls a few at a time). A domain
+     * error is the caller's to read, as a JSON-RPC error; anything else is a fault of ours, told
+     * without its detail (internalError) and logged.
+     */
+    const work = async <T>(method: string, run: () => Promise<T> | T): Promise<T> => {
       try {
-        access.authorize(p, DEFAULT_RULE);
+        return await (gate ? gate.run(run) : run());
       } catch (err) {
-        protocolError(err);
-      }
-      const granted = await access.grantedInboxes(p);
-      return {
-        resources: granted.map(({ inbox, role }) => ({
-          uri: inboxUri(inbox.id),
-          name: inbox.addresses[0] ?? inbox.id,
-          description: `Inbox ${inbox.id} (${inbox.mode}, role ${role}): its labels with message and unread counts. Subscribe to hear of its changes.`,
-          mimeType: 'application/json',
-        })),
-      };
-    });
-
-    const inboxOf = async (uri: string) => {
-      try {
-        access.authorize(p, DEFAULT_RULE);
-        const inboxId = inboxOfUri(uri);
-        if (!inboxId) throw notFound(`no resource ${uri}: inbox resources are ${inboxUri('ibx_…')}`);
-        return (await access.inboxAccess(p, inboxId, 'messages:read')).inbox;
-      } catch (err) {
-        protocolError(err);
+        if (err instanceof McpError) throw err;
+        if (isDomainError(err)) throw new McpError(err.kind === 'not-found' ? ErrorCode.InvalidParams : ErrorCode.InvalidRequest, err.message);
+        this.deps.log.warn({ err, method, requestId }, 'MCP request failed');
+        throw internalError(requestId);
       }
     };
 
-    server.setRequestHandler(ReadResourceRequestSchema, async (request) => {
-      const inbox = await inboxOf(request.params.uri);
-      const labels = await mail.labels(inbox).catch(protocolError);
-      const body = { inboxId: inbox.id, addresses: inbox.addresses, mode: inbox.mode, labels };
-      return { contents: [{ uri: request.params.uri, mimeType: 'application/json', text: JSON.stringify(body) }] };
-    });
+    server.setRequestHandler(ListToolsRequestSchema, () => work('tools/list', () => this.listTools(p)));
+    server.setRequestHandler(CallToolRequestSchema, (r) => work('tools/call', () => this.callTool(p, r.params.name, r.params.arguments, requestId)));
 
-    server.setRequestHandler(SubscribeRequestSchema, async (request) => {
-      const inbox = await inboxOf(request.params.uri);
-      await subscriptions.subscribe(p, inbox.id).catch(protocolError);
-      return {};
-    });
+    // Inboxes are resources: their labels and counts, and a subscription to their changes.
+    server.setRequestHandler(ListResourcesRequestSchema, () =>
+      work('resources/list', async () => {
+        access.authorize(p, DEFAULT_RULE);
+        const granted = await access.grantedInboxes(p);
+        return {
+          resources: granted.map(({ inbox, role }) => ({
+            uri: inboxUri(inbox.id),
+            name: inbox.addresses[0] ?? inbox.id,
+            description: `Inbox ${inbox.id} (${inbox.mode}, role ${role}): its labels with message and unread counts. Subscribe to hear of its changes.`,
+            mimeType: 'application/json',
+          })),
+        };
+      }),
+    );
 
-    server.setRequestHandler(UnsubscribeRequestSchema, async (request) => {
-      const inboxId = inboxOfUri(request.params.uri);
-      if (inboxId) await subscriptions.unsubscribe(p, inboxId);
-      return {};
-    });
+    const inboxOf = async (uri: string) => {
+      access.authorize(p, DEFAULT_RULE);
+      const inboxId = inboxOfUri(uri);
+      if (!inboxId) throw notFound(`no resource ${uri}: inbox resources are ${inboxUri('ibx_…')}`);
+      return (await access.inboxAccess(p, inboxId, 'messages:read')).inbox;
+    };
+
+    server.setRequestHandler(ReadResourceRequestSchema, (r) =>
+      work('resources/read', async () => {
+        const inbox = await inboxOf(r.params.uri);
+        const labels = await mail.labels(inbox);
+        const body = { inboxId: inbox.id, addresses: inbox.addresses, mode: inbox.mode, labels };
+        return { contents: [{ uri: r.params.uri, mimeType: 'application/json', text: JSON.stringify(body) }] };
+      }),
+    );
+
+    server.setRequestHandler(SubscribeRequestSchema, (r) =>
+      work('resources/subscribe', async () => {
+        const inbox = await inboxOf(r.params.uri);
+        await subscriptions.subscribe(p, inbox.id);
+        return {};
+      }),
+    );
+
+    server.setRequestHandler(UnsubscribeRequestSchema, (r) =>
+      work('resources/unsubscribe', async () => {
+        const inboxId = inboxOfUri(r.params.uri);
+        if (inboxId) await subscriptions.unsubscribe(p, inboxId);
+        return {};
+      }),
+    );
 
     // The transport reports a client's own mistakes (406, 415, 400) here too; its answer already
     // tells the client, and the request log has the status, so only the rest is a server warning.

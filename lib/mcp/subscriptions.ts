@@ -2,10 +2,14 @@
 // request may reach any process, so a subscription cannot live in the request that made it.
 // It is kept per credential instead, in every process, told to all of them over the bus; and
 // the client's GET stream, wherever it is open, watches the inboxes its credential subscribed
-// to and turns their live changes into notifications/resources/updated.
+// to and turns their live changes into notifications/resources/updated. A subscription its
+// credential may no longer have (the token revoked or expired, the inbox's grant withdrawn) is
+// dropped, everywhere: found by the stream's re-check (StreamGuard) or at a change, whichever
+// comes first.
 import type { Access, Principal } from '../auth/access.ts';
 import type { Bus, Unsubscribe } from '../bus.ts';
 import { isDomainError, unprocessable } from '../errors.ts';
+import type { Standing } from '../http/stream-guard.ts';
 import type { MailService } from '../mail/service.ts';
 import type { Unwatch } from '../mail/types.ts';
 import type { WarnLog } from '../warn-log.ts';
@@ -24,6 +28,21 @@ interface Change {
   credentialId: string;
   inboxId: string;
   on: boolean;
+}
+
+const READ = { token: 'messages:read', session: false } as const;
+
+/** A refusal that says the caller may no longer read the inbox (not a store that cannot answer now). */
+const lostAccess = (err: unknown): boolean => isDomainError(err) && err.kind !== 'unavailable';
+
+/** An open GET stream as its route holds it. */
+export interface OpenStream {
+  /** The stream closed: it stops watching. */
+  close(): void;
+  /** The stream's re-check (StreamGuard): drops the subscriptions whose inbox the credential may no longer read. */
+  recheck(now: Standing): Promise<void>;
+  /** The credential may no longer be served (revoked, expired): its subscriptions are dropped and the stream ends. */
+  refused(): void;
 }
 
 /** One open GET stream: the inboxes it watches for its credential, and how to tell its client. */
@@ -99,20 +118,52 @@ export class McpSubscriptions {
     }
   }
 
-  /** A GET stream opened: it watches every inbox its credential is subscribed to. Returns its close. */
-  open(p: Principal, notify: (uri: string) => Promise<void>, end: () => void): () => void {
+  /** The inboxes a credential is subscribed to, as this process knows them. */
+  subscribed(credentialId: string): ReadonlySet<string> {
+    return this.wanted.get(credentialId) ?? new Set();
+  }
+
+  /** A GET stream opened: it watches every inbox its credential is subscribed to. */
+  open(p: Principal, notify: (uri: string) => Promise<void>, end: () => void): OpenStream {
     const stream = new LiveStream(p, notify, end);
     let set = this.streams.get(p.credentialId);
     if (!set) this.streams.set(p.credentialId, (set = new Set()));
     set.add(stream);
     for (const inboxId of this.wanted.get(p.credentialId) ?? []) this.watch(stream, inboxId);
-    return () => {
-      if (stream.closed) return;
-      stream.closed = true;
-      set.delete(stream);
-      if (set.size === 0) this.streams.delete(p.credentialId);
-      for (const inboxId of [...stream.watching.keys()]) this.unwatch(stream, inboxId);
+    const streams = set;
+    return {
+      close: () => {
+        if (stream.closed) return;
+        stream.closed = true;
+        streams.delete(stream);
+        if (streams.size === 0) this.streams.delete(p.credentialId);
+        for (const inboxId of [...stream.watching.keys()]) this.unwatch(stream, inboxId);
+      },
+      recheck: async (now) => {
+        this.access.authorize(now.principal, READ);
+        for (const inboxId of [...this.subscribed(p.credentialId)]) {
+          try {
+            await now.once(`inbox|${inboxId}`, () => this.access.inboxAccess(now.principal, inboxId, 'messages:read'));
+          } catch (err) {
+            if (!lostAccess(err)) throw err;
+            await this.drop(p.credentialId, inboxId);
+          }
+        }
+      },
+      refused: () => this.refused(stream),
     };
+  }
+
+  /** Its credential may no longer be served: every subscription it had goes, and its stream ends. */
+  private refused(s: LiveStream): void {
+    s.end();
+    for (const inboxId of [...this.subscribed(s.principal.credentialId)]) {
+      this.drop(s.principal.credentialId, inboxId).catch((err: unknown) => this.log.warn({ err, inboxId }, 'an MCP subscription could not be dropped'));
+    }
+  }
+
+  private drop(credentialId: string, inboxId: string): Promise<void> {
+    return this.change({ credentialId, inboxId, on: false });
   }
 
   private watch(s: LiveStream, inboxId: string): void {
@@ -126,6 +177,7 @@ export class McpSubscriptions {
     })().catch((err: unknown) => {
       if (!isDomainError(err)) this.log.warn({ err, inboxId }, 'an MCP subscription could not watch its inbox');
       s.watching.delete(inboxId);
+      if (lostAccess(err)) void this.drop(s.principal.credentialId, inboxId).catch((e: unknown) => this.log.warn({ err: e, inboxId }, 'an MCP subscription could not be dropped'));
       return null;
     });
     s.watching.set(inboxId, started);
@@ -140,20 +192,22 @@ export class McpSubscriptions {
 
   /**
    * Each notification re-checks the credential and its reach, as a new request would: a revoked
-   * token ends the stream, a withdrawn grant ends that inbox's watch, before anything is told.
+   * token's subscriptions are dropped and its stream ends, a withdrawn grant drops that inbox's,
+   * before anything is told.
    */
   private async tell(s: LiveStream, inboxId: string, uri: string): Promise<void> {
     try {
       const now = await this.access.principalOfToken(s.principal.credentialId);
       if (!now) {
-        s.end();
+        this.refused(s);
         return;
       }
-      this.access.authorize(now, { token: 'messages:read', session: false });
+      this.access.authorize(now, READ);
       await this.access.inboxAccess(now, inboxId, 'messages:read');
     } catch (err) {
       if (!isDomainError(err)) throw err;
-      this.unwatch(s, inboxId);
+      // The store cannot answer now: this change goes untold (delivery is at most once), the subscription stays.
+      if (lostAccess(err)) await this.drop(s.principal.credentialId, inboxId);
       return;
     }
     if (!s.closed) await s.notify(uri).catch(() => s.end());

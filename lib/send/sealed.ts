@@ -1,4 +1,4 @@
-// Opens what POST /send carries (DESIGN.md 5): the client sealed the RFC 5322 message with a
+// Opens what POST /send carries (docs/sending.md): the client sealed the RFC 5322 message with a
 // fresh session key, sent the PKESK packet(s) sealing that key to the epoch key (`wrappedDek`)
 // and the encrypted data packet (`ciphertext`), and named the literal data packet after the
 // draft id. That name is the binding: a ciphertext made for another draft cannot be replayed

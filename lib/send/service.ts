@@ -1,4 +1,4 @@
-// The send rules (spec 4.5, DESIGN.md 7), for both operations: who may send as what, the
+// The send rules (docs/api.md, "Sending"; docs/sending.md), for both operations: who may send as what, the
 // limits Postern enforces before the relay sees anything, what is relayed, the draft replay
 // rule, and what happens after the relay answers. The relay (Postfix submission, authenticated
 // as the inbox's user) then applies the same checks and limits as for a mail app.
@@ -12,7 +12,7 @@ import { NO_METRICS, type SendMetrics, type SendOutcome } from '../metrics.ts';
 import { RelayOutcomeUnknown, RelayRefused, type CopyQueue, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
 
-/** Spec 8: both send operations. */
+/** docs/api.md, "Limits": both send operations. */
 export const MAX_RECIPIENTS = 100;
 export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
 
@@ -104,7 +104,7 @@ export class SendService {
     return inFlight(first) ? (this.sameContent(first, fingerprint), null) : this.answerOf(first, fingerprint);
   }
 
-  /** 422 (spec 4.5: refused, with the reason) for a draft sent before with other content. */
+  /** 422 (docs/api.md, "Sending": refused, with the reason) for a draft sent before with other content. */
   private sameContent(first: OutboxEntry, fingerprint: string | null): void {
     if (first.fingerprint !== fingerprint) throw unprocessable(`draft ${first.draftId} was already sent with other content`);
   }

@@ -1,4 +1,4 @@
-// The webhook dispatcher (issue 18, docs/webhooks.md): reads the event log past each enabled
+// The webhook dispatcher (docs/webhooks.md): reads the event log past each enabled
 // endpoint's position, makes a durable delivery per matching event (the position moves in the
 // same transaction, so no event is enqueued twice or skipped), and sends what is due.
 //
@@ -8,8 +8,10 @@
 //   the others when the lease lapses (at-least-once: `webhook-id` lets a receiver drop a repeat).
 // - What an endpoint receives is what its creating token may read now: checked when events are
 //   enqueued and again before each attempt. A revoked or expired token disables the endpoint.
-// - At most `concurrency` attempts per endpoint are under way in a process, so a slow or dead
-//   receiver holds only its own deliveries back.
+// - At most `concurrency` attempts per endpoint, `projectConcurrency` per project and
+//   `maxInFlight` in all are under way in a process, so a slow or dead receiver holds only its own
+//   deliveries back, and a project's many slow receivers only that project's.
+// - A deleted endpoint (forget) has its attempts under way abandoned and none of its leased ones started.
 // - Failures are retried on the schedule (lib/webhooks/retry.ts); 410 Gone disables the endpoint,
 //   and so does failing without a break for `disableAfterMs`. Both record webhook.endpoint.disabled.
 import { hostname } from 'node:os';
@@ -34,7 +36,8 @@ export type PostResult =
   | { ok: true; status: number; retryAfterSeconds: number | null; ms: number }
   /** `cancelled`: abandoned through the signal (shutting down), which says nothing of the receiver. */
   | { ok: false; error: string; ms: number; cancelled?: boolean };
-export type Poster = (url: string, headers: Record<string, string>, body: string, signal?: AbortSignal) => Promise<PostResult>;
+/** `project`: whose attempt it is (its share of DNS lookups, adapters/webhooks/dns.ts). */
+export type Poster = (url: string, headers: Record<string, string>, body: string, signal?: AbortSignal, project?: string) => Promise<PostResult>;
 
 export interface WebhookDispatcherOptions {
   store: WebhookStore;
@@ -52,8 +55,6 @@ export interface WebhookDispatcherOptions {
 
 /** Events read per step of an endpoint's catch-up. */
 const READ_BATCH = 500;
-/** Attempts under way at once in a process, over all endpoints. */
-const MAX_IN_FLIGHT = 512;
 /** New events are read this long after the first of them arrives, with those arriving meanwhile. */
 const WAKE_DELAY_MS = 5;
 /** Outcomes are written this long after an attempt ends, with those of every attempt ending meanwhile. */
@@ -122,7 +123,16 @@ export class WebhookDispatcher {
   private readonly filling = new Set<string>();
   private readonly refill = new Set<string>();
   private readonly inFlight = new Map<string, number>();
+  private readonly inFlightByProject = new Map<string, number>();
   private inFlightTotal = 0;
+  /** Endpoints with deliveries waiting for room under their project's cap or the process's, in turn. */
+  private readonly waitingForRoom = new Set<string>();
+  /** A claim left endpoints out for want of room in their project: the next attempt's end claims again. */
+  private projectFull = false;
+  /** Claims made: where the next one starts among the endpoints. */
+  private claims = 0;
+  /** Per endpoint with attempts under way: what abandons them (deleted, or the process stopping). */
+  private readonly aborts = new Map<string, { controller: AbortController; signal: AbortSignal }>();
   /** Wakes close once no attempt is under way. */
   private allEnded: (() => void) | null = null;
   private outcomes: DeliveryOutcome[] = [];
@@ -177,6 +187,22 @@ export class WebhookDispatcher {
     return this.tick(endpointId);
   }
 
+  /**
+   * The endpoint was deleted through this process: its attempts under way are abandoned now and
+   * none of its leased deliveries is started (their rows went with it). Other processes see the
+   * deletion at their next poll (refresh) and do the same.
+   */
+  forget(endpointId: string): void {
+    // A read of the endpoints begun before the deletion would put it back.
+    this.refreshes++;
+    this.endpoints.delete(endpointId);
+    this.queued.delete(endpointId);
+    this.waitingForRoom.delete(endpointId);
+    this.drained.delete(endpointId);
+    this.paces.delete(endpointId);
+    this.aborts.get(endpointId)?.controller.abort();
+  }
+
   /** Stops taking work, lets attempts under way finish (at most `graceMs`), writes their outcomes. */
   async close(graceMs = 2000): Promise<void> {
     this.closed = true;
@@ -228,6 +254,9 @@ export class WebhookDispatcher {
     if (seq !== this.refreshes) return;
     const next = new Map<string, WebhookEndpointRecord>();
     for (const e of all) if (e.disabledAt === null) next.set(e.id, e);
+    // Deleted through another process: stopped here too.
+    const present = new Set(all.map((e) => e.id));
+    for (const id of new Set([...this.aborts.keys(), ...this.queued.keys()])) if (!present.has(id)) this.forget(id);
     this.endpoints = next;
     for (const id of this.paces.keys()) if (!next.has(id)) this.paces.delete(id);
     const projects = new Set([...next.values()].map((e) => e.projectId));
@@ -264,7 +293,7 @@ export class WebhookDispatcher {
   private settled(endpointId: string): void {
     this.flushSoon();
     // Claimed in batches: only once what the endpoint holds is down to half a batch.
-    if (!this.refilling && this.held(endpointId) <= this.batchOf(endpointId) / 2) {
+    if (!this.refilling && (this.projectFull || this.held(endpointId) <= this.batchOf(endpointId) / 2)) {
       this.refilling = true;
       setImmediate(() => {
         this.refilling = false;
@@ -317,7 +346,7 @@ export class WebhookDispatcher {
       const at = this.now();
       const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
       // What there is room for is leased to this process as it is made, and sent without a claim.
-      const room = Math.min(this.batchOf(id) - this.held(id), MAX_IN_FLIGHT - this.heldTotal(), deliveries.length);
+      const room = Math.min(this.batchOf(id) - this.held(id), this.o.settings.maxInFlight - this.heldTotal(), this.projectRoom(e.projectId), deliveries.length);
       const until = at + this.o.settings.leaseMs;
       const leased = await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at, room > 0 ? { owner: this.owner, until, count: room } : undefined);
       if (leased) {
@@ -382,16 +411,31 @@ export class WebhookDispatcher {
     try {
       do {
         this.pumpAgain = false;
-        while (!this.closed && this.heldTotal() < MAX_IN_FLIGHT) {
+        while (!this.closed && this.heldTotal() < this.o.settings.maxInFlight) {
           // Outcomes waiting are not written first: they are at most FLUSH_DELAY_MS of attempts,
           // which the claim walks past (still leased), cheaper than a write of a few rows before
           // every claim, which also split the outcomes into small batches.
           // A batch each: the next ones wait here, ready to start the moment an attempt ends. Only
           // endpoints down to half a batch (as settled() asks): topping up by the few attempts
           // that ended during the last claim cost a flush and a claim for a handful of rows.
-          const endpoints = [...this.endpoints.keys()]
-            .filter((id) => !this.drained.has(id) && this.held(id) <= this.batchOf(id) / 2)
-            .map((id) => ({ id, limit: this.batchOf(id) - this.held(id) }));
+          // Each project's endpoints share what it may hold (projectRoom), in turn: each claim
+          // starts one endpoint further on, so the first ones cannot keep a busy project's room.
+          const endpoints: Array<{ id: string; limit: number }> = [];
+          const room = new Map<string, number>();
+          this.projectFull = false;
+          const all = [...this.endpoints];
+          const from = all.length > 0 ? this.claims++ % all.length : 0;
+          for (const [id, e] of [...all.slice(from), ...all.slice(0, from)]) {
+            if (this.drained.has(id) || this.held(id) > this.batchOf(id) / 2) continue;
+            const left = room.get(e.projectId) ?? this.projectRoom(e.projectId);
+            const limit = Math.min(this.batchOf(id) - this.held(id), left);
+            if (limit <= 0) {
+              this.projectFull = true;
+              continue;
+            }
+            room.set(e.projectId, left - limit);
+            endpoints.push({ id, limit });
+          }
           if (endpoints.length === 0) break;
           const now = this.now();
           const leaseUntil = now + this.o.settings.leaseMs;
@@ -468,49 +512,89 @@ export class WebhookDispatcher {
     return (this.inFlight.get(id) ?? 0) + (this.queued.get(id)?.length ?? 0);
   }
 
+  /**
+   * How many more deliveries a project's endpoints may hold in this process: twice its cap of
+   * attempts under way (the next ones ready to start), so one project's backlog cannot fill the
+   * process's room for claims.
+   */
+  private projectRoom(projectId: string): number {
+    let n = this.inFlightByProject.get(projectId) ?? 0;
+    for (const q of this.queued.values()) if (q[0]?.d.projectId === projectId) n += q.length;
+    return 2 * this.o.settings.projectConcurrency - n;
+  }
+
   private heldTotal(): number {
     let n = this.inFlightTotal;
     for (const q of this.queued.values()) n += q.length;
     return n;
   }
 
-  /** Starts an endpoint's waiting deliveries while it is under its cap. */
+  /** Starts an endpoint's waiting deliveries while it, its project and the process are under their caps. */
   private drain(id: string): void {
     const q = this.queued.get(id);
     while (q && q.length > 0 && (this.inFlight.get(id) ?? 0) < this.o.settings.concurrency) {
-      const h = q.shift()!;
+      const h = q[0]!;
       const { d, until } = h;
       // Not started with less of its lease left than an attempt may take (another process could
       // claim it meanwhile): handed back, to be claimed afresh.
       // (Written by the next flush: claims no longer write the outcomes waiting first.)
       if (this.closed || until - this.now() <= this.o.settings.timeoutMs) {
+        q.shift();
         this.outcomes.push(this.released(d));
         this.flushSoon();
-      } else this.launch(h);
+        continue;
+      }
+      if ((this.inFlightByProject.get(d.projectId) ?? 0) >= this.o.settings.projectConcurrency || this.inFlightTotal >= this.o.settings.maxInFlight) {
+        // Started when an attempt of its project (or any, for the process's cap) ends.
+        this.waitingForRoom.add(id);
+        break;
+      }
+      q.shift();
+      this.launch(h);
     }
     if (q && q.length === 0) this.queued.delete(id);
+  }
+
+  /** Endpoints waiting for room, in the order they began waiting (each goes to the back if it waits again). */
+  private drainWaiting(): void {
+    for (const id of [...this.waitingForRoom]) {
+      this.waitingForRoom.delete(id);
+      this.drain(id);
+    }
   }
 
   private launch(h: Held): void {
     const d = h.d;
     this.inFlight.set(d.endpointId, (this.inFlight.get(d.endpointId) ?? 0) + 1);
+    this.inFlightByProject.set(d.projectId, (this.inFlightByProject.get(d.projectId) ?? 0) + 1);
     this.inFlightTotal++;
-    void this.run(d, h.event);
+    let abort = this.aborts.get(d.endpointId);
+    if (!abort) {
+      const controller = new AbortController();
+      abort = { controller, signal: AbortSignal.any([controller.signal, this.stopping.signal]) };
+      this.aborts.set(d.endpointId, abort);
+    }
+    void this.run(d, h.event, abort.signal);
   }
 
   /** One attempt and what follows it (one promise per attempt, not a chain of them). */
-  private async run(d: DeliveryRecord, event: StoredEvent | null): Promise<void> {
+  private async run(d: DeliveryRecord, event: StoredEvent | null, signal: AbortSignal): Promise<void> {
     try {
       // Awaited first: `this.outcomes` is a new array after each flush.
-      const outcome = await this.attempt(d, event);
+      const outcome = await this.attempt(d, event, signal);
       this.outcomes.push(outcome);
     } catch (err) {
       // The lease lapses and the delivery is tried again, by this process or another.
       this.o.log.warn({ err, webhook: d.endpointId, event: d.eventId }, 'webhook attempt failed unexpectedly');
     }
     const n = (this.inFlight.get(d.endpointId) ?? 1) - 1;
-    if (n === 0) this.inFlight.delete(d.endpointId);
-    else this.inFlight.set(d.endpointId, n);
+    if (n === 0) {
+      this.inFlight.delete(d.endpointId);
+      this.aborts.delete(d.endpointId);
+    } else this.inFlight.set(d.endpointId, n);
+    const inProject = (this.inFlightByProject.get(d.projectId) ?? 1) - 1;
+    if (inProject === 0) this.inFlightByProject.delete(d.projectId);
+    else this.inFlightByProject.set(d.projectId, inProject);
     this.inFlightTotal--;
     if (this.inFlightTotal === 0 && this.allEnded) {
       const wake = this.allEnded;
@@ -519,10 +603,11 @@ export class WebhookDispatcher {
     }
     this.paced(d.endpointId);
     this.drain(d.endpointId);
+    if (this.waitingForRoom.size > 0) this.drainWaiting();
     this.settled(d.endpointId);
   }
 
-  private async attempt(d: DeliveryRecord, ev: StoredEvent | null): Promise<DeliveryOutcome> {
+  private async attempt(d: DeliveryRecord, ev: StoredEvent | null, signal: AbortSignal): Promise<DeliveryOutcome> {
     const e = this.endpoints.get(d.endpointId) ?? (await this.o.store.get(d.projectId, d.endpointId));
     if (!e || e.disabledAt !== null) return this.released(d);
     // The token's standing as last read, when that is recent (no await: most attempts use it).
@@ -544,7 +629,7 @@ export class WebhookDispatcher {
     this.cursorCodec ??= await this.o.events.cursors();
     const body = this.body(this.cursorCodec, d, ev.json);
     const headers = deliveryHeaders(this.secretsOf(e), d.eventId, body, new Date(this.now()));
-    const r = await this.o.post(e.url, headers, body, this.stopping.signal);
+    const r = await this.o.post(e.url, headers, body, signal, e.projectId);
     if (!r.ok && r.cancelled) return this.released(d);
     const at = this.now();
     const attempts = d.attempts + 1;
@@ -644,7 +729,7 @@ export class WebhookDispatcher {
     if (!current || current.disabledAt !== null) return;
     const at = this.now();
     const words = { failing: 'every attempt failed for too long', gone: 'the receiver answered 410 Gone', token: 'its token was revoked or expired' }[reason];
-    await this.o.store.setDisabled(e.projectId, e.id, at, words, at);
+    await this.o.store.setDisabled(e.projectId, e.id, { at, by: 'dispatcher', reason: words }, at);
     this.o.log.warn({ webhook: e.id, reason, detail }, 'webhook endpoint disabled');
     await this.o.events.record({
       type: 'webhook.endpoint.disabled',

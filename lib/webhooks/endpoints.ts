@@ -1,4 +1,4 @@
-// Webhook endpoints (issue 18, docs/webhooks.md): where a project's events are sent, managed by
+// Webhook endpoints (docs/webhooks.md): where a project's events are sent, managed by
 // tokens with `webhooks:write`. An endpoint receives what the token that created it may read
 // (events:read semantics, re-checked at delivery by the dispatcher), so only that token sees and
 // changes it: another token of the project, even one of the same member, could otherwise point
@@ -9,7 +9,8 @@ import { isIP } from 'node:net';
 import type * as Wire from '../../schemas/wire.ts';
 import type { Access, Principal } from '../auth/access.ts';
 import type { MasterKey } from '../crypto/master-key.ts';
-import { forbidden, invalid, isDomainError, notFound, unprocessable } from '../errors.ts';
+import { conflict, forbidden, invalid, isDomainError, notFound, rateLimited, unprocessable } from '../errors.ts';
+import { RateBuckets } from '../rate.ts';
 import { builtinType } from '../events/catalog.ts';
 import { parseTypes } from '../events/query.ts';
 import { isId, newId } from '../ids.ts';
@@ -39,6 +40,10 @@ export interface WebhookEndpointsOptions {
   post: Poster;
   /** An endpoint was made, changed, rotated or replayed: this process's dispatcher reads it again before the answer. */
   onChange?: (id: string) => Promise<void>;
+  /** An endpoint was deleted: this process's dispatcher stops its attempts before the answer. */
+  onDelete?: (id: string) => void;
+  /** Test sends one endpoint may make per minute, in this process (POSTERN_WEBHOOK_TESTS_PER_MINUTE). */
+  testsPerMinute: number;
   now?: () => number;
 }
 
@@ -63,9 +68,12 @@ function isLoopback(hostname: string): boolean {
 
 export class WebhookEndpoints {
   private readonly now: () => number;
+  /** Test sends per endpoint: each one is a request to a URL of the caller's choosing. */
+  private readonly tests: RateBuckets;
 
   constructor(private readonly o: WebhookEndpointsOptions) {
     this.now = o.now ?? Date.now;
+    this.tests = new RateBuckets({ perSecond: o.testsPerMinute / 60, burst: o.testsPerMinute }, { now: this.now });
   }
 
   async create(p: Principal, input: Wire.NewWebhook): Promise<Wire.WebhookCreated> {
@@ -93,6 +101,7 @@ export class WebhookEndpoints {
       previousExpiresAt: null,
       disabledAt: null,
       disabledReason: null,
+      disabledBy: null,
       position: await this.o.head(),
       failingSince: null,
       createdAt: at,
@@ -119,6 +128,9 @@ export class WebhookEndpoints {
     const url = change.url !== undefined ? this.checkUrl(change.url) : e.url;
     const types = change.types !== undefined ? this.checkTypes(change.types) : e.types;
     const inboxes = change.inboxes !== undefined ? await this.checkInboxes(p, change.inboxes) : e.inboxes;
+    if (change.enabled === true && e.disabledBy === 'staff') {
+      throw conflict("this webhook was disabled by the service's staff; its owner cannot enable it again (ask the service's operators)");
+    }
     const edited = change.url !== undefined || change.types !== undefined || change.inboxes !== undefined || change.description !== undefined;
     if (edited) {
       const description = change.description !== undefined ? change.description : e.description;
@@ -128,7 +140,7 @@ export class WebhookEndpoints {
     }
     // Disabling keeps the time and reason of an endpoint already disabled (by the dispatcher, say).
     if (change.enabled !== undefined && change.enabled !== (e.disabledAt === null)) {
-      const updated = await this.o.store.setDisabled(p.projectId, id, change.enabled ? null : at, change.enabled ? null : 'disabled through the API', at);
+      const updated = await this.o.store.setDisabled(p.projectId, id, change.enabled ? null : { at, by: 'owner', reason: 'disabled through the API' }, at);
       if (!updated) throw notFound('webhook not found');
       e = updated;
     }
@@ -139,6 +151,8 @@ export class WebhookEndpoints {
   async delete(p: Principal, id: string): Promise<void> {
     await this.owned(p, id);
     if (!(await this.o.store.delete(p.projectId, id))) throw notFound('webhook not found');
+    // Attempts under way are abandoned and none waiting is started (other processes: within a poll).
+    this.o.onDelete?.(id);
   }
 
   /** A new secret; the current one keeps signing (both signatures sent) for ROTATION_OVERLAP_MS. */
@@ -193,14 +207,19 @@ export class WebhookEndpoints {
     return { after };
   }
 
-  /** One signed `webhook.test` POST to the endpoint now (enabled or not), outside the log; what it got. */
+  /**
+   * One signed `webhook.test` POST to the endpoint now (enabled or not), outside the log; what it
+   * got. At most testsPerMinute per endpoint: each is a request to a URL of the caller's choosing.
+   */
   async test(p: Principal, id: string): Promise<Wire.WebhookTestResult> {
     const e = await this.owned(p, id);
+    const retryAfter = this.tests.take(e.id);
+    if (retryAfter > 0) throw rateLimited(`at most ${this.o.testsPerMinute} test sends per webhook a minute; try again later`, retryAfter);
     const eventId = newId('evt');
     const at = new Date(this.now());
     const body = webhookBody('webhook.test', at, { id: eventId, type: 'webhook.test', time: at.toISOString(), webhookId: e.id });
     const headers = deliveryHeaders(this.signingSecrets(e), eventId, body, at);
-    const r = await this.o.post(e.url, headers, body);
+    const r = await this.o.post(e.url, headers, body, undefined, e.projectId);
     if (!r.ok) return { delivered: false, status: null, error: r.error, durationMs: r.ms };
     const delivered = r.status >= 200 && r.status < 300;
     return { delivered, status: r.status, error: delivered ? null : `the receiver answered HTTP ${r.status}`, durationMs: r.ms };

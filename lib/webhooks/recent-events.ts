@@ -1,7 +1,7 @@
 // Events the dispatcher read from the log lately, kept so that sending a delivery made from them
 // does not read them again (lib/webhooks/dispatcher.ts). A backlog is enqueued in reads of
 // hundreds, but only what the process has room for is leased as it is made; the rest is claimed
-// later, and without this each claimed batch read its bodies from the log a second time (issue 18).
+// later, and without this each claimed batch read its bodies from the log a second time.
 // Events never change once appended, so a kept one is never stale; the oldest go first once the
 // kept bodies pass a size, so a run of large events holds little memory.
 import type { StoredEvent } from '../events/types.ts';

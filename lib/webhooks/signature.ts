@@ -76,7 +76,7 @@ export function deliveryHeaders(secrets: readonly string[], id: string, body: st
   };
 }
 
-/** The body the spec recommends: the type, when the event happened (not when it is sent), its data. */
+/** The body the Standard Webhooks spec recommends: the type, when the event happened (not when it is sent), its data. */
 export interface WebhookPayload<T> {
   type: string;
   timestamp: string;

@@ -14,6 +14,8 @@ export interface StaffWebhook {
   types: string[] | null;
   inboxes: string[] | null;
   enabled: boolean;
+  /** `owner`, `dispatcher` or `staff`; null while enabled. */
+  disabledBy: string | null;
   disabledAt: string | null;
   disabledReason: string | null;
   failingSince: string | null;
@@ -40,6 +42,7 @@ export class WebhookStaff {
       types: e.types,
       inboxes: e.inboxes,
       enabled: e.disabledAt === null,
+      disabledBy: e.disabledBy,
       disabledAt: iso(e.disabledAt),
       disabledReason: e.disabledReason,
       failingSince: iso(e.failingSince),
@@ -47,13 +50,17 @@ export class WebhookStaff {
     }));
   }
 
-  /** Disables it (its deliveries wait) and records webhook.endpoint.disabled; its owner may enable it again. */
+  /**
+   * Disables it (its deliveries wait) and records webhook.endpoint.disabled. Its owner cannot
+   * enable it again (docs/webhooks.md): one already disabled (by its owner or after failing) is
+   * marked as staff's too.
+   */
   async disable(id: string, reason: string): Promise<StaffWebhook> {
     const e = isId('whk', id) ? (await this.store.all()).find((x) => x.id === id) : undefined;
     if (!e) throw notFound(`no webhook endpoint ${id}`);
-    if (e.disabledAt === null) {
+    if (e.disabledBy !== 'staff') {
       const at = this.now();
-      await this.store.setDisabled(e.projectId, e.id, at, `disabled by staff: ${reason}`, at);
+      await this.store.setDisabled(e.projectId, e.id, { at, by: 'staff', reason: `disabled by staff: ${reason}` }, at);
       await this.events.record({
         type: 'webhook.endpoint.disabled',
         projectId: e.projectId,

@@ -22,12 +22,24 @@ export interface WebhookEndpointRecord {
   /** Set while the endpoint is disabled (by its owner, or by the dispatcher after failing). */
   disabledAt: number | null;
   disabledReason: string | null;
+  /** Who disabled it (null while enabled): an endpoint staff disabled stays so for its owner. */
+  disabledBy: WebhookDisabler | null;
   /** The event log position delivered up to (the dispatcher's); the log's head at creation. */
   position: number;
   /** Since when every attempt has failed (null: the last one worked); long enough disables it. */
   failingSince: number | null;
   createdAt: number;
   updatedAt: number;
+}
+
+/** Who disabled an endpoint: its owner (the API), the dispatcher (failing, 410, token) or staff. */
+export type WebhookDisabler = 'owner' | 'dispatcher' | 'staff';
+
+/** Why an endpoint is disabled, when, and by whom (WebhookStore.setDisabled). */
+export interface WebhookDisabling {
+  at: number;
+  by: WebhookDisabler;
+  reason: string;
 }
 
 /**
@@ -108,8 +120,8 @@ export interface WebhookStore {
   list(projectId: string): Promise<WebhookEndpointRecord[]>;
   /** The changed endpoint, or null when the project has no such endpoint. */
   update(projectId: string, id: string, change: WebhookEndpointChange): Promise<WebhookEndpointRecord | null>;
-  /** Disables (`disabledAt` set, with why) or enables (null, null) it. Null: no such endpoint. */
-  setDisabled(projectId: string, id: string, disabledAt: number | null, reason: string | null, at: number): Promise<WebhookEndpointRecord | null>;
+  /** Disables it (when, by whom, why) or, with null, enables it. Null: no such endpoint. */
+  setDisabled(projectId: string, id: string, disabled: WebhookDisabling | null, at: number): Promise<WebhookEndpointRecord | null>;
   /** Puts a new secret in place, the current one becoming the previous (signing until `previousExpiresAt`). Null: no such endpoint. */
   rotateSecret(projectId: string, id: string, secretSealed: Buffer, previousExpiresAt: number, at: number): Promise<WebhookEndpointRecord | null>;
   /** False when the project had no such endpoint. Its deliveries go with it. */

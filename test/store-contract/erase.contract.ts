@@ -66,7 +66,8 @@ async function populate(s: Store, now = Date.now()) {
   }
   const webhooks = [newId('whk'), newId('whk')];
   for (const [i, id] of webhooks.entries()) {
-    await s.webhooks.create({ id, projectId, tokenId: tokens[i]!, url: 'https://hooks.example.test/in', types: null, inboxes: null, description: null, secretSealed: randomBytes(8), previousSecretSealed: null, previousExpiresAt: null, disabledAt: null, disabledReason: null, position: 0, failingSince: null, createdAt: now, updatedAt: now });
+    await s.webhooks.create({ id, projectId, tokenId: tokens[i]!, url: 'https://hooks.example.test/in', types: null, inboxes: null, description: null, secretSealed: randomBytes(8), previousSecretSealed: null, previousExpiresAt: null, disabledAt: null, disabledReason: null,
+    disabledBy: null, position: 0, failingSince: null, createdAt: now, updatedAt: now });
   }
   await s.events.upsertType(projectId, 'ext.thing.happened', 1, () => ({ projectId, name: 'ext.thing.happened', version: 1, description: 'd', fields: [], createdAt: now, updatedAt: now }));
   const events: string[] = [];

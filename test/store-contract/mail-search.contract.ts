@@ -1,4 +1,4 @@
-// The mail index's search (MailIndexStore.search, issue 20) on every engine: the text index
+// The mail index's search (MailIndexStore.search, docs/search.md) on every engine: the text index
 // (words, case and accents, address parts, prefixes, phrases, one field at a time), the metadata
 // conditions, places (label and keywords at one place), the order and its cursor, and the text
 // index kept in step with every write that adds or drops a message.
@@ -79,6 +79,23 @@ export function mailSearchContract(engineName: string, open: () => Promise<MailI
       expect(await find({ from: 'bob', subject: 'invoices' }), 'conditions together').to.deep.equal([b.guid]);
       expect(await find({ from: 'bob', subject: 'facture' })).to.deep.equal([]);
       expect(await find({ subject: 'elodie' }), 'a word of another field').to.deep.equal([]);
+    });
+
+    it('matches a last word shorter than the minimum prefix as a whole word, and refuses more words or prefixes than the bounds', async () => {
+      const two = message({ subject: 'Part 2 of the plan' });
+      const many = message({ subject: 'Part 22 of the plan', receivedAt: T0 - 1 });
+      const { find } = await inboxOf([two, many]);
+      expect(await find({ subject: 'part 2' }), 'one character: that word only').to.deep.equal([two.guid]);
+      expect(await find({ subject: 'part 22' })).to.deep.equal([many.guid]);
+      expect(await find({ subject: 'pl' }), 'two characters: a prefix').to.have.members([two.guid, many.guid]);
+      const bounds = { maxWords: 3, maxPrefixes: 2, minPrefix: 3, budgetMs: 1000 };
+      expect(() => indexSearch({ limit: 10, subject: 'a b c d' }, bounds)).to.throw(/4 words .*at most 3/);
+      expect(() => indexSearch({ limit: 10, from: 'abc', subject: 'def ghi' }, bounds)).to.throw(/3 space-separated pieces .*at most 2/);
+      expect(indexSearch({ limit: 10, from: 'abc', subject: 'de gh' }, bounds).text.flatMap((t) => t.phrases), 'short last words are no prefixes').to.deep.equal([
+        { words: ['abc'], prefix: true },
+        { words: ['de'], prefix: false },
+        { words: ['gh'], prefix: false },
+      ]);
     });
 
     it('answers dates, sizes and attachments as JMAP says: after and minSize inclusive, before and maxSize not', async () => {

@@ -1,4 +1,4 @@
-// A log that never skips (issue 17 item 4, docs/events.md "On PostgreSQL: a log that never
+// A log that never skips (docs/events.md, "On PostgreSQL: a log that never
 // skips"): 3 processes × 16 concurrent writers append to one PostgreSQL log while readers page
 // through it by cursor (read), by readAll, and through the live feed's store catch-up. Every
 // acknowledged event must be seen exactly once by each reader, all in the same order.

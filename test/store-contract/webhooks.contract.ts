@@ -25,6 +25,7 @@ function endpoint(projectId: string, over: Partial<WebhookEndpointRecord> = {}):
     previousExpiresAt: null,
     disabledAt: null,
     disabledReason: null,
+    disabledBy: null,
     position: 1234567890123,
     failingSince: null,
     createdAt: 1_700_000_000_000,
@@ -82,7 +83,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
       expect(await b.list(other)).to.deep.equal([]);
       expect(await b.update(other, e.id, { ...e, url: 'https://evil.example/' })).to.equal(null);
       expect(await b.rotateSecret(other, e.id, randomBytes(61), 1, 1)).to.equal(null);
-      expect(await b.setDisabled(other, e.id, 1, 'x', 1)).to.equal(null);
+      expect(await b.setDisabled(other, e.id, { at: 1, by: 'owner', reason: 'x' }, 1)).to.equal(null);
       expect(await b.delete(other, e.id)).to.equal(false);
       expect(await a.get(e.projectId, e.id)).to.deep.equal(e);
     });
@@ -114,12 +115,16 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
     it('disables and enables, and an edit leaves that as it is', async () => {
       const e = endpoint(newId('prj'));
       await a.create(e);
-      const off = await b.setDisabled(e.projectId, e.id, 1_700_000_002_000, 'failing for 3 days', 1_700_000_002_000);
-      expect(off).to.deep.equal({ ...e, disabledAt: 1_700_000_002_000, disabledReason: 'failing for 3 days', updatedAt: 1_700_000_002_000 });
+      const off = await b.setDisabled(e.projectId, e.id, { at: 1_700_000_002_000, by: 'dispatcher', reason: 'failing for 3 days' }, 1_700_000_002_000);
+      expect(off).to.deep.equal({ ...e, disabledAt: 1_700_000_002_000, disabledBy: 'dispatcher', disabledReason: 'failing for 3 days', updatedAt: 1_700_000_002_000 });
       const edited = await a.update(e.projectId, e.id, { url: 'https://hooks.example.org/new', types: e.types, inboxes: e.inboxes, description: e.description, updatedAt: 1_700_000_003_000 });
-      expect(edited).to.include({ disabledAt: 1_700_000_002_000, disabledReason: 'failing for 3 days', url: 'https://hooks.example.org/new' });
-      const on = await b.setDisabled(e.projectId, e.id, null, null, 1_700_000_004_000);
-      expect(on).to.deep.equal({ ...edited, disabledAt: null, disabledReason: null, updatedAt: 1_700_000_004_000 });
+      expect(edited).to.include({ disabledAt: 1_700_000_002_000, disabledBy: 'dispatcher', disabledReason: 'failing for 3 days', url: 'https://hooks.example.org/new' });
+      // Who disabled it is kept as said (staff's stays staff's until it is enabled).
+      const staff = await a.setDisabled(e.projectId, e.id, { at: 1_700_000_003_500, by: 'staff', reason: 'abuse' }, 1_700_000_003_500);
+      expect(staff).to.include({ disabledAt: 1_700_000_003_500, disabledBy: 'staff', disabledReason: 'abuse' });
+      expect(await b.get(e.projectId, e.id)).to.deep.equal(staff);
+      const on = await b.setDisabled(e.projectId, e.id, null, 1_700_000_004_000);
+      expect(on).to.deep.equal({ ...edited, disabledAt: null, disabledBy: null, disabledReason: null, updatedAt: 1_700_000_004_000 });
     });
 
     it('rotates: the current secret becomes the previous one, in one write', async () => {
@@ -165,7 +170,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         return e;
       }
       afterEach(async () => {
-        for (const e of made.splice(0)) await a.setDisabled(e.projectId, e.id, 1, 'test over', 1);
+        for (const e of made.splice(0)) await a.setDisabled(e.projectId, e.id, { at: 1, by: 'owner', reason: 'test over' }, 1);
       });
 
       it('moves the position and adds deliveries in one step, only from where it stands', async () => {
@@ -207,7 +212,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         await a.enqueue(e.id, 0, 5, [1, 2, 3, 4, 5].map(delivery), 1_000);
         await a.enqueue(f.id, 0, 2, [1, 2].map(delivery), 1_000);
         await a.enqueue(off.id, 0, 1, [delivery(1)], 1_000);
-        await a.setDisabled(off.projectId, off.id, 900, 'off', 900);
+        await a.setDisabled(off.projectId, off.id, { at: 900, by: 'owner', reason: 'off' }, 900);
         const all3 = (limit: number) => [e, f, off].map((x) => ({ id: x.id, limit }));
         // Not yet due.
         expect(await a.claim({ owner: 'p1', now: 999, leaseUntil: 60_000, endpoints: all3(10) })).to.deep.equal([]);
@@ -301,7 +306,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const e = await fresh(0);
         const off = await fresh(0);
         await a.enqueue(off.id, 0, 1, [delivery(1)], 500);
-        await a.setDisabled(off.projectId, off.id, 600, 'off', 600);
+        await a.setDisabled(off.projectId, off.id, { at: 600, by: 'owner', reason: 'off' }, 600);
         await a.enqueue(e.id, 0, 2, [delivery(1)], 1_000);
         await a.enqueue(e.id, 2, 3, [delivery(3)], 3_000);
         expect(await b.oldestDue()).to.equal(1_000);

@@ -1,12 +1,12 @@
-// Sealing a message for POST /send (DESIGN.md 5): encrypted with a fresh session key to the
+// Sealing a message for POST /send (docs/sending.md): encrypted with a fresh session key to the
 // inbox's current epoch key, its literal data packet named after the draft (that is the binding
 // Postern checks), then split into the PKESK packet(s) (`wrappedDek`) and the encrypted data
-// packet (`ciphertext`), as the spec's two fields want them.
+// packet (`ciphertext`), as the contract's two fields want them (docs/api.md, "Sending").
 import { createMessage, encrypt, enums, PacketList, readKey } from 'openpgp';
 import type { ComposeData } from '../../schemas/wire.ts';
 import { fromBase64, toBase64 } from '../bytes.ts';
 
-/** A fresh draft id: `draft_` and 22 base64url characters (128 random bits; spec 2.1). */
+/** A fresh draft id: `draft_` and 22 base64url characters (128 random bits; docs/api.md, "Identifiers"). */
 export function newDraftId(): string {
   const b64 = toBase64(crypto.getRandomValues(new Uint8Array(16)));
   return `draft_${b64.replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '')}`;

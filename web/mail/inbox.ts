@@ -1,6 +1,6 @@
 // The inbox screen, `#/inbox/<ibx>` (INBOX) or `#/inbox/<ibx>/label/<lbl>`: its labels with unread
-// counts, the label's messages newest first a page at a time (spec 4.3: `limit`, `before`), and
-// live changes from the inbox stream (spec 6.1) applied in place without a reload; above them the
+// counts, the label's messages newest first a page at a time (docs/api.md, "Messages": `limit`, `before`), and
+// live changes from the inbox stream (docs/api.md, "Inbox change stream") applied in place without a reload; above them the
 // search box (search.ts). Rows, addresses and the arrow keys are list.ts's, shared with search.
 import type { InboxList, Label, LabelList, LiveChange, MessageList } from '../../schemas/wire.ts';
 import { api } from '../api.ts';

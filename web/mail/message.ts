@@ -1,7 +1,7 @@
 // The message screen, `#/inbox/<ibx>/message/<msg>`: opened in this browser (open.ts), parsed
 // with postal-mime, text shown as text, HTML in a sandboxed frame (html.ts) with remote images
 // blocked until the member asks, attachments saved from the decrypted parts, and the three
-// flags the API can change (spec 3.1). Opening marks it seen, as a mail app does. The inbox
+// flags the API can change (docs/api.md, "Message flags"). Opening marks it seen, as a mail app does. The inbox
 // stream (shared with the inbox screen, live.ts) keeps the flags current and says when the
 // message is removed; plaintext a mail app put in a zero-access inbox waits here for its sealed
 // copy (sealing.ts).

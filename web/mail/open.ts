@@ -1,4 +1,4 @@
-// Opening a message in the browser: the server never decrypts for the web app (spec 1). Three
+// Opening a message in the browser: the server never decrypts for the web app (docs/api.md, "What the service does"). Three
 // reads: the detail (keyEpoch, wrappedDek: the PKESK sealing the message's session key to an
 // epoch key), /keys (each epoch's private key sealed to the member's key), and /raw (the
 // encrypted-data packet). readMessage(wrappedDek ‖ raw), decrypted with the epoch key, is the
@@ -50,7 +50,7 @@ export function messageDetail(inboxId: string, msgId: string): Promise<MessageDe
 export async function openMessage(inboxId: string, msgId: string, detail?: MessageDetail): Promise<Uint8Array> {
   const [d, rawResponse] = await Promise.all([
     detail ?? messageDetail(inboxId, msgId),
-    // /raw is immutable (spec 4.3): the browser's private cache may answer it.
+    // /raw is immutable (docs/api.md, "Messages"): the browser's private cache may answer it.
     apiFetch(`/inboxes/${inboxId}/messages/${msgId}/raw`),
   ]);
   let keys = await epochKeys(inboxId, false);

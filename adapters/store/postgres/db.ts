@@ -1,4 +1,4 @@
-// The PostgreSQL store's connection pool and its schema migrations (issue 17): plain numbered SQL
+// The PostgreSQL store's connection pool and its schema migrations (docs/deployment.md): plain numbered SQL
 // files in ./migrations, applied in order under an advisory lock, so several Postern instances
 // starting at once against one database apply each migration exactly once.
 import { readdirSync, readFileSync } from 'node:fs';

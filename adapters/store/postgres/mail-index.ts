@@ -1,4 +1,4 @@
-// The mailbox index on PostgreSQL (DESIGN.md 4), with the SQLite adapter's semantics
+// The mailbox index on PostgreSQL (docs/mail.md, "The index"), with the SQLite adapter's semantics
 // (adapters/store/sqlite/mail-index.ts). Two things differ because of the engine:
 // - Writes of one inbox take turns on its mail_inboxes row: every index write starts by bumping
 //   the inbox's version (an upsert that locks the row until COMMIT, and says whether the inbox
@@ -9,9 +9,9 @@
 //   A run ends where the kind changes or a place repeats, so the ops still apply in their order.
 import type { Pool, PoolClient } from 'pg';
 import type { IndexOp, IndexSearch, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, SearchAfter, SearchRow, TextField, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
-import { searchWords } from '../../../lib/mail/search-words.ts';
+import { inboxMark, markedWords } from '../../../lib/mail/search-words.ts';
 import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
-import { notFound } from '../../../lib/errors.ts';
+import { notFound, unavailable } from '../../../lib/errors.ts';
 import { KeptReads, type PgChanges } from './changes.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
@@ -19,6 +19,13 @@ const isSeen = (flags: readonly string[]) => flags.some((f) => f.toLowerCase() =
 
 /** A write for an inbox removed meanwhile: to a read racing the removal, the inbox is gone. */
 const removedInbox = () => notFound('inbox not found: it was removed');
+
+/** SQLSTATE of a statement cancelled, by its statement_timeout here. */
+const QUERY_CANCELED = '57014';
+
+/** A search still running at its budget (IndexSearch.budgetMs): the store's time is what ran out. */
+const overBudget = (ms: number) =>
+  unavailable(`the search took longer than ${ms} ms and was stopped: try again later, or narrow it (longer words, a label, dates)`, 5);
 
 /** A new inbox row's version starts at the clock (microseconds): a rebuilt index never repeats one. */
 const firstVersion = () => Date.now() * 1000;
@@ -200,15 +207,15 @@ const WEIGHTS: Record<TextField, string> = { from: 'A', to: 'B', cc: 'C', subjec
 const MAX_POSITION = 16383;
 
 /**
- * The text index of a message as a tsvector literal: the words searchWords makes, positioned in
- * order (phrases need adjacency) and weighted by field. Words are letters, digits and marks:
- * nothing to quote but the word itself.
+ * The text index of a message as a tsvector literal: the words markedWords makes (each marked
+ * with the inbox, migration 013), positioned in order (phrases need adjacency) and weighted by
+ * field. Words are letters, digits and marks: nothing to quote but the word itself.
  */
-export function searchVector(m: Pick<MessageRecord, 'from' | 'to' | 'cc' | 'subject'>): string {
+export function searchVector(inboxId: string, m: Pick<MessageRecord, 'from' | 'to' | 'cc' | 'subject'>): string {
   const out: string[] = [];
   let position = 0;
   for (const field of ['from', 'to', 'cc', 'subject'] as const) {
-    for (const word of searchWords(m[field] ?? '')) {
+    for (const word of markedWords(inboxId, m[field] ?? '')) {
       position = Math.min(position + 1, MAX_POSITION);
       out.push(`'${word}':${position}${WEIGHTS[field]}`);
     }
@@ -216,10 +223,16 @@ export function searchVector(m: Pick<MessageRecord, 'from' | 'to' | 'cc' | 'subj
   return out.join(' ');
 }
 
-/** `search @@` this: each phrase's words adjacent within their field, the last one a prefix. */
-function searchTsquery(text: IndexSearch['text']): string {
+/**
+ * `search @@` this: each phrase's words adjacent within their field, the last one a prefix when
+ * the phrase says so; every word marked with the inbox, so only its index entries are read.
+ */
+export function searchTsquery(inboxId: string, text: IndexSearch['text']): string {
+  const mark = inboxMark(inboxId);
   return text
-    .flatMap(({ field, phrases }) => phrases.map((p) => `(${p.map((w, i) => `'${w}':${i === p.length - 1 ? '*' : ''}${WEIGHTS[field]}`).join(' <-> ')})`))
+    .flatMap(({ field, phrases }) =>
+      phrases.map(({ words, prefix }) => `(${words.map((w, i) => `'${mark}${w}':${prefix && i === words.length - 1 ? '*' : ''}${WEIGHTS[field]}`).join(' <-> ')})`),
+    )
     .join(' & ');
 }
 
@@ -235,7 +248,7 @@ export function searchStatement(inboxId: string, q: IndexSearch, after: SearchAf
   // planner guesses a prefix match's selectivity (~0.5 %), expects a page of a rare word early in
   // a walk of the inbox newest first, and walks all of it (65 ms at 100,000 messages, bench:search).
   const matches =
-    q.text.length > 0 ? `WITH f AS MATERIALIZED (SELECT guid FROM mail_messages WHERE inbox_id = $1::text AND search @@ ${param(searchTsquery(q.text), 'tsquery')}) ` : '';
+    q.text.length > 0 ? `WITH f AS MATERIALIZED (SELECT guid FROM mail_messages WHERE inbox_id = $1::text AND search @@ ${param(searchTsquery(inboxId, q.text), 'tsquery')}) ` : '';
   if (q.receivedFrom !== undefined) where.push(`m.received_at >= ${param(q.receivedFrom, 'bigint')}`);
   if (q.receivedBefore !== undefined) where.push(`m.received_at < ${param(q.receivedBefore, 'bigint')}`);
   if (q.minSize !== undefined) where.push(`m.size >= ${param(q.minSize, 'bigint')}`);
@@ -297,7 +310,7 @@ function messageArrays(inboxId: string, records: readonly MessageRecord[]): unkn
     col((m) => m.fromAddress),
     col((m) => m.known),
     col((m) => m.attachment),
-    col(searchVector),
+    col((m) => searchVector(inboxId, m)),
   ];
 }
 
@@ -559,7 +572,18 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
 
   async search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]> {
     if (search.text.length > 0 && !this.searchFilled.has(inboxId)) await this.fillSearch(inboxId);
-    const rows = (await this.pool.query<SearchResultRow>(searchStatement(inboxId, search, after, limit))).rows;
+    const statement = searchStatement(inboxId, search, after, limit);
+    const rows =
+      search.budgetMs === undefined
+        ? (await this.pool.query<SearchResultRow>(statement)).rows
+        : await inTransaction(this.pool, async (c) => {
+            // The budget holds for this statement alone (SET LOCAL), then the connection's own.
+            await c.query("SELECT set_config('statement_timeout', $1, true)", [String(search.budgetMs)]);
+            return (await c.query<SearchResultRow>(statement)).rows;
+          }).catch((err: unknown) => {
+            if ((err as { code?: unknown } | null)?.code === QUERY_CANCELED) throw overBudget(search.budgetMs!);
+            throw err;
+          });
     return rows.map((r) => ({
       message: toMessage(r),
       locations: (r.places ?? []).map(([labelGuid, uid, modseq, flags]) => toLocation({ label_guid: labelGuid, uid, msg_guid: r.guid, modseq, flags })),
@@ -575,7 +599,7 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
     for (;;) {
       const rows = await rowsOf<Pick<MessageRow, 'guid' | 'from_text' | 'to_text' | 'cc_text' | 'subject'>>(this.pool, S.unsearchable([inboxId, batch]));
       if (rows.length > 0) {
-        const vectors = rows.map((r) => searchVector({ from: r.from_text, to: r.to_text, cc: r.cc_text, subject: r.subject }));
+        const vectors = rows.map((r) => searchVector(inboxId, { from: r.from_text, to: r.to_text, cc: r.cc_text, subject: r.subject }));
         await this.pool.query(S.putSearch([inboxId, rows.map((r) => r.guid), vectors]));
       }
       if (rows.length < batch) break;

@@ -20,7 +20,7 @@ const NEEDS_ESCAPE = /["\\]/;
  * `values` as a PostgreSQL array literal, bound to a `$n::text[]` or `$n::bigint[]` parameter.
  * pg converts a JS array itself with two regular expressions and a conversion per element; a
  * webhook flush binds ten arrays of its outcomes and an enqueue three of hundreds, and that was a
- * visible share of a delivery's CPU (issue 18). Each text element is quoted, as pg quotes it.
+ * visible share of a delivery's CPU. Each text element is quoted, as pg quotes it.
  */
 export function arrayLiteral(values: readonly (string | number | null)[]): string {
   let out = '{';

@@ -27,6 +27,19 @@ export interface PostgresStoreOptions {
    * any process's change drops them at once (changes.ts). 0: every request reads the database.
    */
   keepMs?: number;
+  /**
+   * Where the connection that hears changes LISTENs (POSTERN_DATABASE_LISTEN_URL); default the
+   * store's URL. A PgBouncer in transaction mode passes no notices: this one goes around it.
+   */
+  listenUrl?: string | null;
+  /**
+   * How often a process checks that its listening connection hears notices
+   * (POSTERN_DATABASE_HEARTBEAT_MS, default 1000): nothing kept is served unless a check came
+   * back within HEARTBEAT_BOUND of them (changes.ts).
+   */
+  heartbeatMs?: number;
+  /** The listening connection became live, or stopped being so (then every read goes to the database). */
+  onListenerState?: (live: boolean, why: string) => void;
 }
 
 /** The URL with its password masked, for logs and `inbox status`. */
@@ -55,7 +68,14 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
   }
   let closed = false;
   const keepMs = options.keepMs ?? 0;
-  const changes = new PgChanges(url, options.applicationName ?? 'postern', options.onIdleError);
+  const changes = new PgChanges({
+    url: options.listenUrl ?? url,
+    pool,
+    applicationName: options.applicationName ?? 'postern',
+    heartbeatMs: options.heartbeatMs ?? 1000,
+    ...(options.onIdleError ? { onError: options.onIdleError } : {}),
+    ...(options.onListenerState ? { onState: options.onListenerState } : {}),
+  });
   return {
     engine: 'postgres',
     location: redactedUrl(url),
@@ -68,6 +88,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     outbox: new PgOutboxStore(pool),
     resealJobs: new PgResealJobs(pool),
     webhooks: new PgWebhookStore(pool),
+    keptReadsServed: () => (keepMs > 0 ? changes.live : null),
     async health() {
       await pool.query('SELECT 1');
     },

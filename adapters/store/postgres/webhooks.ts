@@ -6,6 +6,7 @@ import type {
   DeliveryRecord,
   EnqueueLease,
   NewDelivery,
+  WebhookDisabling,
   WebhookEndpointChange,
   WebhookEndpointRecord,
   WebhookStore,
@@ -33,7 +34,7 @@ const S = {
     'update',
     `UPDATE webhook_endpoints SET ${WEBHOOK_CHANGE_COLUMNS.map((c, i) => `${c} = $${i + 1}`).join(', ')} WHERE id = $${n + 1} AND project_id = $${n + 2} RETURNING *`,
   ),
-  setDisabled: stmt('setDisabled', 'UPDATE webhook_endpoints SET disabled_at = $1, disabled_reason = $2, updated_at = $3 WHERE id = $4 AND project_id = $5 RETURNING *'),
+  setDisabled: stmt('setDisabled', 'UPDATE webhook_endpoints SET disabled_at = $1, disabled_by = $2, disabled_reason = $3, updated_at = $4 WHERE id = $5 AND project_id = $6 RETURNING *'),
   // The right-hand sides read the row as it was: the current secret becomes the previous one.
   rotate: stmt(
     'rotate',
@@ -147,8 +148,8 @@ export class PgWebhookStore implements WebhookStore {
     return row ? webhookOf(row) : null;
   }
 
-  async setDisabled(projectId: string, id: string, disabledAt: number | null, reason: string | null, at: number): Promise<WebhookEndpointRecord | null> {
-    const row = await rowOf<WebhookRow>(this.pool, S.setDisabled([disabledAt, reason, at, id, projectId]));
+  async setDisabled(projectId: string, id: string, disabled: WebhookDisabling | null, at: number): Promise<WebhookEndpointRecord | null> {
+    const row = await rowOf<WebhookRow>(this.pool, S.setDisabled([disabled?.at ?? null, disabled?.by ?? null, disabled?.reason ?? null, at, id, projectId]));
     return row ? webhookOf(row) : null;
   }
 

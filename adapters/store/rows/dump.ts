@@ -85,7 +85,7 @@ export const DUMP_TABLES: readonly DumpTable[] = [
   }),
   t('webhook_endpoints', 'id', {
     id: 'text', project_id: 'text', token_id: 'text', url: 'text', types: 'text', inboxes: 'text', description: 'text', secret_sealed: 'bytes',
-    previous_secret_sealed: 'bytes', previous_expires_at: 'int', disabled_at: 'int', disabled_reason: 'text', position: 'int', failing_since: 'int',
+    previous_secret_sealed: 'bytes', previous_expires_at: 'int', disabled_at: 'int', disabled_reason: 'text', disabled_by: 'text', position: 'int', failing_since: 'int',
     created_at: 'int', updated_at: 'int',
   }),
   t('webhook_deliveries', 'endpoint_id, event_id', {

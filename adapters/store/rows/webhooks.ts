@@ -1,6 +1,6 @@
 // Webhook endpoints' rows as both engines return them (same table and columns), their mapping to
 // the domain's records and the values an INSERT or UPDATE binds, in the columns' order.
-import type { DeliveryRecord, DeliveryState, NewDelivery, WebhookEndpointChange, WebhookEndpointRecord } from '../../../lib/webhooks/store.ts';
+import type { DeliveryRecord, DeliveryState, NewDelivery, WebhookDisabler, WebhookEndpointChange, WebhookEndpointRecord } from '../../../lib/webhooks/store.ts';
 
 export interface WebhookRow {
   id: string;
@@ -15,6 +15,7 @@ export interface WebhookRow {
   previous_expires_at: number | null;
   disabled_at: number | null;
   disabled_reason: string | null;
+  disabled_by: string | null;
   position: number;
   failing_since: number | null;
   created_at: number;
@@ -23,7 +24,7 @@ export interface WebhookRow {
 
 export const WEBHOOK_COLUMNS = [
   'id', 'project_id', 'token_id', 'url', 'types', 'inboxes', 'description', 'secret_sealed', 'previous_secret_sealed',
-  'previous_expires_at', 'disabled_at', 'disabled_reason', 'position', 'failing_since', 'created_at', 'updated_at',
+  'previous_expires_at', 'disabled_at', 'disabled_reason', 'disabled_by', 'position', 'failing_since', 'created_at', 'updated_at',
 ] as const;
 
 /** The columns an update writes, in the order `changeValues` binds them. */
@@ -45,6 +46,7 @@ export const webhookOf = (r: WebhookRow): WebhookEndpointRecord => ({
   previousExpiresAt: r.previous_expires_at,
   disabledAt: r.disabled_at,
   disabledReason: r.disabled_reason,
+  disabledBy: r.disabled_by as WebhookDisabler | null,
   position: r.position,
   failingSince: r.failing_since,
   createdAt: r.created_at,
@@ -54,7 +56,7 @@ export const webhookOf = (r: WebhookRow): WebhookEndpointRecord => ({
 /** An INSERT's values, in WEBHOOK_COLUMNS' order. */
 export const webhookValues = (e: WebhookEndpointRecord): unknown[] => [
   e.id, e.projectId, e.tokenId, e.url, text(e.types), text(e.inboxes), e.description, e.secretSealed, e.previousSecretSealed,
-  e.previousExpiresAt, e.disabledAt, e.disabledReason, e.position, e.failingSince, e.createdAt, e.updatedAt,
+  e.previousExpiresAt, e.disabledAt, e.disabledReason, e.disabledBy, e.position, e.failingSince, e.createdAt, e.updatedAt,
 ];
 
 /** An UPDATE's values, in WEBHOOK_CHANGE_COLUMNS' order. */

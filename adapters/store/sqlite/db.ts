@@ -1,5 +1,6 @@
 // Opens the SQLite file with the settings Postern relies on and brings its schema up to date.
 import Database from 'better-sqlite3';
+import { markedWords } from '../../../lib/mail/search-words.ts';
 import { migrations, type Migration } from './migrations/index.ts';
 
 export type Db = Database.Database;
@@ -48,6 +49,10 @@ export function openDb(file: string, list: Migration[] = migrations): Db {
   db.pragma('foreign_keys = ON');
   // Several Postern processes may share one file: wait for the writer instead of failing.
   db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+  // The text index's words, as its triggers write them (migration 029).
+  db.function('postern_search_words', { deterministic: true }, (inboxId: unknown, text: unknown) =>
+    typeof inboxId === 'string' && typeof text === 'string' ? markedWords(inboxId, text).join(' ') : null,
+  );
   migrate(db, list);
   return db;
 }

@@ -1,8 +1,9 @@
-// The mailbox index in SQLite (DESIGN.md 4). Statements are prepared once; every write goes
+// The mailbox index in SQLite (docs/mail.md, "The index"). Statements are prepared once; every write goes
 // through one transaction per batch so a label's sync state never runs ahead of its rows.
 import type { Statement } from 'better-sqlite3';
 import type { IndexOp, IndexSearch, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, SearchAfter, SearchRow, WatchLeases, WatchReport, WatchReports, WriteSizing } from '../../../lib/mail/types.ts';
 import { notFound } from '../../../lib/errors.ts';
+import { inboxMark } from '../../../lib/mail/search-words.ts';
 import { rowOrNull, type Db } from './db.ts';
 import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
 
@@ -39,10 +40,21 @@ const FTS_COLUMNS = { from: 'from_text', to: 'to_text', cc: 'cc_text', subject: 
 const GUIDS_DRIVE_MAX = 5_000;
 
 /**
+ * The text conditions as one FTS5 MATCH: each phrase `column : "w1 w2"*` (`*` when its last word
+ * is a prefix), every word marked with the inbox (migration 029), so the MATCH reads only that
+ * inbox's terms. Words are letters and digits only: nothing to escape.
+ */
+export function searchMatch(inboxId: string, text: IndexSearch['text']): string {
+  const mark = inboxMark(inboxId);
+  return text
+    .flatMap(({ field, phrases }) => phrases.map((p) => `${FTS_COLUMNS[field]} : "${p.words.map((w) => mark + w).join(' ')}"${p.prefix ? '*' : ''}`))
+    .join(' AND ');
+}
+
+/**
  * A search as one statement (its shape varies with the conditions given; prepare() caches
- * nothing, but a search is rare next to listing). Text conditions are one FTS5 MATCH: each
- * phrase `column : "w1 w2"*` (words are letters and digits only, nothing to escape). Exported for
- * bench/search.ts, whose raw-SQL floor must run this very statement.
+ * nothing, but a search is rare next to listing). Exported for bench/search.ts, whose raw-SQL
+ * floor must run this very statement.
  */
 export function searchSql(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { sql: string; params: Record<string, unknown> } {
   const where = ['m.inbox_id = @inboxId'];
@@ -51,8 +63,7 @@ export function searchSql(inboxId: string, q: IndexSearch, after: SearchAfter | 
     list.push(sql);
     Object.assign(params, values);
   };
-  const match = q.text.flatMap(({ field, phrases }) => phrases.map((p) => `${FTS_COLUMNS[field]} : "${p.join(' ')}"*`));
-  if (match.length > 0) params.match = match.join(' AND ');
+  if (q.text.length > 0) params.match = searchMatch(inboxId, q.text);
   if (q.receivedFrom !== undefined) when(where, 'm.received_at >= @receivedFrom', { receivedFrom: q.receivedFrom });
   if (q.receivedBefore !== undefined) when(where, 'm.received_at < @receivedBefore', { receivedBefore: q.receivedBefore });
   if (q.minSize !== undefined) when(where, 'm.size >= @minSize', { minSize: q.minSize });
@@ -108,6 +119,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
   private readonly claimTx: (inboxIds: readonly string[], holder: string, ttlMs: number) => Set<string>;
   private readonly releaseTx: (inboxIds: readonly string[], holder: string) => void;
   private readonly dropInboxTx: (inboxId: string) => void;
+  private readonly markTx: (inboxId: string, batch: number) => number;
 
   constructor(private readonly db: Db) {
     const p = (sql: string) => db.prepare(sql);
@@ -194,6 +206,15 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       // The page's messages looked up one by one: without the hint the planner walks every place
       // of the inbox and tests each against the list (13 ms a search at 100,000 messages).
       searchLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations INDEXED BY mail_locations_message WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))'),
+      // Rows indexed before migration 029, put in the marked index a batch at a time (markRows).
+      unmarked: p('SELECT 1 FROM mail_search_docs INDEXED BY mail_search_unmarked WHERE inbox_id = ? AND marked = 0 LIMIT 1').pluck(),
+      markIndex: p(`INSERT INTO mail_search (rowid, from_text, to_text, cc_text, subject)
+        SELECT d.id, postern_search_words(m.inbox_id, m.from_text), postern_search_words(m.inbox_id, m.to_text),
+          postern_search_words(m.inbox_id, m.cc_text), postern_search_words(m.inbox_id, m.subject)
+        FROM mail_search_docs d INDEXED BY mail_search_unmarked JOIN mail_messages m ON m.inbox_id = d.inbox_id AND m.guid = d.guid
+        WHERE d.inbox_id = @inboxId AND d.marked = 0 ORDER BY d.id LIMIT @batch`),
+      markDocs: p(`UPDATE mail_search_docs SET marked = 1 WHERE id IN
+        (SELECT id FROM mail_search_docs INDEXED BY mail_search_unmarked WHERE inbox_id = @inboxId AND marked = 0 ORDER BY id LIMIT @batch)`),
       // Taken when free, lapsed or already ours; another holder's live lease is left alone.
       claim: p(`INSERT INTO mail_watch_leases (inbox_id, holder, expires_at) VALUES (@inboxId, @holder, @until)
         ON CONFLICT (inbox_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
@@ -283,6 +304,11 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     const dropInbox = ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map((table) =>
       p(`DELETE FROM ${table} WHERE inbox_id = ?`),
     );
+    // One batch of markRows: the same rows put in the text index and marked as in it.
+    this.markTx = db.transaction((inboxId: string, batch: number) => {
+      this.s.markIndex!.run({ inboxId, batch });
+      return this.s.markDocs!.run({ inboxId, batch }).changes;
+    });
     // The inbox's row stays as a tombstone (a few bytes; inbox ids are never reused): a pass
     // that was running when the inbox was removed, here or in another process, has its next
     // write refused instead of writing the index back.
@@ -409,7 +435,21 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     return rows.map((r) => ({ message: toMessage(r), location: toLocation(r) }));
   }
 
+  /**
+   * Puts the inbox's rows from before migration 029 in the marked text index, a batch per
+   * transaction, letting other work run between batches. Each search with words asks (one
+   * index probe); once done, nothing is left to find.
+   */
+  private async markRows(inboxId: string): Promise<void> {
+    const batch = 500;
+    while (this.s.unmarked!.get(inboxId) !== undefined) {
+      if (this.markTx(inboxId, batch) < batch) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
   async search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]> {
+    if (search.text.length > 0) await this.markRows(inboxId);
     const { sql, params } = searchSql(inboxId, search, after, limit);
     const rows = this.db.prepare(sql).all(params) as MessageRow[];
     if (rows.length === 0) return [];

@@ -5,6 +5,7 @@ import type {
   DeliveryRecord,
   EnqueueLease,
   NewDelivery,
+  WebhookDisabling,
   WebhookEndpointChange,
   WebhookEndpointRecord,
   WebhookStore,
@@ -37,7 +38,7 @@ export class SqliteWebhookStore implements WebhookStore {
       get: db.prepare('SELECT * FROM webhook_endpoints WHERE id = ? AND project_id = ?'),
       list: db.prepare('SELECT * FROM webhook_endpoints WHERE project_id = ? ORDER BY id'),
       update: db.prepare(`UPDATE webhook_endpoints SET ${WEBHOOK_CHANGE_COLUMNS.map((c) => `${c} = ?`).join(', ')} WHERE id = ? AND project_id = ? RETURNING *`),
-      setDisabled: db.prepare('UPDATE webhook_endpoints SET disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND project_id = ? RETURNING *'),
+      setDisabled: db.prepare('UPDATE webhook_endpoints SET disabled_at = ?, disabled_by = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND project_id = ? RETURNING *'),
       // The right-hand sides read the row as it was: the current secret becomes the previous one.
       rotate: db.prepare(
         'UPDATE webhook_endpoints SET previous_secret_sealed = secret_sealed, secret_sealed = ?, previous_expires_at = ?, updated_at = ? WHERE id = ? AND project_id = ? RETURNING *',
@@ -149,8 +150,8 @@ export class SqliteWebhookStore implements WebhookStore {
     return row ? webhookOf(row) : null;
   }
 
-  async setDisabled(projectId: string, id: string, disabledAt: number | null, reason: string | null, at: number): Promise<WebhookEndpointRecord | null> {
-    const row = this.q.setDisabled.get(disabledAt, reason, at, id, projectId) as WebhookRow | undefined;
+  async setDisabled(projectId: string, id: string, disabled: WebhookDisabling | null, at: number): Promise<WebhookEndpointRecord | null> {
+    const row = this.q.setDisabled.get(disabled?.at ?? null, disabled?.by ?? null, disabled?.reason ?? null, at, id, projectId) as WebhookRow | undefined;
     return row ? webhookOf(row) : null;
   }
 

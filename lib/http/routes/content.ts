@@ -1,4 +1,4 @@
-// Decrypted content (spec 4.4): tokens with content:read, compatible inboxes only. Each read is
+// Decrypted content (docs/api.md, "Content"): tokens with content:read, compatible inboxes only. Each read is
 // recorded as `access.content.read` before any byte goes out, and nothing here is ever cached.
 import type { Access } from '../../auth/access.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
@@ -7,14 +7,15 @@ import { notFound, unprocessable } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
 import { CONTENT_RULE, recordContentRead, requireCompatible, type ContentPart } from '../../mail/content-access.ts';
 import { openAttachment, parseContent, UnparseableMessageError } from '../../mail/content.ts';
-import { allow } from '../authenticate.ts';
+import type { CredentialRate } from '../../rate.ts';
+import { allow, expensive } from '../authenticate.ts';
 import type { AppContext, AppRouter } from '../context.ts';
 
 const RULE = CONTENT_RULE;
 /** A MIME type as a header may carry it; anything else is served as opaque bytes. */
 const MIME_TYPE = /^[A-Za-z0-9][\w!#$&^.+-]*\/[A-Za-z0-9][\w!#$&^.+-]*$/;
 
-export function contentRoutes(access: Access, sealed: SealedMail, events: EventLog) {
+export function contentRoutes(access: Access, sealed: SealedMail, events: EventLog, rate: CredentialRate) {
   async function compatibleInbox(ctx: AppContext): Promise<Inbox> {
     const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'content:read');
     requireCompatible(inbox);
@@ -52,7 +53,8 @@ export function contentRoutes(access: Access, sealed: SealedMail, events: EventL
       };
     });
 
-    router.get('/inboxes/:inbox/messages/:msg/source', allow(access, RULE), async (ctx) => {
+    // The whole message, decrypted: the expensive budget, like /raw.
+    router.get('/inboxes/:inbox/messages/:msg/source', allow(access, RULE), expensive(rate), async (ctx) => {
       const inbox = await compatibleInbox(ctx);
       const msgId = ctx.params.msg!;
       const { body: source } = await sealed.plaintext(inbox, msgId);

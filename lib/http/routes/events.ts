@@ -1,4 +1,4 @@
-// The project event log over HTTP (spec 4.6, 6.2): GET/POST /event-types, POST /events, and
+// The project event log over HTTP (docs/api.md, "Events", "Project event log"): GET/POST /event-types, POST /events, and
 // GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
 import type { Access } from '../../auth/access.ts';
 import { invalid, isDomainError, tooLarge, unprocessable } from '../../errors.ts';
@@ -39,7 +39,7 @@ export interface EventRouteOptions {
   log?: WarnLog;
 }
 
-/** Shape errors in a request body are 422 on the event operations (spec 4.6 lists no 400 there). */
+/** Shape errors in a request body are 422 on the event operations (docs/api.md, "Events" lists no 400 there). */
 function bodyAs<T>(validator: Validator, ref: string, value: unknown): T {
   try {
     return validator.body<T>(ref, value);
@@ -173,7 +173,7 @@ export function eventRoutes(o: EventRouteOptions) {
   return (router: AppRouter): void => {
     router.get('/event-types', allow(access, { token: 'any', session: true }), async (ctx) => {
       const p = ctx.state.principal;
-      // Tokens also get their project's own ext.* types (spec 4.6).
+      // Tokens also get their project's own ext.* types (docs/api.md, "Events").
       ctx.body = { eventTypes: await events.catalog(p.kind === 'token' ? p.projectId : null) };
     });
 
@@ -197,7 +197,7 @@ export function eventRoutes(o: EventRouteOptions) {
         if (isDomainError(err) && err.kind === 'too-large') throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes`);
         throw err;
       }
-      // Spec 4.6: a key used within 24 hours returns the first event, whatever this body holds.
+      // docs/api.md, "Events": a key used within 24 hours returns the first event, whatever this body holds.
       const result = await publishKeyed(events, p.projectId, key || undefined, () =>
         publishAs(events, access, p, bodyAs<PublishRequest>(validator, `${SCHEMA}#/$defs/NewEvent`, raw), key),
       );

@@ -1,4 +1,4 @@
-// GET /inboxes/{inbox}/events (spec 6.1): the inbox's live changes as Server-Sent Events.
+// GET /inboxes/{inbox}/events (docs/api.md, "Inbox change stream"): the inbox's live changes as Server-Sent Events.
 import type { Access } from '../../auth/access.ts';
 import type { Config } from '../../config.ts';
 import type { MailService } from '../../mail/service.ts';
@@ -10,7 +10,7 @@ import type { StreamGuard } from '../stream-guard.ts';
 import type { StreamQuota } from '../stream-quota.ts';
 
 // Every subscriber of an inbox receives the same change object: serialize it once for all,
-// as spec 2.12 has it (without the internal `at`).
+// as docs/api.md, "LiveChange" has it (without the internal `at`).
 const frameOf = framer((change: LiveChange) => ({ event: change.type, data: JSON.stringify(publicChange(change)) }));
 
 /** Why a stream ends when other processes' changes may have been lost on the way here. */

@@ -8,12 +8,13 @@ import { readJson } from '../body.ts';
 import { authenticate } from '../authenticate.ts';
 import type { AppRouter } from '../context.ts';
 import type { Validator } from '../validate.ts';
+import type { CredentialRate } from '../../rate.ts';
 
 const WRITE = 'https://postern.dev/schemas/app.json#/$defs/KeyBackupWrite';
 
-export function keyBackupRoutes(deps: { access: Access; backups: KeyBackups; validator: Validator }) {
+export function keyBackupRoutes(deps: { access: Access; backups: KeyBackups; validator: Validator; rate: CredentialRate }) {
   const { access, backups, validator } = deps;
-  const session = authenticate(access, 'session');
+  const session = authenticate(access, 'session', deps.rate);
   return (router: AppRouter): void => {
     router.get('/me/key-backup', session, async (ctx) => {
       ctx.body = await backups.get(ctx.state.principal.memberId);

@@ -1,4 +1,4 @@
-// Keys (spec 4.2 `/keys`, 4.5 `/compose`) and the member's own user key (`PUT /me/key`, web app).
+// Keys (`/keys`, `/compose`: docs/api.md, "Inboxes", "Sending") and the member's own user key (`PUT /me/key`, web app).
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import type { ComposeData, EpochKeyList, UserKey } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';

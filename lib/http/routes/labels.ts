@@ -1,4 +1,4 @@
-// GET /inboxes/{inbox}/labels (spec 4.2).
+// GET /inboxes/{inbox}/labels (docs/api.md, "Inboxes").
 import type { Access } from '../../auth/access.ts';
 import type { MailService } from '../../mail/service.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';

@@ -9,6 +9,7 @@ import { isJsonContentType } from '@modelcontextprotocol/sdk/shared/mediaType.js
 import { SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js';
 import type { Access } from '../../auth/access.ts';
 import type { Config } from '../../config.ts';
+import { RequestGate, type McpLimits } from '../../mcp/gate.ts';
 import { answerLean, leanBytes, leanRequest } from '../../mcp/lean.ts';
 import type { McpTools } from '../../mcp/server.ts';
 import type { McpSubscriptions } from '../../mcp/subscriptions.ts';
@@ -16,6 +17,7 @@ import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
 import { HttpError } from '../errors.ts';
+import type { StreamGuard } from '../stream-guard.ts';
 import type { StreamQuota } from '../stream-quota.ts';
 
 /** Tokens only: the web app's sessions have their own API, and MCP is for agents. */
@@ -34,24 +36,48 @@ function plainPost(ctx: AppContext): boolean {
   return accept.includes('application/json') && accept.includes('text/event-stream') && isJsonContentType(ctx.get('content-type')) && (version === undefined || (typeof version === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(version)));
 }
 
-export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubscriptions, stream: Config['stream'], quota: StreamQuota) {
+export interface McpRouteDeps {
+  access: Access;
+  mcp: McpTools;
+  subscriptions: McpSubscriptions;
+  stream: Config['stream'];
+  guard: StreamGuard;
+  quota: StreamQuota;
+  limits: McpLimits;
+}
+
+export function mcpRoutes({ access, mcp, subscriptions, stream, guard, quota, limits }: McpRouteDeps) {
   return (router: AppRouter): void => {
     router.post('/mcp', allow(access, RULE), async (ctx) => {
       const body = await readJson(ctx, MCP_BODY_LIMIT);
+      const { requestId, principal } = ctx.state;
+      if (Array.isArray(body) && body.length > limits.batchMax) {
+        throw new HttpError(400, `a batch may hold at most ${limits.batchMax} messages (POSTERN_MCP_BATCH_MAX); this one holds ${body.length}: send it as several requests`);
+      }
       const lean = plainPost(ctx) ? leanRequest(body) : null;
       if (lean) {
         // Always a JSON answer, as the SDK's transport gives with enableJsonResponse below.
         ctx.type = 'json';
-        ctx.body = leanBytes(await answerLean(mcp, ctx.state.principal, lean));
+        ctx.body = leanBytes(await answerLean(mcp, principal, lean, requestId));
         return;
       }
-      const server = mcp.serverFor(ctx.state.principal);
+      // The client gone before its answer: calls not started yet never start (lib/mcp/gate.ts).
+      const gone = new AbortController();
+      const server = mcp.serverFor(principal, { requestId, gate: new RequestGate(limits, gone.signal) });
       // JSON answers: no tool streams progress, and a plain response is easiest on proxies.
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
       await server.connect(transport);
       ctx.respond = false;
-      ctx.res.once('close', () => void server.close());
-      await transport.handleRequest(ctx.req, ctx.res, body);
+      const closed = new Promise<void>((resolve) =>
+        ctx.res.once('close', () => {
+          gone.abort();
+          void server.close();
+          resolve();
+        }),
+      );
+      // A batch whose client left is never answered, so the transport's promise never settles:
+      // the request ends (and is logged) when its connection does.
+      await Promise.race([transport.handleRequest(ctx.req, ctx.res, body), closed]);
     });
 
     router.get('/mcp', allow(access, RULE), async (ctx: AppContext) => {
@@ -59,7 +85,7 @@ export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubsc
       const p = ctx.state.principal;
       // The stream watches inboxes with the process's IMAP pool: it counts as an inbox stream.
       const release = quota.take('inbox', p);
-      const server = mcp.serverFor(p);
+      const server = mcp.serverFor(p, { requestId: ctx.state.requestId });
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, keepAliveMs: stream.heartbeatMs });
       try {
         await server.connect(transport);
@@ -68,16 +94,33 @@ export function mcpRoutes(access: Access, mcp: McpTools, subscriptions: McpSubsc
         throw err;
       }
       const end = () => void server.close();
-      const stop = subscriptions.open(p, (uri) => server.sendResourceUpdated({ uri }), end);
+      const live = subscriptions.open(p, (uri) => server.sendResourceUpdated({ uri }), end);
       // Like every live stream, it ends within POSTERN_STREAM_MAX_MS; the client opens another.
       const timer = setTimeout(end, stream.maxDurationMs);
+      let closed = false;
       ctx.respond = false;
       ctx.res.once('close', () => {
+        closed = true;
         clearTimeout(timer);
         release();
-        stop();
+        live.close();
         end();
       });
+      // Re-checked like every live stream (POSTERN_STREAM_RECHECK_MS): a subscription whose inbox
+      // the token may no longer read is dropped; a revoked or expired token loses them all, and
+      // the stream ends (the client's reconnection is then refused with the reason).
+      guard.watch(
+        ctx,
+        {
+          get closed() {
+            return closed;
+          },
+          endWith: () => live.refused(),
+          reconnect: end,
+          onClose: (handler) => ctx.res.once('close', handler),
+        },
+        (now) => live.recheck(now),
+      );
       await transport.handleRequest(ctx.req, ctx.res);
     });
   };

@@ -1,10 +1,11 @@
-// Message listing, detail and flags (spec 4.3, 3.1).
+// Message listing, detail and flags (docs/api.md, "Messages", "Message flags").
 import type { Access } from '../../auth/access.ts';
 import { invalid } from '../../errors.ts';
 import type { FlagChange } from '../../../schemas/wire.ts';
 import type { MailService } from '../../mail/service.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
-import { allow, DEFAULT_RULE } from '../authenticate.ts';
+import type { CredentialRate } from '../../rate.ts';
+import { allow, DEFAULT_RULE, expensive } from '../authenticate.ts';
 import { readJson } from '../body.ts';
 import { sendJsonOnce } from '../json-once.ts';
 import type { AppRouter } from '../context.ts';
@@ -20,7 +21,7 @@ function matches(header: string, etag: string): boolean {
   return header.split(',').some((t) => t.trim().replace(/^W\//, '') === bare);
 }
 
-export function messageRoutes(access: Access, mail: MailService, validator: Validator, sealed: SealedMail) {
+export function messageRoutes(access: Access, mail: MailService, validator: Validator, sealed: SealedMail, rate: CredentialRate) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/labels/:label/messages', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
@@ -30,7 +31,7 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
 
     router.get('/inboxes/:inbox/messages/:msg', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
-      // With keyEpoch and wrappedDek (spec 2.7): the ETag covers them too.
+      // With keyEpoch and wrappedDek (docs/api.md, "Message detail"): the ETag covers them too.
       const { detail, etag } = await sealed.detail(inbox, ctx.params.msg!);
       // Private: a browser may keep it, but must ask each time (the ETag makes that cheap).
       ctx.set('Cache-Control', 'private, no-cache');
@@ -43,7 +44,8 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
       ctx.body = detail;
     });
 
-    router.get('/inboxes/:inbox/messages/:msg/raw', allow(access, DEFAULT_RULE), async (ctx) => {
+    // The whole message from the mail server: the expensive budget.
+    router.get('/inboxes/:inbox/messages/:msg/raw', allow(access, DEFAULT_RULE), expensive(rate), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
       const body = await sealed.raw(inbox, ctx.params.msg!);
       // Byte-identical on every read, forever (docs/encryption.md): the browser may keep it.

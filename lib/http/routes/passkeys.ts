@@ -1,5 +1,5 @@
 // Passkey enrollment, sign-in and sign-out, and the member's passkeys and sessions: Postern's
-// own endpoints under {app_url} (not in the spec's table). The ceremonies are public (the
+// own endpoints under {app_url} (not in the contract's table, docs/api.md, "Endpoints summary"). The ceremonies are public (the
 // passkey is the credential); everything else needs the session.
 import type { Access } from '../../auth/access.ts';
 import type { Passkeys } from '../../auth/passkeys.ts';
@@ -9,17 +9,19 @@ import { readJson } from '../body.ts';
 import { authenticate } from '../authenticate.ts';
 import { perAddressRate } from '../address-rate.ts';
 import type { AppContext, AppRouter } from '../context.ts';
+import type { RateMetrics } from '../../metrics.ts';
+import type { CredentialRate } from '../../rate.ts';
 import type { Validator } from '../validate.ts';
 
 const APP = 'https://postern.dev/schemas/app.json#/$defs/';
 /** A WebAuthn response is a few KiB; an attestation with a certificate chain stays far below this. */
 const CEREMONY_BODY_LIMIT = 96 * 1024;
 
-export function passkeyRoutes(deps: { access: Access; passkeys: Passkeys; validator: Validator; ceremoniesPerMinute: number }) {
+export function passkeyRoutes(deps: { access: Access; passkeys: Passkeys; validator: Validator; ceremoniesPerMinute: number; rate: CredentialRate; metrics: RateMetrics }) {
   const { access, passkeys, validator } = deps;
   // One budget for the four public ceremony endpoints: each options call stores a challenge.
-  const ceremony = perAddressRate({ limit: deps.ceremoniesPerMinute, windowMs: 60_000 });
-  const session = authenticate(access, 'session');
+  const ceremony = perAddressRate({ perMinute: deps.ceremoniesPerMinute, metrics: deps.metrics });
+  const session = authenticate(access, 'session', deps.rate);
   const body = async <T>(ctx: AppContext, def: string): Promise<T> => validator.body<T>(`${APP}${def}`, await readJson(ctx, CEREMONY_BODY_LIMIT));
   const me = (ctx: AppContext) => ctx.state.principal.memberId;
 

@@ -1,4 +1,4 @@
-// Sending (spec 4.5): POST /inboxes/{inbox}/messages (an RFC 5322 message as given, tokens
+// Sending (docs/api.md, "Sending"): POST /inboxes/{inbox}/messages (an RFC 5322 message as given, tokens
 // only) and POST /inboxes/{inbox}/send (a message sealed to the inbox's epoch key).
 import type { SendRequest } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
@@ -33,7 +33,7 @@ export function base64Bytes(field: string, value: string): Buffer {
 
 /**
  * The body (long base64 fields decoded on the way, lib/http/send-body.ts), or 422 (a sending
- * limit, spec 7) as soon as it passes the size a 25 MB message needs.
+ * limit: docs/api.md, "Errors") as soon as it passes the size a 25 MB message needs.
  */
 export async function readSendBody(ctx: AppContext): Promise<{ json: unknown; fields: Map<string, LongField> }> {
   const type = ctx.get('content-type');

@@ -1,4 +1,4 @@
-// Webhook endpoints (issue 18, docs/webhooks.md): POST/GET /webhooks, GET/PATCH/DELETE
+// Webhook endpoints (docs/webhooks.md): POST/GET /webhooks, GET/PATCH/DELETE
 // /webhooks/{id}, POST /webhooks/{id}/rotate-secret, GET /webhooks/{id}/deliveries, POST
 // /webhooks/{id}/replay and /test. API tokens with webhooks:write only; the
 // domain (lib/webhooks/endpoints.ts) decides what each token may see and set.

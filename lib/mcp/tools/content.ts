@@ -1,4 +1,4 @@
-// Decrypted content for a model, the twins of GET …/content and …/attachments/{n} (spec 4.4):
+// Decrypted content for a model, the twins of GET …/content and …/attachments/{n} (docs/api.md, "Content"):
 // the same scope (content:read), the same refusal for zero-access inboxes and the same
 // `access.content.read` record before anything is returned. HTML is reduced to text, the text
 // is capped, and all of it is fenced as untrusted data.

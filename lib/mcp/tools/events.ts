@@ -1,9 +1,10 @@
-// The project event log (spec 4.6): list_events, the twin of GET /events read as pages, and
+// The project event log (docs/api.md, "Events"): list_events, the twin of GET /events read as pages, and
 // publish_event, the twin of POST /events, with the same checks in the same order.
 import type { Access } from '../../auth/access.ts';
 import type { EventLog } from '../../events/log.ts';
 import { publishAs, publishKeyed, type PublishRequest } from '../../events/publish-as.ts';
 import { filterFor, startPosition, type EventsQuery } from '../../events/query.ts';
+import { untrusted, UNTRUSTED_NOTICE } from '../text.ts';
 import { tool, type Tool } from '../tool.ts';
 
 interface PublishArgs extends PublishRequest {
@@ -24,9 +25,10 @@ export function eventTools(access: Access, events: EventLog): Tool[] {
         const after = (await startPosition(events, p, q.after, cursors)) ?? 0;
         const page = await events.page(filter, after, q.limit);
         const list = page.events.map((e) => JSON.parse(e.json) as Record<string, unknown>);
+        // A subject is another caller's (publish_event), or an outside mail's Message-ID (message.received).
         const lines = list.map((e) => `${String(e.id)} ${String(e.type)} at ${String(e.time)}${e.subject ? ` subject ${String(e.subject)}` : ''}`);
-        const text = `${list.length === 0 ? 'No events.' : lines.join('\n')}\nNext page: after=${page.cursor}`;
-        return { structured: { events: list, cursor: page.cursor }, text };
+        const text = `${list.length === 0 ? 'No events.' : untrusted(lines.join('\n'))}\nNext page: after=${page.cursor}`;
+        return { structured: { events: list, cursor: page.cursor, notice: UNTRUSTED_NOTICE }, text };
       },
     }),
 

@@ -1,4 +1,4 @@
-// Metadata tools, each the twin of a read operation of spec 4.2 and 4.3: list_inboxes
+// Metadata tools, each the twin of a read operation of docs/api.md, "Inboxes", "Messages": list_inboxes
 // (GET /inboxes), list_labels, list_messages, get_message and set_flags.
 import type { FlagChange, MessageList, MessageSummary } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
@@ -52,8 +52,9 @@ export function mailTools(access: Access, mail: MailService, sealed: SealedMail)
       async run(p, args) {
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
         const labels = await mail.labels(inbox);
+        // A label's name is whatever a mail app named the folder.
         const text = labels.map((l) => `${l.id} ${l.name}${l.specialUse ? ` (${l.specialUse})` : ''}: ${l.total} messages, ${l.unread} unread`).join('\n');
-        return { structured: { labels }, text: text || 'No labels.' };
+        return { structured: { labels, notice: UNTRUSTED_NOTICE }, text: text ? untrusted(text) : 'No labels.' };
       },
     }),
 
@@ -86,13 +87,14 @@ export function mailTools(access: Access, mail: MailService, sealed: SealedMail)
         const { wrappedDek: _key, keyEpoch: _epoch, ...shown } = detail;
         const m = detail.message;
         const fields = [
+          `${m.id}: ${m.size} bytes, flags [${m.flags.join(', ')}]`,
           `from: ${m.from ?? ''}`,
           `to: ${m.to ?? ''}`,
           ...(detail.cc ? [`cc: ${detail.cc}`] : []),
           `subject: ${m.subject ?? ''}`,
           `date: ${m.date ?? m.receivedAt}`,
         ];
-        const text = `${m.id}: ${m.size} bytes, flags [${m.flags.join(', ')}]\n${untrusted(fields.join('\n'))}`;
+        const text = untrusted(fields.join('\n'));
         return { structured: { ...shown, notice: UNTRUSTED_NOTICE }, text };
       },
     }),

@@ -1,4 +1,4 @@
-// send_message: the twin of POST /inboxes/{inbox}/messages (spec 4.5, the plaintext path).
+// send_message: the twin of POST /inboxes/{inbox}/messages (docs/api.md, "Sending", the plaintext path).
 // The tool writes the RFC 5322 message from a few fields, then hands it to the same SendService,
 // so the same checks (from is the inbox's, recipients) and the same hourly rate apply.
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';

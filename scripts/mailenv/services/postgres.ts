@@ -1,4 +1,4 @@
-// A private PostgreSQL cluster for the store's second engine (issue 17): Debian's binaries, its
+// A private PostgreSQL cluster for the store's second engine (docs/deployment.md): Debian's binaries, its
 // own data directory under the env dir, 127.0.0.1 and its own port only, never a system cluster.
 // PostgreSQL refuses to run as root, so the cluster belongs to the env's unprivileged mail user.
 import { existsSync, readdirSync } from 'node:fs';

@@ -32,6 +32,9 @@ export const sink: Service<'sink'> = {
   /** Run the way this process runs (tsx for .ts, plain node for .js). */
   async start(l: Layout): Promise<void> {
     const execArgv = process.execArgv.filter((a) => !/^--(inspect|debug)/.test(a));
+    // bin/postern runs its sources bundled, without tsx (docs/operations.md, "The postern
+    // command"), yet this file still names the TypeScript sink: give that one tsx's loader.
+    if (SINK_SCRIPT.endsWith('.ts') && !execArgv.some((a) => a.includes('tsx'))) execArgv.push('--import', import.meta.resolve('tsx'));
     const log = openSync(l.sinkLog, 'a');
     try {
       const child = spawn(process.execPath, [...execArgv, SINK_SCRIPT, '--host', HOST, '--port', String(ports(l.basePort).sink), '--dir', l.sinkMessagesDir], {

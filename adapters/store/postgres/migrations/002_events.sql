@@ -1,4 +1,4 @@
--- The project event log on PostgreSQL (DESIGN.md 6, docs/events.md): the same tables as SQLite's
+-- The project event log on PostgreSQL (docs/events.md): the same tables as SQLite's
 -- migrations 002, 004 and 013, with one addition that makes the log never skip: the log's row
 -- holds the last position handed out, and an append takes it (a row lock held to COMMIT) as its
 -- last step, so position order is commit order (docs/events.md, "On PostgreSQL: a log that never

@@ -1,4 +1,4 @@
--- Webhook endpoints (issue 18, lib/webhooks/store.ts): SQLite's migration 025 in PostgreSQL's
+-- Webhook endpoints (docs/webhooks.md, lib/webhooks/store.ts): SQLite's migration 025 in PostgreSQL's
 -- types. The signing secrets are sealed with the service master key; `position` is how far in
 -- the event log the endpoint has been served (the log's head when it was made).
 CREATE TABLE webhook_endpoints (

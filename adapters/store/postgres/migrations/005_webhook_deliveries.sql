@@ -1,4 +1,4 @@
--- Webhook deliveries (issue 18, lib/webhooks/dispatcher.ts): SQLite's migration 026 in
+-- Webhook deliveries (docs/webhooks.md, lib/webhooks/dispatcher.ts): SQLite's migration 026 in
 -- PostgreSQL's types. One row per event per endpoint, made when the dispatcher reads past the
 -- endpoint's position and kept until purged after it settles; a process works on a row under a
 -- lease (lease_owner, lease_until). `event` is the event's JSON as GET /events serves it.

@@ -1,4 +1,4 @@
--- Message search (issue 20, lib/mail/search.ts): SQLite's migration 027 in PostgreSQL's terms.
+-- Message search (docs/search.md, lib/mail/search.ts): SQLite's migration 027 in PostgreSQL's terms.
 -- `search` is the text index: From, To, Cc and Subject as weights A, B, C and D of one tsvector,
 -- built by the adapter from lib/mail/search-words.ts (SQLite's tokenizer's rules: lower case,
 -- Latin accents dropped, every address part a word), so both engines agree on what a word is

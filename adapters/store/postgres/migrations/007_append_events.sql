@@ -1,4 +1,4 @@
--- A batch of appends in one statement (issue 17): BEGIN, the key claims, the stream counters, the
+-- A batch of appends in one statement (docs/events.md, "On PostgreSQL: a log that never skips"): BEGIN, the key claims, the stream counters, the
 -- log's head, the INSERT and COMMIT were six round trips per batch, and on a shared machine those
 -- round trips (not the head's lock) were what limited POST /events. The steps and their lock
 -- order are unchanged (adapters/store/postgres/events.ts): idempotency keys, then stream

@@ -1,4 +1,4 @@
-// The project event log (DESIGN.md 6, docs/events.md): one append-only table whose position is
+// The project event log (docs/events.md): one append-only table whose position is
 // assigned inside the write transaction, per-stream sequence counters, idempotency keys stored
 // with their event, and each project's registered event types.
 export default `

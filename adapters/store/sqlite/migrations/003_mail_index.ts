@@ -1,4 +1,4 @@
-// The per-inbox mailbox index (DESIGN.md 4): labels, messages and where each message is. It
+// The per-inbox mailbox index (docs/mail.md, "The index"): labels, messages and where each message is. It
 // mirrors Dovecot and can be rebuilt from it at any time (a lost index is re-seeded silently).
 export default `
 CREATE TABLE mail_inboxes (

@@ -1,4 +1,4 @@
-// The watcher lease (DESIGN.md 6): of the processes sharing the store, one at a time holds an
+// The watcher lease (docs/mail.md, "Across processes"): of the processes sharing the store, one at a time holds an
 // inbox's IMAP watcher, renewing its row before `expires_at`; the others take over once it lapses.
 export default `
 CREATE TABLE mail_watch_leases (

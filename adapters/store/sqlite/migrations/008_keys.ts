@@ -1,4 +1,4 @@
-// Encryption keys (DESIGN.md 5): each inbox's epoch keys (the private key sealed under the
+// Encryption keys (docs/encryption.md, "Keys"): each inbox's epoch keys (the private key sealed under the
 // service master key, which is never stored) and each member's OpenPGP public key. Inboxes made
 // before this migration get epoch 1 at the next start (EpochKeyring.prepare: SQL cannot make keys).
 export default `

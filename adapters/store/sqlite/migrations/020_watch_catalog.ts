@@ -1,4 +1,4 @@
-// Issue 12, the items left:
+// Watching every inbox (docs/watch.md), what it still needed:
 // - `inbox_catalog.version` goes up with every inbox added or removed (triggers: in the same
 //   transaction, whoever writes). A running `postern serve` polls this one row (cheap) and so
 //   learns of a `postern admin inbox add/remove` made by another process within a second, not

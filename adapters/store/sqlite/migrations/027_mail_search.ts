@@ -1,4 +1,4 @@
-// Message search (issue 20, lib/mail/search.ts). The From, To, Cc and Subject of every indexed
+// Message search (docs/search.md, lib/mail/search.ts). The From, To, Cc and Subject of every indexed
 // message go into an FTS5 index (unicode61 with diacritics removed: case- and accent-insensitive,
 // an address's parts are words), kept in step with mail_messages by triggers, so every write
 // that adds or drops a message updates it in the same transaction. mail_messages has no rowid:

@@ -30,6 +30,8 @@ import webhooks from './025_webhooks.ts';
 import webhookDeliveries from './026_webhook_deliveries.ts';
 import mailSearch from './027_mail_search.ts';
 import webhookDeliveryPositions from './028_webhook_delivery_positions.ts';
+import mailSearchMarked from './029_mail_search_marked.ts';
+import webhookDisabledBy from './030_webhook_disabled_by.ts';
 
 export interface Migration {
   version: number;
@@ -63,4 +65,6 @@ export const migrations: Migration[] = [
   { version: 26, name: 'webhook_deliveries', sql: webhookDeliveries },
   { version: 27, name: 'mail_search', sql: mailSearch },
   { version: 28, name: 'webhook_delivery_positions', sql: webhookDeliveryPositions },
+  { version: 29, name: 'mail_search_marked', sql: mailSearchMarked },
+  { version: 30, name: 'webhook_disabled_by', sql: webhookDisabledBy },
 ];

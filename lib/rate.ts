@@ -1,0 +1,132 @@
+// Request budgets (docs/access.md, "Rate limits"): one token bucket per key, the one limiter shape
+// Postern has. The per-address budget of the passkey ceremonies (lib/http/address-rate.ts) keys it
+// by client address; CredentialRate below keys it by the token or session a request authenticated
+// with, with a general budget for every request and a smaller one for expensive calls. No Koa
+// here: the MCP tools charge the expensive budget through the same CredentialRate.
+//
+// The buckets are this process's own: with POSTERN_WORKERS=n (or several instances) each process
+// keeps its own, so one credential may get up to n times a budget. That is abuse control, not
+// billing; sharing the buckets would cost a round trip to the store or Redis on every request.
+import type { Principal } from './auth/access.ts';
+import { rateLimited } from './errors.ts';
+import type { RateKind, RateMetrics } from './metrics.ts';
+
+/** A sustained rate and the burst a key may spend at once; `perSecond` 0 turns the budget off. */
+export interface Budget {
+  perSecond: number;
+  burst: number;
+}
+
+interface Bucket {
+  tokens: number;
+  /** When `tokens` was last brought up to date (ms). */
+  at: number;
+}
+
+/** Keys kept at most: past it the least recently seen is dropped (it gets a full bucket again). */
+const MAX_KEYS = 100_000;
+
+export class RateBuckets {
+  /** In the order keys were last seen, oldest first: what the sweep and the cap drop first. */
+  private readonly buckets = new Map<string, Bucket>();
+  /** A bucket left alone this long is full again, so dropping it changes nothing. */
+  private readonly refillMs: number;
+  private readonly now: () => number;
+  private readonly maxKeys: number;
+
+  constructor(
+    private readonly budget: Budget,
+    options: { now?: () => number; maxKeys?: number } = {},
+  ) {
+    this.now = options.now ?? Date.now;
+    this.maxKeys = options.maxKeys ?? MAX_KEYS;
+    this.refillMs = budget.perSecond > 0 ? (budget.burst / budget.perSecond) * 1000 : 0;
+  }
+
+  get enabled(): boolean {
+    return this.budget.perSecond > 0;
+  }
+
+  /** Buckets kept now (idle ones are dropped as others are taken from). */
+  get size(): number {
+    return this.buckets.size;
+  }
+
+  /**
+   * Spends one token of `key`'s bucket: 0 when there was one, else the whole seconds (at least 1)
+   * until there will be. A refused call spends nothing, so waiting that long is enough.
+   */
+  take(key: string): number {
+    if (!this.enabled) return 0;
+    const t = this.now();
+    this.sweep(t);
+    const { perSecond, burst } = this.budget;
+    const kept = this.buckets.get(key);
+    const bucket = kept ? { tokens: Math.min(burst, kept.tokens + ((t - kept.at) * perSecond) / 1000), at: t } : { tokens: burst, at: t };
+    // Deleted and set again: the map's order stays the order keys were last seen in.
+    this.buckets.delete(key);
+    if (this.buckets.size >= this.maxKeys) this.buckets.delete(this.buckets.keys().next().value!);
+    this.buckets.set(key, bucket);
+    if (bucket.tokens >= 1) {
+      bucket.tokens -= 1;
+      return 0;
+    }
+    return Math.max(1, Math.ceil((1 - bucket.tokens) / perSecond));
+  }
+
+  /** Drops the buckets not seen for refillMs: they are full, the same as no bucket. */
+  private sweep(t: number): void {
+    for (const [key, bucket] of this.buckets) {
+      if (t - bucket.at < this.refillMs) return;
+      this.buckets.delete(key);
+    }
+  }
+}
+
+/** What CredentialRate enforces: POSTERN_RATE_REQUESTS/_BURST and POSTERN_RATE_EXPENSIVE/_BURST. */
+export interface CredentialLimits {
+  requests: Budget;
+  expensive: Budget;
+}
+
+/**
+ * The budgets of each token and session. `request` is charged once for every authenticated
+ * request; `expensive` besides it for what costs the mail server real work (searches, whole
+ * messages, MCP tool calls). Each throws a rate-limited DomainError (429 with Retry-After over
+ * HTTP) when the credential's budget is spent, and counts the refusal by kind, never by credential.
+ */
+export class CredentialRate {
+  private readonly requests: RateBuckets;
+  private readonly expensiveCalls: RateBuckets;
+
+  constructor(
+    limits: CredentialLimits,
+    private readonly metrics: RateMetrics,
+    options: { now?: () => number; maxKeys?: number } = {},
+  ) {
+    this.requests = new RateBuckets(limits.requests, options);
+    this.expensiveCalls = new RateBuckets(limits.expensive, options);
+  }
+
+  /** One request by `p`, whatever it asks. */
+  request(p: Principal): void {
+    this.charge(this.requests, 'request', p, 'too many requests for this credential');
+  }
+
+  /** One expensive call by `p` (a search, a whole message, an MCP tool call), besides its request. */
+  expensive(p: Principal): void {
+    this.charge(this.expensiveCalls, 'expensive', p, 'too many searches, message downloads and tool calls for this credential');
+  }
+
+  /** Buckets kept now, both budgets together (for tests of the idle sweep). */
+  get size(): number {
+    return this.requests.size + this.expensiveCalls.size;
+  }
+
+  private charge(buckets: RateBuckets, kind: RateKind, p: Principal, what: string): void {
+    const retryAfter = buckets.take(p.credentialId);
+    if (retryAfter === 0) return;
+    this.metrics.refused(kind);
+    throw rateLimited(`${what}; try again in ${retryAfter} s`, retryAfter);
+  }
+}

@@ -1,0 +1,189 @@
+// `npm test`'s runner: every test file of both passes (SQLite, then PostgreSQL for what serves from
+// a store; .mocharc.postgres.cjs says which) and the container test, several at a time. Most of the
+// suite waits on IMAP, SMTP and PostgreSQL, not on the two cores, so files run side by side in
+// lanes. Each lane has a mail environment of its own (its own Dovecot, Postfix, sink, Redis and
+// PostgreSQL, on its own ports under .mailenv/lanes/), because some tests stop Dovecot or Postfix
+// or listen on the environment's hint port; within a lane files run one after another, each in its
+// own mocha process, so a file keeps every check a lone run has (the open-handle check included).
+//
+//   node --import tsx scripts/run-tests.ts [--jobs N] [--store sqlite|postgres|both] [--no-container] [FILE…]
+//
+// Files start longest first, by the durations of this machine's last run (kept beside the mail
+// environment, not in the repository), or by size before there is one. Each file's output is
+// printed whole when it ends; the last line is the plain count CI reads.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { join, relative } from 'node:path';
+import { ROOT } from '../lib/paths.ts';
+import { down, portsFree, up } from './mailenv.ts';
+
+type Store = 'sqlite' | 'postgres';
+/** A lane's own mail environment. */
+interface Lane { dir: string; basePort: number }
+interface Entry { name: string; store: Store | 'container'; file: string }
+interface Outcome { entry: Entry; code: number | null; output: string; ms: number; passed: number; failed: number; skipped: number }
+
+function parseArgs(argv: string[]): { jobs: number; stores: Store[]; container: boolean; files: string[] } {
+  let jobs = Number(process.env.POSTERN_TEST_JOBS ?? 4);
+  let stores: Store[] = ['sqlite', 'postgres'];
+  let container = true;
+  const files: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--jobs') jobs = Number(argv[++i]);
+    else if (a === '--store') {
+      const s = argv[++i];
+      stores = s === 'both' ? ['sqlite', 'postgres'] : s === 'sqlite' || s === 'postgres' ? [s] : [];
+      if (stores.length === 0) throw new Error(`--store takes sqlite, postgres or both, not ${s}`);
+    } else if (a === '--no-container') container = false;
+    else if (a.startsWith('-')) throw new Error(`unknown option ${a}`);
+    else files.push(relative(ROOT, join(process.cwd(), a)));
+  }
+  if (!Number.isInteger(jobs) || jobs < 1) throw new Error('--jobs takes a whole number from 1');
+  if (files.length > 0) container = false;
+  return { jobs, stores, container, files };
+}
+
+/** The files of one pass: the SQLite pass runs them all, PostgreSQL's leaves out what its config ignores. */
+function passFiles(store: Store, only: string[]): string[] {
+  const all =
+    only.length > 0
+      ? only
+      : readdirSync(join(ROOT, 'test'), { recursive: true, encoding: 'utf8' })
+          .filter((f) => f.endsWith('.test.ts'))
+          .map((f) => `test/${f}`)
+          .sort();
+  if (store === 'sqlite') return all;
+  // Its patterns are file paths and folders ending in /**.
+  const config = createRequire(import.meta.url)(join(ROOT, '.mocharc.postgres.cjs')) as { ignore: string[] };
+  const ignored = (f: string) => config.ignore.some((p) => (p.endsWith('/**') ? f.startsWith(p.slice(0, -2)) : f === p));
+  return all.filter((f) => !ignored(f));
+}
+
+const durationsFile = (envDir: string) => join(envDir, 'test-durations.json');
+
+function readDurations(envDir: string): Record<string, number> {
+  if (!existsSync(durationsFile(envDir))) return {};
+  try {
+    return JSON.parse(readFileSync(durationsFile(envDir), 'utf8')) as Record<string, number>;
+  } catch {
+    return {};
+  }
+}
+
+/** Expected milliseconds: the last run's, or a guess from the file's size (about 40 ms a byte... of waiting). */
+function expected(entry: Entry, durations: Record<string, number>): number {
+  if (entry.store === 'container') return durations[entry.name] ?? 300_000;
+  return durations[entry.name] ?? statSync(join(ROOT, entry.file)).size * 4;
+}
+
+function counts(output: string): { passed: number; failed: number; skipped: number } {
+  const n = (re: RegExp) => Number(re.exec(output)?.[1] ?? 0);
+  return { passed: n(/^\s*(\d+) passing/m), failed: n(/^\s*(\d+) failing/m), skipped: n(/^\s*(\d+) pending/m) };
+}
+
+/** Lane k's environment: its own folder and the k-th free block of ports from 14300 up. */
+async function laneEnvironments(count: number): Promise<Lane[]> {
+  const lanes: Lane[] = [];
+  for (let basePort = 14300; lanes.length < count && basePort < 20000; basePort += 100) {
+    const dir = join(ROOT, '.mailenv', 'lanes', String(lanes.length));
+    // What an interrupted run left running in this lane's folder is stopped first (a service is
+    // known by its port too, so by the base port it was started on).
+    const portFile = join(dir, 'base-port');
+    if (existsSync(portFile)) await down({ dir, basePort: Number(readFileSync(portFile, 'utf8')) });
+    if (await portsFree({ dir, basePort })) {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(portFile, String(basePort));
+      lanes.push({ dir, basePort });
+    }
+  }
+  if (lanes.length < count) throw new Error(`no free ports for ${count} mail environments between 14300 and 20000`);
+  return lanes;
+}
+
+const children = new Set<ChildProcess>();
+
+function run(entry: Entry, lane: Lane): Promise<Outcome> {
+  const started = Date.now();
+  const args =
+    entry.store === 'container'
+      ? ['--import', 'tsx', join(ROOT, 'scripts/container-test.ts')]
+      : [join(ROOT, 'node_modules/mocha/bin/mocha.js'), '--config', join(ROOT, '.mocharc.json'), entry.file];
+  const env: NodeJS.ProcessEnv = { ...process.env, POSTERN_ENV_DIR: lane.dir, POSTERN_ENV_BASE_PORT: String(lane.basePort) };
+  delete env.POSTERN_TEST_ENV;
+  if (entry.store === 'postgres') env.POSTERN_TEST_STORE = 'postgres';
+  else delete env.POSTERN_TEST_STORE;
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.add(child);
+    let output = '';
+    child.stdout.on('data', (d: Buffer) => (output += d));
+    child.stderr.on('data', (d: Buffer) => (output += d));
+    child.on('close', (code) => {
+      children.delete(child);
+      const c = entry.store === 'container' ? { passed: code === 0 ? 1 : 0, failed: code === 0 ? 0 : 1, skipped: 0 } : counts(output);
+      // A file that exits non-zero with nothing failing (a crash, a handle left open) counts as a failure.
+      if (code !== 0 && c.failed === 0) c.failed = 1;
+      resolve({ entry, code, output, ms: Date.now() - started, ...c });
+    });
+  });
+}
+
+async function main(): Promise<number> {
+  const { jobs, stores, container, files } = parseArgs(process.argv.slice(2));
+  const started = Date.now();
+  const envDir = join(ROOT, '.mailenv');
+  const durations = readDurations(envDir);
+  const entries: Entry[] = stores.flatMap((store) => passFiles(store, files).map((file) => ({ name: `${store} ${file}`, store, file })));
+  if (container) entries.push({ name: 'container', store: 'container', file: 'scripts/container-test.ts' });
+  entries.sort((a, b) => expected(b, durations) - expected(a, durations));
+
+  const lanes = await laneEnvironments(Math.min(jobs, entries.length));
+  // Interrupted: the files running are stopped, then every lane's environment.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      process.stdout.write(`\n${signal}: stopping the files running and the lanes' environments\n`);
+      for (const child of children) child.kill('SIGTERM');
+      void Promise.all(lanes.map((lane) => down(lane))).finally(() => process.exit(130));
+    });
+  }
+  // The first lane alone first: on a new machine it installs the packages every lane needs.
+  await up(lanes[0]);
+  await Promise.all(lanes.slice(1).map((lane) => up(lane)));
+  process.stdout.write(`${lanes.length} lanes, each with its own mail environment (base ports ${lanes.map((l) => l.basePort).join(', ')})\n`);
+
+  const outcomes: Outcome[] = [];
+  let next = 0;
+  const worker = async (lane: Lane) => {
+    while (next < entries.length) {
+      const entry = entries[next++]!;
+      const outcome = await run(entry, lane);
+      outcomes.push(outcome);
+      const verdict = outcome.code === 0 ? 'ok' : `FAILED (exit ${outcome.code})`;
+      process.stdout.write(
+        `\n=== ${entry.name}: ${verdict}, ${outcome.passed} passed, ${outcome.failed} failed, ${(outcome.ms / 1000).toFixed(1)} s [${outcomes.length}/${entries.length}]\n`,
+      );
+      if (outcome.code !== 0 || process.env.POSTERN_TEST_VERBOSE) process.stdout.write(outcome.output);
+    }
+  };
+  try {
+    await Promise.all(lanes.map(worker));
+  } finally {
+    const kept = { ...durations };
+    for (const o of outcomes) kept[o.entry.name] = o.ms;
+    writeFileSync(durationsFile(envDir), JSON.stringify(kept, null, 1));
+    await Promise.all(lanes.map((lane) => down(lane)));
+  }
+
+  const sum = (k: 'passed' | 'failed' | 'skipped') => outcomes.reduce((s, o) => s + o[k], 0);
+  const failedFiles = outcomes.filter((o) => o.code !== 0).map((o) => o.entry.name);
+  const slowest = [...outcomes].sort((a, b) => b.ms - a.ms).slice(0, 8);
+  process.stdout.write(`\nSlowest: ${slowest.map((o) => `${o.entry.name} ${(o.ms / 1000).toFixed(0)} s`).join(', ')}\n`);
+  if (failedFiles.length > 0) process.stdout.write(`Failed: ${failedFiles.join(', ')}\n`);
+  process.stdout.write(`${entries.length} files in ${((Date.now() - started) / 1000).toFixed(0)} s with ${jobs} at a time\n`);
+  process.stdout.write(`tests: ${sum('passed')} passed, ${sum('failed')} failed, ${sum('skipped')} skipped\n`);
+  return failedFiles.length > 0 ? 1 : 0;
+}
+
+process.exitCode = await main();
