@@ -2,7 +2,9 @@
 // timestamps each frame, seeding Dovecot with `doveadm import`, and the machine's description.
 import { execFile } from 'node:child_process';
 import { chmodSync, chownSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { once } from 'node:events';
 import { Agent, request } from 'node:http';
+import type { AddressInfo, Server } from 'node:net';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -106,6 +108,13 @@ export function machine(): string {
 // HTTP
 
 export const agent = new Agent({ keepAlive: true, maxSockets: 256 });
+
+/** Starts `server` (an HTTP or a plain TCP one) on a free loopback port: its base URL. */
+export async function listenLoopback(server: Server): Promise<string> {
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
 
 export interface Answer {
   status: number;

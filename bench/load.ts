@@ -20,6 +20,19 @@ export interface LoadResult {
   latencies: number[];
   /** A sample answer that was not expected (status line and body), to report why. */
   firstFailure: string | null;
+  /** Answers by status code. */
+  statuses: Map<number, number>;
+  /** With `abuse`: connections that failed or were closed under a request, and requests cut at the hard stop. */
+  dropped: number;
+}
+
+/**
+ * For load that is meant to be refused (bench/tenants.ts): a connection the server closes or
+ * resets is counted and opened again, and a request still unanswered `graceMs` after the end is
+ * cut, so that a server that stalls cannot hold the run.
+ */
+export interface Abuse {
+  graceMs: number;
 }
 
 const HEADER_END = Buffer.from('\r\n\r\n');
@@ -33,61 +46,124 @@ function encode(host: string, r: Request): Buffer {
   return body ? Buffer.concat([Buffer.from(head, 'latin1'), body]) : Buffer.from(head, 'latin1');
 }
 
-/** One answer's status and total length, once `buf` holds all of its head. */
+/** The length of a chunked body starting at `from`, once `buf` holds all of it; else null. */
+function chunkedLength(buf: Buffer, from: number): number | null {
+  let at = from;
+  for (;;) {
+    const eol = buf.indexOf('\r\n', at);
+    if (eol < 0) return null;
+    const size = parseInt(buf.toString('latin1', at, eol), 16);
+    if (size === 0) {
+      // No trailers are sent to us: the last chunk is followed by an empty line.
+      return buf.length >= eol + 4 ? eol + 4 - from : null;
+    }
+    at = eol + 2 + size + 2;
+    if (at > buf.length) return null;
+  }
+}
+
+/** One answer's status and total length, once `buf` holds all of its head (and, chunked, its body). */
 function frame(buf: Buffer): { status: number; length: number } | null {
   const end = buf.indexOf(HEADER_END);
   if (end < 0) return null;
   const head = buf.toString('latin1', 0, end);
   const status = Number(head.slice(9, 12));
   const m = /\r\ncontent-length:\s*(\d+)/i.exec(head);
-  if (!m) throw new Error(`answer without Content-Length: ${head.slice(0, 200)}`);
-  return { status, length: end + 4 + Number(m[1]) };
+  if (m) return { status, length: end + 4 + Number(m[1]) };
+  if (/\r\ntransfer-encoding:\s*chunked/i.test(head)) {
+    const body = chunkedLength(buf, end + 4);
+    return body === null ? null : { status, length: end + 4 + body };
+  }
+  throw new Error(`answer without Content-Length: ${head.slice(0, 200)}`);
 }
 
 export async function closedLoop(
   baseUrl: string,
-  options: { clients: number; seconds: number; next: (client: number) => Request; ok: (status: number) => boolean },
+  options: {
+    clients: number;
+    seconds: number;
+    next: (client: number) => Request;
+    ok: (status: number) => boolean;
+    /** The local address to connect from (any of 127.0.0.0/8 on loopback): one client address per tenant. */
+    localAddress?: string;
+    abuse?: Abuse;
+  },
 ): Promise<LoadResult> {
   const u = new URL(baseUrl);
   const latencies: number[] = [];
+  const statuses = new Map<number, number>();
   let done = 0;
   let failed = 0;
+  let dropped = 0;
   let firstFailure: string | null = null;
   const end = performance.now() + options.seconds * 1000;
+  const abuse = options.abuse;
 
   const runClient = (client: number) =>
     new Promise<void>((resolve, reject) => {
-      const sock: Socket = connect(Number(u.port), u.hostname);
-      sock.setNoDelay(true);
-      let buf: Buffer = Buffer.alloc(0);
-      let sent = 0;
-      const sendNext = () => {
-        if (performance.now() >= end) {
-          sock.end();
-          resolve();
-          return;
-        }
-        sent = performance.now();
-        sock.write(encode(u.host, options.next(client)));
+      let finished = false;
+      const finish = (sock: Socket) => {
+        finished = true;
+        sock.destroy();
+        resolve();
       };
-      sock.on('connect', sendNext);
-      sock.on('error', reject);
-      sock.on('data', (chunk: Buffer) => {
-        buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
-        const f = frame(buf);
-        if (!f || buf.length < f.length) return;
-        latencies.push(performance.now() - sent);
-        if (options.ok(f.status)) done++;
-        else {
-          failed++;
-          firstFailure ??= buf.toString('utf8', 0, Math.min(buf.length, 400));
-        }
-        buf = buf.subarray(f.length);
-        sendNext();
-      });
+      const open = () => {
+        const sock: Socket = connect({ port: Number(u.port), host: u.hostname, ...(options.localAddress ? { localAddress: options.localAddress } : {}) });
+        sock.setNoDelay(true);
+        let buf: Buffer = Buffer.alloc(0);
+        let sent = 0;
+        let waiting = false;
+        const sendNext = () => {
+          if (performance.now() >= end) {
+            finished = true;
+            sock.end();
+            resolve();
+            return;
+          }
+          sent = performance.now();
+          waiting = true;
+          sock.write(encode(u.host, options.next(client)));
+        };
+        sock.on('connect', sendNext);
+        if (abuse) {
+          // Cut a request the server has not answered by the hard stop.
+          const stop = setTimeout(() => {
+            if (finished) return;
+            if (waiting) dropped++;
+            finish(sock);
+          }, Math.max(0, end - performance.now()) + abuse.graceMs);
+          sock.on('close', () => {
+            clearTimeout(stop);
+            if (finished) return;
+            // Closed or reset under us (a refusal, a cap on connections): count it, connect again.
+            dropped++;
+            if (performance.now() >= end) {
+              finished = true;
+              resolve();
+            } else setTimeout(open, 10);
+          });
+          sock.on('error', () => {});
+        } else sock.on('error', reject);
+        sock.on('data', (chunk: Buffer) => {
+          buf = buf.length ? Buffer.concat([buf, chunk]) : chunk;
+          const f = frame(buf);
+          if (!f || buf.length < f.length) return;
+          waiting = false;
+          latencies.push(performance.now() - sent);
+          statuses.set(f.status, (statuses.get(f.status) ?? 0) + 1);
+          if (options.ok(f.status)) done++;
+          else {
+            failed++;
+            firstFailure ??= buf.toString('utf8', 0, Math.min(buf.length, 400));
+          }
+          buf = buf.subarray(f.length);
+          sendNext();
+        });
+      };
+      open();
     });
 
   const started = performance.now();
   await Promise.all(Array.from({ length: options.clients }, (_, i) => runClient(i)));
-  return { rate: done / ((performance.now() - started) / 1000), failed, latencies, firstFailure };
+  return { rate: done / ((performance.now() - started) / 1000), failed, latencies, firstFailure, statuses, dropped };
 }

@@ -16,10 +16,8 @@
 //   npm run bench:webhooks -- --throughput-only   # only (2)
 //   npm run bench:webhooks -- --rounds=7   # rounds (default 3); a 4,000 backlog takes under a second, so more rounds steady its median
 //   BENCH_PROFILE_DIR=/tmp/prof npm run bench:webhooks   # the server writes a CPU profile there
-import { once } from 'node:events';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { Agent, createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryBus } from '../adapters/bus/memory.ts';
@@ -33,7 +31,7 @@ import { spawnPostern, stopProcess } from '../test/processes.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { up } from '../scripts/mailenv.ts';
 import { layout } from '../scripts/mailenv/layout.ts';
-import { cpuSeconds, f0, f1, log, machine, median, NO_RATE_LIMITS, pct, runBench, sleep } from './common.ts';
+import { cpuSeconds, f0, f1, listenLoopback, log, machine, median, NO_RATE_LIMITS, pct, runBench, sleep } from './common.ts';
 import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));
@@ -65,9 +63,7 @@ class Receivers {
   async start(): Promise<void> {
     this.server = createServer((req, res) => void this.handle(req, res));
     this.server.keepAliveTimeout = 5000;
-    this.server.listen(0, '127.0.0.1');
-    await once(this.server, 'listening');
-    this.base = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    this.base = await listenLoopback(this.server);
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
