@@ -6,7 +6,7 @@ import { seal } from '../lib/mail/seal.ts';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { call, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { ImapFlow } from 'imapflow';
-import { mailApp, until } from './mail-fixtures.ts';
+import { mailApp, openInboxStream, until } from './mail-fixtures.ts';
 import { startSecondDovecot } from './second-dovecot.ts';
 import { corpusFiles, describeWithCorpus } from './corpus-files.ts';
 import type { WireEvent } from './events-helpers.ts';
@@ -227,7 +227,19 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
       });
     const tokenId = /^svc_(tok_[0-9A-Z]{26})_/.exec(token)![1];
 
-    await ok(await post(inbox.id, msgId, 'move', token, { to: 'archive' }));
+    const stream = await openInboxStream(s.base, inbox, token);
+    try {
+      await ok(await post(inbox.id, msgId, 'move', token, { to: 'archive' }));
+      // The inbox stream carries the same two changes.
+      const frame = (type: string, labelId: string) => (e: { data: string }) => {
+        const d = JSON.parse(e.data) as { type: string; msgId: string; labelId?: string };
+        return d.type === type && d.msgId === msgId && d.labelId === labelId;
+      };
+      await stream.next(frame('message.added', label('Archive')));
+      await stream.next(frame('message.removed', label('INBOX')));
+    } finally {
+      await stream.close();
+    }
     // The first read filled the index: the APPEND before it changed nothing the index knew.
     const api = await events(2);
     const summary = (e: WireEvent) => [e.type, (e.data as { labelId: string }).labelId, e.subject, e.actor];
