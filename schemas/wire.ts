@@ -107,6 +107,17 @@ export interface MessageMove {
   to: string;
 }
 
+/** POST /inboxes/{inbox}/messages/{msg}/keywords (mail.json KeywordChange), an extension of version 1: docs/organize.md, "Keywords". */
+export interface KeywordChange {
+  add?: string[];
+  remove?: string[];
+}
+
+/** Its answer: the message's custom keywords now (mail.json KeywordsResponse). */
+export interface KeywordsResponse {
+  keywords: string[];
+}
+
 /** The answer of both: the labels the message is in now, in label order, and its flags (mail.json MessagePlacement). */
 export interface MessagePlacement {
   labels: string[];

@@ -167,6 +167,34 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
     }
   });
 
+  it('adds and removes custom keywords on every label the message is in, and refuses flags and non-atoms (400)', async () => {
+    const { inbox, token, label, msgId } = await setUp();
+    await ok(await post(inbox.id, msgId, 'labels', token, { add: [label('Archive')] }));
+    const added = await post(inbox.id, msgId, 'keywords', token, { add: ['$label1', 'Project_X'] });
+    expect(await json(added)).to.deep.equal({ keywords: ['$label1', 'Project_X'] });
+    for (const path of ['INBOX', 'Archive']) expect((await inFolder(inbox, path))[0]!.flags).to.include.members(['$label1', 'Project_X', '\\Flagged']);
+    const detail = await json<{ message: { keywords?: string[]; flags: string[] } }>(await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}`, { token }));
+    expect(detail.message).to.deep.include({ keywords: ['$label1', 'Project_X'], flags: ['flagged'] });
+    expect(await json(await post(inbox.id, msgId, 'keywords', token, { remove: ['project_x'] }))).to.deep.equal({ keywords: ['$label1'] });
+    // Recorded as message.flags (its Flags unchanged), the caller's.
+    const tokenId = /^svc_(tok_[0-9A-Z]{26})_/.exec(token)![1];
+    const recorded = await until('the keyword changes in the log', async () => {
+      const body = await json<{ events: WireEvent[] }>(await call(`${s.base}/events?inboxes=${inbox.id}&limit=100`, { token }));
+      const flags = body.events.filter((e) => e.type === 'message.flags');
+      return flags.length >= 4 ? flags : null; // two changes, in two labels each
+    });
+    expect(recorded.map((e) => [e.actor, (e.data as { flags: string[] }).flags])).to.deep.equal(Array(4).fill([tokenId, ['flagged']]));
+
+    for (const bad of [{ add: ['$Junk'] }, { add: ['nonjunk'] }, { add: ['\\Seen'] }, { add: ['two words'] }, { add: ['a(b'] }, { add: [''] }, { add: ['$x'], remove: ['$X'] }, {}, { add: '$x' }]) {
+      await expectError(await post(inbox.id, msgId, 'keywords', token, bad), 400);
+    }
+    await expectError(await post(inbox.id, msgId, 'keywords', await p.token(['messages:read', 'flags:write']), { add: ['$label2'] }), 403, /messages:write/);
+    // The spec's flags endpoint still takes only its three flags.
+    await expectError(await post(inbox.id, msgId, 'flags', token, { add: ['$label2'] }), 400);
+    await expectError(await post(inbox.id, msgId, 'flags', token, { add: ['junk'] }), 400);
+    expect((await inFolder(inbox, 'INBOX'))[0]!.flags).to.not.include('$label2');
+  });
+
   it('refuses bad input with a clear 4xx', async () => {
     const { inbox, token, label, msgId } = await setUp();
     const unknownLabel = `lbl_${'0'.repeat(26)}`;

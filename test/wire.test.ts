@@ -28,6 +28,8 @@ const MIRRORS: Record<string, string> = {
   FlagChange: 'mail.json#/$defs/FlagChange',
   FlagsResponse: 'mail.json#/$defs/FlagsResponse',
   LabelChange: 'mail.json#/$defs/LabelChange',
+  KeywordChange: 'mail.json#/$defs/KeywordChange',
+  KeywordsResponse: 'mail.json#/$defs/KeywordsResponse',
   MessageMove: 'mail.json#/$defs/MessageMove',
   MessagePlacement: 'mail.json#/$defs/MessagePlacement',
   LiveChange: 'mail.json#/$defs/LiveChange',

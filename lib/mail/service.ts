@@ -5,7 +5,7 @@ import { conflict, invalid, isDomainError, notFound, unavailable, unprocessable 
 import type { MailMirror } from './mirror.ts';
 import { guidFromId, idFromGuid } from '../ids.ts';
 import type { Flag, Label, MessageList, MessagePlacement, MessageSummary } from '../../schemas/wire.ts';
-import { fromImapFlags, toImapFlag } from './flags.ts';
+import { fromImapFlags, imapSpellings, toImapFlag } from './flags.ts';
 import { compareLabels } from './labels.ts';
 import type {
   IndexedDetail,
@@ -178,6 +178,25 @@ export class MailService {
    * follows the message to where it is now; 404 only when it is gone from every label.
    */
   async changeFlags(inbox: MailInbox, msgId: string, add: readonly Flag[], remove: readonly Flag[], actor: string): Promise<Flag[]> {
+    const found = await this.storeEverywhere(inbox, msgId, add.map(toImapFlag), remove.map(toImapFlag), actor);
+    return fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).flags;
+  }
+
+  /**
+   * docs/organize.md, "Keywords": adds and removes custom IMAP keywords (atoms the route checked,
+   * none of them a Flag's spelling) as a flag change does; answers the keywords after it.
+   */
+  async changeKeywords(inbox: MailInbox, msgId: string, add: readonly string[], remove: readonly string[], actor: string): Promise<{ keywords: string[] }> {
+    const flags = [...add, ...remove].filter((k) => fromImapFlags([k]).flags.length > 0);
+    if (flags.length > 0) throw invalid(`${flags.join(', ')} ${flags.length > 1 ? 'are flags' : 'is a flag'}, not a custom keyword: use …/flags, or …/move for junk`);
+    const both = add.filter((k) => remove.some((r) => r.toLowerCase() === k.toLowerCase()));
+    if (both.length > 0) throw invalid(`a keyword cannot be added and removed at once: ${both.join(', ')}`);
+    const found = await this.storeEverywhere(inbox, msgId, add, remove, actor);
+    return { keywords: fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).keywords };
+  }
+
+  /** The STORE at every place of the message, read back, following it where a mail app moved it. */
+  private async storeEverywhere(inbox: MailInbox, msgId: string, add: readonly string[], remove: readonly string[], actor: string) {
     await this.mirror.refresh(inbox);
     let found = await this.find(inbox, msgId);
     if (add.length > 0 || remove.length > 0) {
@@ -195,7 +214,7 @@ export class MailService {
         if (attempt >= STORE_ATTEMPTS) throw unavailable('the message keeps moving on the mail server; try again');
       }
     }
-    return fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).flags;
+    return found;
   }
 
   /**
@@ -204,21 +223,23 @@ export class MailService {
    * of a change that did not happen is withdrawn, whatever went wrong: a mail app's identical
    * change must not be put down to this caller.
    */
-  private async store(inbox: MailInbox, locations: readonly Location[], add: readonly Flag[], remove: readonly Flag[], actor: string): Promise<Place[]> {
+  private async store(inbox: MailInbox, locations: readonly Location[], add: readonly string[], remove: readonly string[], actor: string): Promise<Place[]> {
     const withdraw = new Map<string, () => void>();
     const places = locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid }));
+    const removing = new Set(remove.map((f) => f.toLowerCase()));
     for (const l of locations) {
-      const before = fromImapFlags(l.flags).flags;
-      const now = new Set<Flag>(before);
-      for (const f of add) now.add(f);
-      for (const f of remove) now.delete(f);
-      // No change, no event: nothing to attribute.
-      if (now.size === before.length && before.every((f) => now.has(f))) continue;
-      withdraw.set(`${l.labelGuid}:${l.uid}`, this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], [...now], actor));
+      // IMAP flags and keywords are case-insensitive (RFC 3501 2.3.2).
+      const before = new Set(l.flags.map((f) => f.toLowerCase()));
+      const now = [...l.flags.filter((f) => !removing.has(f.toLowerCase())), ...add];
+      const after = new Set(now.map((f) => f.toLowerCase()));
+      // No change, no event: nothing to attribute. A keyword change is a message.flags too (with
+      // the same Flags), so it is announced as well.
+      if (after.size === before.size && [...after].every((f) => before.has(f))) continue;
+      withdraw.set(`${l.labelGuid}:${l.uid}`, this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], fromImapFlags(now).flags, actor));
     }
     let missed: Place[];
     try {
-      ({ missed } = await this.source.storeFlags(inbox, places, add.map(toImapFlag), remove.map(toImapFlag)));
+      ({ missed } = await this.source.storeFlags(inbox, places, [...add], [...remove]));
     } catch (err) {
       for (const w of withdraw.values()) w();
       if (isDomainError(err)) throw err;
@@ -276,8 +297,10 @@ export class MailService {
     }
     const junk = labels.find((l) => l.specialUse === '\\Junk');
     const found = await this.find(inbox, msgId);
-    if (target === junk) await this.changeFlags(inbox, msgId, ['junk'], ['not_junk'], actor);
-    else if (to === 'inbox' && junk && found.locations.some((l) => l.labelGuid === junk.guid)) await this.changeFlags(inbox, msgId, ['not_junk'], ['junk'], actor);
+    // Every spelling of the other mark goes (a mail app may have written NonJunk or Junk).
+    const mark = (flag: Flag, other: Flag) => this.storeEverywhere(inbox, msgId, [toImapFlag(flag)], imapSpellings(other), actor);
+    if (target === junk) await mark('junk', 'not_junk');
+    else if (to === 'inbox' && junk && found.locations.some((l) => l.labelGuid === junk.guid)) await mark('not_junk', 'junk');
     const into = target.guid;
     return this.relabel(inbox, msgId, (now) => ({ add: [into], remove: now.filter((g) => g !== into) }), actor);
   }

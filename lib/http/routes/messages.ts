@@ -1,7 +1,7 @@
 // Message listing, detail and flags (docs/api.md, "Messages", "Message flags").
 import type { Access } from '../../auth/access.ts';
 import { invalid } from '../../errors.ts';
-import type { FlagChange, LabelChange, MessageMove } from '../../../schemas/wire.ts';
+import type { FlagChange, KeywordChange, LabelChange, MessageMove } from '../../../schemas/wire.ts';
 import type { MailService } from '../../mail/service.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import type { CredentialRate } from '../../rate.ts';
@@ -15,6 +15,7 @@ const LIST_QUERY = 'https://postern.dev/schemas/mail.json#/$defs/MessageListQuer
 const FLAG_CHANGE = 'https://postern.dev/schemas/mail.json#/$defs/FlagChange';
 const LABEL_CHANGE = 'https://postern.dev/schemas/mail.json#/$defs/LabelChange';
 const MESSAGE_MOVE = 'https://postern.dev/schemas/mail.json#/$defs/MessageMove';
+const KEYWORD_CHANGE = 'https://postern.dev/schemas/mail.json#/$defs/KeywordChange';
 /** Filing messages into labels, an extension of version 1 (docs/organize.md). */
 const ORGANIZE = { token: 'messages:write', session: true } as const;
 
@@ -76,6 +77,12 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:write');
       const body = validator.body<MessageMove>(MESSAGE_MOVE, await readJson(ctx));
       ctx.body = await mail.move(inbox, ctx.params.msg!, body.to, ctx.state.principal.actor);
+    });
+
+    router.post('/inboxes/:inbox/messages/:msg/keywords', allow(access, ORGANIZE), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:write');
+      const body = validator.body<KeywordChange>(KEYWORD_CHANGE, await readJson(ctx));
+      ctx.body = await mail.changeKeywords(inbox, ctx.params.msg!, body.add ?? [], body.remove ?? [], ctx.state.principal.actor);
     });
   };
 }
