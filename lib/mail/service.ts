@@ -195,6 +195,16 @@ export class MailService {
     return { keywords: fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).keywords };
   }
 
+  /**
+   * A change reaches the index (and the stream) through the same sync as any other. Unlike a
+   * read, this one may not fall back on the index: it would answer with the state from before.
+   */
+  private async readBack(inbox: MailInbox): Promise<void> {
+    await this.mirror.syncNow(inbox).catch((err: unknown) => {
+      throw isDomainError(err) && err.kind === 'unavailable' ? err : unavailable('the change was made but could not be read back from the mail server; try again');
+    });
+  }
+
   /** The STORE at every place of the message, read back, following it where a mail app moved it. */
   private async storeEverywhere(inbox: MailInbox, msgId: string, add: readonly string[], remove: readonly string[], actor: string) {
     await this.mirror.refresh(inbox);
@@ -202,11 +212,7 @@ export class MailService {
     if (add.length > 0 || remove.length > 0) {
       for (let attempt = 1; ; attempt++) {
         const missed = await this.store(inbox, found.locations, add, remove, actor);
-        // The change reaches the index (and the stream) through the same sync as any other. Unlike
-        // a read, this one may not fall back on the index: it would answer with the flags from before.
-        await this.mirror.syncNow(inbox).catch((err: unknown) => {
-          throw isDomainError(err) && err.kind === 'unavailable' ? err : unavailable('the change was made but could not be read back from the mail server; try again');
-        });
+        await this.readBack(inbox);
         found = await this.find(inbox, msgId);
         if (missed.length === 0) break;
         // Still somewhere (moved, or copied before an expunge): the STORE goes to where it is now
@@ -339,9 +345,7 @@ export class MailService {
         throw unavailable('the mail server did not accept the change; try again');
       }
       if (missed) withdraw();
-      await this.mirror.syncNow(inbox).catch((err: unknown) => {
-        throw isDomainError(err) && err.kind === 'unavailable' ? err : unavailable('the change was made but could not be read back from the mail server; try again');
-      });
+      await this.readBack(inbox);
       found = await this.find(inbox, msgId);
       if (!missed) break;
       if (attempt >= STORE_ATTEMPTS) throw unavailable('the message keeps moving on the mail server; try again');
