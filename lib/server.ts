@@ -242,7 +242,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const lmtp = config.ingress.listen
     ? new LmtpIngress(new Ingress(directory, keys, dovecotLmtp, eventLog, log.child({ part: 'ingress' }), (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve(), config.ingress.recipientDelimiter), { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) })
     : null;
-  const mail = new MailService(mailIndex, mailMirror, mailSource, mailChanges.expect);
+  const mail = new MailService(mailIndex, mailMirror, mailSource, mailChanges.expect, mailChanges.expectLabels);
   const mailSearch = new MailSearch(mailIndex, mailMirror, mailSource, config.search);
   const sealed = new SealedMail(mail, mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), keys, keyStore);
   const userKeys = new UserKeys(keyStore, keys);

@@ -92,6 +92,38 @@ export interface FlagsResponse {
   flags: Flag[];
 }
 
+/**
+ * POST /inboxes/{inbox}/messages/{msg}/labels (mail.json LabelChange), an extension of version 1:
+ * docs/organize.md, "Labels".
+ */
+export interface LabelChange {
+  add?: string[];
+  remove?: string[];
+}
+
+/** POST /inboxes/{inbox}/messages/{msg}/move (mail.json MessageMove), an extension of version 1: docs/organize.md, "Move". */
+export interface MessageMove {
+  /** inbox, archive, trash, junk, or a label id (mail.json MoveTarget). */
+  to: string;
+}
+
+/** POST /inboxes/{inbox}/messages/{msg}/keywords (mail.json KeywordChange), an extension of version 1: docs/organize.md, "Keywords". */
+export interface KeywordChange {
+  add?: string[];
+  remove?: string[];
+}
+
+/** Its answer: the message's custom keywords now (mail.json KeywordsResponse). */
+export interface KeywordsResponse {
+  keywords: string[];
+}
+
+/** The answer of both: the labels the message is in now, in label order, and its flags (mail.json MessagePlacement). */
+export interface MessagePlacement {
+  labels: string[];
+  flags: Flag[];
+}
+
 /** docs/api.md, "LiveChange": the data of each inbox stream event (mail.json LiveChange). */
 export interface LiveChange {
   type: 'message.added' | 'message.removed' | 'message.flags';

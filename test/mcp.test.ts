@@ -20,7 +20,7 @@ import { mailApp, until } from './mail-fixtures.ts';
 import { runPostern } from './processes.ts';
 import { atSink, rcpt } from './send-fixtures.ts';
 
-const ALL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'send', 'events:read', 'events:write', 'audit:read', 'project:read'];
+const ALL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'messages:write', 'send', 'events:read', 'events:write', 'audit:read', 'project:read'];
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 async function connect(s: TestServer, token: string): Promise<Client> {
@@ -130,7 +130,7 @@ describe('MCP: /v1/mcp', function () {
 
   it('lists only the tools a token\'s scopes allow', async () => {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
-    expect(names).to.deep.equal(['get_attachment', 'get_message', 'list_events', 'list_inboxes', 'list_labels', 'list_messages', 'publish_event', 'read_message', 'search_messages', 'send_message', 'set_flags']);
+    expect(names).to.deep.equal(['archive_message', 'get_attachment', 'get_message', 'list_events', 'list_inboxes', 'list_labels', 'list_messages', 'move_message', 'publish_event', 'read_message', 'search_messages', 'send_message', 'set_flags', 'trash_message']);
     const readOnly = await connect(s, await p.token(['messages:read']));
     clients.push(readOnly);
     const listed = await readOnly.listTools();
@@ -203,6 +203,32 @@ describe('MCP: /v1/mcp', function () {
     const detail = (await (await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}`, { token: all })).json()) as { message: { flags: string[] } };
     expect(detail.message.flags).to.include.members(['flagged', 'seen']);
     expect(await refused(client, 'set_flags', { inboxId: inbox.id, messageId: msgId, add: ['seen'], remove: ['seen'] })).to.match(/cannot be added and removed/);
+  });
+
+  it('move_message, archive_message and trash_message move as POST …/move does, under messages:write, recorded as the token', async () => {
+    const msgId = await appended(await compose({ from: 'a@example.org', to: inbox.address, subject: `organize ${randomBytes(3).toString('hex')}`, text: 'x' }));
+    const { labels } = await ok<{ labels: Array<{ id: string; name: string }> }>(client, 'list_labels', { inboxId: inbox.id });
+    const id = (name: string) => labels.find((l) => l.name === name)!.id;
+    expect((await ok<{ labels: string[] }>(client, 'archive_message', { inboxId: inbox.id, messageId: msgId })).labels).to.deep.equal([id('Archive')]);
+    expect((await ok<{ labels: string[] }>(client, 'trash_message', { inboxId: inbox.id, messageId: msgId })).labels).to.deep.equal([id('Trash')]);
+    const back = await ok<{ labels: string[]; flags: string[] }>(client, 'move_message', { inboxId: inbox.id, messageId: msgId, to: 'inbox' });
+    expect(back.labels).to.deep.equal([id('INBOX')]);
+    expect(back.__text).to.include(id('INBOX'));
+    expect(await refused(client, 'move_message', { inboxId: inbox.id, messageId: msgId, to: 'elsewhere' })).to.match(/does not exist/);
+    const flagsOnly = await connect(s, await p.token(['messages:read', 'flags:write']));
+    clients.push(flagsOnly);
+    expect((await flagsOnly.listTools()).tools.map((t) => t.name)).to.not.include('archive_message');
+    expect(await refused(flagsOnly, 'archive_message', { inboxId: inbox.id, messageId: msgId })).to.match(/lacks the messages:write scope/);
+    const events = await until('the moves in the log', async () => {
+      const res = (await (await call(`${s.base}/events?inboxes=${inbox.id}&limit=100`, { token: all })).json()) as { events: Array<{ type: string; subject?: string; actor: string; data?: { labelId?: string } }> };
+      const mine = res.events.filter((e) => e.subject === msgId && e.data?.labelId === id('Trash'));
+      return mine.length >= 2 ? mine : null;
+    });
+    const tokenId = /^svc_(tok_[0-9A-Z]{26})_/.exec(all)![1];
+    expect(events.map((e) => [e.type, e.actor])).to.deep.equal([
+      ['message.added', tokenId],
+      ['message.removed', tokenId],
+    ]);
   });
 
   it('read_message gives HTML as text, lists attachments, fences it all as untrusted, and records access.content.read', async () => {

@@ -74,6 +74,55 @@ export class ImapMailSource implements MailSource {
     return { missed };
   }
 
+  async relabel(inbox: MailInbox, change: { from: Place; add: readonly string[]; remove: readonly Place[] }): Promise<{ missed: boolean }> {
+    const pathOf = async (labelGuid: string): Promise<LabelState> => {
+      const label = await this.o.store.label(inbox.id, labelGuid);
+      if (!label) throw unavailable('a label changed on the mail server meanwhile; try again');
+      return label;
+    };
+    const from = await pathOf(change.from.labelGuid);
+    const targets = await Promise.all(change.add.map(pathOf));
+    const moving = change.remove.some((p) => p.labelGuid === from.guid && p.uid === change.from.uid);
+    const others = change.remove.filter((p) => !(p.labelGuid === from.guid && p.uid === change.from.uid));
+    const uid = String(change.from.uid);
+    let missed = false;
+    await this.pool.use(inbox.imapUser, async (client) => {
+      missed = false; // a retry on a fresh connection starts over
+      try {
+        // Every open checks UIDVALIDITY: a label renumbered meanwhile holds other messages now.
+        const open = async (label: LabelState): Promise<boolean> => {
+          const opened = await client.mailboxOpen(label.path).catch(() => null);
+          return opened !== null && Number(opened.uidValidity) === label.uidValidity;
+        };
+        if (targets.length > 0) {
+          if (!(await open(from))) return void (missed = true);
+          // With a move, the last target is the MOVE's: the copies before it still have a source.
+          const copies = moving ? targets.slice(0, -1) : targets;
+          for (const t of copies) {
+            const copied = await client.messageCopy(uid, t.path, { uid: true });
+            // No COPYUID for our UID: it is not there (gone meanwhile), and nothing was copied.
+            if (!copied || !copied.uidMap?.has(change.from.uid)) return void (missed = true);
+          }
+          if (moving) {
+            const moved = await client.messageMove(uid, targets.at(-1)!.path, { uid: true });
+            if (!moved || !moved.uidMap?.has(change.from.uid)) return void (missed = true);
+          }
+        }
+        // Without targets there is no MOVE: every place asked for is expunged, `from` included.
+        for (const place of targets.length > 0 ? others : change.remove) {
+          const label = await pathOf(place.labelGuid);
+          // Gone or renumbered: the message is not there any more, which is what was asked.
+          if (!(await open(label))) continue;
+          // \Deleted, then UID EXPUNGE of that one UID (UIDPLUS): no other message is touched.
+          if (!(await client.messageDelete(String(place.uid), { uid: true }))) throw unavailable('the mail server did not remove the message from a label; try again');
+        }
+      } finally {
+        if (client.usable) await unselect(client).catch(() => undefined);
+      }
+    });
+    return { missed };
+  }
+
   /**
    * UID SEARCH BODY/TEXT, label by label. Dovecot answers from its full-text index when one is
    * configured (fts plugin; a label's first search builds its index), else by reading every

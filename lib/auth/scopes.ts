@@ -1,7 +1,9 @@
 // Token scopes (docs/api.md, "Authentication", rule 3) and inbox roles. A role bounds what any credential of
 // the member can do in that inbox; a token's scopes narrow it further.
 
-export const MAIL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'send'] as const;
+// messages:write (an extension of version 1: docs/organize.md) files a message into and out of labels. It is
+// granted only when asked for at token creation: no token made before it holds it.
+export const MAIL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'messages:write', 'send'] as const;
 export const PROJECT_SCOPES = ['events:write', 'events:read', 'project:read', 'audit:read', 'webhooks:write'] as const;
 export const SCOPES = [...MAIL_SCOPES, ...PROJECT_SCOPES] as const;
 
@@ -15,7 +17,7 @@ export function isScope(value: string): value is Scope {
 /**
  * Roles in an inbox. The contract names `owner` (docs/api.md, "InboxGrant") and leaves the rest open; see docs/access.md.
  * - owner:  everything, and is the inbox's accountable person
- * - member: reads, changes flags, sends
+ * - member: reads, changes flags, files messages into labels (messages:write), sends
  * - reader: reads only (metadata, and decrypted content through a content:read token)
  */
 export const ROLES = ['owner', 'member', 'reader'] as const;
@@ -24,7 +26,7 @@ export type Role = (typeof ROLES)[number];
 const ROLE_ALLOWS: Record<Role, ReadonlySet<MailScope>> = {
   owner: new Set(MAIL_SCOPES),
   member: new Set(MAIL_SCOPES),
-  reader: new Set<MailScope>(['messages:read', 'content:read']),
+  reader: new Set<MailScope>(['messages:read', 'content:read']), // never organizes: docs/organize.md
 };
 
 export function isRole(value: string): value is Role {

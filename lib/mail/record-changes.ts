@@ -4,10 +4,11 @@
 // next read of the inbox. `message.received` (arrival from outside) needs the delivery ingress
 // and is not recorded from here.
 //
-// Who acted: a change the API made (POST …/flags) is recorded with the token or member that made
-// it. The flags route announces the change before it stores it (expect()); the first
-// message.flags recorded here for that message in that label with exactly the announced flags
-// carries that actor. Anything else (a mail app, a delivery) is the service acting. If another
+// Who acted: a change the API made (POST …/flags, …/labels, …/move) is recorded with the token or
+// member that made it. The route announces the change before it makes it (expect(),
+// expectLabels()); the first message.flags recorded here for that message in that label with
+// exactly the announced flags, or the first message.added / message.removed of that message in
+// that label, carries that actor. Anything else (a mail app, a delivery) is the service acting. If another
 // process records the change first (it holds the watcher lease and its watcher saw the change
 // before this process read it back), that record, as the service acting, is the one kept.
 //
@@ -49,51 +50,88 @@ const EXPECT_MS = 30_000;
 
 const sameFlags = (a: readonly string[], b: readonly string[]) => a.length === b.length && [...a].sort().join(' ') === [...b].sort().join(' ');
 
+interface Expected {
+  actor: string;
+  until: number;
+  /** message.flags only: the flags announced. */
+  flags?: readonly Flag[];
+}
+
+/** Announced API changes by key, oldest first, each kept EXPECT_MS at most. */
+class Expectations {
+  private readonly byKey = new Map<string, Expected[]>();
+
+  /** Adds one entry per key; returns the function that withdraws them (the change did not happen). */
+  add(keys: readonly string[], make: () => Expected): () => void {
+    const now = Date.now();
+    for (const [key, list] of this.byKey) {
+      const live = list.filter((e) => e.until >= now);
+      if (live.length === 0) this.byKey.delete(key);
+      else if (live.length < list.length) this.byKey.set(key, live);
+    }
+    const added = keys.map((key): [string, Expected] => {
+      const entry = make();
+      this.byKey.set(key, [...(this.byKey.get(key) ?? []), entry]);
+      return [key, entry];
+    });
+    // Forgotten, or a mail app's identical change within the window would be put down to this caller.
+    return () => {
+      for (const [key, entry] of added) {
+        const rest = (this.byKey.get(key) ?? []).filter((e) => e !== entry);
+        if (rest.length === 0) this.byKey.delete(key);
+        else this.byKey.set(key, rest);
+      }
+    };
+  }
+
+  /** The actor of the oldest live entry under `key` that `matches`, taken; undefined if none. */
+  take(key: string, matches: (e: Expected) => boolean): string | undefined {
+    const list = this.byKey.get(key) ?? [];
+    const now = Date.now();
+    const i = list.findIndex((e) => e.until >= now && matches(e));
+    if (i < 0) return undefined;
+    const [entry] = list.splice(i, 1);
+    if (list.length === 0) this.byKey.delete(key);
+    return entry!.actor;
+  }
+}
+
+const placeKey = (inboxId: string, type: string, labelGuid: string, msgId: string) => `${inboxId}:${type}:${labelGuid}:${msgId}`;
+
 export class MailChangeRecorder {
   /** Per inbox, the batches still being recorded: batches are recorded in the order applied. */
   private readonly chains = new Map<string, Promise<void>>();
-  /** API flag changes announced and not yet recorded, by inbox, label GUID and UID, oldest first. */
-  private readonly expected = new Map<string, Array<{ actor: string; flags: readonly Flag[]; until: number }>>();
+  /**
+   * API changes announced and not yet recorded: flag changes by inbox, label GUID and UID; label
+   * changes (docs/organize.md, "Events") by inbox, type, label GUID and message, since the UID a
+   * COPY gives is not known before it.
+   */
+  private readonly expected = new Expectations();
 
   /**
    * The API is about to set the flags of a message to `flags` in each of these places; the
    * change is `actor`'s. Called by the flags route before it stores the change.
    */
-  readonly expect = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string): (() => void) => {
-    const now = Date.now();
-    for (const [key, list] of this.expected) {
-      const live = list.filter((e) => e.until >= now);
-      if (live.length === 0) this.expected.delete(key);
-      else if (live.length < list.length) this.expected.set(key, live);
-    }
-    const added: Array<[string, { actor: string; flags: readonly Flag[]; until: number }]> = [];
-    for (const { labelGuid, uid } of at) {
-      const key = `${inboxId}:${labelGuid}:${uid}`;
-      const entry = { actor, flags, until: now + EXPECT_MS };
-      this.expected.set(key, [...(this.expected.get(key) ?? []), entry]);
-      added.push([key, entry]);
-    }
-    // The change did not happen (the STORE failed): forget it, or a mail app's identical change
-    // within the window would be put down to this caller.
-    return () => {
-      for (const [key, entry] of added) {
-        const rest = (this.expected.get(key) ?? []).filter((e) => e !== entry);
-        if (rest.length === 0) this.expected.delete(key);
-        else this.expected.set(key, rest);
-      }
-    };
-  };
+  readonly expect = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string): (() => void) =>
+    this.expected.add(
+      at.map(({ labelGuid, uid }) => `${inboxId}:${labelGuid}:${uid}`),
+      () => ({ actor, flags, until: Date.now() + EXPECT_MS }),
+    );
+
+  /** The API is about to add the message to the labels `added` and remove it from `removed` (GUIDs); the change is `actor`'s. */
+  readonly expectLabels = (inboxId: string, msgId: string, added: readonly string[], removed: readonly string[], actor: string): (() => void) =>
+    this.expected.add(
+      [...added.map((g) => placeKey(inboxId, 'message.added', g, msgId)), ...removed.map((g) => placeKey(inboxId, 'message.removed', g, msgId))],
+      () => ({ actor, until: Date.now() + EXPECT_MS }),
+    );
 
   private actorOf(inboxId: string, c: LiveChange): string {
-    if (c.type !== 'message.flags' || !c.flags) return SYSTEM_ACTOR;
-    const key = `${inboxId}:${c.at.labelGuid}:${c.at.uid}`;
-    const list = this.expected.get(key) ?? [];
-    const now = Date.now();
-    const i = list.findIndex((e) => e.until >= now && sameFlags(e.flags, c.flags!));
-    if (i < 0) return SYSTEM_ACTOR;
-    const [entry] = list.splice(i, 1);
-    if (list.length === 0) this.expected.delete(key);
-    return entry!.actor;
+    if (c.type === 'message.flags') {
+      const flags = c.flags;
+      if (!flags) return SYSTEM_ACTOR;
+      return this.expected.take(`${inboxId}:${c.at.labelGuid}:${c.at.uid}`, (e) => e.flags !== undefined && sameFlags(e.flags, flags)) ?? SYSTEM_ACTOR;
+    }
+    return this.expected.take(placeKey(inboxId, c.type, c.at.labelGuid, c.msgId), () => true) ?? SYSTEM_ACTOR;
   }
 
   constructor(

@@ -1,11 +1,11 @@
 // The mail read API's domain: labels, pages, message detail, flag changes and the live stream,
 // served from the index after the mail source has brought it up to date.
 import { createHash } from 'node:crypto';
-import { isDomainError, notFound, unavailable } from '../errors.ts';
+import { conflict, invalid, isDomainError, notFound, unavailable, unprocessable } from '../errors.ts';
 import type { MailMirror } from './mirror.ts';
 import { guidFromId, idFromGuid } from '../ids.ts';
-import type { Flag, Label, MessageList, MessageSummary, WebFlag } from '../../schemas/wire.ts';
-import { fromImapFlags, toImapFlag } from './flags.ts';
+import type { Flag, Label, MessageList, MessagePlacement, MessageSummary } from '../../schemas/wire.ts';
+import { fromImapFlags, imapSpellings, toImapFlag } from './flags.ts';
 import { compareLabels } from './labels.ts';
 import type {
   IndexedDetail,
@@ -59,6 +59,15 @@ class DerivedCache<T> {
 /** Returns a function that withdraws the announcement (the change did not happen). */
 export type FlagChangeAnnouncer = (inboxId: string, at: readonly Place[], flags: readonly Flag[], actor: string) => () => void;
 
+/**
+ * Returns a function that withdraws the announcement. The message is about to be added to the
+ * labels `added` and removed from `removed` (GUIDs), by `actor` (docs/organize.md, "Events").
+ */
+export type LabelChangeAnnouncer = (inboxId: string, msgId: string, added: readonly string[], removed: readonly string[], actor: string) => () => void;
+
+/** The special-use folder each shortcut of `move` files into (docs/organize.md, "Move"). */
+const SPECIAL_TARGETS = { archive: '\\Archive', trash: '\\Trash', junk: '\\Junk' } as const;
+
 /** How many times a flag change follows a message a mail app keeps moving before it gives up (503). */
 const STORE_ATTEMPTS = 3;
 
@@ -72,6 +81,8 @@ export class MailService {
     private readonly source: MailSource,
     /** Told of each flag change the API is about to make, and whose it is (the event log's actor). */
     private readonly announce: FlagChangeAnnouncer = () => () => undefined,
+    /** Told of each label change the API is about to make, and whose it is. */
+    private readonly announceLabels: LabelChangeAnnouncer = () => () => undefined,
   ) {}
 
   async labels(inbox: MailInbox): Promise<Label[]> {
@@ -166,17 +177,42 @@ export class MailService {
    * no-op in IMAP: so the STORE says where it found nothing, that label is synced, and the change
    * follows the message to where it is now; 404 only when it is gone from every label.
    */
-  async changeFlags(inbox: MailInbox, msgId: string, add: readonly WebFlag[], remove: readonly WebFlag[], actor: string): Promise<Flag[]> {
+  async changeFlags(inbox: MailInbox, msgId: string, add: readonly Flag[], remove: readonly Flag[], actor: string): Promise<Flag[]> {
+    const found = await this.storeEverywhere(inbox, msgId, add.map(toImapFlag), remove.map(toImapFlag), actor);
+    return fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).flags;
+  }
+
+  /**
+   * docs/organize.md, "Keywords": adds and removes custom IMAP keywords (atoms the route checked,
+   * none of them a Flag's spelling) as a flag change does; answers the keywords after it.
+   */
+  async changeKeywords(inbox: MailInbox, msgId: string, add: readonly string[], remove: readonly string[], actor: string): Promise<{ keywords: string[] }> {
+    const flags = [...add, ...remove].filter((k) => fromImapFlags([k]).flags.length > 0);
+    if (flags.length > 0) throw invalid(`${flags.join(', ')} ${flags.length > 1 ? 'are flags' : 'is a flag'}, not a custom keyword: use …/flags, or …/move for junk`);
+    const both = add.filter((k) => remove.some((r) => r.toLowerCase() === k.toLowerCase()));
+    if (both.length > 0) throw invalid(`a keyword cannot be added and removed at once: ${both.join(', ')}`);
+    const found = await this.storeEverywhere(inbox, msgId, add, remove, actor);
+    return { keywords: fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).keywords };
+  }
+
+  /**
+   * A change reaches the index (and the stream) through the same sync as any other. Unlike a
+   * read, this one may not fall back on the index: it would answer with the state from before.
+   */
+  private async readBack(inbox: MailInbox): Promise<void> {
+    await this.mirror.syncNow(inbox).catch((err: unknown) => {
+      throw isDomainError(err) && err.kind === 'unavailable' ? err : unavailable('the change was made but could not be read back from the mail server; try again');
+    });
+  }
+
+  /** The STORE at every place of the message, read back, following it where a mail app moved it. */
+  private async storeEverywhere(inbox: MailInbox, msgId: string, add: readonly string[], remove: readonly string[], actor: string) {
     await this.mirror.refresh(inbox);
     let found = await this.find(inbox, msgId);
     if (add.length > 0 || remove.length > 0) {
       for (let attempt = 1; ; attempt++) {
         const missed = await this.store(inbox, found.locations, add, remove, actor);
-        // The change reaches the index (and the stream) through the same sync as any other. Unlike
-        // a read, this one may not fall back on the index: it would answer with the flags from before.
-        await this.mirror.syncNow(inbox).catch((err: unknown) => {
-          throw isDomainError(err) && err.kind === 'unavailable' ? err : unavailable('the change was made but could not be read back from the mail server; try again');
-        });
+        await this.readBack(inbox);
         found = await this.find(inbox, msgId);
         if (missed.length === 0) break;
         // Still somewhere (moved, or copied before an expunge): the STORE goes to where it is now
@@ -184,7 +220,7 @@ export class MailService {
         if (attempt >= STORE_ATTEMPTS) throw unavailable('the message keeps moving on the mail server; try again');
       }
     }
-    return fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).flags;
+    return found;
   }
 
   /**
@@ -193,21 +229,23 @@ export class MailService {
    * of a change that did not happen is withdrawn, whatever went wrong: a mail app's identical
    * change must not be put down to this caller.
    */
-  private async store(inbox: MailInbox, locations: readonly Location[], add: readonly WebFlag[], remove: readonly WebFlag[], actor: string): Promise<Place[]> {
+  private async store(inbox: MailInbox, locations: readonly Location[], add: readonly string[], remove: readonly string[], actor: string): Promise<Place[]> {
     const withdraw = new Map<string, () => void>();
     const places = locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid }));
+    const removing = new Set(remove.map((f) => f.toLowerCase()));
     for (const l of locations) {
-      const before = fromImapFlags(l.flags).flags;
-      const now = new Set<Flag>(before);
-      for (const f of add) now.add(f);
-      for (const f of remove) now.delete(f);
-      // No change, no event: nothing to attribute.
-      if (now.size === before.length && before.every((f) => now.has(f))) continue;
-      withdraw.set(`${l.labelGuid}:${l.uid}`, this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], [...now], actor));
+      // IMAP flags and keywords are case-insensitive (RFC 3501 2.3.2).
+      const before = new Set(l.flags.map((f) => f.toLowerCase()));
+      const now = [...l.flags.filter((f) => !removing.has(f.toLowerCase())), ...add];
+      const after = new Set(now.map((f) => f.toLowerCase()));
+      // No change, no event: nothing to attribute. A keyword change is a message.flags too (with
+      // the same Flags), so it is announced as well.
+      if (after.size === before.size && [...after].every((f) => before.has(f))) continue;
+      withdraw.set(`${l.labelGuid}:${l.uid}`, this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], fromImapFlags(now).flags, actor));
     }
     let missed: Place[];
     try {
-      ({ missed } = await this.source.storeFlags(inbox, places, add.map(toImapFlag), remove.map(toImapFlag)));
+      ({ missed } = await this.source.storeFlags(inbox, places, [...add], [...remove]));
     } catch (err) {
       for (const w of withdraw.values()) w();
       if (isDomainError(err)) throw err;
@@ -218,6 +256,110 @@ export class MailService {
     }
     for (const m of missed) withdraw.get(`${m.labelGuid}:${m.uid}`)?.();
     return missed;
+  }
+
+  /**
+   * docs/organize.md, "Labels": files the message into the labels `add` and out of `remove` (label
+   * ids), and answers where it is after. Adding a label it is in, or removing one it is not in,
+   * changes nothing. It must stay in at least one label (a conflict otherwise). Like a flag change,
+   * the answer is read back from the mail server, and the change follows a message a mail app
+   * moved meanwhile.
+   */
+  async changeLabels(inbox: MailInbox, msgId: string, add: readonly string[], remove: readonly string[], actor: string): Promise<MessagePlacement> {
+    const both = add.filter((l) => remove.includes(l));
+    if (both.length > 0) throw invalid(`a label cannot be added and removed at once: ${both.join(', ')}`);
+    await this.mirror.refresh(inbox);
+    const labels = await this.index.labels(inbox.id);
+    const known = new Set(labels.map((l) => l.guid));
+    const guidsOf = (ids: readonly string[]) =>
+      ids.map((id) => {
+        const guid = guidFromId('lbl', id);
+        if (!guid || !known.has(guid)) throw unprocessable(`label ${id} does not exist in this inbox`);
+        return guid;
+      });
+    return this.relabel(inbox, msgId, () => ({ add: guidsOf(add), remove: guidsOf(remove) }), actor);
+  }
+
+  /**
+   * docs/organize.md, "Move": the message leaves every label it is in for `to` alone: INBOX, a
+   * special-use folder (a conflict when the inbox has none), or a label id. Into \Junk it is also
+   * marked junk (`$Junk`, `$NotJunk` cleared); from \Junk to INBOX, not junk (the reverse).
+   */
+  async move(inbox: MailInbox, msgId: string, to: string, actor: string): Promise<MessagePlacement> {
+    await this.mirror.refresh(inbox);
+    const labels = await this.index.labels(inbox.id);
+    let target: LabelState | undefined;
+    if (to === 'inbox') {
+      target = labels.find((l) => l.path.toUpperCase() === 'INBOX');
+      if (!target) throw conflict('this inbox has no INBOX folder');
+    } else if (to === 'archive' || to === 'trash' || to === 'junk') {
+      const use = SPECIAL_TARGETS[to];
+      target = labels.find((l) => l.specialUse === use);
+      if (!target) throw conflict(`this inbox has no ${use} folder to move the message to (the mail server declares none)`);
+    } else {
+      const guid = guidFromId('lbl', to);
+      target = guid ? labels.find((l) => l.guid === guid) : undefined;
+      if (!target) throw unprocessable(`label ${to} does not exist in this inbox`);
+    }
+    const junk = labels.find((l) => l.specialUse === '\\Junk');
+    const found = await this.find(inbox, msgId);
+    // Every spelling of the other mark goes (a mail app may have written NonJunk or Junk).
+    const mark = (flag: Flag, other: Flag) => this.storeEverywhere(inbox, msgId, [toImapFlag(flag)], imapSpellings(other), actor);
+    if (target === junk) await mark('junk', 'not_junk');
+    else if (to === 'inbox' && junk && found.locations.some((l) => l.labelGuid === junk.guid)) await mark('not_junk', 'junk');
+    const into = target.guid;
+    return this.relabel(inbox, msgId, (now) => ({ add: [into], remove: now.filter((g) => g !== into) }), actor);
+  }
+
+  /**
+   * The one way a label change is made: `plan` says, from the labels the message is in now, what
+   * to add and remove (GUIDs); it runs again when the message moved under us.
+   */
+  private async relabel(
+    inbox: MailInbox,
+    msgId: string,
+    plan: (now: readonly string[]) => { add: readonly string[]; remove: readonly string[] },
+    actor: string,
+  ): Promise<MessagePlacement> {
+    let found = await this.find(inbox, msgId);
+    for (let attempt = 1; ; attempt++) {
+      const now = found.locations.map((l) => l.labelGuid);
+      const wanted = plan(now);
+      const add = [...new Set(wanted.add)].filter((g) => !now.includes(g));
+      const remove = found.locations.filter((l) => wanted.remove.includes(l.labelGuid));
+      if (add.length === 0 && remove.length === 0) break;
+      if (add.length === 0 && remove.length === found.locations.length) {
+        throw conflict('a message must stay in at least one label: add another label, or move it (to trash, for instance) instead');
+      }
+      // The copy's source: a place the message leaves (then it is a MOVE), else any place.
+      const from = remove[0] ?? found.locations[0];
+      const withdraw = this.announceLabels(inbox.id, msgId, add, remove.map((l) => l.labelGuid), actor);
+      let missed: boolean;
+      try {
+        ({ missed } = await this.source.relabel(inbox, { from: { labelGuid: from.labelGuid, uid: from.uid }, add, remove: remove.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid })) }));
+      } catch (err) {
+        withdraw();
+        if (isDomainError(err)) throw err;
+        await this.mirror.syncNow(inbox).catch(() => undefined);
+        await this.find(inbox, msgId);
+        throw unavailable('the mail server did not accept the change; try again');
+      }
+      if (missed) withdraw();
+      await this.readBack(inbox);
+      found = await this.find(inbox, msgId);
+      if (!missed) break;
+      if (attempt >= STORE_ATTEMPTS) throw unavailable('the message keeps moving on the mail server; try again');
+    }
+    return this.placement(inbox, found.locations);
+  }
+
+  private async placement(inbox: MailInbox, locations: [Location, ...Location[]]): Promise<MessagePlacement> {
+    const labels = (await this.index.labels(inbox.id)).sort(compareLabels);
+    const inLabels = new Set(locations.map((l) => l.labelGuid));
+    return {
+      labels: labels.filter((l) => inLabels.has(l.guid)).map((l) => idFromGuid('lbl', l.guid)),
+      flags: fromImapFlags(primaryLocation(locations, labels).flags).flags,
+    };
   }
 
   watch(inbox: MailInbox, listener: (change: LiveChange) => void, onGap?: () => void): Promise<Unwatch> {

@@ -343,6 +343,13 @@ export interface MailSource {
    */
   storeFlags(inbox: MailInbox, at: readonly Place[], add: string[], remove: string[]): Promise<{ missed: Place[] }>;
   /**
+   * Files one message into labels and out of them (docs/organize.md): a COPY from `from` to each
+   * label of `add`, then an expunge of each place of `remove` (a MOVE from `from` when it is one of
+   * them). Copies go first, so the message is never in no label. Resolves `missed` when the message
+   * was not at `from` (moved or expunged meanwhile): nothing was copied or moved then.
+   */
+  relabel(inbox: MailInbox, change: { from: Place; add: readonly string[]; remove: readonly Place[] }): Promise<{ missed: boolean }>;
+  /**
    * IMAP SEARCH BODY / TEXT in each of these labels: the UIDs that match, per label GUID. A label
    * gone or renumbered on the server meanwhile answers nothing.
    */

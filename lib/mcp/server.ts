@@ -37,6 +37,7 @@ import { MCP_SCHEMA, type Tool, type ToolAnswer } from './tool.ts';
 import { contentTools } from './tools/content.ts';
 import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
+import { organizeTools } from './tools/organize.ts';
 import { searchTools } from './tools/search.ts';
 import { sendTools } from './tools/send.ts';
 
@@ -107,7 +108,7 @@ export class McpTools {
   constructor(private readonly deps: McpDeps) {
     this.charge = deps.charge ?? null;
     const { access, mail, search, sealed, send, events } = deps;
-    this.tools = [...mailTools(access, mail, sealed), ...searchTools(access, search, events), ...contentTools(access, sealed, events), ...sendTools(access, send, sealed), ...eventTools(access, events)];
+    this.tools = [...mailTools(access, mail, sealed), ...organizeTools(access, mail), ...searchTools(access, search, events), ...contentTools(access, sealed, events), ...sendTools(access, send, sealed), ...eventTools(access, events)];
     this.byName = new Map(this.tools.map((t) => [t.name, t]));
     const file = deps.validator.schemas.find((s) => s.$id === MCP_SCHEMA);
     const defs = (file?.$defs ?? {}) as Record<string, Record<string, unknown>>;

@@ -1,7 +1,7 @@
 // Message listing, detail and flags (docs/api.md, "Messages", "Message flags").
 import type { Access } from '../../auth/access.ts';
 import { invalid } from '../../errors.ts';
-import type { FlagChange } from '../../../schemas/wire.ts';
+import type { FlagChange, KeywordChange, LabelChange, MessageMove } from '../../../schemas/wire.ts';
 import type { MailService } from '../../mail/service.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import type { CredentialRate } from '../../rate.ts';
@@ -13,6 +13,11 @@ import type { Validator } from '../validate.ts';
 
 const LIST_QUERY = 'https://postern.dev/schemas/mail.json#/$defs/MessageListQuery';
 const FLAG_CHANGE = 'https://postern.dev/schemas/mail.json#/$defs/FlagChange';
+const LABEL_CHANGE = 'https://postern.dev/schemas/mail.json#/$defs/LabelChange';
+const MESSAGE_MOVE = 'https://postern.dev/schemas/mail.json#/$defs/MessageMove';
+const KEYWORD_CHANGE = 'https://postern.dev/schemas/mail.json#/$defs/KeywordChange';
+/** Filing messages into labels, an extension of version 1 (docs/organize.md). */
+const ORGANIZE = { token: 'messages:write', session: true } as const;
 
 /** If-None-Match holds one or more ETags (or *); weak ones compare by their opaque part. */
 function matches(header: string, etag: string): boolean {
@@ -60,6 +65,24 @@ export function messageRoutes(access: Access, mail: MailService, validator: Vali
       const both = (body.add ?? []).filter((f) => body.remove?.includes(f));
       if (both.length > 0) throw invalid(`a flag cannot be added and removed at once: ${both.join(', ')}`);
       ctx.body = { flags: await mail.changeFlags(inbox, ctx.params.msg!, body.add ?? [], body.remove ?? [], ctx.state.principal.actor) };
+    });
+
+    router.post('/inboxes/:inbox/messages/:msg/labels', allow(access, ORGANIZE), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:write');
+      const body = validator.body<LabelChange>(LABEL_CHANGE, await readJson(ctx));
+      ctx.body = await mail.changeLabels(inbox, ctx.params.msg!, body.add ?? [], body.remove ?? [], ctx.state.principal.actor);
+    });
+
+    router.post('/inboxes/:inbox/messages/:msg/move', allow(access, ORGANIZE), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:write');
+      const body = validator.body<MessageMove>(MESSAGE_MOVE, await readJson(ctx));
+      ctx.body = await mail.move(inbox, ctx.params.msg!, body.to, ctx.state.principal.actor);
+    });
+
+    router.post('/inboxes/:inbox/messages/:msg/keywords', allow(access, ORGANIZE), async (ctx) => {
+      const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:write');
+      const body = validator.body<KeywordChange>(KEYWORD_CHANGE, await readJson(ctx));
+      ctx.body = await mail.changeKeywords(inbox, ctx.params.msg!, body.add ?? [], body.remove ?? [], ctx.state.principal.actor);
     });
   };
 }
