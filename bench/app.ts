@@ -47,7 +47,18 @@ function bigMessage(to: string, last: string): string {
     n += line.length + 2;
   }
   lines.push(last);
-  return [`From: Big Sender <big@example.org>`, `To: ${to}`, 'Subject: the 100 KB message', `Date: ${new Date().toUTCString()}`, `Message-ID: <big-${randomBytes(6).toString('hex')}@example.org>`, 'MIME-Version: 1.0', 'Content-Type: text/plain; charset=utf-8', '', ...lines, ''].join('\r\n');
+  return [
+    `From: Big Sender <big@example.org>`,
+    `To: ${to}`,
+    'Subject: the 100 KB message',
+    `Date: ${new Date().toUTCString()}`,
+    `Message-ID: <big-${randomBytes(6).toString('hex')}@example.org>`,
+    'MIME-Version: 1.0',
+    'Content-Type: text/plain; charset=utf-8',
+    '',
+    ...lines,
+    '',
+  ].join('\r\n');
 }
 
 async function main(): Promise<void> {
@@ -55,7 +66,16 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'postern-bench-app-'));
   const port = await freePort();
   const origin = `http://localhost:${port}`;
-  const config = loadConfig({ ...NO_RATE_LIMITS, POSTERN_PORT: String(port), POSTERN_DB: join(dir, 'postern.db'), ...posternEnv(env), POSTERN_MASTER_KEY: MasterKey.generate(), POSTERN_LOG_LEVEL: 'warn', POSTERN_APP_ORIGIN: origin, POSTERN_WATCH: 'off' });
+  const config = loadConfig({
+    ...NO_RATE_LIMITS,
+    POSTERN_PORT: String(port),
+    POSTERN_DB: join(dir, 'postern.db'),
+    ...posternEnv(env),
+    POSTERN_MASTER_KEY: MasterKey.generate(),
+    POSTERN_LOG_LEVEL: 'warn',
+    POSTERN_APP_ORIGIN: origin,
+    POSTERN_WATCH: 'off',
+  });
   await buildApp();
   const postern = await openPostern(config, pino({ level: 'warn' }));
   await postern.listen();
@@ -73,7 +93,11 @@ async function main(): Promise<void> {
     const last = `the last line ${randomBytes(6).toString('hex')}`;
     const imap = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user, pass: password }, logger: false });
     await imap.connect();
-    for (let i = 0; i < SMALL; i++) await imap.append('INBOX', `From: s${i}@example.org\r\nTo: ${user}\r\nSubject: small ${i}\r\nDate: ${new Date().toUTCString()}\r\n\r\nbody ${i}\r\n`);
+    for (let i = 0; i < SMALL; i++)
+      await imap.append(
+        'INBOX',
+        `From: s${i}@example.org\r\nTo: ${user}\r\nSubject: small ${i}\r\nDate: ${new Date().toUTCString()}\r\n\r\nbody ${i}\r\n`,
+      );
     await imap.append('INBOX', bigMessage(user, last));
     await imap.logout();
 
@@ -108,7 +132,7 @@ async function main(): Promise<void> {
     }
 
     // The baseline: the same session's API calls from Node, and the same decrypt.
-    const session = JSON.parse((await page.evaluate("sessionStorage.getItem('postern.session')")) as string) as { session: string };
+    const session = JSON.parse(await page.evaluate<string>("sessionStorage.getItem('postern.session')")) as { session: string };
     const api = async (path: string) => {
       const res = await fetch(`${origin}/api/v1${path}`, { headers: { 'x-svc-token': session.session } });
       if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
@@ -122,7 +146,9 @@ async function main(): Promise<void> {
       const t0 = now();
       await (await api('/inboxes')).json();
       const { labels } = (await (await api(`/inboxes/${inboxId}/labels`)).json()) as { labels: Array<{ id: string; name: string }> };
-      const { messages } = (await (await api(`/inboxes/${inboxId}/labels/${labels.find((l) => l.name === 'INBOX')!.id}/messages?limit=50`)).json()) as { messages: Array<{ id: string; subject?: string }> };
+      const { messages } = (await (
+        await api(`/inboxes/${inboxId}/labels/${labels.find((l) => l.name === 'INBOX')!.id}/messages?limit=50`)
+      ).json()) as { messages: Array<{ id: string; subject?: string }> };
       listBaseline.push(now() - t0);
       bigId = messages.find((m) => m.subject === 'the 100 KB message')!.id;
     }
@@ -130,7 +156,10 @@ async function main(): Promise<void> {
     const epochKey = await postern.keys.privateKey(inboxId, keyEpoch);
     for (let r = 0; r < ROUNDS; r++) {
       const t0 = now();
-      const [detail, raw] = await Promise.all([api(`/inboxes/${inboxId}/messages/${bigId}`).then((x) => x.json() as Promise<{ wrappedDek: string }>), api(`/inboxes/${inboxId}/messages/${bigId}/raw`).then(async (x) => new Uint8Array(await x.arrayBuffer()))]);
+      const [detail, raw] = await Promise.all([
+        api(`/inboxes/${inboxId}/messages/${bigId}`).then((x) => x.json() as Promise<{ wrappedDek: string }>),
+        api(`/inboxes/${inboxId}/messages/${bigId}/raw`).then(async (x) => new Uint8Array(await x.arrayBuffer())),
+      ]);
       await (await api(`/inboxes/${inboxId}/keys`)).json();
       const message = await openpgp.readMessage({ binaryMessage: Buffer.concat([Buffer.from(detail.wrappedDek, 'base64'), raw]) });
       const { data } = await openpgp.decrypt({ message, decryptionKeys: epochKey, format: 'binary' });
@@ -154,8 +183,8 @@ async function main(): Promise<void> {
       `| The app's JavaScript | ${(js.length / 1024).toFixed(0)} KB, ${(gz / 1024).toFixed(0)} KB gzipped (level 9) | — | — |`,
       '',
       'Notes:',
-      '- Sign-in includes the WebAuthn ceremony with a virtual authenticator (no human), the PRF unlock of the key envelope (HKDF + two AES-GCM), and the inbox screen\'s own requests; the baseline has none of the browser\'s work.',
-      '- The first open of a message fetches /keys and unwraps the epoch key with the member\'s key; later opens use the cached epoch key and the browser\'s cache for /raw (immutable). The first round is the cold one.',
+      "- Sign-in includes the WebAuthn ceremony with a virtual authenticator (no human), the PRF unlock of the key envelope (HKDF + two AES-GCM), and the inbox screen's own requests; the baseline has none of the browser's work.",
+      "- The first open of a message fetches /keys and unwraps the epoch key with the member's key; later opens use the cached epoch key and the browser's cache for /raw (immutable). The first round is the cold one.",
       '',
     ].join('\n');
     process.stdout.write(`${md}\n`);

@@ -145,7 +145,11 @@ export async function getJson<T>(url: string, headers: Record<string, string>): 
  * A minimal SSE reader recording each event's arrival time (wall clock, `now()`). Resolves once
  * the stream answered 200, with a function that closes it.
  */
-export function sse(url: string, headers: Record<string, string>, onEvent: (event: string, data: string, at: number) => void): Promise<() => void> {
+export function sse(
+  url: string,
+  headers: Record<string, string>,
+  onEvent: (event: string, data: string, at: number) => void,
+): Promise<() => void> {
   return new Promise((resolve, reject) => {
     const req = request(url, { headers: { ...headers, accept: 'text/event-stream' } }, (res) => {
       if (res.statusCode !== 200) return reject(new Error(`stream answered ${res.statusCode}`));

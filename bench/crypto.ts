@@ -121,9 +121,13 @@ async function main(): Promise<void> {
   const pid = server.child.pid!;
   const base = `${server.url}/v1`;
   try {
-    const labels = JSON.parse(await (await fetch(`${base}/inboxes/${inboxId}/labels`, { headers: auth })).text()) as { labels: Array<{ id: string; name: string }> };
+    const labels = JSON.parse(await (await fetch(`${base}/inboxes/${inboxId}/labels`, { headers: auth })).text()) as {
+      labels: Array<{ id: string; name: string }>;
+    };
     const inbox = labels.labels.find((l) => l.name === 'INBOX')!;
-    const page = JSON.parse(await (await fetch(`${base}/inboxes/${inboxId}/labels/${inbox.id}/messages`, { headers: auth })).text()) as { messages: Array<{ id: string; uid: number }> };
+    const page = JSON.parse(await (await fetch(`${base}/inboxes/${inboxId}/labels/${inbox.id}/messages`, { headers: auth })).text()) as {
+      messages: Array<{ id: string; uid: number }>;
+    };
     const bigId = page.messages.find((m) => m.uid === bigUid.uid)!.id;
     const typicalId = page.messages.find((m) => m.uid === typicalUid.uid)!.id;
     const rawUrl = `${base}/inboxes/${inboxId}/messages/${bigId}/raw`;
@@ -147,13 +151,19 @@ async function main(): Promise<void> {
       log(`/raw round ${round + 1}: ${f1(mb / seconds)} MB/s, peak RSS ${f0(peak)} MB (idle ${f0(idleRss)})`);
     }
     // Baseline: openpgp.js encrypting the same bytes, 8 at once, in this process.
-    const epochKey = (await openpgp.generateKey({ type: 'ecc', curve: 'ed25519Legacy', userIDs: [{ name: 'bench' }], format: 'object' })).publicKey;
+    const epochKey = (await openpgp.generateKey({ type: 'ecc', curve: 'ed25519Legacy', userIDs: [{ name: 'bench' }], format: 'object' }))
+      .publicKey;
     const pgpRates: number[] = [];
     for (let round = 0; round < ROUNDS; round++) {
       const t0 = performance.now();
       const out = await Promise.all(
         Array.from({ length: CONCURRENCY }, async () =>
-          openpgp.encrypt({ message: await openpgp.createMessage({ binary: big }), encryptionKeys: epochKey, format: 'binary', config: { preferredCompressionAlgorithm: openpgp.enums.compression.uncompressed } }),
+          openpgp.encrypt({
+            message: await openpgp.createMessage({ binary: big }),
+            encryptionKeys: epochKey,
+            format: 'binary',
+            config: { preferredCompressionAlgorithm: openpgp.enums.compression.uncompressed },
+          }),
         ),
       );
       const seconds = (performance.now() - t0) / 1000;

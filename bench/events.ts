@@ -38,7 +38,11 @@ import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
 const ROUNDS = QUICK ? 1 : 3;
-const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split(',') ?? null;
+const ONLY =
+  process.argv
+    .find((a) => a.startsWith('--only='))
+    ?.slice(7)
+    .split(',') ?? null;
 const want = (part: 'post' | 'get' | 'live' | 'rss') => !ONLY || ONLY.includes(part);
 const SECONDS = QUICK ? 2 : 5;
 
@@ -52,7 +56,13 @@ function processTree(pid: number): number[] {
 const treeCpuSeconds = (pids: number[]) => pids.reduce((sum, pid) => sum + cpuSeconds(pid), 0);
 
 /** One HTTP request on a keep-alive agent; resolves with status and body. */
-function send(agent: Agent, url: string, method: string, headers: Record<string, string>, body?: string): Promise<{ status: number; body: string }> {
+function send(
+  agent: Agent,
+  url: string,
+  method: string,
+  headers: Record<string, string>,
+  body?: string,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const u = new URL(url);
     const req = request({ agent, host: u.hostname, port: u.port, path: u.pathname + u.search, method, headers }, (res) => {
@@ -80,14 +90,22 @@ async function setup(): Promise<Setup> {
   const dir = mkdtempSync(join(tmpdir(), 'postern-bench-'));
   const dbFile = join(dir, 'postern.db');
   const db = openDb(dbFile);
-  const admin = new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 3600, keys: new EpochKeyring(new SqliteKeyStore(db), null) });
+  const admin = new Admin(new SqliteDirectoryStore(db), {
+    tokenTtlSeconds: 0,
+    sessionTtlSeconds: 3600,
+    keys: new EpochKeyring(new SqliteKeyStore(db), null),
+  });
   const { id: projectId } = await admin.createProject('bench');
   const { id: memberId } = await admin.addMember(projectId, 'bench@example.org');
   const writer = (await admin.createToken({ memberId, scopes: ['events:write'] })).token;
   const reader = (await admin.createToken({ memberId, scopes: ['events:read', 'project:read'] })).token;
   const events = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
   // The cross-instance run has its own type, so its streams never count the other run's events.
-  await events.registerType(projectId, { name: 'ext.bench.crossed', description: 'benchmark event', data: [{ name: 't', type: 'integer' }] });
+  await events.registerType(projectId, {
+    name: 'ext.bench.crossed',
+    description: 'benchmark event',
+    data: [{ name: 't', type: 'integer' }],
+  });
   await events.registerType(projectId, {
     name: 'ext.bench.happened',
     description: 'benchmark event',
@@ -102,8 +120,21 @@ async function setup(): Promise<Setup> {
 
 function serverEnv(dbFile: string, extra: Record<string, string> = {}): Record<string, string> {
   // The bench holds 10,000 streams of one token from one address: the per-caller caps are off.
-  const uncapped = { POSTERN_STREAM_MAX_PER_CREDENTIAL: '0', POSTERN_STREAM_MAX_PER_PROJECT: '0', POSTERN_MAX_CONNECTIONS_PER_ADDRESS: '0', ...NO_RATE_LIMITS };
-  return { POSTERN_PORT: '0', POSTERN_DB: dbFile, POSTERN_LOG_LEVEL: 'warn', POSTERN_IMAP_MASTER_PASSWORD: 'unused', POSTERN_MASTER_KEY: MASTER_KEY, ...uncapped, ...extra };
+  const uncapped = {
+    POSTERN_STREAM_MAX_PER_CREDENTIAL: '0',
+    POSTERN_STREAM_MAX_PER_PROJECT: '0',
+    POSTERN_MAX_CONNECTIONS_PER_ADDRESS: '0',
+    ...NO_RATE_LIMITS,
+  };
+  return {
+    POSTERN_PORT: '0',
+    POSTERN_DB: dbFile,
+    POSTERN_LOG_LEVEL: 'warn',
+    POSTERN_IMAP_MASTER_PASSWORD: 'unused',
+    POSTERN_MASTER_KEY: MASTER_KEY,
+    ...uncapped,
+    ...extra,
+  };
 }
 
 const pids = new Map<string, number>();
@@ -138,7 +169,12 @@ function rawInsertRate(dir: string, seconds: number): number {
 
 /** The HTTP floor on this machine: GET /healthz (no auth, no store) with the same 32 clients. */
 async function healthzRate(base: string): Promise<number> {
-  const r = await closedLoop(base, { clients: 32, seconds: SECONDS, next: () => ({ method: 'GET', path: '/healthz' }), ok: (st) => st === 200 });
+  const r = await closedLoop(base, {
+    clients: 32,
+    seconds: SECONDS,
+    next: () => ({ method: 'GET', path: '/healthz' }),
+    ok: (st) => st === 200,
+  });
   return r.rate;
 }
 
@@ -174,7 +210,9 @@ async function prefill(s: Setup, count: number, big: boolean): Promise<{ first: 
   const first = (await events.lastPosition()) + 1;
   const pending: Array<Promise<unknown>> = [];
   for (let i = 0; i < count; i++) {
-    pending.push(events.publish({ projectId: s.projectId, actor: 'sys_bench', type: 'ext.bench.happened', data: big ? { payload, t: i } : { t: i } }));
+    pending.push(
+      events.publish({ projectId: s.projectId, actor: 'sys_bench', type: 'ext.bench.happened', data: big ? { payload, t: i } : { t: i } }),
+    );
     if (pending.length >= 256) await Promise.all(pending.splice(0));
   }
   await Promise.all(pending);
@@ -232,7 +270,8 @@ async function openStreams(url: string, headers: Record<string, string>, n: numb
       sock.on('error', (err) => (started ? undefined : reject(err)));
       sock.on('data', (chunk: Buffer) => {
         if (!started) {
-          if (!chunk.toString('latin1', 0, 12).startsWith('HTTP/1.1 200')) return reject(new Error(`stream: ${chunk.toString('latin1', 0, 40)}`));
+          if (!chunk.toString('latin1', 0, 12).startsWith('HTTP/1.1 200'))
+            return reject(new Error(`stream: ${chunk.toString('latin1', 0, 40)}`));
           started = true;
           resolve();
         }
@@ -273,7 +312,13 @@ async function publishAt(rate: number, seconds: number, sendOne: (t: number) => 
   await Promise.all(pending);
 }
 
-async function benchLive(streamUrl: string, streamHeaders: Record<string, string>, publish: (t: number) => Promise<void>, clients: number, servers: number[]) {
+async function benchLive(
+  streamUrl: string,
+  streamHeaders: Record<string, string>,
+  publish: (t: number) => Promise<void>,
+  clients: number,
+  servers: number[],
+) {
   const st = await openStreams(streamUrl, streamHeaders, clients);
   await sleep(500);
   const cpu0 = servers.map(cpuSeconds);
@@ -301,7 +346,9 @@ async function main(): Promise<void> {
   const loadStart = loadavg()[0]!.toFixed(2);
   const s = await setup();
   const redisPort = await freePort();
-  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+  const redis = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+    stdio: 'ignore',
+  });
   const children: ChildProcess[] = [redis];
   try {
     const one = await startPostern(serverEnv(s.dbFile));
@@ -316,7 +363,10 @@ async function main(): Promise<void> {
       log(`round ${r + 1}/${ROUNDS}: POST /events`);
       add('rawInsert', rawInsertRate(s.dir, 2));
       // The same measurements for one process and for two workers: keys `post…` and `postWorkers…`.
-      for (const [server, name] of [[one, ''], [workers, 'Workers']] as const) {
+      for (const [server, name] of [
+        [one, ''],
+        [workers, 'Workers'],
+      ] as const) {
         add(`healthz${name}`, await healthzRate(server.base));
         const post = await benchPost(s, server.base);
         add(`post${name}Rate`, post.rate);
@@ -347,10 +397,12 @@ async function main(): Promise<void> {
 
     const writerHeaders = { authorization: `Bearer ${s.writer}`, 'content-type': 'application/json' };
     const pubAgent = new Agent({ keepAlive: true, maxSockets: 8 });
-    const publishTo = (base: string, type = 'ext.bench.happened') => async (t: number) => {
-      const r = await send(pubAgent, `${base}/events`, 'POST', writerHeaders, JSON.stringify({ type, data: { t } }));
-      if (r.status !== 201) throw new Error(`publish: ${r.status} ${r.body}`);
-    };
+    const publishTo =
+      (base: string, type = 'ext.bench.happened') =>
+      async (t: number) => {
+        const r = await send(pubAgent, `${base}/events`, 'POST', writerHeaders, JSON.stringify({ type, data: { t } }));
+        if (r.status !== 201) throw new Error(`publish: ${r.status} ${r.body}`);
+      };
     const baseline = await spawnListening(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/events-sse-baseline.ts')], {});
     children.push(baseline.child);
     const two = await startPostern(serverEnv(s.dbFile, { REDIS_URL: `redis://127.0.0.1:${redisPort}` }));
@@ -360,9 +412,15 @@ async function main(): Promise<void> {
     const types = '?types=ext.bench.happened';
     for (let r = 0; r < ROUNDS && want('live'); r++) {
       log(`round ${r + 1}/${ROUNDS}: live delivery, 1,000 clients`);
-      const base = await benchLive(`${baseline.url}/sse`, {}, async (t) => {
-        await send(pubAgent, `${baseline.url}/pub`, 'POST', {}, JSON.stringify({ t }));
-      }, 1000, [baseline.child.pid!]);
+      const base = await benchLive(
+        `${baseline.url}/sse`,
+        {},
+        async (t) => {
+          await send(pubAgent, `${baseline.url}/pub`, 'POST', {}, JSON.stringify({ t }));
+        },
+        1000,
+        [baseline.child.pid!],
+      );
       add('liveBaseP50', base.p50);
       add('liveBaseP99', base.p99);
       add('liveBaseCores', base.serverCores);
@@ -373,7 +431,13 @@ async function main(): Promise<void> {
       add('liveLoss', local.expected - local.delivered);
       add('liveCores', local.serverCores);
       add('liveClient', local.clientCores);
-      const cross = await benchLive(`${three.base}/events?types=ext.bench.crossed`, readerHeaders, publishTo(two.base, 'ext.bench.crossed'), 1000, [two.child.pid!, three.child.pid!]);
+      const cross = await benchLive(
+        `${three.base}/events?types=ext.bench.crossed`,
+        readerHeaders,
+        publishTo(two.base, 'ext.bench.crossed'),
+        1000,
+        [two.child.pid!, three.child.pid!],
+      );
       add('crossP50', cross.p50);
       add('crossP99', cross.p99);
       add('crossLoss', cross.expected - cross.delivered);

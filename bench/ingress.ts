@@ -62,7 +62,15 @@ async function count(env: MailEnv, user: string, password: string): Promise<Imap
 async function round(env: MailEnv, to: string, user: string, password: string, n: number, tag: string): Promise<number> {
   const watcher = await count(env, user, password);
   const before = await messagesIn(watcher);
-  const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true, pool: true, maxConnections: SUBMITTERS, maxMessages: Infinity });
+  const transport = nodemailer.createTransport({
+    host: env.smtp.host,
+    port: env.smtp.port,
+    secure: false,
+    ignoreTLS: true,
+    pool: true,
+    maxConnections: SUBMITTERS,
+    maxMessages: Infinity,
+  });
   const text = body();
   const t0 = now();
   let next = 0;
@@ -111,7 +119,12 @@ async function main(): Promise<void> {
     await addUser(env, sealedUser, 'pw-sealed');
     await addUser(env, directUser, 'pw-direct');
     const sealedAddress = `bench-sealed-${stamp}@${env.ingress.domain}`;
-    const { id } = await admin.admin.addInbox({ projectId: project.id, imapUser: sealedUser, addresses: [sealedAddress], mode: 'zero-access' });
+    const { id } = await admin.admin.addInbox({
+      projectId: project.id,
+      imapUser: sealedUser,
+      addresses: [sealedAddress],
+      mode: 'zero-access',
+    });
     await admin.keys.ensure(id);
     await admin.close();
     server = await spawnPostern(serverEnv);

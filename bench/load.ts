@@ -108,7 +108,11 @@ export async function closedLoop(
         resolve();
       };
       const open = () => {
-        const sock: Socket = connect({ port: Number(u.port), host: u.hostname, ...(options.localAddress ? { localAddress: options.localAddress } : {}) });
+        const sock: Socket = connect({
+          port: Number(u.port),
+          host: u.hostname,
+          ...(options.localAddress ? { localAddress: options.localAddress } : {}),
+        });
         sock.setNoDelay(true);
         let buf: Buffer = Buffer.alloc(0);
         let sent = 0;
@@ -127,11 +131,14 @@ export async function closedLoop(
         sock.on('connect', sendNext);
         if (abuse) {
           // Cut a request the server has not answered by the hard stop.
-          const stop = setTimeout(() => {
-            if (finished) return;
-            if (waiting) dropped++;
-            finish(sock);
-          }, Math.max(0, end - performance.now()) + abuse.graceMs);
+          const stop = setTimeout(
+            () => {
+              if (finished) return;
+              if (waiting) dropped++;
+              finish(sock);
+            },
+            Math.max(0, end - performance.now()) + abuse.graceMs,
+          );
           sock.on('close', () => {
             clearTimeout(stop);
             if (finished) return;

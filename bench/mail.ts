@@ -34,10 +34,20 @@ const BIG = QUICK ? 2000 : 10_000;
 const HUGE = QUICK ? 5000 : 50_000;
 const CHANGES = QUICK ? 40 : 200;
 const SECONDS = QUICK ? 3 : 10;
-const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split(',') ?? null;
+const ONLY =
+  process.argv
+    .find((a) => a.startsWith('--only='))
+    ?.slice(7)
+    .split(',') ?? null;
 const want = (part: 'read' | 'live' | 'index') => !ONLY || ONLY.includes(part);
 
-async function load(url: string, headers: Record<string, string>, concurrency: number, seconds: number, expect: number): Promise<{ rps: number; p50: number; p99: number; bad: number }> {
+async function load(
+  url: string,
+  headers: Record<string, string>,
+  concurrency: number,
+  seconds: number,
+  expect: number,
+): Promise<{ rps: number; p50: number; p99: number; bad: number }> {
   const end = performance.now() + seconds * 1000;
   const lat: number[] = [];
   let bad = 0;
@@ -93,184 +103,226 @@ async function main(): Promise<void> {
     let t = now();
 
     if (want('read')) {
-    log(`seeding ${BIG} messages into a label…`);
-    await seed(env, big.user, { Big: BIG }, false);
-    log(`  ${f1((now() - t) / 1000)} s`);
-    const labels = JSON.parse((await get(`${base}/inboxes/${big.id}/labels`, auth)).body) as { labels: Array<{ id: string; name: string; total: number }> };
-    const bigLabel = labels.labels.find((l) => l.name === 'Big')!;
-    log(`  first read (index of ${bigLabel.total} messages) took ${f1((now() - t) / 1000)} s since seeding began`);
+      log(`seeding ${BIG} messages into a label…`);
+      await seed(env, big.user, { Big: BIG }, false);
+      log(`  ${f1((now() - t) / 1000)} s`);
+      const labels = JSON.parse((await get(`${base}/inboxes/${big.id}/labels`, auth)).body) as {
+        labels: Array<{ id: string; name: string; total: number }>;
+      };
+      const bigLabel = labels.labels.find((l) => l.name === 'Big')!;
+      log(`  first read (index of ${bigLabel.total} messages) took ${f1((now() - t) / 1000)} s since seeding began`);
 
-    // 1. Page latency: Postern vs raw imapflow FETCH of the same UIDs.
-    const pageUrl = `${base}/inboxes/${big.id}/labels/${bigLabel.id}/messages?limit=50&before=${Math.floor(BIG / 2)}`;
-    const firstPage = JSON.parse((await get(pageUrl, auth)).body) as { messages: Array<{ uid: number; id: string }> };
-    const uids = firstPage.messages.map((m) => m.uid);
-    const range = `${Math.min(...uids)}:${Math.max(...uids)}`;
-    for (let i = 0; i < 50; i++) await get(pageUrl, auth);
-    const httpLat: number[] = [];
-    for (let i = 0; i < 300; i++) {
-      const s0 = performance.now();
-      await get(pageUrl, auth);
-      httpLat.push(performance.now() - s0);
-    }
-    const imap = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: `${big.user}*${env.master.user}`, pass: env.master.password }, logger: false, disableAutoIdle: true });
-    await imap.connect();
-    await imap.mailboxOpen('Big', { readOnly: true });
-    const fetchPage = async () => {
-      const rows = [];
-      for await (const m of imap.fetch(range, { uid: true, flags: true, envelope: true, size: true, internalDate: true }, { uid: true })) rows.push(m);
-      return rows.length;
-    };
-    for (let i = 0; i < 50; i++) await fetchPage();
-    const imapLat: number[] = [];
-    for (let i = 0; i < 300; i++) {
-      const s0 = performance.now();
-      await fetchPage();
-      imapLat.push(performance.now() - s0);
-    }
-    await imap.logout();
-    results.pageHttp = median(httpLat);
-    results.pageHttpP99 = pct(httpLat, 0.99);
-    results.pageImap = median(imapLat);
-    results.pageImapP99 = pct(imapLat, 0.99);
-    log(`page: postern ${f1(results.pageHttp)} ms, imap fetch ${f1(results.pageImap)} ms`);
+      // 1. Page latency: Postern vs raw imapflow FETCH of the same UIDs.
+      const pageUrl = `${base}/inboxes/${big.id}/labels/${bigLabel.id}/messages?limit=50&before=${Math.floor(BIG / 2)}`;
+      const firstPage = JSON.parse((await get(pageUrl, auth)).body) as { messages: Array<{ uid: number; id: string }> };
+      const uids = firstPage.messages.map((m) => m.uid);
+      const range = `${Math.min(...uids)}:${Math.max(...uids)}`;
+      for (let i = 0; i < 50; i++) await get(pageUrl, auth);
+      const httpLat: number[] = [];
+      for (let i = 0; i < 300; i++) {
+        const s0 = performance.now();
+        await get(pageUrl, auth);
+        httpLat.push(performance.now() - s0);
+      }
+      const imap = new ImapFlow({
+        host: env.imap.host,
+        port: env.imap.port,
+        secure: false,
+        auth: { user: `${big.user}*${env.master.user}`, pass: env.master.password },
+        logger: false,
+        disableAutoIdle: true,
+      });
+      await imap.connect();
+      await imap.mailboxOpen('Big', { readOnly: true });
+      const fetchPage = async () => {
+        const rows = [];
+        for await (const m of imap.fetch(range, { uid: true, flags: true, envelope: true, size: true, internalDate: true }, { uid: true }))
+          rows.push(m);
+        return rows.length;
+      };
+      for (let i = 0; i < 50; i++) await fetchPage();
+      const imapLat: number[] = [];
+      for (let i = 0; i < 300; i++) {
+        const s0 = performance.now();
+        await fetchPage();
+        imapLat.push(performance.now() - s0);
+      }
+      await imap.logout();
+      results.pageHttp = median(httpLat);
+      results.pageHttpP99 = pct(httpLat, 0.99);
+      results.pageImap = median(imapLat);
+      results.pageImapP99 = pct(imapLat, 0.99);
+      log(`page: postern ${f1(results.pageHttp)} ms, imap fetch ${f1(results.pageImap)} ms`);
 
-    const cpu0 = cpuSeconds(server.child.pid!);
-    const pageLoad = await load(pageUrl, auth, 64, SECONDS, 200);
-    results.pageRps = pageLoad.rps;
-    results.pageP99 = pageLoad.p99;
-    results.pageBad = pageLoad.bad;
-    results.pageCores = (cpuSeconds(server.child.pid!) - cpu0) / SECONDS;
-    log(`page rps @64: ${f0(pageLoad.rps)} (p99 ${f1(pageLoad.p99)} ms, ${pageLoad.bad} bad)`);
+      const cpu0 = cpuSeconds(server.child.pid!);
+      const pageLoad = await load(pageUrl, auth, 64, SECONDS, 200);
+      results.pageRps = pageLoad.rps;
+      results.pageP99 = pageLoad.p99;
+      results.pageBad = pageLoad.bad;
+      results.pageCores = (cpuSeconds(server.child.pid!) - cpu0) / SECONDS;
+      log(`page rps @64: ${f0(pageLoad.rps)} (p99 ${f1(pageLoad.p99)} ms, ${pageLoad.bad} bad)`);
 
-    // 2. 304s.
-    const detailUrl = `${base}/inboxes/${big.id}/messages/${firstPage.messages[0]!.id}`;
-    const etag = String((await get(detailUrl, auth)).headers.etag);
-    const cpu1 = cpuSeconds(server.child.pid!);
-    const nm = await load(detailUrl, { ...auth, 'if-none-match': etag }, 64, SECONDS, 304);
-    results.nmRps = nm.rps;
-    results.nmP99 = nm.p99;
-    results.nmBad = nm.bad;
-    results.nmCores = (cpuSeconds(server.child.pid!) - cpu1) / SECONDS;
-    log(`304 rps @64: ${f0(nm.rps)} (p99 ${f1(nm.p99)} ms, ${nm.bad} bad)`);
-
+      // 2. 304s.
+      const detailUrl = `${base}/inboxes/${big.id}/messages/${firstPage.messages[0]!.id}`;
+      const etag = String((await get(detailUrl, auth)).headers.etag);
+      const cpu1 = cpuSeconds(server.child.pid!);
+      const nm = await load(detailUrl, { ...auth, 'if-none-match': etag }, 64, SECONDS, 304);
+      results.nmRps = nm.rps;
+      results.nmP99 = nm.p99;
+      results.nmBad = nm.bad;
+      results.nmCores = (cpuSeconds(server.child.pid!) - cpu1) / SECONDS;
+      log(`304 rps @64: ${f0(nm.rps)} (p99 ${f1(nm.p99)} ms, ${nm.bad} bad)`);
     }
 
     if (want('live')) {
-    // 3. Changes by a mail app in a non-INBOX label.
-    const app = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: live.user, pass: live.password }, logger: false, disableAutoIdle: true });
-    await app.connect();
-    const archUids: number[] = [];
-    for (let i = 0; i < CHANGES; i++) {
-      const r = await app.append('Archive', `Subject: archived ${i}\r\nFrom: a@example.org\r\n\r\nbody ${i}\r\n`);
-      if (r && r.uid) archUids.push(r.uid);
-    }
-    const liveLabels = JSON.parse((await get(`${base}/inboxes/${live.id}/labels`, auth)).body) as { labels: Array<{ id: string; name: string }> };
-    const archiveId = liveLabels.labels.find((l) => l.name === 'Archive')!.id;
-    const inboxId = liveLabels.labels.find((l) => l.name === 'INBOX')!.id;
-    const msgByUid = new Map<number, string>();
-    for (let before: number | undefined = undefined; ; ) {
-      const pg = JSON.parse((await get(`${base}/inboxes/${live.id}/labels/${archiveId}/messages?limit=100${before ? `&before=${before}` : ''}`, auth)).body) as { messages: Array<{ uid: number; id: string }>; before?: number };
-      for (const m of pg.messages) msgByUid.set(m.uid, m.id);
-      if (!pg.before) break;
-      before = pg.before;
-    }
-    const arrivals = new Map<string, { event: string; at: number; labelId?: string }[]>();
-    const stop = await sse(`${base}/inboxes/${live.id}/events`, auth, (event, data, at) => {
-      const c = JSON.parse(data) as { msgId: string; labelId?: string };
-      arrivals.set(c.msgId, [...(arrivals.get(c.msgId) ?? []), { event, at, labelId: c.labelId }]);
-    });
-    await sleep(500);
-    await app.mailboxOpen('Archive');
-    const changedAt = new Map<string, number>();
-    for (const uid of archUids) {
-      await app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
-      changedAt.set(msgByUid.get(uid)!, now());
-      await sleep(250);
-    }
-    await sleep(3000);
-    const flagLat = [...changedAt].map(([id, at0]) => (arrivals.get(id)?.find((a) => a.event === 'message.flags')?.at ?? NaN) - at0);
-    results.flagP50 = median(flagLat.filter(Number.isFinite));
-    results.flagP99 = pct(flagLat.filter(Number.isFinite), 0.99);
-    results.flagMissing = flagLat.filter((x) => !Number.isFinite(x)).length;
-    log(`non-INBOX change → SSE: p50 ${f0(results.flagP50)} ms, p99 ${f0(results.flagP99)} ms, missing ${results.flagMissing}`);
-
-    // 4. Deliveries to INBOX, one every 100 ms: through Postfix, then by APPEND.
-    const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true, pool: true, maxConnections: 4 });
-    const smtpAccepted = new Map<string, number>();
-    const sends: Promise<void>[] = [];
-    for (let i = 0; i < CHANGES; i++) {
-      const subject = `delivery ${i}`;
-      sends.push(transport.sendMail({ from: 'sender@example.org', to: live.user, subject, text: 'x' }).then(() => void smtpAccepted.set(subject, now())));
-      await sleep(100);
-    }
-    await Promise.all(sends);
-    transport.close();
-    const appendAt = new Map<number, number>();
-    for (let i = 0; i < CHANGES; i++) {
-      const r = await app.append('INBOX', `Subject: appended ${i}\r\nFrom: a@example.org\r\n\r\nbody\r\n`);
-      if (r && r.uid) appendAt.set(r.uid, now());
-      await sleep(100);
-    }
-    await sleep(5000);
-    stop();
-    await app.logout();
-    const subjectById = new Map<string, { subject: string; uid: number }>();
-    for (let before: number | undefined = undefined; ; ) {
-      const pg = JSON.parse((await get(`${base}/inboxes/${live.id}/labels/${inboxId}/messages?limit=100${before ? `&before=${before}` : ''}`, auth)).body) as { messages: Array<{ uid: number; id: string; subject?: string }>; before?: number };
-      for (const m of pg.messages) subjectById.set(m.id, { subject: m.subject ?? '', uid: m.uid });
-      if (!pg.before) break;
-      before = pg.before;
-    }
-    const deliveryLat: number[] = [];
-    const appendLat: number[] = [];
-    let deliveredMissing = CHANGES;
-    let appendedMissing = CHANGES;
-    for (const [id, info] of subjectById) {
-      const added = arrivals.get(id)?.find((a) => a.event === 'message.added' && a.labelId === inboxId);
-      const sentAt = smtpAccepted.get(info.subject);
-      if (sentAt !== undefined && added) {
-        deliveryLat.push(added.at - sentAt);
-        deliveredMissing--;
+      // 3. Changes by a mail app in a non-INBOX label.
+      const app = new ImapFlow({
+        host: env.imap.host,
+        port: env.imap.port,
+        secure: false,
+        auth: { user: live.user, pass: live.password },
+        logger: false,
+        disableAutoIdle: true,
+      });
+      await app.connect();
+      const archUids: number[] = [];
+      for (let i = 0; i < CHANGES; i++) {
+        const r = await app.append('Archive', `Subject: archived ${i}\r\nFrom: a@example.org\r\n\r\nbody ${i}\r\n`);
+        if (r && r.uid) archUids.push(r.uid);
       }
-      const appendedAt = info.subject.startsWith('appended') ? appendAt.get(info.uid) : undefined;
-      if (appendedAt !== undefined && added) {
-        appendLat.push(added.at - appendedAt);
-        appendedMissing--;
+      const liveLabels = JSON.parse((await get(`${base}/inboxes/${live.id}/labels`, auth)).body) as {
+        labels: Array<{ id: string; name: string }>;
+      };
+      const archiveId = liveLabels.labels.find((l) => l.name === 'Archive')!.id;
+      const inboxId = liveLabels.labels.find((l) => l.name === 'INBOX')!.id;
+      const msgByUid = new Map<number, string>();
+      for (let before: number | undefined = undefined; ; ) {
+        const pg = JSON.parse(
+          (await get(`${base}/inboxes/${live.id}/labels/${archiveId}/messages?limit=100${before ? `&before=${before}` : ''}`, auth)).body,
+        ) as { messages: Array<{ uid: number; id: string }>; before?: number };
+        for (const m of pg.messages) msgByUid.set(m.uid, m.id);
+        if (!pg.before) break;
+        before = pg.before;
       }
-    }
-    results.smtpP50 = median(deliveryLat);
-    results.smtpP99 = pct(deliveryLat, 0.99);
-    results.smtpMissing = deliveredMissing;
-    results.appendP50 = median(appendLat);
-    results.appendP99 = pct(appendLat, 0.99);
-    results.appendMissing = appendedMissing;
-    log(`INBOX deliveries → SSE: smtp p50 ${f0(results.smtpP50)} p99 ${f0(results.smtpP99)} missing ${deliveredMissing}; append p50 ${f0(results.appendP50)} p99 ${f0(results.appendP99)} missing ${appendedMissing}`);
+      const arrivals = new Map<string, { event: string; at: number; labelId?: string }[]>();
+      const stop = await sse(`${base}/inboxes/${live.id}/events`, auth, (event, data, at) => {
+        const c = JSON.parse(data) as { msgId: string; labelId?: string };
+        arrivals.set(c.msgId, [...(arrivals.get(c.msgId) ?? []), { event, at, labelId: c.labelId }]);
+      });
+      await sleep(500);
+      await app.mailboxOpen('Archive');
+      const changedAt = new Map<string, number>();
+      for (const uid of archUids) {
+        await app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
+        changedAt.set(msgByUid.get(uid)!, now());
+        await sleep(250);
+      }
+      await sleep(3000);
+      const flagLat = [...changedAt].map(([id, at0]) => (arrivals.get(id)?.find((a) => a.event === 'message.flags')?.at ?? NaN) - at0);
+      results.flagP50 = median(flagLat.filter(Number.isFinite));
+      results.flagP99 = pct(flagLat.filter(Number.isFinite), 0.99);
+      results.flagMissing = flagLat.filter((x) => !Number.isFinite(x)).length;
+      log(`non-INBOX change → SSE: p50 ${f0(results.flagP50)} ms, p99 ${f0(results.flagP99)} ms, missing ${results.flagMissing}`);
 
+      // 4. Deliveries to INBOX, one every 100 ms: through Postfix, then by APPEND.
+      const transport = nodemailer.createTransport({
+        host: env.smtp.host,
+        port: env.smtp.port,
+        secure: false,
+        ignoreTLS: true,
+        pool: true,
+        maxConnections: 4,
+      });
+      const smtpAccepted = new Map<string, number>();
+      const sends: Promise<void>[] = [];
+      for (let i = 0; i < CHANGES; i++) {
+        const subject = `delivery ${i}`;
+        sends.push(
+          transport
+            .sendMail({ from: 'sender@example.org', to: live.user, subject, text: 'x' })
+            .then(() => void smtpAccepted.set(subject, now())),
+        );
+        await sleep(100);
+      }
+      await Promise.all(sends);
+      transport.close();
+      const appendAt = new Map<number, number>();
+      for (let i = 0; i < CHANGES; i++) {
+        const r = await app.append('INBOX', `Subject: appended ${i}\r\nFrom: a@example.org\r\n\r\nbody\r\n`);
+        if (r && r.uid) appendAt.set(r.uid, now());
+        await sleep(100);
+      }
+      await sleep(5000);
+      stop();
+      await app.logout();
+      const subjectById = new Map<string, { subject: string; uid: number }>();
+      for (let before: number | undefined = undefined; ; ) {
+        const pg = JSON.parse(
+          (await get(`${base}/inboxes/${live.id}/labels/${inboxId}/messages?limit=100${before ? `&before=${before}` : ''}`, auth)).body,
+        ) as { messages: Array<{ uid: number; id: string; subject?: string }>; before?: number };
+        for (const m of pg.messages) subjectById.set(m.id, { subject: m.subject ?? '', uid: m.uid });
+        if (!pg.before) break;
+        before = pg.before;
+      }
+      const deliveryLat: number[] = [];
+      const appendLat: number[] = [];
+      let deliveredMissing = CHANGES;
+      let appendedMissing = CHANGES;
+      for (const [id, info] of subjectById) {
+        const added = arrivals.get(id)?.find((a) => a.event === 'message.added' && a.labelId === inboxId);
+        const sentAt = smtpAccepted.get(info.subject);
+        if (sentAt !== undefined && added) {
+          deliveryLat.push(added.at - sentAt);
+          deliveredMissing--;
+        }
+        const appendedAt = info.subject.startsWith('appended') ? appendAt.get(info.uid) : undefined;
+        if (appendedAt !== undefined && added) {
+          appendLat.push(added.at - appendedAt);
+          appendedMissing--;
+        }
+      }
+      results.smtpP50 = median(deliveryLat);
+      results.smtpP99 = pct(deliveryLat, 0.99);
+      results.smtpMissing = deliveredMissing;
+      results.appendP50 = median(appendLat);
+      results.appendP99 = pct(appendLat, 0.99);
+      results.appendMissing = appendedMissing;
+      log(
+        `INBOX deliveries → SSE: smtp p50 ${f0(results.smtpP50)} p99 ${f0(results.smtpP99)} missing ${deliveredMissing}; append p50 ${f0(results.appendP50)} p99 ${f0(results.appendP99)} missing ${appendedMissing}`,
+      );
     }
 
     if (want('index')) {
-    // 5. Initial index of a big inbox, in a process of its own.
-    const huge = { user: `bench-huge-${Date.now().toString(36)}@${env.domain}` };
-    await addUser(env, huge.user, 'pw');
-    log(`seeding ${HUGE} messages (mail_crypt on) in two folders…`);
-    t = now();
-    await Promise.all([seed(env, huge.user, { INBOX: HUGE / 2 }, true), seed(env, huge.user, { Archive: HUGE / 2 }, true)]);
-    log(`  ${f1((now() - t) / 1000)} s`);
-    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/mail-index.ts'), huge.user], {
-      // Its own SQLite file; on PostgreSQL the same database, as inboxes of their own.
-      env: { ...process.env, ...serverEnv, POSTERN_DB: join(dir, 'index.db') },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-    await once(child, 'exit');
-    const idx = JSON.parse(out.trim().split('\n').at(-1)!) as { ms: number; messages: number; maxRssMb: number; baseRssMb: number; againMs: number };
-    results.indexMs = idx.ms;
-    results.indexMessages = idx.messages;
-    results.indexRss = idx.maxRssMb;
-    results.indexBaseRss = idx.baseRssMb;
-    results.indexAgainMs = idx.againMs;
-    log(`index of ${idx.messages}: ${f1(idx.ms / 1000)} s, peak RSS ${f0(idx.maxRssMb)} MB (before: ${f0(idx.baseRssMb)} MB); a second cold index ${f1(idx.againMs / 1000)} s`);
+      // 5. Initial index of a big inbox, in a process of its own.
+      const huge = { user: `bench-huge-${Date.now().toString(36)}@${env.domain}` };
+      await addUser(env, huge.user, 'pw');
+      log(`seeding ${HUGE} messages (mail_crypt on) in two folders…`);
+      t = now();
+      await Promise.all([seed(env, huge.user, { INBOX: HUGE / 2 }, true), seed(env, huge.user, { Archive: HUGE / 2 }, true)]);
+      log(`  ${f1((now() - t) / 1000)} s`);
+      const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/mail-index.ts'), huge.user], {
+        // Its own SQLite file; on PostgreSQL the same database, as inboxes of their own.
+        env: { ...process.env, ...serverEnv, POSTERN_DB: join(dir, 'index.db') },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      await once(child, 'exit');
+      const idx = JSON.parse(out.trim().split('\n').at(-1)!) as {
+        ms: number;
+        messages: number;
+        maxRssMb: number;
+        baseRssMb: number;
+        againMs: number;
+      };
+      results.indexMs = idx.ms;
+      results.indexMessages = idx.messages;
+      results.indexRss = idx.maxRssMb;
+      results.indexBaseRss = idx.baseRssMb;
+      results.indexAgainMs = idx.againMs;
+      log(
+        `index of ${idx.messages}: ${f1(idx.ms / 1000)} s, peak RSS ${f0(idx.maxRssMb)} MB (before: ${f0(idx.baseRssMb)} MB); a second cold index ${f1(idx.againMs / 1000)} s`,
+      );
     }
 
     const r = (k: string): number => results[k] ?? NaN;

@@ -45,7 +45,9 @@ async function indexed(base: string, inboxId: string, auth: Record<string, strin
   for (;;) {
     const res = await get(`${base}/inboxes/${inboxId}/labels`, auth);
     if (res.status === 200) {
-      const found = (JSON.parse(res.body) as { labels: Array<{ id: string; name: string; total: number }> }).labels.find((l) => l.name === 'INBOX');
+      const found = (JSON.parse(res.body) as { labels: Array<{ id: string; name: string; total: number }> }).labels.find(
+        (l) => l.name === 'INBOX',
+      );
       if (found && found.total >= MESSAGES) return found;
     }
     if (Date.now() > deadline) throw new Error(`the inbox was not indexed within a minute: ${res.status} ${res.body.slice(0, 200)}`);
@@ -105,7 +107,9 @@ async function main(): Promise<void> {
         if (result.failed > 0) log(`  ${result.failed} failed answers, e.g. ${result.firstFailure}`);
         const round: Round = { metrics, rps: result.rate, p99: pct(result.latencies, 0.99), failed: result.failed, cores, scrapes };
         rounds.push(round);
-        log(`round ${r + 1}/${ROUNDS * 2}, metrics ${metrics ? 'on ' : 'off'}: ${f0(round.rps)} requests/s, p99 ${f1(round.p99)} ms, server ${f1(cores)} cores${metrics ? `, ${scrapes} scrapes` : ''}`);
+        log(
+          `round ${r + 1}/${ROUNDS * 2}, metrics ${metrics ? 'on ' : 'off'}: ${f0(round.rps)} requests/s, p99 ${f1(round.p99)} ms, server ${f1(cores)} cores${metrics ? `, ${scrapes} scrapes` : ''}`,
+        );
       } finally {
         await stopProcess(server.child);
       }

@@ -62,11 +62,15 @@ const PAGE = Number(process.env.BENCH_PAGE ?? 50);
 
 function post(url: string, headers: Record<string, string>, body: string): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: 'POST', agent, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), headers: res.headers }));
-    });
+    const req = request(
+      url,
+      { method: 'POST', agent, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), headers: res.headers }));
+      },
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -107,7 +111,7 @@ async function main(): Promise<void> {
   const env = await up();
   if (POSTGRES && !env.postgres) throw new Error('the mail environment has no PostgreSQL');
   const dir = mkdtempSync(join(tmpdir(), 'postern-bench-search-'));
-  const db = POSTGRES ? await emptyDatabase(env.postgres!.url) : null;
+  const db = POSTGRES ? await emptyDatabase(env.postgres.url) : null;
   // The inbox watched as a deployment's default does (POSTERN_WATCH=auto: a NOTIFY connection),
   // so a read trusts the index; `--watch=off` makes every read check with Dovecot first.
   const serverEnv = benchServerEnv(env, dir, { POSTERN_WATCH: WATCH, ...(db ? { POSTERN_DATABASE_URL: db.url } : {}) });
@@ -140,7 +144,10 @@ async function main(): Promise<void> {
       if (now() - t > 30 * 60_000) throw new Error(`the first index did not finish: ${JSON.stringify(label)}`);
       if (label) await sleep(1000);
       const a = await get(`${base}/inboxes/${inbox.id}/labels`, auth);
-      label = a.status === 200 ? (JSON.parse(a.body) as { labels: Array<{ id: string; name: string; total: number }> }).labels.find((l) => l.name === 'INBOX') : { id: '', name: `(${a.status})`, total: -1 };
+      label =
+        a.status === 200
+          ? (JSON.parse(a.body) as { labels: Array<{ id: string; name: string; total: number }> }).labels.find((l) => l.name === 'INBOX')
+          : { id: '', name: `(${a.status})`, total: -1 };
     }
     const indexS = (now() - t) / 1000;
     log(`  first index: ${f1(indexS)} s`);
@@ -150,7 +157,8 @@ async function main(): Promise<void> {
     // prefix it can grow into no other); the common one an address 1/97 of the inbox shares.
     const rare = (i: number): SearchQuery => ({ limit: PAGE, subject: String(MESSAGES / 10 + ((i * 7919) % (MESSAGES * 0.9))) });
     const common = (i: number): SearchQuery => ({ limit: PAGE, from: `sender${i % 97}@example.org` });
-    const url = (q: SearchQuery) => `${base}/inboxes/${inbox.id}/search?${new URLSearchParams(Object.entries(q).map(([k, v]): [string, string] => [k, String(v)]))}`;
+    const url = (q: SearchQuery) =>
+      `${base}/inboxes/${inbox.id}/search?${new URLSearchParams(Object.entries(q).map(([k, v]): [string, string] => [k, String(v)]))}`;
     let bad = 0;
     const http = async (u: string) => {
       const r = await get(u, auth);
@@ -167,7 +175,7 @@ async function main(): Promise<void> {
       raw = async (q) => void (await pool.query(searchStatement(inbox.id, indexSearch(q), null, PAGE + 1)));
       closeRaw = () => pool.end();
     } else {
-      const sqlite = new Database(serverEnv.POSTERN_DB!, { readonly: true });
+      const sqlite = new Database(serverEnv.POSTERN_DB, { readonly: true });
       raw = async (q) => {
         const { sql, params } = searchSql(inbox.id, indexSearch(q), null, PAGE + 1);
         sqlite.prepare(sql).all(params);
@@ -193,9 +201,11 @@ async function main(): Promise<void> {
           log(`${JSON.stringify(q)}:\n${plan.rows.map((row: Record<string, string>) => row['QUERY PLAN']).join('\n')}`);
           await pool.end();
         } else {
-          const sqlite = new Database(serverEnv.POSTERN_DB!, { readonly: true });
+          const sqlite = new Database(serverEnv.POSTERN_DB, { readonly: true });
           const { sql, params } = searchSql(inbox.id, indexSearch(q), null, PAGE + 1);
-          log(`${JSON.stringify(q)}:\n${(sqlite.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(params) as Array<{ detail: string }>).map((row) => row.detail).join('\n')}`);
+          log(
+            `${JSON.stringify(q)}:\n${(sqlite.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(params) as Array<{ detail: string }>).map((row) => row.detail).join('\n')}`,
+          );
           sqlite.close();
         }
       }
@@ -226,7 +236,15 @@ async function main(): Promise<void> {
     if (!MCP_ONLY && !SKIP_BODY) {
       // 2. Body search: Postern against imapflow's UID SEARCH BODY in the same mailbox, alternating.
       // No socket timeout to speak of: the first search waits while Dovecot indexes the label.
-      const imap = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: `${user}*${env.master.user}`, pass: env.master.password }, logger: false, disableAutoIdle: true, socketTimeout: 3 * 3600_000 });
+      const imap = new ImapFlow({
+        host: env.imap.host,
+        port: env.imap.port,
+        secure: false,
+        auth: { user: `${user}*${env.master.user}`, pass: env.master.password },
+        logger: false,
+        disableAutoIdle: true,
+        socketTimeout: 3 * 3600_000,
+      });
       await imap.connect();
       await imap.mailboxOpen('INBOX', { readOnly: true });
       // Dovecot indexes a label on its first body search (fts_autoindex = no, docs/search.md):
@@ -259,8 +277,18 @@ async function main(): Promise<void> {
       // 3. MCP list_messages against the HTTP list of the same page. The two alternate, call by
       // call at 1 client and round by round at 32, so the machine's other load falls on both alike.
       const listUrl = `${base}/inboxes/${inbox.id}/labels/${label.id}/messages?limit=${PAGE}`;
-      const mcpHeaders = { ...auth, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' };
-      const mcpBody = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'list_messages', arguments: { inboxId: inbox.id, labelId: label.id, limit: PAGE } } });
+      const mcpHeaders = {
+        ...auth,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-protocol-version': '2025-11-25',
+      };
+      const mcpBody = JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: { name: 'list_messages', arguments: { inboxId: inbox.id, labelId: label.id, limit: PAGE } },
+      });
       const listHttp = async () => http(listUrl);
       const listMcp = async () => {
         const a = await post(`${base}/mcp`, mcpHeaders, mcpBody);
@@ -270,7 +298,10 @@ async function main(): Promise<void> {
         }
       };
       // The MCP answer carries the page twice, as data and as text for the model: more to write.
-      const answerBytes = { http: Buffer.byteLength((await get(listUrl, auth)).body), mcp: Buffer.byteLength((await post(`${base}/mcp`, mcpHeaders, mcpBody)).body) };
+      const answerBytes = {
+        http: Buffer.byteLength((await get(listUrl, auth)).body),
+        mcp: Buffer.byteLength((await post(`${base}/mcp`, mcpHeaders, mcpBody)).body),
+      };
       const httpLat: number[] = [];
       const mcpLat: number[] = [];
       for (let i = 0; i < 50; i++) await (i % 2 === 0 ? listHttp() : listMcp());
@@ -298,9 +329,15 @@ async function main(): Promise<void> {
         const order = r % 2 === 0 ? ([listHttp, listMcp] as const) : ([listMcp, listHttp] as const);
         for (const call of order) (call === listHttp ? httpRounds : mcpRounds).push(await round(call));
         const [h, m] = [httpRounds[r]!, mcpRounds[r]!];
-        log(`  round ${r + 1}: http ${f0(h.rps)}/s ${h.cpu.toFixed(2)} ms CPU/call, mcp ${f0(m.rps)}/s ${m.cpu.toFixed(2)} ms CPU/call (${(m.rps / h.rps).toFixed(2)})`);
+        log(
+          `  round ${r + 1}: http ${f0(h.rps)}/s ${h.cpu.toFixed(2)} ms CPU/call, mcp ${f0(m.rps)}/s ${m.cpu.toFixed(2)} ms CPU/call (${(m.rps / h.rps).toFixed(2)})`,
+        );
       }
-      const medians = (rounds: Round[]) => ({ rps: median(rounds.map((x) => x.rps)), p99: median(rounds.map((x) => x.p99)), cpu: median(rounds.map((x) => x.cpu)) });
+      const medians = (rounds: Round[]) => ({
+        rps: median(rounds.map((x) => x.rps)),
+        p99: median(rounds.map((x) => x.p99)),
+        cpu: median(rounds.map((x) => x.cpu)),
+      });
       const listHttpLoad = medians(httpRounds);
       const listMcpLoad = medians(mcpRounds);
       // The ratio is the median of each round pair's: a pair shares the machine's load of the moment.
@@ -315,8 +352,17 @@ async function main(): Promise<void> {
 
     const load1 = loadavg()[0]!;
     const engine = POSTGRES ? 'PostgreSQL (the env cluster, fsync off), VACUUM ANALYZE after the first index' : 'SQLite';
-    const flags = [POSTGRES ? '--postgres' : '', QUICK ? '--quick' : '', MCP_ONLY ? '--mcp-only' : '', BODY_ONLY ? '--body-only' : '', SKIP_BODY ? '--skip-body' : '', WATCH !== 'auto' ? `--watch=${WATCH}` : ''].filter(Boolean).join(' ');
-    const md = `## Message search (issue 20)${BODY_ONLY ? ', body search from Dovecot\'s Xapian index' : ''}, ${POSTGRES ? 'PostgreSQL' : 'SQLite'}
+    const flags = [
+      POSTGRES ? '--postgres' : '',
+      QUICK ? '--quick' : '',
+      MCP_ONLY ? '--mcp-only' : '',
+      BODY_ONLY ? '--body-only' : '',
+      SKIP_BODY ? '--skip-body' : '',
+      WATCH !== 'auto' ? `--watch=${WATCH}` : '',
+    ]
+      .filter(Boolean)
+      .join(' ');
+    const md = `## Message search (issue 20)${BODY_ONLY ? ", body search from Dovecot's Xapian index" : ''}, ${POSTGRES ? 'PostgreSQL' : 'SQLite'}
 
 Machine: ${machine()}, shared; load average ${load0.toFixed(2)} at the start, ${load1.toFixed(2)} at the end. Store: ${engine}. Watching: POSTERN_WATCH=${WATCH}. Dovecot 2.3 (sdbox), loopback.
 Command: \`npm run bench:search${flags ? ` -- ${flags}` : ''}\`, ${new Date().toISOString().slice(0, 10)}. One compatible inbox, ${f0(MESSAGES)} messages in INBOX (\`doveadm import\`, ${f1(seedS)} s, without mail_crypt; first index ${f1(indexS)} s). Postern runs as its own process; the load generator and the floors share the machine with it and Dovecot. A page is ${PAGE} messages. ${bad} requests answered other than 200.

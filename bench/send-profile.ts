@@ -24,7 +24,11 @@ const CLIENTS = 16;
 async function main(): Promise<void> {
   const env = await up();
   const dir = mkdtempSync(join(tmpdir(), 'postern-send-prof-'));
-  const serverEnv = benchServerEnv(env, dir, { POSTERN_SEND_RATE_PER_HOUR: '10000000', POSTERN_SMTP_MAX_PER_INBOX: '8', POSTERN_SENT_COPY_YIELD_MS: '3600000' });
+  const serverEnv = benchServerEnv(env, dir, {
+    POSTERN_SEND_RATE_PER_HOUR: '10000000',
+    POSTERN_SMTP_MAX_PER_INBOX: '8',
+    POSTERN_SENT_COPY_YIELD_MS: '3600000',
+  });
   mkdirSync(PROF_DIR, { recursive: true });
   const { id, user, token } = await sendingInbox(env, serverEnv);
   const server = await spawnPostern(serverEnv, PROFILE ? ['--cpu-prof', `--cpu-prof-dir=${PROF_DIR}`] : []);
@@ -32,7 +36,13 @@ async function main(): Promise<void> {
     const pid = server.child.pid!;
     const url = `${server.url}/v1/inboxes/${id}/messages`;
     const agent = new Agent({ keepAlive: true, maxSockets: CLIENTS });
-    const bodies = Array.from({ length: 64 }, (_, i) => JSON.stringify({ from: FORBIDDEN ? `other-${user}` : user, to: [`bench-${i}@example.org`], raw: benchMessage(user, `bench-${i}@example.org`, 20 * 1024).toString('base64') }));
+    const bodies = Array.from({ length: 64 }, (_, i) =>
+      JSON.stringify({
+        from: FORBIDDEN ? `other-${user}` : user,
+        to: [`bench-${i}@example.org`],
+        raw: benchMessage(user, `bench-${i}@example.org`, 20 * 1024).toString('base64'),
+      }),
+    );
     const run = async (count: number) => {
       let next = 0;
       await Promise.all(
@@ -52,7 +62,9 @@ async function main(): Promise<void> {
     const c1 = cpuTimes(pid);
     const userMs = (c1.user - c0.user) / MESSAGES;
     const systemMs = (c1.system - c0.system) / MESSAGES;
-    log(`${MESSAGES} messages: ${(MESSAGES / seconds).toFixed(1)} messages/s, Postern CPU ${(userMs + systemMs).toFixed(2)} ms per message (user ${userMs.toFixed(2)}, system ${systemMs.toFixed(2)})${PROFILE ? ', profiled' : ''}; load ${readFileSync('/proc/loadavg', 'utf8').split(' ')[0]}`);
+    log(
+      `${MESSAGES} messages: ${(MESSAGES / seconds).toFixed(1)} messages/s, Postern CPU ${(userMs + systemMs).toFixed(2)} ms per message (user ${userMs.toFixed(2)}, system ${systemMs.toFixed(2)})${PROFILE ? ', profiled' : ''}; load ${readFileSync('/proc/loadavg', 'utf8').split(' ')[0]}`,
+    );
   } finally {
     await stopProcess(server.child);
     rmSync(dir, { recursive: true, force: true });

@@ -59,7 +59,10 @@ async function run(count: number, sendOne: (i: number) => Promise<void>): Promis
 async function forgetSinkMail(env: MailEnv): Promise<void> {
   for (const name of await readdir(env.sink.dir).catch(() => [] as string[])) {
     if (!name.endsWith('.json')) continue;
-    const meta = JSON.parse(await readFile(join(env.sink.dir, name), 'utf8').catch(() => '{"rcptTo":[]}')) as { id?: string; rcptTo: string[] };
+    const meta = JSON.parse(await readFile(join(env.sink.dir, name), 'utf8').catch(() => '{"rcptTo":[]}')) as {
+      id?: string;
+      rcptTo: string[];
+    };
     if (meta.id && meta.rcptTo.every((r) => r.startsWith('bench-'))) {
       await rm(join(env.sink.dir, name), { force: true });
       await rm(join(env.sink.dir, `${meta.id}.eml`), { force: true });
@@ -83,7 +86,11 @@ interface PeakRss {
  */
 async function peakRss(pid: number, url: string, token: string, user: string, db: string): Promise<PeakRss> {
   const big = benchMessage(user, 'bench-big@example.org', BIG).subarray(0, BIG);
-  const bigBody = JSON.stringify({ from: user, to: ['bench-big@example.org'], raw: Buffer.concat([big.subarray(0, BIG - 2), Buffer.from('\r\n')]).toString('base64') });
+  const bigBody = JSON.stringify({
+    from: user,
+    to: ['bench-big@example.org'],
+    raw: Buffer.concat([big.subarray(0, BIG - 2), Buffer.from('\r\n')]).toString('base64'),
+  });
   const bigAgent = new Agent({ keepAlive: false });
   const store = new Database(db, { readonly: true });
   const pending = store.prepare("SELECT count(*) FROM mail_outbox WHERE state != 'filed'").pluck();
@@ -105,8 +112,11 @@ async function peakRss(pid: number, url: string, token: string, user: string, db
   clearInterval(sampler);
   store.close();
   const filedPeak = Math.max(answeredPeak, peak, rssMb(pid));
-  if (answers.some((a) => a.status !== 200)) throw new Error(`a 25 MB send failed: ${answers.map((a) => `${a.status} ${a.text}`).join('; ')}`);
-  log(`8 × 25 MB: answered in ${f1(bigSeconds)} s, peak RSS ${f0(answeredPeak)} MB (idle ${f0(idle)}: +${f0(answeredPeak - idle)} MB); copies filed at ${f1(filedSeconds)} s, peak ${f0(filedPeak)} MB (+${f0(filedPeak - idle)} MB)`);
+  if (answers.some((a) => a.status !== 200))
+    throw new Error(`a 25 MB send failed: ${answers.map((a) => `${a.status} ${a.text}`).join('; ')}`);
+  log(
+    `8 × 25 MB: answered in ${f1(bigSeconds)} s, peak RSS ${f0(answeredPeak)} MB (idle ${f0(idle)}: +${f0(answeredPeak - idle)} MB); copies filed at ${f1(filedSeconds)} s, peak ${f0(filedPeak)} MB (+${f0(filedPeak - idle)} MB)`,
+  );
   return { idle, peak: answeredPeak, bigSeconds, filedPeak, filedSeconds };
 }
 
@@ -140,7 +150,9 @@ async function main(): Promise<void> {
     const bodies = Array.from({ length: 64 }, (_, i) => benchMessage(user, `bench-${i}@example.org`, SIZE));
     // The request bodies are made once, as the baseline's messages are: the load generator's
     // share of the cores is its HTTP client, not base64 and JSON it would redo for every send.
-    const requests = bodies.map((raw, i) => Buffer.from(JSON.stringify({ from: user, to: [`bench-${i}@example.org`], raw: raw.toString('base64') })));
+    const requests = bodies.map((raw, i) =>
+      Buffer.from(JSON.stringify({ from: user, to: [`bench-${i}@example.org`], raw: raw.toString('base64') })),
+    );
     const viaPostern = async (i: number) => {
       const res = await postPooled(pool, path, token, requests[i % requests.length]!);
       if (res.status !== 200) throw new Error(`Postern answered ${res.status}: ${res.text}`);
@@ -177,12 +189,23 @@ async function main(): Promise<void> {
     const dovecot = Number(readFileSync(join(env.dir, 'dovecot/run/master.pid'), 'utf8').trim());
     /** The machine's CPU in use during each round (both cores): under 1, the round waited on something else. */
     const busy = { postern: [] as number[], baseline: [] as number[] };
-    const perMsg = { postern: [] as number[], dovecot: [] as number[], client: [] as number[], baseDovecot: [] as number[], baseClient: [] as number[] };
+    const perMsg = {
+      postern: [] as number[],
+      dovecot: [] as number[],
+      client: [] as number[],
+      baseDovecot: [] as number[],
+      baseClient: [] as number[],
+    };
     /** The same, split: until the round's last answer, and then until its last copy was filed. */
-    const split = { posternAnswering: [] as number[], dovecotAnswering: [] as number[], posternFiling: [] as number[], dovecotFiling: [] as number[] };
+    const split = {
+      posternAnswering: [] as number[],
+      dovecotAnswering: [] as number[],
+      posternFiling: [] as number[],
+      dovecotFiling: [] as number[],
+    };
     // The round's Sent copies are filed after their answers: their cost belongs to the round
     // (measured), not to the baseline round that follows.
-    const store = new Database(serverEnv.POSTERN_DB!, { readonly: true });
+    const store = new Database(serverEnv.POSTERN_DB, { readonly: true });
     const pending = store.prepare("SELECT count(*) FROM mail_outbox WHERE state != 'filed'").pluck();
     const filed = async () => {
       while ((pending.get() as number) > 0) await new Promise((r) => setTimeout(r, 50));
@@ -212,7 +235,9 @@ async function main(): Promise<void> {
       split.dovecotAnswering.push((d1 - d0) / MESSAGES);
       split.posternFiling.push((cpuMs(pid) - p1) / MESSAGES);
       split.dovecotFiling.push((treeCpuMs(dovecot) - d1) / MESSAGES);
-      log(`round ${r + 1}: Postern ${f1(postern.at(-1)!)} messages/s (${f1(withFiling.at(-1)!)} until the copies were filed); CPU per message: Postern ${f2(perMsg.postern.at(-1)!)} ms (${f2(split.posternAnswering.at(-1)!)} until the last answer), Dovecot ${f2(perMsg.dovecot.at(-1)!)} ms (${f2(split.dovecotAnswering.at(-1)!)}), client ${f2(perMsg.client.at(-1)!)} ms; machine busy ${f2(busy.postern.at(-1)!)}`);
+      log(
+        `round ${r + 1}: Postern ${f1(postern.at(-1)!)} messages/s (${f1(withFiling.at(-1)!)} until the copies were filed); CPU per message: Postern ${f2(perMsg.postern.at(-1)!)} ms (${f2(split.posternAnswering.at(-1)!)} until the last answer), Dovecot ${f2(perMsg.dovecot.at(-1)!)} ms (${f2(split.dovecotAnswering.at(-1)!)}), client ${f2(perMsg.client.at(-1)!)} ms; machine busy ${f2(busy.postern.at(-1)!)}`,
+      );
     };
     const viaNodemailerRound = async (r: number) => {
       await quiet();
@@ -225,7 +250,9 @@ async function main(): Promise<void> {
       const c2 = process.cpuUsage(c0);
       perMsg.baseDovecot.push((treeCpuMs(dovecot) - d0) / MESSAGES);
       perMsg.baseClient.push((c2.user + c2.system) / 1000 / MESSAGES);
-      log(`round ${r + 1}: nodemailer → submission ${f1(baseline.at(-1)!)} messages/s; CPU per message: Dovecot ${f2(perMsg.baseDovecot.at(-1)!)} ms, nodemailer ${f2(perMsg.baseClient.at(-1)!)} ms; machine busy ${f2(busy.baseline.at(-1)!)}`);
+      log(
+        `round ${r + 1}: nodemailer → submission ${f1(baseline.at(-1)!)} messages/s; CPU per message: Dovecot ${f2(perMsg.baseDovecot.at(-1)!)} ms, nodemailer ${f2(perMsg.baseClient.at(-1)!)} ms; machine busy ${f2(busy.baseline.at(-1)!)}`,
+      );
     };
     for (let r = 0; r < ROUNDS; r++) {
       // Either side goes first in turn, so a load that rises or falls through a pair favours neither.
@@ -245,7 +272,13 @@ async function main(): Promise<void> {
     // imapflow, one connection, no Postern (a mail app filing its own copies does the same).
     const appendUser = `bench-append-${Date.now().toString(36)}@${env.domain}`;
     await addUser(env, appendUser, 'pw-append');
-    const imap = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: appendUser, pass: 'pw-append' }, logger: false });
+    const imap = new ImapFlow({
+      host: env.imap.host,
+      port: env.imap.port,
+      secure: false,
+      auth: { user: appendUser, pass: 'pw-append' },
+      logger: false,
+    });
     await imap.connect();
     const APPENDS = Math.min(MESSAGES, 200);
     const a0 = treeCpuMs(dovecot);

@@ -41,7 +41,11 @@ export async function sendingInbox(env: MailEnv, serverEnv: Record<string, strin
 /** POSTs a JSON body with the token; the status and the answer's text. */
 export function postJson(agent: Agent, url: string, token: string, body: string | Buffer): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: 'POST', agent, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } });
+    const req = request(url, {
+      method: 'POST',
+      agent,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+    });
     req.on('response', (res) => {
       let text = '';
       res.setEncoding('utf8');
@@ -58,6 +62,11 @@ export function postJson(agent: Agent, url: string, token: string, body: string 
  * sending at this rate would use, so the load generator's share of the cores stays small.
  */
 export async function postPooled(pool: Pool, path: string, token: string, body: Buffer): Promise<{ status: number; text: string }> {
-  const res = await pool.request({ path, method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body });
+  const res = await pool.request({
+    path,
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body,
+  });
   return { status: res.statusCode, text: await res.body.text() };
 }

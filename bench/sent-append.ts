@@ -27,7 +27,6 @@ const SIZE = 20 * 1024;
 const FETCH_ITEMS = 'UID FLAGS MODSEQ X-GUID RFC822.SIZE INTERNALDATE ENVELOPE';
 const REPEATS = Number(arg('repeats') ?? 3);
 
-
 /** A bare IMAP client: commands go out as given, tagged answers are awaited by tag. */
 class Raw {
   private buf = '';
@@ -145,7 +144,9 @@ async function main(): Promise<void> {
       r.ms.push(ms);
       r.cpu.push(cpu);
       results.set(mode.name, r);
-      log(`${mode.name}: ${ms.toFixed(2)} ms per message, Dovecot CPU ${cpu.toFixed(2)} ms per message${hints ? `, ${hinted} hints` : ''}${Number.isNaN(fetchCpu) ? '' : ` (of which the FETCH after: ${fetchCpu.toFixed(2)} ms)`}`);
+      log(
+        `${mode.name}: ${ms.toFixed(2)} ms per message, Dovecot CPU ${cpu.toFixed(2)} ms per message${hints ? `, ${hinted} hints` : ''}${Number.isNaN(fetchCpu) ? '' : ` (of which the FETCH after: ${fetchCpu.toFixed(2)} ms)`}`,
+      );
     }
   }
   process.stdout.write(`| Filing ${MESSAGES} × 20 KB into Sent | ms per message (wall) | Dovecot CPU per message |\n|---|---|---|\n`);

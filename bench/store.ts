@@ -45,7 +45,11 @@ const QUICK = args.has('--quick');
 const ROUNDS = Number(process.argv.find((a) => a.startsWith('--rounds='))?.slice(9) ?? (QUICK ? 1 : 3));
 const SECONDS = QUICK ? 2 : 5;
 const PREFILL = QUICK ? 5000 : 20_000;
-const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split(',') ?? null;
+const ONLY =
+  process.argv
+    .find((a) => a.startsWith('--only='))
+    ?.slice(7)
+    .split(',') ?? null;
 const want = (part: 'events' | 'mail') => !ONLY || ONLY.includes(part);
 const ENGINES: StoreEngine[] = ['sqlite', 'postgres'];
 const MASTER_KEY = MasterKey.generate();
@@ -79,7 +83,14 @@ async function freshStore(engine: StoreEngine, dir: string, pgServer: string): P
     const writer = (await admin.createToken({ memberId, scopes: ['events:write'] })).token;
     const reader = (await admin.createToken({ memberId, scopes: ['events:read', 'project:read'] })).token;
     const events = new EventLog(store.events, new MemoryBus(), { settleMs: 0 });
-    await events.registerType(projectId, { name: 'ext.bench.happened', description: 'benchmark event', data: [{ name: 'payload', type: 'string' }, { name: 't', type: 'integer' }] });
+    await events.registerType(projectId, {
+      name: 'ext.bench.happened',
+      description: 'benchmark event',
+      data: [
+        { name: 'payload', type: 'string' },
+        { name: 't', type: 'integer' },
+      ],
+    });
     return { engine, storeEnv, projectId, writer, reader, drop };
   } finally {
     await store.close();
@@ -120,7 +131,12 @@ async function benchPost(b: Bench, base: string, pid: number): Promise<PostResul
   const r = await closedLoop(base, {
     clients: 32,
     seconds: SECONDS,
-    next: () => ({ method: 'POST', path, headers: { authorization: `Bearer ${b.writer}`, 'content-type': 'application/json', 'idempotency-key': `${run}-${key++}` }, body }),
+    next: () => ({
+      method: 'POST',
+      path,
+      headers: { authorization: `Bearer ${b.writer}`, 'content-type': 'application/json', 'idempotency-key': `${run}-${key++}` },
+      body,
+    }),
     ok: (status) => status === 201,
   });
   const serverCores = (treeCpu(pid) - cpu0) / ((performance.now() - t0) / 1000);
@@ -158,7 +174,9 @@ async function prefill(b: Bench): Promise<{ first: number; last: number; cursors
     const first = (await events.lastPosition()) + 1;
     const pending: Array<Promise<unknown>> = [];
     for (let i = 0; i < PREFILL; i++) {
-      pending.push(events.publish({ projectId: b.projectId, actor: 'sys_bench', type: 'ext.bench.happened', data: { payload: PAYLOAD, t: i } }));
+      pending.push(
+        events.publish({ projectId: b.projectId, actor: 'sys_bench', type: 'ext.bench.happened', data: { payload: PAYLOAD, t: i } }),
+      );
       if (pending.length >= 256) await Promise.all(pending.splice(0));
     }
     await Promise.all(pending);
@@ -185,7 +203,7 @@ function sqliteAppendFloor(dir: string): number {
   const event = db.prepare('INSERT INTO e VALUES (?, ?, ?)');
   const tx = db.transaction((k: string) => {
     key.run(k, Date.now());
-    event.run(head.get() as number, k, BODY);
+    event.run(head.get(), k, BODY);
   });
   let n = 0;
   const end = performance.now() + SECONDS * 1000;
@@ -220,7 +238,8 @@ async function pgAppendFloor(url: string, connections: number, ordered: boolean)
         await client.query('BEGIN');
         await client.query({ name: 'k', text: 'INSERT INTO floor_k VALUES ($1, $2)', values: [k, Date.now()] });
         const position = ordered
-          ? (await client.query<{ last: number }>({ name: 'head', text: 'UPDATE floor_head SET last = last + 1 RETURNING last' })).rows[0]!.last
+          ? (await client.query<{ last: number }>({ name: 'head', text: 'UPDATE floor_head SET last = last + 1 RETURNING last' })).rows[0]!
+              .last
           : (await client.query<{ p: number }>({ name: 'seq', text: "SELECT nextval('floor_seq') AS p" })).rows[0]!.p;
         await client.query({ name: 'e', text: 'INSERT INTO floor_e VALUES ($1, $2, $3)', values: [position, k, BODY] });
         await client.query('COMMIT');
@@ -239,7 +258,7 @@ async function selectFloor(b: Bench, range: { first: number; last: number }): Pr
   let rows = 0;
   const end = performance.now() + SECONDS * 1000;
   if (b.engine === 'sqlite') {
-    const db = new Database(b.storeEnv.POSTERN_DB!, { readonly: true });
+    const db = new Database(b.storeEnv.POSTERN_DB, { readonly: true });
     const select = db.prepare('SELECT body FROM events WHERE project_id = ? AND position > ? ORDER BY position LIMIT 500');
     while (performance.now() < end) {
       const got = select.all(b.projectId, after()) as Array<{ body: string }>;
@@ -253,7 +272,11 @@ async function selectFloor(b: Bench, range: { first: number; last: number }): Pr
   await Promise.all(
     Array.from({ length: 8 }, async () => {
       while (performance.now() < end) {
-        const got = await pool.query<{ body: string }>({ name: 'sel', text: 'SELECT body FROM events WHERE project_id = $1 AND position > $2 ORDER BY position LIMIT 500', values: [b.projectId, after()] });
+        const got = await pool.query<{ body: string }>({
+          name: 'sel',
+          text: 'SELECT body FROM events WHERE project_id = $1 AND position > $2 ORDER BY position LIMIT 500',
+          values: [b.projectId, after()],
+        });
         join(got.rows);
         rows += got.rows.length;
       }
@@ -336,7 +359,11 @@ async function runEngine(engine: StoreEngine, dir: string, pgServer: string): Pr
  * A round of its own, not timed: a reader pages from the log's start while the same 32 clients
  * write, and must see each event once.
  */
-async function readerRound(b: Bench, base: string, pid: number): Promise<Pick<EngineResult, 'readerSeen' | 'readerRepeated' | 'readerMissing' | 'acknowledged'>> {
+async function readerRound(
+  b: Bench,
+  base: string,
+  pid: number,
+): Promise<Pick<EngineResult, 'readerSeen' | 'readerRepeated' | 'readerMissing' | 'acknowledged'>> {
   let writing = true;
   const reader = pageAll(b, base, () => !writing);
   await benchPost(b, base, pid);
@@ -374,7 +401,8 @@ async function runPostOnly(dir: string, pgServer: string): Promise<string> {
       }
     }
     const readers = new Map<StoreEngine, Awaited<ReturnType<typeof readerRound>>>();
-    for (const engine of ENGINES) readers.set(engine, await readerRound(benches.get(engine)!, base(engine), servers.get(engine)!.child.pid!));
+    for (const engine of ENGINES)
+      readers.set(engine, await readerRound(benches.get(engine)!, base(engine), servers.get(engine)!.child.pid!));
     for (const [engine, s] of servers) {
       await stopProcess(s.child);
       servers.delete(engine);
@@ -388,7 +416,11 @@ async function runPostOnly(dir: string, pgServer: string): Promise<string> {
       return list[rates.indexOf(median(rates))] ?? list[0]!;
     };
     const [s, p] = [mid('sqlite'), mid('postgres')];
-    const rounds = (e: StoreEngine) => posts.get(e)!.map((r) => f0(r.rate)).join(', ');
+    const rounds = (e: StoreEngine) =>
+      posts
+        .get(e)!
+        .map((r) => f0(r.rate))
+        .join(', ');
     const reader = (e: StoreEngine) => {
       const r = readers.get(e)!;
       return `${f0(r.readerSeen)} of ${f0(r.acknowledged)} events, ${r.readerRepeated} repeated, ${r.readerMissing} missing`;
@@ -427,12 +459,16 @@ async function runMail(engine: StoreEngine, pgServer: string): Promise<MailResul
   log(`${engine}: mail (bench/mail.ts --only=read,index)`);
   const db = engine === 'postgres' ? await emptyDatabase(pgServer) : null;
   try {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench/mail.ts'), '--only=read,index', '--json', ...(QUICK ? ['--quick'] : [])], {
-      env: { ...process.env, ...(db ? { POSTERN_BENCH_DATABASE_URL: db.url } : {}) },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'bench/mail.ts'), '--only=read,index', '--json', ...(QUICK ? ['--quick'] : [])],
+      {
+        env: { ...process.env, ...(db ? { POSTERN_BENCH_DATABASE_URL: db.url } : {}) },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const [code] = (await once(child, 'exit')) as [number | null];
     if (code !== 0) throw new Error(`bench/mail.ts exited with ${code}`);
     const r = JSON.parse(out.trim().split('\n').at(-1)!) as Record<string, number>;

@@ -166,7 +166,17 @@ function call(agent: Agent, base: string, token: string, method: string, path: s
     const u = new URL(base + path);
     const data = body === undefined ? undefined : JSON.stringify(body);
     const req = request(
-      { agent, method, host: u.hostname, port: u.port, path: u.pathname + u.search, headers: { authorization: `Bearer ${token}`, ...(data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {}) } },
+      {
+        agent,
+        method,
+        host: u.hostname,
+        port: u.port,
+        path: u.pathname + u.search,
+        headers: {
+          authorization: `Bearer ${token}`,
+          ...(data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {}),
+        },
+      },
       (res) => {
         let text = '';
         res.setEncoding('utf8');
@@ -240,7 +250,7 @@ interface Setup {
 async function setup(dir: string, serverExtra: Record<string, string>): Promise<Setup> {
   const env = await up();
   if (POSTGRES && !env.postgres) throw new Error('the mail environment has no PostgreSQL');
-  const db = POSTGRES ? await emptyDatabase(env.postgres!.url) : null;
+  const db = POSTGRES ? await emptyDatabase(env.postgres.url) : null;
   // Settings this Postern may not have yet (other sessions add them) are set only when it has them.
   const known = (pairs: Record<string, string>) => Object.fromEntries(Object.entries(pairs).filter(([k]) => KNOWN.has(k)));
   const serverEnv = benchServerEnv(env, dir, {
@@ -261,7 +271,12 @@ async function setup(dir: string, serverExtra: Record<string, string>): Promise<
       await addUser(env, user, 'pw');
       const inbox = await admin.admin.addInbox({ projectId: project.id, imapUser: user, addresses: [user], mode: 'compatible' });
       await admin.admin.grant(member.id, inbox.id, 'owner');
-      const token = (await admin.admin.createToken({ memberId: member.id, scopes: ['messages:read', 'events:read', 'events:write', 'webhooks:write', 'project:read'] })).token;
+      const token = (
+        await admin.admin.createToken({
+          memberId: member.id,
+          scopes: ['messages:read', 'events:read', 'events:write', 'webhooks:write', 'project:read'],
+        })
+      ).token;
       tenants.push({ token, inboxId: inbox.id, user });
     }
   } finally {
@@ -277,7 +292,10 @@ async function setup(dir: string, serverExtra: Record<string, string>): Promise<
     const deadline = Date.now() + 5 * 60_000;
     for (;;) {
       const r = await call(bAgent, base, t.token, 'GET', `/inboxes/${t.inboxId}/labels`, undefined, 30_000);
-      const inbox = r.status === 200 ? (JSON.parse(r.body) as { labels: Array<{ id: string; name: string; total: number }> }).labels.find((l) => l.name === 'INBOX') : undefined;
+      const inbox =
+        r.status === 200
+          ? (JSON.parse(r.body) as { labels: Array<{ id: string; name: string; total: number }> }).labels.find((l) => l.name === 'INBOX')
+          : undefined;
       if (inbox?.total === count) return inbox.id;
       if (Date.now() > deadline) throw new Error(`the first index did not finish: ${r.status} ${r.body.slice(0, 200)}`);
       await sleep(500);
@@ -321,9 +339,27 @@ async function runB(s: Setup, rx: Receiver, pages: number[], seconds: number): P
   await Promise.all([
     openLoop(B_LIST, seconds, r.list, 200, (i) => {
       const before = pages[i % pages.length]!;
-      return call(bAgent, s.base, b.token, 'GET', `/inboxes/${b.inboxId}/labels/${b.labelId}/messages?limit=${PAGE}${before ? `&before=${before}` : ''}`, undefined, B_TIMEOUT_MS);
+      return call(
+        bAgent,
+        s.base,
+        b.token,
+        'GET',
+        `/inboxes/${b.inboxId}/labels/${b.labelId}/messages?limit=${PAGE}${before ? `&before=${before}` : ''}`,
+        undefined,
+        B_TIMEOUT_MS,
+      );
     }),
-    openLoop(B_SEARCH, seconds, r.search, 200, (i) => call(bAgent, s.base, b.token, 'GET', `/inboxes/${b.inboxId}/search?from=${encodeURIComponent(`sender${i % 97}@example.org`)}&limit=${PAGE}`, undefined, B_TIMEOUT_MS)),
+    openLoop(B_SEARCH, seconds, r.search, 200, (i) =>
+      call(
+        bAgent,
+        s.base,
+        b.token,
+        'GET',
+        `/inboxes/${b.inboxId}/search?from=${encodeURIComponent(`sender${i % 97}@example.org`)}&limit=${PAGE}`,
+        undefined,
+        B_TIMEOUT_MS,
+      ),
+    ),
     openLoop(B_EVENTS, seconds, r.publish, 201, () => {
       // A distinct t per event (µs): the receiver keys arrivals by it.
       let t = Math.round(now() * 1000);
@@ -358,7 +394,12 @@ interface AResult {
   firstFailure: string | null;
 }
 
-const fromLoad = (kind: string, r: LoadResult): AResult => ({ kind, statuses: r.statuses, dropped: r.dropped, firstFailure: r.firstFailure });
+const fromLoad = (kind: string, r: LoadResult): AResult => ({
+  kind,
+  statuses: r.statuses,
+  dropped: r.dropped,
+  firstFailure: r.firstFailure,
+});
 
 const tally = (r: AResult, o: Outcome) => {
   if (o.status === 0) r.dropped++;
@@ -378,7 +419,12 @@ async function patiently(s: Setup, method: string, path: string, body: unknown):
 
 /** A's webhook endpoints, made before its abuse starts: half hang on connect (never answered), half on a name that never resolves. */
 async function createHooks(s: Setup, hole: string, dns: boolean): Promise<{ ids: string[]; result: AResult }> {
-  const result: AResult = { kind: 'webhook endpoints created before the phase (POST /webhooks, a 429 waited out)', statuses: new Map(), dropped: 0, firstFailure: null };
+  const result: AResult = {
+    kind: 'webhook endpoints created before the phase (POST /webhooks, a 429 waited out)',
+    statuses: new Map(),
+    dropped: 0,
+    firstFailure: null,
+  };
   const ids: string[] = [];
   const stamp = Date.now().toString(36);
   for (let i = 0; i < A_HOOKS; i++) {
@@ -410,17 +456,41 @@ async function abuse(s: Setup, hooks: { ids: string[]; result: AResult }, second
       localAddress: A_ADDRESS,
       abuse: { graceMs: A_GRACE_MS },
       ok,
-      next: () => ({ method: 'GET', path: `${root}/inboxes/${a.inboxId}/search?${new URLSearchParams({ ...WORST_QUERY, limit: '100' })}`, headers: auth }),
+      next: () => ({
+        method: 'GET',
+        path: `${root}/inboxes/${a.inboxId}/search?${new URLSearchParams({ ...WORST_QUERY, limit: '100' })}`,
+        headers: auth,
+      }),
     }),
     mcp: (() => {
       const batch = JSON.stringify(
-        Array.from({ length: BATCH }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'tools/call', params: { name: 'search_messages', arguments: { inboxId: a.inboxId, ...WORST_QUERY, limit: 100 } } })),
+        Array.from({ length: BATCH }, (_, i) => ({
+          jsonrpc: '2.0',
+          id: i + 1,
+          method: 'tools/call',
+          params: { name: 'search_messages', arguments: { inboxId: a.inboxId, ...WORST_QUERY, limit: 100 } },
+        })),
       );
-      const req: Request = { method: 'POST', path: `${root}/mcp`, headers: { ...auth, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' }, body: batch };
+      const req: Request = {
+        method: 'POST',
+        path: `${root}/mcp`,
+        headers: {
+          ...auth,
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          'mcp-protocol-version': '2025-11-25',
+        },
+        body: batch,
+      };
       return closedLoop(base, { clients: A_MCP, seconds, localAddress: A_ADDRESS, abuse: { graceMs: A_GRACE_MS }, ok, next: () => req });
     })(),
     events: (async () => {
-      const r: AResult = { kind: `events published to feed the endpoints (POST /events, ${A_EVENTS}/s)`, statuses: new Map(), dropped: 0, firstFailure: null };
+      const r: AResult = {
+        kind: `events published to feed the endpoints (POST /events, ${A_EVENTS}/s)`,
+        statuses: new Map(),
+        dropped: 0,
+        firstFailure: null,
+      };
       await openLoop(A_EVENTS, seconds, series(), 201, async () => {
         const o = await call(aAgent, base, a.token, 'POST', '/events', { type: TYPE, data: { t: 0 } }, seconds * 1000 + A_GRACE_MS);
         tally(r, o);
@@ -436,7 +506,12 @@ async function abuse(s: Setup, hooks: { ids: string[]; result: AResult }, second
     await loads.events,
     hooks.result,
   ];
-  const removed: AResult = { kind: 'webhook endpoints removed after the phase (DELETE, a 429 waited out)', statuses: new Map(), dropped: 0, firstFailure: null };
+  const removed: AResult = {
+    kind: 'webhook endpoints removed after the phase (DELETE, a 429 waited out)',
+    statuses: new Map(),
+    dropped: 0,
+    firstFailure: null,
+  };
   for (const id of hooks.ids) tally(removed, await patiently(s, 'DELETE', `/webhooks/${id}`, undefined));
   results.push(removed);
   return results;
@@ -450,7 +525,15 @@ async function recover(s: Setup, aloneP50: number): Promise<number> {
   let fast = 0;
   while (fast < 5 && now() - start < 60_000) {
     const t = now();
-    await call(bAgent, s.base, s.b.token, 'GET', `/inboxes/${s.b.inboxId}/labels/${s.b.labelId}/messages?limit=${PAGE}`, undefined, B_TIMEOUT_MS);
+    await call(
+      bAgent,
+      s.base,
+      s.b.token,
+      'GET',
+      `/inboxes/${s.b.inboxId}/labels/${s.b.labelId}/messages?limit=${PAGE}`,
+      undefined,
+      B_TIMEOUT_MS,
+    );
     fast = now() - t < Math.max(3 * aloneP50, 20) ? fast + 1 : 0;
     await sleep(100);
   }
@@ -475,7 +558,15 @@ async function main(): Promise<void> {
   try {
     // B's type and its endpoint; A's type (its endpoints are made for each abuse phase).
     for (const t of [s.a, s.b]) {
-      const r = await call(bAgent, s.base, t.token, 'POST', '/event-types', { name: TYPE, description: 'tenant bench tick', data: [{ name: 't', type: 'integer' }] }, 30_000);
+      const r = await call(
+        bAgent,
+        s.base,
+        t.token,
+        'POST',
+        '/event-types',
+        { name: TYPE, description: 'tenant bench tick', data: [{ name: 't', type: 'integer' }] },
+        30_000,
+      );
       if (r.status !== 201) throw new Error(`POST /event-types: ${r.status} ${r.body}`);
     }
     const hook = await call(bAgent, s.base, s.b.token, 'POST', '/webhooks', { url: `${rx.base}/b`, types: [TYPE] }, 30_000);
@@ -483,7 +574,15 @@ async function main(): Promise<void> {
     // The label's pages, to walk them in turn.
     const pages: number[] = [0];
     for (;;) {
-      const r = await call(bAgent, s.base, s.b.token, 'GET', `/inboxes/${s.b.inboxId}/labels/${s.b.labelId}/messages?limit=${PAGE}${pages.at(-1) ? `&before=${pages.at(-1)}` : ''}`, undefined, 30_000);
+      const r = await call(
+        bAgent,
+        s.base,
+        s.b.token,
+        'GET',
+        `/inboxes/${s.b.inboxId}/labels/${s.b.labelId}/messages?limit=${PAGE}${pages.at(-1) ? `&before=${pages.at(-1)}` : ''}`,
+        undefined,
+        30_000,
+      );
       const before = (JSON.parse(r.body) as { before?: number }).before;
       if (before === undefined) break;
       pages.push(before);
@@ -526,10 +625,30 @@ async function main(): Promise<void> {
   };
   const errs = (pick: (r: BResult) => Series) => `${badOf(alone, pick)} / ${badOf(abused, pick)}`;
   const bRows = [
-    bRow(`List a page of ${PAGE} (walking the label's ${f0(B_MESSAGES)} messages)`, `${B_LIST}/s`, (r) => r.list.latencies, errs((r) => r.list)),
-    bRow(`Metadata search (\`from=senderK@example.org\`, first page)`, `${B_SEARCH}/s`, (r) => r.search.latencies, errs((r) => r.search)),
-    bRow('Publish an event (POST /events)', `${B_EVENTS}/s`, (r) => r.publish.latencies, errs((r) => r.publish)),
-    bRow('Webhook delivery of those events to a healthy receiver (sent → received)', `${B_EVENTS}/s`, (r) => r.delivery, `${alone.reduce((n, r) => n + r.undelivered, 0)} / ${abused.reduce((n, r) => n + r.undelivered, 0)} undelivered`),
+    bRow(
+      `List a page of ${PAGE} (walking the label's ${f0(B_MESSAGES)} messages)`,
+      `${B_LIST}/s`,
+      (r) => r.list.latencies,
+      errs((r) => r.list),
+    ),
+    bRow(
+      `Metadata search (\`from=senderK@example.org\`, first page)`,
+      `${B_SEARCH}/s`,
+      (r) => r.search.latencies,
+      errs((r) => r.search),
+    ),
+    bRow(
+      'Publish an event (POST /events)',
+      `${B_EVENTS}/s`,
+      (r) => r.publish.latencies,
+      errs((r) => r.publish),
+    ),
+    bRow(
+      'Webhook delivery of those events to a healthy receiver (sent → received)',
+      `${B_EVENTS}/s`,
+      (r) => r.delivery,
+      `${alone.reduce((n, r) => n + r.undelivered, 0)} / ${abused.reduce((n, r) => n + r.undelivered, 0)} undelivered`,
+    ),
   ];
   const firstBad = [...alone, ...abused].flatMap((r) => [r.list, r.search, r.publish]).find((x) => x.firstBad)?.firstBad;
 
@@ -549,7 +668,10 @@ async function main(): Promise<void> {
   const aRows = [...kinds.values()].map((r) => {
     const five = count(r, (st) => st >= 500);
     fiveXX += five;
-    const statuses = [...r.statuses].sort(([x], [y]) => x - y).map(([st, n]) => `${st}: ${f0(n)}`).join(', ');
+    const statuses = [...r.statuses]
+      .sort(([x], [y]) => x - y)
+      .map(([st, n]) => `${st}: ${f0(n)}`)
+      .join(', ');
     return `| ${r.kind} | ${f0(count(r, (st) => st < 300))} | ${f0(count(r, (st) => st >= 400 && st < 500 && st !== 429))} | ${f0(count(r, (st) => st === 429))} | ${five ? `**${f0(five)}**` : '0'} | ${f0(r.dropped)} | ${statuses || '—'} |`;
   });
   // A raw answer's status line and body, without its headers.
@@ -564,7 +686,13 @@ async function main(): Promise<void> {
   const md = `## Tenant isolation (issue 28), ${POSTGRES ? 'PostgreSQL' : 'SQLite'}
 
 Machine: ${machine()}, shared with other sessions; load average ${load0.toFixed(2)} at the start, ${load1.toFixed(2)} at the end. One \`postern serve\` process on ${engine}; Dovecot 2.3; loopback: B's calls come from ${B_ADDRESS}, A's from ${A_ADDRESS}.
-Command: \`npm run bench:tenants${flags ? ` -- ${flags}` : ''}\`, ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC; ${ROUNDS} round(s) of ${SECONDS} s of B alone, then ${SECONDS} s of B with A abusing; medians of the rounds (each round's p99 in parentheses). Inboxes: A ${f0(A_MESSAGES)} messages, B ${f0(B_MESSAGES)} (INBOX, \`doveadm import\`). Unreachable webhook hosts: ${dns ? 'POSTERN_WEBHOOK_DNS_SERVERS is a name server on loopback that never answers' : 'names under `.invalid` (this Postern has no POSTERN_WEBHOOK_DNS_SERVERS; the system resolver refuses them at once)'}.${Object.keys(EXTRA_ENV).length ? ` Settings: ${Object.entries(EXTRA_ENV).map(([k, v]) => `${k}=${v}`).join(', ')}.` : ''}
+Command: \`npm run bench:tenants${flags ? ` -- ${flags}` : ''}\`, ${started.toISOString().slice(0, 16).replace('T', ' ')} UTC; ${ROUNDS} round(s) of ${SECONDS} s of B alone, then ${SECONDS} s of B with A abusing; medians of the rounds (each round's p99 in parentheses). Inboxes: A ${f0(A_MESSAGES)} messages, B ${f0(B_MESSAGES)} (INBOX, \`doveadm import\`). Unreachable webhook hosts: ${dns ? 'POSTERN_WEBHOOK_DNS_SERVERS is a name server on loopback that never answers' : 'names under `.invalid` (this Postern has no POSTERN_WEBHOOK_DNS_SERVERS; the system resolver refuses them at once)'}.${
+    Object.keys(EXTRA_ENV).length
+      ? ` Settings: ${Object.entries(EXTRA_ENV)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(', ')}.`
+      : ''
+  }
 
 B, latency in ms from the moment each call was due (open loop):
 

@@ -31,13 +31,36 @@ import { ROOT } from '../lib/paths.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
 import { spawnPostern, type Listening } from '../test/processes.ts';
-import { agent, benchServerEnv, cpuSeconds, eachLimit, f0, f1, get, getJson, log, machine, median, now, pct, rssMb, runBench, seed, sleep, sse } from './common.ts';
+import {
+  agent,
+  benchServerEnv,
+  cpuSeconds,
+  eachLimit,
+  f0,
+  f1,
+  get,
+  getJson,
+  log,
+  machine,
+  median,
+  now,
+  pct,
+  rssMb,
+  runBench,
+  seed,
+  sleep,
+  sse,
+} from './common.ts';
 import { writeResults } from './results.ts';
 
 const sh = promisify(execFile);
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
-const ONLY = process.argv.find((a) => a.startsWith('--only='))?.slice(7).split(',') ?? null;
+const ONLY =
+  process.argv
+    .find((a) => a.startsWith('--only='))
+    ?.slice(7)
+    .split(',') ?? null;
 const want = (part: 'watch' | 'index') => !ONLY || ONLY.includes(part);
 const envInt = (name: string, fallback: number) => {
   const v = process.env[name];
@@ -228,7 +251,8 @@ interface WireEvent {
 
 function eventKey(e: WireEvent): string {
   const d = e.data ?? {};
-  if (e.type === 'message.added' && d.labelId && d.uid !== undefined && d.msgId) msgIds.set(placeKey(e.containerid ?? '', d.labelId, d.uid), d.msgId);
+  if (e.type === 'message.added' && d.labelId && d.uid !== undefined && d.msgId)
+    msgIds.set(placeKey(e.containerid ?? '', d.labelId, d.uid), d.msgId);
   return `${e.type}|${e.containerid ?? ''}|${d.labelId}|${e.type === 'message.added' ? d.uid : d.msgId}`;
 }
 
@@ -246,13 +270,23 @@ async function mailAppChange(env: MailEnv, inbox: BenchInbox, n: number): Promis
     return id;
   };
   // A mail app logged in as the user (through the master user, as any client could with a password).
-  const app = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: `${inbox.user}*${env.master.user}`, pass: env.master.password }, logger: false, disableAutoIdle: true });
+  const app = new ImapFlow({
+    host: env.imap.host,
+    port: env.imap.port,
+    secure: false,
+    auth: { user: `${inbox.user}*${env.master.user}`, pass: env.master.password },
+    logger: false,
+    disableAutoIdle: true,
+  });
   app.on('error', () => undefined);
   await app.connect();
   try {
     if (kind === 'append') {
       const at = now();
-      const res = await app.append(folder, `From: app@example.org\r\nTo: ${inbox.user}\r\nSubject: change ${n}\r\nMessage-ID: <change.${n}.${Date.now()}@example.org>\r\n\r\nbody ${n}\r\n`);
+      const res = await app.append(
+        folder,
+        `From: app@example.org\r\nTo: ${inbox.user}\r\nSubject: change ${n}\r\nMessage-ID: <change.${n}.${Date.now()}@example.org>\r\n\r\nbody ${n}\r\n`,
+      );
       if (!res || !res.uid) throw new Error('APPEND gave no UID');
       const expected: Expected = { type: 'message.added', inboxId: inbox.id, labelId: label(folder), uid: res.uid };
       inbox.arriving.push({ folder, uid: res.uid, key: arrivalKey(expected)! });
@@ -269,7 +303,10 @@ async function mailAppChange(env: MailEnv, inbox: BenchInbox, n: number): Promis
     const res = await app.messageMove(String(uid), to, { uid: true });
     const cmdMs = now() - at;
     const moved = res && res.uidMap ? res.uidMap.get(uid) : undefined;
-    if (moved === undefined) throw new Error(`MOVE of ${folder} UID ${uid} to ${to} gave no COPYUID: ${JSON.stringify(res, (_k, v: unknown) => (v instanceof Map ? [...v] : typeof v === 'bigint' ? String(v) : v))}`);
+    if (moved === undefined)
+      throw new Error(
+        `MOVE of ${folder} UID ${uid} to ${to} gave no COPYUID: ${JSON.stringify(res, (_k, v: unknown) => (v instanceof Map ? [...v] : typeof v === 'bigint' ? String(v) : v))}`,
+      );
     // Not touched again: a message moved back would repeat its first removal's key.
     return {
       kind,
@@ -336,7 +373,12 @@ async function watchRun(
     }
     if (mode === 'notify') {
       log(`  notify: waiting for ${inboxes.length} NOTIFY watchers…`);
-      await until(`${inboxes.length} watcher connections`, async () => (await imapConnections(pid, env.imap.port)) >= inboxes.length, 15 * 60_000, 1000);
+      await until(
+        `${inboxes.length} watcher connections`,
+        async () => (await imapConnections(pid, env.imap.port)) >= inboxes.length,
+        15 * 60_000,
+        1000,
+      );
     }
     const readyMs = now() - t0;
     log(`  ${mode}: ready in ${f1(readyMs / 1000)} s`);
@@ -349,7 +391,10 @@ async function watchRun(
         for (const l of labels) inbox.labels.set(l.name, l.id);
         for (const folder of Object.keys(SEEDED)) {
           const labelId = inbox.labels.get(folder)!;
-          const page = await getJson<{ messages: Array<{ uid: number; id: string }> }>(`${base}/inboxes/${inbox.id}/labels/${labelId}/messages?limit=100`, auth);
+          const page = await getJson<{ messages: Array<{ uid: number; id: string }> }>(
+            `${base}/inboxes/${inbox.id}/labels/${labelId}/messages?limit=100`,
+            auth,
+          );
           for (const m of page.messages) msgIds.set(placeKey(inbox.id, labelId, m.uid), m.id);
         }
       });
@@ -412,15 +457,37 @@ async function watchRun(
     for (const c of done) {
       const at = c.expected.map(arrived);
       if (at.some((x) => x === undefined)) {
-        if (missing++ < 5) log(`    missing: ${c.kind} ${JSON.stringify(c.expected.filter((e) => arrived(e) === undefined).map((e) => ({ ...e, key: arrivalKey(e) })))}`);
+        if (missing++ < 5)
+          log(
+            `    missing: ${c.kind} ${JSON.stringify(c.expected.filter((e) => arrived(e) === undefined).map((e) => ({ ...e, key: arrivalKey(e) })))}`,
+          );
         continue;
       }
       const ms = Math.max(...(at as number[])) - c.at;
       lat.push(ms);
       byKind[c.kind].push(ms);
     }
-    log(`  ${mode}: ${done.length} changes (${failed} failed), p50 ${f0(median(lat))} ms, p99 ${f0(pct(lat, 0.99))} ms, ${missing} missing; connections idle ${idleConns}, max ${Math.max(...s.conns)}; RSS max ${f0(Math.max(...s.rss))} MB; ${f1(cores)} cores`);
-    result = { mode, readyMs, changes: done.length, failed, firstFailure, missing, lat, byKind, cmd: done.map((c) => c.cmdMs), idleConns, conns: s.conns, imapProcs: s.imapProcs, imapPss: s.imapPss, rss: s.rss, cores, lagMs };
+    log(
+      `  ${mode}: ${done.length} changes (${failed} failed), p50 ${f0(median(lat))} ms, p99 ${f0(pct(lat, 0.99))} ms, ${missing} missing; connections idle ${idleConns}, max ${Math.max(...s.conns)}; RSS max ${f0(Math.max(...s.rss))} MB; ${f1(cores)} cores`,
+    );
+    result = {
+      mode,
+      readyMs,
+      changes: done.length,
+      failed,
+      firstFailure,
+      missing,
+      lat,
+      byKind,
+      cmd: done.map((c) => c.cmdMs),
+      idleConns,
+      conns: s.conns,
+      imapProcs: s.imapProcs,
+      imapPss: s.imapPss,
+      rss: s.rss,
+      cores,
+      lagMs,
+    };
   } finally {
     stopMs = await stopServer(server.child);
   }
@@ -473,7 +540,7 @@ async function indexRun(env: MailEnv, common: Record<string, string>, dir: strin
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let out = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
   const [code] = (await once(child, 'exit')) as [number | null];
   if (code !== 0) throw new Error(`bench/mail-index.ts exited with ${code}`);
   const foregroundMs = (JSON.parse(out.trim().split('\n').at(-1)!) as { ms: number }).ms;
@@ -481,7 +548,13 @@ async function indexRun(env: MailEnv, common: Record<string, string>, dir: strin
 
   // Push mode, as deployed; the sweep every second picks up an inbox another process added
   // (`postern admin inbox add` writes the store) and fills it in the background lane.
-  const server = await spawnPostern({ ...serverEnv, POSTERN_WATCH: 'push', POSTERN_HINT_LISTEN: env.hints.listen, POSTERN_HINT_SECRET: env.hints.secret, POSTERN_WATCH_SWEEP_MS: '1000' });
+  const server = await spawnPostern({
+    ...serverEnv,
+    POSTERN_WATCH: 'push',
+    POSTERN_HINT_LISTEN: env.hints.listen,
+    POSTERN_HINT_SECRET: env.hints.secret,
+    POSTERN_WATCH_SWEEP_MS: '1000',
+  });
   const pid = server.child.pid!;
   try {
     await until('the reader inbox indexed', () => seededCount(dbFile, [reader.id]) === 1, 120_000);
@@ -531,7 +604,9 @@ async function indexRun(env: MailEnv, common: Record<string, string>, dir: strin
     const cores = (cpuSeconds(pid) - cpu0) / (ms / 1000);
     const hugeLabels = await getJson<{ labels: Array<{ name: string; total: number }> }>(`${base}/inboxes/${huge.id}/labels`, auth);
     const messages = hugeLabels.labels.reduce((sum, l) => sum + l.total, 0);
-    log(`  index of ${f0(messages)}: ${f1(ms / 1000)} s; reads meanwhile p50 ${f1(median(during))} ms, p99 ${f1(pct(during, 0.99))} ms (${during.length})`);
+    log(
+      `  index of ${f0(messages)}: ${f1(ms / 1000)} s; reads meanwhile p50 ${f1(median(during))} ms, p99 ${f1(pct(during, 0.99))} ms (${during.length})`,
+    );
     return { foregroundMs, ms, messages, baseline, during, rssMax, cores, seedMs };
   } finally {
     await stopServer(server.child);
@@ -555,7 +630,7 @@ async function main(): Promise<void> {
       const member = await admin.admin.addMember(project.id, 'bench@example.org');
       const stamp = Date.now().toString(36);
       log(`creating ${INBOXES} users with ${SEEDED.INBOX + SEEDED.Archive} messages each…`);
-      let t = now();
+      const t = now();
       const users = Array.from({ length: INBOXES }, (_, i) => `bw-${stamp}-${i}@${env.domain}`);
       for (const user of users) await addUser(env, user, 'pw');
       await eachLimit(users, 6, (user) => seed(env, user, SEEDED, false));
@@ -564,8 +639,14 @@ async function main(): Promise<void> {
         const { id } = await admin.admin.addInbox({ projectId: project.id, imapUser: user, addresses: [user] });
         await admin.admin.grant(member.id, id, 'owner');
         const untouched = new Map<Folder, number[]>(FOLDERS.map((f) => [f, []]));
-        untouched.set('INBOX', Array.from({ length: SEEDED.INBOX }, (_, i) => i + 1));
-        untouched.set('Archive', Array.from({ length: SEEDED.Archive }, (_, i) => i + 1));
+        untouched.set(
+          'INBOX',
+          Array.from({ length: SEEDED.INBOX }, (_, i) => i + 1),
+        );
+        untouched.set(
+          'Archive',
+          Array.from({ length: SEEDED.Archive }, (_, i) => i + 1),
+        );
         inboxes.push({ id, user, labels: new Map(), untouched, arriving: [] });
       }
       const token = (await admin.admin.createToken({ memberId: member.id, scopes: ['events:read', 'messages:read'] })).token;
@@ -589,9 +670,11 @@ async function main(): Promise<void> {
     const ratio = (a: number, b: number) => (Number.isFinite(a / b) ? (a / b).toFixed(2) : '—');
     const rows: string[] = [];
     if (push && notify) {
-      const lat = (r: WatchRun) => `p50 ${f0(median(r.lat))} ms, p99 ${f0(pct(r.lat, 0.99))} ms, max ${f0(max(r.lat))} ms; ${r.missing} of ${r.changes} missing${r.failed ? `, ${r.failed} changes failed (${r.firstFailure})` : ''}`;
+      const lat = (r: WatchRun) =>
+        `p50 ${f0(median(r.lat))} ms, p99 ${f0(pct(r.lat, 0.99))} ms, max ${f0(max(r.lat))} ms; ${r.missing} of ${r.changes} missing${r.failed ? `, ${r.failed} changes failed (${r.firstFailure})` : ''}`;
       const stop = (r: WatchRun) => (Number.isFinite(r.stopMs) ? `${f1(r.stopMs / 1000)} s` : 'not within a minute: killed');
-      const kinds = (r: WatchRun) => (['append', 'flag', 'move'] as const).map((k) => `${k} ${f0(median(r.byKind[k]))}/${f0(pct(r.byKind[k], 0.99))}`).join(', ');
+      const kinds = (r: WatchRun) =>
+        (['append', 'flag', 'move'] as const).map((k) => `${k} ${f0(median(r.byKind[k]))}/${f0(pct(r.byKind[k], 0.99))}`).join(', ');
       rows.push(
         `| Mail app change → project \`GET /events\` live stream, ${f0(INBOXES)} inboxes × 20 messages, ${RATE} changes/s for ${SECONDS} s, nobody streaming an inbox | push: ${lat(push)} | a NOTIFY watcher per inbox: ${lat(notify)} | p99 ×${ratio(pct(push.lat, 0.99), pct(notify.lat, 0.99))} | p99 < 2 s, none missing |`,
         `| Same, p50/p99 ms by kind (a move is done when both its events arrived) | ${kinds(push)} | ${kinds(notify)} | — | — |`,

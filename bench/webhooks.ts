@@ -123,24 +123,34 @@ async function setup(dir: string): Promise<Setup> {
     const { id: memberId } = await admin.addMember(projectId, 'bench@example.org');
     token = (await admin.createToken({ memberId, scopes: ['events:write', 'events:read', 'project:read', 'webhooks:write'] })).token;
     const events = new EventLog(store.events, new MemoryBus(), { settleMs: 0 });
-    await events.registerType(projectId, { name: 'ext.bench.happened', description: 'benchmark event', data: [{ name: 'payload', type: 'string' }, { name: 't', type: 'integer' }] });
+    await events.registerType(projectId, {
+      name: 'ext.bench.happened',
+      description: 'benchmark event',
+      data: [
+        { name: 'payload', type: 'string' },
+        { name: 't', type: 'integer' },
+      ],
+    });
   } finally {
     await store.close();
   }
   const profile = process.env.BENCH_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [];
-  const server = await spawnPostern({
-    ...NO_RATE_LIMITS,
-    POSTERN_PORT: '0',
-    POSTERN_LOG_LEVEL: 'warn',
-    POSTERN_IMAP_MASTER_PASSWORD: 'unused',
-    POSTERN_MASTER_KEY: MASTER_KEY,
-    POSTERN_MAX_CONNECTIONS_PER_ADDRESS: '0',
-    POSTERN_EVENTS_SETTLE_MS: '0',
-    POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: '1',
-    POSTERN_WEBHOOK_ALLOW: '127.0.0.1/32',
-    POSTERN_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
-    ...storeEnv,
-  }, profile);
+  const server = await spawnPostern(
+    {
+      ...NO_RATE_LIMITS,
+      POSTERN_PORT: '0',
+      POSTERN_LOG_LEVEL: 'warn',
+      POSTERN_IMAP_MASTER_PASSWORD: 'unused',
+      POSTERN_MASTER_KEY: MASTER_KEY,
+      POSTERN_MAX_CONNECTIONS_PER_ADDRESS: '0',
+      POSTERN_EVENTS_SETTLE_MS: '0',
+      POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK: '1',
+      POSTERN_WEBHOOK_ALLOW: '127.0.0.1/32',
+      POSTERN_WEBHOOK_CONCURRENCY: String(CONCURRENCY),
+      ...storeEnv,
+    },
+    profile,
+  );
   return {
     url: `${server.url}/v1`,
     pid: server.child.pid!,
@@ -165,11 +175,14 @@ function send(method: string, url: string, token: string | null, body?: unknown)
         host: u.hostname,
         port: u.port,
         path: u.pathname + u.search,
-        headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {}) },
+        headers: {
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+          ...(data ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(data) } : {}),
+        },
       },
       (res) => {
         let text = '';
-        res.on('data', (c: Buffer) => (text += c));
+        res.on('data', (c: Buffer) => (text += c.toString()));
         res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
       },
     );
@@ -188,7 +201,8 @@ async function remove(s: Setup, id: string): Promise<void> {
   await send('DELETE', `${s.url}/webhooks/${id}`, s.token);
 }
 
-const publishOne = (s: Setup) => send('POST', `${s.url}/events`, s.token, { type: 'ext.bench.happened', data: { payload: PAYLOAD, t: Math.round(now()) } });
+const publishOne = (s: Setup) =>
+  send('POST', `${s.url}/events`, s.token, { type: 'ext.bench.happened', data: { payload: PAYLOAD, t: Math.round(now()) } });
 
 /** Publishes RATE events/s for `seconds`, open loop (each on its tick, whatever the answers). */
 async function publish(s: Setup, seconds: number): Promise<number> {
@@ -199,9 +213,11 @@ async function publish(s: Setup, seconds: number): Promise<number> {
     const due = start + (i * 1000) / RATE;
     const wait = due - now();
     if (wait > 0) await sleep(wait);
-    sent.push(publishOne(s).then((r) => {
-      if (r.status !== 201) throw new Error(`POST /events: ${r.status} ${r.body}`);
-    }));
+    sent.push(
+      publishOne(s).then((r) => {
+        if (r.status !== 201) throw new Error(`POST /events: ${r.status} ${r.body}`);
+      }),
+    );
   }
   await Promise.all(sent);
   return total;
@@ -282,7 +298,12 @@ async function throughput(s: Setup, rx: Receivers): Promise<{ rate: number; cpuM
   const page = await send('GET', `${s.url}/events?types=ext.bench.happened&limit=500`, s.token);
   const events = (JSON.parse(page.body) as { events: Array<{ type: string; time: string }> }).events;
   await remove(s, id);
-  return { rate, cpuMs, pgCpuMs, bodies: events.map((e) => JSON.stringify({ type: e.type, timestamp: e.time, data: { ...e, cursor: 'x'.repeat(60) } })) };
+  return {
+    rate,
+    cpuMs,
+    pgCpuMs,
+    bodies: events.map((e) => JSON.stringify({ type: e.type, timestamp: e.time, data: { ...e, cursor: 'x'.repeat(60) } })),
+  };
 }
 
 /** The baseline of (2): a bare loop POSTing `bodies` round-robin, CONCURRENCY at a time, keep-alive. */
@@ -293,10 +314,26 @@ async function bareLoop(rx: Receivers, bodies: string[]): Promise<number> {
   let next = 0;
   const post = (body: string) =>
     new Promise<void>((resolve, reject) => {
-      const req = request({ agent: bare, method: 'POST', host: u.hostname, port: u.port, path, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), 'webhook-id': 'evt_x', 'webhook-timestamp': '0', 'webhook-signature': 'v1,x' } }, (res) => {
-        res.resume();
-        res.on('end', resolve);
-      });
+      const req = request(
+        {
+          agent: bare,
+          method: 'POST',
+          host: u.hostname,
+          port: u.port,
+          path,
+          headers: {
+            'content-type': 'application/json',
+            'content-length': Buffer.byteLength(body),
+            'webhook-id': 'evt_x',
+            'webhook-timestamp': '0',
+            'webhook-signature': 'v1,x',
+          },
+        },
+        (res) => {
+          res.resume();
+          res.on('end', resolve);
+        },
+      );
       req.on('error', reject);
       req.end(body);
     });
@@ -354,8 +391,15 @@ async function main(): Promise<void> {
   const rate = median(rates);
   const bareRate = median(bare);
   const ratio = rate / bareRate;
-  const engine = POSTGRES ? 'PostgreSQL (the mail environment\'s cluster, fsync off)' : 'SQLite';
-  const flags = [QUICK ? '--quick' : '', POSTGRES ? '--postgres' : '', THROUGHPUT_ONLY ? '--throughput-only' : '', ROUNDS !== (QUICK ? 1 : 3) ? `--rounds=${ROUNDS}` : ''].filter(Boolean).join(' ');
+  const engine = POSTGRES ? "PostgreSQL (the mail environment's cluster, fsync off)" : 'SQLite';
+  const flags = [
+    QUICK ? '--quick' : '',
+    POSTGRES ? '--postgres' : '',
+    THROUGHPUT_ONLY ? '--throughput-only' : '',
+    ROUNDS !== (QUICK ? 1 : 3) ? `--rounds=${ROUNDS}` : '',
+  ]
+    .filter(Boolean)
+    .join(' ');
   const met = (ok: boolean) => (ok ? 'met' : '**not met**');
   const rows = [
     THROUGHPUT_ONLY

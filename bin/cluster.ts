@@ -47,9 +47,13 @@ export async function runPrimary(
   let metrics: MetricsServer | null = null;
   if (metricsListen) {
     try {
-      metrics = await listenMetrics(metricsListen, clusterMetrics(), (err) => note({ event: 'gathering the workers\' metrics failed', error: (err as Error).message }));
+      metrics = await listenMetrics(metricsListen, clusterMetrics(), (err) =>
+        note({ event: "gathering the workers' metrics failed", error: (err as Error).message }),
+      );
     } catch (err) {
-      process.stdout.write(`${JSON.stringify({ error: `POSTERN_METRICS_LISTEN: cannot listen on ${metricsListen.host}:${metricsListen.port}: ${(err as Error).message}` })}\n`);
+      process.stdout.write(
+        `${JSON.stringify({ error: `POSTERN_METRICS_LISTEN: cannot listen on ${metricsListen.host}:${metricsListen.port}: ${(err as Error).message}` })}\n`,
+      );
       return 1;
     }
   }
@@ -125,14 +129,22 @@ export async function runPrimary(
 
   for (let i = 0; i < workers; i++) fork();
   const signal = untilSignal();
-  const outcome = await Promise.race([ready.then((u) => ({ url: u }), (err: Error) => ({ err })), signal.then(() => null)]);
+  const outcome = await Promise.race([
+    ready.then(
+      (u) => ({ url: u }),
+      (err: Error) => ({ err }),
+    ),
+    signal.then(() => null),
+  ]);
   if (outcome && 'err' in outcome) {
     note({ error: outcome.err.message });
     await stopAll();
     return 1;
   }
   if (outcome) {
-    process.stdout.write(`${JSON.stringify({ listening: outcome.url, baseUrl: `${outcome.url}/v1`, appUrl: `${outcome.url}/api/v1`, workers, ...(metrics ? { metrics: `${metrics.url}/metrics` } : {}) })}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ listening: outcome.url, baseUrl: `${outcome.url}/v1`, appUrl: `${outcome.url}/api/v1`, workers, ...(metrics ? { metrics: `${metrics.url}/metrics` } : {}) })}\n`,
+    );
     await signal;
   }
   await stopAll();

@@ -81,15 +81,36 @@ function seconds(value: string | undefined, name: string): number | undefined {
   return Number(value);
 }
 
-const list = (value: string) => value.split(',').map((s) => s.trim()).filter(Boolean);
+const list = (value: string) =>
+  value
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 
 const ADMIN_COMMANDS = [
-  'project create', 'project list', 'project show', 'project delete',
-  'member add', 'member list', 'member remove', 'member set-key', 'member invite',
-  'inbox add', 'inbox list', 'inbox show', 'inbox remove', 'inbox status', 'inbox rotate-key',
-  'token create', 'token list', 'token revoke',
-  'session create', 'session list', 'session revoke',
-  'webhook list', 'webhook disable',
+  'project create',
+  'project list',
+  'project show',
+  'project delete',
+  'member add',
+  'member list',
+  'member remove',
+  'member set-key',
+  'member invite',
+  'inbox add',
+  'inbox list',
+  'inbox show',
+  'inbox remove',
+  'inbox status',
+  'inbox rotate-key',
+  'token create',
+  'token list',
+  'token revoke',
+  'session create',
+  'session list',
+  'session revoke',
+  'webhook list',
+  'webhook disable',
 ];
 
 /** Commands that delete or end something for good: they act only with --yes. */
@@ -351,7 +372,12 @@ async function storeFile(command: 'backup' | 'export' | 'import', args: string[]
 }
 
 async function demoSeed(args: string[]): Promise<unknown> {
-  const v = flags(args, { mx: { type: 'string' }, domain: { type: 'string' }, password: { type: 'string' }, 'public-url': { type: 'string' } });
+  const v = flags(args, {
+    mx: { type: 'string' },
+    domain: { type: 'string' },
+    password: { type: 'string' },
+    'public-url': { type: 'string' },
+  });
   const mx = /^([^\s:]+):(\d{1,5})$/.exec(required(v, 'mx'));
   if (!mx) throw new UsageError('--mx must be host:port');
   const { runDemoSeed, DEMO_PASSWORD } = await import('../scripts/demo-seed.ts');
@@ -393,7 +419,9 @@ async function serve(args: string[]): Promise<number> {
     process.on('SIGINT', ignore);
     process.on('SIGTERM', ignore);
   } else {
-    process.stdout.write(`${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1`, ...(metricsUrl ? { metrics: `${metricsUrl}/metrics` } : {}) })}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ listening: url, baseUrl: `${url}/v1`, appUrl: `${url}/api/v1`, ...(metricsUrl ? { metrics: `${metricsUrl}/metrics` } : {}) })}\n`,
+    );
     await untilSignal();
   }
   // Requests under way finish (within POSTERN_SHUTDOWN_GRACE_MS), streams are told to reconnect.
@@ -453,8 +481,9 @@ async function main(argv: string[]): Promise<number> {
     }
   } catch (err) {
     const usage = err instanceof UsageError || (err instanceof DumpError && err.usage);
-    const known = usage || err instanceof DomainError || err instanceof ConfigError || err instanceof MasterKeyError || err instanceof DumpError;
-    const message = known ? (err as Error).message : `unexpected failure: ${(err as Error).message ?? String(err)}`;
+    const known =
+      usage || err instanceof DomainError || err instanceof ConfigError || err instanceof MasterKeyError || err instanceof DumpError;
+    const message = known ? err.message : `unexpected failure: ${(err as Error).message ?? String(err)}`;
     process.stdout.write(`${JSON.stringify({ error: message })}\n`);
     if (err instanceof UsageError) process.stderr.write(`${USAGE}\n`);
     else if (!known) process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);

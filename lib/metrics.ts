@@ -145,7 +145,11 @@ export class Metrics implements Recorders {
     });
 
     // 1 per process: summed over a cluster's workers, it says how many answered the scrape.
-    new Gauge({ name: 'postern_processes', help: 'Postern processes whose metrics this scrape holds (the workers, with POSTERN_WORKERS)', registers }).set(1);
+    new Gauge({
+      name: 'postern_processes',
+      help: 'Postern processes whose metrics this scrape holds (the workers, with POSTERN_WORKERS)',
+      registers,
+    }).set(1);
 
     const samples = () => this.samples;
     new Gauge({
@@ -197,7 +201,12 @@ export class Metrics implements Recorders {
       labelNames: ['outcome'],
       registers,
     });
-    const sweepDuration = new Histogram({ name: 'postern_sweep_duration_seconds', help: 'Sweeps of every inbox this process ran, and how long each took', buckets: SWEEP_BUCKETS, registers });
+    const sweepDuration = new Histogram({
+      name: 'postern_sweep_duration_seconds',
+      help: 'Sweeps of every inbox this process ran, and how long each took',
+      buckets: SWEEP_BUCKETS,
+      registers,
+    });
     const lostHints = new Counter({
       name: 'postern_sweep_lost_hints_total',
       help: 'Inboxes whose changes a sweep found that no push hint had announced (lost hints)',
@@ -211,7 +220,12 @@ export class Metrics implements Recorders {
       },
     };
 
-    const passes = new Counter({ name: 'postern_sync_passes_total', help: 'Index sync passes, by outcome', labelNames: ['outcome'], registers });
+    const passes = new Counter({
+      name: 'postern_sync_passes_total',
+      help: 'Index sync passes, by outcome',
+      labelNames: ['outcome'],
+      registers,
+    });
     const lag = new Histogram({
       name: 'postern_index_lag_seconds',
       help: 'From the first request for a sync pass (a push hint, a watcher, a read) to the index having it',
@@ -231,7 +245,12 @@ export class Metrics implements Recorders {
       labelNames: ['origin', 'outcome'],
       registers,
     });
-    const reads = new Counter({ name: 'postern_event_reads_total', help: 'Reads of the event log, by kind (page: GET /events; backfill: a stream or webhook catching up)', labelNames: ['kind'], registers });
+    const reads = new Counter({
+      name: 'postern_event_reads_total',
+      help: 'Reads of the event log, by kind (page: GET /events; backfill: a stream or webhook catching up)',
+      labelNames: ['kind'],
+      registers,
+    });
     this.events = { appended: (origin, outcome) => appends.inc({ origin, outcome }), read: (kind) => reads.inc({ kind }) };
     new Gauge({
       name: 'postern_event_log_readers',
@@ -254,8 +273,19 @@ export class Metrics implements Recorders {
       },
     });
 
-    const sends = new Counter({ name: 'postern_sends_total', help: 'Send requests that reached the relay, by outcome', labelNames: ['outcome'], registers });
-    const relay = new Histogram({ name: 'postern_relay_duration_seconds', help: "The relay's part of a send (Postfix submission), by outcome", labelNames: ['outcome'], buckets: RELAY_BUCKETS, registers });
+    const sends = new Counter({
+      name: 'postern_sends_total',
+      help: 'Send requests that reached the relay, by outcome',
+      labelNames: ['outcome'],
+      registers,
+    });
+    const relay = new Histogram({
+      name: 'postern_relay_duration_seconds',
+      help: "The relay's part of a send (Postfix submission), by outcome",
+      labelNames: ['outcome'],
+      buckets: RELAY_BUCKETS,
+      registers,
+    });
     this.send = { sent: (outcome) => sends.inc({ outcome }), relayed: (seconds, outcome) => relay.observe({ outcome }, seconds) };
 
     new Gauge({
@@ -268,7 +298,12 @@ export class Metrics implements Recorders {
         if (s) this.set(await s.unsealedMessages());
       },
     });
-    const deliveries = new Counter({ name: 'postern_webhook_deliveries_total', help: 'Webhook delivery attempts, by outcome', labelNames: ['outcome'], registers });
+    const deliveries = new Counter({
+      name: 'postern_webhook_deliveries_total',
+      help: 'Webhook delivery attempts, by outcome',
+      labelNames: ['outcome'],
+      registers,
+    });
     this.webhooks = { attempted: (outcome) => deliveries.inc({ outcome }) };
     new Gauge({
       name: 'postern_webhook_queue_age_seconds',

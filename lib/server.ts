@@ -148,10 +148,13 @@ export async function openPostern(config: Config, log: Logger = pino({ level: co
   // Never a default: without a well-formed master key the service does not start (MasterKeyError).
   MasterKey.parse(config.masterKey);
   // Only what the error says: pg attaches its whole client (connection state, every prepared statement) to it.
-  const onIdleError = (err: Error & { code?: string }) => log.warn({ err: { message: err.message, code: err.code } }, 'an idle PostgreSQL connection failed; the pool opens another');
+  const onIdleError = (err: Error & { code?: string }) =>
+    log.warn({ err: { message: err.message, code: err.code } }, 'an idle PostgreSQL connection failed; the pool opens another');
   // Kept reads (docs/deployment.md): while the listening connection is not heard to, every read goes to the database.
   const onListenerState = (live: boolean, why: string) =>
-    live ? log.info({ why }, 'PostgreSQL changes are heard: kept reads are served') : log.warn({ why }, 'PostgreSQL changes may not be heard: every read goes to the database until they are');
+    live
+      ? log.info({ why }, 'PostgreSQL changes are heard: kept reads are served')
+      : log.warn({ why }, 'PostgreSQL changes may not be heard: every read goes to the database until they are');
   const store = await openStore(config, { onIdleError, onListenerState });
   try {
     return createPostern(config, store, log);
@@ -199,7 +202,11 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       ? new ClusterBus()
       : new MemoryBus();
   const eventStore = store.events;
-  events = new EventLog(eventStore, bus, { settleMs: config.events.settleMs, log: log.child({ part: 'events' }), metrics: recorders.events });
+  events = new EventLog(eventStore, bus, {
+    settleMs: config.events.settleMs,
+    log: log.child({ part: 'events' }),
+    metrics: recorders.events,
+  });
   const eventLog = events;
   const mailChanges = new MailChangeRecorder(directory, eventLog, log.child({ part: 'mail-events' }));
   // Inbox streams hear the changes every process sharing the store applies, over the same bus.
@@ -212,13 +219,20 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   // A durable job: every unsealed message of a zero-access inbox, found by sweeps and at start.
   // A round that replaced messages asks for a sync, so the index drops the originals.
   let mailMirrorRef: MailMirror | null = null;
-  const resealer = new Resealer(directory, keys, new ImapMessageReplacer(mailSource.pool, mailIndex), store.resealJobs, log.child({ part: 'reseal' }), {
-    holder: mailLive.origin,
-    onReplaced: (inbox) => void mailMirrorRef?.nudge(inbox, { background: true }),
-    ensureIndexed: async (inbox) => {
-      if (!(await mailIndex.isSeeded(inbox.id))) void mailMirrorRef?.nudge(inbox, { background: true });
+  const resealer = new Resealer(
+    directory,
+    keys,
+    new ImapMessageReplacer(mailSource.pool, mailIndex),
+    store.resealJobs,
+    log.child({ part: 'reseal' }),
+    {
+      holder: mailLive.origin,
+      onReplaced: (inbox) => void mailMirrorRef?.nudge(inbox, { background: true }),
+      ensureIndexed: async (inbox) => {
+        if (!(await mailIndex.isSeeded(inbox.id))) void mailMirrorRef?.nudge(inbox, { background: true });
+      },
     },
-  });
+  );
   let bounces: BounceMatcher | null = null;
   const onChanges = (inboxId: string, changes: readonly LiveChange[]) => {
     mailChanges.onChanges(inboxId, changes);
@@ -240,20 +254,61 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   // The ingress's pool of sessions to Dovecot, closed after the ingress on shutdown.
   const dovecotLmtp = new DovecotLmtp(config.ingress.dovecot);
   const lmtp = config.ingress.listen
-    ? new LmtpIngress(new Ingress(directory, keys, dovecotLmtp, eventLog, log.child({ part: 'ingress' }), (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve(), config.ingress.recipientDelimiter), { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) })
+    ? new LmtpIngress(
+        new Ingress(
+          directory,
+          keys,
+          dovecotLmtp,
+          eventLog,
+          log.child({ part: 'ingress' }),
+          (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve(),
+          config.ingress.recipientDelimiter,
+        ),
+        { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) },
+      )
     : null;
   const mail = new MailService(mailIndex, mailMirror, mailSource, mailChanges.expect, mailChanges.expectLabels);
   const mailSearch = new MailSearch(mailIndex, mailMirror, mailSource, config.search);
   const sealed = new SealedMail(mail, mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), keys, keyStore);
   const userKeys = new UserKeys(keyStore, keys);
   // Sending: Postfix submission as each inbox's user; Sent copies from the durable outbox.
-  const relay = new SmtpRelay({ ...config.smtp, masterUser: config.imap.masterUser, masterPassword: config.imap.masterPassword, masterSeparator: config.imap.masterSeparator }, log.child({ part: 'relay' }));
+  const relay = new SmtpRelay(
+    {
+      ...config.smtp,
+      masterUser: config.imap.masterUser,
+      masterPassword: config.imap.masterPassword,
+      masterSeparator: config.imap.masterSeparator,
+    },
+    log.child({ part: 'relay' }),
+  );
   const { outbox } = store;
   // One memory budget for the send bodies and the Sent copies being filed.
   const sendMemory = new BodyGate(SEND_MEMORY_BUDGET);
-  const sentCopies = new SentCopies(outbox, directory, new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)), log.child({ part: 'outbox' }), { memory: sendMemory, yieldMs: config.send.copyYieldMs });
-  bounces = new BounceMatcher(mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), outbox, directory, eventLog, log.child({ part: 'bounces' }));
-  const send = new SendService(relay, outbox, eventLog, config.send, sentCopies, log.child({ part: 'send' }), async (inboxId, raw) => seal(raw, await keys.current(inboxId)), recorders.send);
+  const sentCopies = new SentCopies(
+    outbox,
+    directory,
+    new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)),
+    log.child({ part: 'outbox' }),
+    { memory: sendMemory, yieldMs: config.send.copyYieldMs },
+  );
+  bounces = new BounceMatcher(
+    mailIndex,
+    new ImapMessageBodies(mailSource.pool, mailIndex),
+    outbox,
+    directory,
+    eventLog,
+    log.child({ part: 'bounces' }),
+  );
+  const send = new SendService(
+    relay,
+    outbox,
+    eventLog,
+    config.send,
+    sentCopies,
+    log.child({ part: 'send' }),
+    async (inboxId, raw) => seal(raw, await keys.current(inboxId)),
+    recorders.send,
+  );
   const watchAll = new WatchAll({
     mode: config.watch.mode,
     reason: config.watch.reason,
@@ -273,7 +328,14 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   onInboxRemoved = (id) => watchAll.removed(id);
   const hints = config.watch.hints;
   const hintListener = hints
-    ? new HintListener({ host: hints.host, port: hints.port, secret: hints.secret, onHint: (user) => watchAll.hint(user), onRefused: () => watchAll.refused(), log: log.child({ part: 'hints' }) })
+    ? new HintListener({
+        host: hints.host,
+        port: hints.port,
+        secret: hints.secret,
+        onHint: (user) => watchAll.hint(user),
+        onRefused: () => watchAll.refused(),
+        log: log.child({ part: 'hints' }),
+      })
     : null;
   // Ends live streams whose credential or inbox access went away (one timer for all of them).
   const streamGuard = new StreamGuard(access, { intervalMs: config.stream.recheckMs, log: log.child({ part: 'stream-guard' }) });
@@ -343,7 +405,16 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   });
   const routes = [
     inboxRoutes(access),
-    eventRoutes({ access, events: eventLog, validator, heartbeatMs: config.stream.heartbeatMs, maxDurationMs: config.stream.maxDurationMs, guard: streamGuard, quota: streamQuota, log }),
+    eventRoutes({
+      access,
+      events: eventLog,
+      validator,
+      heartbeatMs: config.stream.heartbeatMs,
+      maxDurationMs: config.stream.maxDurationMs,
+      guard: streamGuard,
+      quota: streamQuota,
+      log,
+    }),
     labelRoutes(access, mail),
     messageRoutes(access, mail, validator, sealed, rate),
     searchRoutes(access, mailSearch, validator, eventLog, rate),
@@ -352,7 +423,15 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendMemory),
     webhookRoutes({ access, validator, webhooks: webhookEndpoints }),
-    mcpRoutes({ access, mcp: mcpTools, subscriptions: mcpSubscriptions, stream: config.stream, guard: streamGuard, quota: streamQuota, limits: config.mcp }),
+    mcpRoutes({
+      access,
+      mcp: mcpTools,
+      subscriptions: mcpSubscriptions,
+      stream: config.stream,
+      guard: streamGuard,
+      quota: streamQuota,
+      limits: config.mcp,
+    }),
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [
@@ -395,7 +474,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     watchedInboxes: () => watchAll.watched(),
     eventLogReaders: () => eventLog.live.subscriberCount(),
     sseStreams: () => streamQuota.openStreams(),
-    unsealedMessages: async () => store.resealJobs.unsealedCount((await directory.listInboxes()).filter((i) => i.mode === 'zero-access').map((i) => i.id)),
+    unsealedMessages: async () =>
+      store.resealJobs.unsealedCount((await directory.listInboxes()).filter((i) => i.mode === 'zero-access').map((i) => i.id)),
     keptReadsServed: () => store.keptReadsServed(),
     webhookQueueAgeSeconds: async () => {
       const due = await store.webhooks.oldestDue();
@@ -435,7 +515,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       // The master key must open the stored keys; inboxes older than keys get epoch 1 here.
       const { backfilled } = await keys.prepare();
       if (backfilled.length > 0) log.info({ inboxes: backfilled.length }, 'made epoch 1 for inboxes that had no key');
-      store.startUpkeep((err) => log.warn({ err }, 'the store\'s upkeep failed; it falls back to doing it inline'));
+      store.startUpkeep((err) => log.warn({ err }, "the store's upkeep failed; it falls back to doing it inline"));
       await eventLog.start();
       await webhookDispatcher.start();
       await mailLive.start();

@@ -13,7 +13,11 @@ export async function ensureChromium(): Promise<string> {
   if (existsSync(CHROMIUM)) return CHROMIUM;
   if (process.getuid?.() !== 0) throw new Error(`chromium is missing: run as root, or apt-get install -y chromium`);
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const install = () => run('apt-get', ['install', '-y', '-q', '--no-install-recommends', '-o', 'DPkg::Lock::Timeout=300', 'chromium'], { env, maxBuffer: 64 * 1024 * 1024 });
+  const install = () =>
+    run('apt-get', ['install', '-y', '-q', '--no-install-recommends', '-o', 'DPkg::Lock::Timeout=300', 'chromium'], {
+      env,
+      maxBuffer: 64 * 1024 * 1024,
+    });
   try {
     await install();
   } catch {

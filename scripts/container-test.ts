@@ -24,7 +24,15 @@ const WORK = join(ROOT, '.container-test');
 const PROJECT = 'postern-ctest';
 const COMPOSE_FILE = join(ROOT, 'docker', 'compose.yaml');
 const BASE_PORT = Number(process.env.POSTERN_CONTAINER_TEST_PORT ?? 18700);
-const PORTS = { api1: BASE_PORT, api2: BASE_PORT + 1, metrics1: BASE_PORT + 2, metrics2: BASE_PORT + 3, smtp: BASE_PORT + 4, imap: BASE_PORT + 5, submission: BASE_PORT + 6 };
+const PORTS = {
+  api1: BASE_PORT,
+  api2: BASE_PORT + 1,
+  metrics1: BASE_PORT + 2,
+  metrics2: BASE_PORT + 3,
+  smtp: BASE_PORT + 4,
+  imap: BASE_PORT + 5,
+  submission: BASE_PORT + 6,
+};
 const DOMAIN = 'postern.test';
 
 /** The official images the compose file names, and the stand-ins built when one cannot be pulled. */
@@ -68,10 +76,17 @@ function log(message: string): void {
   process.stderr.write(`container-test: ${message}\n`);
 }
 
-interface Run { code: number; out: string }
+interface Run {
+  code: number;
+  out: string;
+}
 
 /** Runs a command with CONTAINERS_CONF set; its output is kept (and shown when asked to). */
-function run(cmd: string, args: string[], opts: { env?: Record<string, string>; timeoutMs?: number; show?: boolean; input?: NodeJS.ReadableStream } = {}): Promise<Run> {
+function run(
+  cmd: string,
+  args: string[],
+  opts: { env?: Record<string, string>; timeoutMs?: number; show?: boolean; input?: NodeJS.ReadableStream } = {},
+): Promise<Run> {
   return new Promise((resolve, reject) => {
     const child = spawn(cmd, args, {
       cwd: ROOT,
@@ -97,7 +112,8 @@ function run(cmd: string, args: string[], opts: { env?: Record<string, string>; 
 
 async function must(cmd: string, args: string[], opts: Parameters<typeof run>[2] = {}): Promise<string> {
   const res = await run(cmd, args, opts);
-  if (res.code !== 0) throw new Error(`${cmd} ${args.join(' ')} failed (exit ${res.code}):\n${res.out.trimEnd().split('\n').slice(-40).join('\n')}`);
+  if (res.code !== 0)
+    throw new Error(`${cmd} ${args.join(' ')} failed (exit ${res.code}):\n${res.out.trimEnd().split('\n').slice(-40).join('\n')}`);
   return res.out;
 }
 
@@ -120,7 +136,10 @@ async function pulled(ref: string): Promise<string | null> {
 
 /** The apt mirror this machine uses (debootstrap's source for the stand-in). */
 function aptMirror(): string {
-  const files = ['/etc/apt/sources.list', ...(existsSync('/etc/apt/sources.list.d') ? readdirSync('/etc/apt/sources.list.d').map((f) => join('/etc/apt/sources.list.d', f)) : [])];
+  const files = [
+    '/etc/apt/sources.list',
+    ...(existsSync('/etc/apt/sources.list.d') ? readdirSync('/etc/apt/sources.list.d').map((f) => join('/etc/apt/sources.list.d', f)) : []),
+  ];
   for (const file of files) {
     const text = existsSync(file) ? readFileSync(file, 'utf8') : '';
     // deb822 (URIs: …) or one-line (deb URI suite …) entries; the main Debian archive, not security.
@@ -138,12 +157,16 @@ function aptMirror(): string {
  */
 async function buildNodeStandin(): Promise<void> {
   const node = realpathSync(process.execPath);
-  if (!process.version.startsWith('v20.')) log(`warning: this machine's Node is ${process.version}, not 20: the stand-in carries it anyway`);
+  if (!process.version.startsWith('v20.'))
+    log(`warning: this machine's Node is ${process.version}, not 20: the stand-in carries it anyway`);
   const prefix = dirname(dirname(node));
-  const npmDir = [join(prefix, 'lib', 'node_modules', 'npm'), '/usr/lib/node_modules/npm', '/usr/local/lib/node_modules/npm'].find((d) => existsSync(join(d, 'bin', 'npm-cli.js')));
+  const npmDir = [join(prefix, 'lib', 'node_modules', 'npm'), '/usr/lib/node_modules/npm', '/usr/local/lib/node_modules/npm'].find((d) =>
+    existsSync(join(d, 'bin', 'npm-cli.js')),
+  );
   const headers = join(prefix, 'include', 'node');
-  if (!npmDir) throw new Error('npm not found beside this machine\'s node: the stand-in needs it');
-  if (!existsSync(join(headers, 'node.h'))) throw new Error(`Node's headers not found at ${headers}: the stand-in needs them to compile better-sqlite3`);
+  if (!npmDir) throw new Error("npm not found beside this machine's node: the stand-in needs it");
+  if (!existsSync(join(headers, 'node.h')))
+    throw new Error(`Node's headers not found at ${headers}: the stand-in needs them to compile better-sqlite3`);
   const rootfs = join(WORK, 'rootfs');
   await fs.rm(rootfs, { recursive: true, force: true });
   const mirror = aptMirror();
@@ -166,21 +189,35 @@ async function buildNodeStandin(): Promise<void> {
     await fs.mkdir(join(rootfs, 'var/cache/apt/archives/partial'), { recursive: true });
     const tar = spawn('tar', ['-C', rootfs, '-c', '.'], { stdio: ['ignore', 'pipe', 'inherit'] });
     await timed('podman import', () =>
-      must('podman', [
-        'import',
-        '--change', 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-        '--change', 'ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt',
-        '--change', 'ENV npm_config_cafile=/etc/ssl/certs/ca-certificates.crt',
-        '--change', 'CMD ["node"]',
-        '-', STANDIN.node,
-      ], { input: tar.stdout }),
+      must(
+        'podman',
+        [
+          'import',
+          '--change',
+          'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+          '--change',
+          'ENV NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt',
+          '--change',
+          'ENV npm_config_cafile=/etc/ssl/certs/ca-certificates.crt',
+          '--change',
+          'CMD ["node"]',
+          '-',
+          STANDIN.node,
+        ],
+        { input: tar.stdout },
+      ),
     );
   } finally {
     await fs.rm(rootfs, { recursive: true, force: true });
   }
 }
 
-interface Images { node: string; debian: string; postgres: string; redis: string }
+interface Images {
+  node: string;
+  debian: string;
+  postgres: string;
+  redis: string;
+}
 
 async function baseImages(): Promise<Images> {
   const official = {
@@ -189,16 +226,31 @@ async function baseImages(): Promise<Images> {
     postgres: await pulled(OFFICIAL.postgres),
     redis: await pulled(OFFICIAL.redis),
   };
-  const missing = Object.entries(official).filter(([, v]) => v === null).map(([k]) => OFFICIAL[k as keyof Images]);
+  const missing = Object.entries(official)
+    .filter(([, v]) => v === null)
+    .map(([k]) => OFFICIAL[k as keyof Images]);
   if (missing.length === 0) return official as Images;
-  log(`cannot pull ${missing.join(', ')} (no registry reachable?): using stand-ins built from Debian's packages (docker/standins/README.md)`);
+  log(
+    `cannot pull ${missing.join(', ')} (no registry reachable?): using stand-ins built from Debian's packages (docker/standins/README.md)`,
+  );
   if (await imageExists(STANDIN.node)) log(`${STANDIN.node}: kept from an earlier run (podman rmi it to rebuild)`);
   else await timed(`building ${STANDIN.node} with debootstrap and this machine's Node`, buildNodeStandin);
   for (const name of ['postgres', 'redis'] as const) {
     if (official[name] !== null) continue;
     if (await imageExists(STANDIN[name])) continue;
     await timed(`building ${STANDIN[name]}`, () =>
-      must('podman', ['build', '--format', 'docker', '-f', `docker/standins/${name}.Dockerfile`, '--build-arg', `BASE_IMAGE=${STANDIN.node}`, '-t', STANDIN[name], '.']),
+      must('podman', [
+        'build',
+        '--format',
+        'docker',
+        '-f',
+        `docker/standins/${name}.Dockerfile`,
+        '--build-arg',
+        `BASE_IMAGE=${STANDIN.node}`,
+        '-t',
+        STANDIN[name],
+        '.',
+      ]),
     );
   }
   return {
@@ -215,14 +267,37 @@ async function buildImages(images: Images): Promise<void> {
   // The build stage tagged too, so it stays the cache of the next run while the earlier ones,
   // untagged now, are pruned below.
   await timed(`building ${BUILD_STAGE_IMAGE} (docker/Dockerfile's build stage on ${images.node})`, () =>
-    must('podman', ['build', '--format', 'docker', '-f', 'docker/Dockerfile', '--target', 'build', ...nodeArg, '-t', BUILD_STAGE_IMAGE, '.']),
+    must('podman', [
+      'build',
+      '--format',
+      'docker',
+      '-f',
+      'docker/Dockerfile',
+      '--target',
+      'build',
+      ...nodeArg,
+      '-t',
+      BUILD_STAGE_IMAGE,
+      '.',
+    ]),
   );
   // --format docker: the OCI format has no HEALTHCHECK.
   await timed(`building ${POSTERN_IMAGE} (docker/Dockerfile)`, () =>
     must('podman', ['build', '--format', 'docker', '-f', 'docker/Dockerfile', ...nodeArg, '-t', POSTERN_IMAGE, '.']),
   );
   await timed(`building ${MAIL_IMAGE} (docker/mail/Dockerfile on ${images.debian})`, () =>
-    must('podman', ['build', '--format', 'docker', '-f', 'docker/mail/Dockerfile', '--build-arg', `BASE_IMAGE=${images.debian}`, '-t', MAIL_IMAGE, '.']),
+    must('podman', [
+      'build',
+      '--format',
+      'docker',
+      '-f',
+      'docker/mail/Dockerfile',
+      '--build-arg',
+      `BASE_IMAGE=${images.debian}`,
+      '-t',
+      MAIL_IMAGE,
+      '.',
+    ]),
   );
   // Earlier builds of these images (the Dockerfiles label them), no longer tagged: a gigabyte each.
   await must('podman', ['image', 'prune', '-f', '--filter', 'label=org.postern.image']);
@@ -285,7 +360,11 @@ async function api<T>(port: number, path: string, token: string, init: RequestIn
   return { status: res.status, body: (text ? JSON.parse(text) : {}) as Partial<T> };
 }
 
-interface Seed { inboxes: { compatible: { id: string; address: string } }; tokens: Record<string, string>; enrollmentLink: string }
+interface Seed {
+  inboxes: { compatible: { id: string; address: string } };
+  tokens: Record<string, string>;
+  enrollmentLink: string;
+}
 
 /** The subjects of the INBOX label's newest messages, through the API. */
 async function inboxSubjects(port: number, seed: Seed, token: string): Promise<string[]> {
@@ -293,7 +372,11 @@ async function inboxSubjects(port: number, seed: Seed, token: string): Promise<s
   const labels = await api<{ labels: Array<{ id: string; name: string }> }>(port, `/v1/inboxes/${inbox}/labels`, token);
   const label = labels.body.labels?.find((l) => l.name === 'INBOX');
   if (!label) throw new Error('no INBOX label');
-  const list = await api<{ messages: Array<{ subject?: string }> }>(port, `/v1/inboxes/${inbox}/labels/${encodeURIComponent(label.id)}/messages?limit=50`, token);
+  const list = await api<{ messages: Array<{ subject?: string }> }>(
+    port,
+    `/v1/inboxes/${inbox}/labels/${encodeURIComponent(label.id)}/messages?limit=50`,
+    token,
+  );
   return (list.body.messages ?? []).map((m) => m.subject ?? '');
 }
 
@@ -309,7 +392,9 @@ async function deliverBySmtp(subject: string, to: string): Promise<void> {
 async function smoke(): Promise<void> {
   // Both replicas serving.
   for (const port of [PORTS.api1, PORTS.api2]) {
-    await until(`Postern on 127.0.0.1:${port} answering /healthz`, 180_000, async () => ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok ? true : null));
+    await until(`Postern on 127.0.0.1:${port} answering /healthz`, 180_000, async () =>
+      (await fetch(`http://127.0.0.1:${port}/healthz`)).ok ? true : null,
+    );
   }
   log('both replicas answer /healthz');
 
@@ -325,22 +410,30 @@ async function smoke(): Promise<void> {
 
   // An API call with a token.
   const inboxes = await api<{ inboxes: unknown[] }>(PORTS.api1, '/v1/inboxes', seed.tokens['messages:read']);
-  if (inboxes.status !== 200 || inboxes.body.inboxes?.length !== 2) throw new Error(`GET /v1/inboxes: ${inboxes.status} ${JSON.stringify(inboxes.body)}`);
+  if (inboxes.status !== 200 || inboxes.body.inboxes?.length !== 2)
+    throw new Error(`GET /v1/inboxes: ${inboxes.status} ${JSON.stringify(inboxes.body)}`);
   log('GET /v1/inboxes with a token: the two demo inboxes');
 
   // A message delivered by SMTP to the mail container (through Postern's ingress), listed through the API.
   const delivered = `smtp smoke ${secret()}`;
   await deliverBySmtp(delivered, seed.inboxes.compatible.address);
-  await until('the SMTP-delivered message listed through the API', 90_000, async () => ((await inboxSubjects(PORTS.api1, seed, all)).includes(delivered) ? true : null));
+  await until('the SMTP-delivered message listed through the API', 90_000, async () =>
+    (await inboxSubjects(PORTS.api1, seed, all)).includes(delivered) ? true : null,
+  );
   log('a message delivered by SMTP is listed through the API');
 
   // A send relayed: Postern → the mail container's submission → its MX → the ingress → the inbox.
   const sent = `send smoke ${secret()}`;
   const address = seed.inboxes.compatible.address;
   const raw = Buffer.from(`From: ${address}\r\nTo: ${address}\r\nSubject: ${sent}\r\n\r\nRelayed.\r\n`).toString('base64');
-  const send = await api<{ sent: boolean }>(PORTS.api1, `/v1/inboxes/${seed.inboxes.compatible.id}/messages`, all, { method: 'POST', body: JSON.stringify({ from: address, to: [address], raw }) });
+  const send = await api<{ sent: boolean }>(PORTS.api1, `/v1/inboxes/${seed.inboxes.compatible.id}/messages`, all, {
+    method: 'POST',
+    body: JSON.stringify({ from: address, to: [address], raw }),
+  });
   if (send.status !== 200 || send.body?.sent !== true) throw new Error(`POST …/messages: ${send.status} ${JSON.stringify(send.body)}`);
-  await until('the sent message arriving back through the relay', 90_000, async () => ((await inboxSubjects(PORTS.api1, seed, all)).includes(sent) ? true : null));
+  await until('the sent message arriving back through the relay', 90_000, async () =>
+    (await inboxSubjects(PORTS.api1, seed, all)).includes(sent) ? true : null,
+  );
   log('a send was relayed by the mail container and arrived');
 
   // /metrics on the internal listener (POSTERN_METRICS_LISTEN in the compose file): after the
@@ -357,10 +450,13 @@ async function smoke(): Promise<void> {
   // A replica killed: the other still serves the API, and the mail server's ingress falls back to it.
   await must('podman', ['kill', container('postern-1')]);
   const after = await api<{ inboxes: unknown[] }>(PORTS.api2, '/v1/inboxes', seed.tokens['messages:read']);
-  if (after.status !== 200 || after.body.inboxes?.length !== 2) throw new Error(`replica 2 after replica 1 was killed: ${after.status} ${JSON.stringify(after.body)}`);
+  if (after.status !== 200 || after.body.inboxes?.length !== 2)
+    throw new Error(`replica 2 after replica 1 was killed: ${after.status} ${JSON.stringify(after.body)}`);
   const failover = `failover smoke ${secret()}`;
   await deliverBySmtp(failover, address);
-  await until('mail delivered while replica 1 is down, listed by replica 2', 120_000, async () => ((await inboxSubjects(PORTS.api2, seed, all)).includes(failover) ? true : null));
+  await until('mail delivered while replica 1 is down, listed by replica 2', 120_000, async () =>
+    (await inboxSubjects(PORTS.api2, seed, all)).includes(failover) ? true : null,
+  );
   log('replica 1 killed: replica 2 still serves the API and takes the mail');
 }
 
@@ -375,7 +471,9 @@ async function down(env: Record<string, string>): Promise<void> {
   // podman-compose 1.0's down removes containers without their anonymous volumes (each Postern
   // container's /var/lib/postern) and leaves the network: the project's containers go first, with
   // their volumes, then down -v takes the named volumes, then the network.
-  const ids = (await must('podman', ['ps', '-a', '-q', '--filter', `label=io.podman.compose.project=${PROJECT}`])).split('\n').filter(Boolean);
+  const ids = (await must('podman', ['ps', '-a', '-q', '--filter', `label=io.podman.compose.project=${PROJECT}`]))
+    .split('\n')
+    .filter(Boolean);
   if (ids.length > 0) await must('podman', ['rm', '-f', '-v', '-t', '5', ...ids]);
   await compose(env, ['down', '-v'], { timeoutMs: 120_000 });
   await run('podman', ['network', 'rm', '-f', `${PROJECT}_default`]);
@@ -407,7 +505,8 @@ async function main(): Promise<void> {
     failed = false;
   } finally {
     if (failed) await showLogs();
-    if (process.env.POSTERN_CONTAINER_TEST_KEEP === '1') log(`left running: CONTAINERS_CONF=${CONTAINERS_CONF} podman-compose -p ${PROJECT} -f ${COMPOSE_FILE} ps`);
+    if (process.env.POSTERN_CONTAINER_TEST_KEEP === '1')
+      log(`left running: CONTAINERS_CONF=${CONTAINERS_CONF} podman-compose -p ${PROJECT} -f ${COMPOSE_FILE} ps`);
     else await timed('podman-compose down (containers, network, volumes)', () => down(env));
   }
   log(`passed in ${((Date.now() - t0) / 1000).toFixed(0)} s`);

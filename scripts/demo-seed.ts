@@ -10,7 +10,10 @@ import type { Passkeys } from '../lib/auth/passkeys.ts';
 
 export const DEMO_PASSWORD = 'demo-password';
 
-export interface HostPort { host: string; port: number }
+export interface HostPort {
+  host: string;
+  port: number;
+}
 
 /** The mail server the demo seeds: its IMAP, its MX (mail arriving as from the internet), its users. */
 export interface DemoMail {
@@ -35,12 +38,60 @@ interface SeedMessage {
 function seedMessages(address: string): SeedMessage[] {
   const day = (n: number) => new Date(Date.now() - n * 86_400_000).toUTCString().replace('GMT', '+0000');
   return [
-    { folder: 'INBOX', flags: [], from: 'Maria Lopez <maria@example.com>', to: address, subject: 'Quarterly report draft', date: day(0), text: 'Hi,\n\nThe draft of the Q3 report is ready for review. Could you look at the revenue table by Friday?\n\nThanks,\nMaria\n' },
-    { folder: 'INBOX', flags: ['\\Seen', '\\Flagged'], from: 'Build bot <ci@example.net>', to: address, subject: 'Build #4821 passed', date: day(1), text: 'All 1,204 tests passed on main (8m 12s).\n' },
-    { folder: 'INBOX', flags: ['\\Seen'], from: 'Jonas Berg <jonas@example.org>', to: address, subject: 'Re: Lunch on Thursday?', date: day(2), text: 'Thursday works. 12:30 at the usual place?\n\n> Are you free for lunch on Thursday?\n' },
-    { folder: 'Archive', flags: ['\\Seen'], from: 'Accounts <billing@example.com>', to: address, subject: 'Your invoice for October', date: day(20), text: 'Invoice INV-2041 for October is attached to your account page. Amount due: EUR 120.00.\n' },
-    { folder: 'Projects', flags: ['\\Seen', '$label1'], from: 'Priya Shah <priya@example.com>', to: address, subject: 'Kick-off notes', date: day(6), text: 'Notes from the kick-off:\n- scope agreed\n- first milestone in two weeks\n' },
-    { folder: 'Sent', flags: ['\\Seen'], from: address, to: 'Maria Lopez <maria@example.com>', subject: 'Re: Quarterly report draft', date: day(0), text: 'Thanks Maria, I will review it tomorrow morning.\n' },
+    {
+      folder: 'INBOX',
+      flags: [],
+      from: 'Maria Lopez <maria@example.com>',
+      to: address,
+      subject: 'Quarterly report draft',
+      date: day(0),
+      text: 'Hi,\n\nThe draft of the Q3 report is ready for review. Could you look at the revenue table by Friday?\n\nThanks,\nMaria\n',
+    },
+    {
+      folder: 'INBOX',
+      flags: ['\\Seen', '\\Flagged'],
+      from: 'Build bot <ci@example.net>',
+      to: address,
+      subject: 'Build #4821 passed',
+      date: day(1),
+      text: 'All 1,204 tests passed on main (8m 12s).\n',
+    },
+    {
+      folder: 'INBOX',
+      flags: ['\\Seen'],
+      from: 'Jonas Berg <jonas@example.org>',
+      to: address,
+      subject: 'Re: Lunch on Thursday?',
+      date: day(2),
+      text: 'Thursday works. 12:30 at the usual place?\n\n> Are you free for lunch on Thursday?\n',
+    },
+    {
+      folder: 'Archive',
+      flags: ['\\Seen'],
+      from: 'Accounts <billing@example.com>',
+      to: address,
+      subject: 'Your invoice for October',
+      date: day(20),
+      text: 'Invoice INV-2041 for October is attached to your account page. Amount due: EUR 120.00.\n',
+    },
+    {
+      folder: 'Projects',
+      flags: ['\\Seen', '$label1'],
+      from: 'Priya Shah <priya@example.com>',
+      to: address,
+      subject: 'Kick-off notes',
+      date: day(6),
+      text: 'Notes from the kick-off:\n- scope agreed\n- first milestone in two weeks\n',
+    },
+    {
+      folder: 'Sent',
+      flags: ['\\Seen'],
+      from: address,
+      to: 'Maria Lopez <maria@example.com>',
+      subject: 'Re: Quarterly report draft',
+      date: day(0),
+      text: 'Thanks Maria, I will review it tomorrow morning.\n',
+    },
   ];
 }
 
@@ -65,7 +116,13 @@ async function countInbox(client: ImapFlow): Promise<number> {
 
 /** A mail app's session as a demo user. */
 async function asMailApp<T>(mail: DemoMail, user: string, fn: (client: ImapFlow) => Promise<T>): Promise<T> {
-  const client = new ImapFlow({ host: mail.imap.host, port: mail.imap.port, secure: false, auth: { user, pass: mail.password }, logger: false });
+  const client = new ImapFlow({
+    host: mail.imap.host,
+    port: mail.imap.port,
+    secure: false,
+    auth: { user, pass: mail.password },
+    logger: false,
+  });
   await client.connect();
   try {
     return await fn(client);
@@ -144,7 +201,15 @@ export async function seedProject(admin: Admin, passkeys: Passkeys, mail: DemoMa
   for (const [name, scopes] of Object.entries(TOKEN_SETS)) tokens[name] = (await admin.createToken({ memberId: member.id, scopes })).token;
   const session = await admin.createSession(member.id);
   const invite = await passkeys.invite(member.id);
-  return { project: project.id, member: member.id, inbox: inbox.id, vault: vault.id, tokens, session: session.token, enrollmentLink: invite.link };
+  return {
+    project: project.id,
+    member: member.id,
+    inbox: inbox.id,
+    vault: vault.id,
+    tokens,
+    session: session.token,
+    enrollmentLink: invite.link,
+  };
 }
 
 /** What the demo prints: where the API is, the ids, the tokens keyed by their scopes, how to try it. */
@@ -200,14 +265,23 @@ export async function runDemoSeed(opts: DemoSeedOptions): Promise<unknown> {
   const staff = await openStaff(config);
   try {
     const existing = await staff.store.directory.getInboxByImapUser(mail.demoUser);
-    if (existing) return { seeded: false, reason: `the demo is seeded already (inbox ${existing.id}); its tokens were printed then: make more with postern admin token create` };
+    if (existing)
+      return {
+        seeded: false,
+        reason: `the demo is seeded already (inbox ${existing.id}); its tokens were printed then: make more with postern admin token create`,
+      };
     // The mail server may still be starting (compose starts both at once).
     const seededMail = await retrying(60_000, () => seedMailbox(mail));
     const seeded = await seedProject(staff.admin, await staff.passkeys(), mail);
     const arrived = seededMail ? await deliverSeed(mail) : true;
     return {
       ...describeDemo(seeded, mail, { api: opts.publicUrl ?? config.app.origin, app: config.app.origin }),
-      ...(arrived ? {} : { warning: 'the delivered demo message has not arrived in 60 s: is a Postern with its LMTP ingress running? (the mail server keeps it queued)' }),
+      ...(arrived
+        ? {}
+        : {
+            warning:
+              'the delivered demo message has not arrived in 60 s: is a Postern with its LMTP ingress running? (the mail server keeps it queued)',
+          }),
     };
   } finally {
     await staff.close();

@@ -67,16 +67,24 @@ export async function runDemo(_args: string[]): Promise<void> {
   await buildApp();
 
   const testMailFile = join(dir, 'test-mail.eml');
-  writeFileSync(testMailFile, ['From: You <you@example.com>', `To: ${vaultUser}`, 'Subject: For the vault', '', 'For your eyes only.', ''].join('\r\n'));
+  writeFileSync(
+    testMailFile,
+    ['From: You <you@example.com>', `To: ${vaultUser}`, 'Subject: For the vault', '', 'For your eyes only.', ''].join('\r\n'),
+  );
   const { url } = await postern.listen().catch((err: unknown) => {
     const taken = (err as NodeJS.ErrnoException).code === 'EADDRINUSE';
-    throw taken ? new Error(`a port the demo needs is taken (${(err as Error).message}): is another demo, or an ingress test, running on this mail environment?`) : err;
+    throw taken
+      ? new Error(
+          `a port the demo needs is taken (${(err as Error).message}): is another demo, or an ingress test, running on this mail environment?`,
+        )
+      : err;
   });
   if (seeded) {
     // Postfix may hold it back a while if it found the ingress port closed before Postern
     // listened (an earlier run, a test): its queue is flushed every 2 s, so it waits for Postern only.
     const arrived = await deliverSeed(mail, () => flushQueue(env.dir));
-    if (!arrived) process.stderr.write('The delivered demo message has not arrived in 60 s: see the Postfix log in the environment directory.\n');
+    if (!arrived)
+      process.stderr.write('The delivered demo message has not arrived in 60 s: see the Postfix log in the environment directory.\n');
     // Dovecot has it; the index learns of it from the push hint a moment later. The first listing
     // a user makes should show it, so one pass now.
     await postern.mailMirror.syncNow({ id: project.inbox, imapUser: demoUser, addresses: [demoUser] });
@@ -99,8 +107,12 @@ export async function runDemo(_args: string[]): Promise<void> {
     testMail: `curl -s smtp://${env.smtp.host}:${env.smtp.port} --mail-from you@example.com --mail-rcpt ${vaultUser} -T ${testMailFile}`,
   };
   process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
-  process.stderr.write(`\nPostern is running at ${summary.baseUrl} — try the curl lines above, or open the enrollment link, then ${summary.webApp}.\n`);
-  process.stderr.write(`Mail to ${demoUser} or ${vaultUser} arrives at ${summary.mailApp.mx} (SMTP, as from the internet) and passes Postern's ingress; testMail above sends one. Ctrl-C stops it.\n`);
+  process.stderr.write(
+    `\nPostern is running at ${summary.baseUrl} — try the curl lines above, or open the enrollment link, then ${summary.webApp}.\n`,
+  );
+  process.stderr.write(
+    `Mail to ${demoUser} or ${vaultUser} arrives at ${summary.mailApp.mx} (SMTP, as from the internet) and passes Postern's ingress; testMail above sends one. Ctrl-C stops it.\n`,
+  );
 
   await untilSignal();
   await postern.close();

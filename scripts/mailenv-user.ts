@@ -11,6 +11,10 @@ export async function createBundledImapUser(user: string, password?: string, add
   await addUser(env, user, secret);
   // The user's own name is its own already (the table's regexp); every other address is listed.
   const extra = [...new Set(addresses.map((a) => a.toLowerCase()))].filter((a) => a !== user.toLowerCase());
-  if (extra.length > 0) await addSenderLogins(env, extra.map((a) => [a, user] as const));
+  if (extra.length > 0)
+    await addSenderLogins(
+      env,
+      extra.map((a) => [a, user] as const),
+    );
   return secret;
 }

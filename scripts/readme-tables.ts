@@ -48,7 +48,8 @@ export function renderReadme(readme: string, sections: readonly Section[] = SECT
   for (const s of sections) {
     const from = out.indexOf(begin(s.name));
     const to = out.indexOf(end(s.name));
-    if (from < 0 || to < from) throw new Error(`README.md has no generated section "${s.name}": expected the lines\n${begin(s.name)}\n${end(s.name)}`);
+    if (from < 0 || to < from)
+      throw new Error(`README.md has no generated section "${s.name}": expected the lines\n${begin(s.name)}\n${end(s.name)}`);
     out = `${out.slice(0, from)}${begin(s.name)}\n${s.render()}\n${out.slice(to)}`;
   }
   return out;

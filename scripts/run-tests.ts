@@ -20,9 +20,24 @@ import { down, portsFree, up } from './mailenv.ts';
 
 type Store = 'sqlite' | 'postgres';
 /** A lane's own mail environment. */
-interface Lane { dir: string; basePort: number }
-interface Entry { name: string; store: Store | 'container'; file: string }
-interface Outcome { entry: Entry; code: number | null; output: string; ms: number; passed: number; failed: number; skipped: number }
+interface Lane {
+  dir: string;
+  basePort: number;
+}
+interface Entry {
+  name: string;
+  store: Store | 'container';
+  file: string;
+}
+interface Outcome {
+  entry: Entry;
+  code: number | null;
+  output: string;
+  ms: number;
+  passed: number;
+  failed: number;
+  skipped: number;
+}
 
 function parseArgs(argv: string[]): { jobs: number; stores: Store[]; container: boolean; files: string[] } {
   let jobs = Number(process.env.POSTERN_TEST_JOBS ?? 4);
@@ -118,8 +133,8 @@ function run(entry: Entry, lane: Lane): Promise<Outcome> {
     const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     children.add(child);
     let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d));
-    child.stderr.on('data', (d: Buffer) => (output += d));
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
     child.on('close', (code) => {
       children.delete(child);
       const c = entry.store === 'container' ? { passed: code === 0 ? 1 : 0, failed: code === 0 ? 0 : 1, skipped: 0 } : counts(output);
@@ -151,7 +166,9 @@ async function main(): Promise<number> {
   // The first lane alone first: on a new machine it installs the packages every lane needs.
   await up(lanes[0]);
   await Promise.all(lanes.slice(1).map((lane) => up(lane)));
-  process.stdout.write(`${lanes.length} lanes, each with its own mail environment (base ports ${lanes.map((l) => l.basePort).join(', ')})\n`);
+  process.stdout.write(
+    `${lanes.length} lanes, each with its own mail environment (base ports ${lanes.map((l) => l.basePort).join(', ')})\n`,
+  );
 
   const outcomes: Outcome[] = [];
   let next = 0;

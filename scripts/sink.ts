@@ -83,7 +83,9 @@ async function store(session: SMTPServerSession, raw: Buffer): Promise<string> {
   };
   await writeAtomic(path.join(dir, `${id}.eml`), raw);
   await writeAtomic(path.join(dir, `${id}.json`), `${JSON.stringify(record, null, 2)}\n`);
-  log(`stored ${id} from <${mailFrom}> to ${record.rcptTo.map((a) => `<${a}>`).join(' ')} envid=${record.envid ?? '-'} ${raw.length} bytes`);
+  log(
+    `stored ${id} from <${mailFrom}> to ${record.rcptTo.map((a) => `<${a}>`).join(' ')} envid=${record.envid ?? '-'} ${raw.length} bytes`,
+  );
   return id;
 }
 

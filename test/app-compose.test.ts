@@ -42,11 +42,20 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
   /** The message in `inbox`'s INBOX whose subject is `subject`, once it has arrived. */
   const arrived = async (inbox: TestInbox, subject: string): Promise<Summary> => {
     const ids = await labelIds(s, token, inbox.id);
-    return untilDelivered(`"${subject}" in ${inbox.address}`, async () => (await listLabel(s, token, inbox.id, ids.INBOX!)).find((m) => m.subject === subject), 30_000);
+    return untilDelivered(
+      `"${subject}" in ${inbox.address}`,
+      async () => (await listLabel(s, token, inbox.id, ids.INBOX!)).find((m) => m.subject === subject),
+      30_000,
+    );
   };
   const content = async (inbox: TestInbox, msg: string) =>
-    (await (await call(`${s.base}/inboxes/${inbox.id}/messages/${msg}/content`, { token })).json()) as { headers: Record<string, string>; text: string; attachments: Array<{ index: number; contentType: string; filename?: string; size: number }> };
-  const source = async (inbox: TestInbox, msg: string) => (await call(`${s.base}/inboxes/${inbox.id}/messages/${msg}/source`, { token })).text();
+    (await (await call(`${s.base}/inboxes/${inbox.id}/messages/${msg}/content`, { token })).json()) as {
+      headers: Record<string, string>;
+      text: string;
+      attachments: Array<{ index: number; contentType: string; filename?: string; size: number }>;
+    };
+  const source = async (inbox: TestInbox, msg: string) =>
+    (await call(`${s.base}/inboxes/${inbox.id}/messages/${msg}/source`, { token })).text();
   const sentDraft = async (page: Page) => {
     await page.locator('#compose-status[data-state="sent"], #compose-status[data-state="failed"]').first().waitFor({ timeout: 60_000 });
     const sent = await page.locator('#compose-status').getAttribute('data-sent');
@@ -101,11 +110,15 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
     expect(c.text).to.equal('Hallo Björn,\nder Bericht ist angehängt. ½ € 😀\n');
     expect(c.attachments).to.have.length(1);
     expect(c.attachments[0]).to.include({ filename: 'Bericht-ü.bin', size: attachment.length });
-    const bytes = Buffer.from(await (await call(`${s.base}/inboxes/${b.id}/messages/${got.id}/attachments/${c.attachments[0]!.index}`, { token })).arrayBuffer());
+    const bytes = Buffer.from(
+      await (await call(`${s.base}/inboxes/${b.id}/messages/${got.id}/attachments/${c.attachments[0]!.index}`, { token })).arrayBuffer(),
+    );
     expect(bytes.equals(attachment)).to.equal(true);
     // Sent once: the server recorded one acceptance for the draft, however often it was posted.
     const accepted = await until('the delivery event', async () => {
-      const all = (await eventsOf(s, p.projectId, a.id, ['mail.delivery.accepted'])).filter((e) => (e.data as { draftId?: string }).draftId === draftId);
+      const all = (await eventsOf(s, p.projectId, a.id, ['mail.delivery.accepted'])).filter(
+        (e) => (e.data as { draftId?: string }).draftId === draftId,
+      );
       return all.length ? all : null;
     });
     expect(accepted).to.have.length(1);
@@ -116,23 +129,26 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
     const subject = `Quarterly numbers ${unique('q')}`;
     const messageId = `<orig-${randomBytes(6).toString('hex')}@example.org>`;
     try {
-      await app.append('INBOX', [
-        'From: Carol Example <carol@example.org>',
-        `Reply-To: Team <${b.address}>`,
-        `To: ${a.address}`,
-        `Subject: ${subject}`,
-        `Date: ${new Date().toUTCString()}`,
-        `Message-ID: ${messageId}`,
-        'References: <root@example.org>',
-        'In-Reply-To: <root@example.org>',
-        'MIME-Version: 1.0',
-        'Content-Type: text/plain; charset=utf-8',
-        'Content-Transfer-Encoding: quoted-printable',
-        '',
-        'Line one',
-        'Zweite Zeile =C3=BC',
-        '',
-      ].join('\r\n'));
+      await app.append(
+        'INBOX',
+        [
+          'From: Carol Example <carol@example.org>',
+          `Reply-To: Team <${b.address}>`,
+          `To: ${a.address}`,
+          `Subject: ${subject}`,
+          `Date: ${new Date().toUTCString()}`,
+          `Message-ID: ${messageId}`,
+          'References: <root@example.org>',
+          'In-Reply-To: <root@example.org>',
+          'MIME-Version: 1.0',
+          'Content-Type: text/plain; charset=utf-8',
+          'Content-Transfer-Encoding: quoted-printable',
+          '',
+          'Line one',
+          'Zweite Zeile =C3=BC',
+          '',
+        ].join('\r\n'),
+      );
       const original = await arrived(a, subject);
       const { page } = device;
       await go(page, `#/compose/${a.id}/reply/${original.id}`);
@@ -155,7 +171,8 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
       // A mail app sees the original answered.
       await app.mailboxOpen('INBOX');
       await until('\\Answered on the original', async () => {
-        for await (const m of app.fetch('1:*', { flags: true, envelope: true })) if (m.envelope?.messageId === messageId && m.flags?.has('\\Answered')) return true;
+        for await (const m of app.fetch('1:*', { flags: true, envelope: true }))
+          if (m.envelope?.messageId === messageId && m.flags?.has('\\Answered')) return true;
         return false;
       });
 
@@ -173,7 +190,19 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
     const app = await mailApp(a);
     const subject = `Forward me ${unique('f')}`;
     try {
-      await app.append('INBOX', [`From: dave@example.org`, `To: ${a.address}`, `Subject: ${subject}`, `Date: ${new Date().toUTCString()}`, `Message-ID: <fwd-${randomBytes(6).toString('hex')}@example.org>`, '', 'The original body.', ''].join('\r\n'));
+      await app.append(
+        'INBOX',
+        [
+          `From: dave@example.org`,
+          `To: ${a.address}`,
+          `Subject: ${subject}`,
+          `Date: ${new Date().toUTCString()}`,
+          `Message-ID: <fwd-${randomBytes(6).toString('hex')}@example.org>`,
+          '',
+          'The original body.',
+          '',
+        ].join('\r\n'),
+      );
     } finally {
       await app.logout().catch(() => undefined);
     }
@@ -193,22 +222,28 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
     const fwd = await arrived(b, `Fwd: ${subject}`);
     const c = await content(b, fwd.id);
     expect(c.attachments.map((x) => x.contentType)).to.include('message/rfc822');
-    expect(await source(b, fwd.id)).to.include('The original body.').and.include(`Subject: ${subject}`);
+    expect(await source(b, fwd.id))
+      .to.include('The original body.')
+      .and.include(`Subject: ${subject}`);
   });
 
   // mail.delivery.accepted has project visibility: docs/api.md, "Events" shows it only with project:read, which a
   // web session never holds, so the screen shows the inbox events (docs/app.md, "Activity").
-  it('the activity screen lists the member\'s inbox events newest first: the reply\'s \\Answered among them', async () => {
+  it("the activity screen lists the member's inbox events newest first: the reply's \\Answered among them", async () => {
     const { page } = device;
     await go(page, '#/events');
     await page.locator('#events').waitFor({ timeout: 60_000 });
     // Paged reads see events once settled: refresh until the flag change is there.
-    await until('message.flags on the activity screen', async () => {
-      if (await page.locator('#events li[data-type="message.flags"]:has-text("answered")').count()) return true;
-      await page.click('#events-refresh');
-      await page.locator('#events').waitFor();
-      return false;
-    }, 30_000).catch(async (err: Error) => {
+    await until(
+      'message.flags on the activity screen',
+      async () => {
+        if (await page.locator('#events li[data-type="message.flags"]:has-text("answered")').count()) return true;
+        await page.click('#events-refresh');
+        await page.locator('#events').waitFor();
+        return false;
+      },
+      30_000,
+    ).catch(async (err: Error) => {
       throw new Error(`${err.message}; the page says: ${await page.locator('main').innerText()}`);
     });
     const flags = page.locator('#events li[data-type="message.flags"]').first();
@@ -216,7 +251,7 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
     // Each message event links to its message.
     expect(await flags.locator('a').getAttribute('href')).to.match(new RegExp(`^#/inbox/${a.id}/message/msg_`));
     expect(await page.locator('#events li[data-type="message.added"]').count()).to.be.greaterThan(3);
-    const times = (await page.evaluate("Array.from(document.querySelectorAll('#events time'), (e) => e.getAttribute('datetime'))")) as string[];
+    const times = await page.evaluate<string[]>("Array.from(document.querySelectorAll('#events time'), (e) => e.getAttribute('datetime'))");
     expect([...times].sort().reverse()).to.deep.equal(times);
     await screenshot(page, '13-activity');
   });

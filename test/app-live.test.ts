@@ -170,7 +170,10 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
     const seen: string[] = [];
     for (let i = 0; i < 80; i++) {
       await page.keyboard.press('Tab');
-      const key = await inPage<string>(page, `(() => { const e = document.activeElement; if (!e || e === document.body) return ''; e.dataset.walk ??= String(Math.random()); return e.dataset.walk; })()`);
+      const key = await inPage<string>(
+        page,
+        `(() => { const e = document.activeElement; if (!e || e === document.body) return ''; e.dataset.walk ??= String(Math.random()); return e.dataset.walk; })()`,
+      );
       // Past the last control focus leaves the page once, then comes round to the first.
       if (key === '') continue;
       if (seen.includes(key)) break;
@@ -181,7 +184,9 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
 
   /** The page's controls that have no accessible name, or that Tab did not reach (unless disabled). */
   const controlProblems = async (page: Page, reached: string[]) =>
-    inPage<string[]>(page, `(() => {
+    inPage<string[]>(
+      page,
+      `(() => {
       const reached = new Set(${JSON.stringify(reached)});
       const problems = [];
       const name = (e) => (e.getAttribute('aria-label') || (e.labels && Array.from(e.labels).map((l) => l.textContent).join(' ')) || e.getAttribute('title') || e.textContent || '').trim();
@@ -193,10 +198,14 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
         if (!reached.has(e.dataset.walk) && !e.disabled) problems.push('not reached by Tab: ' + what);
       }
       return problems;
-    })()`);
+    })()`,
+    );
 
   const visibleFocus = (page: Page) =>
-    inPage<boolean>(page, `(() => { const s = getComputedStyle(document.activeElement); return s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2; })()`);
+    inPage<boolean>(
+      page,
+      `(() => { const s = getComputedStyle(document.activeElement); return s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) >= 2; })()`,
+    );
   const fits = (page: Page) => inPage<boolean>(page, 'document.documentElement.scrollWidth <= window.innerWidth');
 
   /**
@@ -204,7 +213,9 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
    * one, so a region around headings, lists or controls reads the screen over as it changes.
    */
   const liveRegionProblems = (page: Page) =>
-    inPage<string[]>(page, `(() => {
+    inPage<string[]>(
+      page,
+      `(() => {
       const problems = [];
       for (const e of document.querySelectorAll('[aria-live]:not([aria-live="off"]), [role="status"], [role="alert"], [role="log"]')) {
         const what = e.outerHTML.slice(0, 80);
@@ -213,7 +224,8 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
         if (inside) problems.push('live around ' + inside.tagName.toLowerCase() + ': ' + what);
       }
       return problems;
-    })()`);
+    })()`,
+    );
 
   /** The screen's checks at 320 px: it fits, Tab reaches every control and each has a name, and its live regions are status messages. */
   const screenChecks = async (page: Page, what: string) => {
@@ -227,14 +239,22 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
     const tag = randomBytes(3).toString('hex');
     const app = await mailApp(compatible);
     try {
-      for (let n = 1; n <= 3; n++) await append(app, 'INBOX', { subject: `Keyboard ${tag} ${n} with a rather long subject line that has to wrap on a phone`, from: `A Very Long Sender Name Indeed <a.very.long.sender.address.${tag}@subdomain.example.org>` });
+      for (let n = 1; n <= 3; n++)
+        await append(app, 'INBOX', {
+          subject: `Keyboard ${tag} ${n} with a rather long subject line that has to wrap on a phone`,
+          from: `A Very Long Sender Name Indeed <a.very.long.sender.address.${tag}@subdomain.example.org>`,
+        });
     } finally {
       await app.logout();
     }
     await page.setViewportSize({ width: 320, height: 700 });
     try {
       await openInbox(page, compatible);
-      await until('the three listed', async () => (await page.locator('#messages li', { hasText: `Keyboard ${tag}` }).count()) === 3, 30_000);
+      await until(
+        'the three listed',
+        async () => (await page.locator('#messages li', { hasText: `Keyboard ${tag}` }).count()) === 3,
+        30_000,
+      );
       await screenChecks(page, 'the inbox');
 
       // New mail changes the label's count under a keyboard user's focus: the focus stays put.
@@ -252,8 +272,14 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
 
       // Tab to the first row, then the arrow keys, Home and End walk the rows.
       await inPage(page, "document.querySelector('main h1').focus()");
-      for (let i = 0; i < 40 && !(await inPage<boolean>(page, "document.activeElement === document.querySelector('#messages li.message > a')")); i++) await page.keyboard.press('Tab');
-      const focusedRow = () => inPage<number>(page, "Array.from(document.querySelectorAll('#messages li.message > a')).indexOf(document.activeElement)");
+      for (
+        let i = 0;
+        i < 40 && !(await inPage<boolean>(page, "document.activeElement === document.querySelector('#messages li.message > a')"));
+        i++
+      )
+        await page.keyboard.press('Tab');
+      const focusedRow = () =>
+        inPage<number>(page, "Array.from(document.querySelectorAll('#messages li.message > a')).indexOf(document.activeElement)");
       expect(await focusedRow()).to.equal(0);
       expect(await visibleFocus(page), 'focus is visible on a row').to.equal(true);
       await page.keyboard.press('ArrowDown');
@@ -276,7 +302,8 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
       await page.locator('#flag-actions[data-flags~="seen"]').waitFor();
       await screenChecks(page, 'the message');
       await inPage(page, "document.querySelector('main h1').focus()");
-      for (let i = 0; i < 20 && !(await inPage<boolean>(page, "document.activeElement?.id === 'toggle-flagged'")); i++) await page.keyboard.press('Tab');
+      for (let i = 0; i < 20 && !(await inPage<boolean>(page, "document.activeElement?.id === 'toggle-flagged'")); i++)
+        await page.keyboard.press('Tab');
       expect(await visibleFocus(page), 'focus is visible on a toggle').to.equal(true);
       await page.keyboard.press('Space');
       await page.locator('#flag-actions[data-flags~="flagged"]').waitFor();
@@ -294,7 +321,8 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
       await page.locator('#compose-to').waitFor({ timeout: 30_000 });
       await screenChecks(page, 'compose');
       await inPage(page, "document.querySelector('main h1').focus()");
-      for (let i = 0; i < 20 && !(await inPage<boolean>(page, "document.activeElement?.id === 'compose-to'")); i++) await page.keyboard.press('Tab');
+      for (let i = 0; i < 20 && !(await inPage<boolean>(page, "document.activeElement?.id === 'compose-to'")); i++)
+        await page.keyboard.press('Tab');
       expect(await visibleFocus(page), 'focus is visible in a field').to.equal(true);
       // Whether it sent or not is a status message, said where it is shown.
       expect(await page.locator('#compose-status').getAttribute('role')).to.equal('status');

@@ -12,7 +12,17 @@ import { expect } from 'chai';
 import nodemailer from 'nodemailer';
 import type { Browser, Page } from 'playwright-core';
 import { mailEnv, newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { copyPasskeys, enrollMember, inPage, launchChromium, newDevice, screenshot, signInWithPassphrase, startAppServer, type Device } from './browser.ts';
+import {
+  copyPasskeys,
+  enrollMember,
+  inPage,
+  launchChromium,
+  newDevice,
+  screenshot,
+  signInWithPassphrase,
+  startAppServer,
+  type Device,
+} from './browser.ts';
 import { ingressInbox, untilDelivered } from './ingress-helpers.ts';
 import { append, importMessages, mailApp, until } from './mail-fixtures.ts';
 import { labelIds, listLabel } from './send-fixtures.ts';
@@ -86,7 +96,11 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     }
     for (const inbox of [compatible, sealed]) {
       const { INBOX } = await labelIds(s, token, inbox.id);
-      await untilDelivered(`the delivery to ${inbox.address}`, async () => (await listLabel(s, token, inbox.id, INBOX!)).some((m) => m.subject === subject), 60_000);
+      await untilDelivered(
+        `the delivery to ${inbox.address}`,
+        async () => (await listLabel(s, token, inbox.id, INBOX!)).some((m) => m.subject === subject),
+        60_000,
+      );
     }
   });
   after(async () => {
@@ -95,10 +109,14 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     await s?.close();
   });
   /** The message frame's own policy refusing remote images is the point; any other violation is not. */
-  const BLOCKED_REMOTE_IMAGE = /^Loading the image 'http:\/\/127\.0\.0\.1:\d+\/pixel\.png' violates the following Content Security Policy directive: "img-src data:"/;
+  const BLOCKED_REMOTE_IMAGE =
+    /^Loading the image 'http:\/\/127\.0\.0\.1:\d+\/pixel\.png' violates the following Content Security Policy directive: "img-src data:"/;
   afterEach(() => {
     for (const d of devices) {
-      expect(d.problems.filter((m) => !BLOCKED_REMOTE_IMAGE.test(m)), 'CSP violations or page errors').to.deep.equal([]);
+      expect(
+        d.problems.filter((m) => !BLOCKED_REMOTE_IMAGE.test(m)),
+        'CSP violations or page errors',
+      ).to.deep.equal([]);
       d.problems.length = 0;
     }
   });
@@ -120,7 +138,8 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     try {
       const lock = await app.getMailboxLock('INBOX');
       try {
-        for await (const m of app.fetch('1:*', { envelope: true, flags: true })) if (m.envelope?.subject === wanted) return m.flags ?? new Set();
+        for await (const m of app.fetch('1:*', { envelope: true, flags: true }))
+          if (m.envelope?.subject === wanted) return m.flags ?? new Set();
       } finally {
         lock.release();
       }
@@ -143,11 +162,18 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
       // Positive signal first: the frame's own cid: image has rendered, so its loads have run.
       const frame = page.frameLocator('#message-html');
       await frame.locator('p', { hasText: 'Hello there.' }).waitFor();
-      await until('the cid: image rendered', async () => (await frame.locator('img[alt="logo"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0);
+      await until(
+        'the cid: image rendered',
+        async () =>
+          (await frame.locator('img[alt="logo"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0,
+      );
       expect(await frame.locator('img[alt="logo"]').getAttribute('src')).to.match(/^data:image\/png;base64,/);
       // The message's own styles apply (through CSSOM: the app's CSP refuses inline styles).
       await page.locator('#message-html[data-styled]').waitFor();
-      const color = (text: string) => frame.locator('p', { hasText: text }).evaluate((el) => (globalThis as unknown as { getComputedStyle(e: unknown): { color: string } }).getComputedStyle(el).color);
+      const color = (text: string) =>
+        frame
+          .locator('p', { hasText: text })
+          .evaluate((el) => (globalThis as unknown as { getComputedStyle(e: unknown): { color: string } }).getComputedStyle(el).color);
       expect(await color('Hello there.')).to.equal('rgb(200, 0, 0)');
       expect(await color('A styled note.')).to.equal('rgb(0, 128, 0)');
       expect(await frame.locator('p[title="style=kept"]').textContent()).to.equal('Text that says style=plain stays.');
@@ -155,14 +181,18 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
       await screenshot(page, `mail-2-message-${mode}`);
 
       await page.click('#show-images');
-      await until('the remote image rendered', async () => (await frame.locator('img[alt="remote"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0);
+      await until(
+        'the remote image rendered',
+        async () =>
+          (await frame.locator('img[alt="remote"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0,
+      );
       expect(imageRequests, 'remote image requests after "Show images"').to.equal(1);
 
       // The attachment, from the decrypted parts, byte for byte; the inline image is not listed.
       expect(await page.locator('#attachments a').allTextContents()).to.have.length(1);
       const [download] = await Promise.all([page.waitForEvent('download'), page.click('#attachments a')]);
       expect(download.suggestedFilename()).to.equal('report.bin');
-      expect(Buffer.compare(await readFile((await download.path())!), attachment)).to.equal(0);
+      expect(Buffer.compare(await readFile(await download.path()), attachment)).to.equal(0);
 
       // Opening marked it seen; flagging it is what a mail app sees.
       await page.locator('#flag-actions[data-flags~="seen"]').waitFor();
@@ -193,7 +223,11 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     expect(await page.locator('#activity').getAttribute('href')).to.equal('#/events');
 
     // The server ended the first stream (POSTERN_STREAM_MAX_MS): changes still arrive on the next.
-    await until('the stream reconnected', async () => Number(await page.locator('#live-status').getAttribute('data-connects')) >= 2, 30_000);
+    await until(
+      'the stream reconnected',
+      async () => Number(await page.locator('#live-status').getAttribute('data-connects')) >= 2,
+      30_000,
+    );
     const app = await mailApp(compatible);
     const tag = randomBytes(3).toString('hex');
     const liveSubject = `Appended ${tag} 3`;
@@ -206,7 +240,9 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
       await row.waitFor({ timeout: 30_000 });
       // Newest first, marked unread; the label's unread count went up, without a reload.
       await until('all three listed', async () => (await page.locator('#messages li', { hasText: `Appended ${tag}` }).count()) === 3);
-      expect((await page.locator('#messages li .subject').allTextContents()).slice(0, 3)).to.deep.equal([3, 2, 1].map((n) => `Appended ${tag} ${n}`));
+      expect((await page.locator('#messages li .subject').allTextContents()).slice(0, 3)).to.deep.equal(
+        [3, 2, 1].map((n) => `Appended ${tag} ${n}`),
+      );
       expect(await row.getAttribute('class')).to.include('unread');
       await page.locator(`#labels a[aria-current="page"] .count[data-unread="${unreadBefore + 3}"]`).waitFor();
       await app.mailboxOpen('INBOX');
@@ -218,7 +254,16 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     await screenshot(page, 'mail-1-inbox');
 
     // Keyboard only: from the heading, Tab reaches the message's link; Enter opens it.
-    for (let i = 0; i < 30 && !(await inPage<boolean>(page, `document.activeElement?.closest('#messages li')?.textContent?.includes(${JSON.stringify(liveSubject)}) ?? false`)); i++) await page.keyboard.press('Tab');
+    for (
+      let i = 0;
+      i < 30 &&
+      !(await inPage<boolean>(
+        page,
+        `document.activeElement?.closest('#messages li')?.textContent?.includes(${JSON.stringify(liveSubject)}) ?? false`,
+      ));
+      i++
+    )
+      await page.keyboard.press('Tab');
     await page.keyboard.press('Enter');
     await page.locator('#message-text').waitFor({ timeout: 60_000 });
     expect(await inPage(page, 'document.activeElement?.id')).to.equal('message-subject');
@@ -226,7 +271,7 @@ describe('web app: reading mail (Chromium, virtual passkeys)', function () {
     expect(await page.locator('#message-body b').count()).to.equal(0);
   });
 
-  it('pages newest first with the API\'s limit and before, in another label', async () => {
+  it("pages newest first with the API's limit and before, in another label", async () => {
     const inbox = await p.inbox();
     await importMessages(inbox.imapUser, 'Projects', 55);
     const page = a.page;

@@ -20,13 +20,16 @@ const base = (over: Partial<Outgoing> = {}): Outgoing => ({
 });
 const text = (bytes: Uint8Array) => Buffer.from(bytes).toString('latin1');
 const headOf = (bytes: Uint8Array) => text(bytes).split('\r\n\r\n')[0]!;
-const addresses = (a: AddressObject | AddressObject[] | undefined) => (Array.isArray(a) ? a : a ? [a] : []).flatMap((x) => x.value.map((v) => ({ name: v.name, address: v.address })));
+const addresses = (a: AddressObject | AddressObject[] | undefined) =>
+  (Array.isArray(a) ? a : a ? [a] : []).flatMap((x) => x.value.map((v) => ({ name: v.name, address: v.address })));
 
 describe('web app MIME writer (web/compose/mime.ts)', () => {
   it('writes plain ASCII as 7bit with the header fields a message needs', async () => {
     const raw = buildMessage(base());
     const head = headOf(raw);
-    expect(head).to.match(/^From: me@example.org\r\nTo: you@example.org\r\nSubject: hello\r\nDate: .+\r\nMessage-ID: <id-1@example.org>\r\nMIME-Version: 1.0\r\nContent-Type: text\/plain; charset=us-ascii\r\nContent-Transfer-Encoding: 7bit$/);
+    expect(head).to.match(
+      /^From: me@example.org\r\nTo: you@example.org\r\nSubject: hello\r\nDate: .+\r\nMessage-ID: <id-1@example.org>\r\nMIME-Version: 1.0\r\nContent-Type: text\/plain; charset=us-ascii\r\nContent-Transfer-Encoding: 7bit$/,
+    );
     const parsed = await simpleParser(Buffer.from(raw));
     expect(parsed.text).to.equal('hi\n');
     expect(parsed.date?.toISOString()).to.equal('2026-11-22T10:00:00.000Z');
@@ -34,10 +37,16 @@ describe('web app MIME writer (web/compose/mime.ts)', () => {
 
   it('encodes non-ASCII subjects and names as encoded words that never split a character, and folds long fields', async () => {
     const subject = `${'Grüße aus Zürich — 測試 ✓ 😀 '.repeat(6)}end`;
-    const raw = buildMessage(base({
-      subject,
-      to: [{ name: 'Björn Ångström', address: 'b@example.org' }, { name: 'Doe, Jane "JD"', address: 'jd@example.org' }, ...Array.from({ length: 8 }, (_, i) => ({ address: `person${i}@example.org` }))],
-    }));
+    const raw = buildMessage(
+      base({
+        subject,
+        to: [
+          { name: 'Björn Ångström', address: 'b@example.org' },
+          { name: 'Doe, Jane "JD"', address: 'jd@example.org' },
+          ...Array.from({ length: 8 }, (_, i) => ({ address: `person${i}@example.org` })),
+        ],
+      }),
+    );
     const head = headOf(raw);
     expect(/[^\x00-\x7f]/.test(head), 'the header is ASCII').to.equal(false);
     for (const line of head.split('\r\n')) expect(line.length, line).to.be.at.most(78);
@@ -48,7 +57,10 @@ describe('web app MIME writer (web/compose/mime.ts)', () => {
     }
     const parsed = await simpleParser(Buffer.from(raw));
     expect(parsed.subject).to.equal(subject);
-    expect(addresses(parsed.to).slice(0, 2)).to.deep.equal([{ name: 'Björn Ångström', address: 'b@example.org' }, { name: 'Doe, Jane "JD"', address: 'jd@example.org' }]);
+    expect(addresses(parsed.to).slice(0, 2)).to.deep.equal([
+      { name: 'Björn Ångström', address: 'b@example.org' },
+      { name: 'Doe, Jane "JD"', address: 'jd@example.org' },
+    ]);
     expect(addresses(parsed.to)).to.have.length(10);
   });
 
@@ -70,7 +82,16 @@ describe('web app MIME writer (web/compose/mime.ts)', () => {
   it('attaches files as base64 with RFC 2231 names, and a forwarded message whole', async () => {
     const data = randomBytes(5000);
     const forwarded = Buffer.from('From: x@example.org\r\nSubject: Ursprünglich\r\n\r\nOriginal body\r\n');
-    const raw = buildMessage(base({ text: 'see attached', attachments: [{ filename: 'Bericht für Q3.pdf', contentType: 'application/pdf', data }, { filename: 'a.bin', contentType: 'not a type', data: Buffer.from('x') }], forwarded: { bytes: forwarded, filename: 'Ursprünglich.eml' } }));
+    const raw = buildMessage(
+      base({
+        text: 'see attached',
+        attachments: [
+          { filename: 'Bericht für Q3.pdf', contentType: 'application/pdf', data },
+          { filename: 'a.bin', contentType: 'not a type', data: Buffer.from('x') },
+        ],
+        forwarded: { bytes: forwarded, filename: 'Ursprünglich.eml' },
+      }),
+    );
     const parsed = await simpleParser(Buffer.from(raw), { keepCidLinks: true });
     expect(parsed.text?.trim()).to.equal('see attached');
     const [fwd, pdf, bin] = parsed.attachments;
@@ -83,13 +104,19 @@ describe('web app MIME writer (web/compose/mime.ts)', () => {
   });
 
   it('threads: In-Reply-To and References', async () => {
-    const parsed = await simpleParser(Buffer.from(buildMessage(base({ inReplyTo: '<p@example.org>', references: ['<root@example.org>', '<p@example.org>'] }))));
+    const parsed = await simpleParser(
+      Buffer.from(buildMessage(base({ inReplyTo: '<p@example.org>', references: ['<root@example.org>', '<p@example.org>'] }))),
+    );
     expect(parsed.inReplyTo).to.equal('<p@example.org>');
     expect(parsed.references).to.deep.equal(['<root@example.org>', '<p@example.org>']);
   });
 
   it('reads address boxes; refuses what is not an address', () => {
-    expect(parseAddressList('a@example.org, Ann <ann@example.org>; "Doe, J" <j@x.org>,')).to.deep.equal([{ address: 'a@example.org' }, { name: 'Ann', address: 'ann@example.org' }, { name: 'Doe, J', address: 'j@x.org' }]);
+    expect(parseAddressList('a@example.org, Ann <ann@example.org>; "Doe, J" <j@x.org>,')).to.deep.equal([
+      { address: 'a@example.org' },
+      { name: 'Ann', address: 'ann@example.org' },
+      { name: 'Doe, J', address: 'j@x.org' },
+    ]);
     expect(parseAddressList('  ')).to.deep.equal([]);
     expect(() => parseAddressList('Ann <not-an-address>')).to.throw(/not an e-mail address: Ann <not-an-address>/);
     expect(() => parseAddressList('a@b@c.org')).to.throw(/not an e-mail address/);

@@ -58,7 +58,13 @@ function filesUnder(dir: string): string[] {
 /** Every message of every mailbox of the inbox's user, as Dovecot serves it (after mail_crypt). */
 async function servedMessages(inbox: TestInbox): Promise<Array<{ where: string; bytes: Buffer }>> {
   const env = mailEnv();
-  const client = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: inbox.imapUser, pass: inbox.imapPassword }, logger: false });
+  const client = new ImapFlow({
+    host: env.imap.host,
+    port: env.imap.port,
+    secure: false,
+    auth: { user: inbox.imapUser, pass: inbox.imapPassword },
+    logger: false,
+  });
   client.on('error', () => undefined);
   await client.connect();
   const out: Array<{ where: string; bytes: Buffer }> = [];
@@ -67,7 +73,8 @@ async function servedMessages(inbox: TestInbox): Promise<Array<{ where: string; 
       const lock = await client.getMailboxLock(box.path);
       try {
         if (client.mailbox && client.mailbox.exists > 0) {
-          for await (const m of client.fetch('1:*', { uid: true, source: true })) out.push({ where: `IMAP ${inbox.imapUser} ${box.path} ${m.uid}`, bytes: m.source! });
+          for await (const m of client.fetch('1:*', { uid: true, source: true }))
+            out.push({ where: `IMAP ${inbox.imapUser} ${box.path} ${m.uid}`, bytes: m.source! });
         }
       } finally {
         lock.release();
@@ -98,7 +105,12 @@ function unlockEnvelope(blob: string, passphrase: string): string {
     wraps: Array<{ kind: string; N: number; r: number; p: number; salt: string; iv: string; wrapped: string }>;
   };
   const wrap = envelope.wraps.find((w) => w.kind === 'passphrase')!;
-  const kek = scryptSync(Buffer.from(passphrase.normalize('NFKC')), Buffer.from(wrap.salt, 'base64url'), 32, { N: wrap.N, r: wrap.r, p: wrap.p, maxmem: 512 * 1024 * 1024 });
+  const kek = scryptSync(Buffer.from(passphrase.normalize('NFKC')), Buffer.from(wrap.salt, 'base64url'), 32, {
+    N: wrap.N,
+    r: wrap.r,
+    p: wrap.p,
+    maxmem: 512 * 1024 * 1024,
+  });
   const gcm = (key: Buffer, iv: string, data: string, aad?: Buffer) => {
     const bytes = Buffer.from(data, 'base64url');
     const d = createDecipheriv('aes-256-gcm', key, Buffer.from(iv, 'base64url'));
@@ -147,15 +159,33 @@ describe('web app: nothing stored or logged holds the private key or a zero-acce
     const env = mailEnv();
     const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true });
     try {
-      await transport.sendMail({ from: 'Erin <erin@example.org>', to: zero.address, subject: 'zero-access inbound', text: `The secret is ${inboundMarker}.\n` });
-      await transport.sendMail({ from: 'erin@example.org', to: compatible.address, subject: 'compatible inbound', text: `The control is ${controlMarker}.\n` });
+      await transport.sendMail({
+        from: 'Erin <erin@example.org>',
+        to: zero.address,
+        subject: 'zero-access inbound',
+        text: `The secret is ${inboundMarker}.\n`,
+      });
+      await transport.sendMail({
+        from: 'erin@example.org',
+        to: compatible.address,
+        subject: 'compatible inbound',
+        text: `The control is ${controlMarker}.\n`,
+      });
     } finally {
       transport.close();
     }
     const ids = await labelIds(s, token, zero.id);
-    const inbound = await untilDelivered('the zero-access message', async () => (await listLabel(s, token, zero.id, ids.INBOX!)).find((m) => m.subject === 'zero-access inbound'), 30_000);
+    const inbound = await untilDelivered(
+      'the zero-access message',
+      async () => (await listLabel(s, token, zero.id, ids.INBOX!)).find((m) => m.subject === 'zero-access inbound'),
+      30_000,
+    );
     const compatibleIds = await labelIds(s, token, compatible.id);
-    await untilDelivered('the compatible message', async () => (await listLabel(s, token, compatible.id, compatibleIds.INBOX!)).find((m) => m.subject === 'compatible inbound'), 30_000);
+    await untilDelivered(
+      'the compatible message',
+      async () => (await listLabel(s, token, compatible.id, compatibleIds.INBOX!)).find((m) => m.subject === 'compatible inbound'),
+      30_000,
+    );
 
     // The member enrolls; without PRF the key is protected by a passphrase (so this test can
     // recover the key from the stored envelope to know what to look for).
@@ -174,23 +204,44 @@ describe('web app: nothing stored or logged holds the private key or a zero-acce
     await page.keyboard.type(`Reply with ${outboundMarker}.`);
     await page.click('#compose-send');
     await page.locator('#compose-status[data-state="sent"], #compose-status[data-state="failed"]').first().waitFor({ timeout: 60_000 });
-    expect(await page.locator('#compose-status').getAttribute('data-state'), await page.locator('#compose-status').innerText()).to.equal('sent');
+    expect(await page.locator('#compose-status').getAttribute('data-state'), await page.locator('#compose-status').innerText()).to.equal(
+      'sent',
+    );
     await screenshot(page, '20-privacy-reply');
     // It went out (the recipient holds the plaintext, as any recipient does) and its sealed copy is filed in Sent.
     const [delivered] = await atSink(outside);
     expect(delivered!.raw.toString()).to.include(outboundMarker);
-    await until('the sealed copy in Sent', async () => (await listLabel(s, token, zero.id, ids.Sent!)).find((m) => m.subject === 'Re: zero-access inbound'), 30_000);
-    await until('\\Answered on the original', async () => (await listLabel(s, token, zero.id, ids.INBOX!)).find((m) => m.id === inbound.id && m.flags.includes('answered')), 30_000);
+    await until(
+      'the sealed copy in Sent',
+      async () => (await listLabel(s, token, zero.id, ids.Sent!)).find((m) => m.subject === 'Re: zero-access inbound'),
+      30_000,
+    );
+    await until(
+      '\\Answered on the original',
+      async () => (await listLabel(s, token, zero.id, ids.INBOX!)).find((m) => m.id === inbound.id && m.flags.includes('answered')),
+      30_000,
+    );
 
     // The member's private key, recovered from what the server stores, and its secret numbers.
-    const session = JSON.parse((await page.evaluate("sessionStorage.getItem('postern.session')")) as string) as { session: string };
+    const session = JSON.parse(await page.evaluate<string>("sessionStorage.getItem('postern.session')")) as { session: string };
     const { blob } = (await (await call(`${s.app}/me/key-backup`, { session: session.session })).json()) as { blob: string };
     const armored = unlockEnvelope(blob, PASSPHRASE);
     const key = await openpgp.readPrivateKey({ armoredKey: armored });
     expect(key.getFingerprint()).to.equal(fingerprint);
-    const secrets: Record<string, Uint8Array> = { 'armored private key': Buffer.from(armored), 'armored key body': Buffer.from(armored.split('\n').filter((l) => /^[A-Za-z0-9+/=]{40,}$/.test(l)).slice(0, 2).join('')), 'secret key packet': key.keyPacket.write() };
+    const secrets: Record<string, Uint8Array> = {
+      'armored private key': Buffer.from(armored),
+      'armored key body': Buffer.from(
+        armored
+          .split('\n')
+          .filter((l) => /^[A-Za-z0-9+/=]{40,}$/.test(l))
+          .slice(0, 2)
+          .join(''),
+      ),
+      'secret key packet': key.keyPacket.write(),
+    };
     for (const [i, packet] of [key.keyPacket, ...key.subkeys.map((k) => k.keyPacket)].entries()) {
-      for (const [name, value] of Object.entries((packet as unknown as { privateParams: Record<string, Uint8Array> }).privateParams)) secrets[`secret ${name} of key ${i}`] = value;
+      for (const [name, value] of Object.entries((packet as unknown as { privateParams: Record<string, Uint8Array> }).privateParams))
+        secrets[`secret ${name} of key ${i}`] = value;
     }
     expect(Object.keys(secrets).length).to.be.greaterThan(4);
 
@@ -199,20 +250,33 @@ describe('web app: nothing stored or logged holds the private key or a zero-acce
     const atRest = await storeAtRest(s.storeEnv);
     // The scan reads the store itself: what it certainly holds, the inbox's id, is found there.
     expect(findings(atRest, { 'the inbox id': Buffer.from(zero.id) })).to.not.deep.equal([]);
-    const stored: Haystack[] = [...atRest, ...filesUnder(s.dir).filter((f) => !atRest.some((h) => h.where === f)).map((f) => ({ where: f, bytes: readFileSync(f) }))];
+    const stored: Haystack[] = [
+      ...atRest,
+      ...filesUnder(s.dir)
+        .filter((f) => !atRest.some((h) => h.where === f))
+        .map((f) => ({ where: f, bytes: readFileSync(f) })),
+    ];
     const log = { where: 'Postern log', bytes: readFileSync(logFile) };
     expect(log.bytes.length, 'the log captured something').to.be.greaterThan(1000);
-    const onDisk: Haystack[] = filesUnder(join(env.dir, 'mail', env.domain, zero.imapUser.split('@')[0]!)).map((f) => ({ where: f, bytes: readFileSync(f) }));
+    const onDisk: Haystack[] = filesUnder(join(env.dir, 'mail', env.domain, zero.imapUser.split('@')[0]!)).map((f) => ({
+      where: f,
+      bytes: readFileSync(f),
+    }));
     expect(onDisk.length, 'the zero-access mailbox files').to.be.greaterThan(0);
     const served = await servedMessages(zero);
     expect(served.length, 'inbound, and the Sent copy').to.be.greaterThanOrEqual(2);
     const everything = [...stored, log, ...onDisk, ...served];
 
-    expect(findings(everything, { 'inbound marker': Buffer.from(inboundMarker), 'outbound marker': Buffer.from(outboundMarker), ...secrets })).to.deep.equal([]);
+    expect(
+      findings(everything, { 'inbound marker': Buffer.from(inboundMarker), 'outbound marker': Buffer.from(outboundMarker), ...secrets }),
+    ).to.deep.equal([]);
     // The control: the same scan finds the compatible inbox's marker where Dovecot holds it.
     expect(findings(await servedMessages(compatible), { 'control marker': Buffer.from(controlMarker) })).to.not.deep.equal([]);
     // And it would find the key and the markers, were they there.
-    const planted = findings([{ where: 'a planted copy', bytes: Buffer.from(`x${Buffer.from(armored).toString('base64')}y ${inboundMarker}`) }], { key: Buffer.from(armored), marker: Buffer.from(inboundMarker) });
+    const planted = findings(
+      [{ where: 'a planted copy', bytes: Buffer.from(`x${Buffer.from(armored).toString('base64')}y ${inboundMarker}`) }],
+      { key: Buffer.from(armored), marker: Buffer.from(inboundMarker) },
+    );
     expect(planted.some((f) => f.startsWith('key '))).to.equal(true);
     expect(planted.some((f) => f.startsWith('marker '))).to.equal(true);
   });

@@ -36,7 +36,12 @@ describe('web app: searching an inbox (Chromium, virtual passkeys)', function ()
     try {
       await app.mailboxCreate('Projects');
       await app.append('INBOX', rfc822({ from: 'Ada Lovelace <ada@example.org>', subject: `Invoice ${tag} March` }), [], day('2024-03-10'));
-      await app.append('INBOX', rfc822({ from: 'Bob Builder <bob@example.net>', subject: `Invoice ${tag} April` }), ['\\Flagged'], day('2024-04-10'));
+      await app.append(
+        'INBOX',
+        rfc822({ from: 'Bob Builder <bob@example.net>', subject: `Invoice ${tag} April` }),
+        ['\\Flagged'],
+        day('2024-04-10'),
+      );
       await app.append('INBOX', rfc822({ from: 'Ada Lovelace <ada@example.org>', subject: `Lunch ${tag}` }), ['\\Seen'], day('2024-05-10'));
       await app.append('Projects', rfc822({ from: 'Carol <carol@example.com>', subject: `Plan ${tag}` }), [], day('2024-02-10'));
     } finally {
@@ -64,7 +69,10 @@ describe('web app: searching an inbox (Chromium, virtual passkeys)', function ()
     await page.evaluate(`document.querySelectorAll('#search-status, #search-error').forEach((e) => e.setAttribute('data-stale', ''))`);
     await page.fill('#search', text);
     await page.press('#search', 'Enter');
-    await page.locator('#search-status[data-found]:not([data-stale]), #search-error:not([data-stale])').first().waitFor({ timeout: 30_000 });
+    await page
+      .locator('#search-status[data-found]:not([data-stale]), #search-error:not([data-stale])')
+      .first()
+      .waitFor({ timeout: 30_000 });
     expect(await page.locator('#results-heading').textContent()).to.equal(`Results for “${text}”`);
   };
   /**
@@ -110,7 +118,10 @@ describe('web app: searching an inbox (Chromium, virtual passkeys)', function ()
 
     // A result opens the message screen, whose way back is the results.
     await search(page, `from:"Bob Builder"`);
-    await page.locator('#search-results li', { hasText: `Invoice ${tag} April` }).locator('a').click();
+    await page
+      .locator('#search-results li', { hasText: `Invoice ${tag} April` })
+      .locator('a')
+      .click();
     await page.locator('#message-subject', { hasText: `Invoice ${tag} April` }).waitFor({ timeout: 60_000 });
     // Opening marks it read once the screen is drawn: the Read toggle shows when that is done.
     await page.locator('#toggle-seen[aria-pressed="true"]').waitFor({ timeout: 30_000 });
@@ -191,8 +202,18 @@ describe('web app: searching an inbox (Chromium, virtual passkeys)', function ()
     const env = mailEnv();
     const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true });
     try {
-      await transport.sendMail({ from: 'Dora Sealed <dora@example.org>', to: sealed.address, subject: `Secret plan ${tag}`, text: 'Only the browser reads this.' });
-      await transport.sendMail({ from: 'Eve Other <eve@example.org>', to: sealed.address, subject: `Other note ${tag}`, text: 'Not this one.' });
+      await transport.sendMail({
+        from: 'Dora Sealed <dora@example.org>',
+        to: sealed.address,
+        subject: `Secret plan ${tag}`,
+        text: 'Only the browser reads this.',
+      });
+      await transport.sendMail({
+        from: 'Eve Other <eve@example.org>',
+        to: sealed.address,
+        subject: `Other note ${tag}`,
+        text: 'Not this one.',
+      });
     } finally {
       transport.close();
     }

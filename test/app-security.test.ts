@@ -52,15 +52,42 @@ function hostileMessage(to: string, subject: string, R: string): string {
   const b64 = (data: Buffer | string) => Buffer.from(data).toString('base64').replace(/.{76}/g, '$&\r\n');
   const page = `<!doctype html><h1 id="attached">Sign in again</h1><script>fetch('${R}/attachment-script')</script><img src="${R}/attachment-img">`;
   return [
-    'From: Mallory <mallory@example.org>', `To: ${to}`, `Subject: ${subject}`, 'MIME-Version: 1.0',
-    'Content-Type: multipart/mixed; boundary="outer"', '',
-    '--outer', 'Content-Type: multipart/related; boundary="rel"', '',
-    '--rel', 'Content-Type: text/html; charset=utf-8', 'Content-Transfer-Encoding: base64', '', b64(hostileHtml(R)),
-    '--rel', 'Content-Type: image/png', 'Content-ID: <logo@hostile.test>', 'Content-Disposition: inline; filename="logo.png"', 'Content-Transfer-Encoding: base64', '', b64(PNG),
+    'From: Mallory <mallory@example.org>',
+    `To: ${to}`,
+    `Subject: ${subject}`,
+    'MIME-Version: 1.0',
+    'Content-Type: multipart/mixed; boundary="outer"',
+    '',
+    '--outer',
+    'Content-Type: multipart/related; boundary="rel"',
+    '',
+    '--rel',
+    'Content-Type: text/html; charset=utf-8',
+    'Content-Transfer-Encoding: base64',
+    '',
+    b64(hostileHtml(R)),
+    '--rel',
+    'Content-Type: image/png',
+    'Content-ID: <logo@hostile.test>',
+    'Content-Disposition: inline; filename="logo.png"',
+    'Content-Transfer-Encoding: base64',
+    '',
+    b64(PNG),
     '--rel--',
-    '--outer', 'Content-Type: text/html; charset=utf-8', 'Content-Disposition: attachment; filename="page.html"', 'Content-Transfer-Encoding: base64', '', b64(page),
-    '--outer', 'Content-Type: application/octet-stream', "Content-Disposition: attachment; filename*=utf-8''invoice%E2%80%AEfdp.exe", 'Content-Transfer-Encoding: base64', '', b64('MZ not really'),
-    '--outer--', '',
+    '--outer',
+    'Content-Type: text/html; charset=utf-8',
+    'Content-Disposition: attachment; filename="page.html"',
+    'Content-Transfer-Encoding: base64',
+    '',
+    b64(page),
+    '--outer',
+    'Content-Type: application/octet-stream',
+    "Content-Disposition: attachment; filename*=utf-8''invoice%E2%80%AEfdp.exe",
+    'Content-Transfer-Encoding: base64',
+    '',
+    b64('MZ not really'),
+    '--outer--',
+    '',
   ].join('\r\n');
 }
 
@@ -96,8 +123,19 @@ describe('web app security (Chromium, hostile mail)', function () {
     const app = await mailApp(inbox);
     try {
       await app.append('INBOX', hostileMessage(inbox.address, subject, R));
-      await app.append('INBOX', ['From: mallory@example.org', `To: ${inbox.address}`, `Subject: ${malformed}`, 'MIME-Version: 1.0', 'Content-Type: text/html; charset=utf-8', '',
-        '<p>Still readable.</p><img alt="malformed" src="cid:%E0%A4%A">', ''].join('\r\n'));
+      await app.append(
+        'INBOX',
+        [
+          'From: mallory@example.org',
+          `To: ${inbox.address}`,
+          `Subject: ${malformed}`,
+          'MIME-Version: 1.0',
+          'Content-Type: text/html; charset=utf-8',
+          '',
+          '<p>Still readable.</p><img alt="malformed" src="cid:%E0%A4%A">',
+          '',
+        ].join('\r\n'),
+      );
     } finally {
       await app.logout();
     }
@@ -127,7 +165,9 @@ describe('web app security (Chromium, hostile mail)', function () {
     // revalidation says max-age=0; fetch() alone would say no-cache, which forbids a 304.)
     const first = await fetch(`${origin}/app/main.js`);
     await first.arrayBuffer();
-    const again = await fetch(`${origin}/app/main.js`, { headers: { 'if-none-match': first.headers.get('etag')!, 'cache-control': 'max-age=0' } });
+    const again = await fetch(`${origin}/app/main.js`, {
+      headers: { 'if-none-match': first.headers.get('etag')!, 'cache-control': 'max-age=0' },
+    });
     expect(again.status).to.equal(304);
     expect(again.headers.get('content-security-policy')).to.equal(APP_CSP);
     expect(APP_CSP).to.include("frame-ancestors 'none'").and.include("base-uri 'none'").and.include("form-action 'none'");
@@ -168,7 +208,10 @@ describe('web app security (Chromium, hostile mail)', function () {
     const frame = page.frameLocator('#message-html');
     // Positive signals first: the frame's load event has fired (data-styled: every load it was
     // going to make has been made or refused) and its own cid: image has decoded.
-    await until('the cid: image rendered', async () => (await frame.locator('img[alt="logo"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0);
+    await until(
+      'the cid: image rendered',
+      async () => (await frame.locator('img[alt="logo"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0,
+    );
     expect(await frame.locator('p.bg').textContent()).to.equal('Hostile message.');
     expect(hits, 'requests to the sender before "Show images"').to.deep.equal([]);
 
@@ -179,31 +222,49 @@ describe('web app security (Chromium, hostile mail)', function () {
     expect(await frame.locator('#top').getAttribute('ping')).to.equal(null);
     // A declarative shadow root (which DOMParser leaves as an inert template but the frame's own
     // parser would attach) would hide its contents from the sanitising above.
-    expect(await frame.locator('#shadow-host').evaluate((el) => (el as unknown as { shadowRoot: unknown }).shadowRoot === null)).to.equal(true);
+    expect(await frame.locator('#shadow-host').evaluate((el) => (el as unknown as { shadowRoot: unknown }).shadowRoot === null)).to.equal(
+      true,
+    );
     for (const id of ['js', 'data', 'relative']) expect(await frame.locator(`#${id}`).getAttribute('href'), id).to.equal(null);
     // The overlay covers the frame (its own business): events go to the elements directly.
     await frame.locator('#submit').dispatchEvent('click');
     await frame.locator('#svg-link').dispatchEvent('click');
     // The message's fixed overlay is confined to its frame: the app's controls stay on top.
     const toggle = await page.locator('#toggle-flagged').boundingBox();
-    expect(await inPage(page, `document.elementFromPoint(${toggle!.x + toggle!.width / 2}, ${toggle!.y + toggle!.height / 2})?.id`)).to.equal('toggle-flagged');
+    expect(
+      await inPage(page, `document.elementFromPoint(${toggle!.x + toggle!.width / 2}, ${toggle!.y + toggle!.height / 2})?.id`),
+    ).to.equal('toggle-flagged');
 
     await page.click('#show-images');
     await page.locator('#message-html[data-styled]').waitFor();
-    await until('the remote image rendered', async () => (await frame.locator('img[alt="remote"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0);
+    await until(
+      'the remote image rendered',
+      async () =>
+        (await frame.locator('img[alt="remote"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0,
+    );
     expect(hits).to.include('/img/plain');
-    await until('the referrer-policy image rendered', async () => (await frame.locator('img[alt="referrer"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0);
+    await until(
+      'the referrer-policy image rendered',
+      async () =>
+        (await frame.locator('img[alt="referrer"]').evaluate((img) => (img as unknown as { naturalWidth: number }).naturalWidth)) > 0,
+    );
     // The style attribute's background beats the class rule's, as an inline style does.
-    await until('the inline style\'s background', async () => hits.includes('/img/inline-bg'));
+    await until("the inline style's background", async () => hits.includes('/img/inline-bg'));
     expect(hits).to.not.include('/img/css-bg');
     expect(referers, 'Referer headers sent to the sender').to.deep.equal([]);
     // Images only: no font, stylesheet, @import, media, frame, object, form or script, ever.
-    expect(hits.filter((h) => !h.startsWith('/img/')), 'non-image requests after "Show images"').to.deep.equal([]);
+    expect(
+      hits.filter((h) => !h.startsWith('/img/')),
+      'non-image requests after "Show images"',
+    ).to.deep.equal([]);
     // Still the app, on this message: nothing navigated the page or opened a tab.
     expect(page.url()).to.match(new RegExp(`^${origin}/app/#/inbox/${inbox.id}/message/msg_`));
     expect(a.context.pages()).to.have.length(1);
     // The page's problems: only CSP refusals of what the message asked for, never a page error.
-    expect(a.problems.filter((m) => !/Content Security Policy|Refused to|Blocked script execution|Not allowed to/i.test(m)), 'page errors').to.deep.equal([]);
+    expect(
+      a.problems.filter((m) => !/Content Security Policy|Refused to|Blocked script execution|Not allowed to/i.test(m)),
+      'page errors',
+    ).to.deep.equal([]);
     a.problems.length = 0;
   });
 
@@ -227,7 +288,10 @@ describe('web app security (Chromium, hostile mail)', function () {
     expect((await downloaded).suggestedFilename()).to.not.equal('');
     expect(await tab.locator('#attached').count()).to.equal(0);
     await tab.close();
-    expect(hits.filter((h) => h.startsWith('/attachment')), 'the attachment ran or loaded').to.deep.equal([]);
+    expect(
+      hits.filter((h) => h.startsWith('/attachment')),
+      'the attachment ran or loaded',
+    ).to.deep.equal([]);
 
     // Leaving the message revokes its decrypted attachments' URLs.
     await page.goto(`${origin}/app/#/inbox/${inbox.id}`);
@@ -242,7 +306,10 @@ describe('web app security (Chromium, hostile mail)', function () {
       how: 'that expires in this tab',
       // Its expiry passes (as it would with the tab left open past the session's lifetime).
       end: (page) =>
-        inPage(page, `(() => { const s = JSON.parse(sessionStorage.getItem('postern.session')); s.expiresAt = new Date(Date.now() - 1000).toISOString(); sessionStorage.setItem('postern.session', JSON.stringify(s)); })()`),
+        inPage(
+          page,
+          `(() => { const s = JSON.parse(sessionStorage.getItem('postern.session')); s.expiresAt = new Date(Date.now() - 1000).toISOString(); sessionStorage.setItem('postern.session', JSON.stringify(s)); })()`,
+        ),
     },
     {
       how: 'ended elsewhere',

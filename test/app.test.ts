@@ -40,7 +40,8 @@ describe('web app (Chromium, virtual passkeys)', function () {
   };
   const fingerprint = keyFingerprint;
   // Evaluated in the page (as text: this file is compiled without the DOM's types).
-  const sessionOf = async (page: Page) => JSON.parse((await inPage<string>(page, "sessionStorage.getItem('postern.session')"))) as { session: string };
+  const sessionOf = async (page: Page) =>
+    JSON.parse(await inPage<string>(page, "sessionStorage.getItem('postern.session')")) as { session: string };
 
   it('serves the app under /app/ with a strict CSP', async () => {
     const res = await fetch(`${origin}/app/`);
@@ -50,7 +51,13 @@ describe('web app (Chromium, virtual passkeys)', function () {
     // Loosened only for images: a message's frame inherits this policy, and its remote images may be
     // shown once the member asks (web/mail/html.ts). Scripts, styles and requests stay this origin's.
     const directives = Object.fromEntries(APP_CSP.split('; ').map((d) => [d.split(' ')[0], d.split(' ').slice(1).join(' ')]));
-    expect(directives).to.deep.include({ 'script-src': "'self'", 'style-src': "'self'", 'connect-src': "'self'", 'img-src': "'self' data: http: https:", 'frame-ancestors': "'none'" });
+    expect(directives).to.deep.include({
+      'script-src': "'self'",
+      'style-src': "'self'",
+      'connect-src': "'self'",
+      'img-src': "'self' data: http: https:",
+      'frame-ancestors': "'none'",
+    });
     expect(directives).to.not.have.any.keys('frame-src', 'child-src');
     const html = await res.text();
     expect(html).to.not.match(/<script(?![^>]*\bsrc=)[^>]*>/);
@@ -70,9 +77,11 @@ describe('web app (Chromium, virtual passkeys)', function () {
     await a.page.click('#enroll');
     const first = await fingerprint(a.page);
     expect(first).to.match(/^[0-9a-f]{40,64}$/);
-    expect(await a.page.locator('#key-status').textContent()).to.include('Unlocks with: prf').and.include('Public key: registered.');
+    expect(await a.page.locator('#key-status').textContent())
+      .to.include('Unlocks with: prf')
+      .and.include('Public key: registered.');
     await a.page.locator(`#inboxes li[data-inbox="${inbox.id}"]`).waitFor();
-    expect(await a.page.url()).to.not.include('#enroll');
+    expect(a.page.url()).to.not.include('#enroll');
     await screenshot(a.page, '2-home');
     // The session is in this tab's sessionStorage only: no cookie, nothing in localStorage.
     expect(await a.context.cookies()).to.deep.equal([]);
@@ -142,7 +151,14 @@ describe('web app (Chromium, virtual passkeys)', function () {
     expect(asked).to.include('PUT /api/v1/me/key').and.not.include('POST /api/v1/me/reauth/options');
     const keyEvents = async () => {
       const { events } = await s.postern.events.backfill(
-        { projectId: p.projectId, inboxes: null, allowedInboxes: [], visibilities: ['project'], types: ['access.key.set'], redactActor: false },
+        {
+          projectId: p.projectId,
+          inboxes: null,
+          allowedInboxes: [],
+          visibilities: ['project'],
+          types: ['access.key.set'],
+          redactActor: false,
+        },
         0,
         1000,
       );
@@ -187,9 +203,20 @@ describe('web app (Chromium, virtual passkeys)', function () {
     asked.length = 0;
     await a.page.click('#add-passkey');
     await a.page.locator('#passkeys li').nth(1).waitFor({ timeout: 60_000 });
-    expect(asked.slice(0, 3)).to.deep.equal(['POST /api/v1/me/reauth/options', 'POST /api/v1/auth/passkeys/options', 'POST /api/v1/auth/passkeys']);
+    expect(asked.slice(0, 3)).to.deep.equal([
+      'POST /api/v1/me/reauth/options',
+      'POST /api/v1/auth/passkeys/options',
+      'POST /api/v1/auth/passkeys',
+    ]);
     const { events: added } = await s.postern.events.backfill(
-      { projectId: p.projectId, inboxes: null, allowedInboxes: [], visibilities: ['project'], types: ['access.passkey.added'], redactActor: false },
+      {
+        projectId: p.projectId,
+        inboxes: null,
+        allowedInboxes: [],
+        visibilities: ['project'],
+        types: ['access.passkey.added'],
+        redactActor: false,
+      },
       0,
       1000,
     );
@@ -211,7 +238,9 @@ describe('web app (Chromium, virtual passkeys)', function () {
     await a.page.fill('#passphrase', PASSPHRASE);
     await a.page.click('#passphrase-submit');
     const first = await fingerprint(a.page);
-    expect(await a.page.locator('#key-status').textContent()).to.include('Unlocks with: passphrase').and.include('Public key: registered.');
+    expect(await a.page.locator('#key-status').textContent())
+      .to.include('Unlocks with: passphrase')
+      .and.include('Public key: registered.');
     await a.page.locator(`#inboxes li[data-inbox="${inbox.id}"]`).waitFor();
     expect(await inPage(a.page, 'document.documentElement.scrollWidth <= window.innerWidth')).to.equal(true);
     await screenshot(a.page, '6-home-phone');

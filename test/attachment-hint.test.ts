@@ -13,7 +13,14 @@ describe('attachment hint', () => {
   });
 
   it('false for text, alternative, related, a report, a message, or no Content-Type at all', () => {
-    for (const type of ['text/plain; charset=utf-8', 'text/html', 'multipart/alternative; boundary=b', 'multipart/related; boundary=b', 'multipart/report; report-type=delivery-status', 'message/rfc822']) {
+    for (const type of [
+      'text/plain; charset=utf-8',
+      'text/html',
+      'multipart/alternative; boundary=b',
+      'multipart/related; boundary=b',
+      'multipart/report; report-type=delivery-status',
+      'message/rfc822',
+    ]) {
       expect(hasAttachmentHint(header(`Content-Type: ${type}`)), type).to.equal(false);
     }
     expect(hasAttachmentHint(header(''))).to.equal(false);

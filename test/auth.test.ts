@@ -3,7 +3,8 @@ import { expect } from 'chai';
 import { call, expectError, json, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
 
 /** Waits until a credential issued before `issuedBy` with this lifetime has surely expired. */
-const pastExpiry = (issuedBy: number, seconds: number) => new Promise((r) => setTimeout(r, Math.max(0, issuedBy + seconds * 1000 + 50 - Date.now())));
+const pastExpiry = (issuedBy: number, seconds: number) =>
+  new Promise((r) => setTimeout(r, Math.max(0, issuedBy + seconds * 1000 + 50 - Date.now())));
 
 describe('authentication and access (GET /inboxes)', () => {
   let s: TestServer;
@@ -137,7 +138,9 @@ describe('authentication and access (GET /inboxes)', () => {
     const other = await newProject(s);
     const foreign = await other.inbox();
     // Staff cannot narrow a token to another project's inbox…
-    const refused = await s.postern.admin.createToken({ memberId: p.memberId, scopes: ['messages:read'], inboxes: [foreign.id] }).catch((e: unknown) => e);
+    const refused = await s.postern.admin
+      .createToken({ memberId: p.memberId, scopes: ['messages:read'], inboxes: [foreign.id] })
+      .catch((e: unknown) => e);
     expect(refused).to.have.property('kind', 'not-found');
     // …and a grant across projects is refused too.
     const crossGrant = await s.postern.admin.grant(p.memberId, foreign.id, 'owner').catch((e: unknown) => e);
@@ -158,7 +161,7 @@ describe('authentication and access (GET /inboxes)', () => {
     }
   });
 
-  it("a role that does not allow an action is 403 in that inbox (reader cannot send)", async () => {
+  it('a role that does not allow an action is 403 in that inbox (reader cannot send)', async () => {
     const principal = await s.postern.access.authenticateToken(`Bearer ${await p.token(['messages:read', 'send'])}`);
     await s.postern.access.inboxAccess(principal, inboxA, 'send');
     const err = await s.postern.access.inboxAccess(principal, inboxB, 'send').catch((e: unknown) => e);

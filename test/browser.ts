@@ -21,7 +21,16 @@ export async function launchChromium(): Promise<Browser> {
   return chromium.launch({
     executablePath,
     headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
 }
 
@@ -35,7 +44,7 @@ export interface Device {
 }
 
 /** An expression evaluated in the page, its value typed as the caller expects. */
-export const inPage = <T>(page: Page, expression: string) => page.evaluate(expression) as Promise<T>;
+export const inPage = <T>(page: Page, expression: string) => page.evaluate<T>(expression);
 
 /** A fresh browser context (its own storage: another "device") with a virtual passkey authenticator. */
 export async function newDevice(browser: Browser, options: { prf: boolean; width?: number }): Promise<Device> {
@@ -49,7 +58,15 @@ export async function newDevice(browser: Browser, options: { prf: boolean; width
   const cdp = await context.newCDPSession(page);
   await cdp.send('WebAuthn.enable');
   const { authenticatorId } = await cdp.send('WebAuthn.addVirtualAuthenticator', {
-    options: { protocol: 'ctap2', transport: 'internal', hasResidentKey: true, hasUserVerification: true, isUserVerified: true, hasPrf: options.prf, automaticPresenceSimulation: true },
+    options: {
+      protocol: 'ctap2',
+      transport: 'internal',
+      hasResidentKey: true,
+      hasUserVerification: true,
+      isUserVerified: true,
+      hasPrf: options.prf,
+      automaticPresenceSimulation: true,
+    },
   });
   return { context, page, cdp, authenticatorId, problems };
 }
@@ -108,7 +125,10 @@ export async function go(page: Page, hash: string): Promise<void> {
  * Postern serving the freshly built app at http://localhost:<free port>, its POSTERN_APP_ORIGIN:
  * passkeys need a host name, not an IP, and Chromium resolves localhost itself.
  */
-export async function startAppServer(extra: Record<string, string> = {}, options: { logFile?: string } = {}): Promise<{ s: TestServer; origin: string }> {
+export async function startAppServer(
+  extra: Record<string, string> = {},
+  options: { logFile?: string } = {},
+): Promise<{ s: TestServer; origin: string }> {
   await buildApp();
   const port = await freePort();
   const origin = `http://localhost:${port}`;

@@ -3,14 +3,30 @@
 // node_modules has every package but tsx, so nothing here can pass by compiling TypeScript, and
 // editing the copy disturbs no other test.
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { ROOT } from '../lib/paths.ts';
 import { envVars, mailEnv, newStore, type TestStore } from './harness.ts';
 
-interface Run { code: number; stdout: string; stderr: string }
+interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
 
 /** A copy of what bin/postern builds from, with ROOT's packages except tsx. */
 function copySources(): string {
@@ -33,7 +49,8 @@ function run(dir: string, args: string[], env: Record<string, string> = {}): Pro
   });
 }
 
-const stampOf = (dir: string) => JSON.parse(readFileSync(join(dir, 'dist', 'cli', 'current.json'), 'utf8')) as { build: string; inputs: Record<string, string> };
+const stampOf = (dir: string) =>
+  JSON.parse(readFileSync(join(dir, 'dist', 'cli', 'current.json'), 'utf8')) as { build: string; inputs: Record<string, string> };
 
 describe('bin/postern runs its bundle', function () {
   // Every first run builds (esbuild), and the machine may be busy.
@@ -54,7 +71,9 @@ describe('bin/postern runs its bundle', function () {
     const runs = await Promise.all([1, 2, 3, 4].map(() => run(dir, ['help'])));
     for (const r of runs) {
       expect(r.code, r.stderr).to.equal(0);
-      expect(r.stdout).to.match(/^usage:\n/).and.match(/postern admin import --from FILE/);
+      expect(r.stdout)
+        .to.match(/^usage:\n/)
+        .and.match(/postern admin import --from FILE/);
     }
     const { build } = stampOf(dir);
     // Each built the same bundle: one build stays, no half-written one is left behind.

@@ -77,7 +77,13 @@ describe('staff lifecycle commands', function () {
     expect(await ok<Row[]>('inbox', 'list', '--project', p.projectId)).to.deep.equal(shown.inboxes);
     expect((await ok<Row[]>('inbox', 'list')).map((i) => i.id)).to.include(inbox.id);
     const inboxShown = await ok('inbox', 'show', '--inbox', inbox.id);
-    expect(inboxShown).to.deep.include({ id: inbox.id, projectId: p.projectId, imapUser: inbox.imapUser, addresses: [inbox.address], mode: 'compatible' });
+    expect(inboxShown).to.deep.include({
+      id: inbox.id,
+      projectId: p.projectId,
+      imapUser: inbox.imapUser,
+      addresses: [inbox.address],
+      mode: 'compatible',
+    });
     expect(inboxShown.members).to.have.deep.members([
       { memberId: p.memberId, role: 'owner' },
       { memberId: reader, role: 'reader' },
@@ -91,7 +97,14 @@ describe('staff lifecycle commands', function () {
     expect(tokens.stdout).to.not.include(secret);
     const [listed] = JSON.parse(tokens.stdout) as Row[];
     expect(listed).to.have.keys('id', 'projectId', 'memberId', 'scopes', 'inboxes', 'state', 'createdAt', 'expiresAt', 'revokedAt');
-    expect(listed).to.deep.include({ id: tokenId, memberId: p.memberId, scopes: ['messages:read', 'events:read'], inboxes: [inbox.id], state: 'live', revokedAt: null });
+    expect(listed).to.deep.include({
+      id: tokenId,
+      memberId: p.memberId,
+      scopes: ['messages:read', 'events:read'],
+      inboxes: [inbox.id],
+      state: 'live',
+      revokedAt: null,
+    });
     expect(await ok<Row[]>('token', 'list', '--member', reader)).to.deep.equal([]);
 
     const sessions = await admin('session', 'list', '--project', p.projectId);
@@ -122,10 +135,12 @@ describe('staff lifecycle commands', function () {
     expect(await ok('session', 'revoke', '--id', sessionId, '--yes')).to.deep.equal({ id: sessionId, revoked: false });
     const [listed] = await ok<Row[]>('session', 'list', '--member', p.memberId);
     expect(listed!.state).to.equal('revoked');
-    expect((await admin('session', 'revoke', '--id', 'ses_01M80W1F3RD7BV8C61QAP73X5Y', '--yes')).out.error).to.equal('no session ses_01M80W1F3RD7BV8C61QAP73X5Y');
+    expect((await admin('session', 'revoke', '--id', 'ses_01M80W1F3RD7BV8C61QAP73X5Y', '--yes')).out.error).to.equal(
+      'no session ses_01M80W1F3RD7BV8C61QAP73X5Y',
+    );
   });
 
-  it('removes a member with --yes: their credentials stop working, the others\' do not', async () => {
+  it("removes a member with --yes: their credentials stop working, the others' do not", async () => {
     const p = await newProject(s);
     const inbox = await p.inbox();
     const leaving = await p.member();
@@ -161,10 +176,18 @@ describe('staff lifecycle commands', function () {
     const report = async () => (await store.mailIndex.watchReports(0))[0]?.report.inboxes;
     // Other tests' inboxes are on this server too: it watches them all.
     const watched = (await store.directory.listInboxes()).length;
-    await until('the server watching every inbox', async () => (await report()) === watched && (await store.mailIndex.status(inbox.id)).watcher !== null, 30_000);
+    await until(
+      'the server watching every inbox',
+      async () => (await report()) === watched && (await store.mailIndex.status(inbox.id)).watcher !== null,
+      30_000,
+    );
 
     const deleted = await ok('project', 'delete', '--project', p.projectId, '--yes');
-    expect(deleted).to.deep.equal({ id: p.projectId, deleted: true, removed: { members: 1, inboxes: 1, tokens: 1, sessions: 0, webhooks: 0, events: (deleted.removed as Row).events } });
+    expect(deleted).to.deep.equal({
+      id: p.projectId,
+      deleted: true,
+      removed: { members: 1, inboxes: 1, tokens: 1, sessions: 0, webhooks: 0, events: (deleted.removed as Row).events },
+    });
     expect(await status(token)).to.equal(401);
     expect(await status(keptToken)).to.equal(200);
     expect((await ok<Row[]>('project', 'list')).map((x) => x.id)).to.not.include(p.projectId);
@@ -173,7 +196,7 @@ describe('staff lifecycle commands', function () {
     expect(await store.events.positionOf(p.projectId, 'evt_01M80W1F3RD7BV8C61QAP73X5Y')).to.equal(null);
 
     // The running server lets the inbox go (its next report counts one) and keeps the other.
-    await until('the server letting the deleted project\'s inbox go', async () => (await report()) === watched - 1, 30_000);
+    await until("the server letting the deleted project's inbox go", async () => (await report()) === watched - 1, 30_000);
     expect((await store.mailIndex.status(inbox.id)).watcher).to.equal(null);
     expect((await store.mailIndex.status(kept.id)).watcher).to.not.equal(null);
 

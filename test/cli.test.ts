@@ -53,28 +53,74 @@ describe('staff CLI', function () {
 
     const user = `${unique('cli')}@${mailEnv().domain}`;
     const alias = `${unique('alias')}@${mailEnv().domain}`;
-    const inbox = await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user, '--address', alias, '--create-imap-user');
+    const inbox = await ok(
+      'admin',
+      'inbox',
+      'add',
+      '--project',
+      project,
+      '--imap-user',
+      user,
+      '--address',
+      user,
+      '--address',
+      alias,
+      '--create-imap-user',
+    );
     expect(inbox.id).to.match(/^ibx_[0-9A-Z]{26}$/);
     expect(inbox.imapUser).to.equal(user);
     // The created Dovecot user is real: a mail app can log in with the printed password.
-    const imap = new ImapFlow({ host: mailEnv().imap.host, port: mailEnv().imap.port, secure: false, auth: { user, pass: inbox.imapPassword as string }, logger: false });
+    const imap = new ImapFlow({
+      host: mailEnv().imap.host,
+      port: mailEnv().imap.port,
+      secure: false,
+      auth: { user, pass: inbox.imapPassword as string },
+      logger: false,
+    });
     await imap.connect();
     await imap.logout();
     // And it may send as the inbox's other address through submission: Postfix's sender login
     // table lists it for the user (without, Postfix refuses it as not owned by the user).
-    const submission = nodemailer.createTransport({ host: mailEnv().submission.host, port: mailEnv().submission.port, secure: false, auth: { user, pass: inbox.imapPassword as string } });
+    const submission = nodemailer.createTransport({
+      host: mailEnv().submission.host,
+      port: mailEnv().submission.port,
+      secure: false,
+      auth: { user, pass: inbox.imapPassword as string },
+    });
     try {
       const to = `${unique('to')}@example.org`;
-      const sent = await submission.sendMail({ envelope: { from: alias, to: [to] }, raw: `From: <${alias}>\r\nTo: <${to}>\r\nSubject: as the alias\r\n\r\nhello\r\n` });
+      const sent = await submission.sendMail({
+        envelope: { from: alias, to: [to] },
+        raw: `From: <${alias}>\r\nTo: <${to}>\r\nSubject: as the alias\r\n\r\nhello\r\n`,
+      });
       expect(sent.accepted).to.deep.equal([to]);
     } finally {
       submission.close();
     }
 
     const vaultAddress = `${unique('vault')}@${mailEnv().domain}`;
-    const vault = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', vaultAddress, '--address', vaultAddress, '--mode', 'zero-access', '--create-imap-user')).id as string;
+    const vault = (
+      await ok(
+        'admin',
+        'inbox',
+        'add',
+        '--project',
+        project,
+        '--imap-user',
+        vaultAddress,
+        '--address',
+        vaultAddress,
+        '--mode',
+        'zero-access',
+        '--create-imap-user',
+      )
+    ).id as string;
 
-    expect(await ok('admin', 'grant', '--member', member, '--inbox', inbox.id as string, '--role', 'owner')).to.deep.equal({ memberId: member, inboxId: inbox.id, role: 'owner' });
+    expect(await ok('admin', 'grant', '--member', member, '--inbox', inbox.id as string, '--role', 'owner')).to.deep.equal({
+      memberId: member,
+      inboxId: inbox.id,
+      role: 'owner',
+    });
     await ok('admin', 'grant', '--member', member, '--inbox', vault, '--role', 'reader');
     const token = await ok('admin', 'token', 'create', '--member', member, '--scopes', 'messages:read,send', '--expires-in', '3600');
     expect(token.id).to.match(/^tok_[0-9A-Z]{26}$/);
@@ -102,7 +148,11 @@ describe('staff CLI', function () {
       expect((await list(bearer(narrowed.token))).body.inboxes!.map((i) => i.inboxId)).to.deep.equal([vault]);
       expect((await list({ 'x-svc-token': session.token as string }, server.app)).status).to.equal(200);
       // The invite the CLI printed opens an enrollment ceremony on the served app.
-      const enroll = await fetch(`${server.app}/auth/enroll/options`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ invite: (invite.link as string).split('#enroll=')[1] }) });
+      const enroll = await fetch(`${server.app}/auth/enroll/options`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ invite: (invite.link as string).split('#enroll=')[1] }),
+      });
       expect(enroll.status).to.equal(200);
 
       expect(await ok('admin', 'revoke', '--member', member, '--inbox', vault)).to.deep.equal({ revoked: true });
@@ -115,7 +165,7 @@ describe('staff CLI', function () {
     }
   });
 
-  it('member set-key records access.key.set as staff, once per change, like a member\'s own change', async () => {
+  it("member set-key records access.key.set as staff, once per change, like a member's own change", async () => {
     const project = (await ok('admin', 'project', 'create', '--name', 'keys')).id as string;
     const member = (await ok('admin', 'member', 'add', '--project', project, '--email', `${unique('k')}@example.org`)).id as string;
     const [first, second] = [(await userKeyPair()).armoredPublic, (await userKeyPair()).armoredPublic];
@@ -149,7 +199,12 @@ describe('staff CLI', function () {
     ['a missing flag is a usage error', ['admin', 'project', 'create'], 2, /--name is required/],
     ['an unknown flag is a usage error', ['admin', 'project', 'create', '--name', 'x', '--colour', 'red'], 2, /colour/],
     ['an unknown command is a usage error', ['admin', 'project', 'rename', '--name', 'x'], 2, /unknown admin command/],
-    ['an unknown project', ['admin', 'member', 'add', '--project', 'prj_01M80W1F3RD7BV8C61QAP73X5Y', '--email', 'a@b.example'], 1, /no project/],
+    [
+      'an unknown project',
+      ['admin', 'member', 'add', '--project', 'prj_01M80W1F3RD7BV8C61QAP73X5Y', '--email', 'a@b.example'],
+      1,
+      /no project/,
+    ],
     ['a bad e-mail', ['admin', 'member', 'add', '--project', 'prj_nope', '--email', 'nope'], 1, /no project|e-mail/],
     ['an unknown member', ['admin', 'token', 'create', '--member', 'mem_01M80W1F3RD7BV8C61QAP73X5Y', '--scopes', 'send'], 1, /no member/],
     ['a non-numeric expiry', ['admin', 'session', 'create', '--member', 'mem_x', '--expires-in', 'soon'], 2, /whole number/],
@@ -177,7 +232,8 @@ describe('staff CLI', function () {
     const user = `${unique('d')}@${mailEnv().domain}`;
     const badMode = await run('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user, '--mode', 'open');
     expect(badMode.out.error).to.match(/mode must be one of/);
-    const inbox = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user, '--create-imap-user')).id as string;
+    const inbox = (await ok('admin', 'inbox', 'add', '--project', project, '--imap-user', user, '--address', user, '--create-imap-user'))
+      .id as string;
     const again = await run('admin', 'inbox', 'add', '--project', project, '--imap-user', `${unique('e')}@x.example`, '--address', user);
     expect(again.out.error).to.match(/address .* already exists/);
     const badRole = await run('admin', 'grant', '--member', member, '--inbox', inbox, '--role', 'god');
@@ -196,11 +252,13 @@ describe('staff CLI: a command that fails changes nothing', function () {
     new Promise((resolve, reject) => {
       const childEnv: Record<string, string | undefined> = { ...process.env, ...env, ...extra };
       for (const [k, v] of Object.entries(extra)) if (v === undefined) delete childEnv[k];
-      const child = spawn(BIN, args, { env: childEnv as NodeJS.ProcessEnv, stdio: ['ignore', 'pipe', 'ignore'] });
+      const child = spawn(BIN, args, { env: childEnv, stdio: ['ignore', 'pipe', 'ignore'] });
       let stdout = '';
-      child.stdout.on('data', (d: Buffer) => (stdout += d));
+      child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
       child.on('error', reject);
-      child.on('close', (code) => resolve({ code: code ?? -1, out: JSON.parse(stdout.trim().split('\n').at(-1) || '{}') as Record<string, unknown> }));
+      child.on('close', (code) =>
+        resolve({ code: code ?? -1, out: JSON.parse(stdout.trim().split('\n').at(-1) || '{}') as Record<string, unknown> }),
+      );
     });
   const ok = async (...args: string[]) => {
     const r = await run(args);
@@ -251,7 +309,22 @@ describe('staff CLI: a command that fails changes nothing', function () {
     await refused(add, 1, /has no IMAP user/);
     await refused([...add, '--imap-password', 'secret-pw'], 2, /--imap-password goes with --create-imap-user/);
     await refused([...add, '--mode', 'open', '--create-imap-user'], 1, /mode must be one of/);
-    await refused(['admin', 'inbox', 'add', '--project', 'prj_01M80W1F3RD7BV8C61QAP73X5Y', '--imap-user', user, '--address', user, '--create-imap-user'], 1, /no project/);
+    await refused(
+      [
+        'admin',
+        'inbox',
+        'add',
+        '--project',
+        'prj_01M80W1F3RD7BV8C61QAP73X5Y',
+        '--imap-user',
+        user,
+        '--address',
+        user,
+        '--create-imap-user',
+      ],
+      1,
+      /no project/,
+    );
     // None of those made the Dovecot user: this add checks it and still finds none.
     await refused(add, 1, /has no IMAP user/);
     const inbox = (await ok(...add, '--create-imap-user')).id as string;
@@ -259,10 +332,16 @@ describe('staff CLI: a command that fails changes nothing', function () {
     // Over a user that exists: added (the check passes), once.
     await refused(add, 1, /inbox for this IMAP user already exists/);
     const other = `${unique('chk')}@${mailEnv().domain}`;
-    await refused(['admin', 'inbox', 'add', '--project', project, '--imap-user', other, '--address', user, '--create-imap-user'], 1, /address .* already exists/);
+    await refused(
+      ['admin', 'inbox', 'add', '--project', project, '--imap-user', other, '--address', user, '--create-imap-user'],
+      1,
+      /address .* already exists/,
+    );
 
     // inbox rotate-key without the master key: no new epoch.
-    await refused(['admin', 'inbox', 'rotate-key', '--inbox', inbox], 1, /POSTERN_MASTER_KEY is not set/, { POSTERN_MASTER_KEY: undefined });
+    await refused(['admin', 'inbox', 'rotate-key', '--inbox', inbox], 1, /POSTERN_MASTER_KEY is not set/, {
+      POSTERN_MASTER_KEY: undefined,
+    });
     expect(await ok('admin', 'inbox', 'rotate-key', '--inbox', inbox)).to.include({ epoch: 2 });
     await refused(['admin', 'inbox', 'rotate-key', '--inbox', 'ibx_01M80W1F3RD7BV8C61QAP73X5Y'], 1, /no inbox/);
     // inbox remove / status of an unknown inbox.
@@ -282,7 +361,11 @@ describe('staff CLI: a command that fails changes nothing', function () {
     await refused(['admin', 'member', 'add', '--project', project, '--email', 'not-an-address'], 1, /not an e-mail address/);
     await refused(['admin', 'member', 'set-key', '--member', member, '--public-key-file', join(dir, 'missing.asc')], 2, /cannot read/);
     await refused(['admin', 'member', 'invite', '--member', member, '--expires-in', '0'], 1, /positive whole number/);
-    await refused(['admin', 'token', 'create', '--member', stranger, '--scopes', 'messages:read', '--inboxes', inbox], 1, /no inbox .* in the member's project/);
+    await refused(
+      ['admin', 'token', 'create', '--member', stranger, '--scopes', 'messages:read', '--inboxes', inbox],
+      1,
+      /no inbox .* in the member's project/,
+    );
     await refused(['admin', 'token', 'create', '--member', member, '--scopes', 'root'], 1, /unknown scope/);
     await refused(['admin', 'session', 'create', '--member', member, '--expires-in', '0'], 1, /positive whole number/);
     await refused(['admin', 'token', 'revoke', '--id', 'tok_01M80W1F3RD7BV8C61QAP73X5Y', '--yes'], 1, /no token/);

@@ -10,11 +10,11 @@ import { until } from './mail-fixtures.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-const postFresh = (url: string, token: string, body: unknown, headers: Record<string, string> = {}) => callFresh('POST', url, token, body, headers);
+const postFresh = (url: string, token: string, body: unknown, headers: Record<string, string> = {}) =>
+  callFresh('POST', url, token, body, headers);
 
 /** The primary's workers (not the helper processes the TypeScript loader starts). */
 const workerPids = (primary: number): number[] => childPids(primary, 'postern.ts serve');
-
 
 describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
   this.timeout(60_000);
@@ -28,9 +28,15 @@ describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
     const p = await newProject(f.admin);
     const writer = await p.token(['events:write']);
     const reader = await p.token(['events:read', 'project:read']);
-    await register({ ...f.admin, base: f.base }, writer, { name: 'ext.spread.sent', description: 'x', data: [{ name: 'n', type: 'integer' }] });
+    await register({ ...f.admin, base: f.base }, writer, {
+      name: 'ext.spread.sent',
+      description: 'x',
+      data: [{ name: 'n', type: 'integer' }],
+    });
     // Four streams on four connections: both workers hold some.
-    const streams = await Promise.all(Array.from({ length: 4 }, () => SseClient.open(`${f.base}/events?types=ext.spread.sent`, { token: reader })));
+    const streams = await Promise.all(
+      Array.from({ length: 4 }, () => SseClient.open(`${f.base}/events?types=ext.spread.sent`, { token: reader })),
+    );
     try {
       const latencies: number[] = [];
       for (let n = 0; n < 30; n++) {
@@ -56,7 +62,9 @@ describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
     const reader = await p.token(['events:read', 'project:read']);
     await register({ ...f.admin, base: f.base }, writer, { name: 'ext.once.sent', description: 'x' });
     const results = await Promise.all(
-      Array.from({ length: 40 }, () => postFresh(`${f.base}/events`, writer, { type: 'ext.once.sent', subject: 's' }, { 'idempotency-key': 'one-key' })),
+      Array.from({ length: 40 }, () =>
+        postFresh(`${f.base}/events`, writer, { type: 'ext.once.sent', subject: 's' }, { 'idempotency-key': 'one-key' }),
+      ),
     );
     expect(results.filter((r) => r.status === 201)).to.have.length(1);
     expect(results.filter((r) => r.status === 200)).to.have.length(39);
@@ -95,7 +103,11 @@ describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
     expect(now).to.have.length(2);
     expect(f.cluster.child.exitCode).to.equal(null);
     // The new workers serve (once started: two at once on a loaded machine take a while).
-    await until('a new worker serving', async () => (await callFresh('GET', `${f.cluster.url}/healthz`).catch(() => ({ status: 0 }))).status === 200, 30_000);
+    await until(
+      'a new worker serving',
+      async () => (await callFresh('GET', `${f.cluster.url}/healthz`).catch(() => ({ status: 0 }))).status === 200,
+      30_000,
+    );
     expect((await callFresh('GET', `${f.cluster.url}/healthz`)).status).to.equal(200);
   });
 

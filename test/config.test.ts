@@ -36,7 +36,9 @@ describe('configuration', () => {
     const push = loadConfig({ POSTERN_HINT_LISTEN: '127.0.0.1:8788', POSTERN_HINT_SECRET: 'a-secret-of-16-chars' });
     expect(push.watch.mode).to.equal('push');
     expect(push.watch.reason).to.match(/POSTERN_WATCH=auto and POSTERN_HINT_LISTEN is set/);
-    expect(loadConfig({ POSTERN_WATCH: 'notify', POSTERN_HINT_LISTEN: '127.0.0.1:8788', POSTERN_HINT_SECRET: 'a-secret-of-16-chars' }).watch).to.deep.include({ mode: 'notify', reason: 'POSTERN_WATCH=notify' });
+    expect(
+      loadConfig({ POSTERN_WATCH: 'notify', POSTERN_HINT_LISTEN: '127.0.0.1:8788', POSTERN_HINT_SECRET: 'a-secret-of-16-chars' }).watch,
+    ).to.deep.include({ mode: 'notify', reason: 'POSTERN_WATCH=notify' });
     expect(auto.watch).to.deep.include({ catalogPollMs: 500, fillWaitMs: 10_000 });
   });
 
@@ -85,7 +87,10 @@ describe('configuration', () => {
     expect(loadConfig({ ...PASSWORD, POSTERN_BODY_IDLE_TIMEOUT_MS: '1500' }).http.bodyIdleTimeoutMs).to.equal(1500);
     // Request budgets: generous for every request, tighter for searches, downloads and tool calls.
     expect(loadConfig(PASSWORD).rate).to.deep.equal({ requests: { perSecond: 100, burst: 200 }, expensive: { perSecond: 10, burst: 40 } });
-    expect(loadConfig({ ...PASSWORD, POSTERN_RATE_EXPENSIVE: '0.5', POSTERN_RATE_REQUESTS: '0' }).rate).to.deep.include({ requests: { perSecond: 0, burst: 200 }, expensive: { perSecond: 0.5, burst: 40 } });
+    expect(loadConfig({ ...PASSWORD, POSTERN_RATE_EXPENSIVE: '0.5', POSTERN_RATE_REQUESTS: '0' }).rate).to.deep.include({
+      requests: { perSecond: 0, burst: 200 },
+      expensive: { perSecond: 0.5, burst: 40 },
+    });
   });
 
   describe('bin/postern serve', function () {

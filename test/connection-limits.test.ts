@@ -118,7 +118,10 @@ describe('slow clients and connections per address', function () {
       const host = new URL(s.url).host;
       const garbage = await rawConnection(s.url, 'NOT HTTP AT ALL\r\n\r\n');
       const huge = await rawConnection(s.url, `${get('/healthz', host)}X-Filler: ${'x'.repeat(20_000)}\r\n\r\n`);
-      for (const [c, status] of [[garbage, 400], [huge, 431]] as const) {
+      for (const [c, status] of [
+        [garbage, 400],
+        [huge, 431],
+      ] as const) {
         await c.closed(5000);
         const res = parseResponse(c.received());
         expect(res.status).to.equal(status);
@@ -191,7 +194,10 @@ describe('slow clients and connections per address', function () {
   });
 
   it('refuses a headers deadline later than the request deadline at start-up', () => {
-    expect(() => loadConfig({ POSTERN_HEADERS_TIMEOUT_MS: '5000', POSTERN_REQUEST_TIMEOUT_MS: '1000' })).to.throw(ConfigError, /POSTERN_HEADERS_TIMEOUT_MS/);
+    expect(() => loadConfig({ POSTERN_HEADERS_TIMEOUT_MS: '5000', POSTERN_REQUEST_TIMEOUT_MS: '1000' })).to.throw(
+      ConfigError,
+      /POSTERN_HEADERS_TIMEOUT_MS/,
+    );
   });
 
   describe('connections per address', () => {
@@ -213,9 +219,9 @@ describe('slow clients and connections per address', function () {
       expect(refused.body.error).to.match(/too many open connections from your address/);
 
       // The admitted connections are served as usual.
-      held[0]!.socket.write(`${get('/healthz', host)}Connection: close\r\n\r\n`);
-      await held[0]!.closed(5000);
-      expect(parseResponse(held[0]!.received()).status).to.equal(200);
+      held[0].socket.write(`${get('/healthz', host)}Connection: close\r\n\r\n`);
+      await held[0].closed(5000);
+      expect(parseResponse(held[0].received()).status).to.equal(200);
 
       // Its place is free again once the server saw it go.
       const deadline = Date.now() + 5000;
@@ -258,20 +264,29 @@ describe('slow clients and connections per address', function () {
       // The kernel hands each connection to whichever worker accepts it first: two slow ones may
       // land on one worker (the second then refused by its cap) or one on each. Either way none
       // is left open past the deadline, and at least one was held to it.
-      const slow = await Promise.all([rawConnection(cluster.url, get('/healthz', host)), rawConnection(cluster.url, get('/healthz', host))]);
+      const slow = await Promise.all([
+        rawConnection(cluster.url, get('/healthz', host)),
+        rawConnection(cluster.url, get('/healthz', host)),
+      ]);
       const answers: number[] = [];
       for (const c of slow) {
         await c.closed(5000);
         answers.push(parseResponse(c.received()).status);
       }
-      expect(answers.every((st) => st === 408 || st === 429), answers.join()).to.equal(true);
+      expect(
+        answers.every((st) => st === 408 || st === 429),
+        answers.join(),
+      ).to.equal(true);
       expect(answers, answers.join()).to.include(408);
       // The cap is per process: of three kept-alive connections from one address, two workers
       // capped at one each can hold at most two, so at least one must be refused with 429.
       const held: RawConnection[] = [];
       for (let i = 0; i < 3; i++) held.push(await rawConnection(cluster.url, `${get('/healthz', host)}\r\n`));
       const statuses = await Promise.all(held.map((c) => responseOf(c, 5000)));
-      expect(statuses.every((st) => st === 200 || st === 429), statuses.join()).to.equal(true);
+      expect(
+        statuses.every((st) => st === 200 || st === 429),
+        statuses.join(),
+      ).to.equal(true);
       expect(statuses.filter((st) => st === 429).length, statuses.join()).to.be.at.least(1);
       expect(statuses.filter((st) => st === 200).length, statuses.join()).to.be.at.least(1);
       for (const c of held) c.socket.destroy();

@@ -95,7 +95,13 @@ describe('decrypted content', function () {
     const body = await json<Content>(res);
     s.postern.validator.body('https://postern.dev/schemas/crypto.json#/$defs/DecryptedMessage', body);
     expect(body.id).to.equal(msgId);
-    expect(body.headers).to.include({ subject: 'Grüße mit Anhang', cc: 'copy@example.org', replyTo: 'answers@example.org', messageId: '<content-1@example.org>', inReplyTo: '<earlier@example.org>' });
+    expect(body.headers).to.include({
+      subject: 'Grüße mit Anhang',
+      cc: 'copy@example.org',
+      replyTo: 'answers@example.org',
+      messageId: '<content-1@example.org>',
+      inReplyTo: '<earlier@example.org>',
+    });
     expect(body.headers.from).to.equal('"Zoë Sender" <zoe@example.org>');
     expect(body.headers.references).to.equal('<first@example.org> <earlier@example.org>');
     expect(body.text.trim()).to.equal('Hallo, siehe Anhang.');
@@ -114,7 +120,9 @@ describe('decrypted content', function () {
     expect(res.headers.get('x-content-type-options')).to.equal('nosniff');
     expect(res.headers.get('cache-control')).to.equal('no-store');
     const disposition = res.headers.get('content-disposition')!;
-    expect(disposition).to.match(/^attachment; filename="Bericht \\"Q3\\" \? Entwurf\.pdf"; filename\*=UTF-8''Bericht%20%22Q3%22%20%E2%80%93%20Entwurf\.pdf$/);
+    expect(disposition).to.match(
+      /^attachment; filename="Bericht \\"Q3\\" \? Entwurf\.pdf"; filename\*=UTF-8''Bericht%20%22Q3%22%20%E2%80%93%20Entwurf\.pdf$/,
+    );
     expect(Buffer.from(await res.arrayBuffer()).equals(pdf)).to.equal(true);
     const logo = await call(url('/attachments/0'), { token });
     expect(logo.headers.get('content-type')).to.equal('image/png');
@@ -176,8 +184,14 @@ describe('decrypted content', function () {
 
   /** A message whose multipart boundary never closes, with `parts` attachments (the last has no end). */
   function manyParts(parts: number, close = false): Buffer {
-    const body = Array.from({ length: parts }, (_, i) => `--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename="p${i}.bin"\r\n\r\npart ${i}\r\n`).join('');
-    return Buffer.from(`From: a@example.org\r\nSubject: ${parts} parts\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n${body}${close ? '--b--\r\n' : ''}`);
+    const body = Array.from(
+      { length: parts },
+      (_, i) =>
+        `--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename="p${i}.bin"\r\n\r\npart ${i}\r\n`,
+    ).join('');
+    return Buffer.from(
+      `From: a@example.org\r\nSubject: ${parts} parts\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n${body}${close ? '--b--\r\n' : ''}`,
+    );
   }
 
   /** The whole answer (status and body) within `ms`, or the test fails: a content read never hangs. */
@@ -204,7 +218,7 @@ describe('decrypted content', function () {
     expect((await answered(`${base}/attachments/1000`)).status).to.equal(404);
   });
 
-  it('422 from /content past 10,000 MIME parts (Dovecot\'s own limit), which /source still serves; attachments answer in bounded time', async () => {
+  it("422 from /content past 10,000 MIME parts (Dovecot's own limit), which /source still serves; attachments answer in bounded time", async () => {
     const raw = manyParts(10_050, true);
     const id = await appendAndFind(raw);
     const base = `${s.base}/inboxes/${inbox.id}/messages/${id}`;
@@ -222,7 +236,9 @@ describe('decrypted content', function () {
     const source = new PassThrough();
     source.write('From: a@example.org\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary="b"\r\n\r\n');
     // Over the 64 KB mailparser gathers before it parses, so the attachment starts now.
-    source.write(`--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename="first.bin"\r\n\r\n${'first bytes\r\n'.repeat(10_000)}`);
+    source.write(
+      `--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename="first.bin"\r\n\r\n${'first bytes\r\n'.repeat(10_000)}`,
+    );
     const found = await openAttachment(source, 0);
     expect(found?.info.filename).to.equal('first.bin');
     // The mail server connection is lost mid-message (the IMAP adapter fails the stream so).
@@ -230,7 +246,10 @@ describe('decrypted content', function () {
     // Read it, as a response would.
     found!.content.resume();
     const outcome = await Promise.race([
-      finished(found!.content).then(() => 'ended', (err: Error) => `failed: ${err.message}`),
+      finished(found!.content).then(
+        () => 'ended',
+        (err: Error) => `failed: ${err.message}`,
+      ),
       new Promise<string>((r) => setTimeout(() => r('stalled'), 10_000).unref()),
     ]);
     expect(outcome).to.equal('failed: the mail server connection was lost mid-message');
@@ -238,20 +257,34 @@ describe('decrypted content', function () {
 
   it('streams a 20 MB attachment whole, and /raw of that message opens to the same bytes', async () => {
     const big = randomBytes(20 * 1024 * 1024);
-    const raw = await compose({ from: 'big@example.org', to: inbox.address, subject: 'twenty megabytes', text: 'see attached', attachments: [{ filename: 'big.bin', content: big }] });
+    const raw = await compose({
+      from: 'big@example.org',
+      to: inbox.address,
+      subject: 'twenty megabytes',
+      text: 'see attached',
+      attachments: [{ filename: 'big.bin', content: big }],
+    });
     const bigUid = await appendRaw(client, raw);
     const id = (await inboxMessages(s, token, inbox.id)).find((m) => m.uid === bigUid)!.id;
     const content = await json<Content>(await call(`${s.base}/inboxes/${inbox.id}/messages/${id}/content`, { token }));
-    expect(content.attachments).to.deep.equal([{ index: 0, contentType: 'application/octet-stream', size: big.length, inline: false, filename: 'big.bin' }]);
+    expect(content.attachments).to.deep.equal([
+      { index: 0, contentType: 'application/octet-stream', size: big.length, inline: false, filename: 'big.bin' },
+    ]);
     const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${id}/attachments/0`, { token });
     expect(res.status).to.equal(200);
     expect(Buffer.from(await res.arrayBuffer()).equals(big)).to.equal(true);
     const source = Buffer.from(await (await call(`${s.base}/inboxes/${inbox.id}/messages/${id}/source`, { token })).arrayBuffer());
     expect(source.equals(raw)).to.equal(true);
-    const detail = await json<{ keyEpoch: number; wrappedDek: string }>(await call(`${s.base}/inboxes/${inbox.id}/messages/${id}`, { token }));
+    const detail = await json<{ keyEpoch: number; wrappedDek: string }>(
+      await call(`${s.base}/inboxes/${inbox.id}/messages/${id}`, { token }),
+    );
     const sealed = Buffer.from(await (await call(`${s.base}/inboxes/${inbox.id}/messages/${id}/raw`, { token })).arrayBuffer());
     const message = await openpgp.readMessage({ binaryMessage: Buffer.concat([Buffer.from(detail.wrappedDek, 'base64'), sealed]) });
-    const { data } = await openpgp.decrypt({ message, decryptionKeys: await s.postern.keys.privateKey(inbox.id, detail.keyEpoch), format: 'binary' });
+    const { data } = await openpgp.decrypt({
+      message,
+      decryptionKeys: await s.postern.keys.privateKey(inbox.id, detail.keyEpoch),
+      format: 'binary',
+    });
     expect(Buffer.from(data as Uint8Array).equals(raw)).to.equal(true);
   });
 });

@@ -19,12 +19,18 @@ const CORPUS_SUITES: Array<{ file: string; grep?: string }> = [
 ];
 
 function mochaOn(suite: { file: string; grep?: string }, env: Record<string, string>): Promise<{ code: number; output: string }> {
-  const args = [join(ROOT, 'node_modules/mocha/bin/mocha.js'), '--no-config', '--import=tsx', suite.file, ...(suite.grep ? ['--grep', suite.grep] : [])];
+  const args = [
+    join(ROOT, 'node_modules/mocha/bin/mocha.js'),
+    '--no-config',
+    '--import=tsx',
+    suite.file,
+    ...(suite.grep ? ['--grep', suite.grep] : []),
+  ];
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d));
-    child.stderr.on('data', (d: Buffer) => (output += d));
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
     child.on('error', reject);
     child.on('close', (code) => resolve({ code: code ?? -1, output }));
   });
@@ -58,7 +64,9 @@ describe('the corpus suites without their corpus', function () {
       // Finding the corpus on its own path would bypass the CI rule.
       expect(text, f).to.not.match(/['"]shared['"],\s*['"]corpus['"]|POSTERN_CORPUS_DIR/);
     }
-    const usingHelper = readers.filter((f) => readFileSync(join(ROOT, 'test', f), 'utf8').includes('./corpus-files.ts')).map((f) => `test/${f}`);
+    const usingHelper = readers
+      .filter((f) => readFileSync(join(ROOT, 'test', f), 'utf8').includes('./corpus-files.ts'))
+      .map((f) => `test/${f}`);
     expect(usingHelper.sort()).to.deep.equal(CORPUS_SUITES.map((s) => s.file).sort());
   });
 });

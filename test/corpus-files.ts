@@ -31,7 +31,9 @@ const present = () => existsSync(join(CORPUS_DIR, 'eml')) && existsSync(join(COR
 /** The test standing in for what needs the corpus when it is missing. */
 function missing(title: string): void {
   (IN_CI ? it : it.skip)(`${title}: needs the corpus at ${CORPUS_DIR} (POSTERN_CORPUS_DIR)`, () => {
-    throw new Error(`the corpus is missing at ${CORPUS_DIR}; CI (CI=${process.env.CI}) must run this suite: provide it, or point POSTERN_CORPUS_DIR at it`);
+    throw new Error(
+      `the corpus is missing at ${CORPUS_DIR}; CI (CI=${process.env.CI}) must run this suite: provide it, or point POSTERN_CORPUS_DIR at it`,
+    );
   });
 }
 

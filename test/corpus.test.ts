@@ -25,7 +25,9 @@ async function listAll(s: TestServer, token: string, inboxId: string, labelId: s
   const all: Summary[] = [];
   let before: number | undefined;
   for (let page = 0; page < 100; page++) {
-    const res = await call(`${s.base}/inboxes/${inboxId}/labels/${labelId}/messages?limit=100${before ? `&before=${before}` : ''}`, { token });
+    const res = await call(`${s.base}/inboxes/${inboxId}/labels/${labelId}/messages?limit=100${before ? `&before=${before}` : ''}`, {
+      token,
+    });
     expect(res.status, await res.clone().text()).to.equal(200);
     const body = (await res.json()) as { messages: Summary[]; before?: number };
     all.push(...body.messages);
@@ -77,7 +79,13 @@ describeWithCorpus('the real-world corpus', function () {
 
     before(async () => {
       inbox = await p.inbox();
-      const imap = new ImapFlow({ host: mailEnv().imap.host, port: mailEnv().imap.port, secure: false, auth: { user: inbox.imapUser, pass: inbox.imapPassword }, logger: false });
+      const imap = new ImapFlow({
+        host: mailEnv().imap.host,
+        port: mailEnv().imap.port,
+        secure: false,
+        auth: { user: inbox.imapUser, pass: inbox.imapPassword },
+        logger: false,
+      });
       await imap.connect();
       try {
         for (const f of files) {
@@ -97,7 +105,10 @@ describeWithCorpus('the real-world corpus', function () {
     it('Dovecot stores all but the ones IMAP cannot carry', () => {
       // An empty message cannot be APPENDed (Dovecot: "Can't save a zero byte message").
       const empty = files.filter((f) => f.raw.length === 0).map((f) => f.name);
-      expect(refused.filter((n) => !empty.includes(n)), 'refused beyond the empty file').to.deep.equal([]);
+      expect(
+        refused.filter((n) => !empty.includes(n)),
+        'refused beyond the empty file',
+      ).to.deep.equal([]);
       expect(appended.size).to.equal(files.length - refused.length);
     });
 
@@ -148,7 +159,14 @@ describeWithCorpus('the real-world corpus', function () {
 
     before(async () => {
       inbox = await p.inbox();
-      const transport = nodemailer.createTransport({ host: mailEnv().smtp.host, port: mailEnv().smtp.port, secure: false, ignoreTLS: true, pool: true, maxConnections: 4 });
+      const transport = nodemailer.createTransport({
+        host: mailEnv().smtp.host,
+        port: mailEnv().smtp.port,
+        secure: false,
+        ignoreTLS: true,
+        pool: true,
+        maxConnections: 4,
+      });
       try {
         await Promise.all(
           files.map(async (f) => {
@@ -174,10 +192,14 @@ describeWithCorpus('the real-world corpus', function () {
       const label = await inboxLabel(s, token, inbox.id);
       // Delivery is asynchronous (Postfix queue → LMTP): wait until the count settles (a message
       // LMTP deferred is retried at once, not after Postfix's backoff: untilDelivered flushes).
-      const listed = await untilDelivered('every accepted message listed', async () => {
-        const got = await listAll(s, token, inbox.id, label);
-        return got.length >= submitted ? got : null;
-      }, 60_000);
+      const listed = await untilDelivered(
+        'every accepted message listed',
+        async () => {
+          const got = await listAll(s, token, inbox.id, label);
+          return got.length >= submitted ? got : null;
+        },
+        60_000,
+      );
       expect(listed).to.have.length(submitted);
       expect(new Set(listed.map((m) => m.id)).size).to.equal(listed.length);
       for (const m of listed) {

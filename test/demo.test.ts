@@ -23,7 +23,13 @@ async function sendTestMail(summary: DemoSummary): Promise<{ expectedUid: number
   expect(`${host}:${port}`).to.equal(summary.mailApp.mx);
   expect(rcpt).to.equal(summary.inboxes.zeroAccess.address);
   const [imapHost, imapPort] = summary.mailApp.imap.split(':');
-  const client = new ImapFlow({ host: imapHost!, port: Number(imapPort), secure: false, auth: { user: summary.mailApp.users[1]!, pass: summary.mailApp.password }, logger: false });
+  const client = new ImapFlow({
+    host: imapHost!,
+    port: Number(imapPort),
+    secure: false,
+    auth: { user: summary.mailApp.users[1]!, pass: summary.mailApp.password },
+    logger: false,
+  });
   client.on('error', () => undefined);
   await client.connect();
   try {
@@ -34,12 +40,17 @@ async function sendTestMail(summary: DemoSummary): Promise<{ expectedUid: number
     } finally {
       mx.close();
     }
-    const stored = await until('the test mail in the zero-access inbox', async () => {
-      const got: Array<{ uid: number; source: Buffer }> = [];
-      // Whatever Dovecot stored from that UID on ("n:*" also names the last message when none is that new).
-      for await (const msg of client.fetch(`${expectedUid}:*`, { uid: true, source: true }, { uid: true })) if (msg.uid >= expectedUid) got.push({ uid: msg.uid, source: msg.source! });
-      return got.length > 0 && got.sort((a, b) => a.uid - b.uid);
-    }, 30_000);
+    const stored = await until(
+      'the test mail in the zero-access inbox',
+      async () => {
+        const got: Array<{ uid: number; source: Buffer }> = [];
+        // Whatever Dovecot stored from that UID on ("n:*" also names the last message when none is that new).
+        for await (const msg of client.fetch(`${expectedUid}:*`, { uid: true, source: true }, { uid: true }))
+          if (msg.uid >= expectedUid) got.push({ uid: msg.uid, source: msg.source! });
+        return got.length > 0 && got.sort((a, b) => a.uid - b.uid);
+      },
+      30_000,
+    );
     return { expectedUid, stored };
   } finally {
     await client.logout().catch(() => undefined);
@@ -73,7 +84,7 @@ describe('postern demo', function () {
       let out = '';
       const summary = await new Promise<DemoSummary>((resolve, reject) => {
         child.stdout.on('data', (d: Buffer) => {
-          out += d;
+          out += d.toString();
           try {
             resolve(JSON.parse(out) as DemoSummary);
           } catch {
@@ -87,7 +98,10 @@ describe('postern demo', function () {
       const results = summary.try.map((line) => {
         const m = /^curl -s -H '([^:]+): ([^']+)' (\S+)$/.exec(line);
         expect(m, line).to.not.equal(null);
-        return fetch(m![3]!, { headers: { [m![1]!]: m![2]! } }).then(async (r) => ({ status: r.status, body: (await r.json()) as Record<string, unknown> }));
+        return fetch(m![3]!, { headers: { [m![1]!]: m![2]! } }).then(async (r) => ({
+          status: r.status,
+          body: (await r.json()) as Record<string, unknown>,
+        }));
       });
       const [inboxes, labels, sessionInboxes] = await Promise.all(results);
       expect(inboxes!.status).to.equal(200);
@@ -109,7 +123,11 @@ describe('postern demo', function () {
       expect(page.headers.get('content-security-policy')).to.include("script-src 'self'");
       expect(summary.enrollmentLink.startsWith(`${summary.webApp}#enroll=inv_`)).to.equal(true);
       const invite = summary.enrollmentLink.split('#enroll=')[1]!;
-      const options = await fetch(`${summary.appUrl}/auth/enroll/options`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ invite }) });
+      const options = await fetch(`${summary.appUrl}/auth/enroll/options`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ invite }),
+      });
       expect(options.status).to.equal(200);
       // The printed outgoing server is the one a mail app sends through: it takes the demo
       // user's login and relays the user's mail (the MX port would refuse both).
@@ -127,10 +145,18 @@ describe('postern demo', function () {
       const [host, port] = summary.mailApp.smtp.split(':');
       expect(Number(port)).to.equal(mailEnv().submission.port);
       const user = summary.mailApp.users[0]!;
-      const outgoing = nodemailer.createTransport({ host, port: Number(port), secure: false, auth: { user, pass: summary.mailApp.password } });
+      const outgoing = nodemailer.createTransport({
+        host,
+        port: Number(port),
+        secure: false,
+        auth: { user, pass: summary.mailApp.password },
+      });
       try {
         const to = `demo-${Date.now()}@example.org`;
-        const sent = await outgoing.sendMail({ envelope: { from: user, to: [to] }, raw: `From: <${user}>\r\nTo: <${to}>\r\nSubject: from the demo's mail app\r\n\r\nhello\r\n` });
+        const sent = await outgoing.sendMail({
+          envelope: { from: user, to: [to] },
+          raw: `From: <${user}>\r\nTo: <${to}>\r\nSubject: from the demo's mail app\r\n\r\nhello\r\n`,
+        });
         expect(sent.accepted).to.deep.equal([to]);
       } finally {
         outgoing.close();

@@ -24,7 +24,13 @@ describe('docs citations', function () {
     const docs = join(ROOT, 'docs');
     const headings = new Map<string, string[]>();
     for (const page of readdirSync(docs).filter((f) => f.endsWith('.md'))) {
-      headings.set(page, readFileSync(join(docs, page), 'utf8').split('\n').filter((l) => l.startsWith('#')).map((l) => plain(l.replace(/^#+\s*/, ''))));
+      headings.set(
+        page,
+        readFileSync(join(docs, page), 'utf8')
+          .split('\n')
+          .filter((l) => l.startsWith('#'))
+          .map((l) => plain(l.replace(/^#+\s*/, ''))),
+      );
     }
     const broken: string[] = [];
     let seen = 0;

@@ -21,7 +21,11 @@ async function sockets(filter: string): Promise<Array<{ localPort: number; peerP
     .filter(Boolean)
     .map((line) => {
       const [local, peer] = line.trim().split(/\s+/).slice(2, 4) as [string, string];
-      return { localPort: Number(local.split(':').pop()), peerPort: Number(peer.split(':').pop()), pid: Number(/pid=(\d+)/.exec(line)?.[1] ?? 0) };
+      return {
+        localPort: Number(local.split(':').pop()),
+        peerPort: Number(peer.split(':').pop()),
+        pid: Number(/pid=(\d+)/.exec(line)?.[1] ?? 0),
+      };
     });
 }
 
@@ -56,7 +60,13 @@ describe('hand-on to Dovecot over pooled LMTP sessions', function () {
       ports.push(conn!.localPort);
     }
     expect(new Set(ports).size).to.equal(1);
-    const client = new ImapFlow({ host: mailEnv().imap.host, port: mailEnv().imap.port, secure: false, auth: { user, pass: password }, logger: false });
+    const client = new ImapFlow({
+      host: mailEnv().imap.host,
+      port: mailEnv().imap.port,
+      secure: false,
+      auth: { user, pass: password },
+      logger: false,
+    });
     await client.connect();
     const status = await client.status('INBOX', { messages: true });
     expect(status && status.messages).to.equal(3);

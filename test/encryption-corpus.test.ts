@@ -26,7 +26,13 @@ describeWithCorpus('the real-world corpus, encrypted and decrypted', function ()
     expect((await putKey(s, session, user.armoredPublic)).status).to.equal(200);
     const app: Session = { baseUrl: s.base, headers: { authorization: `Bearer ${token}` }, userKey: user.privateKey };
 
-    const imap = new ImapFlow({ host: mailEnv().imap.host, port: mailEnv().imap.port, secure: false, auth: { user: inbox.imapUser, pass: inbox.imapPassword }, logger: false });
+    const imap = new ImapFlow({
+      host: mailEnv().imap.host,
+      port: mailEnv().imap.port,
+      secure: false,
+      auth: { user: inbox.imapUser, pass: inbox.imapPassword },
+      logger: false,
+    });
     await imap.connect();
     const stored = new Map<number, { name: string; bytes: Buffer }>();
     try {
@@ -45,12 +51,16 @@ describeWithCorpus('the real-world corpus, encrypted and decrypted', function ()
     }
     expect(stored.size).to.be.greaterThan(300);
 
-    const { labels } = (await (await call(`${s.base}/inboxes/${inbox.id}/labels`, { token })).json()) as { labels: Array<{ id: string; name: string }> };
+    const { labels } = (await (await call(`${s.base}/inboxes/${inbox.id}/labels`, { token })).json()) as {
+      labels: Array<{ id: string; name: string }>;
+    };
     const label = labels.find((l) => l.name === 'INBOX')!.id;
     const listed: Array<{ id: string; uid: number }> = [];
     let before: number | undefined;
     do {
-      const page = (await (await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages?limit=100${before ? `&before=${before}` : ''}`, { token })).json()) as {
+      const page = (await (
+        await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages?limit=100${before ? `&before=${before}` : ''}`, { token })
+      ).json()) as {
         messages: Array<{ id: string; uid: number }>;
         before?: number;
       };

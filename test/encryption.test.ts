@@ -7,7 +7,18 @@ import { expect } from 'chai';
 import type { ImapFlow } from 'imapflow';
 import * as openpgp from 'openpgp';
 import { epochKeys, openMessage, type Session } from '../docs/examples/open-message.ts';
-import { call, envVars, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import {
+  call,
+  envVars,
+  expectError,
+  json,
+  mailEnv,
+  newProject,
+  startPostern,
+  type TestInbox,
+  type TestProject,
+  type TestServer,
+} from './harness.ts';
 import { spawnPostern, stopProcess } from './processes.ts';
 import { append, deliver, mailApp } from './mail-fixtures.ts';
 import { inboxMessages, putKey, userKeyPair } from './crypto-fixtures.ts';
@@ -105,14 +116,30 @@ describe('encryption at rest', function () {
       // A member of its own: replacing a key needs a passkey's confirmation (test/passkeys.test.ts).
       const session = await p.session({ memberId: await p.member() });
       expect((await putKey(s, session, binary)).status).to.equal(200);
-      const viaToken = await call(`${s.base}/me/key`, { method: 'PUT', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ publicKey: mine.armoredPublic }) });
+      const viaToken = await call(`${s.base}/me/key`, {
+        method: 'PUT',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ publicKey: mine.armoredPublic }),
+      });
       await expectError(viaToken, 403, /web app/);
       await expectError(await putKey(s, session, 'hello'), 400, /OpenPGP/);
       await expectError(await putKey(s, session, mine.privateKey.armor()), 400, /private key/);
       // A signing-only key: Ed25519 primary, no encryption subkey.
-      const { privateKey: signOnly } = await openpgp.generateKey({ type: 'ecc', curve: 'ed25519Legacy', userIDs: [{ email: 'x@example.org' }], subkeys: [], format: 'object' });
+      const { privateKey: signOnly } = await openpgp.generateKey({
+        type: 'ecc',
+        curve: 'ed25519Legacy',
+        userIDs: [{ email: 'x@example.org' }],
+        subkeys: [],
+        format: 'object',
+      });
       await expectError(await putKey(s, session, signOnly.toPublic().armor()), 400, /cannot encrypt/);
-      const empty = await call(`${s.app}/me/key`, { method: 'PUT', session, headers: { 'content-type': 'application/json' }, body: JSON.stringify({}) });
+      const empty = await call(`${s.app}/me/key`, {
+        method: 'PUT',
+        session,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({}),
+      });
       await expectError(empty, 400);
     });
   });
@@ -136,7 +163,9 @@ describe('encryption at rest', function () {
 
     it('opens mail delivered through Postfix from /keys + detail + /raw, byte for byte what Dovecot holds', async () => {
       await deliver(inbox.address, { subject: 'sealed delivery' });
-      const [m] = await untilDelivered('the delivered message', async () => (await inboxMessages(s, token, inbox.id)).filter((x) => x.subject === 'sealed delivery'));
+      const [m] = await untilDelivered('the delivered message', async () =>
+        (await inboxMessages(s, token, inbox.id)).filter((x) => x.subject === 'sealed delivery'),
+      );
       const detailRes = await call(`${s.base}/inboxes/${inbox.id}/messages/${m!.id}`, { token });
       const detail = await json<{ keyEpoch: number; wrappedDek: string }>(detailRes);
       expect(detail.keyEpoch).to.equal(1);
@@ -149,7 +178,11 @@ describe('encryption at rest', function () {
         await client.logout();
       }
       // The same through the session surface and the token surface.
-      expect(Buffer.from(await openMessage({ ...app(), baseUrl: s.base, headers: { authorization: `Bearer ${token}` } }, inbox.id, m!.id)).equals(Buffer.from(opened))).to.equal(true);
+      expect(
+        Buffer.from(
+          await openMessage({ ...app(), baseUrl: s.base, headers: { authorization: `Bearer ${token}` } }, inbox.id, m!.id),
+        ).equals(Buffer.from(opened)),
+      ).to.equal(true);
     });
 
     it('serves /raw byte-identical on every read and after a restart (a new process), and the ETag covers wrappedDek', async () => {
@@ -205,7 +238,9 @@ describe('encryption at rest', function () {
         await s.postern.admin.rotateKey(box.id);
         await append(client, 'INBOX', { subject: 'after rotation' });
         const [fresh] = (await inboxMessages(s, tok, box.id)).filter((x) => x.subject === 'after rotation');
-        const freshDetail = await json<{ keyEpoch: number }>(await call(`${s.base}/inboxes/${box.id}/messages/${fresh!.id}`, { token: tok }));
+        const freshDetail = await json<{ keyEpoch: number }>(
+          await call(`${s.base}/inboxes/${box.id}/messages/${fresh!.id}`, { token: tok }),
+        );
         expect(freshDetail.keyEpoch).to.equal(2);
         const sess: Session = { baseUrl: s.app, headers: { 'x-svc-token': ses }, userKey: mine.privateKey };
         const keys = await epochKeys(sess, box.id);
@@ -232,8 +267,14 @@ describe('encryption at rest', function () {
     it('serves the PKESK packets as wrappedDek and the encrypted-data packet as /raw of a sealed PGP/MIME message', async () => {
       const inbox = await p.inbox({ mode: 'zero-access' });
       const epoch = await s.postern.keys.current(inbox.id);
-      const inner = Buffer.from('From: a@example.org\r\nTo: b@example.org\r\nSubject: inner secret\r\n\r\nonly the key holder reads this\r\n');
-      const sealed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: inner }), encryptionKeys: epoch.publicKey, format: 'armored' });
+      const inner = Buffer.from(
+        'From: a@example.org\r\nTo: b@example.org\r\nSubject: inner secret\r\n\r\nonly the key holder reads this\r\n',
+      );
+      const sealed = await openpgp.encrypt({
+        message: await openpgp.createMessage({ binary: inner }),
+        encryptionKeys: epoch.publicKey,
+        format: 'armored',
+      });
       await appendAs(
         inbox,
         pgpMime(
@@ -243,7 +284,9 @@ describe('encryption at rest', function () {
         ),
       );
       const [m] = (await inboxMessages(s, token, inbox.id)).filter((x) => x.subject === 'sealed outside');
-      const detail = await json<{ keyEpoch: number; wrappedDek: string }>(await call(`${s.base}/inboxes/${inbox.id}/messages/${m!.id}`, { token }));
+      const detail = await json<{ keyEpoch: number; wrappedDek: string }>(
+        await call(`${s.base}/inboxes/${inbox.id}/messages/${m!.id}`, { token }),
+      );
       expect(detail.keyEpoch).to.equal(1);
       const binary = (await openpgp.unarmor(sealed)).data as Uint8Array;
       const dek = Buffer.from(detail.wrappedDek, 'base64');
@@ -256,7 +299,11 @@ describe('encryption at rest', function () {
 
       // The same sealed message as a binary part (base64 transfer encoding), 1 MB of it.
       const bigInner = Buffer.concat([Buffer.from('Subject: binary\r\n\r\n'), Buffer.from(randomBytes(1024 * 1024).toString('base64'))]);
-      const binarySealed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: bigInner }), encryptionKeys: epoch.publicKey, format: 'binary' });
+      const binarySealed = await openpgp.encrypt({
+        message: await openpgp.createMessage({ binary: bigInner }),
+        encryptionKeys: epoch.publicKey,
+        format: 'binary',
+      });
       await appendAs(
         inbox,
         pgpMime(

@@ -20,11 +20,19 @@ describe('event types: compiled schemas stay bounded in memory', function () {
       cwd: ROOT,
       maxBuffer: 1024 * 1024,
     });
-    const r = JSON.parse(stdout.trim().split('\n').at(-1)!) as { versions: number; afterFirst: number; afterSecond: number; growth: number };
+    const r = JSON.parse(stdout.trim().split('\n').at(-1)!) as {
+      versions: number;
+      afterFirst: number;
+      afterSecond: number;
+      growth: number;
+    };
     expect(r.versions).to.equal(20_000);
     // Kept, each compiled schema costs about 7 KB: 10,000 more would be about 70 MB. Bounded,
     // the caches were already full after the first 10,000 and the heap stays level (the
     // generation of compiled schemas in use may be fuller or emptier: at most 2,000 of them).
-    expect(r.growth / MB, `heap after 10,000: ${(r.afterFirst / MB).toFixed(1)} MB, after 20,000: ${(r.afterSecond / MB).toFixed(1)} MB`).to.be.below(25);
+    expect(
+      r.growth / MB,
+      `heap after 10,000: ${(r.afterFirst / MB).toFixed(1)} MB, after 20,000: ${(r.afterSecond / MB).toFixed(1)} MB`,
+    ).to.be.below(25);
   });
 });

@@ -17,7 +17,16 @@ import { newId } from '../lib/ids.ts';
 let PROJECT = '';
 
 function request(build: AppendRequest['build'] = ({ sequence, time }) => JSON.stringify({ sequence, time })): AppendRequest {
-  return { eventId: newId('evt'), projectId: PROJECT, inboxId: null, type: 'ext.test.happened', visibility: 'project', stream: PROJECT, now: Date.now(), build };
+  return {
+    eventId: newId('evt'),
+    projectId: PROJECT,
+    inboxId: null,
+    type: 'ext.test.happened',
+    visibility: 'project',
+    stream: PROJECT,
+    now: Date.now(),
+    build,
+  };
 }
 
 describe('event store: group commit', () => {
@@ -33,7 +42,11 @@ describe('event store: group commit', () => {
     dir = mkdtempSync(join(tmpdir(), 'postern-store-'));
     dbs = [];
     const db = open();
-    const admin = new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 60, keys: new EpochKeyring(new SqliteKeyStore(db), null) });
+    const admin = new Admin(new SqliteDirectoryStore(db), {
+      tokenTtlSeconds: 0,
+      sessionTtlSeconds: 60,
+      keys: new EpochKeyring(new SqliteKeyStore(db), null),
+    });
     PROJECT = (await admin.createProject('store test')).id;
   });
   afterEach(() => {
@@ -55,11 +68,14 @@ describe('event store: group commit', () => {
     expect(results.map((r) => r.status)).to.deep.equal(['fulfilled', 'rejected', 'fulfilled']);
     const [first, , third] = results.map((r) => (r.status === 'fulfilled' && r.value.kind === 'appended' ? r.value.event : null));
     expect(third!.position).to.equal(first!.position + 1);
-    expect([first, third].map((e) => (JSON.parse(e!.json) as { sequence: string }).sequence)).to.deep.equal([formatSequence(1), formatSequence(2)]);
+    expect([first, third].map((e) => (JSON.parse(e!.json) as { sequence: string }).sequence)).to.deep.equal([
+      formatSequence(1),
+      formatSequence(2),
+    ]);
     expect((await store.readAll(0, 10)).map((e) => e.eventId)).to.deep.equal([first!.eventId, third!.eventId]);
   });
 
-  it('waits for another process\'s write lock on the event loop, then commits', async () => {
+  it("waits for another process's write lock on the event loop, then commits", async () => {
     const store = new SqliteEventStore(open());
     const other = open(); // stands in for another Postern process on the same file
     other.exec('BEGIN IMMEDIATE');

@@ -33,7 +33,10 @@ function version(n: number, status: TypeStatus, fields: DataField[]): EventType 
 describe('event types: the version an event is recorded as', () => {
   it('the newest matching version wins; a deprecated version is never chosen', () => {
     const v1 = version(1, 'stable', [{ name: 'a', type: 'string', required: true }]);
-    const v2 = version(2, 'deprecated', [{ name: 'a', type: 'string' }, { name: 'b', type: 'integer' }]);
+    const v2 = version(2, 'deprecated', [
+      { name: 'a', type: 'string' },
+      { name: 'b', type: 'integer' },
+    ]);
     const v3 = version(3, 'experimental', [{ name: 'b', type: 'integer', required: true }]);
     const newestFirst = [v3, v2, v1];
     expect(newestMatching(newestFirst, { b: 1 })).to.equal(v3);
@@ -51,7 +54,13 @@ describe('event types: the version an event is recorded as', () => {
     before(async () => {
       dir = mkdtempSync(join(tmpdir(), 'postern-versions-'));
       db = openDb(join(dir, 'events.db'));
-      project = (await new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 60, keys: new EpochKeyring(new SqliteKeyStore(db), null) }).createProject('versions')).id;
+      project = (
+        await new Admin(new SqliteDirectoryStore(db), {
+          tokenTtlSeconds: 0,
+          sessionTtlSeconds: 60,
+          keys: new EpochKeyring(new SqliteKeyStore(db), null),
+        }).createProject('versions')
+      ).id;
       log = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
     });
     after(async () => {
@@ -62,21 +71,36 @@ describe('event types: the version an event is recorded as', () => {
 
     it('finds an old version past many newer ones (read a batch at a time)', async () => {
       // v1 takes `first`; v2..v40 each require a field of their own.
-      await log.registerType(project, { name: 'ext.thing.happened', description: 'v1', data: [{ name: 'first', type: 'string', required: true }] });
+      await log.registerType(project, {
+        name: 'ext.thing.happened',
+        description: 'v1',
+        data: [{ name: 'first', type: 'string', required: true }],
+      });
       for (let v = 2; v <= 40; v++) {
-        await log.registerType(project, { name: 'ext.thing.happened', description: `v${v}`, version: v, data: [{ name: `f${v}`, type: 'integer', required: true }] });
+        await log.registerType(project, {
+          name: 'ext.thing.happened',
+          description: `v${v}`,
+          version: v,
+          data: [{ name: `f${v}`, type: 'integer', required: true }],
+        });
       }
       const schemaOf = async (data: Record<string, string | number>) => {
         const r = await log.publish({ projectId: project, actor: 'sys_test', type: 'ext.thing.happened', data });
         if (r.duplicate) throw new Error('unexpected duplicate');
-        const { events } = await log.page({ projectId: project, inboxes: null, allowedInboxes: [], visibilities: ['project'], types: null, redactActor: false }, 0, 500);
+        const { events } = await log.page(
+          { projectId: project, inboxes: null, allowedInboxes: [], visibilities: ['project'], types: null, redactActor: false },
+          0,
+          500,
+        );
         return (JSON.parse(events.find((e) => e.eventId === r.id)!.json) as { dataschema: string }).dataschema;
       };
       expect(await schemaOf({ first: 'x' })).to.match(/\/ext\.thing\.happened\/v1\.json$/);
       expect(await schemaOf({ f23: 1 })).to.match(/\/v23\.json$/);
       expect(await schemaOf({ f40: 1 })).to.match(/\/v40\.json$/);
       let error: unknown;
-      await log.publish({ projectId: project, actor: 'sys_test', type: 'ext.thing.happened', data: { nothing: 1 } }).catch((err: unknown) => (error = err));
+      await log
+        .publish({ projectId: project, actor: 'sys_test', type: 'ext.thing.happened', data: { nothing: 1 } })
+        .catch((err: unknown) => (error = err));
       expect(error).to.include({ kind: 'unprocessable' });
       expect((error as Error).message).to.match(/^ext\.thing\.happened v40: /);
     });

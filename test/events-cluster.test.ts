@@ -114,7 +114,9 @@ describe('events: a Redis restart is healed from the store', function () {
   const logIdOf = (postern: Postern): Promise<string> => postern.store.events.logId();
 
   async function startRedis(): Promise<void> {
-    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], { stdio: 'ignore' });
+    redis = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir], {
+      stdio: 'ignore',
+    });
     for (let i = 0; i < 100; i++) {
       const up = await new Promise<boolean>((resolve) => {
         const sock = createServer();
@@ -159,7 +161,13 @@ describe('events: a Redis restart is healed from the store', function () {
     const reader = await p.token(['events:read']);
     const client = await SseClient.open(`${url}/v1/events`, { token: reader });
     const record = (n: number) =>
-      one.events.record({ type: 'message.received', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, data: { msgId: `msg_${String(n).padStart(26, '0')}` } });
+      one.events.record({
+        type: 'message.received',
+        projectId: p.projectId,
+        inboxId: inbox,
+        actor: SYSTEM_ACTOR,
+        data: { msgId: `msg_${String(n).padStart(26, '0')}` },
+      });
     try {
       const first = await record(1);
       expect(await client.waitUntil(() => client.frames.length === 1, 2000)).to.equal(true);
@@ -177,7 +185,15 @@ describe('events: a Redis restart is healed from the store', function () {
       // Instance one's publisher reconnects on its own backoff, maybe after the subscribers: until
       // it does, its publishes fail and only the store check delivers. A message at a position
       // already delivered is skipped by the receivers.
-      await until('instance one publishing again', async () => one.bus.publish(channel, '1 {}').then(() => true, () => false), 10_000);
+      await until(
+        'instance one publishing again',
+        async () =>
+          one.bus.publish(channel, '1 {}').then(
+            () => true,
+            () => false,
+          ),
+        10_000,
+      );
       const live = two.events.live;
       live.heal = () => undefined;
       const later = [];
@@ -212,7 +228,10 @@ describe('events: a Redis restart is healed from the store', function () {
       await once(redis!, 'exit');
       // Postern noticed the outage (its subscriber warned), and the stream still sends heartbeats
       // after that: it stays open while Redis is down.
-      expect(await stream.waitUntil(() => warnings.some((w) => w.includes('redis bus unavailable') && w.includes('subscriber')), 10_000), 'the outage was noticed').to.equal(true);
+      expect(
+        await stream.waitUntil(() => warnings.some((w) => w.includes('redis bus unavailable') && w.includes('subscriber')), 10_000),
+        'the outage was noticed',
+      ).to.equal(true);
       const beats = stream.comments;
       expect(await stream.waitUntil(() => stream.comments >= beats + 2, 5000), 'heartbeats go on').to.equal(true);
       expect(stream.ended, 'still open while Redis is down').to.equal(false);
@@ -232,7 +251,10 @@ describe('events: Redis configured but down at start', function () {
   it('Postern starts anyway; its own streams are live and other instances catch up from the store', async () => {
     const port = await freePort(); // nothing listens there
     const a = await startPostern({ REDIS_URL: `redis://127.0.0.1:${port}`, POSTERN_EVENTS_SETTLE_MS: '0' });
-    const second = await openPostern(loadConfig(envVars(mailEnv(), { ...a.storeEnv, REDIS_URL: `redis://127.0.0.1:${port}` })), pino({ level: 'silent' }));
+    const second = await openPostern(
+      loadConfig(envVars(mailEnv(), { ...a.storeEnv, REDIS_URL: `redis://127.0.0.1:${port}` })),
+      pino({ level: 'silent' }),
+    );
     try {
       const { url } = await second.listen();
       const p = await newProject(a);
@@ -240,7 +262,13 @@ describe('events: Redis configured but down at start', function () {
       const reader = await p.token(['events:read']);
       const onA = await SseClient.open(`${a.base}/events`, { token: reader });
       const onB = await SseClient.open(`${url}/v1/events`, { token: reader });
-      const r = await a.postern.events.record({ type: 'message.received', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, data: { msgId: `msg_${'0'.repeat(26)}` } });
+      const r = await a.postern.events.record({
+        type: 'message.received',
+        projectId: p.projectId,
+        inboxId: inbox,
+        actor: SYSTEM_ACTOR,
+        data: { msgId: `msg_${'0'.repeat(26)}` },
+      });
       expect(await onA.waitUntil(() => onA.frames.length === 1, 1000)).to.equal(true);
       expect(await onB.waitUntil(() => onB.frames.length === 1, 3000)).to.equal(true);
       expect(onB.events()[0]!.id).to.equal(r.eventId);
@@ -252,4 +280,3 @@ describe('events: Redis configured but down at start', function () {
     }
   });
 });
-

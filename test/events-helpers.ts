@@ -61,7 +61,8 @@ export class SseClient {
     try {
       for await (const block of sseBlocks(body)) {
         if (block.comment) this.comments++;
-        if (block.event !== undefined) this.frames.push({ ...(block.id !== undefined ? { id: block.id } : {}), event: block.event, data: block.data ?? '' });
+        if (block.event !== undefined)
+          this.frames.push({ ...(block.id !== undefined ? { id: block.id } : {}), event: block.event, data: block.data ?? '' });
         this.wake();
       }
     } catch {
@@ -109,7 +110,12 @@ export class SseClient {
 
 /** Registers an ext type with a token holding events:write; returns nothing, asserts 201. */
 export async function register(s: TestServer, token: string, body: Record<string, unknown>): Promise<void> {
-  const res = await call(`${s.base}/event-types`, { method: 'POST', token, body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+  const res = await call(`${s.base}/event-types`, {
+    method: 'POST',
+    token,
+    body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json' },
+  });
   expect(res.status, await res.clone().text()).to.equal(201);
 }
 

@@ -56,9 +56,14 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
     await expectError(await call(`${s.base}/events?after=nonsense`, { headers: stream, token: reader }), 400);
   });
 
-  it('HEAD answers with the stream\'s headers at once and holds nothing open', async () => {
+  it("HEAD answers with the stream's headers at once and holds nothing open", async () => {
     const before = s.postern.events.live.subscriberCount();
-    const res = await call(`${s.base}/events`, { method: 'HEAD', headers: { accept: 'text/event-stream' }, token: reader, signal: AbortSignal.timeout(2000) });
+    const res = await call(`${s.base}/events`, {
+      method: 'HEAD',
+      headers: { accept: 'text/event-stream' },
+      token: reader,
+      signal: AbortSignal.timeout(2000),
+    });
     expect(res.status).to.equal(200);
     expect(res.headers.get('content-type')).to.match(/^text\/event-stream/);
     expect(await res.text()).to.equal('');
@@ -71,22 +76,55 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
     const narrow = await SseClient.open(`${s.base}/events`, { token: await p.token(['events:read']) });
     try {
       const actor = /^svc_(tok_[0-9A-Z]{26})_/.exec(reader)![1]!;
-      await s.postern.events.record({ type: 'message.flags', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1), flags: ['seen'] } });
+      await s.postern.events.record({
+        type: 'message.flags',
+        projectId: p.projectId,
+        inboxId: A,
+        actor,
+        data: { msgId: MSG(1), flags: ['seen'] },
+      });
       await recv(B, 3);
-      await s.postern.events.record({ type: 'mail.delivery.accepted', projectId: p.projectId, inboxId: A, actor, data: { from: 'a@example.org', recipients: 1 } });
-      await s.postern.events.record({ type: 'access.content.read', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1), part: 'source' } });
+      await s.postern.events.record({
+        type: 'mail.delivery.accepted',
+        projectId: p.projectId,
+        inboxId: A,
+        actor,
+        data: { from: 'a@example.org', recipients: 1 },
+      });
+      await s.postern.events.record({
+        type: 'access.content.read',
+        projectId: p.projectId,
+        inboxId: A,
+        actor,
+        data: { msgId: MSG(1), part: 'source' },
+      });
       await recv(A, 4);
       // Last, one event each stream sees: a stream delivers in log order, so once it has its
       // last event it has had its chance at every earlier one, and the lists below are complete.
       await s.postern.events.record({ type: 'message.removed', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1) } });
-      await s.postern.events.record({ type: 'mail.delivery.failed', projectId: p.projectId, inboxId: A, actor, data: { from: 'a@example.org', reason: 'x', permanent: true } });
+      await s.postern.events.record({
+        type: 'mail.delivery.failed',
+        projectId: p.projectId,
+        inboxId: A,
+        actor,
+        data: { from: 'a@example.org', reason: 'x', permanent: true },
+      });
       const got = (c: SseClient, type: string) => c.waitUntil(() => c.events().some((e) => e.type === type), 5000);
       expect(await got(session, 'message.removed')).to.equal(true);
       expect(await got(narrow, 'message.removed')).to.equal(true);
       expect(await got(typed, 'mail.delivery.failed')).to.equal(true);
-      expect(session.events().map((e) => [e.type, e.actor])).to.deep.equal([['message.flags', ''], ['message.received', ''], ['message.removed', '']]);
+      expect(session.events().map((e) => [e.type, e.actor])).to.deep.equal([
+        ['message.flags', ''],
+        ['message.received', ''],
+        ['message.removed', ''],
+      ]);
       expect(typed.events().map((e) => e.type)).to.deep.equal(['mail.delivery.accepted', 'mail.delivery.failed']);
-      expect(narrow.events().map((e) => e.type)).to.deep.equal(['message.flags', 'message.received', 'message.received', 'message.removed']);
+      expect(narrow.events().map((e) => e.type)).to.deep.equal([
+        'message.flags',
+        'message.received',
+        'message.received',
+        'message.removed',
+      ]);
     } finally {
       session.close();
       typed.close();
@@ -126,7 +164,10 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
     // Resuming from the exact cursor repeats nothing here (repeats would be allowed: docs/api.md, "Project event log").
     expect(unique.size).to.equal(ids.length);
     // Order is the log's order.
-    const seqB = c2.events().filter((e) => e.containerid === B).map((e) => Number(e.sequence));
+    const seqB = c2
+      .events()
+      .filter((e) => e.containerid === B)
+      .map((e) => Number(e.sequence));
     expect(seqB).to.deep.equal([...seqB].sort((a, b) => a - b));
   });
 
@@ -168,7 +209,12 @@ describe('events: live streams (GET /events, Accept: text/event-stream)', () => 
     const url = new URL(`${s.base}/events`);
     const baseline = s.postern.events.live.subscriberCount();
     let res: IncomingMessage | null = null;
-    const req = request({ host: url.hostname, port: url.port, path: url.pathname, headers: { authorization: `Bearer ${reader}`, accept: 'text/event-stream' } });
+    const req = request({
+      host: url.hostname,
+      port: url.port,
+      path: url.pathname,
+      headers: { authorization: `Bearer ${reader}`, accept: 'text/event-stream' },
+    });
     req.on('response', (r) => {
       res = r;
       r.pause(); // never read
@@ -217,7 +263,13 @@ describe('events: paging 10,000 events while writers append', function () {
     });
     const recorder = (async () => {
       for (let i = 0; i < TOTAL_RECORD; i++) {
-        const r = await s.postern.events.record({ type: 'message.received', projectId: p.projectId, inboxId: inboxes[i % 3]!, actor: SYSTEM_ACTOR, data: { msgId: MSG(i) } });
+        const r = await s.postern.events.record({
+          type: 'message.received',
+          projectId: p.projectId,
+          inboxId: inboxes[i % 3]!,
+          actor: SYSTEM_ACTOR,
+          data: { msgId: MSG(i) },
+        });
         written.add(r.eventId);
         if (i % 200 === 0) await sleep(2);
       }

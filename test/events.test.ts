@@ -30,7 +30,15 @@ describe('events: catalog (GET /event-types)', () => {
     expect(res.headers.get('cache-control')).to.equal('no-store');
     const { eventTypes } = await json<{ eventTypes: Array<Record<string, unknown>> }>(res);
     const names = eventTypes.map((t) => t.name);
-    for (const n of ['message.received', 'message.added', 'message.removed', 'message.flags', 'mail.delivery.accepted', 'mail.delivery.failed', 'access.content.read']) {
+    for (const n of [
+      'message.received',
+      'message.added',
+      'message.removed',
+      'message.flags',
+      'mail.delivery.accepted',
+      'mail.delivery.failed',
+      'access.content.read',
+    ]) {
       expect(names).to.include(n);
     }
     for (const t of eventTypes) {
@@ -46,7 +54,11 @@ describe('events: catalog (GET /event-types)', () => {
 
   it("tokens also get their project's ext.* types; sessions get the built-ins; other projects see none", async () => {
     const writer = await p.token(['events:write']);
-    await register(s, writer, { name: 'ext.invoice.paid', description: 'An invoice was paid.', data: [{ name: 'amount', type: 'integer', required: true }] });
+    await register(s, writer, {
+      name: 'ext.invoice.paid',
+      description: 'An invoice was paid.',
+      data: [{ name: 'amount', type: 'integer', required: true }],
+    });
     const listed = async (auth: { token?: string; session?: string }, base: string) =>
       (await json<{ eventTypes: Array<{ name: string }> }>(await call(`${base}/event-types`, auth))).eventTypes.map((t) => t.name);
     expect(await listed({ token: await p.token([]) }, s.base)).to.include('ext.invoice.paid');
@@ -62,7 +74,12 @@ describe('events: registering types (POST /event-types)', () => {
   let p: TestProject;
   let writer: string;
   const reg = (body: unknown, token = writer) =>
-    call(`${s.base}/event-types`, { method: 'POST', token, body: typeof body === 'string' ? body : JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+    call(`${s.base}/event-types`, {
+      method: 'POST',
+      token,
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+      headers: { 'content-type': 'application/json' },
+    });
 
   before(async () => {
     s = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0' });
@@ -72,15 +89,25 @@ describe('events: registering types (POST /event-types)', () => {
   after(() => s.close());
 
   it('201 with the EventType, its data fields and a closed JSON Schema', async () => {
-    const res = await reg({ name: 'ext.order.shipped', description: 'An order left the warehouse.', data: [
-      { name: 'orderId', type: 'string', required: true, description: 'Our order number.' },
-      { name: 'items', type: 'integer' },
-      { name: 'express', type: 'boolean' },
-      { name: 'tags', type: 'string[]' },
-    ] });
+    const res = await reg({
+      name: 'ext.order.shipped',
+      description: 'An order left the warehouse.',
+      data: [
+        { name: 'orderId', type: 'string', required: true, description: 'Our order number.' },
+        { name: 'items', type: 'integer' },
+        { name: 'express', type: 'boolean' },
+        { name: 'tags', type: 'string[]' },
+      ],
+    });
     expect(res.status).to.equal(201);
     const t = await json<Record<string, unknown>>(res);
-    expect(t).to.include({ name: 'ext.order.shipped', version: 1, description: 'An order left the warehouse.', class: 'ext', status: 'stable' });
+    expect(t).to.include({
+      name: 'ext.order.shipped',
+      version: 1,
+      description: 'An order left the warehouse.',
+      class: 'ext',
+      status: 'stable',
+    });
     expect(t.source).to.equal(`/postern/projects/${p.projectId}`);
     expect(t.data).to.deep.equal([
       { name: 'orderId', type: 'string', description: 'Our order number.', required: true },
@@ -98,7 +125,11 @@ describe('events: registering types (POST /event-types)', () => {
   it('401 without a token; 403 without events:write; 403 for a web session', async () => {
     const body = JSON.stringify({ name: 'ext.a.done', description: 'x' });
     await expectError(await call(`${s.base}/event-types`, { method: 'POST', body }), 401);
-    await expectError(await reg({ name: 'ext.a.done', description: 'x' }, await p.token(['events:read', 'project:read'])), 403, /events:write/);
+    await expectError(
+      await reg({ name: 'ext.a.done', description: 'x' }, await p.token(['events:read', 'project:read'])),
+      403,
+      /events:write/,
+    );
     await expectError(await call(`${s.app}/event-types`, { method: 'POST', session: await p.session(), body }), 403);
   });
 
@@ -110,10 +141,23 @@ describe('events: registering types (POST /event-types)', () => {
     ['a description over 1000 characters', { name: 'ext.a.done', description: 'x'.repeat(1001) }],
     ['version 0', { name: 'ext.a.done', description: 'x', version: 0 }],
     ['a fractional version', { name: 'ext.a.done', description: 'x', version: 1.5 }],
-    ['33 data fields', { name: 'ext.a.done', description: 'x', data: Array.from({ length: 33 }, (_, i) => ({ name: `f${i}`, type: 'string' })) }],
+    [
+      '33 data fields',
+      { name: 'ext.a.done', description: 'x', data: Array.from({ length: 33 }, (_, i) => ({ name: `f${i}`, type: 'string' })) },
+    ],
     ['a field of an unknown type', { name: 'ext.a.done', description: 'x', data: [{ name: 'n', type: 'number' }] }],
     ['a field without a name', { name: 'ext.a.done', description: 'x', data: [{ type: 'string' }] }],
-    ['a field declared twice', { name: 'ext.a.done', description: 'x', data: [{ name: 'n', type: 'string' }, { name: 'n', type: 'integer' }] }],
+    [
+      'a field declared twice',
+      {
+        name: 'ext.a.done',
+        description: 'x',
+        data: [
+          { name: 'n', type: 'string' },
+          { name: 'n', type: 'integer' },
+        ],
+      },
+    ],
     ['an unknown top-level field', { name: 'ext.a.done', description: 'x', pattern: '.*' }],
     ['a field named __proto__', { name: 'ext.a.done', description: 'x', data: [{ name: '__proto__', type: 'string' }] }],
     ['an array body', [{ name: 'ext.a.done', description: 'x' }]],
@@ -125,20 +169,43 @@ describe('events: registering types (POST /event-types)', () => {
 
   it('400 for a body that is not JSON; 415 for another content type', async () => {
     await expectError(await reg('{"name":'), 400);
-    await expectError(await call(`${s.base}/event-types`, { method: 'POST', token: writer, body: 'name=x', headers: { 'content-type': 'application/x-www-form-urlencoded' } }), 415);
+    await expectError(
+      await call(`${s.base}/event-types`, {
+        method: 'POST',
+        token: writer,
+        body: 'name=x',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      }),
+      415,
+    );
   });
 
   it('32 fields is the limit and is accepted', async () => {
-    const res = await reg({ name: 'ext.wide.made', description: 'x', data: Array.from({ length: 32 }, (_, i) => ({ name: `f${i}`, type: 'string' })) });
+    const res = await reg({
+      name: 'ext.wide.made',
+      description: 'x',
+      data: Array.from({ length: 32 }, (_, i) => ({ name: `f${i}`, type: 'string' })),
+    });
     expect(res.status).to.equal(201);
   });
 
   it('within a version only optional fields may be added (and descriptions change); anything else is 422', async () => {
-    const base = { name: 'ext.ticket.closed', description: 'v1', data: [{ name: 'ticket', type: 'string', required: true }, { name: 'note', type: 'string' }] };
+    const base = {
+      name: 'ext.ticket.closed',
+      description: 'v1',
+      data: [
+        { name: 'ticket', type: 'string', required: true },
+        { name: 'note', type: 'string' },
+      ],
+    };
     expect((await reg(base)).status).to.equal(201);
     // The same registration again is fine.
     expect((await reg(base)).status).to.equal(201);
-    const added = await reg({ ...base, description: 'v1, with who', data: [...base.data, { name: 'by', type: 'string', description: 'who closed it' }] });
+    const added = await reg({
+      ...base,
+      description: 'v1, with who',
+      data: [...base.data, { name: 'by', type: 'string', description: 'who closed it' }],
+    });
     expect(added.status).to.equal(201);
     const t = await json<{ data: Array<{ name: string }>; description: string }>(added);
     expect(t.data.map((f) => f.name)).to.deep.equal(['ticket', 'note', 'by']);
@@ -151,10 +218,17 @@ describe('events: registering types (POST /event-types)', () => {
     await expectError(await reg({ ...base, data: all.map((f) => (f.name === 'note' ? { ...f, required: true } : f)) }), 422);
     await expectError(await reg({ ...base, data: all.map((f) => (f.name === 'ticket' ? { name: 'ticket', type: 'string' } : f)) }), 422);
     // A new version may change anything; both versions are listed.
-    const v2 = await reg({ name: 'ext.ticket.closed', description: 'v2', version: 2, data: [{ name: 'ticketId', type: 'integer', required: true }] });
+    const v2 = await reg({
+      name: 'ext.ticket.closed',
+      description: 'v2',
+      version: 2,
+      data: [{ name: 'ticketId', type: 'integer', required: true }],
+    });
     expect(v2.status).to.equal(201);
     expect((await json<{ version: number }>(v2)).version).to.equal(2);
-    const { eventTypes } = await json<{ eventTypes: Array<{ name: string; version: number }> }>(await call(`${s.base}/event-types`, { token: writer }));
+    const { eventTypes } = await json<{ eventTypes: Array<{ name: string; version: number }> }>(
+      await call(`${s.base}/event-types`, { token: writer }),
+    );
     expect(eventTypes.filter((t) => t.name === 'ext.ticket.closed').map((t) => t.version)).to.deep.equal([1, 2]);
     // Publishing takes the newest version the data matches (see the publishing tests).
     expect((await post(s, writer, { type: 'ext.ticket.closed', data: { ticket: 'T-1' } })).status).to.equal(201);
@@ -165,7 +239,9 @@ describe('events: registering types (POST /event-types)', () => {
   it('types are per project: the same name in another project is independent', async () => {
     const other = await newProject(s);
     const w2 = await other.token(['events:write']);
-    expect((await reg({ name: 'ext.ticket.closed', description: 'theirs', data: [{ name: 'x', type: 'boolean', required: true }] }, w2)).status).to.equal(201);
+    expect(
+      (await reg({ name: 'ext.ticket.closed', description: 'theirs', data: [{ name: 'x', type: 'boolean', required: true }] }, w2)).status,
+    ).to.equal(201);
     expect((await post(s, w2, { type: 'ext.ticket.closed', data: { x: true } })).status).to.equal(201);
   });
 });
@@ -181,18 +257,26 @@ describe('events: publishing (POST /events)', () => {
     p = await newProject(s);
     writer = await p.token(['events:write', 'events:read', 'project:read']);
     inbox = await addInbox(s, p);
-    await register(s, writer, { name: 'ext.deploy.finished', description: 'A deploy finished.', data: [
-      { name: 'service', type: 'string', required: true },
-      { name: 'ok', type: 'boolean' },
-      { name: 'seconds', type: 'integer' },
-      { name: 'hosts', type: 'string[]' },
-      { name: 'log', type: 'string' },
-    ] });
+    await register(s, writer, {
+      name: 'ext.deploy.finished',
+      description: 'A deploy finished.',
+      data: [
+        { name: 'service', type: 'string', required: true },
+        { name: 'ok', type: 'boolean' },
+        { name: 'seconds', type: 'integer' },
+        { name: 'hosts', type: 'string[]' },
+        { name: 'log', type: 'string' },
+      ],
+    });
   });
   after(() => s.close());
 
   it('201 with id and cursor; the event is a CloudEvent with the service attributes', async () => {
-    const res = await post(s, writer, { type: 'ext.deploy.finished', subject: 'api', data: { service: 'api', ok: true, seconds: 42, hosts: ['a', 'b'] } });
+    const res = await post(s, writer, {
+      type: 'ext.deploy.finished',
+      subject: 'api',
+      data: { service: 'api', ok: true, seconds: 42, hosts: ['a', 'b'] },
+    });
     expect(res.status).to.equal(201);
     const body = await json<{ id: string; cursor: string }>(res);
     expect(body.id).to.match(/^evt_[0-9A-Z]{26}$/);
@@ -216,7 +300,7 @@ describe('events: publishing (POST /events)', () => {
     expect(e).to.not.have.property('containerid');
   });
 
-  it('an event naming an inbox is an inbox event in that inbox\'s stream', async () => {
+  it("an event naming an inbox is an inbox event in that inbox's stream", async () => {
     const res = await post(s, writer, { type: 'ext.deploy.finished', inbox, data: { service: 'mail' } });
     expect(res.status).to.equal(201);
     const { id } = await json<{ id: string }>(res);
@@ -228,8 +312,15 @@ describe('events: publishing (POST /events)', () => {
 
   it('401 without a token; 403 without events:write; 403 for a web session', async () => {
     await expectError(await call(`${s.base}/events`, { method: 'POST', body: '{}' }), 401);
-    await expectError(await post(s, await p.token(['events:read', 'project:read', 'audit:read']), { type: 'ext.deploy.finished', data: { service: 'x' } }), 403, /events:write/);
-    await expectError(await call(`${s.app}/events`, { method: 'POST', session: await p.session(), body: JSON.stringify({ type: 'ext.deploy.finished' }) }), 403);
+    await expectError(
+      await post(s, await p.token(['events:read', 'project:read', 'audit:read']), { type: 'ext.deploy.finished', data: { service: 'x' } }),
+      403,
+      /events:write/,
+    );
+    await expectError(
+      await call(`${s.app}/events`, { method: 'POST', session: await p.session(), body: JSON.stringify({ type: 'ext.deploy.finished' }) }),
+      403,
+    );
   });
 
   it('404 for an inbox the caller cannot use: unknown, malformed, not granted, other project, outside a narrowed token', async () => {
@@ -259,22 +350,40 @@ describe('events: publishing (POST /events)', () => {
     await expectError(await post(s, writer, { type: 'ext.deploy.finished', data: { service: 'x', seconds: 1.5 } }), 422);
     await expectError(await post(s, writer, { type: 'ext.deploy.finished', data: ['service'] }), 422);
     await expectError(await post(s, writer, { data: { service: 'x' } }), 422);
-    await expectError(await post(s, writer, { type: 'ext.deploy.finished', data: { service: 'x' }, subject: 's'.repeat(257) }), 422, /subject/);
+    await expectError(
+      await post(s, writer, { type: 'ext.deploy.finished', data: { service: 'x' }, subject: 's'.repeat(257) }),
+      422,
+      /subject/,
+    );
     await expectError(await post(s, writer, { type: 'ext.deploy.finished', data: { service: 'x' }, unknown: true }), 422);
     await expectError(await post(s, writer, 'null'), 422);
     expect((await post(s, writer, { type: 'ext.deploy.finished', data: { service: 'x' }, subject: 's'.repeat(256) })).status).to.equal(201);
   });
 
   it('a new version does not break producers of an older one: each event is checked against the newest version it matches', async () => {
-    await register(s, writer, { name: 'ext.order.shipped', description: 'v1', data: [{ name: 'orderId', type: 'string', required: true }] });
-    await register(s, writer, { name: 'ext.order.shipped', version: 2, description: 'v2', data: [
-      { name: 'order', type: 'string', required: true },
-      { name: 'carrier', type: 'string', required: true },
-    ] });
-    await register(s, writer, { name: 'ext.order.shipped', version: 3, description: 'v3', data: [
-      { name: 'order', type: 'string', required: true },
-      { name: 'carrier', type: 'string' },
-    ] });
+    await register(s, writer, {
+      name: 'ext.order.shipped',
+      description: 'v1',
+      data: [{ name: 'orderId', type: 'string', required: true }],
+    });
+    await register(s, writer, {
+      name: 'ext.order.shipped',
+      version: 2,
+      description: 'v2',
+      data: [
+        { name: 'order', type: 'string', required: true },
+        { name: 'carrier', type: 'string', required: true },
+      ],
+    });
+    await register(s, writer, {
+      name: 'ext.order.shipped',
+      version: 3,
+      description: 'v3',
+      data: [
+        { name: 'order', type: 'string', required: true },
+        { name: 'carrier', type: 'string' },
+      ],
+    });
     const schemaOf = async (data: unknown): Promise<string> => {
       const res = await post(s, writer, { type: 'ext.order.shipped', data });
       expect(res.status, await res.clone().text()).to.equal(201);
@@ -298,7 +407,10 @@ describe('events: publishing (POST /events)', () => {
   it('400 for a body that is not JSON; 415 for another content type', async () => {
     await expectError(await post(s, writer, '{"type": '), 400);
     await expectError(await post(s, writer, ''), 400);
-    await expectError(await call(`${s.base}/events`, { method: 'POST', token: writer, body: 'type=x', headers: { 'content-type': 'text/plain' } }), 415);
+    await expectError(
+      await call(`${s.base}/events`, { method: 'POST', token: writer, body: 'type=x', headers: { 'content-type': 'text/plain' } }),
+      415,
+    );
   });
 
   it('413 for data over 4 KB measured on its serialized bytes; exactly 4 KB is accepted', async () => {
@@ -319,7 +431,13 @@ describe('events: publishing (POST /events)', () => {
     const started = Date.now();
     const status = await new Promise<number>((resolve, reject) => {
       const req = request(
-        { host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { authorization: `Bearer ${writer}`, 'content-type': 'application/json', 'transfer-encoding': 'chunked' } },
+        {
+          host: url.hostname,
+          port: url.port,
+          path: url.pathname,
+          method: 'POST',
+          headers: { authorization: `Bearer ${writer}`, 'content-type': 'application/json', 'transfer-encoding': 'chunked' },
+        },
         (res) => {
           res.resume();
           resolve(res.statusCode ?? 0);
@@ -333,14 +451,23 @@ describe('events: publishing (POST /events)', () => {
     // The body never ends, so any answer came from the limit; the bound only catches a hang.
     expect(Date.now() - started).to.be.below(10_000);
     // The same with a declared length: refused from the header alone.
-    await expectError(await post(s, writer, JSON.stringify({ type: 'ext.deploy.finished', data: { service: 'x', log: 'a'.repeat(100_000) } })), 413);
+    await expectError(
+      await post(s, writer, JSON.stringify({ type: 'ext.deploy.finished', data: { service: 'x', log: 'a'.repeat(100_000) } })),
+      413,
+    );
   });
 
   it('a body cut off mid-way stores nothing and leaves the server serving', async () => {
     const url = new URL(`${s.base}/events`);
     const before = await s.postern.events.lastPosition();
     await new Promise<void>((resolve) => {
-      const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { authorization: `Bearer ${writer}`, 'content-type': 'application/json', 'content-length': '500' } });
+      const req = request({
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: 'POST',
+        headers: { authorization: `Bearer ${writer}`, 'content-type': 'application/json', 'content-length': '500' },
+      });
       req.on('error', () => resolve());
       req.write('{"type":"ext.deploy.finished","data":{"service":"x"');
       setTimeout(() => req.destroy(), 50);
@@ -358,14 +485,24 @@ describe('events: publishing (POST /events)', () => {
     expect(first.status).to.equal(201);
     const { id } = await json<{ id: string }>(first);
     // The same body with keys in another order is the same request.
-    const again = await post(s, writer, { data: { seconds: 1, service: 'idem' }, type: 'ext.deploy.finished' }, { 'idempotency-key': 'deploy-1' });
+    const again = await post(
+      s,
+      writer,
+      { data: { seconds: 1, service: 'idem' }, type: 'ext.deploy.finished' },
+      { 'idempotency-key': 'deploy-1' },
+    );
     expect(again.status).to.equal(200);
     expect(await json(again)).to.deep.equal({ id, duplicate: true });
     // Other content under the same key: still the first event, and nothing stored.
     // Even a body that would be refused on its own (unregistered type, data not matching, a
     // field the schema does not know): the key is answered before the body is validated.
     const refusedAlone = [{ type: 'ext.never.registered' }, { ...body, data: { service: 7 } }, { ...body, colour: 'red' }];
-    for (const other of [{ ...body, data: { service: 'idem', seconds: 2 } }, { ...body, subject: 'another' }, { type: 'ext.deploy.finished', data: { service: 'elsewhere' } }, ...refusedAlone]) {
+    for (const other of [
+      { ...body, data: { service: 'idem', seconds: 2 } },
+      { ...body, subject: 'another' },
+      { type: 'ext.deploy.finished', data: { service: 'elsewhere' } },
+      ...refusedAlone,
+    ]) {
       const res = await post(s, writer, other, { 'idempotency-key': 'deploy-1' });
       expect(res.status, JSON.stringify(other)).to.equal(200);
       expect(await json(res)).to.deep.equal({ id, duplicate: true });
@@ -399,7 +536,7 @@ describe('events: publishing (POST /events)', () => {
     const statuses = responses.map((r) => r.status).sort();
     expect(statuses.filter((x) => x === 201)).to.have.length(1);
     expect(statuses.filter((x) => x === 200)).to.have.length(49);
-    const ids = new Set(await Promise.all(responses.map(async (r) => (await r.json() as { id: string }).id)));
+    const ids = new Set(await Promise.all(responses.map(async (r) => ((await r.json()) as { id: string }).id)));
     expect(ids.size).to.equal(1);
     const page = await getPage(`${s.base}/events?types=ext.deploy.finished&limit=500`, { token: writer });
     expect(page.events.filter((e) => e.data?.service === 'race')).to.have.length(1);
@@ -440,13 +577,40 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
     token = (scopes, inboxes) => p.token(scopes, inboxes ? { inboxes } : {});
     const ev = s.postern.events;
     const actor = /^svc_(tok_[0-9A-Z]{26})_/.exec(await token(['events:write']))![1]!;
-    ids.recvA = (await ev.record({ type: 'message.received', projectId: p.projectId, inboxId: A, actor: SYSTEM_ACTOR, subject: MSG(1), data: { msgId: MSG(1), size: 10 } })).eventId;
-    ids.flagsA = (await ev.record({ type: 'message.flags', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1), flags: ['seen'] } })).eventId;
-    ids.recvB = (await ev.record({ type: 'message.received', projectId: p.projectId, inboxId: B, actor: SYSTEM_ACTOR, data: { msgId: MSG(2) } })).eventId;
-    ids.recvC = (await ev.record({ type: 'message.received', projectId: p.projectId, inboxId: C, actor: SYSTEM_ACTOR, data: { msgId: MSG(3) } })).eventId;
-    ids.sentA = (await ev.record({ type: 'mail.delivery.accepted', projectId: p.projectId, inboxId: A, actor, data: { from: 'a@example.org', recipients: 2 } })).eventId;
-    ids.readA = (await ev.record({ type: 'access.content.read', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1), part: 'content' } })).eventId;
-    ids.readC = (await ev.record({ type: 'access.content.read', projectId: p.projectId, inboxId: C, actor, data: { msgId: MSG(3), part: 'source' } })).eventId;
+    ids.recvA = (
+      await ev.record({
+        type: 'message.received',
+        projectId: p.projectId,
+        inboxId: A,
+        actor: SYSTEM_ACTOR,
+        subject: MSG(1),
+        data: { msgId: MSG(1), size: 10 },
+      })
+    ).eventId;
+    ids.flagsA = (
+      await ev.record({ type: 'message.flags', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1), flags: ['seen'] } })
+    ).eventId;
+    ids.recvB = (
+      await ev.record({ type: 'message.received', projectId: p.projectId, inboxId: B, actor: SYSTEM_ACTOR, data: { msgId: MSG(2) } })
+    ).eventId;
+    ids.recvC = (
+      await ev.record({ type: 'message.received', projectId: p.projectId, inboxId: C, actor: SYSTEM_ACTOR, data: { msgId: MSG(3) } })
+    ).eventId;
+    ids.sentA = (
+      await ev.record({
+        type: 'mail.delivery.accepted',
+        projectId: p.projectId,
+        inboxId: A,
+        actor,
+        data: { from: 'a@example.org', recipients: 2 },
+      })
+    ).eventId;
+    ids.readA = (
+      await ev.record({ type: 'access.content.read', projectId: p.projectId, inboxId: A, actor, data: { msgId: MSG(1), part: 'content' } })
+    ).eventId;
+    ids.readC = (
+      await ev.record({ type: 'access.content.read', projectId: p.projectId, inboxId: C, actor, data: { msgId: MSG(3), part: 'source' } })
+    ).eventId;
     const writer = await token(['events:write']);
     await register(s, writer, { name: 'ext.build.passed', description: 'x' });
     ids.extProject = (await json<{ id: string }>(await post(s, writer, { type: 'ext.build.passed' }))).id;
@@ -454,7 +618,13 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
     // Another project's events never show.
     const other = await newProject(s);
     const otherInbox = await addInbox(s, other);
-    await ev.record({ type: 'message.received', projectId: other.projectId, inboxId: otherInbox, actor: SYSTEM_ACTOR, data: { msgId: MSG(9) } });
+    await ev.record({
+      type: 'message.received',
+      projectId: other.projectId,
+      inboxId: otherInbox,
+      actor: SYSTEM_ACTOR,
+      data: { msgId: MSG(9) },
+    });
   });
   after(() => s.close());
 
@@ -469,8 +639,16 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
   });
 
   it('403 without events:read, and for audit=true without audit:read (tokens and sessions)', async () => {
-    await expectError(await call(`${s.base}/events`, { token: await token(['events:write', 'project:read', 'audit:read']) }), 403, /events:read/);
-    await expectError(await call(`${s.base}/events?audit=true`, { token: await token(['events:read', 'project:read']) }), 403, /audit:read/);
+    await expectError(
+      await call(`${s.base}/events`, { token: await token(['events:write', 'project:read', 'audit:read']) }),
+      403,
+      /events:read/,
+    );
+    await expectError(
+      await call(`${s.base}/events?audit=true`, { token: await token(['events:read', 'project:read']) }),
+      403,
+      /audit:read/,
+    );
     await expectError(await call(`${s.app}/events?audit=true&inboxes=${A}`, { session: await p.session() }), 403, /audit:read/);
   });
 
@@ -489,7 +667,20 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
 
   it('400 for a bad limit, cursor, types list or an unknown parameter', async () => {
     const t = await token(['events:read']);
-    for (const q of ['limit=0', 'limit=501', 'limit=abc', 'limit=1.5', 'after=garbage', 'after=evt_01M80W1F3RD7BV8C61QAP73X5Y', 'types=Message.*', 'types=message.**', 'types=', 'inbox=x', 'audit=maybe', 'limit=1&limit=2']) {
+    for (const q of [
+      'limit=0',
+      'limit=501',
+      'limit=abc',
+      'limit=1.5',
+      'after=garbage',
+      'after=evt_01M80W1F3RD7BV8C61QAP73X5Y',
+      'types=Message.*',
+      'types=message.**',
+      'types=',
+      'inbox=x',
+      'audit=maybe',
+      'limit=1&limit=2',
+    ]) {
       await expectError(await call(`${s.base}/events?${q}`, { token: t }), 400);
     }
   });
@@ -508,7 +699,14 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
   });
 
   it('+ project:read: project-level events too (sending, ext events without an inbox)', async () => {
-    expect(await seen('', { token: await token(['events:read', 'project:read']) })).to.deep.equal(['recvA', 'flagsA', 'recvB', 'sentA', 'extProject', 'extA']);
+    expect(await seen('', { token: await token(['events:read', 'project:read']) })).to.deep.equal([
+      'recvA',
+      'flagsA',
+      'recvB',
+      'sentA',
+      'extProject',
+      'extA',
+    ]);
   });
 
   it('audit-only events need audit:read and audit=true, and only for inboxes the caller may use', async () => {
@@ -516,7 +714,13 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
     expect(await seen('', { token: all })).to.not.include('readA');
     expect(await seen('?audit=false', { token: all })).to.not.include('readA');
     expect(await seen('?audit=true', { token: all })).to.deep.equal(['recvA', 'flagsA', 'recvB', 'sentA', 'readA', 'extProject', 'extA']);
-    expect(await seen('?audit=true', { token: await token(['events:read', 'audit:read']) })).to.deep.equal(['recvA', 'flagsA', 'recvB', 'readA', 'extA']);
+    expect(await seen('?audit=true', { token: await token(['events:read', 'audit:read']) })).to.deep.equal([
+      'recvA',
+      'flagsA',
+      'recvB',
+      'readA',
+      'extA',
+    ]);
   });
 
   it('a token narrowed to inbox A sees A and project-level events only', async () => {
@@ -524,7 +728,7 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
     expect(await seen('?audit=true', { token: t })).to.deep.equal(['recvA', 'flagsA', 'sentA', 'readA', 'extProject', 'extA']);
   });
 
-  it('inboxes=…: only those inboxes\' events, no project-level ones', async () => {
+  it("inboxes=…: only those inboxes' events, no project-level ones", async () => {
     const t = await token(['events:read', 'project:read', 'audit:read']);
     expect(await seen(`?inboxes=${A}`, { token: t })).to.deep.equal(['recvA', 'flagsA', 'sentA', 'extA']);
     expect(await seen(`?inboxes=${B}`, { token: t })).to.deep.equal(['recvB']);
@@ -532,7 +736,7 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
     expect(await seen(`?inboxes=${B}`, { token: await token(['events:read']) })).to.deep.equal(['recvB']);
   });
 
-  it('web sessions: the named inboxes\' events, with read state but not who acted', async () => {
+  it("web sessions: the named inboxes' events, with read state but not who acted", async () => {
     const session = await p.session();
     expect(await seen(`?inboxes=${A},${B}`, { session }, s.app)).to.deep.equal(['recvA', 'flagsA', 'recvB', 'extA']);
     const page = await getPage(`${s.app}/events?inboxes=${A}`, { session });
@@ -580,7 +784,13 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
     const empty = await getPage(`${s.base}/events?types=nothing.*`, { token: t });
     expect(empty.events).to.deep.equal([]);
     // Everything up to now was scanned: a new event is the only thing after the cursor.
-    await s.postern.events.record({ type: 'message.removed', projectId: p.projectId, inboxId: A, actor: SYSTEM_ACTOR, data: { msgId: MSG(1) } });
+    await s.postern.events.record({
+      type: 'message.removed',
+      projectId: p.projectId,
+      inboxId: A,
+      actor: SYSTEM_ACTOR,
+      data: { msgId: MSG(1) },
+    });
     const after = await getPage(`${s.base}/events?after=${empty.cursor}`, { token: t });
     expect(after.events.map((e) => e.type)).to.deep.equal(['message.removed']);
     // And a caught-up cursor stays put.
@@ -589,7 +799,7 @@ describe('events: reading (GET /events) and the visibility matrix', () => {
     expect(same.cursor).to.equal(after.cursor);
   });
 
-  it("the default page is 100 and the maximum 500", async () => {
+  it('the default page is 100 and the maximum 500', async () => {
     const writer = await token(['events:write']);
     for (let i = 0; i < 30; i++) await Promise.all(Array.from({ length: 20 }, () => post(s, writer, { type: 'ext.build.passed' })));
     const t = await token(['events:read', 'project:read']);
@@ -619,7 +829,14 @@ describe('events: record() for the rest of Postern', () => {
       { type: 'message.received', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, data: { msgId: 'x' } },
       { type: 'message.flags', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, data: { msgId: MSG(1), flags: ['bogus'] } },
       { type: 'access.content.read', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, data: { msgId: MSG(1) } },
-      { type: 'message.received', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, subject: 'x'.repeat(257), data: { msgId: MSG(1) } },
+      {
+        type: 'message.received',
+        projectId: p.projectId,
+        inboxId: inbox,
+        actor: SYSTEM_ACTOR,
+        subject: 'x'.repeat(257),
+        data: { msgId: MSG(1) },
+      },
     ];
     for (const input of bad) {
       const err = await ev.record(input).catch((e: unknown) => e);
@@ -631,10 +848,26 @@ describe('events: record() for the rest of Postern', () => {
   // That the log is append-only is the engines' to keep: test/store-contract/event-store.contract.ts.
   it('returns the stored event with its id, cursor and sequence', async () => {
     const inbox = await addInbox(s, p);
-    const r = await s.postern.events.record({ type: 'message.added', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, data: { msgId: MSG(4), uid: 3 }, correlationId: 'sync-1', causationId: 'evt_x' });
+    const r = await s.postern.events.record({
+      type: 'message.added',
+      projectId: p.projectId,
+      inboxId: inbox,
+      actor: SYSTEM_ACTOR,
+      data: { msgId: MSG(4), uid: 3 },
+      correlationId: 'sync-1',
+      causationId: 'evt_x',
+    });
     expect(r.eventId).to.match(/^evt_/);
     const e = JSON.parse(r.json) as WireEvent & { correlationid: string; causationid: string };
-    expect(e).to.deep.include({ id: r.eventId, sequence: '00000000000000000001', containerid: inbox, correlationid: 'sync-1', causationid: 'evt_x', class: 'mail', source: '/postern/mail' });
+    expect(e).to.deep.include({
+      id: r.eventId,
+      sequence: '00000000000000000001',
+      containerid: inbox,
+      correlationid: 'sync-1',
+      causationid: 'evt_x',
+      class: 'mail',
+      source: '/postern/mail',
+    });
   });
 });
 
@@ -652,7 +885,13 @@ describe('events: the settle delay of paged reads', () => {
     const t = await p.token(['events:read']);
     const first = await getPage(`${s.base}/events`, { token: t });
     const recorded = Date.now();
-    await s.postern.events.record({ type: 'message.received', projectId: p.projectId, inboxId: inbox, actor: SYSTEM_ACTOR, data: { msgId: MSG(1) } });
+    await s.postern.events.record({
+      type: 'message.received',
+      projectId: p.projectId,
+      inboxId: inbox,
+      actor: SYSTEM_ACTOR,
+      data: { msgId: MSG(1) },
+    });
     const fresh = await getPage(`${s.base}/events?after=${first.cursor}`, { token: t });
     // Whichever read returns it was answered past the delay: at once when the machine is quick
     // (then the cursor stayed before it), or the first read already when it was slow.
@@ -679,10 +918,29 @@ describe('events: bad input of any shape is a 4xx, never a 500', () => {
     const token = await p.token(['events:write', 'events:read', 'project:read', 'audit:read']);
     const session = await p.session();
     await register(s, token, { name: 'ext.fuzz.done', description: 'x', data: [{ name: 'a', type: 'string' }] });
-    const bodies = ['', ' ', 'null', 'true', '1', '"x"', '[]', '{}', '{"type":null}', '{"type":1}', '{"type":"ext.fuzz.done","data":null}',
-      '{"type":"ext.fuzz.done","data":{"a":{"b":1}}}', '{"type":"ext.fuzz.done","inbox":1}', '{"type":"ext.fuzz.done","subject":{}}',
-      `{"type":"ext.fuzz.done","data":${'['.repeat(5000)}${']'.repeat(5000)}}`, '{"name":"ext.a.b","description":"x","data":[{"name":"a","type":"string","required":"yes"}]}',
-      '{"name":"ext.a.b","description":"x","version":"2"}', '{"name":"ext.a.b","description":"x","data":{}}', '\u0000', '{"type":"ext.fuzz.done"', '{"__proto__":{"x":1}}'];
+    const bodies = [
+      '',
+      ' ',
+      'null',
+      'true',
+      '1',
+      '"x"',
+      '[]',
+      '{}',
+      '{"type":null}',
+      '{"type":1}',
+      '{"type":"ext.fuzz.done","data":null}',
+      '{"type":"ext.fuzz.done","data":{"a":{"b":1}}}',
+      '{"type":"ext.fuzz.done","inbox":1}',
+      '{"type":"ext.fuzz.done","subject":{}}',
+      `{"type":"ext.fuzz.done","data":${'['.repeat(5000)}${']'.repeat(5000)}}`,
+      '{"name":"ext.a.b","description":"x","data":[{"name":"a","type":"string","required":"yes"}]}',
+      '{"name":"ext.a.b","description":"x","version":"2"}',
+      '{"name":"ext.a.b","description":"x","data":{}}',
+      '\u0000',
+      '{"type":"ext.fuzz.done"',
+      '{"__proto__":{"x":1}}',
+    ];
     const statuses: number[] = [];
     for (const body of bodies) {
       for (const path of ['/events', '/event-types']) {
@@ -693,8 +951,24 @@ describe('events: bad input of any shape is a 4xx, never a 500', () => {
       }
     }
     expect(statuses.filter((x) => x >= 400).length).to.be.above(30);
-    const queries = ['after=%00', 'after=AAAAAAAAAAAA', 'after=' + 'A'.repeat(64), 'after=evt_', 'types=%2C%2C', 'types=*', 'types=a.*.b', 'inboxes=%2C', 'inboxes=' + 'ibx_x,'.repeat(200),
-      'limit=-1', 'limit=1e3', 'limit=', 'audit=', 'audit=1', 'after[]=x', 'a=1&b=2'];
+    const queries = [
+      'after=%00',
+      'after=AAAAAAAAAAAA',
+      'after=' + 'A'.repeat(64),
+      'after=evt_',
+      'types=%2C%2C',
+      'types=*',
+      'types=a.*.b',
+      'inboxes=%2C',
+      'inboxes=' + 'ibx_x,'.repeat(200),
+      'limit=-1',
+      'limit=1e3',
+      'limit=',
+      'audit=',
+      'audit=1',
+      'after[]=x',
+      'a=1&b=2',
+    ];
     for (const q of queries) {
       for (const auth of [{ token }, { session }]) {
         const base = auth.token ? s.base : s.app;
@@ -711,4 +985,3 @@ describe('events: bad input of any shape is a 4xx, never a 500', () => {
     await bad.arrayBuffer();
   });
 });
-

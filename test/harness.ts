@@ -75,7 +75,12 @@ export async function startPostern(extra: Record<string, string> = {}, options: 
   const shared = 'POSTERN_DB' in extra || 'POSTERN_DATABASE_URL' in extra;
   const store: TestStore = shared ? { env: {}, drop: async () => undefined } : await newStore(dir);
   const config: Config = loadConfig(envVars(mailEnv(), { ...store.env, ...extra }));
-  const postern = await openPostern(config, options.logFile ? pino({ level: config.logLevel }, pino.destination({ dest: options.logFile, sync: true })) : pino({ level: config.logLevel }));
+  const postern = await openPostern(
+    config,
+    options.logFile
+      ? pino({ level: config.logLevel }, pino.destination({ dest: options.logFile, sync: true }))
+      : pino({ level: config.logLevel }),
+  );
   const { url } = await postern.listen();
   return {
     postern,
@@ -167,12 +172,22 @@ export async function expectError(res: Response, status: number, pattern?: RegEx
  * A request on a connection of its own (not the keep-alive pool `call` uses), so a clustered
  * server hands it to whichever worker is next. Times out after 10 s rather than hanging a test.
  */
-export function callFresh(method: string, url: string, token?: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: string }> {
+export function callFresh(
+  method: string,
+  url: string,
+  token?: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const req = request(url, {
       method,
       agent: false,
-      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), ...(body !== undefined ? { 'content-type': 'application/json' } : {}), ...headers },
+      headers: {
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+        ...(body !== undefined ? { 'content-type': 'application/json' } : {}),
+        ...headers,
+      },
     });
     req.on('response', (res) => {
       let text = '';

@@ -55,10 +55,14 @@ describe('health and readiness', function () {
       // The environment is shared by the whole run: Dovecot answers again before this test ends.
       await startDovecot();
     }
-    const back = await until('/readyz to be 200 again', async () => {
-      const r = await ready(s);
-      return r.status === 200 ? r : null;
-    }, 30_000);
+    const back = await until(
+      '/readyz to be 200 again',
+      async () => {
+        const r = await ready(s);
+        return r.status === 200 ? r : null;
+      },
+      30_000,
+    );
     expect(back.body.checks).to.deep.equal({ store: 'ok', imap: 'ok', smtp: 'ok' });
   });
 
@@ -81,10 +85,14 @@ describe('health and readiness', function () {
     // Postern may hold an inbox whose user Dovecot no longer has: a master login as it is refused.
     const gone = `${unique('gone')}@${mailEnv().domain}`;
     const asked: Array<string | undefined> = [];
-    const check = new ImapLoginCheck(loadConfig(envVars(mailEnv())).imap, async (not) => {
-      asked.push(not);
-      return [gone, real].find((u) => u !== not) ?? null;
-    }, 2000);
+    const check = new ImapLoginCheck(
+      loadConfig(envVars(mailEnv())).imap,
+      async (not) => {
+        asked.push(not);
+        return [gone, real].find((u) => u !== not) ?? null;
+      },
+      2000,
+    );
     await check.check();
     expect(asked).to.deep.equal([undefined, gone]);
     // The user that worked is remembered: no lookup the next time.
@@ -93,7 +101,11 @@ describe('health and readiness', function () {
   });
 
   it('/readyz says the master login is refused with a wrong master password, naming no user', async () => {
-    const other = await startPostern({ POSTERN_IMAP_MASTER_PASSWORD: 'not-the-master-password', POSTERN_WATCH: 'off', POSTERN_WATCH_SWEEP_MS: '0' });
+    const other = await startPostern({
+      POSTERN_IMAP_MASTER_PASSWORD: 'not-the-master-password',
+      POSTERN_WATCH: 'off',
+      POSTERN_WATCH_SWEEP_MS: '0',
+    });
     try {
       const p = await other.postern.admin.createProject(unique('project'));
       const user = `${unique('box')}@example.org`;
@@ -118,7 +130,13 @@ describe('Readiness', () => {
       running--;
     };
     const r = new Readiness(
-      { a: slow(20), b: slow(20), hung: () => new Promise(() => undefined), bad: async () => Promise.reject(unavailable('down for maintenance')), bug: async () => Promise.reject(Object.assign(new Error('connect ECONNREFUSED 10.0.0.1:5432'), { code: 'ECONNREFUSED' })) },
+      {
+        a: slow(20),
+        b: slow(20),
+        hung: () => new Promise(() => undefined),
+        bad: async () => Promise.reject(unavailable('down for maintenance')),
+        bug: async () => Promise.reject(Object.assign(new Error('connect ECONNREFUSED 10.0.0.1:5432'), { code: 'ECONNREFUSED' })),
+      },
       { timeoutMs: 200, cacheMs: 0 },
     );
     const report = await r.report();

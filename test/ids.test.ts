@@ -26,7 +26,14 @@ describe('ids: the codec', () => {
   });
 
   it('refuses what is not a canonical encoding', () => {
-    for (const bad of ['80000000000000000000000000', 'ZZZZZZZZZZZZZZZZZZZZZZZZZZ', '0000000000000000000000000I', '0000000000000000000000000', '000000000000000000000000000', '0000000000000000000000000a']) {
+    for (const bad of [
+      '80000000000000000000000000',
+      'ZZZZZZZZZZZZZZZZZZZZZZZZZZ',
+      '0000000000000000000000000I',
+      '0000000000000000000000000',
+      '000000000000000000000000000',
+      '0000000000000000000000000a',
+    ]) {
       expect(decode128(bad), bad).to.equal(null);
     }
     expect(parseId('msg', 'lbl_00000000000000000000000000')).to.equal(null);

@@ -14,7 +14,12 @@ import { until } from './mail-fixtures.ts';
  * An inbox whose address is in the env's ingress domain (Postfix delivers it through Postern's
  * ingress); its IMAP user is in the plain domain, as the ingress maps address → IMAP user.
  */
-export async function ingressInbox(s: TestServer, projectId: string, memberId: string, mode: 'compatible' | 'zero-access'): Promise<TestInbox> {
+export async function ingressInbox(
+  s: TestServer,
+  projectId: string,
+  memberId: string,
+  mode: 'compatible' | 'zero-access',
+): Promise<TestInbox> {
   const env = mailEnv();
   const name = unique('box');
   const imapUser = `${name}@${env.domain}`;
@@ -32,7 +37,12 @@ export async function ingressInbox(s: TestServer, projectId: string, memberId: s
  * the IMAP user name, the env's `alias-NAME@…` that Postfix rewrites) reaches it only through the
  * ingress, as all mail does in a deployment.
  */
-export async function ingressUserInbox(s: TestServer, projectId: string, memberId: string, mode: 'compatible' | 'zero-access'): Promise<TestInbox & { name: string }> {
+export async function ingressUserInbox(
+  s: TestServer,
+  projectId: string,
+  memberId: string,
+  mode: 'compatible' | 'zero-access',
+): Promise<TestInbox & { name: string }> {
   const env = mailEnv();
   const name = unique('user');
   const imapUser = `${name}@${env.ingress.domain}`;
@@ -58,9 +68,13 @@ export function lmtpSend(port: number, from: string, to: string[], message: Buff
       if (err) return reject(err);
       conn.send({ from, to }, message, (e, info) => {
         conn.quit();
-        const failure = e as (SMTPConnection.SMTPError & { rejectedErrors?: Array<SMTPConnection.SMTPError & { recipient: string }> }) | null;
+        const failure = e as
+          | (SMTPConnection.SMTPError & { rejectedErrors?: Array<SMTPConnection.SMTPError & { recipient: string }> })
+          | null;
         if (failure && !failure.rejectedErrors) return reject(failure);
-        const rejectedErrors = (failure?.rejectedErrors ?? info.rejectedErrors ?? []) as Array<SMTPConnection.SMTPError & { recipient: string }>;
+        const rejectedErrors = (failure?.rejectedErrors ?? info.rejectedErrors ?? []) as Array<
+          SMTPConnection.SMTPError & { recipient: string }
+        >;
         resolve({
           accepted: failure ? [] : info.accepted.map(String),
           rejected: rejectedErrors.map((r) => ({ recipient: r.recipient, code: r.responseCode ?? 0, response: r.response ?? '' })),
@@ -77,16 +91,25 @@ export function lmtpSend(port: number, from: string, to: string[], message: Buff
 export async function lmtpDeliver(port: number, from: string, to: string[], message: Buffer | string): Promise<LmtpResult> {
   for (let attempt = 1; ; attempt++) {
     const result = await lmtpSend(port, from, to, message);
-    const deferred = result.accepted.length === 0 && result.rejected.length > 0 && result.rejected.every((r) => r.code >= 400 && r.code < 500);
+    const deferred =
+      result.accepted.length === 0 && result.rejected.length > 0 && result.rejected.every((r) => r.code >= 400 && r.code < 500);
     if (!deferred || attempt === 3) return result;
     await new Promise((r) => setTimeout(r, 1000));
   }
 }
 
 /** Every message in the inbox's INBOX, oldest first, as stored (what a mail app downloads). */
-export async function storedMessages(inbox: TestInbox): Promise<Array<{ uid: number; source: Buffer; flags: Set<string>; internalDate: Date }>> {
+export async function storedMessages(
+  inbox: TestInbox,
+): Promise<Array<{ uid: number; source: Buffer; flags: Set<string>; internalDate: Date }>> {
   const env = mailEnv();
-  const client = new ImapFlow({ host: env.imap.host, port: env.imap.port, secure: false, auth: { user: inbox.imapUser, pass: inbox.imapPassword }, logger: false });
+  const client = new ImapFlow({
+    host: env.imap.host,
+    port: env.imap.port,
+    secure: false,
+    auth: { user: inbox.imapUser, pass: inbox.imapPassword },
+    logger: false,
+  });
   client.on('error', () => undefined);
   await client.connect();
   try {
@@ -125,18 +148,24 @@ export async function flushPostfixQueue(): Promise<void> {
  */
 export async function untilDelivered<T>(what: string, probe: () => Promise<T | null | undefined | false>, timeoutMs = 15_000): Promise<T> {
   let flushed = Date.now();
-  return until(what, async () => {
-    const found = await probe();
-    if (!found && Date.now() - flushed > 2000) {
-      flushed = Date.now();
-      await flushPostfixQueue();
-    }
-    return found;
-  }, timeoutMs);
+  return until(
+    what,
+    async () => {
+      const found = await probe();
+      if (!found && Date.now() - flushed > 2000) {
+        flushed = Date.now();
+        await flushPostfixQueue();
+      }
+      return found;
+    },
+    timeoutMs,
+  );
 }
 
 /** Postfix's queue id for the message with this Message-ID, once cleanup has logged it. */
 export function queueIdOf(messageId: string): string | null {
-  const m = new RegExp(`/cleanup\\[\\d+\\]: ([0-9A-F]+): message-id=<?${messageId.replace(/[.*+?^${}()|[\]\\<>]/g, '\\$&')}>?`).exec(postfixLog());
+  const m = new RegExp(`/cleanup\\[\\d+\\]: ([0-9A-F]+): message-id=<?${messageId.replace(/[.*+?^${}()|[\]\\<>]/g, '\\$&')}>?`).exec(
+    postfixLog(),
+  );
   return m ? m[1]! : null;
 }

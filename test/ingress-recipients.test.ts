@@ -16,7 +16,17 @@ import { newId } from '../lib/ids.ts';
 import { dovecotUser, Ingress } from '../lib/mail/ingress.ts';
 import { sealedEpoch } from '../lib/mail/seal.ts';
 import { addUser } from '../scripts/mailenv.ts';
-import { mailEnv, newProject, newStore, startPostern, unique, type TestInbox, type TestProject, type TestServer, type TestStore } from './harness.ts';
+import {
+  mailEnv,
+  newProject,
+  newStore,
+  startPostern,
+  unique,
+  type TestInbox,
+  type TestProject,
+  type TestServer,
+  type TestStore,
+} from './harness.ts';
 import { ingressUserInbox, lmtpSend, postfixLog, storedMessages, untilDelivered } from './ingress-helpers.ts';
 
 /** One message through Postfix's MX port with exactly these envelope recipients (RCPT TO as written). */
@@ -33,7 +43,9 @@ async function mailThroughPostfix(to: string[], messageId: string, body: string)
 
 /** The stored copy of the message with this Message-ID, once Dovecot has it. */
 async function storedCopy(inbox: TestInbox, messageId: string): Promise<Buffer> {
-  const found = await untilDelivered(`<${messageId}> in ${inbox.imapUser}`, async () => (await storedMessages(inbox)).find((m) => m.source.includes(`<${messageId}>`)));
+  const found = await untilDelivered(`<${messageId}> in ${inbox.imapUser}`, async () =>
+    (await storedMessages(inbox)).find((m) => m.source.includes(`<${messageId}>`)),
+  );
   return found.source;
 }
 
@@ -63,11 +75,12 @@ describe('delivery ingress: recipients resolved as Dovecot resolves them', funct
     expect(dovecotUser('ÄBC@example.org', '+')).to.equal('Äbc@example.org');
   });
 
-  it('takes the delimiter from POSTERN_RECIPIENT_DELIMITER (default +) and refuses one that cannot be Dovecot\'s', () => {
+  it("takes the delimiter from POSTERN_RECIPIENT_DELIMITER (default +) and refuses one that cannot be Dovecot's", () => {
     expect(loadConfig({}).ingress.recipientDelimiter).to.equal('+');
     expect(loadConfig({ POSTERN_RECIPIENT_DELIMITER: '+-' }).ingress.recipientDelimiter).to.equal('+-');
     expect(loadConfig({ POSTERN_RECIPIENT_DELIMITER: '' }).ingress.recipientDelimiter).to.equal('');
-    for (const bad of ['a', '@', '+ ', '"']) expect(() => loadConfig({ POSTERN_RECIPIENT_DELIMITER: bad }), bad).to.throw(ConfigError, /POSTERN_RECIPIENT_DELIMITER/);
+    for (const bad of ['a', '@', '+ ', '"'])
+      expect(() => loadConfig({ POSTERN_RECIPIENT_DELIMITER: bad }), bad).to.throw(ConfigError, /POSTERN_RECIPIENT_DELIMITER/);
   });
 
   it('seals every form that reaches a zero-access user: detail, case, IMAP user name, a detail on its address, a Postfix alias', async () => {
@@ -100,7 +113,12 @@ describe('delivery ingress: recipients resolved as Dovecot resolves them', funct
     expect(stored.map((m) => m.uid)).to.deep.equal(forms.map((_f, i) => i + 1));
     for (const m of stored) expect(sealedEpoch(m.source)).to.equal(1);
     // A quoted local part, which Postfix never sends but an LMTP client may.
-    const quoted = await lmtpSend(mailEnv().ingress.port, 'a@example.org', [`"${vault.name}+q"@${domain}`], `Subject: quoted\r\nMessage-ID: <quoted-${vault.name}@example.org>\r\n\r\nquoted secret\r\n`);
+    const quoted = await lmtpSend(
+      mailEnv().ingress.port,
+      'a@example.org',
+      [`"${vault.name}+q"@${domain}`],
+      `Subject: quoted\r\nMessage-ID: <quoted-${vault.name}@example.org>\r\n\r\nquoted secret\r\n`,
+    );
     expect(quoted.rejected).to.deep.equal([]);
     const quotedCopy = await storedCopy(vault, `quoted-${vault.name}@example.org`);
     expect(sealedEpoch(quotedCopy)).to.equal(1);
@@ -123,7 +141,12 @@ describe('delivery ingress: recipients resolved as Dovecot resolves them', funct
     expect(await storedMessages(vault)).to.have.length(1);
     // And within one LMTP transaction, as Postfix hands a message for several users of one next hop.
     const both = `${unique('both')}@example.org`;
-    const result = await lmtpSend(mailEnv().ingress.port, 'a@example.org', [`${open.name.toUpperCase()}+x@${domain}`, `${vault.name}+y@${domain}`], `Subject: both\r\nMessage-ID: <${both}>\r\n\r\nboth see ${marker}\r\n`);
+    const result = await lmtpSend(
+      mailEnv().ingress.port,
+      'a@example.org',
+      [`${open.name.toUpperCase()}+x@${domain}`, `${vault.name}+y@${domain}`],
+      `Subject: both\r\nMessage-ID: <${both}>\r\n\r\nboth see ${marker}\r\n`,
+    );
     expect(result.rejected).to.deep.equal([]);
     expect(result.accepted).to.have.length(2);
     expect((await storedCopy(open, both)).includes(`both see ${marker}`)).to.equal(true);
@@ -165,7 +188,14 @@ describe('delivery ingress: a zero-access user reached by another form when seal
     const projectId = newId('prj');
     await directory.createProject({ id: projectId, name: 'no key yet', createdAt: Date.now() });
     const inboxId = newId('ibx');
-    await directory.createInbox({ id: inboxId, projectId, imapUser, addresses: [`${name}.box@${env.ingress.domain}`], mode: 'zero-access', createdAt: Date.now() });
+    await directory.createInbox({
+      id: inboxId,
+      projectId,
+      imapUser,
+      addresses: [`${name}.box@${env.ingress.domain}`],
+      mode: 'zero-access',
+      createdAt: Date.now(),
+    });
     const log = pino({ level: 'silent' });
     const dovecot = new DovecotLmtp(admin.postern.config.ingress.dovecot);
     // Its message.received events (none here) would go to the admin's log: only the ingress's keys and directory matter.
@@ -176,9 +206,14 @@ describe('delivery ingress: a zero-access user reached by another form when seal
     const to = `${name}+news@${env.ingress.domain}`;
     const messageId = `${unique('nokey')}@example.org`;
     await mailThroughPostfix([to], messageId, 'never stored plain');
-    await untilDelivered('Postfix deferring it with the ingress\'s 4xx', async () =>
-      postfixLog().split('\n').some((l) => l.includes(`to=<${to}>`) && l.includes('status=deferred') && l.includes('cannot seal')),
-    60_000);
+    await untilDelivered(
+      "Postfix deferring it with the ingress's 4xx",
+      async () =>
+        postfixLog()
+          .split('\n')
+          .some((l) => l.includes(`to=<${to}>`) && l.includes('status=deferred') && l.includes('cannot seal')),
+      60_000,
+    );
     const inbox: TestInbox = { id: inboxId, address: to, imapUser, imapPassword: 'nokey-password' };
     expect(await storedMessages(inbox)).to.deep.equal([]);
     await failing.close();

@@ -23,7 +23,14 @@ export async function sendThroughPostfix(to: string, subject: string, text: stri
   const env = mailEnv();
   const transport = nodemailer.createTransport({ host: env.smtp.host, port: env.smtp.port, secure: false, ignoreTLS: true });
   try {
-    await transport.sendMail({ from: 'Sender <sender@example.org>', to, subject, text, messageId, headers: { 'X-Private-Note': 'inside only' } });
+    await transport.sendMail({
+      from: 'Sender <sender@example.org>',
+      to,
+      subject,
+      text,
+      messageId,
+      headers: { 'X-Private-Note': 'inside only' },
+    });
   } finally {
     transport.close();
   }
@@ -50,8 +57,11 @@ function filesUnder(dir: string): string[] {
 function doveadmText(user: string): Promise<string> {
   const env = mailEnv();
   return new Promise((resolve, reject) =>
-    execFile('doveadm', ['-c', join(env.dir, 'dovecot', 'dovecot.conf'), 'fetch', '-u', user, 'text', 'mailbox', '*', 'all'], { maxBuffer: 64 * 1024 * 1024 }, (err, out) =>
-      err ? reject(err) : resolve(out),
+    execFile(
+      'doveadm',
+      ['-c', join(env.dir, 'dovecot', 'dovecot.conf'), 'fetch', '-u', user, 'text', 'mailbox', '*', 'all'],
+      { maxBuffer: 64 * 1024 * 1024 },
+      (err, out) => (err ? reject(err) : resolve(out)),
     ),
   );
 }
@@ -115,16 +125,27 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
     expect(Buffer.compare(await openSealed(stored!.source, key), Buffer.from(opened, 'latin1'))).to.equal(0);
 
     // As the web app does: wrappedDek from the detail + /raw opens to the same bytes.
-    const labels = (await (await call(`${s.base}/inboxes/${sealed.id}/labels`, { token })).json()) as { labels: Array<{ id: string; name: string }> };
+    const labels = (await (await call(`${s.base}/inboxes/${sealed.id}/labels`, { token })).json()) as {
+      labels: Array<{ id: string; name: string }>;
+    };
     const inboxLabel = labels.labels.find((l) => l.name === 'INBOX')!.id;
-    const list = (await (await call(`${s.base}/inboxes/${sealed.id}/labels/${inboxLabel}/messages`, { token })).json()) as { messages: Array<{ id: string; subject?: string }> };
+    const list = (await (await call(`${s.base}/inboxes/${sealed.id}/labels/${inboxLabel}/messages`, { token })).json()) as {
+      messages: Array<{ id: string; subject?: string }>;
+    };
     const msg = list.messages.find((m) => m.subject === 'sealed hello')!;
-    const detail = (await (await call(`${s.base}/inboxes/${sealed.id}/messages/${msg.id}`, { token })).json()) as { keyEpoch: number; wrappedDek: string };
+    const detail = (await (await call(`${s.base}/inboxes/${sealed.id}/messages/${msg.id}`, { token })).json()) as {
+      keyEpoch: number;
+      wrappedDek: string;
+    };
     expect(detail.keyEpoch).to.equal(key.sealKey.epoch);
     const rawRes = await call(`${s.base}/inboxes/${sealed.id}/messages/${msg.id}/raw`, { token });
     expect(rawRes.status).to.equal(200);
     const packets = Buffer.concat([Buffer.from(detail.wrappedDek, 'base64'), Buffer.from(await rawRes.arrayBuffer())]);
-    const { data } = await openpgp.decrypt({ message: await openpgp.readMessage({ binaryMessage: packets }), decryptionKeys: key.privateKey, format: 'binary' });
+    const { data } = await openpgp.decrypt({
+      message: await openpgp.readMessage({ binaryMessage: packets }),
+      decryptionKeys: key.privateKey,
+      format: 'binary',
+    });
     expect(Buffer.from(data as Uint8Array).toString('latin1')).to.equal(opened);
   });
 
@@ -134,7 +155,10 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
     await sendThroughPostfix(sealed.address, 'nowhere to be seen', `body ${marker} body`, `<${messageId}>`);
     const controlMarker = `control-${unique('m')}`;
     await sendThroughPostfix(plain.address, 'control', `body ${controlMarker} body`, `<${unique('cid')}@example.org>`);
-    await untilDelivered('both messages stored', async () => (await storedMessages(sealed)).some((m) => m.source.includes(messageId)) && (await storedMessages(plain)).length > 0);
+    await untilDelivered(
+      'both messages stored',
+      async () => (await storedMessages(sealed)).some((m) => m.source.includes(messageId)) && (await storedMessages(plain)).length > 0,
+    );
 
     // What Dovecot holds, read back through Dovecot (mail_crypt opened): sealed; the control is not.
     expect(await doveadmText(sealed.imapUser)).to.not.include(marker);
@@ -156,12 +180,15 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
     };
     const labels = JSON.parse(await get(`${s.base}/inboxes/${sealed.id}/labels`)) as { labels: Array<{ id: string; name: string }> };
     const inboxLabel = labels.labels.find((l) => l.name === 'INBOX')!.id;
-    const list = JSON.parse(await get(`${s.base}/inboxes/${sealed.id}/labels/${inboxLabel}/messages`)) as { messages: Array<{ id: string; subject?: string; from?: string }> };
+    const list = JSON.parse(await get(`${s.base}/inboxes/${sealed.id}/labels/${inboxLabel}/messages`)) as {
+      messages: Array<{ id: string; subject?: string; from?: string }>;
+    };
     const summary = list.messages.find((m) => m.subject === 'nowhere to be seen');
     expect(summary, JSON.stringify(list)).to.not.equal(undefined);
     // The metadata API still shows the clear routing headers.
     expect(summary!.from).to.include('sender@example.org');
-    for (const part of ['', '/raw', '/source', '/content', '/attachments/0']) await get(`${s.base}/inboxes/${sealed.id}/messages/${summary!.id}${part}`);
+    for (const part of ['', '/raw', '/source', '/content', '/attachments/0'])
+      await get(`${s.base}/inboxes/${sealed.id}/messages/${summary!.id}${part}`);
     await get(`${s.base}/events?limit=500`);
     await get(`${s.base}/inboxes`);
     for (const body of answers) expect(body).to.not.include(marker);
@@ -171,12 +198,18 @@ describe('delivery ingress (Postfix → Postern LMTP → Dovecot)', function () 
     const marker = `plain-${unique('m')}`;
     const messageId = `${unique('pid')}@example.org`;
     await sendThroughPostfix(plain.address, 'plain hello', `visible ${marker}`, `<${messageId}>`);
-    const stored = await untilDelivered('the plain message', async () => (await storedMessages(plain)).find((m) => m.source.includes(messageId)));
+    const stored = await untilDelivered('the plain message', async () =>
+      (await storedMessages(plain)).find((m) => m.source.includes(messageId)),
+    );
     expect(stored.source.toString()).to.include(marker);
     expect(sealedEpoch(stored.source)).to.equal(null);
     const events = await until('message.received for both inboxes', async () => {
       const got = await eventsOf(s, token, 'message.received');
-      return got.some((e) => e.containerid === plain.id && e.data.messageId === `<${messageId}>`) && got.some((e) => e.containerid === sealed.id) && got;
+      return (
+        got.some((e) => e.containerid === plain.id && e.data.messageId === `<${messageId}>`) &&
+        got.some((e) => e.containerid === sealed.id) &&
+        got
+      );
     });
     const plainEvent = events.find((e) => e.containerid === plain.id && e.data.messageId === `<${messageId}>`)!;
     expect(plainEvent.subject).to.equal(`<${messageId}>`);
@@ -252,7 +285,10 @@ describe('delivery ingress when the ingress or Dovecot is down', function () {
   });
 
   /** Postfix's log lines for deliveries to `address` with this status. */
-  const attempts = (address: string, status: string) => postfixLog().split('\n').filter((l) => l.includes(`to=<${address}>`) && l.includes(`status=${status}`));
+  const attempts = (address: string, status: string) =>
+    postfixLog()
+      .split('\n')
+      .filter((l) => l.includes(`to=<${address}>`) && l.includes(`status=${status}`));
 
   /**
    * Waits until Postfix has logged an attempt for `address` that `matches`, its queue flushed
@@ -260,9 +296,18 @@ describe('delivery ingress when the ingress or Dovecot is down', function () {
    */
   async function attemptLogged(what: string, address: string, matches: (line: string) => boolean): Promise<void> {
     try {
-      await untilDelivered(what, async () => postfixLog().split('\n').some((l) => l.includes(`to=<${address}>`) && matches(l)), 60_000);
+      await untilDelivered(
+        what,
+        async () =>
+          postfixLog()
+            .split('\n')
+            .some((l) => l.includes(`to=<${address}>`) && matches(l)),
+        60_000,
+      );
     } catch (err) {
-      const seen = postfixLog().split('\n').filter((l) => l.includes(`to=<${address}>`));
+      const seen = postfixLog()
+        .split('\n')
+        .filter((l) => l.includes(`to=<${address}>`));
       throw new Error(`${(err as Error).message}; Postfix logged for ${address}:\n${seen.join('\n') || '(nothing)'}`);
     }
   }
@@ -281,7 +326,11 @@ describe('delivery ingress when the ingress or Dovecot is down', function () {
     await attemptLogged('a deferral while no ingress listens', inbox.address, (l) => l.includes('status=deferred'));
 
     // 2. An ingress whose Dovecot is down: it answers 4xx, Postfix defers again.
-    const deadDovecot = await startPostern({ ...admin.storeEnv, POSTERN_LMTP_PORT: String(env.ingress.port), POSTERN_DOVECOT_LMTP_PORT: String(await freePort()) });
+    const deadDovecot = await startPostern({
+      ...admin.storeEnv,
+      POSTERN_LMTP_PORT: String(env.ingress.port),
+      POSTERN_DOVECOT_LMTP_PORT: String(await freePort()),
+    });
     servers.push(deadDovecot);
     await attemptLogged('a 4xx from the ingress', inbox.address, (l) => l.includes('status=deferred') && /\b45\d 4\.4\.2\b/.test(l));
     await deadDovecot.close();
@@ -308,7 +357,14 @@ describe('delivery ingress with POSTERN_WORKERS=2', function () {
   let cluster: Listening | null = null;
   before(async () => {
     admin = await startPostern();
-    cluster = await spawnPostern(envVars(mailEnv(), { ...admin.storeEnv, POSTERN_WORKERS: '2', POSTERN_PORT: String(await freePort()), POSTERN_LMTP_PORT: String(mailEnv().ingress.port) }));
+    cluster = await spawnPostern(
+      envVars(mailEnv(), {
+        ...admin.storeEnv,
+        POSTERN_WORKERS: '2',
+        POSTERN_PORT: String(await freePort()),
+        POSTERN_LMTP_PORT: String(mailEnv().ingress.port),
+      }),
+    );
   });
   after(async () => {
     if (cluster) await stopProcess(cluster.child);
@@ -319,7 +375,12 @@ describe('delivery ingress with POSTERN_WORKERS=2', function () {
     const p = await newProject(admin);
     const inbox = await ingressInbox(admin, p.projectId, p.memberId, 'zero-access');
     for (let i = 0; i < 4; i++) {
-      const result = await lmtpSend(mailEnv().ingress.port, 'a@example.org', [inbox.address], `Subject: worker ${i}\r\n\r\nworker body ${i}\r\n`);
+      const result = await lmtpSend(
+        mailEnv().ingress.port,
+        'a@example.org',
+        [inbox.address],
+        `Subject: worker ${i}\r\n\r\nworker body ${i}\r\n`,
+      );
       expect(result.accepted).to.deep.equal([inbox.address]);
     }
     const stored = await storedMessages(inbox);

@@ -24,9 +24,11 @@ function runCli(args: string[], env: Record<string, string>): Promise<{ code: nu
   return new Promise((resolve, reject) => {
     const child = spawn(join(ROOT, 'bin', 'postern'), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.on('error', reject);
-    child.on('close', (code) => resolve({ code: code ?? -1, out: JSON.parse(stdout.trim().split('\n').at(-1) || '{}') as Record<string, unknown> }));
+    child.on('close', (code) =>
+      resolve({ code: code ?? -1, out: JSON.parse(stdout.trim().split('\n').at(-1) || '{}') as Record<string, unknown> }),
+    );
   });
 }
 
@@ -46,7 +48,9 @@ describe('epoch keys', function () {
     expect(current.publicKey.getAlgorithmInfo()).to.deep.include({ algorithm: 'eddsaLegacy', curve: 'ed25519Legacy' });
     const sub = await current.publicKey.getEncryptionKey();
     expect(sub.getAlgorithmInfo()).to.deep.include({ algorithm: 'ecdh', curve: 'curve25519Legacy' });
-    expect(current.fingerprint).to.equal(current.publicKey.getFingerprint().toUpperCase()).and.match(/^[0-9A-F]{40}$/);
+    expect(current.fingerprint)
+      .to.equal(current.publicKey.getFingerprint().toUpperCase())
+      .and.match(/^[0-9A-F]{40}$/);
     expect(await sealAndOpen(current.publicKey, await s.postern.keys.privateKey(inbox.id, 1))).to.equal('hello epoch');
     // The private key rests sealed: the stored row never holds it in the clear.
     const stored = await s.postern.store.keys.get(inbox.id, 1);
@@ -92,12 +96,23 @@ describe('epoch keys', function () {
   it('sets a member key from the CLI (armored or binary file), refusing a key that cannot encrypt with the reason', async () => {
     const p = await newProject(s);
     const env = envVars(mailEnv(), s.storeEnv);
-    const { privateKey } = await openpgp.generateKey({ type: 'ecc', curve: 'ed25519Legacy', userIDs: [{ email: 'm@example.org' }], format: 'object' });
+    const { privateKey } = await openpgp.generateKey({
+      type: 'ecc',
+      curve: 'ed25519Legacy',
+      userIDs: [{ email: 'm@example.org' }],
+      format: 'object',
+    });
     const dir = mkdtempSync(join(tmpdir(), 'postern-key-'));
     try {
       writeFileSync(join(dir, 'key.asc'), privateKey.toPublic().armor());
       writeFileSync(join(dir, 'key.gpg'), privateKey.toPublic().write());
-      const { privateKey: signOnly } = await openpgp.generateKey({ type: 'ecc', curve: 'ed25519Legacy', userIDs: [{ email: 's@example.org' }], subkeys: [], format: 'object' });
+      const { privateKey: signOnly } = await openpgp.generateKey({
+        type: 'ecc',
+        curve: 'ed25519Legacy',
+        userIDs: [{ email: 's@example.org' }],
+        subkeys: [],
+        format: 'object',
+      });
       writeFileSync(join(dir, 'sign.asc'), signOnly.toPublic().armor());
       for (const file of ['key.asc', 'key.gpg']) {
         const ok = await runCli(['admin', 'member', 'set-key', '--member', p.memberId, '--public-key-file', join(dir, file)], env);
@@ -118,7 +133,10 @@ describe('epoch keys', function () {
       ['not base64 at all!', /malformed/],
       [Buffer.alloc(16, 7).toString('base64'), /too short: 16 bytes/],
     ] as const) {
-      const refused = await openPostern(loadConfig(envVars(mailEnv(), { ...s.storeEnv, POSTERN_MASTER_KEY: value })), pino({ level: 'silent' })).then(
+      const refused = await openPostern(
+        loadConfig(envVars(mailEnv(), { ...s.storeEnv, POSTERN_MASTER_KEY: value })),
+        pino({ level: 'silent' }),
+      ).then(
         async (p) => {
           await p.close();
           return null;
@@ -127,7 +145,10 @@ describe('epoch keys', function () {
       );
       expect(refused).to.be.instanceOf(MasterKeyError).with.property('message').that.matches(reason);
     }
-    const wrong = await openPostern(loadConfig(envVars(mailEnv(), { ...s.storeEnv, POSTERN_MASTER_KEY: MasterKey.generate() })), pino({ level: 'silent' }));
+    const wrong = await openPostern(
+      loadConfig(envVars(mailEnv(), { ...s.storeEnv, POSTERN_MASTER_KEY: MasterKey.generate() })),
+      pino({ level: 'silent' }),
+    );
     try {
       let failure: unknown = null;
       await wrong.listen().catch((err: unknown) => (failure = err));
@@ -152,7 +173,14 @@ describe('epoch keys', function () {
       try {
         await old.directory.createProject({ id: 'prj_01JC0000000000000000000000', name: 'old', createdAt: 1 });
         for (const [i, id] of ids.entries()) {
-          await old.directory.createInbox({ id, projectId: 'prj_01JC0000000000000000000000', imapUser: `old${i}@example.org`, addresses: [`old${i}@example.org`], mode: 'compatible', createdAt: 1 });
+          await old.directory.createInbox({
+            id,
+            projectId: 'prj_01JC0000000000000000000000',
+            imapUser: `old${i}@example.org`,
+            addresses: [`old${i}@example.org`],
+            mode: 'compatible',
+            createdAt: 1,
+          });
         }
         expect(await old.keys.inboxesWithoutKeys()).to.have.members(ids);
       } finally {

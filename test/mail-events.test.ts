@@ -19,7 +19,7 @@ describe('mail changes in the project event log', () => {
   });
   after(() => s.close());
 
-  it('records what a mail app and the API change, in order: the API\'s change as its token, the rest as the service', async () => {
+  it("records what a mail app and the API change, in order: the API's change as its token, the rest as the service", async () => {
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'flags:write', 'events:read']);
     const read = async () => {
@@ -37,7 +37,9 @@ describe('mail changes in the project event log', () => {
       await client.mailboxOpen('INBOX');
       await client.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
       await read();
-      const page = await json<{ messages: Array<{ id: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages`, { token }));
+      const page = await json<{ messages: Array<{ id: string }> }>(
+        await call(`${s.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages`, { token }),
+      );
       const msgId = page.messages[0]!.id;
       const flagged = await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}/flags`, {
         method: 'POST',
@@ -71,7 +73,11 @@ describe('mail changes in the project event log', () => {
   });
 
   it("a STORE that never ran (the pool busy: 503) is not the caller's: a mail app's identical change next is the service's", async () => {
-    const own = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_IMAP_MAX_PER_INBOX: '1', POSTERN_IMAP_ACQUIRE_TIMEOUT_MS: '400' });
+    const own = await startPostern({
+      POSTERN_EVENTS_SETTLE_MS: '0',
+      POSTERN_IMAP_MAX_PER_INBOX: '1',
+      POSTERN_IMAP_ACQUIRE_TIMEOUT_MS: '400',
+    });
     const op = await newProject(own);
     const inbox = await op.inbox();
     const token = await op.token(['messages:read', 'flags:write', 'events:read']);
@@ -80,13 +86,21 @@ describe('mail changes in the project event log', () => {
     try {
       const uid = await append(app, 'INBOX', { subject: 'busy pool' });
       // A stream: the watcher is live, so the flags request trusts the index and goes straight to its STORE.
-      const res = await call(`${own.base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+      const res = await call(`${own.base}/inboxes/${inbox.id}/events`, {
+        token,
+        headers: { accept: 'text/event-stream' },
+        signal: abort.signal,
+      });
       expect(res.status).to.equal(200);
       const stream = new SseReader(res, abort);
       await until('the watcher', async () => own.postern.mailMirror.watching(inbox.id).live);
-      const labels = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${own.base}/inboxes/${inbox.id}/labels`, { token }));
+      const labels = await json<{ labels: Array<{ id: string; name: string }> }>(
+        await call(`${own.base}/inboxes/${inbox.id}/labels`, { token }),
+      );
       const inboxLabel = labels.labels.find((l) => l.name === 'INBOX')!.id;
-      const page = await json<{ messages: Array<{ id: string; uid: number }> }>(await call(`${own.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages`, { token }));
+      const page = await json<{ messages: Array<{ id: string; uid: number }> }>(
+        await call(`${own.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages`, { token }),
+      );
       const msgId = page.messages.find((m) => m.uid === uid)!.id;
 
       // The inbox's one pooled connection is taken: the STORE cannot run.
@@ -107,7 +121,9 @@ describe('mail changes in the project event log', () => {
       await app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
       await stream.next((e) => e.data.includes('"message.flags"') && e.data.includes('flagged'));
       const events = await until('the flag change in the log', async () => {
-        const body = await json<{ events: WireEvent[] }>(await call(`${own.base}/events?inboxes=${inbox.id}&types=message.flags`, { token }));
+        const body = await json<{ events: WireEvent[] }>(
+          await call(`${own.base}/events?inboxes=${inbox.id}&types=message.flags`, { token }),
+        );
         return body.events.length >= 1 ? body.events : null;
       });
       expect(events.map((e) => [e.data!.flags, e.actor])).to.deep.equal([[['flagged'], SYSTEM_ACTOR]]);
@@ -123,12 +139,22 @@ describe('mail changes in the project event log', () => {
     const writer = await p.token(['events:write']);
     const reader = await p.token(['events:read', 'project:read']);
     const msgId = `msg_${'1'.repeat(26)}`;
-    const input = { type: 'message.added', projectId: p.projectId, inboxId, actor: SYSTEM_ACTOR, subject: msgId, data: { msgId, uid: 7 }, dedupeKey: 'k-1' };
+    const input = {
+      type: 'message.added',
+      projectId: p.projectId,
+      inboxId,
+      actor: SYSTEM_ACTOR,
+      subject: msgId,
+      data: { msgId, uid: 7 },
+      dedupeKey: 'k-1',
+    };
     const first = await s.postern.events.record(input);
     expect(first?.eventId).to.match(/^evt_/);
     expect(await s.postern.events.record(input)).to.equal(null);
     // At once too (one group commit): still nothing more.
-    expect((await Promise.all(Array.from({ length: 10 }, () => s.postern.events.record(input)))).filter((r) => r !== null)).to.have.length(0);
+    expect((await Promise.all(Array.from({ length: 10 }, () => s.postern.events.record(input)))).filter((r) => r !== null)).to.have.length(
+      0,
+    );
     // The same key for another event is the caller's bug, and stores nothing.
     const reused = await s.postern.events.record({ ...input, data: { msgId, uid: 8 } }).catch((e: unknown) => e);
     expect(reused).to.be.instanceOf(EventLogError);
@@ -148,12 +174,17 @@ describe('mail changes in the project event log', () => {
     const keyed = (key: string) => s.postern.store.events.keyedEvent(p.projectId, key, 0);
     expect(await keyed('k-1')).to.include({ eventId: id });
     expect(await keyed('\u2699k-1')).to.include({ eventId: first!.eventId });
-    const smuggled = await s.postern.events.publish({ projectId: p.projectId, actor: SYSTEM_ACTOR, type: 'ext.key.tested', idempotencyKey: '\u2699k-1' }).catch((e: unknown) => e);
+    const smuggled = await s.postern.events
+      .publish({ projectId: p.projectId, actor: SYSTEM_ACTOR, type: 'ext.key.tested', idempotencyKey: '\u2699k-1' })
+      .catch((e: unknown) => e);
     expect(smuggled).to.have.property('kind', 'invalid');
 
     const res = await call(`${s.base}/events?types=message.added,ext.key.tested`, { token: reader });
     const { events } = await json<{ events: WireEvent[] }>(res);
-    expect(events.filter((e) => e.containerid === inboxId || e.type === 'ext.key.tested').map((e) => e.id)).to.deep.equal([first!.eventId, id]);
+    expect(events.filter((e) => e.containerid === inboxId || e.type === 'ext.key.tested').map((e) => e.id)).to.deep.equal([
+      first!.eventId,
+      id,
+    ]);
   });
 });
 
@@ -223,7 +254,10 @@ describe('mail changes in the event log: two Postern instances on one store', fu
     await Promise.all([a.postern.mailMirror.syncNow(mailbox), b.mailMirror.syncNow(mailbox)]);
     const events = await log();
     const msgId = events[0]!.data!.msgId;
-    expect(events.every((e) => e.data!.msgId === msgId && e.subject === msgId), 'one message throughout').to.equal(true);
+    expect(
+      events.every((e) => e.data!.msgId === msgId && e.subject === msgId),
+      'one message throughout',
+    ).to.equal(true);
     // The move is a removal from one label and an addition to another, in whichever order the
     // sync met the two labels.
     const seen = events.map(sig);
@@ -254,7 +288,11 @@ describe('mail changes in the event log: two Postern instances on one store', fu
     const labels = await labelsOf(a.base, inbox, token);
     for (const base of [a.base, bBase]) {
       const abort = new AbortController();
-      const res = await call(`${base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+      const res = await call(`${base}/inboxes/${inbox.id}/events`, {
+        token,
+        headers: { accept: 'text/event-stream' },
+        signal: abort.signal,
+      });
       expect(res.status).to.equal(200);
       streams.push(new SseReader(res, abort));
     }

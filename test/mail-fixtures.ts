@@ -38,7 +38,11 @@ export function rfc822(options: { subject?: string; from?: string; to?: string; 
 }
 
 /** APPENDs and returns the new UID. */
-export async function append(client: ImapFlow, path: string, options: Parameters<typeof rfc822>[0] & { flags?: string[] } = {}): Promise<number> {
+export async function append(
+  client: ImapFlow,
+  path: string,
+  options: Parameters<typeof rfc822>[0] & { flags?: string[] } = {},
+): Promise<number> {
   const res = await client.append(path, rfc822(options), options.flags ?? []);
   if (!res || !res.uid) throw new Error('APPEND gave no UID');
   return res.uid;
@@ -197,8 +201,25 @@ export async function importMessages(user: string, mailbox: string, count: numbe
     chownSync(join(dir, mailbox), owner.uid, owner.gid);
     const conf = join(env.dir, 'dovecot', 'dovecot.conf');
     await new Promise<void>((resolve, reject) =>
-      execFile('doveadm', ['-c', conf, '-o', 'mail_fsync=never', '-o', 'mail_plugins=', 'import', '-u', user, `mbox:${dir}:INDEX=MEMORY`, '', 'mailbox', mailbox, 'all'], (err) =>
-        err ? reject(err) : resolve(),
+      execFile(
+        'doveadm',
+        [
+          '-c',
+          conf,
+          '-o',
+          'mail_fsync=never',
+          '-o',
+          'mail_plugins=',
+          'import',
+          '-u',
+          user,
+          `mbox:${dir}:INDEX=MEMORY`,
+          '',
+          'mailbox',
+          mailbox,
+          'all',
+        ],
+        (err) => (err ? reject(err) : resolve()),
       ),
     );
   } finally {
@@ -214,15 +235,31 @@ export type MailAppStep = (change: () => Promise<unknown>, wanted: () => string[
  * again (the same flags twice: two changes), move to Archive, delete there. `step` runs each
  * change and waits for what it must produce; returns the message's two UIDs.
  */
-export async function mailAppScript(app: ImapFlow, labels: { INBOX: string; Archive: string }, step: MailAppStep): Promise<{ uid: number; movedUid: number }> {
+export async function mailAppScript(
+  app: ImapFlow,
+  labels: { INBOX: string; Archive: string },
+  step: MailAppStep,
+): Promise<{ uid: number; movedUid: number }> {
   const { INBOX, Archive } = labels;
   let uid = 0;
   let movedUid = 0;
-  await step(async () => (uid = await append(app, 'INBOX', { subject: 'mail app script' })), () => [`message.added ${INBOX} ${uid}`]);
+  await step(
+    async () => (uid = await append(app, 'INBOX', { subject: 'mail app script' })),
+    () => [`message.added ${INBOX} ${uid}`],
+  );
   await app.mailboxOpen('INBOX');
-  await step(() => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
-  await step(() => app.messageFlagsRemove(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} []`]);
-  await step(() => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }), () => [`message.flags ${INBOX} ["flagged"]`]);
+  await step(
+    () => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }),
+    () => [`message.flags ${INBOX} ["flagged"]`],
+  );
+  await step(
+    () => app.messageFlagsRemove(String(uid), ['\\Flagged'], { uid: true }),
+    () => [`message.flags ${INBOX} []`],
+  );
+  await step(
+    () => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true }),
+    () => [`message.flags ${INBOX} ["flagged"]`],
+  );
   await step(
     async () => {
       const moved = await app.messageMove(String(uid), 'Archive', { uid: true });
@@ -231,6 +268,9 @@ export async function mailAppScript(app: ImapFlow, labels: { INBOX: string; Arch
     () => [`message.added ${Archive} ${movedUid}`, `message.removed ${INBOX} ""`],
   );
   await app.mailboxOpen('Archive');
-  await step(() => app.messageDelete(String(movedUid), { uid: true }), () => [`message.removed ${Archive} ""`]);
+  await step(
+    () => app.messageDelete(String(movedUid), { uid: true }),
+    () => [`message.removed ${Archive} ""`],
+  );
   return { uid, movedUid };
 }

@@ -51,7 +51,13 @@ describe('a Dovecot without NOTIFY (mailbox_list_index = no)', function () {
   });
 
   const mailApp = async (inbox: TestInbox) => {
-    const client = new ImapFlow({ host: mailEnv().imap.host, port: dovecot.port, secure: false, logger: false, auth: { user: inbox.imapUser, pass: inbox.imapPassword } });
+    const client = new ImapFlow({
+      host: mailEnv().imap.host,
+      port: dovecot.port,
+      secure: false,
+      logger: false,
+      auth: { user: inbox.imapUser, pass: inbox.imapPassword },
+    });
     client.on('error', () => undefined);
     await client.connect();
     return client;
@@ -69,14 +75,24 @@ describe('a Dovecot without NOTIFY (mailbox_list_index = no)', function () {
       return openDedicated(user);
     };
     const labels = async (inbox: TestInbox) =>
-      Object.fromEntries((await json<{ labels: Array<{ id: string; name: string; total: number }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }))).labels.map((l) => [l.name, l]));
+      Object.fromEntries(
+        (
+          await json<{ labels: Array<{ id: string; name: string; total: number }> }>(
+            await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+          )
+        ).labels.map((l) => [l.name, l]),
+      );
     const streams: SseReader[] = [];
     const apps: ImapFlow[] = [];
     try {
       for (const inbox of [first, second]) {
         await labels(inbox);
         const abort = new AbortController();
-        const res = await call(`${s.base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+        const res = await call(`${s.base}/inboxes/${inbox.id}/events`, {
+          token,
+          headers: { accept: 'text/event-stream' },
+          signal: abort.signal,
+        });
         expect(res.status).to.equal(200);
         streams.push(new SseReader(res, abort));
         apps.push(await mailApp(inbox));

@@ -11,7 +11,10 @@ import { call, envVars, mailEnv, newProject, startPostern, type TestInbox, type 
 import { append, deliver, json, mailApp, SseReader, until } from './mail-fixtures.ts';
 import { untilDelivered } from './ingress-helpers.ts';
 
-interface Page { messages: Summary[]; before?: number }
+interface Page {
+  messages: Summary[];
+  before?: number;
+}
 
 describe('mail read API', function () {
   this.timeout(60_000);
@@ -64,7 +67,18 @@ describe('mail read API', function () {
     expect(res.headers.get('cache-control')).to.equal('no-store');
     const list = (await json<{ labels: Label[] }>(res)).labels;
     expect(list.map((l) => l.name)).to.deep.equal(['INBOX', 'Sent', 'Drafts', 'Trash', 'Junk', 'Archive', 'Alpha', 'beta', 'Café', 'zeta']);
-    expect(list.map((l) => l.specialUse ?? null)).to.deep.equal([null, '\\Sent', '\\Drafts', '\\Trash', '\\Junk', '\\Archive', null, null, null, null]);
+    expect(list.map((l) => l.specialUse ?? null)).to.deep.equal([
+      null,
+      '\\Sent',
+      '\\Drafts',
+      '\\Trash',
+      '\\Junk',
+      '\\Archive',
+      null,
+      null,
+      null,
+      null,
+    ]);
     expect(list[0]).to.include({ total: 2, unread: 1 });
     expect(list.find((l) => l.name === 'beta')).to.include({ total: 1, unread: 1 });
     for (const l of list) expect(l.id).to.match(/^lbl_[0-9A-Z]{26}$/);
@@ -111,7 +125,11 @@ describe('mail read API', function () {
 
   it('summarizes a message: envelope, size, dates, direction', async () => {
     await app.mailboxCreate('summary');
-    const uid = await append(app, 'summary', { subject: 'Grüße =?', from: '"Ann Example" <ann@example.org>', to: 'Bob <bob@example.org>, carol@example.org' });
+    const uid = await append(app, 'summary', {
+      subject: 'Grüße =?',
+      from: '"Ann Example" <ann@example.org>',
+      to: 'Bob <bob@example.org>, carol@example.org',
+    });
     const m = await byUid(await labelId('summary'), uid);
     expect(m.id).to.match(/^msg_[0-9A-Z]{26}$/);
     expect(m.subject).to.equal('Grüße =?');
@@ -175,7 +193,9 @@ describe('mail read API', function () {
     const body = await json<Record<string, unknown>>(first);
     // docs/api.md, "Message detail": the data key for /raw (made at this first read: test/encryption.test.ts).
     expect(body).to.include.keys('keyEpoch', 'wrappedDek');
-    expect(body).to.have.property('messageId').that.match(/^<t\d+/);
+    expect(body)
+      .to.have.property('messageId')
+      .that.match(/^<t\d+/);
 
     const cached = await detail(m.id, { 'if-none-match': etag });
     expect(cached.status).to.equal(304);
@@ -194,7 +214,12 @@ describe('mail read API', function () {
     expect(etag2).to.not.equal(etag);
     expect((await json<{ message: Summary }>(changed)).message.flags).to.deep.equal(['flagged']);
     // …and one made through the API too.
-    await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ add: ['seen'] }) });
+    await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+      method: 'POST',
+      token,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ add: ['seen'] }),
+    });
     const again = await detail(m.id, { 'if-none-match': etag2 });
     expect(again.status).to.equal(200);
     expect(again.headers.get('etag')).to.not.equal(etag2);
@@ -211,7 +236,12 @@ describe('mail read API', function () {
       const first = await detail(m.id);
       const etag = first.headers.get('etag')!;
       expect((await json<{ message: Summary }>(first)).message.flags).to.deep.equal([]);
-      const changed = await call(`${url}/v1/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+      const changed = await call(`${url}/v1/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+        method: 'POST',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: '{"add":["flagged"]}',
+      });
       expect(await json(changed)).to.deep.equal({ flags: ['flagged'] });
       // The first instance's sync finds the index already current; its cache must not answer.
       const after = await detail(m.id, { 'if-none-match': etag });
@@ -234,7 +264,12 @@ describe('mail read API', function () {
     v.body(ref('MessageList'), pg);
     const m = await byUid(label, uid);
     v.body(ref('MessageDetail'), await json<unknown>(await detail(m.id)));
-    const flags = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+    const flags = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+      method: 'POST',
+      token,
+      headers: { 'content-type': 'application/json' },
+      body: '{"add":["flagged"]}',
+    });
     v.body(ref('FlagsResponse'), await json<unknown>(flags));
   });
 
@@ -268,7 +303,11 @@ describe('mail read API', function () {
       });
     }
 
-    for (const [flag, imap] of [['seen', '\\Seen'], ['flagged', '\\Flagged'], ['answered', '\\Answered']] as const) {
+    for (const [flag, imap] of [
+      ['seen', '\\Seen'],
+      ['flagged', '\\Flagged'],
+      ['answered', '\\Answered'],
+    ] as const) {
       it(`POST flags add/remove ${flag} is an IMAP STORE of ${imap} (mail apps see it)`, async () => {
         await app.mailboxCreate(`both-${flag}`);
         const uid = await append(app, 'INBOX', { subject: `api ${flag}` });
@@ -278,7 +317,12 @@ describe('mail read API', function () {
         const copy = await app.messageCopy(String(uid), `both-${flag}`, { uid: true });
         const copyUid = copy && copy.uidMap ? copy.uidMap.get(uid)! : 0;
         const post = (body: unknown) =>
-          call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+          call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+            method: 'POST',
+            token,
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify(body),
+          });
         const added = await post({ add: [flag] });
         expect(added.status).to.equal(200);
         expect(await json(added)).to.deep.equal({ flags: [flag] });
@@ -308,7 +352,12 @@ describe('mail read API', function () {
         return run.apply(this, a);
       };
       try {
-        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+          method: 'POST',
+          token,
+          headers: { 'content-type': 'application/json' },
+          body: '{"add":["flagged"]}',
+        });
         expect(res.status).to.equal(503);
         expect(res.headers.get('retry-after')).to.match(/^\d+$/);
         expect(Object.keys(await json<object>(res))).to.deep.equal(['error']);
@@ -336,7 +385,11 @@ describe('mail read API', function () {
        */
       async function staleIndex(): Promise<void> {
         const abort = new AbortController();
-        const res = await call(`${s.base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+        const res = await call(`${s.base}/inboxes/${inbox.id}/events`, {
+          token,
+          headers: { accept: 'text/event-stream' },
+          signal: abort.signal,
+        });
         expect(res.status).to.equal(200);
         stream = new SseReader(res, abort);
         await until('the watcher', async () => s.postern.mailMirror.watching(inbox.id).live);
@@ -370,13 +423,18 @@ describe('mail read API', function () {
         const moved = await app.messageMove(String(uid), 'Archive', { uid: true });
         const movedUid = moved && moved.uidMap ? moved.uidMap.get(uid)! : 0;
         expect(movedUid).to.be.above(0);
-        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+          method: 'POST',
+          token,
+          headers: { 'content-type': 'application/json' },
+          body: '{"add":["flagged"]}',
+        });
         expect(res.status, await res.clone().text()).to.equal(200);
         expect(await json(res)).to.deep.equal({ flags: ['flagged'] });
         // And it is so on the server, where the message is now.
         await app.mailboxOpen('Archive');
         const there = await app.fetchOne(String(movedUid), { flags: true }, { uid: true });
-        expect([...(there ? there.flags ?? [] : [])]).to.include('\\Flagged');
+        expect([...(there ? (there.flags ?? []) : [])]).to.include('\\Flagged');
         expect((await byUid(await labelId('Archive'), movedUid)).flags).to.deep.equal(['flagged']);
       });
 
@@ -386,7 +444,12 @@ describe('mail read API', function () {
         await staleIndex();
         await app.mailboxOpen('INBOX');
         await app.messageDelete(String(uid), { uid: true });
-        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+          method: 'POST',
+          token,
+          headers: { 'content-type': 'application/json' },
+          body: '{"add":["flagged"]}',
+        });
         expect(res.status, await res.clone().text()).to.equal(404);
         expect(Object.keys(await json<object>(res))).to.deep.equal(['error']);
       });
@@ -395,7 +458,12 @@ describe('mail read API', function () {
     it('the response lists every flag after the change, including ones set by mail apps', async () => {
       const uid = await append(app, 'INBOX', { flags: ['$Junk', '\\Draft', '$custom'] });
       const m = await byUid(await labelId('INBOX'), uid);
-      const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ add: ['seen', 'flagged'] }) });
+      const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+        method: 'POST',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ add: ['seen', 'flagged'] }),
+      });
       expect(await json(res)).to.deep.equal({ flags: ['seen', 'flagged', 'draft', 'junk'] });
     });
 
@@ -410,7 +478,12 @@ describe('mail read API', function () {
       it(`400 for ${what}`, async () => {
         const uid = await append(app, 'INBOX');
         const m = await byUid(await labelId('INBOX'), uid);
-        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+          method: 'POST',
+          token,
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        });
         expect(res.status).to.equal(400);
         expect(Object.keys(await json<object>(res))).to.deep.equal(['error']);
       });
@@ -423,11 +496,21 @@ describe('mail read API', function () {
       const bad = await call(url, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{nope' });
       expect(bad.status).to.equal(400);
       const readOnly = await p.token(['messages:read']);
-      const refused = await call(url, { method: 'POST', token: readOnly, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      const refused = await call(url, {
+        method: 'POST',
+        token: readOnly,
+        headers: { 'content-type': 'application/json' },
+        body: '{"add":["seen"]}',
+      });
       expect(refused.status).to.equal(403);
       expect(Object.keys(await json<object>(refused))).to.deep.equal(['error']);
       const session = await p.session();
-      const viaSession = await call(`${s.app}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', session, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      const viaSession = await call(`${s.app}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+        method: 'POST',
+        session,
+        headers: { 'content-type': 'application/json' },
+        body: '{"add":["seen"]}',
+      });
       expect(viaSession.status).to.equal(200);
     });
   });
@@ -442,15 +525,29 @@ describe('mail read API', function () {
       const uid = await append(ownerApp, 'INBOX', { subject: 'for the reader' });
       await ownerApp.logout();
       const readerToken = await p.token(['messages:read', 'flags:write'], { memberId: readerId });
-      const inboxLabel = (await json<{ labels: Label[] }>(await call(`${s.base}/inboxes/${shared.id}/labels`, { token: readerToken }))).labels.find((l) => l.name === 'INBOX')!;
-      const listed = await json<Page>(await call(`${s.base}/inboxes/${shared.id}/labels/${inboxLabel.id}/messages`, { token: readerToken }));
+      const inboxLabel = (
+        await json<{ labels: Label[] }>(await call(`${s.base}/inboxes/${shared.id}/labels`, { token: readerToken }))
+      ).labels.find((l) => l.name === 'INBOX')!;
+      const listed = await json<Page>(
+        await call(`${s.base}/inboxes/${shared.id}/labels/${inboxLabel.id}/messages`, { token: readerToken }),
+      );
       const m = listed.messages.find((x) => x.uid === uid)!;
       expect((await call(`${s.base}/inboxes/${shared.id}/messages/${m.id}`, { token: readerToken })).status).to.equal(200);
-      const viaToken = await call(`${s.base}/inboxes/${shared.id}/messages/${m.id}/flags`, { method: 'POST', token: readerToken, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      const viaToken = await call(`${s.base}/inboxes/${shared.id}/messages/${m.id}/flags`, {
+        method: 'POST',
+        token: readerToken,
+        headers: { 'content-type': 'application/json' },
+        body: '{"add":["seen"]}',
+      });
       expect(viaToken.status).to.equal(403);
       expect(Object.keys(await json<object>(viaToken))).to.deep.equal(['error']);
       const session = await p.session({ memberId: readerId });
-      const viaSession = await call(`${s.app}/inboxes/${shared.id}/messages/${m.id}/flags`, { method: 'POST', session, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      const viaSession = await call(`${s.app}/inboxes/${shared.id}/messages/${m.id}/flags`, {
+        method: 'POST',
+        session,
+        headers: { 'content-type': 'application/json' },
+        body: '{"add":["seen"]}',
+      });
       expect(viaSession.status).to.equal(403);
       // Nothing was stored.
       const after = await json<Page>(await call(`${s.base}/inboxes/${shared.id}/labels/${inboxLabel.id}/messages`, { token: readerToken }));
@@ -461,9 +558,16 @@ describe('mail read API', function () {
       const rp = await newProject(s);
       const readerInbox = await rp.inbox({ role: 'reader' });
       const readerToken = await rp.token(['messages:read', 'flags:write']);
-      const inboxLabel = (await json<{ labels: Label[] }>(await call(`${s.base}/inboxes/${readerInbox.id}/labels`, { token: readerToken }))).labels.find((l) => l.name === 'INBOX')!;
+      const inboxLabel = (
+        await json<{ labels: Label[] }>(await call(`${s.base}/inboxes/${readerInbox.id}/labels`, { token: readerToken }))
+      ).labels.find((l) => l.name === 'INBOX')!;
       expect(inboxLabel).to.be.ok;
-      const res = await call(`${s.base}/inboxes/${readerInbox.id}/messages/msg_00000000000000000000000000/flags`, { method: 'POST', token: readerToken, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+      const res = await call(`${s.base}/inboxes/${readerInbox.id}/messages/msg_00000000000000000000000000/flags`, {
+        method: 'POST',
+        token: readerToken,
+        headers: { 'content-type': 'application/json' },
+        body: '{"add":["seen"]}',
+      });
       // The role is checked before the message is looked up.
       expect(res.status).to.equal(403);
     });
@@ -484,7 +588,7 @@ describe('mail read API', function () {
       if (res.status >= 400) {
         if (method !== 'HEAD') {
           expect(res.headers.get('content-type'), what).to.match(/^application\/json/);
-          const body = await res.json() as Record<string, unknown>;
+          const body = (await res.json()) as Record<string, unknown>;
           expect(Object.keys(body), what).to.deep.equal(['error']);
           expect(body.error, what).to.be.a('string');
         }
@@ -508,48 +612,139 @@ describe('mail read API', function () {
       const url = `${s.base}/inboxes/${inbox.id}/messages/${msg}/flags`;
       const deep = '['.repeat(5000) + ']'.repeat(5000);
       const bodies = [
-        'null', 'true', 'false', '0', '-1', '1.5', '1e309', '"seen"', '""', '[]', '["seen"]', '{}', deep,
-        '{"add":null}', '{"add":true}', '{"add":1}', '{"add":"seen"}', '{"add":{}}', '{"add":[null]}', '{"add":[1]}', '{"add":[[]]}',
-        '{"add":[{}]}', '{"add":["SEEN"]}', '{"add":["\\Seen"]}', '{"add":["seen","seen"]}', '{"add":[]}', '{"remove":[]}',
-        '{"add":["nope"]}', '{"remove":{"0":"seen"}}', '{"__proto__":{"add":["seen"]}}', '{"constructor":{"prototype":{}}}',
-        `{"add":["${'x'.repeat(10_000)}"]}`, '{"add":["seen"],"add":["flagged"]}',
-        '{nope', '', ' ', 'undefined', 'NaN', "{'add':['seen']}", '\u0000', '\ufeff{}', '{"add":["seen"]} trailing', '<xml/>',
+        'null',
+        'true',
+        'false',
+        '0',
+        '-1',
+        '1.5',
+        '1e309',
+        '"seen"',
+        '""',
+        '[]',
+        '["seen"]',
+        '{}',
+        deep,
+        '{"add":null}',
+        '{"add":true}',
+        '{"add":1}',
+        '{"add":"seen"}',
+        '{"add":{}}',
+        '{"add":[null]}',
+        '{"add":[1]}',
+        '{"add":[[]]}',
+        '{"add":[{}]}',
+        '{"add":["SEEN"]}',
+        '{"add":["\\Seen"]}',
+        '{"add":["seen","seen"]}',
+        '{"add":[]}',
+        '{"remove":[]}',
+        '{"add":["nope"]}',
+        '{"remove":{"0":"seen"}}',
+        '{"__proto__":{"add":["seen"]}}',
+        '{"constructor":{"prototype":{}}}',
+        `{"add":["${'x'.repeat(10_000)}"]}`,
+        '{"add":["seen"],"add":["flagged"]}',
+        '{nope',
+        '',
+        ' ',
+        'undefined',
+        'NaN',
+        "{'add':['seen']}",
+        '\u0000',
+        '\ufeff{}',
+        '{"add":["seen"]} trailing',
+        '<xml/>',
       ];
       for (const body of bodies) {
         await sane(`body ${body.slice(0, 40)}`, await hit(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body }));
       }
-      await sane('invalid UTF-8', await hit(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]) }));
-      for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/jsonx', 'json', ';;;', 'application/json; charset=latin1']) {
+      await sane(
+        'invalid UTF-8',
+        await hit(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]) }),
+      );
+      for (const type of [
+        'text/plain',
+        'application/x-www-form-urlencoded',
+        'multipart/form-data; boundary=x',
+        'application/jsonx',
+        'json',
+        ';;;',
+        'application/json; charset=latin1',
+      ]) {
         await sane(`content-type ${type}`, await hit(url, { method: 'POST', headers: { 'content-type': type }, body: '{"add":["seen"]}' }));
       }
       await sane('no content-type', await hit(url, { method: 'POST', body: '{"add":["seen"]}' }));
-      const big = await hit(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"add":["seen"],"pad":"${'x'.repeat(300 * 1024)}"}` });
+      const big = await hit(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: `{"add":["seen"],"pad":"${'x'.repeat(300 * 1024)}"}`,
+      });
       expect(big.status).to.equal(413);
       await sane('over 256 KB', big);
     });
 
     it('odd If-None-Match values', async () => {
       const url = `${s.base}/inboxes/${inbox.id}/messages/${msg}`;
-      for (const value of ['', '*', '""', 'W/', 'W/""', ',,,', '"unterminated', 'no-quotes', 'W/"x", *', '"a","b",', ' "x" ', 'é', 'x'.repeat(8000), '"\t"']) {
+      for (const value of [
+        '',
+        '*',
+        '""',
+        'W/',
+        'W/""',
+        ',,,',
+        '"unterminated',
+        'no-quotes',
+        'W/"x", *',
+        '"a","b",',
+        ' "x" ',
+        'é',
+        'x'.repeat(8000),
+        '"\t"',
+      ]) {
         await sane(`If-None-Match ${value.slice(0, 30)}`, await hit(url, { headers: { 'if-none-match': value } }));
       }
     });
 
     it('percent-encoded and overlong ids in every path position; unknown query parameters; HEAD', async () => {
-      const odd = ['%00', '%2F', '%2e%2e', '%25', '%FF', '%C3%A9', '%E2%80%AE', '%20', 'x'.repeat(5000), `${'ibx_'}${'0'.repeat(4000)}`, 'lbl_%00', 'msg_%ZZ', '%', '..', '~', 'null', '-1'];
-      const paths = (i: string, l: string, m: string) => [
-        ['GET', `/inboxes/${i}/labels`],
-        ['GET', `/inboxes/${i}/labels/${l}/messages`],
-        ['GET', `/inboxes/${i}/messages/${m}`],
-        ['POST', `/inboxes/${i}/messages/${m}/flags`],
-        ['GET', `/inboxes/${i}/events`],
-      ] as const;
+      const odd = [
+        '%00',
+        '%2F',
+        '%2e%2e',
+        '%25',
+        '%FF',
+        '%C3%A9',
+        '%E2%80%AE',
+        '%20',
+        'x'.repeat(5000),
+        `${'ibx_'}${'0'.repeat(4000)}`,
+        'lbl_%00',
+        'msg_%ZZ',
+        '%',
+        '..',
+        '~',
+        'null',
+        '-1',
+      ];
+      const paths = (i: string, l: string, m: string) =>
+        [
+          ['GET', `/inboxes/${i}/labels`],
+          ['GET', `/inboxes/${i}/labels/${l}/messages`],
+          ['GET', `/inboxes/${i}/messages/${m}`],
+          ['POST', `/inboxes/${i}/messages/${m}/flags`],
+          ['GET', `/inboxes/${i}/events`],
+        ] as const;
       const requests: Array<readonly [string, string]> = [];
       for (const x of odd) {
         requests.push(...paths(x, label, msg), ...paths(inbox.id, x, msg), ...paths(inbox.id, label, x));
       }
       for (const [method, path] of paths(inbox.id, label, msg)) {
-        requests.push([method, `${path}?unknown=1`], [method, `${path}?limit=1&limit=2`], [method, `${path}?%FF=%FF`], [method, `${path}?${'a'.repeat(3000)}=1`]);
+        requests.push(
+          [method, `${path}?unknown=1`],
+          [method, `${path}?limit=1&limit=2`],
+          [method, `${path}?%FF=%FF`],
+          [method, `${path}?${'a'.repeat(3000)}=1`],
+        );
       }
       for (const [method, path] of requests) {
         const init = method === 'POST' ? { method, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' } : { method };
@@ -563,14 +758,35 @@ describe('mail read API', function () {
 
     it('Accept variants on /inboxes/{id}/events', async () => {
       const url = `${s.base}/inboxes/${inbox.id}/events`;
-      for (const accept of ['text/event-stream', 'application/json', 'text/html', '*/*', 'text/event-stream;q=0', 'text/*', ';;;', '', 'x'.repeat(4000), 'application/json, text/event-stream;q=0.5']) {
+      for (const accept of [
+        'text/event-stream',
+        'application/json',
+        'text/html',
+        '*/*',
+        'text/event-stream;q=0',
+        'text/*',
+        ';;;',
+        '',
+        'x'.repeat(4000),
+        'application/json, text/event-stream;q=0.5',
+      ]) {
         await sane(`Accept ${accept.slice(0, 40)}`, await hit(url, { headers: { accept: accept } }));
       }
     });
   });
 
   describe('400 and 404', () => {
-    for (const q of ['?limit=0', '?limit=101', '?limit=abc', '?limit=1.5', '?before=0', '?before=-3', '?before=x', '?limit=5&limit=6', '?unknown=1']) {
+    for (const q of [
+      '?limit=0',
+      '?limit=101',
+      '?limit=abc',
+      '?limit=1.5',
+      '?before=0',
+      '?before=-3',
+      '?before=x',
+      '?limit=5&limit=6',
+      '?unknown=1',
+    ]) {
       it(`400 for ${q}`, async () => {
         const res = await call(`${s.base}/inboxes/${inbox.id}/labels/${await labelId('INBOX')}/messages${q}`, { token });
         expect(res.status).to.equal(400);
@@ -592,7 +808,12 @@ describe('mail read API', function () {
       }
       for (const msg of [otherMsg, 'msg_00000000000000000000000000', 'msg_x', 'ZZZ']) {
         expect((await detail(msg)).status, msg).to.equal(404);
-        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${msg}/flags`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"add":["seen"]}' });
+        const res = await call(`${s.base}/inboxes/${inbox.id}/messages/${msg}/flags`, {
+          method: 'POST',
+          token,
+          headers: { 'content-type': 'application/json' },
+          body: '{"add":["seen"]}',
+        });
         expect(res.status, msg).to.equal(404);
       }
       // The other inbox's own ids work there.

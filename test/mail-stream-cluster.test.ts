@@ -6,8 +6,20 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import type { LiveChange } from '../lib/mail/types.ts';
 import { openPostern, type Postern } from '../lib/server.ts';
-import { call, callFresh, clusterFixture, envVars, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
-import { append, holdFetchesInPairs, mailApp, mailAppScript, openInboxStream, SseReader, until } from './mail-fixtures.ts';
+import {
+  call,
+  callFresh,
+  clusterFixture,
+  envVars,
+  json,
+  mailEnv,
+  newProject,
+  startPostern,
+  type TestInbox,
+  type TestProject,
+  type TestServer,
+} from './harness.ts';
+import { append, holdFetchesInPairs, mailApp, mailAppScript, openInboxStream, type SseReader, until } from './mail-fixtures.ts';
 import { spawnPostern, stopProcess } from './processes.ts';
 
 /**
@@ -26,7 +38,13 @@ async function marker(inbox: TestInbox, stream: SseReader, subject = 'marker'): 
   }
 }
 
-interface Change { type: string; msgId: string; labelId?: string; uid?: number; flags?: string[] }
+interface Change {
+  type: string;
+  msgId: string;
+  labelId?: string;
+  uid?: number;
+  flags?: string[];
+}
 const parse = (data: string) => JSON.parse(data) as Change;
 /** What a test compares of a streamed change. */
 const sig = (c: Change) => `${c.type} ${c.labelId} ${JSON.stringify(c.flags ?? c.uid ?? '')}`;
@@ -67,7 +85,12 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
   before(async () => {
     const redis = mailEnv().redis.url;
     a = await startPostern({ REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS });
-    b = await openPostern(loadConfig(envVars(mailEnv(), { ...a.storeEnv, REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS })), pino({ level: 'silent' }));
+    b = await openPostern(
+      loadConfig(
+        envVars(mailEnv(), { ...a.storeEnv, REDIS_URL: redis, POSTERN_STREAM_MAX_MS: '120000', POSTERN_IMAP_WATCH_LEASE_MS: LEASE_MS }),
+      ),
+      pino({ level: 'silent' }),
+    );
     bBase = `${(await b.listen()).url}/v1`;
     p = await newProject(a);
     token = await p.token(['messages:read']);
@@ -82,7 +105,8 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
     await a?.close();
   });
 
-  const appliedIn = (log: ReturnType<typeof spyApplied>, inbox: TestInbox) => log.filter((x) => x.inboxId === inbox.id).flatMap((x) => x.changes.map((c) => c.type));
+  const appliedIn = (log: ReturnType<typeof spyApplied>, inbox: TestInbox) =>
+    log.filter((x) => x.inboxId === inbox.id).flatMap((x) => x.changes.map((c) => c.type));
 
   it('a subscriber on B sees each change A applied, once and in order', async () => {
     const inbox = await p.inbox();
@@ -156,7 +180,10 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       // come after everything both processes published before them (one origin's bus messages
       // arrive in order).
       const markers: string[] = [];
-      for (const [base, name] of [[a.base, 'A'], [bBase, 'B']] as const) {
+      for (const [base, name] of [
+        [a.base, 'A'],
+        [bBase, 'B'],
+      ] as const) {
         const m = await mailApp(inbox);
         try {
           const uid = await append(m, 'INBOX', { subject: `marker applied by ${name}` });
@@ -172,7 +199,11 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
         expect(all.slice(-2)).to.deep.equal(markers);
         const seen = all.slice(0, -2);
         // The move is a removal from one label and an addition to another, in whichever order the sync met the two labels.
-        expect([...seen.slice(0, 4), ...seen.slice(4, 6).sort(), ...seen.slice(6)]).to.deep.equal([...expected.slice(0, 4), ...expected.slice(4, 6).sort(), ...expected.slice(6)]);
+        expect([...seen.slice(0, 4), ...seen.slice(4, 6).sort(), ...seen.slice(6)]).to.deep.equal([
+          ...expected.slice(0, 4),
+          ...expected.slice(4, 6).sort(),
+          ...expected.slice(6),
+        ]);
       }
       // The race did happen: both processes applied (and announced) at least one of the two
       // additions. (A flag change or removal the other process applied first is not announced
@@ -244,7 +275,10 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       // loaded machine), not at the 45 s poll: the bound stays far from both.
       expect(Date.now() - started).to.be.below(15_000);
       const last = await marker(inbox, onA);
-      expect(onA.events.map((e) => sig(parse(e.data)))).to.deep.equal([`message.added ${labels.INBOX} ${uid}`, `message.added ${labels.INBOX} ${last}`]);
+      expect(onA.events.map((e) => sig(parse(e.data)))).to.deep.equal([
+        `message.added ${labels.INBOX} ${uid}`,
+        `message.added ${labels.INBOX} ${last}`,
+      ]);
     } finally {
       await stopProcess(other.child);
     }

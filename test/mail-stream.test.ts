@@ -21,7 +21,13 @@ function startDovecot(conf: string): Promise<void> {
   });
 }
 
-interface Change { type: string; msgId: string; labelId?: string; uid?: number; flags?: string[] }
+interface Change {
+  type: string;
+  msgId: string;
+  labelId?: string;
+  uid?: number;
+  flags?: string[];
+}
 const parse = (data: string) => JSON.parse(data) as Change;
 
 describe('inbox change stream', function () {
@@ -38,7 +44,11 @@ describe('inbox change stream', function () {
   };
   const stream = async (inbox: TestInbox, t = token, base = s.base) => {
     const abort = new AbortController();
-    const res = await call(`${base}/inboxes/${inbox.id}/events`, { token: t, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+    const res = await call(`${base}/inboxes/${inbox.id}/events`, {
+      token: t,
+      headers: { accept: 'text/event-stream' },
+      signal: abort.signal,
+    });
     expect(res.status).to.equal(200);
     const reader = new SseReader(res, abort);
     open.push(reader);
@@ -214,9 +224,15 @@ describe('inbox change stream', function () {
       await stopped();
       await until('the watcher to notice', async () => !s.postern.mailMirror.watching(inbox.id).live, 20_000);
       await startDovecot(noImap);
-      await until('doveadm to flag the message', () =>
-        run('doveadm', ['-c', noImap, 'flags', 'add', '-u', inbox.imapUser, '\\Flagged', 'mailbox', 'Archive', 'uid', String(uid)]).then(() => true, () => false),
-      20_000);
+      await until(
+        'doveadm to flag the message',
+        () =>
+          run('doveadm', ['-c', noImap, 'flags', 'add', '-u', inbox.imapUser, '\\Flagged', 'mailbox', 'Archive', 'uid', String(uid)]).then(
+            () => true,
+            () => false,
+          ),
+        20_000,
+      );
       expect(await imapUp(), 'IMAP stayed down').to.equal(false);
       await run('dovecot', ['-c', noImap, 'stop']);
       await stopped();

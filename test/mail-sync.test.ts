@@ -16,7 +16,11 @@ import { storeBackdoor } from './store-backdoor.ts';
 
 const run = promisify(execFile);
 
-interface Summary { id: string; uid: number; subject?: string }
+interface Summary {
+  id: string;
+  uid: number;
+  subject?: string;
+}
 
 describe('index sync', function () {
   this.timeout(60_000);
@@ -25,9 +29,16 @@ describe('index sync', function () {
   let token: string;
 
   const labels = async (inbox: TestInbox) =>
-    Object.fromEntries((await json<{ labels: Array<{ id: string; name: string; total: number }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }))).labels.map((l) => [l.name, l]));
+    Object.fromEntries(
+      (
+        await json<{ labels: Array<{ id: string; name: string; total: number }> }>(
+          await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+        )
+      ).labels.map((l) => [l.name, l]),
+    );
   const list = async (inbox: TestInbox, label: string) =>
-    (await json<{ messages: Summary[] }>(await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages?limit=100`, { token }))).messages;
+    (await json<{ messages: Summary[] }>(await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages?limit=100`, { token })))
+      .messages;
   const stream = async (inbox: TestInbox) => {
     const abort = new AbortController();
     const res = await call(`${s.base}/inboxes/${inbox.id}/events`, { token, signal: abort.signal });
@@ -44,7 +55,13 @@ describe('index sync', function () {
     const app = await mailApp(inbox);
     try {
       const uid = await append(app, 'INBOX', { subject: 'marker' });
-      const seen = await sse.next((e) => e.event === 'message.added' && (JSON.parse(e.data) as { labelId: string; uid: number }).labelId === inboxLabel && (JSON.parse(e.data) as { uid: number }).uid === uid, 20_000);
+      const seen = await sse.next(
+        (e) =>
+          e.event === 'message.added' &&
+          (JSON.parse(e.data) as { labelId: string; uid: number }).labelId === inboxLabel &&
+          (JSON.parse(e.data) as { uid: number }).uid === uid,
+        20_000,
+      );
       return sse.events.indexOf(seen);
     } finally {
       await app.logout();
@@ -70,7 +87,17 @@ describe('index sync', function () {
       const before = await list(inbox, label);
       const sse = await stream(inbox);
       const conf = join(mailEnv().dir, 'dovecot', 'dovecot.conf');
-      await run('doveadm', ['-c', conf, 'mailbox', 'update', '-u', inbox.imapUser, '--uid-validity', String(Math.floor(Date.now() / 1000) % 1_000_000_000), 'reseed']);
+      await run('doveadm', [
+        '-c',
+        conf,
+        'mailbox',
+        'update',
+        '-u',
+        inbox.imapUser,
+        '--uid-validity',
+        String(Math.floor(Date.now() / 1000) % 1_000_000_000),
+        'reseed',
+      ]);
       const uid = await append(app, 'reseed', { subject: 'new one' });
       const added = JSON.parse((await sse.next((e) => e.event === 'message.added')).data) as { uid: number; labelId: string };
       expect(added).to.include({ uid, labelId: label });
@@ -91,7 +118,9 @@ describe('index sync', function () {
     expect(label.total).to.equal(4500);
     const uids: number[] = [];
     for (let before: number | undefined; ; ) {
-      const res = await call(`${s.base}/inboxes/${inbox.id}/labels/${label.id}/messages?limit=100${before ? `&before=${before}` : ''}`, { token });
+      const res = await call(`${s.base}/inboxes/${inbox.id}/labels/${label.id}/messages?limit=100${before ? `&before=${before}` : ''}`, {
+        token,
+      });
       const pg = await json<{ messages: Summary[]; before?: number }>(res);
       uids.push(...pg.messages.map((m) => m.uid));
       if (!pg.before) break;
@@ -99,7 +128,7 @@ describe('index sync', function () {
     }
     expect(uids).to.deep.equal(Array.from({ length: 4500 }, (_, i) => 4500 - i));
     // It used more than one connection of the inbox, and no more than the per-inbox bound.
-    expect(s.postern.mailSource.pool.connectionsOf(inbox.imapUser), "connections the fill used (idle now)").to.be.within(2, 4);
+    expect(s.postern.mailSource.pool.connectionsOf(inbox.imapUser), 'connections the fill used (idle now)').to.be.within(2, 4);
   });
 
   /** The index store behind the running Postern, and its connection pool, for fault injection. */
@@ -119,7 +148,9 @@ describe('index sync', function () {
   const allUids = async (inbox: TestInbox, label: string) => {
     const out: Summary[] = [];
     for (let before: number | undefined; ; ) {
-      const pg = await json<{ messages: Summary[]; before?: number }>(await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages?limit=100${before ? `&before=${before}` : ''}`, { token }));
+      const pg = await json<{ messages: Summary[]; before?: number }>(
+        await call(`${s.base}/inboxes/${inbox.id}/labels/${label}/messages?limit=100${before ? `&before=${before}` : ''}`, { token }),
+      );
       out.push(...pg.messages);
       if (!pg.before) break;
       before = pg.before;
@@ -174,7 +205,17 @@ describe('index sync', function () {
     const before = await allUids(inbox, label);
     expect(before).to.have.length(1200);
     const conf = join(mailEnv().dir, 'dovecot', 'dovecot.conf');
-    await run('doveadm', ['-c', conf, 'mailbox', 'update', '-u', inbox.imapUser, '--uid-validity', String(Math.floor(Date.now() / 1000) % 1_000_000_000), 'swap']);
+    await run('doveadm', [
+      '-c',
+      conf,
+      'mailbox',
+      'update',
+      '-u',
+      inbox.imapUser,
+      '--uid-validity',
+      String(Math.floor(Date.now() / 1000) % 1_000_000_000),
+      'swap',
+    ]);
     // The refill fails at its first staged write (not a dead connection: no retry).
     let failed = 0;
     let staged = 0;
@@ -361,7 +402,13 @@ describe('index sync: passes and big labels', function () {
     const inbox = await p.inbox();
     await importMessages(inbox.imapUser, 'huge', total);
     const labelsOf = async () =>
-      Object.fromEntries((await json<{ labels: Array<{ id: string; name: string; total: number }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }))).labels.map((l) => [l.name, l]));
+      Object.fromEntries(
+        (
+          await json<{ labels: Array<{ id: string; name: string; total: number }> }>(
+            await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+          )
+        ).labels.map((l) => [l.name, l]),
+      );
     expect((await labelsOf()).huge!.total).to.equal(total);
     const { store } = internals();
     const labelGuid = (await store.labels(inbox.id)).find((l) => l.path === 'huge')!.guid;
@@ -413,7 +460,20 @@ describe('IMAP pool', function () {
 
   const settings = (maxPerInbox: number, maxTotal: number, acquireTimeoutMs = 10_000, reservedForReads = 0) => {
     const env = mailEnv();
-    return { host: env.imap.host, port: env.imap.port, secure: false, masterUser: env.master.user, masterPassword: env.master.password, masterSeparator: '*', maxPerInbox, maxTotal, acquireTimeoutMs, reservedForReads, watchLeaseMs: 15_000, bodySearchTimeoutMs: 20_000 };
+    return {
+      host: env.imap.host,
+      port: env.imap.port,
+      secure: false,
+      masterUser: env.master.user,
+      masterPassword: env.master.password,
+      masterSeparator: '*',
+      maxPerInbox,
+      maxTotal,
+      acquireTimeoutMs,
+      reservedForReads,
+      watchLeaseMs: 15_000,
+      bodySearchTimeoutMs: 20_000,
+    };
   };
   const gate = () => {
     let open!: () => void;
@@ -429,7 +489,10 @@ describe('IMAP pool', function () {
       const busy = [pool.use(a.imapUser, () => hold.opened), pool.use(a.imapUser, () => hold.opened)];
       // a's tasks are held until the end: had b queued behind them it would not answer at all
       // (a PoolBusyError at the 10 s deadline), so its answer is the proof, not its speed.
-      const other = await pool.use(b.imapUser, async (c) => { const st = await c.status('INBOX', { messages: true }); return st ? st.messages : -1; });
+      const other = await pool.use(b.imapUser, async (c) => {
+        const st = await c.status('INBOX', { messages: true });
+        return st ? st.messages : -1;
+      });
       expect(other).to.equal(0);
       let third = false;
       const queued = pool.use(a.imapUser, async () => {
@@ -484,7 +547,10 @@ describe('IMAP pool', function () {
         'interactive',
         { ms: 100, error: () => new Error('over the limit') },
       );
-      const failed = await slow.then(() => null, (err: Error) => err);
+      const failed = await slow.then(
+        () => null,
+        (err: Error) => err,
+      );
       expect(failed?.message).to.equal('over the limit');
       expect(clients, 'not retried').to.have.length(1);
       await until('the late connection closed', async () => pool.size === 0, 5_000);
@@ -507,10 +573,17 @@ describe('IMAP pool', function () {
       const hold = gate();
       const download = pool.use(a.imapUser, () => hold.opened, 'bulk');
       let secondBulk = false;
-      const bulk2 = pool.use(a.imapUser, async () => {
-        secondBulk = true;
-      }, 'bulk');
-      const listing = await pool.use(a.imapUser, async (c) => { const st = await c.status('INBOX', { messages: true }); return st ? st.messages : -1; });
+      const bulk2 = pool.use(
+        a.imapUser,
+        async () => {
+          secondBulk = true;
+        },
+        'bulk',
+      );
+      const listing = await pool.use(a.imapUser, async (c) => {
+        const st = await c.status('INBOX', { messages: true });
+        return st ? st.messages : -1;
+      });
       expect(listing).to.equal(0);
       expect(secondBulk).to.equal(false);
       hold.open();
@@ -544,7 +617,12 @@ describe('IMAP pool', function () {
       await until('the held connection open and busy', async () => pool.connectionsOf(a.imapUser) === 1);
       for (const user of [a.imapUser, b.imapUser]) {
         const started = Date.now();
-        const err = await pool.use(user, async () => 'never').then(() => null, (e: unknown) => e);
+        const err = await pool
+          .use(user, async () => 'never')
+          .then(
+            () => null,
+            (e: unknown) => e,
+          );
         expect(err, user).to.be.instanceOf(PoolBusyError);
         expect((err as PoolBusyError).kind).to.equal('unavailable');
         // Not before the 300 ms deadline; well before "forever" (the held task is only let go below).
@@ -555,7 +633,10 @@ describe('IMAP pool', function () {
       expect(pool.tryUse(b.imapUser, async () => 'never')).to.equal(null);
       // Refused at once: settled before a macrotask, so no timer (the 300 ms deadline) was waited for.
       const refused = await Promise.race([
-        pool.openDedicated(b.imapUser).then(() => null, (e: unknown) => e),
+        pool.openDedicated(b.imapUser).then(
+          () => null,
+          (e: unknown) => e,
+        ),
         new Promise((r) => setImmediate(() => r('waited'))),
       ]);
       expect(refused).to.be.instanceOf(PoolBusyError);

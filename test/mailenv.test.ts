@@ -21,9 +21,15 @@ const BASE_PORT = Number(
 );
 
 // imapflow's exec() is internal API (not in its typings): the shapes this test relies on.
-interface ImapAttribute { type: string; value: string }
+interface ImapAttribute {
+  type: string;
+  value: string;
+}
 type ImapValue = ImapAttribute | ImapValue[];
-interface UntaggedResponse { command: string; attributes: ImapValue[] }
+interface UntaggedResponse {
+  command: string;
+  attributes: ImapValue[];
+}
 interface RawImap {
   exec(
     command: string,
@@ -175,7 +181,10 @@ describe('mail environment (scripts/mailenv.ts)', function () {
     const wrong = new URL(env.postgres.url);
     wrong.password = 'not-the-password';
     const refused = new pg.Client({ connectionString: wrong.toString() });
-    const err = await refused.connect().then(() => null, (e: unknown) => e as Error & { code?: string });
+    const err = await refused.connect().then(
+      () => null,
+      (e: unknown) => e as Error & { code?: string },
+    );
     await refused.end().catch(() => undefined);
     // 28P01: invalid_password (scram on loopback, not trust).
     expect(err?.code).to.equal('28P01');
@@ -258,7 +267,14 @@ describe('mail environment (scripts/mailenv.ts)', function () {
       const res = await (c as unknown as RawImap).exec('NOTIFY', [
         { type: 'ATOM', value: 'SET' },
         { type: 'ATOM', value: 'STATUS' },
-        [{ type: 'ATOM', value: 'PERSONAL' }, [{ type: 'ATOM', value: 'MessageNew' }, { type: 'ATOM', value: 'MessageExpunge' }, { type: 'ATOM', value: 'FlagChange' }]],
+        [
+          { type: 'ATOM', value: 'PERSONAL' },
+          [
+            { type: 'ATOM', value: 'MessageNew' },
+            { type: 'ATOM', value: 'MessageExpunge' },
+            { type: 'ATOM', value: 'FlagChange' },
+          ],
+        ],
       ]);
       res.next();
       return [...c.capabilities.keys()];
@@ -271,7 +287,13 @@ describe('mail environment (scripts/mailenv.ts)', function () {
     await addUser(env, u.user, u.password);
     const boxes = await withImap(env, { user: u.user, pass: u.password }, async (c) => c.list());
     const byUse = new Map(boxes.map((b) => [b.specialUse, b]));
-    for (const [use, name] of [['\\Sent', 'Sent'], ['\\Drafts', 'Drafts'], ['\\Trash', 'Trash'], ['\\Junk', 'Junk'], ['\\Archive', 'Archive']] as const) {
+    for (const [use, name] of [
+      ['\\Sent', 'Sent'],
+      ['\\Drafts', 'Drafts'],
+      ['\\Trash', 'Trash'],
+      ['\\Junk', 'Junk'],
+      ['\\Archive', 'Archive'],
+    ] as const) {
       expect(byUse.get(use)?.path, use).to.equal(name);
       expect(byUse.get(use)?.subscribed, `${name} subscribed`).to.equal(true);
     }
@@ -304,19 +326,23 @@ describe('mail environment (scripts/mailenv.ts)', function () {
       const lock = await c.getMailboxLock('INBOX');
       const out: string[] = [];
       try {
-        const res = await (c as unknown as RawImap).exec('UID FETCH', [{ type: 'SEQUENCE', value: '1:*' }, [{ type: 'ATOM', value: 'X-GUID' }]], {
-          untagged: {
-            FETCH: (r) => {
-              const list = r.attributes[1];
-              if (!Array.isArray(list)) return;
-              for (let i = 0; i + 1 < list.length; i += 2) {
-                const key = list[i];
-                const value = list[i + 1];
-                if (!Array.isArray(key) && key?.value.toUpperCase() === 'X-GUID' && value && !Array.isArray(value)) out.push(value.value);
-              }
+        const res = await (c as unknown as RawImap).exec(
+          'UID FETCH',
+          [{ type: 'SEQUENCE', value: '1:*' }, [{ type: 'ATOM', value: 'X-GUID' }]],
+          {
+            untagged: {
+              FETCH: (r) => {
+                const list = r.attributes[1];
+                if (!Array.isArray(list)) return;
+                for (let i = 0; i + 1 < list.length; i += 2) {
+                  const key = list[i];
+                  const value = list[i + 1];
+                  if (!Array.isArray(key) && key?.value.toUpperCase() === 'X-GUID' && value && !Array.isArray(value)) out.push(value.value);
+                }
+              },
             },
           },
-        });
+        );
         res.next();
       } finally {
         lock.release();
@@ -388,7 +414,7 @@ describe('mail environment (scripts/mailenv.ts)', function () {
       text: 'x',
       dsn: { id: envid, return: 'headers', notify: ['failure'], recipient: u.user },
     });
-    const report = await waitFor('the bounce in the sender\'s INBOX', 10_000, () =>
+    const report = await waitFor("the bounce in the sender's INBOX", 10_000, () =>
       withImap(env, { user: u.user, pass: u.password }, async (c) => {
         const lock = await c.getMailboxLock('INBOX');
         try {
@@ -441,9 +467,13 @@ describe('mail environment (scripts/mailenv.ts)', function () {
     // meets the lock. Opened without creating, so a moment it is not in deferred/ just retries.
     const deferredDir = join(l.postfixQueueDir, 'deferred');
     const holder = await waitFor('the deferred queue file locked', 60_000, async () => {
-      const file = readdirSync(deferredDir).map((d) => join(deferredDir, d, queueId)).find((f) => existsSync(f));
+      const file = readdirSync(deferredDir)
+        .map((d) => join(deferredDir, d, queueId))
+        .find((f) => existsSync(f));
       if (!file) return undefined;
-      const child = spawn('bash', ['-c', 'exec 9<"$1" && flock -x 9 && echo locked && sleep 8', 'lock', file], { stdio: ['ignore', 'pipe', 'ignore'] });
+      const child = spawn('bash', ['-c', 'exec 9<"$1" && flock -x 9 && echo locked && sleep 8', 'lock', file], {
+        stdio: ['ignore', 'pipe', 'ignore'],
+      });
       const locked = await new Promise<boolean>((resolve) => {
         child.stdout.once('data', () => resolve(true));
         child.once('exit', () => resolve(false));
@@ -452,7 +482,9 @@ describe('mail environment (scripts/mailenv.ts)', function () {
     });
     try {
       const skippedAt = await waitFor('the queue manager finding it locked', 60_000, async () => {
-        const line = (await fs.readFile(l.postfixLog, 'utf8')).split('\n').find((x) => x.includes(`${queueId}: skipped, still being delivered`));
+        const line = (await fs.readFile(l.postfixLog, 'utf8'))
+          .split('\n')
+          .find((x) => x.includes(`${queueId}: skipped, still being delivered`));
         return line ? Date.now() : undefined;
       });
       const before = (await sinkDeferrals(to)).length;
@@ -470,9 +502,15 @@ describe('mail environment (scripts/mailenv.ts)', function () {
   it('down stops every process of the dir; status then reports nothing running; down twice is fine', async function () {
     // An indexer-worker left behind by an earlier master (a first body search on a big mailbox),
     // no longer its child: known by its title and its working directory in the env dir.
-    const orphan = spawn('bash', ['-c', 'exec -a dovecot-postern-0/indexer-worker sleep 600'], { cwd: join(dir, 'mail'), detached: true, stdio: 'ignore' });
+    const orphan = spawn('bash', ['-c', 'exec -a dovecot-postern-0/indexer-worker sleep 600'], {
+      cwd: join(dir, 'mail'),
+      detached: true,
+      stdio: 'ignore',
+    });
     orphan.unref();
-    await waitFor('the orphan to take its title', 5000, async () => (readFileSync(`/proc/${orphan.pid}/cmdline`, 'utf8').startsWith('dovecot-postern-0/') ? true : undefined));
+    await waitFor('the orphan to take its title', 5000, async () =>
+      readFileSync(`/proc/${orphan.pid}/cmdline`, 'utf8').startsWith('dovecot-postern-0/') ? true : undefined,
+    );
     const before = processesOf(dir);
     expect(before).to.include(orphan.pid);
     expect(before.length).to.be.greaterThan(5);

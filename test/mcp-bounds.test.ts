@@ -61,7 +61,13 @@ describe('MCP: the bounds of one request', function () {
     Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'tools/call', params: { name, arguments: args } }));
 
   async function batch(body: unknown, init: RequestInit & { token?: string } = {}): Promise<{ status: number; body: unknown }> {
-    const res = await call(`${s.base}/mcp`, { method: 'POST', headers: { ...HEADERS, ...(init.headers as Record<string, string>) }, body: JSON.stringify(body), token: init.token ?? token, ...(init.signal ? { signal: init.signal } : {}) });
+    const res = await call(`${s.base}/mcp`, {
+      method: 'POST',
+      headers: { ...HEADERS, ...(init.headers as Record<string, string>) },
+      body: JSON.stringify(body),
+      token: init.token ?? token,
+      ...(init.signal ? { signal: init.signal } : {}),
+    });
     return { status: res.status, body: JSON.parse(await res.text()) as unknown };
   }
 
@@ -70,7 +76,9 @@ describe('MCP: the bounds of one request', function () {
     s.postern.mcp.tools.charge = () => void started++;
     const over = await batch(calls(BATCH_MAX + 1));
     expect(over.status).to.equal(400);
-    expect(over.body).to.deep.equal({ error: `a batch may hold at most ${BATCH_MAX} messages (POSTERN_MCP_BATCH_MAX); this one holds ${BATCH_MAX + 1}: send it as several requests` });
+    expect(over.body).to.deep.equal({
+      error: `a batch may hold at most ${BATCH_MAX} messages (POSTERN_MCP_BATCH_MAX); this one holds ${BATCH_MAX + 1}: send it as several requests`,
+    });
     expect(started).to.equal(0);
     const fits = await batch(calls(BATCH_MAX));
     expect(fits.status).to.equal(200);
@@ -78,7 +86,7 @@ describe('MCP: the bounds of one request', function () {
     expect(started).to.equal(BATCH_MAX);
   });
 
-  it('charges each call of a batch to the credential\'s expensive budget as it starts: past it, a JSON-RPC error; a single call, a 429', async () => {
+  it("charges each call of a batch to the credential's expensive budget as it starts: past it, a JSON-RPC error; a single call, a 429", async () => {
     s.postern.mcp.tools.charge = charge;
     const p = await newProject(s);
     await p.inbox();
@@ -87,7 +95,8 @@ describe('MCP: the bounds of one request', function () {
     const refused = answers.filter((a) => a.error);
     expect(answers.filter((a) => a.result && !a.result.isError)).to.have.length(RATE_BURST);
     expect(refused).to.have.length(2);
-    for (const a of refused) expect(a.error!.message).to.match(/too many searches, message downloads and tool calls for this credential; try again in \d+ s/);
+    for (const a of refused)
+      expect(a.error!.message).to.match(/too many searches, message downloads and tool calls for this credential; try again in \d+ s/);
     // tools/list is not a tool call; a single call is refused as a request.
     expect((await batch({ jsonrpc: '2.0', id: 1, method: 'tools/list' }, { token: spender })).status).to.equal(200);
     const single = await batch(calls(1)[0], { token: spender });
@@ -96,7 +105,7 @@ describe('MCP: the bounds of one request', function () {
     expect((single.body as { error: string }).error).to.match(/too many searches/);
   });
 
-  it('runs a batch\'s calls at most POSTERN_MCP_BATCH_CONCURRENCY at a time', async () => {
+  it("runs a batch's calls at most POSTERN_MCP_BATCH_CONCURRENCY at a time", async () => {
     let running = 0;
     let most = 0;
     s.postern.mcp.tools.charge = async () => {
@@ -121,11 +130,14 @@ describe('MCP: the bounds of one request', function () {
     const refused = answers.filter((a) => a.error);
     expect(refused.map((a) => a.id)).to.include(5);
     for (const a of refused) {
-      expect(a.error).to.deep.equal({ code: -32001, message: `MCP error -32001: not started: this request's calls used its time budget of ${BUDGET_MS} ms (POSTERN_MCP_BATCH_BUDGET_MS); send this call again in a later request` });
+      expect(a.error).to.deep.equal({
+        code: -32001,
+        message: `MCP error -32001: not started: this request's calls used its time budget of ${BUDGET_MS} ms (POSTERN_MCP_BATCH_BUDGET_MS); send this call again in a later request`,
+      });
     }
   });
 
-  it('starts no more of a batch\'s calls once its client has disconnected', async () => {
+  it("starts no more of a batch's calls once its client has disconnected", async () => {
     let started = 0;
     let finished = 0;
     let release!: () => void;

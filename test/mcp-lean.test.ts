@@ -16,13 +16,32 @@ import { mailApp, until } from './mail-fixtures.ts';
 const HEADERS = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' };
 
 describe('MCP lean path: which requests it takes', () => {
-  const callMsg = (params: unknown, extra: Record<string, unknown> = {}) => ({ jsonrpc: '2.0', id: 7, method: 'tools/call', params, ...extra });
+  const callMsg = (params: unknown, extra: Record<string, unknown> = {}) => ({
+    jsonrpc: '2.0',
+    id: 7,
+    method: 'tools/call',
+    params,
+    ...extra,
+  });
 
   it('takes a single tools/call or tools/list request in the shape the SDK accepts', () => {
-    expect(leanRequest(callMsg({ name: 'list_inboxes' }))).to.deep.equal({ id: 7, method: 'tools/call', name: 'list_inboxes', args: undefined });
-    expect(leanRequest(callMsg({ name: 'list_labels', arguments: { inboxId: 'ibx_x' } }))).to.deep.equal({ id: 7, method: 'tools/call', name: 'list_labels', args: { inboxId: 'ibx_x' } });
+    expect(leanRequest(callMsg({ name: 'list_inboxes' }))).to.deep.equal({
+      id: 7,
+      method: 'tools/call',
+      name: 'list_inboxes',
+      args: undefined,
+    });
+    expect(leanRequest(callMsg({ name: 'list_labels', arguments: { inboxId: 'ibx_x' } }))).to.deep.equal({
+      id: 7,
+      method: 'tools/call',
+      name: 'list_labels',
+      args: { inboxId: 'ibx_x' },
+    });
     expect(leanRequest({ jsonrpc: '2.0', id: 'a', method: 'tools/list' })).to.deep.equal({ id: 'a', method: 'tools/list' });
-    expect(leanRequest({ jsonrpc: '2.0', id: 0, method: 'tools/list', params: { cursor: 'c' } })).to.deep.equal({ id: 0, method: 'tools/list' });
+    expect(leanRequest({ jsonrpc: '2.0', id: 0, method: 'tools/list', params: { cursor: 'c' } })).to.deep.equal({
+      id: 0,
+      method: 'tools/list',
+    });
     // A progress token asks for nothing Postern's tools do: still lean.
     expect(leanRequest(callMsg({ name: 'x', _meta: { progressToken: 'p' } }))).to.include({ name: 'x' });
     // Tool arguments are not judged here: the tool's schema does that, on both paths alike.
@@ -33,7 +52,12 @@ describe('MCP lean path: which requests it takes', () => {
     const sdk: unknown[] = [
       [callMsg({ name: 'list_inboxes' })], // a batch
       { jsonrpc: '2.0', method: 'tools/call', params: { name: 'list_inboxes' } }, // a notification
-      { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } } },
+      {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'initialize',
+        params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } },
+      },
       { jsonrpc: '2.0', id: 1, method: 'resources/list' },
       { jsonrpc: '2.0', id: 1, method: 'ping' },
       callMsg({ name: 'x' }, { extra: true }), // the SDK's message schema is strict
@@ -77,14 +101,21 @@ describe('MCP lean path: the same answers as the SDK', function () {
     readOnly = await p.token(['messages:read']);
     const app = await mailApp(inbox);
     try {
-      await app.append('INBOX', `From: a@example.org\r\nTo: ${inbox.address}\r\nSubject: lean ${randomBytes(3).toString('hex')}\r\n\r\nhello\r\n`);
+      await app.append(
+        'INBOX',
+        `From: a@example.org\r\nTo: ${inbox.address}\r\nSubject: lean ${randomBytes(3).toString('hex')}\r\n\r\nhello\r\n`,
+      );
     } finally {
       await app.logout();
     }
-    const { labels } = (await (await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: all })).json()) as { labels: Array<{ id: string; name: string }> };
+    const { labels } = (await (await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: all })).json()) as {
+      labels: Array<{ id: string; name: string }>;
+    };
     labelId = labels.find((l) => l.name === 'INBOX')!.id;
     await until('the message listed', async () => {
-      const page = (await (await call(`${s.base}/inboxes/${inbox.id}/labels/${labelId}/messages`, { token: all })).json()) as { messages: unknown[] };
+      const page = (await (await call(`${s.base}/inboxes/${inbox.id}/labels/${labelId}/messages`, { token: all })).json()) as {
+        messages: unknown[];
+      };
       return page.messages.length > 0 || null;
     });
   });
@@ -92,14 +123,21 @@ describe('MCP lean path: the same answers as the SDK', function () {
     await s?.close();
   });
 
-  async function post(token: string | undefined, body: unknown, headers: Record<string, string> = HEADERS): Promise<{ status: number; type: string | null; body: unknown }> {
+  async function post(
+    token: string | undefined,
+    body: unknown,
+    headers: Record<string, string> = HEADERS,
+  ): Promise<{ status: number; type: string | null; body: unknown }> {
     const res = await call(`${s.base}/mcp`, { method: 'POST', headers, body: JSON.stringify(body), ...(token ? { token } : {}) });
     const text = await res.text();
     return { status: res.status, type: res.headers.get('content-type'), body: text ? (JSON.parse(text) as unknown) : null };
   }
 
   /** The request's answer on the lean path and on the SDK's, which must be the same. */
-  async function both(token: string, message: Record<string, unknown>): Promise<{ result?: Record<string, unknown>; error?: { code: number; message: string } }> {
+  async function both(
+    token: string,
+    message: Record<string, unknown>,
+  ): Promise<{ result?: Record<string, unknown>; error?: { code: number; message: string } }> {
     expect(leanRequest(message), 'the request is one the lean path takes').to.not.equal(null);
     const lean = await post(token, message);
     const sdk = await post(token, [message]);
@@ -146,16 +184,28 @@ describe('MCP lean path: the same answers as the SDK', function () {
   });
 
   it('a page asked for again is the same answer under its own id, and a new one once a flag changes (its JSON is made once per page)', async () => {
-    type Page = { id: unknown; result: { structuredContent: { messages: Array<{ id: string; flags: string[] }> }; content: Array<{ text: string }> } };
-    const ask = async (id: number | string) => (await post(all, tools(id, 'list_messages', { inboxId: inbox.id, labelId, limit: 10 }))).body as Page;
+    type Page = {
+      id: unknown;
+      result: { structuredContent: { messages: Array<{ id: string; flags: string[] }> }; content: Array<{ text: string }> };
+    };
+    const ask = async (id: number | string) =>
+      (await post(all, tools(id, 'list_messages', { inboxId: inbox.id, labelId, limit: 10 }))).body as Page;
     const first = await ask('first');
     const again = await ask(8);
     expect(again).to.deep.equal({ ...first, id: 8 });
-    const listed = async () => (await (await call(`${s.base}/inboxes/${inbox.id}/labels/${labelId}/messages?limit=10`, { token: all })).json()) as Page['result']['structuredContent'];
+    const listed = async () =>
+      (await (
+        await call(`${s.base}/inboxes/${inbox.id}/labels/${labelId}/messages?limit=10`, { token: all })
+      ).json()) as Page['result']['structuredContent'];
     const before = await listed();
     expect(before.messages[0]!.flags).to.not.include('flagged');
     const m = first.result.structuredContent.messages[0]!;
-    const changed = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token: all, headers: { 'content-type': 'application/json' }, body: '{"add":["flagged"]}' });
+    const changed = await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+      method: 'POST',
+      token: all,
+      headers: { 'content-type': 'application/json' },
+      body: '{"add":["flagged"]}',
+    });
     expect(changed.status).to.equal(200);
     try {
       const now = await ask(9);
@@ -164,7 +214,12 @@ describe('MCP lean path: the same answers as the SDK', function () {
       expect(now.result.content[0]!.text).to.match(/\[[^\]]*flagged[^\]]*\]/);
       expect((await listed()).messages[0]!.flags).to.include('flagged');
     } finally {
-      await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, { method: 'POST', token: all, headers: { 'content-type': 'application/json' }, body: '{"remove":["flagged"]}' });
+      await call(`${s.base}/inboxes/${inbox.id}/messages/${m.id}/flags`, {
+        method: 'POST',
+        token: all,
+        headers: { 'content-type': 'application/json' },
+        body: '{"remove":["flagged"]}',
+      });
     }
   });
 
@@ -195,8 +250,14 @@ describe('MCP lean path: the same answers as the SDK', function () {
     expect(plain.status).to.equal(200);
     expect((plain.body as { result: { structuredContent: { inboxes: unknown[] } } }).result.structuredContent.inboxes).to.have.length(1);
     // The client's mistakes are its own: the request lines show them, the server warns of none.
-    const lines = () => readFileSync(logFile, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { msg: string; status?: number; path?: string });
-    await until('the three refusals logged', async () => [406, 415, 400].every((status) => lines().some((l) => l.msg === 'request' && l.path === '/v1/mcp' && l.status === status)));
+    const lines = () =>
+      readFileSync(logFile, 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { msg: string; status?: number; path?: string });
+    await until('the three refusals logged', async () =>
+      [406, 415, 400].every((status) => lines().some((l) => l.msg === 'request' && l.path === '/v1/mcp' && l.status === status)),
+    );
     expect(lines().filter((l) => l.msg === 'MCP server error')).to.deep.equal([]);
   });
 

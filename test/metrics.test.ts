@@ -3,7 +3,18 @@
 // POSTERN_METRICS_LISTEN has every family with its labels, no id in any label, and the public
 // port does not serve it. With POSTERN_WORKERS=2 the primary serves every worker's as one.
 import { expect } from 'chai';
-import { callFresh, call, envVars, json, mailEnv, newProject, startPostern, clusterFixture, type TestInbox, type TestServer } from './harness.ts';
+import {
+  callFresh,
+  call,
+  envVars,
+  json,
+  mailEnv,
+  newProject,
+  startPostern,
+  clusterFixture,
+  type TestInbox,
+  type TestServer,
+} from './harness.ts';
 import { SseClient } from './events-helpers.ts';
 import { append, deliver, mailApp, openInboxStream, until, type SseReader } from './mail-fixtures.ts';
 import { createServer } from 'node:net';
@@ -92,7 +103,12 @@ describe('metrics', function () {
       const inbox: TestInbox = await p.inbox();
       const sealed = await p.inbox({ mode: 'zero-access' });
       const token = await p.token(['messages:read', 'send', 'events:read', 'webhooks:write', 'project:read']);
-      const hook = await call(`${s.base}/webhooks`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: receiver.url }) });
+      const hook = await call(`${s.base}/webhooks`, {
+        method: 'POST',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ url: receiver.url }),
+      });
       expect(hook.status, await hook.clone().text()).to.equal(201);
       receiver.secrets = [(await json<{ secret: string }>(hook)).secret];
 
@@ -112,12 +128,16 @@ describe('metrics', function () {
       await app.logout();
 
       // Reads: a list, then the message's raw source four times at once over one connection.
-      const labels = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
+      const labels = await json<{ labels: Array<{ id: string; name: string }> }>(
+        await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+      );
       const inboxLabel = labels.labels.find((l) => l.name === 'INBOX')!;
       const list = await call(`${s.base}/inboxes/${inbox.id}/labels/${inboxLabel.id}/messages`, { token });
       expect(list.status).to.equal(200);
       const { messages } = await json<{ messages: Array<{ id: string }> }>(list);
-      const raws = await Promise.all(Array.from({ length: 4 }, () => call(`${s.base}/inboxes/${inbox.id}/messages/${messages[0]!.id}/raw`, { token })));
+      const raws = await Promise.all(
+        Array.from({ length: 4 }, () => call(`${s.base}/inboxes/${inbox.id}/messages/${messages[0]!.id}/raw`, { token })),
+      );
       for (const r of raws) expect(r.status).to.equal(200);
       expect((await call(`${s.base}/events?limit=10`, { token })).status).to.equal(200);
       // A path no route has, with an id in it: counted, but under a fixed label.
@@ -140,7 +160,9 @@ describe('metrics', function () {
       expect(value(samples, 'process_cpu_user_seconds_total')).to.be.greaterThan(0);
       expect(value(samples, 'nodejs_heap_size_used_bytes')).to.be.greaterThan(0);
       // HTTP by method, route template and status.
-      const routes = new Set(find(samples, 'http_request_duration_seconds_count').map((x) => `${x.labels.method} ${x.labels.route} ${x.labels.status}`));
+      const routes = new Set(
+        find(samples, 'http_request_duration_seconds_count').map((x) => `${x.labels.method} ${x.labels.route} ${x.labels.status}`),
+      );
       expect([...routes], [...routes].join('\n')).to.include.members([
         'GET /v1/inboxes/:inbox/labels/:label/messages 200',
         'GET /v1/inboxes/:inbox/messages/:msg/raw 200',
@@ -151,9 +173,12 @@ describe('metrics', function () {
         'GET /v1/inboxes/:inbox/labels 401',
         'DELETE /v1/inboxes/:inbox/labels 405',
       ]);
-      expect(value(samples, 'http_request_duration_seconds_bucket', { method: 'GET', route: 'unmatched', status: '404', le: '+Inf' })).to.equal(1);
+      expect(
+        value(samples, 'http_request_duration_seconds_bucket', { method: 'GET', route: 'unmatched', status: '404', le: '+Inf' }),
+      ).to.equal(1);
       // IMAP connections by state, and the pool's waits.
-      for (const state of ['busy', 'idle', 'opening', 'watching']) expect(find(samples, 'postern_imap_connections', { state }), state).to.have.length(1);
+      for (const state of ['busy', 'idle', 'opening', 'watching'])
+        expect(find(samples, 'postern_imap_connections', { state }), state).to.have.length(1);
       expect(value(samples, 'postern_imap_pool_wait_seconds_count', { outcome: 'acquired' })).to.be.greaterThan(0);
       expect(value(samples, 'postern_imap_pool_waiting')).to.be.at.least(0);
       // Watching: inboxes, hints, sweeps, lost hints.
@@ -188,7 +213,9 @@ describe('metrics', function () {
       for (const stream of streams.splice(0)) await stream.close();
       await until('the streams counted out', async () => {
         const after = (await scrape(metricsUrl)).samples;
-        return value(after, 'postern_sse_streams', { kind: 'events' }) === 0 && value(after, 'postern_sse_streams', { kind: 'inbox' }) === 0;
+        return (
+          value(after, 'postern_sse_streams', { kind: 'events' }) === 0 && value(after, 'postern_sse_streams', { kind: 'inbox' }) === 0
+        );
       });
     });
 
@@ -202,7 +229,10 @@ describe('metrics', function () {
       await append(app, 'INBOX', { subject: 'plaintext 1' });
       await append(app, 'INBOX', { subject: 'plaintext 2' });
       await app.logout();
-      await until('the backlog in the scrape', async () => value((await scrape(metricsUrl)).samples, 'postern_unsealed_messages') === before + 2);
+      await until(
+        'the backlog in the scrape',
+        async () => value((await scrape(metricsUrl)).samples, 'postern_unsealed_messages') === before + 2,
+      );
     });
 
     it('the public port does not serve the metrics', async () => {
@@ -235,9 +265,19 @@ describe('metrics', function () {
     const admin = await startPostern();
     try {
       for (const workers of ['1', '2']) {
-        const run = await runPostern(['serve'], envVars(mailEnv(), { ...admin.storeEnv, POSTERN_PORT: '0', POSTERN_WORKERS: workers, POSTERN_METRICS_LISTEN: `127.0.0.1:${port}` }));
+        const run = await runPostern(
+          ['serve'],
+          envVars(mailEnv(), {
+            ...admin.storeEnv,
+            POSTERN_PORT: '0',
+            POSTERN_WORKERS: workers,
+            POSTERN_METRICS_LISTEN: `127.0.0.1:${port}`,
+          }),
+        );
         expect(run.code, `workers=${workers}: ${run.stdout} ${run.stderr}`).to.equal(1);
-        expect(run.out.error, `workers=${workers}`).to.match(new RegExp(`^POSTERN_METRICS_LISTEN: cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE`));
+        expect(run.out.error, `workers=${workers}`).to.match(
+          new RegExp(`^POSTERN_METRICS_LISTEN: cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE`),
+        );
       }
     } finally {
       taken.close();
@@ -254,7 +294,7 @@ describe('metrics', function () {
     });
     const f = clusterFixture(extra);
 
-    it('the primary serves every worker\'s metrics as one, and the public port does not', async () => {
+    it("the primary serves every worker's metrics as one, and the public port does not", async () => {
       const p = await newProject(f.admin);
       const token = await p.token(['messages:read']);
       // On connections of their own, so the kernel spreads them over the workers.

@@ -13,12 +13,19 @@ describe('a test run that leaves a handle open', function () {
     const started = Date.now();
     const child = spawn(
       process.execPath,
-      [join(ROOT, 'node_modules/mocha/bin/mocha.js'), '--no-config', '--import=tsx', '--require', 'test/setup.ts', 'test/fixtures/leaks-a-server.ts'],
+      [
+        join(ROOT, 'node_modules/mocha/bin/mocha.js'),
+        '--no-config',
+        '--import=tsx',
+        '--require',
+        'test/setup.ts',
+        'test/fixtures/leaks-a-server.ts',
+      ],
       { cwd: ROOT, env: process.env, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let output = '';
-    child.stdout.on('data', (d: Buffer) => (output += d));
-    child.stderr.on('data', (d: Buffer) => (output += d));
+    child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (output += d.toString()));
     const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
     expect(code, output).to.equal(1);
     expect(output).to.include('1 passing');

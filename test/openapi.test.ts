@@ -51,7 +51,11 @@ describe('OpenAPI document', () => {
   it('lists exactly the operations that are served', () => {
     const served = s.postern.operations.map((o) => `${o.method} ${o.path}`).sort();
     const documented = Object.entries(doc.paths)
-      .flatMap(([path, ops]) => Object.keys(ops).filter((k) => k !== 'parameters' && k !== 'servers').map((m) => `${m} ${path}`))
+      .flatMap(([path, ops]) =>
+        Object.keys(ops)
+          .filter((k) => k !== 'parameters' && k !== 'servers')
+          .map((m) => `${m} ${path}`),
+      )
       .sort();
     expect(documented).to.deep.equal(served);
   });

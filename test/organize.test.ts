@@ -4,7 +4,17 @@
 import { expect } from 'chai';
 import { seal } from '../lib/mail/seal.ts';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
-import { call, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import {
+  call,
+  expectError,
+  json,
+  mailEnv,
+  newProject,
+  startPostern,
+  type TestInbox,
+  type TestProject,
+  type TestServer,
+} from './harness.ts';
 import { ImapFlow } from 'imapflow';
 import { mailApp, openInboxStream, until } from './mail-fixtures.ts';
 import { startSecondDovecot } from './second-dovecot.ts';
@@ -34,7 +44,10 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
   /** An inbox with one message APPENDed by a mail app, and what the API calls its labels. */
   async function setUp(mode: 'compatible' | 'zero-access' = 'compatible', options: { role?: string; memberId?: string } = {}) {
     const inbox = await p.inbox({ mode, ...options });
-    const token = await p.token(['messages:read', 'messages:write', 'flags:write', 'events:read'], options.memberId ? { memberId: options.memberId } : {});
+    const token = await p.token(
+      ['messages:read', 'messages:write', 'flags:write', 'events:read'],
+      options.memberId ? { memberId: options.memberId } : {},
+    );
     const plain = corpusMessage();
     const bytes = mode === 'zero-access' ? await seal(plain, await s.postern.keys.current(inbox.id)) : plain;
     const app = await mailApp(inbox);
@@ -46,14 +59,21 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
     }
     const read = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
     const label = (name: string) => read.labels.find((l) => l.name === name)!.id;
-    const page = await json<{ messages: Array<{ id: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels/${label('INBOX')}/messages`, { token }));
+    const page = await json<{ messages: Array<{ id: string }> }>(
+      await call(`${s.base}/inboxes/${inbox.id}/labels/${label('INBOX')}/messages`, { token }),
+    );
     // The bytes as the mail server keeps them (it may end lines in CRLF where the file had LF).
     const [stored] = await inFolder(inbox, 'INBOX');
     return { inbox, token, bytes: stored!.source, label, msgId: page.messages[0]!.id };
   }
 
   const post = (inboxId: string, msgId: string, what: string, token: string, body: unknown) =>
-    call(`${s.base}/inboxes/${inboxId}/messages/${msgId}/${what}`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    call(`${s.base}/inboxes/${inboxId}/messages/${msgId}/${what}`, {
+      method: 'POST',
+      token,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
 
   async function ok(res: Response): Promise<Placement> {
     if (res.status !== 200) throw new Error(`${res.status}: ${await res.text()}`);
@@ -99,24 +119,40 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
         expect(await inFolder(inbox, 'Archive')).to.have.length(0);
 
         // The same message under the same id, wherever it is.
-        const detail = await json<{ message: { id: string; flags: string[] } }>(await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}`, { token }));
+        const detail = await json<{ message: { id: string; flags: string[] } }>(
+          await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}`, { token }),
+        );
         expect(detail.message).to.include({ id: msgId });
         if (raw) {
           const after = await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}/raw`, { token });
           expect(Buffer.from(await after.arrayBuffer()).equals(raw)).to.equal(true);
         }
         // Adding a label it is in, removing one it is not in: nothing changes.
-        expect(await ok(await post(inbox.id, msgId, 'labels', token, { add: [label('Drafts')], remove: [label('INBOX')] }))).to.deep.equal(moved);
+        expect(await ok(await post(inbox.id, msgId, 'labels', token, { add: [label('Drafts')], remove: [label('INBOX')] }))).to.deep.equal(
+          moved,
+        );
       });
 
       it('moves to archive, trash and junk and back to INBOX, marking junk and not junk', async () => {
         const { inbox, token, bytes, label, msgId } = await setUp(mode);
-        expect(await ok(await post(inbox.id, msgId, 'move', token, { to: 'archive' }))).to.deep.equal({ labels: [label('Archive')], flags: ['flagged'] });
-        expect(await ok(await post(inbox.id, msgId, 'move', token, { to: 'trash' }))).to.deep.equal({ labels: [label('Trash')], flags: ['flagged'] });
-        expect(await ok(await post(inbox.id, msgId, 'move', token, { to: 'junk' }))).to.deep.equal({ labels: [label('Junk')], flags: ['flagged', 'junk'] });
+        expect(await ok(await post(inbox.id, msgId, 'move', token, { to: 'archive' }))).to.deep.equal({
+          labels: [label('Archive')],
+          flags: ['flagged'],
+        });
+        expect(await ok(await post(inbox.id, msgId, 'move', token, { to: 'trash' }))).to.deep.equal({
+          labels: [label('Trash')],
+          flags: ['flagged'],
+        });
+        expect(await ok(await post(inbox.id, msgId, 'move', token, { to: 'junk' }))).to.deep.equal({
+          labels: [label('Junk')],
+          flags: ['flagged', 'junk'],
+        });
         const [junk] = await inFolder(inbox, 'Junk');
         expect(junk!.flags).to.include('$Junk');
-        expect(await ok(await post(inbox.id, msgId, 'move', token, { to: 'inbox' }))).to.deep.equal({ labels: [label('INBOX')], flags: ['flagged', 'not_junk'] });
+        expect(await ok(await post(inbox.id, msgId, 'move', token, { to: 'inbox' }))).to.deep.equal({
+          labels: [label('INBOX')],
+          flags: ['flagged', 'not_junk'],
+        });
         const [back] = await inFolder(inbox, 'INBOX');
         expect(back!.flags).to.include('$NotJunk').and.not.include('$Junk');
         expect(back!.source.equals(bytes)).to.equal(true);
@@ -131,7 +167,11 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
     const { inbox, token, label, msgId } = await setUp();
     await expectError(await post(inbox.id, msgId, 'labels', token, { remove: [label('INBOX')] }), 409, /at least one label/);
     await ok(await post(inbox.id, msgId, 'labels', token, { add: [label('Archive')] }));
-    await expectError(await post(inbox.id, msgId, 'labels', token, { remove: [label('INBOX'), label('Archive')] }), 409, /at least one label/);
+    await expectError(
+      await post(inbox.id, msgId, 'labels', token, { remove: [label('INBOX'), label('Archive')] }),
+      409,
+      /at least one label/,
+    );
     expect(await inFolder(inbox, 'INBOX')).to.have.length(1);
     expect(await inFolder(inbox, 'Archive')).to.have.length(1);
   });
@@ -143,18 +183,33 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
       const op = await newProject(own);
       const inbox = await op.inbox();
       const token = await op.token(['messages:read', 'messages:write']);
-      const app = new ImapFlow({ host: mailEnv().imap.host, port: dovecot.port, secure: false, logger: false, auth: { user: inbox.imapUser, pass: inbox.imapPassword } });
+      const app = new ImapFlow({
+        host: mailEnv().imap.host,
+        port: dovecot.port,
+        secure: false,
+        logger: false,
+        auth: { user: inbox.imapUser, pass: inbox.imapPassword },
+      });
       app.on('error', () => undefined);
       await app.connect();
       try {
         await app.append('INBOX', corpusMessage(), []);
-        const { labels } = await json<{ labels: Array<{ id: string; name: string; specialUse?: string }> }>(await call(`${own.base}/inboxes/${inbox.id}/labels`, { token }));
+        const { labels } = await json<{ labels: Array<{ id: string; name: string; specialUse?: string }> }>(
+          await call(`${own.base}/inboxes/${inbox.id}/labels`, { token }),
+        );
         expect(labels.map((l) => l.specialUse).filter(Boolean)).to.have.members(['\\Sent', '\\Drafts', '\\Trash', '\\Junk']);
         const inboxLabel = labels.find((l) => l.name === 'INBOX')!.id;
-        const page = await json<{ messages: Array<{ id: string }> }>(await call(`${own.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages`, { token }));
+        const page = await json<{ messages: Array<{ id: string }> }>(
+          await call(`${own.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages`, { token }),
+        );
         const msgId = page.messages[0]!.id;
         const move = (to: string) =>
-          call(`${own.base}/inboxes/${inbox.id}/messages/${msgId}/move`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ to }) });
+          call(`${own.base}/inboxes/${inbox.id}/messages/${msgId}/move`, {
+            method: 'POST',
+            token,
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ to }),
+          });
         await expectError(await move('archive'), 409, /no \\Archive folder/);
         expect(await app.status('INBOX', { messages: true })).to.include({ messages: 1 });
         expect((await ok(await move('trash'))).labels).to.deep.equal([labels.find((l) => l.specialUse === '\\Trash')!.id]);
@@ -172,8 +227,11 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
     await ok(await post(inbox.id, msgId, 'labels', token, { add: [label('Archive')] }));
     const added = await post(inbox.id, msgId, 'keywords', token, { add: ['$label1', 'Project_X'] });
     expect(await json(added)).to.deep.equal({ keywords: ['$label1', 'Project_X'] });
-    for (const path of ['INBOX', 'Archive']) expect((await inFolder(inbox, path))[0]!.flags).to.include.members(['$label1', 'Project_X', '\\Flagged']);
-    const detail = await json<{ message: { keywords?: string[]; flags: string[] } }>(await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}`, { token }));
+    for (const path of ['INBOX', 'Archive'])
+      expect((await inFolder(inbox, path))[0]!.flags).to.include.members(['$label1', 'Project_X', '\\Flagged']);
+    const detail = await json<{ message: { keywords?: string[]; flags: string[] } }>(
+      await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}`, { token }),
+    );
     expect(detail.message).to.deep.include({ keywords: ['$label1', 'Project_X'], flags: ['flagged'] });
     expect(await json(await post(inbox.id, msgId, 'keywords', token, { remove: ['project_x'] }))).to.deep.equal({ keywords: ['$label1'] });
     // Recorded as message.flags (its Flags unchanged), the caller's.
@@ -185,10 +243,24 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
     });
     expect(recorded.map((e) => [e.actor, (e.data as { flags: string[] }).flags])).to.deep.equal(Array(4).fill([tokenId, ['flagged']]));
 
-    for (const bad of [{ add: ['$Junk'] }, { add: ['nonjunk'] }, { add: ['\\Seen'] }, { add: ['two words'] }, { add: ['a(b'] }, { add: [''] }, { add: ['$x'], remove: ['$X'] }, {}, { add: '$x' }]) {
+    for (const bad of [
+      { add: ['$Junk'] },
+      { add: ['nonjunk'] },
+      { add: ['\\Seen'] },
+      { add: ['two words'] },
+      { add: ['a(b'] },
+      { add: [''] },
+      { add: ['$x'], remove: ['$X'] },
+      {},
+      { add: '$x' },
+    ]) {
       await expectError(await post(inbox.id, msgId, 'keywords', token, bad), 400);
     }
-    await expectError(await post(inbox.id, msgId, 'keywords', await p.token(['messages:read', 'flags:write']), { add: ['$label2'] }), 403, /messages:write/);
+    await expectError(
+      await post(inbox.id, msgId, 'keywords', await p.token(['messages:read', 'flags:write']), { add: ['$label2'] }),
+      403,
+      /messages:write/,
+    );
     // The spec's flags endpoint still takes only its three flags.
     await expectError(await post(inbox.id, msgId, 'flags', token, { add: ['$label2'] }), 400);
     await expectError(await post(inbox.id, msgId, 'flags', token, { add: ['junk'] }), 400);
@@ -202,7 +274,11 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
     await expectError(await post(inbox.id, msgId, 'labels', token, { add: label('Archive') }), 400);
     await expectError(await post(inbox.id, msgId, 'labels', token, { add: ['Archive'] }), 400);
     await expectError(await post(inbox.id, msgId, 'labels', token, { add: [label('Archive')], extra: true }), 400);
-    await expectError(await post(inbox.id, msgId, 'labels', token, { add: [label('Archive')], remove: [label('Archive')] }), 400, /added and removed/);
+    await expectError(
+      await post(inbox.id, msgId, 'labels', token, { add: [label('Archive')], remove: [label('Archive')] }),
+      400,
+      /added and removed/,
+    );
     await expectError(await post(inbox.id, msgId, 'labels', token, { add: [unknownLabel] }), 422, /does not exist/);
     await expectError(await post(inbox.id, msgId, 'labels', token, [label('Archive')]), 400);
     await expectError(await post(inbox.id, msgId, 'move', token, {}), 400);
@@ -223,7 +299,12 @@ describeWithCorpus('organizing messages: labels, move, archive, trash, junk', fu
     }
     // A reader's token with the scope: the role refuses it; so it does the reader's session.
     const readerId = await p.member();
-    const { inbox: theirs, token: readerToken, label: theirLabel, msgId: theirMsg } = await setUp('compatible', { role: 'reader', memberId: readerId });
+    const {
+      inbox: theirs,
+      token: readerToken,
+      label: theirLabel,
+      msgId: theirMsg,
+    } = await setUp('compatible', { role: 'reader', memberId: readerId });
     await expectError(await post(theirs.id, theirMsg, 'move', readerToken, { to: 'archive' }), 403);
     const readerSession = await p.session({ memberId: readerId });
     const bySession = await call(`${s.app}/inboxes/${theirs.id}/messages/${theirMsg}/labels`, {

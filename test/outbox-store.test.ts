@@ -107,7 +107,8 @@ describe('outbox store: the sending rate', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const reserveAt = (n: number, at: number, max: number, now = at) => store.reserve(entry(n, at), [Buffer.from('copy')], { since: now - HOUR, max });
+  const reserveAt = (n: number, at: number, max: number, now = at) =>
+    store.reserve(entry(n, at), [Buffer.from('copy')], { since: now - HOUR, max });
 
   it('counts exactly the sends of the last hour, to the millisecond, across minute edges', async () => {
     // Sends at -61 min, then 5 in the minute the window will start in (either side of its start), then 5 later.
@@ -132,7 +133,7 @@ describe('outbox store: the sending rate', () => {
     expect(await reserveAt(3, T + 3, 2)).to.deep.equal({ ok: true });
   });
 
-  it('counts another inbox\'s sends apart', async () => {
+  it("counts another inbox's sends apart", async () => {
     expect(await reserveAt(1, T, 1)).to.deep.equal({ ok: true });
     const other = { ...entry(2, T), inboxId: 'ibx_other' };
     expect(await store.reserve(other, [Buffer.from('copy')], { since: T - HOUR, max: 1 })).to.deep.equal({ ok: true });
@@ -158,8 +159,12 @@ describe('outbox store: what a process that died left behind', () => {
   });
 
   /** The owner of `id` now names a process that no longer runs (a pid with no /proc entry). */
-  const kill = (id: string) => db.prepare('UPDATE mail_outbox_owners SET pid = 2147483646 WHERE id = (SELECT owner FROM mail_outbox WHERE id = ?)').run(id);
-  const row = (id: string) => db.prepare('SELECT state, outcome, next_attempt_at AS next FROM mail_outbox WHERE id = ?').get(id) as { state: string; outcome: string | null; next: number } | undefined;
+  const kill = (id: string) =>
+    db.prepare('UPDATE mail_outbox_owners SET pid = 2147483646 WHERE id = (SELECT owner FROM mail_outbox WHERE id = ?)').run(id);
+  const row = (id: string) =>
+    db.prepare('SELECT state, outcome, next_attempt_at AS next FROM mail_outbox WHERE id = ?').get(id) as
+      | { state: string; outcome: string | null; next: number }
+      | undefined;
 
   it('drops its sends that wrote nothing, keeps those that may have as outcome unknown, and takes back its claims at once', async () => {
     const now = Date.now();
@@ -184,7 +189,11 @@ describe('outbox store: what a process that died left behind', () => {
     expect(row(entry(4).id)?.next).to.equal(now);
     // Due now, claimed before (so filed as a retry: looked for in Sent first).
     const due = await live.due(now + 2, 10);
-    expect(due.map((e) => [e.id, e.claims])).to.deep.include.members([[entry(2).id, 0], [entry(3).id, 1], [entry(4).id, 0]]);
+    expect(due.map((e) => [e.id, e.claims])).to.deep.include.members([
+      [entry(2).id, 0],
+      [entry(3).id, 1],
+      [entry(4).id, 0],
+    ]);
     // The dropped draft-free send no longer counts toward the rate; once settled, nothing more to do.
     expect(await live.recover(now + 3)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0 });
   });

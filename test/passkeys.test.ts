@@ -66,7 +66,8 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
   async function reauthOptions(session: string, operation: string) {
     const res = await post('/me/reauth/options', { operation }, session);
     expect(res.status, await res.clone().text()).to.equal(200);
-    return (await json<{ publicKey: { challenge: string; allowCredentials: Array<{ id: string }>; userVerification: string } }>(res)).publicKey;
+    return (await json<{ publicKey: { challenge: string; allowCredentials: Array<{ id: string }>; userVerification: string } }>(res))
+      .publicKey;
   }
 
   async function signInOptions() {
@@ -195,9 +196,24 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
 
   it('refuses malformed ceremony bodies with 400, not 500', async () => {
     await expectError(await post('/auth/sign-in', { response: { id: 'x' } }), 400);
-    await expectError(await post('/auth/sign-in', { response: { id: 'x', rawId: 'x', type: 'public-key', clientExtensionResults: {}, response: { clientDataJSON: 'bm9wZQ', authenticatorData: 'AA', signature: 'AA' } } }), 400, /client data/);
+    await expectError(
+      await post('/auth/sign-in', {
+        response: {
+          id: 'x',
+          rawId: 'x',
+          type: 'public-key',
+          clientExtensionResults: {},
+          response: { clientDataJSON: 'bm9wZQ', authenticatorData: 'AA', signature: 'AA' },
+        },
+      }),
+      400,
+      /client data/,
+    );
     await expectError(await post('/auth/sign-in', 'not an object'), 400);
-    await expectError(await call(`${s.app}/auth/sign-in`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{' }), 400);
+    await expectError(
+      await call(`${s.app}/auth/sign-in`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{' }),
+      400,
+    );
   });
 
   it('refuses a response that carries PRF output: that key material must stay in the browser', async () => {
@@ -223,7 +239,9 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
     // A second passkey, added while signed in.
     const optionsRes = await post('/auth/passkeys/options', undefined, signedIn.session);
     expect(optionsRes.status).to.equal(200);
-    const { publicKey } = await json<{ publicKey: { challenge: string; user: { id: string }; excludeCredentials: Array<{ id: string }> } }>(optionsRes);
+    const { publicKey } = await json<{ publicKey: { challenge: string; user: { id: string }; excludeCredentials: Array<{ id: string }> } }>(
+      optionsRes,
+    );
     expect(publicKey.excludeCredentials.map((c) => c.id)).to.deep.equal([key.id]);
     const phone = new SoftPasskey(ORIGIN);
     const reauth = key.signIn(await reauthOptions(signedIn.session, 'add-passkey'));
@@ -233,7 +251,9 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
     expect(phoneView.name).to.equal('Phone');
 
     const phoneSession = (await json<SignedIn>(await post('/auth/sign-in', { response: phone.signIn(await signInOptions()) }))).session;
-    const list = await json<{ passkeys: Array<{ id: string; name: string; lastUsedAt: string | null }> }>(await call(`${s.app}/auth/passkeys`, { session: signedIn.session }));
+    const list = await json<{ passkeys: Array<{ id: string; name: string; lastUsedAt: string | null }> }>(
+      await call(`${s.app}/auth/passkeys`, { session: signedIn.session }),
+    );
     s.postern.validator.body('https://postern.dev/schemas/app.json#/$defs/PasskeyList', list);
     expect(list.passkeys.map((k) => k.name)).to.deep.equal(['Laptop', 'Phone']);
     expect(list.passkeys[1]!.lastUsedAt).to.be.a('string');
@@ -296,7 +316,9 @@ describe('passkeys: the per-address budget for the public ceremonies', () => {
   it('answers 429 with Retry-After past POSTERN_SIGN_IN_RATE_PER_MINUTE, across the ceremony endpoints, for that address only', async () => {
     for (let i = 0; i < 2; i++) expect((await from('203.0.113.7', '/auth/sign-in/options')).status).to.equal(200);
     // Enrollment counts against the same budget, whatever its answer (an unknown invite here).
-    expect((await from('203.0.113.7', '/auth/enroll/options', { invite: `inv_${'a'.repeat(26)}_${'b'.repeat(43)}` })).status).to.be.within(400, 499).and.not.equal(429);
+    expect((await from('203.0.113.7', '/auth/enroll/options', { invite: `inv_${'a'.repeat(26)}_${'b'.repeat(43)}` })).status)
+      .to.be.within(400, 499)
+      .and.not.equal(429);
     const refused = await from('203.0.113.7', '/auth/sign-in/options');
     await expectError(refused, 429);
     expect(Number(refused.headers.get('retry-after'))).to.be.within(1, 60);
@@ -310,7 +332,7 @@ describe('passkeys: the per-address budget for the public ceremonies', () => {
   });
 });
 
-describe('the member\'s encrypted key (GET/PUT /me/key-backup)', () => {
+describe("the member's encrypted key (GET/PUT /me/key-backup)", () => {
   let s: TestServer;
   let p: TestProject;
 
@@ -369,9 +391,19 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
   after(() => s.close());
 
   const post = (path: string, body: unknown, session?: string) =>
-    call(`${s.app}${path}`, { method: 'POST', ...(session ? { session } : {}), headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    call(`${s.app}${path}`, {
+      method: 'POST',
+      ...(session ? { session } : {}),
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
   const putKey = (session: string, publicKey: string, reauth?: unknown) =>
-    call(`${s.app}/me/key`, { method: 'PUT', session, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ publicKey, ...(reauth ? { reauth } : {}) }) });
+    call(`${s.app}/me/key`, {
+      method: 'PUT',
+      session,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ publicKey, ...(reauth ? { reauth } : {}) }),
+    });
   const storedKey = async (memberId: string) => (await s.postern.store.keys.getMemberKey(memberId))?.fingerprint;
   const newKey = async () => {
     const { armoredPublic, privateKey } = await userKeyPair();
@@ -379,7 +411,10 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
   };
 
   /** The project log as a project:read token reads it: this member's events of `type`. */
-  async function logged(type: string, memberId: string): Promise<Array<{ actor: string; subject?: string; data: Record<string, unknown> }>> {
+  async function logged(
+    type: string,
+    memberId: string,
+  ): Promise<Array<{ actor: string; subject?: string; data: Record<string, unknown> }>> {
     const res = await call(`${s.base}/events?types=${type}&limit=500`, { token: logToken });
     expect(res.status, await res.clone().text()).to.equal(200);
     const { events } = await json<{ events: Array<{ actor: string; subject?: string; data: Record<string, unknown> }> }>(res);
@@ -412,7 +447,8 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
   async function reauthOptions(session: string, operation: string) {
     const res = await post('/me/reauth/options', { operation }, session);
     expect(res.status, await res.clone().text()).to.equal(200);
-    return (await json<{ publicKey: { challenge: string; allowCredentials: Array<{ id: string }>; userVerification: string } }>(res)).publicKey;
+    return (await json<{ publicKey: { challenge: string; allowCredentials: Array<{ id: string }>; userVerification: string } }>(res))
+      .publicKey;
   }
 
   async function addOptions(session: string) {
@@ -429,7 +465,11 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     expect(set.status, await set.clone().text()).to.equal(200);
     const [firstSet, ...more] = await logged('access.key.set', member);
     expect(more).to.deep.equal([]);
-    expect(firstSet).to.deep.include({ actor: member, subject: member, data: { memberId: member, fingerprint: first.fingerprint, confirmedBy: 'fresh-session', passkeyId } });
+    expect(firstSet).to.deep.include({
+      actor: member,
+      subject: member,
+      data: { memberId: member, fingerprint: first.fingerprint, confirmedBy: 'fresh-session', passkeyId },
+    });
     // The same key again changes nothing: no confirmation, no event.
     expect((await putKey(session, first.armored)).status).to.equal(200);
 
@@ -464,7 +504,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     expect(await storedKey(member)).to.equal(second.fingerprint);
   });
 
-  it('refuses a stale challenge, another member\'s challenge or passkey, and an assertion without user verification', async () => {
+  it("refuses a stale challenge, another member's challenge or passkey, and an assertion without user verification", async () => {
     const member = await p.member();
     const { key, session } = await enrolled(member);
     const first = await newKey();
@@ -515,12 +555,22 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
   it('adding a passkey needs an assertion for add-passkey, used once; every passkey added is in the project log', async () => {
     const member = await p.member();
     const { key, session, passkeyId } = await enrolled(member);
-    expect((await logged('access.passkey.added', member)).map((e) => e.data)).to.deep.equal([{ memberId: member, passkeyId, name: 'Laptop', via: 'invite' }]);
+    expect((await logged('access.passkey.added', member)).map((e) => e.data)).to.deep.equal([
+      { memberId: member, passkeyId, name: 'Laptop', via: 'invite' },
+    ]);
 
     const phone = new SoftPasskey(ORIGIN);
-    await expectError(await post('/auth/passkeys', { name: 'Phone', response: phone.register(await addOptions(session)) }, session), 403, /re-authentication required.*add-passkey/);
+    await expectError(
+      await post('/auth/passkeys', { name: 'Phone', response: phone.register(await addOptions(session)) }, session),
+      403,
+      /re-authentication required.*add-passkey/,
+    );
     const forKey = key.signIn(await reauthOptions(session, 'replace-key'));
-    await expectError(await post('/auth/passkeys', { name: 'Phone', response: phone.register(await addOptions(session)), reauth: forKey }, session), 403, /another operation \(replace-key\)/);
+    await expectError(
+      await post('/auth/passkeys', { name: 'Phone', response: phone.register(await addOptions(session)), reauth: forKey }, session),
+      403,
+      /another operation \(replace-key\)/,
+    );
     // (Asked for last: a new challenge stored drops the expired ones, and the answer would be "unknown".)
     const response = phone.register(await addOptions(session));
     const stale = key.signIn(await pastPasskeys().reauthOptions(member, 'add-passkey'));
@@ -536,16 +586,31 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
       { memberId: member, passkeyId: id, name: 'Phone', via: 'session', confirmedWith: passkeyId },
     ]);
     const tablet = new SoftPasskey(ORIGIN);
-    await expectError(await post('/auth/passkeys', { name: 'Tablet', response: tablet.register(await addOptions(session)), reauth }, session), 403, /already answered/);
+    await expectError(
+      await post('/auth/passkeys', { name: 'Tablet', response: tablet.register(await addOptions(session)), reauth }, session),
+      403,
+      /already answered/,
+    );
     // The passkey added confirms later operations like the first one.
     const fromPhone = phone.signIn(await reauthOptions(session, 'add-passkey'));
-    expect((await post('/auth/passkeys', { name: 'Tablet', response: tablet.register(await addOptions(session)), reauth: fromPhone }, session)).status).to.equal(201);
+    expect(
+      (await post('/auth/passkeys', { name: 'Tablet', response: tablet.register(await addOptions(session)), reauth: fromPhone }, session))
+        .status,
+    ).to.equal(201);
   });
 
   it('POST /me/reauth/options is for sessions of members who have a passkey', async () => {
     await expectError(await post('/me/reauth/options', { operation: 'replace-key' }), 401);
     const token = await p.token(['messages:read']);
-    await expectError(await call(`${s.app}/me/reauth/options`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"operation":"replace-key"}' }), 401);
+    await expectError(
+      await call(`${s.app}/me/reauth/options`, {
+        method: 'POST',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: '{"operation":"replace-key"}',
+      }),
+      401,
+    );
     // A staff-issued session of a member who never enrolled: nothing to confirm with.
     const staffSession = await p.session({ memberId: await p.member() });
     await expectError(await post('/me/reauth/options', { operation: 'add-passkey' }, staffSession), 409, /none/);

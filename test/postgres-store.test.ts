@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import pg from 'pg';
+import type pg from 'pg';
 import { migratePg, openPgPool, readPgMigrations, type MigrateResult, type PgMigration } from '../adapters/store/postgres/db.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
 import { HEARTBEAT_BOUND } from '../adapters/store/postgres/changes.ts';
@@ -27,7 +27,17 @@ async function twoTokens(store: Store, name: string, now: number): Promise<void>
   await store.directory.createProject({ id: `prj_${name}`, name, createdAt: now });
   await store.directory.createMember({ id: `mem_${name}`, projectId: `prj_${name}`, email: `${name}@example.org`, createdAt: now });
   for (const n of [1, 2]) {
-    await store.directory.createToken({ id: `tok_${name}${n}`, projectId: `prj_${name}`, memberId: `mem_${name}`, scopes: ['events:write'], inboxes: null, secretHash: Buffer.alloc(32), createdAt: now, expiresAt: null, revokedAt: null });
+    await store.directory.createToken({
+      id: `tok_${name}${n}`,
+      projectId: `prj_${name}`,
+      memberId: `mem_${name}`,
+      scopes: ['events:write'],
+      inboxes: null,
+      secretHash: Buffer.alloc(32),
+      createdAt: now,
+      expiresAt: null,
+      revokedAt: null,
+    });
   }
 }
 
@@ -61,11 +71,17 @@ describe('PostgreSQL store: cluster, pool, migrations', function () {
     expect(rows[0]).to.include({ app: 'postern test', timeout: '30s', big: Number.MAX_SAFE_INTEGER });
     expect(rows[0]!.now_ms).to.be.a('number').and.be.closeTo(Date.now(), 60_000);
     // Past 2^53 a number would lose digits: refused rather than rounded.
-    const err = await p.query('SELECT 9007199254740993::bigint AS n').then(() => null, (e: unknown) => e as Error);
+    const err = await p.query('SELECT 9007199254740993::bigint AS n').then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
     expect(err).to.be.instanceOf(RangeError);
     // The statement timeout is the server's: a longer statement is cancelled (57014).
     const slow = pool({ statementTimeoutMs: 100 });
-    const cancelled = await slow.query('SELECT pg_sleep(5)').then(() => null, (e: unknown) => e as Error & { code?: string });
+    const cancelled = await slow.query('SELECT pg_sleep(5)').then(
+      () => null,
+      (e: unknown) => e as Error & { code?: string },
+    );
     expect(cancelled?.code).to.equal('57014');
   });
 
@@ -73,9 +89,12 @@ describe('PostgreSQL store: cluster, pool, migrations', function () {
     const p = pool();
     const texts = ['whk_abc', '', 'NULL', 'a "quoted" word', 'back\\slash\\', 'comma, {brace}', ' spaced ', 'ünï', null, '\\"'];
     const numbers = [0, 1, -7, Number.MAX_SAFE_INTEGER, null];
-    const { rows } = await p.query<{ t: (string | null)[]; n: (number | null)[] }>('SELECT $1::text[] AS t, $2::bigint[] AS n', [arrayLiteral(texts), arrayLiteral(numbers)]);
+    const { rows } = await p.query<{ t: (string | null)[]; n: (number | null)[] }>('SELECT $1::text[] AS t, $2::bigint[] AS n', [
+      arrayLiteral(texts),
+      arrayLiteral(numbers),
+    ]);
     expect(rows[0]!.t).to.deep.equal(texts);
-    expect(rows[0]!.n!.map((x) => (x === null ? null : Number(x)))).to.deep.equal(numbers);
+    expect(rows[0]!.n.map((x) => (x === null ? null : Number(x)))).to.deep.equal(numbers);
     const empty = await p.query<{ t: string[] }>('SELECT $1::text[] AS t', [arrayLiteral([])]);
     expect(empty.rows[0]!.t).to.deep.equal([]);
   });
@@ -99,7 +118,10 @@ describe('PostgreSQL store: cluster, pool, migrations', function () {
     const missing: string[] = [];
     try {
       const sqlite = openDb(join(dir, 'schema.db'));
-      const tables = sqlite.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").pluck().all() as string[];
+      const tables = sqlite
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+        .pluck()
+        .all() as string[];
       expect(tables.length).to.be.greaterThan(30);
       // The event log's tables (002_events.sql) are shaped by PostgreSQL's own ordering of
       // concurrent writers (docs/events.md, "On PostgreSQL: a log that never skips"), not translated column for column.
@@ -128,14 +150,19 @@ describe('PostgreSQL store: cluster, pool, migrations', function () {
     expect(applied.sort((a, b) => a - b)).to.deep.equal(versions(files));
     // The lock is held for the whole run: one did everything, the other found nothing left.
     expect(results.map((r) => r.applied.length).sort()).to.deep.equal([0, files.length]);
-    const { rows } = await pool().query<{ version: number; n: number }>('SELECT version, count(*)::int AS n FROM schema_migrations GROUP BY version ORDER BY version');
+    const { rows } = await pool().query<{ version: number; n: number }>(
+      'SELECT version, count(*)::int AS n FROM schema_migrations GROUP BY version ORDER BY version',
+    );
     expect(rows).to.deep.equal(files.map((f) => ({ version: f.version, n: 1 })));
   });
 
   it('a migration that fails leaves nothing of itself, is not recorded, and the next run retries it', async function () {
     const good: PgMigration = { version: 1, name: 'good', sql: 'CREATE TABLE good (id integer);' };
     const bad: PgMigration = { version: 2, name: 'bad', sql: 'CREATE TABLE half (id integer); SELECT no_such_function();' };
-    const err = await migratePg(pool(), [good, bad]).then(() => null, (e: unknown) => e as Error);
+    const err = await migratePg(pool(), [good, bad]).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
     expect(err?.message).to.match(/migration 002_bad\.sql failed: .*no_such_function/);
     const p = pool();
     const tables = await p.query<{ t: string | null }>("SELECT to_regclass('good')::text AS t UNION ALL SELECT to_regclass('half')::text");
@@ -156,7 +183,10 @@ describe('PostgreSQL store: cluster, pool, migrations', function () {
     expect(loadConfig({ POSTERN_DATABASE_URL: url, POSTERN_IMAP_MASTER_PASSWORD: 'x' }, { serve: true }).databaseUrl).to.equal(url);
     expect(loadConfig({}).databaseUrl).to.equal(null);
     for (const bad of ['mysql://db.example.org/x', 'postgres://', 'not a url']) {
-      expect(() => loadConfig({ POSTERN_DATABASE_URL: bad }), bad).to.throw(ConfigError, /POSTERN_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/);
+      expect(() => loadConfig({ POSTERN_DATABASE_URL: bad }), bad).to.throw(
+        ConfigError,
+        /POSTERN_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL/,
+      );
     }
   });
 
@@ -230,7 +260,13 @@ describe('PostgreSQL store: cluster, pool, migrations', function () {
         if (Date.now() > deadline) throw new Error('the stores never listened');
         await new Promise((r) => setTimeout(r, 20));
       }
-      expect((await raw.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'postern (changes)' AND query LIKE 'LISTEN%'")).rows[0]!.n).to.equal(2);
+      expect(
+        (
+          await raw.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'postern (changes)' AND query LIKE 'LISTEN%'",
+          )
+        ).rows[0]!.n,
+      ).to.equal(2);
       // Kept: a change made without its notice (the trigger off) is not seen by A.
       expect((await a.directory.getToken('tok_kept1'))?.scopes).to.deep.equal(['events:write']);
       await raw.query('ALTER TABLE tokens DISABLE TRIGGER tokens_changed');
@@ -254,7 +290,15 @@ describe('PostgreSQL store: cluster, pool, migrations', function () {
       await a.directory.revokeToken('tok_kept2', now);
       expect((await a.directory.getToken('tok_kept2'))?.revokedAt).to.equal(now);
       // A type's versions: a version registered through B is seen by A once its notice arrives.
-      const type = (version: number) => ({ projectId: 'prj_kept', name: 'ext.kept.happened', version, description: 'kept', fields: [], createdAt: now, updatedAt: now });
+      const type = (version: number) => ({
+        projectId: 'prj_kept',
+        name: 'ext.kept.happened',
+        version,
+        description: 'kept',
+        fields: [],
+        createdAt: now,
+        updatedAt: now,
+      });
       await a.events.upsertType('prj_kept', 'ext.kept.happened', 1, () => type(1));
       expect((await a.events.typeVersions('prj_kept', 'ext.kept.happened', null, 5)).map((t) => t.version)).to.deep.equal([1]);
       await b.events.upsertType('prj_kept', 'ext.kept.happened', 2, () => type(2));
@@ -283,7 +327,14 @@ describe('PostgreSQL store: cluster, pool, migrations', function () {
       const now = Date.now();
       await a.directory.createProject({ id: 'prj_keep', name: 'keep', createdAt: now });
       await a.directory.createMember({ id: 'mem_keep', projectId: 'prj_keep', email: 'keep@example.org', createdAt: now });
-      const inbox = (n: number) => ({ id: `ibx_keep${n}`, projectId: 'prj_keep', imapUser: `keep${n}`, addresses: [`keep${n}@example.org`], mode: 'compatible' as const, createdAt: now });
+      const inbox = (n: number) => ({
+        id: `ibx_keep${n}`,
+        projectId: 'prj_keep',
+        imapUser: `keep${n}`,
+        addresses: [`keep${n}@example.org`],
+        mode: 'compatible' as const,
+        createdAt: now,
+      });
       for (const n of [1, 2]) {
         await a.directory.createInbox(inbox(n));
         await a.directory.putGrant({ memberId: 'mem_keep', inboxId: `ibx_keep${n}`, role: 'reader', createdAt: now });
@@ -369,7 +420,12 @@ describe('PostgreSQL store: kept reads fail closed when the listening connection
     const heartbeatMs = 300;
     const boundMs = heartbeatMs * HEARTBEAT_BOUND;
     const states: boolean[] = [];
-    const a = await openPostgresStore(db.url, { keepMs: 60_000, heartbeatMs, listenUrl: relayed.toString(), onListenerState: (live) => states.push(live) });
+    const a = await openPostgresStore(db.url, {
+      keepMs: 60_000,
+      heartbeatMs,
+      listenUrl: relayed.toString(),
+      onListenerState: (live) => states.push(live),
+    });
     const b = await openPostgresStore(db.url, { keepMs: 60_000 });
     const raw = openPgPool(db.url);
     try {
@@ -395,7 +451,11 @@ describe('PostgreSQL store: kept reads fail closed when the listening connection
       for (const conn of seen) frozen.add(conn);
       expect(await b.directory.revokeToken('tok_frozen1', now)).to.equal(true);
       // The bound, plus room for a read and a loaded machine.
-      await until(`A still served the revoked token ${boundMs + 1500} ms after the revocation`, boundMs + 1500, async () => (await a.directory.getToken('tok_frozen1'))?.revokedAt === now);
+      await until(
+        `A still served the revoked token ${boundMs + 1500} ms after the revocation`,
+        boundMs + 1500,
+        async () => (await a.directory.getToken('tok_frozen1'))?.revokedAt === now,
+      );
       expect(states).to.deep.equal([true, false]);
       // Not heard: nothing is kept, every read is the database's.
       await changedUnannounced('tok_frozen2');
@@ -409,7 +469,11 @@ describe('PostgreSQL store: kept reads fail closed when the listening connection
       expect(await scopes('tok_frozen2')).to.equal('events:write events:read');
       // And notices are heard on it: a revocation through B is refused by A at once.
       expect(await b.directory.revokeToken('tok_frozen2', now)).to.equal(true);
-      await until('A still serves the token revoked through B', 5_000, async () => (await a.directory.getToken('tok_frozen2'))?.revokedAt === now);
+      await until(
+        'A still serves the token revoked through B',
+        5_000,
+        async () => (await a.directory.getToken('tok_frozen2'))?.revokedAt === now,
+      );
     } finally {
       await a.close();
       await b.close();

@@ -24,15 +24,21 @@ export interface Listening {
 }
 
 /** Starts `cmd` (in `cwd`, else this process's) and resolves once it prints its {"listening": url} line. */
-export async function spawnListening(cmd: string, argv: string[], env: Record<string, string>, timeoutMs = 30_000, cwd?: string): Promise<Listening> {
+export async function spawnListening(
+  cmd: string,
+  argv: string[],
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+  cwd?: string,
+): Promise<Listening> {
   const child = spawn(cmd, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], ...(cwd ? { cwd } : {}) });
   let out = '';
   let err = '';
   // Drained for the life of the child, so a chatty one never blocks on a full pipe.
-  child.stderr!.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4096)));
+  child.stderr.on('data', (d: Buffer) => (err = (err + d.toString()).slice(-4096)));
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${cmd} did not start listening: ${out} ${err}`)), timeoutMs);
-    child.stdout!.on('data', (d: Buffer) => {
+    child.stdout.on('data', (d: Buffer) => {
       out += d.toString();
       const line = out.split('\n').find((l) => l.includes('"listening"'));
       if (line) {
@@ -62,8 +68,8 @@ export function runPostern(args: readonly string[], env: Record<string, string>)
     const child = spawn(join(ROOT, 'bin', 'postern'), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d));
-    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     child.on('error', reject);
     child.on('close', (code) => {
       let out: Record<string, unknown> = {};

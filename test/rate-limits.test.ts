@@ -79,7 +79,11 @@ describe('request budgets: the token buckets', () => {
   it('CredentialRate: a bucket per credential and per budget, refusals counted by kind, idle credentials dropped', () => {
     let t = 0;
     const refused: RateKind[] = [];
-    const rate = new CredentialRate({ requests: { perSecond: 1, burst: 2 }, expensive: { perSecond: 1, burst: 1 } }, { refused: (kind) => refused.push(kind) }, { now: () => t });
+    const rate = new CredentialRate(
+      { requests: { perSecond: 1, burst: 2 }, expensive: { perSecond: 1, burst: 1 } },
+      { refused: (kind) => refused.push(kind) },
+      { now: () => t },
+    );
     const a = principal('tok_a');
     const b = principal('tok_b');
     rate.request(a);
@@ -107,7 +111,11 @@ describe('request budgets: the token buckets', () => {
 });
 
 /** One request after another with `auth` until one is refused: how many passed, and the refusal. */
-async function untilRefused(url: string, auth: { token?: string; session?: string }, most = 50): Promise<{ passed: number; refused: Response }> {
+async function untilRefused(
+  url: string,
+  auth: { token?: string; session?: string },
+  most = 50,
+): Promise<{ passed: number; refused: Response }> {
   for (let passed = 0; passed < most; passed++) {
     const res = await call(url, auth);
     if (res.status === 429) return { passed, refused: res };
@@ -191,7 +199,9 @@ describe('request budgets over HTTP: searches, whole messages and MCP tool calls
     expect((await call(search, { token })).status).to.equal(200);
     // A download is charged before the message is looked for: this one spends the second call.
     const raw = await call(`${s.base}/inboxes/${inbox.id}/messages/msg_00000000000000000000000000/raw`, { token });
-    expect(raw.status, await raw.clone().text()).to.be.within(400, 499).and.not.equal(429);
+    expect(raw.status, await raw.clone().text())
+      .to.be.within(400, 499)
+      .and.not.equal(429);
 
     const refused = await call(search, { token });
     expect(retryAfter(refused)).to.be.within(1, 50);
@@ -202,7 +212,9 @@ describe('request budgets over HTTP: searches, whole messages and MCP tool calls
     await expectError(toolCall, 429);
 
     // Plain reads have the general budget only.
-    const labels = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
+    const labels = await json<{ labels: Array<{ id: string; name: string }> }>(
+      await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+    );
     const inboxLabel = labels.labels.find((l) => l.name === 'INBOX')!;
     expect((await call(`${s.base}/inboxes/${inbox.id}/labels/${inboxLabel.id}/messages`, { token })).status).to.equal(200);
     const list = await mcp(token, { jsonrpc: '2.0', id: 2, method: 'tools/list' });

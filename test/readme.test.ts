@@ -8,7 +8,10 @@ import { README, renderReadme as render, SECTIONS, settingsTable } from '../scri
 
 // `postern help` runs as a child process that loads the whole program: once for the file.
 const rendered = new Map<string, string>();
-const sections = SECTIONS.map((s) => ({ name: s.name, render: () => rendered.get(s.name) ?? rendered.set(s.name, s.render()).get(s.name)! }));
+const sections = SECTIONS.map((s) => ({
+  name: s.name,
+  render: () => rendered.get(s.name) ?? rendered.set(s.name, s.render()).get(s.name)!,
+}));
 const renderReadme = (readme: string) => render(readme, sections);
 
 describe('README: generated tables', function () {
@@ -22,7 +25,10 @@ describe('README: generated tables', function () {
   it('lists every setting once, with its default, and the CLI usage text as printed', () => {
     const table = settingsTable();
     for (const s of SETTINGS) {
-      expect(table.split('\n').filter((row) => row.startsWith(`| \`${s.name}\` |`)), s.name).to.have.length(1);
+      expect(
+        table.split('\n').filter((row) => row.startsWith(`| \`${s.name}\` |`)),
+        s.name,
+      ).to.have.length(1);
     }
     expect(table).to.include('| `POSTERN_PORT` | `8787` |');
     expect(table).to.include('| `POSTERN_IMAP_MASTER_PASSWORD` | required |');

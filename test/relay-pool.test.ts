@@ -1,11 +1,10 @@
 // The relay's own connection pool (adapters/smtp/relay.ts), against an smtp-server standing in
 // for submission: what Postfix cannot be made to do on cue (close idle sessions now, count
 // connections). What Postfix answers and how it is mapped is test/send.test.ts's, against Postfix.
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
 import { expect } from 'chai';
 import { pino } from 'pino';
 import { SMTPServer } from 'smtp-server';
-import type { Socket } from 'node:net';
 import { SmtpRelay } from '../adapters/smtp/relay.ts';
 import { RelayOutcomeUnknown, RelayRefused } from '../lib/send/ports.ts';
 
@@ -43,7 +42,8 @@ async function stand(): Promise<Stand> {
       stream.on('end', () => {
         const message = Buffer.concat(chunks);
         // A message the server refuses once it has it all (as Postfix does for a milter's no).
-        if (message.includes('Subject: refuse-at-dot')) return cb(Object.assign(new Error('5.7.1 refused at the end of data'), { responseCode: 554 }));
+        if (message.includes('Subject: refuse-at-dot'))
+          return cb(Object.assign(new Error('5.7.1 refused at the end of data'), { responseCode: 554 }));
         s.messages.push(message);
         // Taken, and the connection lost before the reply (a timeout, a network cut).
         if (message.includes('Subject: lose-reply')) {
@@ -57,7 +57,7 @@ async function stand(): Promise<Stand> {
   // A client that hangs up while the server still writes (the relay closing a session after a
   // refusal) is the server's EPIPE to ignore, as Postfix does.
   server.on('error', () => {});
-  const net = (server as unknown as { server: import('node:net').Server }).server;
+  const net = (server as unknown as { server: NetServer }).server;
   net.on('connection', (socket: Socket) => {
     s.connections.add(socket);
     s.peak = Math.max(s.peak, s.connections.size);
@@ -72,7 +72,8 @@ async function stand(): Promise<Stand> {
   return s;
 }
 
-const raw = (n: number | string) => Buffer.from(`From: <a@x.test>\r\nTo: <b@y.test>\r\nSubject: ${n}\r\n\r\n.dot at the start of a line\r\nbody ${n}\r\n`);
+const raw = (n: number | string) =>
+  Buffer.from(`From: <a@x.test>\r\nTo: <b@y.test>\r\nSubject: ${n}\r\n\r\n.dot at the start of a line\r\nbody ${n}\r\n`);
 
 describe('relay: its connection pool', () => {
   let s: Stand;
@@ -81,7 +82,16 @@ describe('relay: its connection pool', () => {
   beforeEach(async () => {
     s = await stand();
     relay = new SmtpRelay(
-      { host: '127.0.0.1', port: s.port, secure: false, maxPerInbox: 2, timeoutMs: 5000, masterUser: 'master', masterPassword: 'pw', masterSeparator: '*' },
+      {
+        host: '127.0.0.1',
+        port: s.port,
+        secure: false,
+        maxPerInbox: 2,
+        timeoutMs: 5000,
+        masterUser: 'master',
+        masterPassword: 'pw',
+        masterSeparator: '*',
+      },
       pino({ level: 'silent' }),
     );
   });
@@ -91,7 +101,8 @@ describe('relay: its connection pool', () => {
     await s.close();
   });
 
-  const send = (n: number | string, to = `rcpt-${n}@y.test`) => relay.send({ user: 'u@x.test', from: 'a@x.test', to: [to], raw: [raw(n)], envid: `env${n}` });
+  const send = (n: number | string, to = `rcpt-${n}@y.test`) =>
+    relay.send({ user: 'u@x.test', from: 'a@x.test', to: [to], raw: [raw(n)], envid: `env${n}` });
 
   it('sends 20 messages at once over at most maxPerInbox connections, each logged in as user*master, the bytes dot-stuffed', async () => {
     const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => send(i)));
@@ -104,15 +115,22 @@ describe('relay: its connection pool', () => {
     expect(s.messages.map(String)).to.include(raw(3).toString());
   });
 
-  it('pipelines the next message\'s envelope behind a message\'s final dot when sends are waiting', async () => {
+  it("pipelines the next message's envelope behind a message's final dot when sends are waiting", async () => {
     const answers = await Promise.all(Array.from({ length: 30 }, (_, i) => send(i)));
     expect(answers).to.have.length(30);
     expect(s.messages).to.have.length(30);
     expect(s.pipelined).to.be.above(0);
   });
 
-  it('a message refused at the end of data takes none of the next one\'s bytes: that one goes on another connection, once', async () => {
-    const outcomes = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 5 === 2 ? send('refuse-at-dot') : send(i)).then(() => 'sent', (err: unknown) => err)));
+  it("a message refused at the end of data takes none of the next one's bytes: that one goes on another connection, once", async () => {
+    const outcomes = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        (i % 5 === 2 ? send('refuse-at-dot') : send(i)).then(
+          () => 'sent',
+          (err: unknown) => err,
+        ),
+      ),
+    );
     const refused = outcomes.filter((o) => o !== 'sent');
     expect(refused).to.have.length(4);
     for (const err of refused) {
@@ -122,7 +140,12 @@ describe('relay: its connection pool', () => {
     }
     // Every other message arrived exactly once.
     const subjects = s.messages.map((m) => /Subject: (\S+)/.exec(m.toString())![1]).sort();
-    expect(subjects).to.deep.equal(Array.from({ length: 20 }, (_, i) => i).filter((i) => i % 5 !== 2).map(String).sort());
+    expect(subjects).to.deep.equal(
+      Array.from({ length: 20 }, (_, i) => i)
+        .filter((i) => i % 5 !== 2)
+        .map(String)
+        .sort(),
+    );
     expect(s.peak).to.be.at.most(2);
   });
 
@@ -138,7 +161,7 @@ describe('relay: its connection pool', () => {
     expect(s.messages).to.have.length(5);
   });
 
-  it('a refused message is a permanent RelayRefused in the server\'s words, and frees its connection', async () => {
+  it("a refused message is a permanent RelayRefused in the server's words, and frees its connection", async () => {
     const refused = await send(1, 'refused@y.test').catch((err: unknown) => err);
     expect(refused).to.be.instanceOf(RelayRefused);
     expect((refused as RelayRefused).permanent).to.equal(true);
@@ -152,7 +175,14 @@ describe('relay: its connection pool', () => {
     await send(1);
     const order: string[] = [];
     const err = await relay
-      .send({ user: 'u@x.test', from: 'a@x.test', to: ['b@y.test'], raw: [raw('lose-reply')], envid: 'envl', writing: async () => void order.push(`writing with ${s.messages.length} messages in`) })
+      .send({
+        user: 'u@x.test',
+        from: 'a@x.test',
+        to: ['b@y.test'],
+        raw: [raw('lose-reply')],
+        envid: 'envl',
+        writing: async () => void order.push(`writing with ${s.messages.length} messages in`),
+      })
       .catch((e: unknown) => e);
     expect(err).to.be.instanceOf(RelayOutcomeUnknown);
     expect(order).to.deep.equal(['writing with 1 messages in']);
@@ -164,7 +194,14 @@ describe('relay: its connection pool', () => {
 
   it('writes nothing of a message whose writing could not be recorded: a temporary RelayRefused', async () => {
     const err = await relay
-      .send({ user: 'u@x.test', from: 'a@x.test', to: ['b@y.test'], raw: [raw('unrecorded')], envid: 'envu', writing: () => Promise.reject(new Error('disk full')) })
+      .send({
+        user: 'u@x.test',
+        from: 'a@x.test',
+        to: ['b@y.test'],
+        raw: [raw('unrecorded')],
+        envid: 'envu',
+        writing: () => Promise.reject(new Error('disk full')),
+      })
       .catch((e: unknown) => e);
     expect(err).to.be.instanceOf(RelayRefused);
     expect((err as RelayRefused).permanent).to.equal(false);

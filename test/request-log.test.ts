@@ -43,7 +43,7 @@ describe('request log', function () {
     return lines[0]!;
   };
 
-  it('returns a request id: the caller\'s when at most 64 of A-Z a-z 0-9 . _ : -, a new one otherwise', async () => {
+  it("returns a request id: the caller's when at most 64 of A-Z a-z 0-9 . _ : -, a new one otherwise", async () => {
     const given = 'gw-7.trace:0af7651916cd43dd';
     const honoured = await fetch(`${s.url}/healthz`, { headers: { 'x-request-id': given } });
     expect(honoured.headers.get('x-request-id')).to.equal(given);
@@ -90,7 +90,11 @@ describe('request log', function () {
     expect(logged('forged')).to.include({ status: 401, credentialId: null });
 
     const log = readFileSync(logFile, 'utf8');
-    for (const secret of [token.slice(`svc_${tokenId}_`.length), session.slice(`${sessionId}_`.length), forged.slice(`svc_${tokenId}_`.length)]) {
+    for (const secret of [
+      token.slice(`svc_${tokenId}_`.length),
+      session.slice(`${sessionId}_`.length),
+      forged.slice(`svc_${tokenId}_`.length),
+    ]) {
       expect(secret).to.have.length(43);
       expect(log.includes(secret), 'a credential secret in the log').to.equal(false);
     }

@@ -19,7 +19,18 @@ import { ROOT } from '../lib/paths.ts';
 import { LEASE_MS, Resealer, SWEEP_MS, type MessageReplacer } from '../lib/mail/reseal.ts';
 import { seal, sealedEpoch } from '../lib/mail/seal.ts';
 import { addUser } from '../scripts/mailenv.ts';
-import { call, envVars, mailEnv, newProject, newStore, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import {
+  call,
+  envVars,
+  mailEnv,
+  newProject,
+  newStore,
+  startPostern,
+  unique,
+  type TestInbox,
+  type TestProject,
+  type TestServer,
+} from './harness.ts';
 import { holdFetchesInPairs, importMessages, mailApp, SseReader, until } from './mail-fixtures.ts';
 import { storedMessages } from './ingress-helpers.ts';
 import { spawnPostern } from './processes.ts';
@@ -32,7 +43,9 @@ async function epochKey(s: TestServer, inboxId: string): Promise<TestEpochKey> {
 }
 
 const plaintext = (subject: string, body: string) =>
-  Buffer.from(`From: Me <me@example.org>\r\nTo: you@example.org\r\nSubject: ${subject}\r\nMessage-ID: <${subject.replace(/\W/g, '')}@example.org>\r\n\r\n${body}\r\n`);
+  Buffer.from(
+    `From: Me <me@example.org>\r\nTo: you@example.org\r\nSubject: ${subject}\r\nMessage-ID: <${subject.replace(/\W/g, '')}@example.org>\r\n\r\n${body}\r\n`,
+  );
 
 describe('re-sealing plaintext appended to a zero-access inbox', function () {
   this.timeout(60_000);
@@ -56,7 +69,11 @@ describe('re-sealing plaintext appended to a zero-access inbox', function () {
   /** An inbox stream: the inbox gets a live watcher, so the sync runs as soon as IMAP changes. */
   const watch = async (inbox: TestInbox) => {
     const abort = new AbortController();
-    const res = await call(`${s.base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+    const res = await call(`${s.base}/inboxes/${inbox.id}/events`, {
+      token,
+      headers: { accept: 'text/event-stream' },
+      signal: abort.signal,
+    });
     expect(res.status).to.equal(200);
     const reader = new SseReader(res, abort);
     readers.push(reader);
@@ -169,9 +186,11 @@ function cli(env: Record<string, string>, ...args: string[]): Promise<{ code: nu
   return new Promise((resolve, reject) => {
     const child = spawn(join(ROOT, 'bin', 'postern'), args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'ignore'] });
     let stdout = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.on('error', reject);
-    child.on('close', (code) => resolve({ code: code ?? -1, out: JSON.parse(stdout.trim().split('\n').at(-1) || '{}') as Record<string, unknown> }));
+    child.on('close', (code) =>
+      resolve({ code: code ?? -1, out: JSON.parse(stdout.trim().split('\n').at(-1) || '{}') as Record<string, unknown> }),
+    );
   });
 }
 
@@ -210,7 +229,20 @@ describe('sealing what a zero-access inbox already holds', function () {
     const seen = await openStore(loadConfig(env));
     try {
       const project = await cli(env, 'admin', 'project', 'create', '--name', 'history');
-      const added = await cli(env, 'admin', 'inbox', 'add', '--project', project.out.id as string, '--imap-user', user, '--address', user, '--mode', 'zero-access');
+      const added = await cli(
+        env,
+        'admin',
+        'inbox',
+        'add',
+        '--project',
+        project.out.id as string,
+        '--imap-user',
+        user,
+        '--address',
+        user,
+        '--mode',
+        'zero-access',
+      );
       expect(added.code, JSON.stringify(added.out)).to.equal(0);
       const inboxId = added.out.id as string;
       const { resealJobs: jobs, mailIndex: index } = seen;
@@ -230,7 +262,14 @@ describe('sealing what a zero-access inbox already holds', function () {
       // message in hand at the kill, a sweep, and the sealing of what is left.
       const restarted = Date.now();
       server = await spawnPostern(env);
-      await until('nothing left to seal', async () => (await index.status(inboxId)).seeded && (await index.status(inboxId)).messages >= 1000 && (await jobs.status(inboxId)).unsealed === 0, 240_000);
+      await until(
+        'nothing left to seal',
+        async () =>
+          (await index.status(inboxId)).seeded &&
+          (await index.status(inboxId)).messages >= 1000 &&
+          (await jobs.status(inboxId)).unsealed === 0,
+        240_000,
+      );
       const tookMs = Date.now() - restarted;
       // Documented: LEASE_MS + SWEEP_MS + 60 s per 1,000 messages.
       expect(tookMs, `${left} messages sealed after the restart in ${tookMs} ms`).to.be.below(LEASE_MS + SWEEP_MS + 60_000 + 30_000);
@@ -287,10 +326,14 @@ describe('sealing what a zero-access inbox already holds', function () {
       expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token })).status).to.equal(200);
       resealer.start();
       try {
-        const stored = await until('sealed after the failures', async () => {
-          const got = await storedMessages(inbox);
-          return got.length === 1 && sealedEpoch(got[0]!.source) !== null && got;
-        }, 60_000);
+        const stored = await until(
+          'sealed after the failures',
+          async () => {
+            const got = await storedMessages(inbox);
+            return got.length === 1 && sealedEpoch(got[0]!.source) !== null && got;
+          },
+          60_000,
+        );
         expect(failures).to.equal(6);
         expect(stored).to.have.length(1);
       } finally {
@@ -333,7 +376,14 @@ describe('sealing what a zero-access inbox already holds', function () {
       }
       expect(await storedMessages(inbox)).to.have.length(2);
 
-      const resealer = new Resealer(directory, s.postern.keys, new ImapMessageReplacer(s.postern.mailSource.pool, index), jobs, s.postern.log, { holder: 'restarted' });
+      const resealer = new Resealer(
+        directory,
+        s.postern.keys,
+        new ImapMessageReplacer(s.postern.mailSource.pool, index),
+        jobs,
+        s.postern.log,
+        { holder: 'restarted' },
+      );
       resealer.kick(inbox.id);
       await resealer.idle();
       await resealer.close();

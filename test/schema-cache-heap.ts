@@ -22,7 +22,13 @@ const VERSIONS = 20;
 // In memory: SQLite's own memory is outside the JS heap, and no disk makes 20,000 commits slow.
 const db = openDb(':memory:');
 try {
-  const project = (await new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 60, keys: new EpochKeyring(new SqliteKeyStore(db), null) }).createProject('heap')).id;
+  const project = (
+    await new Admin(new SqliteDirectoryStore(db), {
+      tokenTtlSeconds: 0,
+      sessionTtlSeconds: 60,
+      keys: new EpochKeyring(new SqliteKeyStore(db), null),
+    }).createProject('heap')
+  ).id;
   const log = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
 
   const heap = async (): Promise<number> => {
@@ -40,10 +46,17 @@ try {
     const first = made / VERSIONS;
     for (let n = first; n < first + names; n++) {
       for (let v = 1; v <= VERSIONS; v++) {
-        await log.registerType(project, { name: `ext.t${n}.happened`, description: 'heap', version: v, data: [{ name: `f${n}_${v}`, type: 'integer', required: true }] });
+        await log.registerType(project, {
+          name: `ext.t${n}.happened`,
+          description: 'heap',
+          version: v,
+          data: [{ name: `f${n}_${v}`, type: 'integer', required: true }],
+        });
       }
       await Promise.all(
-        Array.from({ length: VERSIONS }, (_, i) => log.publish({ projectId: project, actor: 'sys_heap', type: `ext.t${n}.happened`, data: { [`f${n}_${i + 1}`]: 1 } })),
+        Array.from({ length: VERSIONS }, (_, i) =>
+          log.publish({ projectId: project, actor: 'sys_heap', type: `ext.t${n}.happened`, data: { [`f${n}_${i + 1}`]: 1 } }),
+        ),
       );
     }
     made += count;

@@ -15,7 +15,12 @@ export interface TestEpochKey {
 
 /** An epoch-shaped key: v4, Ed25519 primary, Curve25519 encryption subkey (docs/encryption.md, "Keys"). */
 export async function testEpochKey(epoch = 1): Promise<TestEpochKey> {
-  const { privateKey } = await openpgp.generateKey({ type: 'ecc', curve: 'curve25519Legacy', userIDs: [{ name: 'test epoch', email: 'epoch@postern.test' }], format: 'armored' });
+  const { privateKey } = await openpgp.generateKey({
+    type: 'ecc',
+    curve: 'curve25519Legacy',
+    userIDs: [{ name: 'test epoch', email: 'epoch@postern.test' }],
+    format: 'armored',
+  });
   const priv = await openpgp.readPrivateKey({ armoredKey: privateKey });
   return { sealKey: { epoch, publicKey: priv.toPublic() }, privateKey: priv, armoredPrivate: privateKey };
 }
@@ -41,8 +46,11 @@ export async function gpgDecrypt(sealed: Buffer, key: TestEpochKey): Promise<Buf
   const home = mkdtempSync(join(tmpdir(), 'postern-gpg-'));
   const run = (args: string[], input?: string) =>
     new Promise<Buffer>((resolve, reject) => {
-      const child = execFile('gpg', ['--homedir', home, '--batch', '--yes', '--pinentry-mode', 'loopback', '--passphrase', '', ...args], { encoding: 'buffer', maxBuffer: 256 * 1024 * 1024 }, (err, stdout, stderr) =>
-        err ? reject(new Error(`gpg ${args.join(' ')}: ${err.message}\n${stderr.toString()}`)) : resolve(stdout),
+      const child = execFile(
+        'gpg',
+        ['--homedir', home, '--batch', '--yes', '--pinentry-mode', 'loopback', '--passphrase', '', ...args],
+        { encoding: 'buffer', maxBuffer: 256 * 1024 * 1024 },
+        (err, stdout, stderr) => (err ? reject(new Error(`gpg ${args.join(' ')}: ${err.message}\n${stderr.toString()}`)) : resolve(stdout)),
       );
       if (input !== undefined) child.stdin!.end(input);
     });

@@ -57,9 +57,17 @@ describe('sealing a message for a zero-access inbox', function () {
     expect(isPgpMime(sealed)).to.equal(true);
     expect(isPgpMime(plain)).to.equal(false);
     // A sender's own PGP/MIME, its Content-Type folded: no plaintext there either.
-    expect(isPgpMime(Buffer.from('Subject: x\r\nContent-Type: multipart/encrypted;\r\n protocol="application/pgp-encrypted"; boundary=b\r\n\r\n--b--\r\n'))).to.equal(true);
+    expect(
+      isPgpMime(
+        Buffer.from(
+          'Subject: x\r\nContent-Type: multipart/encrypted;\r\n protocol="application/pgp-encrypted"; boundary=b\r\n\r\n--b--\r\n',
+        ),
+      ),
+    ).to.equal(true);
     // The words in a body are not a header.
-    expect(isPgpMime(Buffer.from('Subject: x\r\n\r\nContent-Type: multipart/encrypted; protocol="application/pgp-encrypted"\r\n'))).to.equal(false);
+    expect(
+      isPgpMime(Buffer.from('Subject: x\r\n\r\nContent-Type: multipart/encrypted; protocol="application/pgp-encrypted"\r\n')),
+    ).to.equal(false);
     // Bare LF nowhere: the outer message is CRLF throughout.
     expect(/[^\r]\n/.test(text)).to.equal(false);
   });
@@ -77,7 +85,12 @@ describe('sealing a message for a zero-access inbox', function () {
   });
 
   it('seals what cannot be parsed whole: empty, headerless, binary junk, bare CR', async () => {
-    for (const raw of [Buffer.alloc(0), Buffer.from('just text, no headers at all'), Buffer.from([0, 1, 2, 255, 13, 10, 13, 10, 0]), Buffer.from('Subject: a\rb\r\n\r\nbody\r')]) {
+    for (const raw of [
+      Buffer.alloc(0),
+      Buffer.from('just text, no headers at all'),
+      Buffer.from([0, 1, 2, 255, 13, 10, 13, 10, 0]),
+      Buffer.from('Subject: a\rb\r\n\r\nbody\r'),
+    ]) {
       const sealed = await seal(raw, key.sealKey);
       expect(Buffer.compare(await openSealed(sealed, key), raw)).to.equal(0);
     }

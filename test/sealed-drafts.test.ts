@@ -12,7 +12,17 @@ import { atSink, rcpt } from './send-fixtures.ts';
 const draft = () => `draft_${randomBytes(12).toString('base64url')}`;
 
 function message(from: string, to: string, body = 'Sealed in the browser.'): Buffer {
-  return Buffer.from([`From: <${from}>`, `To: <${to}>`, 'Subject: sealed', `Message-ID: <${randomBytes(8).toString('hex')}@postern.test>`, '', body, ''].join('\r\n'));
+  return Buffer.from(
+    [
+      `From: <${from}>`,
+      `To: <${to}>`,
+      'Subject: sealed',
+      `Message-ID: <${randomBytes(8).toString('hex')}@postern.test>`,
+      '',
+      body,
+      '',
+    ].join('\r\n'),
+  );
 }
 
 type Parts = { wrappedDek: string; ciphertext: string };
@@ -47,7 +57,7 @@ async function sealBzip2(epochPublic: string, raw: Buffer, filename: string): Pr
   const packets = new openpgp.PacketList<openpgp.AnyPacket>();
   packets.push(compressed);
   const sealed = await new openpgp.Message(packets).encrypt([await epochKey(epochPublic)]);
-  return { ...parts(sealed.write() as Uint8Array), packetBytes: (compressed.write() as Uint8Array).length };
+  return { ...parts(sealed.write() as Uint8Array), packetBytes: compressed.write().length };
 }
 
 describe('sending: what a sealed draft is refused for, before it is opened', function () {
@@ -58,7 +68,12 @@ describe('sending: what a sealed draft is refused for, before it is opened', fun
   let compose: { epoch: number; epochPublic: string };
 
   const post = (server: TestServer, t: string, box: TestInbox, body: Record<string, unknown>) =>
-    call(`${server.base}/inboxes/${box.id}/send`, { method: 'POST', token: t, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    call(`${server.base}/inboxes/${box.id}/send`, {
+      method: 'POST',
+      token: t,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
 
   before(async () => {
     s = await startPostern();
@@ -75,7 +90,17 @@ describe('sending: what a sealed draft is refused for, before it is opened', fun
     const to = rcpt();
     const raw = message(inbox.address, to);
     const zlibDraft = draft();
-    await expectError(await post(s, token, inbox, { draftId: zlibDraft, epoch: compose.epoch, ...(await sealZlib(compose.epochPublic, raw, zlibDraft)), from: inbox.address, to: [to] }), 422, /compressed/);
+    await expectError(
+      await post(s, token, inbox, {
+        draftId: zlibDraft,
+        epoch: compose.epoch,
+        ...(await sealZlib(compose.epochPublic, raw, zlibDraft)),
+        from: inbox.address,
+        to: [to],
+      }),
+      422,
+      /compressed/,
+    );
 
     // 25 MB of message in a few KB: refused before any of it is opened.
     const bomb = message(inbox.address, to, 'A'.repeat(25 * 1024 * 1024 - 200));
@@ -84,12 +109,20 @@ describe('sending: what a sealed draft is refused for, before it is opened', fun
     expect(packetBytes).to.be.below(30 * 1024);
     const before = process.memoryUsage().rss;
     const started = Date.now();
-    await expectError(await post(s, token, inbox, { draftId: bombDraft, epoch: compose.epoch, ...sealedBomb, from: inbox.address, to: [to] }), 422, /compressed/);
+    await expectError(
+      await post(s, token, inbox, { draftId: bombDraft, epoch: compose.epoch, ...sealedBomb, from: inbox.address, to: [to] }),
+      422,
+      /compressed/,
+    );
     expect(Date.now() - started).to.be.below(5_000);
     expect(process.memoryUsage().rss - before).to.be.below(20 * 1024 * 1024);
 
     // Neither was sent (the drafts are still free); the same message sealed as the app does goes.
-    const plain = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: raw, filename: zlibDraft }), encryptionKeys: await epochKey(compose.epochPublic), format: 'binary' });
+    const plain = await openpgp.encrypt({
+      message: await openpgp.createMessage({ binary: raw, filename: zlibDraft }),
+      encryptionKeys: await epochKey(compose.epochPublic),
+      format: 'binary',
+    });
     const ok = await post(s, token, inbox, { draftId: zlibDraft, epoch: compose.epoch, ...parts(plain), from: inbox.address, to: [to] });
     expect(ok.status, await ok.clone().text()).to.equal(200);
     expect(await atSink(to)).to.have.length(1);
@@ -104,12 +137,21 @@ describe('sending: what a sealed draft is refused for, before it is opened', fun
       const c = await json<{ epoch: number; epochPublic: string }>(await call(`${limited.base}/inboxes/${box.id}/compose`, { token: t }));
       const to = rcpt();
       // A ciphertext that would never open: the answer shows which check came first.
-      const garbage = { epoch: c.epoch, wrappedDek: randomBytes(64).toString('base64'), ciphertext: randomBytes(64).toString('base64'), to: [to] };
+      const garbage = {
+        epoch: c.epoch,
+        wrappedDek: randomBytes(64).toString('base64'),
+        ciphertext: randomBytes(64).toString('base64'),
+        to: [to],
+      };
       await expectError(await post(limited, t, box, { draftId: draft(), ...garbage, from: 'other@example.org' }), 403, /cannot send as/);
       await expectError(await post(limited, t, box, { draftId: draft(), ...garbage, from: box.address }), 400, /does not open/);
 
       const first = draft();
-      const sealed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: message(box.address, to), filename: first }), encryptionKeys: await epochKey(c.epochPublic), format: 'binary' });
+      const sealed = await openpgp.encrypt({
+        message: await openpgp.createMessage({ binary: message(box.address, to), filename: first }),
+        encryptionKeys: await epochKey(c.epochPublic),
+        format: 'binary',
+      });
       const ok = await post(limited, t, box, { draftId: first, epoch: c.epoch, ...parts(sealed), from: box.address, to: [to] });
       expect(ok.status, await ok.clone().text()).to.equal(200);
       await atSink(to);

@@ -12,7 +12,8 @@ import { searchWords } from '../lib/mail/search-words.ts';
 import type { MessageSearchPage, MessageSummary } from '../schemas/wire.ts';
 
 /** A decoded header a parser read cleanly: no replacement characters, some word in it. */
-const clean = (text: string | undefined): text is string => typeof text === 'string' && !text.includes('\uFFFD') && searchWords(text).length > 0;
+const clean = (text: string | undefined): text is string =>
+  typeof text === 'string' && !text.includes('\uFFFD') && searchWords(text).length > 0;
 
 /** Runs `task` over `items`, `concurrency` at a time. */
 async function eachLimit<T>(items: readonly T[], concurrency: number, task: (item: T) => Promise<void>): Promise<void> {
@@ -33,7 +34,11 @@ const typed = (text: string) =>
     .join(' ');
 
 /** A failure list short enough to read. */
-const show = (lines: string[]) => lines.slice(0, 20).map((l) => (l.length > 300 ? `${l.slice(0, 300)}…` : l)).join('\n');
+const show = (lines: string[]) =>
+  lines
+    .slice(0, 20)
+    .map((l) => (l.length > 300 ? `${l.slice(0, 300)}…` : l))
+    .join('\n');
 
 interface Query {
   file: string;
@@ -58,7 +63,13 @@ describeWithCorpus('message search over the real-world corpus', function () {
     const p = await newProject(s);
     inbox = await p.inbox();
     token = await p.token(['messages:read']);
-    const imap = new ImapFlow({ host: mailEnv().imap.host, port: mailEnv().imap.port, secure: false, auth: { user: inbox.imapUser, pass: inbox.imapPassword }, logger: false });
+    const imap = new ImapFlow({
+      host: mailEnv().imap.host,
+      port: mailEnv().imap.port,
+      secure: false,
+      auth: { user: inbox.imapUser, pass: inbox.imapPassword },
+      logger: false,
+    });
     await imap.connect();
     try {
       // Pipelined: imapflow queues the APPENDs on the one connection; an empty file is refused.
@@ -72,18 +83,25 @@ describeWithCorpus('message search over the real-world corpus', function () {
       // imapflow (adapters/imap/raw.ts uses the same parseEnvelope). On a malformed header parsers
       // disagree (test/corpus.test.ts compares with mailparser); the search is held to the index's reading.
       await imap.mailboxOpen('INBOX', { readOnly: true });
-      for await (const m of imap.fetch('1:*', { uid: true, envelope: true }, { uid: true })) if (m.envelope) envelopes.set(m.uid, m.envelope);
+      for await (const m of imap.fetch('1:*', { uid: true, envelope: true }, { uid: true }))
+        if (m.envelope) envelopes.set(m.uid, m.envelope);
     } finally {
       await imap.logout();
     }
-    const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
+    const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(
+      await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+    );
     labelId = labels.find((l) => l.name === 'INBOX')!.id;
     // The index has caught up once listing counts every stored message.
-    await until('the index holds every appended message', async () => {
-      const res = await call(`${s.base}/inboxes/${inbox.id}/labels`, { token });
-      const body = await json<{ labels: Array<{ id: string; total: number }> }>(res);
-      return body.labels.find((l) => l.id === labelId)!.total === appended.size;
-    }, 60_000);
+    await until(
+      'the index holds every appended message',
+      async () => {
+        const res = await call(`${s.base}/inboxes/${inbox.id}/labels`, { token });
+        const body = await json<{ labels: Array<{ id: string; total: number }> }>(res);
+        return body.labels.find((l) => l.id === labelId)!.total === appended.size;
+      },
+      60_000,
+    );
   });
   after(() => s?.close());
 
@@ -135,7 +153,9 @@ describeWithCorpus('message search over the real-world corpus', function () {
         cursor = body.cursor;
       }
       const shown = listed.get(q.uid);
-      missed.push(`${q.file} by ${q.by} ${JSON.stringify(q.params)}; listed as from ${JSON.stringify(shown?.from)} subject ${JSON.stringify(shown?.subject)}`);
+      missed.push(
+        `${q.file} by ${q.by} ${JSON.stringify(q.params)}; listed as from ${JSON.stringify(shown?.from)} subject ${JSON.stringify(shown?.subject)}`,
+      );
     });
 
     expect(errors, show(errors)).to.deep.equal([]);
@@ -143,7 +163,9 @@ describeWithCorpus('message search over the real-world corpus', function () {
     // What was skipped, and why it stays small: the corpus's messages without a Subject (or an empty
     // one, or only punctuation), without a From or with one that has no address (a bare name, `<>`,
     // a list Dovecot reads as MISSING_MAILBOX), or whose header decodes to replacement characters.
-    const skips = Object.entries(skipped).map(([why, names]) => `${why}: ${names.length}`).join(', ');
+    const skips = Object.entries(skipped)
+      .map(([why, names]) => `${why}: ${names.length}`)
+      .join(', ');
     expect(skipped.noSubject.length, skips).to.be.at.most(40);
     expect(skipped.noFrom.length, skips).to.be.at.most(40);
     expect(searches).to.be.at.least(queries.length);

@@ -22,8 +22,14 @@ describe('web app search box syntax', () => {
       label: 'Sent Items',
     });
     expect(parseSearch('is:read').conditions).to.deep.equal({ hasKeyword: 'seen' });
-    expect(parseSearch('after:2024-01-31 before:2024-03-01').conditions).to.deep.equal({ after: local(2024, 1, 31), before: local(2024, 3, 1) });
-    expect(parseSearch('larger:500K smaller:2M').conditions).to.deep.equal({ minSize: String(500 * 1024), maxSize: String(2 * 1024 * 1024) });
+    expect(parseSearch('after:2024-01-31 before:2024-03-01').conditions).to.deep.equal({
+      after: local(2024, 1, 31),
+      before: local(2024, 3, 1),
+    });
+    expect(parseSearch('larger:500K smaller:2M').conditions).to.deep.equal({
+      minSize: String(500 * 1024),
+      maxSize: String(2 * 1024 * 1024),
+    });
     expect(parseSearch('larger:1200').conditions).to.deep.equal({ minSize: '1200' });
   });
 
@@ -38,7 +44,8 @@ describe('web app search box syntax', () => {
       ['larger:big', /larger: takes a size/],
       ['is:read is:flagged', /Only one of is:read, is:flagged/],
       ['in:INBOX in:Archive', /Only one in:/],
-    ] as const) expect(() => parseSearch(text), text).to.throw(SearchSyntaxError, said);
+    ] as const)
+      expect(() => parseSearch(text), text).to.throw(SearchSyntaxError, said);
     // The same condition twice is not a conflict.
     expect(parseSearch('is:unread is:unread').conditions).to.deep.equal({ notKeyword: 'seen' });
   });

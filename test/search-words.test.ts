@@ -22,7 +22,9 @@ describe('search words', () => {
   it("are SQLite unicode61's tokens (remove_diacritics 2), text by text", () => {
     const db = new Database(':memory:');
     try {
-      db.exec("CREATE VIRTUAL TABLE t USING fts5(x, tokenize = 'unicode61 remove_diacritics 2'); CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');");
+      db.exec(
+        "CREATE VIRTUAL TABLE t USING fts5(x, tokenize = 'unicode61 remove_diacritics 2'); CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance');",
+      );
       const latin = Array.from({ length: 0x250 - 0xc0 }, (_, i) => String.fromCodePoint(0xc0 + i)).join(' ');
       const extended = Array.from({ length: 0x100 }, (_, i) => String.fromCodePoint(0x1e00 + i)).join(' ');
       const marks = Array.from({ length: 0x70 }, (_, i) => `a${String.fromCodePoint(0x300 + i)}b`).join(' ');
@@ -38,6 +40,15 @@ describe('search words', () => {
   });
 
   it('every address part is a word', () => {
-    expect(searchWords('Alice Smith <alice.smith+news@mail.example.com>')).to.deep.equal(['alice', 'smith', 'alice', 'smith', 'news', 'mail', 'example', 'com']);
+    expect(searchWords('Alice Smith <alice.smith+news@mail.example.com>')).to.deep.equal([
+      'alice',
+      'smith',
+      'alice',
+      'smith',
+      'news',
+      'mail',
+      'example',
+      'com',
+    ]);
   });
 });

@@ -7,7 +7,17 @@ import { chmodSync, existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ImapFlow } from 'imapflow';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
-import { call, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import {
+  call,
+  expectError,
+  json,
+  mailEnv,
+  newProject,
+  startPostern,
+  type TestInbox,
+  type TestProject,
+  type TestServer,
+} from './harness.ts';
 import { getPage } from './events-helpers.ts';
 import { mailApp, rfc822, until } from './mail-fixtures.ts';
 import type { MessageSearchPage, MessageSummary } from '../schemas/wire.ts';
@@ -37,10 +47,24 @@ describe('message search', function () {
     client = await mailApp(inbox);
     await client.mailboxCreate('Archive');
     const put = (path: string, raw: string | Buffer, flags: string[], date: Date) => client.append(path, raw, flags, date);
-    await put('INBOX', rfc822({ from: 'Élodie Müller <elodie@acme.example>', to: inbox.address, subject: 'Invoice March', body: 'the kumquat report' }), ['\\Seen'], day('2024-01-10'));
     await put(
       'INBOX',
-      ['From: Bob <bob@other.example>', `To: ${inbox.address}`, 'Cc: Zoë Zed <zoe@acme.example>', 'Subject: Lunch on Friday?', 'Message-ID: <lunch@other.example>', '', 'a kumquat salad', ''].join('\r\n'),
+      rfc822({ from: 'Élodie Müller <elodie@acme.example>', to: inbox.address, subject: 'Invoice March', body: 'the kumquat report' }),
+      ['\\Seen'],
+      day('2024-01-10'),
+    );
+    await put(
+      'INBOX',
+      [
+        'From: Bob <bob@other.example>',
+        `To: ${inbox.address}`,
+        'Cc: Zoë Zed <zoe@acme.example>',
+        'Subject: Lunch on Friday?',
+        'Message-ID: <lunch@other.example>',
+        '',
+        'a kumquat salad',
+        '',
+      ].join('\r\n'),
       ['\\Flagged', '$Project'],
       day('2024-02-10'),
     );
@@ -54,12 +78,21 @@ describe('message search', function () {
       .compile()
       .build();
     await put('INBOX', withPdf, [], day('2024-03-10'));
-    await put('Archive', rfc822({ from: 'Elodie Muller <elodie@acme.example>', to: inbox.address, subject: 'Old invoice', body: 'an archived kumquat' }), ['\\Seen'], day('2023-12-10'));
+    await put(
+      'Archive',
+      rfc822({ from: 'Elodie Muller <elodie@acme.example>', to: inbox.address, subject: 'Old invoice', body: 'an archived kumquat' }),
+      ['\\Seen'],
+      day('2023-12-10'),
+    );
 
-    const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
+    const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(
+      await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+    );
     for (const l of labels) labelIds.set(l.name, l.id);
     for (const name of ['INBOX', 'Archive']) {
-      const { messages } = await json<{ messages: MessageSummary[] }>(await call(`${s.base}/inboxes/${inbox.id}/labels/${labelIds.get(name)}/messages`, { token }));
+      const { messages } = await json<{ messages: MessageSummary[] }>(
+        await call(`${s.base}/inboxes/${inbox.id}/labels/${labelIds.get(name)}/messages`, { token }),
+      );
       for (const m of messages) ids.set(m.subject!, m);
     }
     expect(ids.size).to.equal(4);
@@ -69,9 +102,14 @@ describe('message search', function () {
     await s?.close();
   });
 
-  const url = (query: Record<string, string>, base = s.base, inboxId = inbox.id) => `${base}/inboxes/${inboxId}/search?${new URLSearchParams(query)}`;
+  const url = (query: Record<string, string>, base = s.base, inboxId = inbox.id) =>
+    `${base}/inboxes/${inboxId}/search?${new URLSearchParams(query)}`;
 
-  async function search(query: Record<string, string>, auth: { token?: string; session?: string } = { token }, base = s.base): Promise<MessageSearchPage> {
+  async function search(
+    query: Record<string, string>,
+    auth: { token?: string; session?: string } = { token },
+    base = s.base,
+  ): Promise<MessageSearchPage> {
     const res = await call(url(query, base), auth);
     const text = await res.text();
     expect(res.status, `${res.url}: ${text}`).to.equal(200);
@@ -81,7 +119,8 @@ describe('message search', function () {
   }
 
   /** The subjects found, in order. */
-  const subjects = async (query: Record<string, string>, auth?: { token?: string; session?: string }) => (await search(query, auth)).messages.map((m) => m.subject);
+  const subjects = async (query: Record<string, string>, auth?: { token?: string; session?: string }) =>
+    (await search(query, auth)).messages.map((m) => m.subject);
 
   it('each metadata filter: from, to, cc, subject by word (case, accents, address parts, prefixes), dates, sizes, keywords, attachments, label', async () => {
     expect(await subjects({ from: 'elodie' })).to.deep.equal(['Invoice March', 'Old invoice']);
@@ -93,16 +132,23 @@ describe('message search', function () {
     expect(await subjects({ cc: 'zoe@acme' })).to.deep.equal(['Lunch on Friday?']);
     expect(await subjects({ subject: 'invoice' })).to.deep.equal(['Invoice April (PDF)', 'Invoice March', 'Old invoice']);
     expect(await subjects({ subject: 'march invoice' }), 'every word').to.deep.equal(['Invoice March']);
-    expect(await subjects({ after: '2024-02-10T12:00:00Z' }), 'after: at or after').to.deep.equal(['Invoice April (PDF)', 'Lunch on Friday?']);
+    expect(await subjects({ after: '2024-02-10T12:00:00Z' }), 'after: at or after').to.deep.equal([
+      'Invoice April (PDF)',
+      'Lunch on Friday?',
+    ]);
     expect(await subjects({ before: '2024-02-10T12:00:00Z' }), 'before: strictly').to.deep.equal(['Invoice March', 'Old invoice']);
     const pdf = ids.get('Invoice April (PDF)')!;
     expect(await subjects({ minSize: String(pdf.size) })).to.deep.equal(['Invoice April (PDF)']);
-    expect(await subjects({ maxSize: String(pdf.size) })).to.have.length(3).and.not.include('Invoice April (PDF)');
+    expect(await subjects({ maxSize: String(pdf.size) }))
+      .to.have.length(3)
+      .and.not.include('Invoice April (PDF)');
     expect(await subjects({ hasKeyword: 'flagged' })).to.deep.equal(['Lunch on Friday?']);
     expect(await subjects({ hasKeyword: '$project' }), 'a custom keyword').to.deep.equal(['Lunch on Friday?']);
     expect(await subjects({ notKeyword: 'seen' })).to.deep.equal(['Invoice April (PDF)', 'Lunch on Friday?']);
     expect(await subjects({ hasAttachment: 'true' })).to.deep.equal(['Invoice April (PDF)']);
-    expect(await subjects({ hasAttachment: 'false' })).to.have.length(3).and.not.include('Invoice April (PDF)');
+    expect(await subjects({ hasAttachment: 'false' }))
+      .to.have.length(3)
+      .and.not.include('Invoice April (PDF)');
     expect(await subjects({ inLabel: labelIds.get('Archive')! })).to.deep.equal(['Old invoice']);
   });
 
@@ -116,7 +162,9 @@ describe('message search', function () {
   it('combines conditions: every one must hold', async () => {
     expect(await subjects({ from: 'elodie', inLabel: labelIds.get('INBOX')! })).to.deep.equal(['Invoice March']);
     expect(await subjects({ subject: 'invoice', hasKeyword: 'seen', after: '2024-01-01T00:00:00Z' })).to.deep.equal(['Invoice March']);
-    expect(await subjects({ from: 'acme', notKeyword: 'seen', hasAttachment: 'true', before: '2025-01-01T00:00:00Z' })).to.deep.equal(['Invoice April (PDF)']);
+    expect(await subjects({ from: 'acme', notKeyword: 'seen', hasAttachment: 'true', before: '2025-01-01T00:00:00Z' })).to.deep.equal([
+      'Invoice April (PDF)',
+    ]);
     expect(await subjects({ from: 'bob', subject: 'invoice' })).to.deep.equal([]);
   });
 
@@ -134,12 +182,17 @@ describe('message search', function () {
     expect(seen).to.deep.equal(all);
     const first = await search({ limit: '1', subject: 'invoice' });
     expect(first.cursor).to.be.a('string');
-    expect((await search({ limit: '2', subject: 'invoice', cursor: first.cursor! })).messages.map((m) => m.subject)).to.deep.equal(['Invoice March', 'Old invoice']);
+    expect((await search({ limit: '2', subject: 'invoice', cursor: first.cursor! })).messages.map((m) => m.subject)).to.deep.equal([
+      'Invoice March',
+      'Old invoice',
+    ]);
   });
 
   it('body and text go to Dovecot: a token with content:read, intersected with the rest, each search audited without its words', async () => {
     expect(await subjects({ body: 'kumquat' }, { token: reader })).to.deep.equal(['Lunch on Friday?', 'Invoice March', 'Old invoice']);
-    expect(await subjects({ body: 'kumquat', from: 'elodie', inLabel: labelIds.get('INBOX')! }, { token: reader })).to.deep.equal(['Invoice March']);
+    expect(await subjects({ body: 'kumquat', from: 'elodie', inLabel: labelIds.get('INBOX')! }, { token: reader })).to.deep.equal([
+      'Invoice March',
+    ]);
     expect(await subjects({ body: 'UMQUA' }, { token: reader }), "IMAP's case-insensitive substring").to.have.length(3);
     expect(await subjects({ text: 'Friday' }, { token: reader }), 'text: headers too').to.deep.equal(['Lunch on Friday?']);
     expect(await subjects({ body: 'Friday' }, { token: reader }), 'body: not the headers').to.deep.equal([]);
@@ -168,7 +221,9 @@ describe('message search', function () {
     const otherReader = await p.token(['messages:read', 'content:read'], { inboxes: [other.id] });
     const app = await mailApp(other);
     try {
-      const raw = await new MailComposer({ from: 'a@x.example', to: other.address, subject: 'Grüße', text: 'Schöne Grüße aus Köln' }).compile().build();
+      const raw = await new MailComposer({ from: 'a@x.example', to: other.address, subject: 'Grüße', text: 'Schöne Grüße aus Köln' })
+        .compile()
+        .build();
       await app.append('INBOX', raw);
     } finally {
       await app.logout();
@@ -193,7 +248,10 @@ describe('message search', function () {
     const vaultReader = await p.token(['messages:read', 'content:read'], { inboxes: [vault.id] });
     const vaultApp = await mailApp(vault);
     try {
-      await vaultApp.append('INBOX', rfc822({ from: 'Dora <dora@vault.example>', subject: 'Sealed quarterly numbers', body: 'secret kumquat' }));
+      await vaultApp.append(
+        'INBOX',
+        rfc822({ from: 'Dora <dora@vault.example>', subject: 'Sealed quarterly numbers', body: 'secret kumquat' }),
+      );
     } finally {
       await vaultApp.logout();
     }
@@ -219,22 +277,28 @@ describe('message search', function () {
     const boxReader = await p.token(['messages:read', 'content:read'], { inboxes: [box.id] });
     const app = await mailApp(box);
     try {
-      for (const [subject, body] of Object.entries(bodies)) await app.append('INBOX', rfc822({ from: 'a@x.example', to: box.address, subject, body }));
+      for (const [subject, body] of Object.entries(bodies))
+        await app.append('INBOX', rfc822({ from: 'a@x.example', to: box.address, subject, body }));
     } finally {
       await app.logout();
     }
     const n = Object.keys(bodies).length;
-    await until('the messages in the index', async () => {
-      const page = await json<MessageSearchPage>(await call(url({ limit: '100' }, s.base, box.id), { token: boxReader }));
-      return page.messages.length === Math.min(n, 100);
-    }, 60_000);
+    await until(
+      'the messages in the index',
+      async () => {
+        const page = await json<MessageSearchPage>(await call(url({ limit: '100' }, s.base, box.id), { token: boxReader }));
+        return page.messages.length === Math.min(n, 100);
+      },
+      60_000,
+    );
     return { box, reader: boxReader };
   }
 
   it("Dovecot's full-text index: built by a label's first body search, not at delivery; words in any order", async () => {
     const { box, reader: boxReader } = await inboxWith({ Fruit: 'we eat kumquats daily', Other: 'kumquats are sour' });
     expect(xapianDbs(box.imapUser), 'nothing indexed at delivery').to.deep.equal([]);
-    const find = async (body: string) => (await json<MessageSearchPage>(await call(url({ body }, s.base, box.id), { token: boxReader }))).messages.map((m) => m.subject);
+    const find = async (body: string) =>
+      (await json<MessageSearchPage>(await call(url({ body }, s.base, box.id), { token: boxReader }))).messages.map((m) => m.subject);
     // Words, not a substring: IMAP's scan would find "kumquats eat" nowhere.
     expect(await find('kumquats eat')).to.deep.equal(['Fruit']);
     expect(xapianDbs(box.imapUser), 'INBOX indexed by its first search, and no empty label').to.have.length(1);
@@ -263,7 +327,8 @@ describe('message search', function () {
 
   it('a first body search longer than POSTERN_BODY_SEARCH_TIMEOUT_MS is a 503 while Dovecot goes on indexing', async () => {
     const bodies: Record<string, string> = {};
-    for (let i = 0; i < 400; i++) bodies[`Bulk ${i}`] = `message ${i} about ${i % 7 === 0 ? 'kumquats' : 'apples'} and ${'filler words '.repeat(40)}`;
+    for (let i = 0; i < 400; i++)
+      bodies[`Bulk ${i}`] = `message ${i} about ${i % 7 === 0 ? 'kumquats' : 'apples'} and ${'filler words '.repeat(40)}`;
     const { box, reader: boxReader } = await inboxWith(bodies);
     const hasty = await startPostern({ ...s.storeEnv, POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_BODY_SEARCH_TIMEOUT_MS: '20' });
     try {
@@ -283,8 +348,16 @@ describe('message search', function () {
 
   it('422 beyond the words and prefixes one search may have; a one-letter last word matches a whole word only', async () => {
     // One piece of 25 words (POSTERN_SEARCH_MAX_WORDS: 24), then 13 pieces each ending in a prefix (POSTERN_SEARCH_MAX_PREFIXES: 12).
-    await expectError(await call(url({ subject: Array.from({ length: 25 }, (_, i) => `w${i}`).join('.') }), { token }), 422, /25 words .*at most 24/);
-    await expectError(await call(url({ from: 'a b', subject: Array.from({ length: 13 }, (_, i) => `p${i}`).join(' ') }), { token }), 422, /13 space-separated pieces .*at most 12/);
+    await expectError(
+      await call(url({ subject: Array.from({ length: 25 }, (_, i) => `w${i}`).join('.') }), { token }),
+      422,
+      /25 words .*at most 24/,
+    );
+    await expectError(
+      await call(url({ from: 'a b', subject: Array.from({ length: 13 }, (_, i) => `p${i}`).join(' ') }), { token }),
+      422,
+      /13 space-separated pieces .*at most 12/,
+    );
     expect(await subjects({ from: 'c' }), 'not a prefix of carol').to.deep.equal([]);
     expect(await subjects({ from: 'car' })).to.deep.equal(['Invoice April (PDF)']);
   });

@@ -1,7 +1,19 @@
 // A second Dovecot for tests that need one configured otherwise than the environment's (no list
 // index: test/mail-no-notify.test.ts; no \\Archive folder: test/organize.test.ts).
 import { execFile, spawn } from 'node:child_process';
-import { chmodSync, chownSync, closeSync, existsSync, mkdirSync, openSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -19,7 +31,10 @@ export type Replace = (text: string, pattern: RegExp, by: string) => string;
  * changed by `change` (which gets a `replace` that fails when its pattern is missing), on its own
  * port and directories; the users are the environment's.
  */
-export async function startSecondDovecot(name: string, change: (conf: string, replace: Replace) => string): Promise<{ port: number; dir: string; stop(): Promise<void> }> {
+export async function startSecondDovecot(
+  name: string,
+  change: (conf: string, replace: Replace) => string,
+): Promise<{ port: number; dir: string; stop(): Promise<void> }> {
   const env = mailEnv();
   const dir = mkdtempSync(join(tmpdir(), `postern-${name}-`));
   // Dovecot's unprivileged processes must reach it; the mail root belongs to the mail user.

@@ -55,9 +55,17 @@ describeWithCorpus('sending the real-world corpus through /messages', function (
     };
     const senders = [...new Set(cases.map((c) => c.from).filter((a): a is string => a !== null && usable(a)))];
     // The inbox may send as every author in the corpus, and Postfix agrees that its user may.
-    await addSenderLogins(env, senders.map((a) => [a, user] as const));
+    await addSenderLogins(
+      env,
+      senders.map((a) => [a, user] as const),
+    );
     const p = await newProject(s);
-    const { id } = await s.postern.admin.addInbox({ projectId: p.projectId, imapUser: user, addresses: [user, ...senders], mode: 'compatible' });
+    const { id } = await s.postern.admin.addInbox({
+      projectId: p.projectId,
+      imapUser: user,
+      addresses: [user, ...senders],
+      mode: 'compatible',
+    });
     await s.postern.admin.grant(p.memberId, id, 'owner');
     const token = await p.token(['send']);
 
@@ -91,7 +99,10 @@ describeWithCorpus('sending the real-world corpus through /messages', function (
       const added = arrived.subarray(0, arrived.length - given.length).toString('latin1');
       // Lines over 998 bytes (RFC 5322's limit) are folded by Postfix (smtp_line_length_limit):
       // for those, the same bytes once every folding point is taken out on both sides.
-      const long = given.toString('latin1').split('\r\n').some((line) => line.length > 998);
+      const long = given
+        .toString('latin1')
+        .split('\r\n')
+        .some((line) => line.length > 998);
       const unfold = (b: Buffer) => b.toString('latin1').replace(/\r\n /g, '');
       const tail = arrived.subarray(Math.max(0, arrived.length - given.length));
       const same = long ? unfold(arrived).endsWith(unfold(given)) : tail.equals(given);

@@ -5,7 +5,18 @@
 // copy promptly, nothing goes twice, nothing acknowledged is lost.
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
-import { call, envVars, expectError, json, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import {
+  call,
+  envVars,
+  expectError,
+  json,
+  mailEnv,
+  newProject,
+  startPostern,
+  type TestInbox,
+  type TestProject,
+  type TestServer,
+} from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
 import { childPids, freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { atSink, draft, postRaw, rcpt, sealDraft } from './send-fixtures.ts';
@@ -15,7 +26,16 @@ import { TcpTap, type TapConnection } from './tcp-tap.ts';
 const UNKNOWN = /most likely queued it, so the message will not be sent again/;
 
 function message(from: string, to: string, subject: string): string {
-  return [`From: <${from}>`, `To: <${to}>`, `Subject: ${subject}`, `Date: ${new Date().toUTCString()}`, `Message-ID: <${randomBytes(8).toString('hex')}@postern.test>`, '', 'Exactly once.', ''].join('\r\n');
+  return [
+    `From: <${from}>`,
+    `To: <${to}>`,
+    `Subject: ${subject}`,
+    `Date: ${new Date().toUTCString()}`,
+    `Message-ID: <${randomBytes(8).toString('hex')}@postern.test>`,
+    '',
+    'Exactly once.',
+    '',
+  ].join('\r\n');
 }
 
 /** Each subject in the inbox's Sent mailbox, with how many copies it has there. */
@@ -48,16 +68,33 @@ async function sinkCounts(to: string, atLeast: number): Promise<Map<string, numb
 
 type SendBody = { draftId: string; epoch: number; wrappedDek: string; ciphertext: string; from: string; to: string[] };
 
-async function sealedSend(compose: { epoch: number; epochPublic: string }, inbox: TestInbox, to: string, subject: string): Promise<SendBody> {
+async function sealedSend(
+  compose: { epoch: number; epochPublic: string },
+  inbox: TestInbox,
+  to: string,
+  subject: string,
+): Promise<SendBody> {
   const draftId = draft();
-  return { draftId, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to, subject), draftId)), from: inbox.address, to: [to] };
+  return {
+    draftId,
+    epoch: compose.epoch,
+    ...(await sealDraft(compose.epochPublic, message(inbox.address, to, subject), draftId)),
+    from: inbox.address,
+    to: [to],
+  };
 }
 
 /** Longer than any send takes here: a request still unanswered then was left hanging. */
 const HUNG_MS = 30_000;
 
 const post = (base: string, token: string, inboxId: string, body: SendBody) =>
-  call(`${base}/inboxes/${inboxId}/send`, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(HUNG_MS) });
+  call(`${base}/inboxes/${inboxId}/send`, {
+    method: 'POST',
+    token,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(HUNG_MS),
+  });
 
 /** A request neither answered nor cut off: a dead worker's connection left open somewhere. */
 const hung = (err: unknown) => err instanceof DOMException && err.name === 'TimeoutError';
@@ -149,14 +186,21 @@ describe('sending exactly once: a lost final reply', function () {
     expect(Object.fromEntries(counts)).to.deep.equal({ 'reply lost': 1, marker: 1 });
 
     // Kept as sent, with its outcome unknown; its copy is filed in Sent, once.
-    await until('the Sent copies filed', async () => (await sentCopies(inbox)).get('marker') === 1 && (await sentCopies(inbox)).get('reply lost') === 1);
+    await until(
+      'the Sent copies filed',
+      async () => (await sentCopies(inbox)).get('marker') === 1 && (await sentCopies(inbox)).get('reply lost') === 1,
+    );
     expect(await s.postern.store.outbox.byDraft(inbox.id, body.draftId)).to.deep.include({ state: 'filed', outcomeUnknown: true });
   });
 
   it('answers 422 (outcome unknown) to POST /messages too: a client that retried a 503 there would send a second copy', async () => {
     const to = rcpt();
     const lost = new Promise<void>((done) => (lose = { done, after: null }));
-    await expectError(await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: message(inbox.address, to, 'raw reply lost') }), 422, UNKNOWN);
+    await expectError(
+      await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: message(inbox.address, to, 'raw reply lost') }),
+      422,
+      UNKNOWN,
+    );
     await lost;
     expect(Object.fromEntries(await sinkCounts(to, 1))).to.deep.equal({ 'raw reply lost': 1 });
     await until('its Sent copy filed', async () => (await sentCopies(inbox)).get('raw reply lost') === 1);
@@ -185,9 +229,10 @@ describe('sending exactly once: postern serve killed with sends under way', func
     admin = null;
   });
 
-  it('settles every send at restart: none left in flight, each draft answered definitely, one Sent copy each, promptly, nothing twice', () => killUnderLoad('server'));
+  it('settles every send at restart: none left in flight, each draft answered definitely, one Sent copy each, promptly, nothing twice', () =>
+    killUnderLoad('server'));
 
-  it('with POSTERN_WORKERS=2, settles a killed worker\'s sends and leaves its live sibling\'s alone', () => killUnderLoad('worker'));
+  it("with POSTERN_WORKERS=2, settles a killed worker's sends and leaves its live sibling's alone", () => killUnderLoad('worker'));
 
   /**
    * 16 senders post sealed drafts; `postern serve` (or one of its two workers) is killed with
@@ -251,10 +296,16 @@ describe('sending exactly once: postern serve killed with sends under way', func
       claimed: backlog.filter((e) => e.state === 'filing' && e.nextAttemptAt > killedAt + 60_000).length,
     };
     // A connection cut by the kill is seen at once; none is left open with nobody to answer it.
-    expect(sends.filter((x) => x.status === 'hung').map((x) => x.subject), 'requests left hanging by the kill').to.deep.equal([]);
+    expect(
+      sends.filter((x) => x.status === 'hung').map((x) => x.subject),
+      'requests left hanging by the kill',
+    ).to.deep.equal([]);
     const lost = sends.filter((x) => x.status === 'lost');
     // Every request the process (or worker) answered before it died was sent.
-    expect(sends.filter((x) => x.status !== 200 && x.status !== 'lost').map((x) => x.status), 'answers before the kill').to.deep.equal([]);
+    expect(
+      sends.filter((x) => x.status !== 200 && x.status !== 'lost').map((x) => x.status),
+      'answers before the kill',
+    ).to.deep.equal([]);
     // A worker may die between its requests (its sibling took the rest); a whole server cannot.
     if (what === 'server') expect(lost.length, `sends in flight at the kill (rows left: ${JSON.stringify(left)})`).to.be.greaterThan(0);
 
@@ -263,10 +314,12 @@ describe('sending exactly once: postern serve killed with sends under way', func
     const restartedAt = Date.now();
     const restarted = `${child.url}/v1`;
     // Every draft whose request died gets a definite answer at once: sent now, or outcome unknown.
-    const retried = await Promise.all(lost.map(async (x) => {
-      const res = await postAgain(restarted, token, inbox.id, x.body);
-      return { x, status: res.status, text: await res.text() };
-    }));
+    const retried = await Promise.all(
+      lost.map(async (x) => {
+        const res = await postAgain(restarted, token, inbox.id, x.body);
+        return { x, status: res.status, text: await res.text() };
+      }),
+    );
     for (const { x, status, text } of retried) {
       expect([200, 422], `${x.subject}: ${text}`).to.include(status);
       if (status === 422) expect(text).to.match(UNKNOWN);

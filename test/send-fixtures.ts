@@ -22,7 +22,11 @@ export const draft = () => `draft_${randomBytes(12).toString('base64url')}`;
 /** What the web app does: seal the message to the epoch key, naming the literal data after the draft. */
 export async function sealDraft(epochPublic: string, raw: string, filename: string): Promise<{ wrappedDek: string; ciphertext: string }> {
   const key = await openpgp.readKey({ binaryKey: Buffer.from(epochPublic, 'base64') });
-  const sealed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: Buffer.from(raw), filename }), encryptionKeys: key, format: 'binary' });
+  const sealed = await openpgp.encrypt({
+    message: await openpgp.createMessage({ binary: Buffer.from(raw), filename }),
+    encryptionKeys: key,
+    format: 'binary',
+  });
   const parts = splitPkesk(sealed);
   if (!parts) throw new Error('no PKESK in the sealed message');
   return { wrappedDek: Buffer.from(parts.wrappedDek).toString('base64'), ciphertext: Buffer.from(parts.raw).toString('base64') };
@@ -31,7 +35,12 @@ export async function sealDraft(epochPublic: string, raw: string, filename: stri
 /** A recipient nobody else uses: what the sink got for it is this test's. */
 export const rcpt = (label = 'to') => `${label}-${randomBytes(5).toString('hex')}@example.org`;
 
-export function postRaw(s: Pick<TestServer, 'base'>, token: string, inboxId: string, body: { from: string; to: string[]; raw: string | Buffer }): Promise<Response> {
+export function postRaw(
+  s: Pick<TestServer, 'base'>,
+  token: string,
+  inboxId: string,
+  body: { from: string; to: string[]; raw: string | Buffer },
+): Promise<Response> {
   const raw = typeof body.raw === 'string' ? Buffer.from(body.raw) : body.raw;
   return call(`${s.base}/inboxes/${inboxId}/messages`, {
     method: 'POST',
@@ -45,25 +54,47 @@ export function postRaw(s: Pick<TestServer, 'base'>, token: string, inboxId: str
  * What the sink received addressed to `recipient` (waits until there are `count`). Reads each
  * envelope once and a message's bytes only when it matches: the sink keeps every run's mail.
  */
-export async function atSink(recipient: string | ((envelope: { rcptTo: string[]; envid?: string | null }) => boolean), count = 1, timeoutMs = 30_000): Promise<SinkMessage[]> {
+export async function atSink(
+  recipient: string | ((envelope: { rcptTo: string[]; envid?: string | null }) => boolean),
+  count = 1,
+  timeoutMs = 30_000,
+): Promise<SinkMessage[]> {
   const dir = mailEnv().sink.dir;
   const wanted = typeof recipient === 'string' ? (m: { rcptTo: string[] }) => m.rcptTo.includes(recipient) : recipient;
   const seen = new Map<string, SinkMessage | null>();
-  return until(`${count} message(s) for ${typeof recipient === 'string' ? recipient : 'the test'} at the sink`, async () => {
-    for (const name of await readdir(dir)) {
-      if (!name.endsWith('.json') || seen.has(name)) continue;
-      const meta = JSON.parse(await readFile(join(dir, name), 'utf8')) as { id: string; mailFrom: string; rcptTo: string[]; envid?: string | null; receivedAt: string };
-      if (!wanted(meta)) {
-        seen.set(name, null);
-        continue;
+  return until(
+    `${count} message(s) for ${typeof recipient === 'string' ? recipient : 'the test'} at the sink`,
+    async () => {
+      for (const name of await readdir(dir)) {
+        if (!name.endsWith('.json') || seen.has(name)) continue;
+        const meta = JSON.parse(await readFile(join(dir, name), 'utf8')) as {
+          id: string;
+          mailFrom: string;
+          rcptTo: string[];
+          envid?: string | null;
+          receivedAt: string;
+        };
+        if (!wanted(meta)) {
+          seen.set(name, null);
+          continue;
+        }
+        const msg: SinkMessage = {
+          id: meta.id,
+          mailFrom: meta.mailFrom,
+          rcptTo: meta.rcptTo,
+          receivedAt: meta.receivedAt,
+          raw: await readFile(join(dir, `${meta.id}.eml`)),
+        };
+        if (meta.envid) msg.envid = meta.envid;
+        seen.set(name, msg);
       }
-      const msg: SinkMessage = { id: meta.id, mailFrom: meta.mailFrom, rcptTo: meta.rcptTo, receivedAt: meta.receivedAt, raw: await readFile(join(dir, `${meta.id}.eml`)) };
-      if (meta.envid) msg.envid = meta.envid;
-      seen.set(name, msg);
-    }
-    const got = [...seen.values()].filter((m): m is SinkMessage => m !== null).sort((a, b) => a.receivedAt.localeCompare(b.receivedAt) || a.id.localeCompare(b.id));
-    return got.length >= count ? got : null;
-  }, timeoutMs);
+      const got = [...seen.values()]
+        .filter((m): m is SinkMessage => m !== null)
+        .sort((a, b) => a.receivedAt.localeCompare(b.receivedAt) || a.id.localeCompare(b.id));
+      return got.length >= count ? got : null;
+    },
+    timeoutMs,
+  );
 }
 
 /** The bytes Postfix passed on, without the one Received field it put on top (its trace). */
@@ -76,7 +107,13 @@ export function withoutTrace(raw: Buffer): Buffer {
   return raw.subarray(pos);
 }
 
-export interface Summary { id: string; uid: number; flags: string[]; subject?: string; direction?: string }
+export interface Summary {
+  id: string;
+  uid: number;
+  flags: string[];
+  subject?: string;
+  direction?: string;
+}
 
 export async function labelIds(s: Pick<TestServer, 'base'>, token: string, inboxId: string): Promise<Record<string, string>> {
   const res = await call(`${s.base}/inboxes/${inboxId}/labels`, { token });
@@ -137,10 +174,14 @@ export async function postconf(settings: Record<string, string>): Promise<Record
     // A reload returns before every smtpd runs the new settings (an old one finishes its session
     // first): wait until fresh connections, three in a row, advertise the new limit.
     let inARow = 0;
-    await until(`submission to advertise SIZE ${size}`, async () => {
-      inARow = (await submissionSize()) === Number(size) ? inARow + 1 : 0;
-      return inARow >= 3;
-    }, 20_000);
+    await until(
+      `submission to advertise SIZE ${size}`,
+      async () => {
+        inARow = (await submissionSize()) === Number(size) ? inARow + 1 : 0;
+        return inARow >= 3;
+      },
+      20_000,
+    );
   }
   return before;
 }
@@ -181,7 +222,10 @@ export async function postconfService(settings: Record<string, string | null>): 
  * already in a session, such as a pooled one, keeps the old settings until its session ends).
  */
 async function reloadPostfix(): Promise<void> {
-  const reloads = async () => postfixLog().split('\n').filter((l) => /\/master\[\d+\]: reload /.test(l)).length;
+  const reloads = async () =>
+    postfixLog()
+      .split('\n')
+      .filter((l) => /\/master\[\d+\]: reload /.test(l)).length;
   const before = await reloads();
   await run('postfix', ['-c', postfixDir(), 'reload']);
   await until('the Postfix master to reload', async () => (await reloads()) > before, 20_000);

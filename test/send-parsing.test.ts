@@ -43,7 +43,8 @@ describe('sending: parsing', () => {
       'demo . x@example.org',
       'demo@example.org\r',
       '',
-    ]) expect(from(spoof), JSON.stringify(spoof)).to.equal(null);
+    ])
+      expect(from(spoof), JSON.stringify(spoof)).to.equal(null);
     // Well-formed ones, folding, comments and quoting included.
     const good: Record<string, string> = {
       'demo@example.org': 'demo@example.org',
@@ -65,7 +66,8 @@ describe('sending: parsing', () => {
     // A bare CR at the end of the field, before its CRLF, is not folding either.
     expect(fromAddress(head('From: demo@example.org\r\r\n\r\n'))).to.equal(null);
     // Bytes that are not UTF-8 (old mail's Latin-1) pass in a display name, never in the address.
-    const latin1 = (before: string, after: string) => fromAddress(Buffer.concat([Buffer.from(`From: ${before}`), Buffer.from([0xe9]), Buffer.from(`${after}\r\n\r\n`)]));
+    const latin1 = (before: string, after: string) =>
+      fromAddress(Buffer.concat([Buffer.from(`From: ${before}`), Buffer.from([0xe9]), Buffer.from(`${after}\r\n\r\n`)]));
     expect(latin1('"Ren', '" <demo@example.org>')).to.equal('demo@example.org');
     expect(latin1('Ren', ' <demo@example.org>')).to.equal('demo@example.org');
     expect(latin1('<demo', '@example.org>')).to.equal(null);
@@ -78,7 +80,7 @@ describe('sending: parsing', () => {
     expect(withoutField(none, 'bcc')).to.equal(none);
   });
 
-  it('reads a delivery status report: the envelope id and each recipient\'s action and status', () => {
+  it("reads a delivery status report: the envelope id and each recipient's action and status", () => {
     const report = [
       'From: MAILER-DAEMON@mx.postern.test (Mail Delivery System)',
       'Content-Type: multipart/report; report-type=delivery-status; boundary="B"',
@@ -86,7 +88,7 @@ describe('sending: parsing', () => {
       '--B',
       'Content-Type: text/plain',
       '',
-      'I\'m sorry to have to inform you...',
+      "I'm sorry to have to inform you...",
       '',
       '--B',
       'Content-Description: Delivery report',
@@ -120,7 +122,9 @@ describe('sending: parsing', () => {
 
   it('decodes long base64 fields from the body bytes, and leaves everything else to JSON.parse', () => {
     const bytes = randomBytes(300_000);
-    const body = Buffer.from(JSON.stringify({ from: 'a@example.org', to: ['b@example.org'], raw: bytes.toString('base64'), note: 'x\\"y' }));
+    const body = Buffer.from(
+      JSON.stringify({ from: 'a@example.org', to: ['b@example.org'], raw: bytes.toString('base64'), note: 'x\\"y' }),
+    );
     const { json, fields } = parseSendBody(body);
     const parsed = json as { raw: string; from: string; note: string };
     expect(parsed.from).to.equal('a@example.org');
@@ -162,7 +166,9 @@ describe('sending: parsing', () => {
     // Around the 48 KB slices the bytes are re-encoded in.
     for (const n of [0, 1, 2, 3, 49_151, 49_152, 49_153, 200_000]) {
       const bytes = randomBytes(n);
-      expect(draftFingerprint(['7', { base64: bytes }, 'a@example.org']), `${n} bytes`).to.equal(draftFingerprint(['7', bytes.toString('base64'), 'a@example.org']));
+      expect(draftFingerprint(['7', { base64: bytes }, 'a@example.org']), `${n} bytes`).to.equal(
+        draftFingerprint(['7', bytes.toString('base64'), 'a@example.org']),
+      );
     }
     expect(draftFingerprint(['7', 'QQ==', 'a'])).not.to.equal(draftFingerprint(['7', 'QQ==a']));
   });

@@ -8,7 +8,16 @@ import { until } from './mail-fixtures.ts';
 import { atSink, draft, eventsOf, labelIds, listLabel, rcpt, sealDraft, withoutTrace } from './send-fixtures.ts';
 
 function message(from: string, to: string, subject: string): string {
-  return [`From: <${from}>`, `To: <${to}>`, `Subject: ${subject}`, `Date: ${new Date().toUTCString()}`, `Message-ID: <${randomBytes(8).toString('hex')}@postern.test>`, '', 'Sealed in the browser.', ''].join('\r\n');
+  return [
+    `From: <${from}>`,
+    `To: <${to}>`,
+    `Subject: ${subject}`,
+    `Date: ${new Date().toUTCString()}`,
+    `Message-ID: <${randomBytes(8).toString('hex')}@postern.test>`,
+    '',
+    'Sealed in the browser.',
+    '',
+  ].join('\r\n');
 }
 
 describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', function () {
@@ -20,7 +29,12 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
   let compose: { epoch: number; epochPublic: string };
 
   const post = (body: Record<string, unknown>, auth: { token?: string; session?: string } = { token }, base = s.base) =>
-    call(`${base}/inboxes/${inbox.id}/send`, { method: 'POST', ...auth, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    call(`${base}/inboxes/${inbox.id}/send`, {
+      method: 'POST',
+      ...auth,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
 
   before(async () => {
     s = await startPostern();
@@ -37,7 +51,13 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     const to = rcpt();
     const raw = message(inbox.address, to, 'sealed');
     const draftId = draft();
-    const res = await post({ draftId, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, raw, draftId)), from: inbox.address, to: [to] });
+    const res = await post({
+      draftId,
+      epoch: compose.epoch,
+      ...(await sealDraft(compose.epochPublic, raw, draftId)),
+      from: inbox.address,
+      to: [to],
+    });
     expect(res.status, await res.clone().text()).to.equal(200);
     expect(await res.json()).to.deep.equal({ sent: true });
     const [got] = await atSink(to);
@@ -51,7 +71,17 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     const session = await p.session();
     const to2 = rcpt();
     const draft2 = draft();
-    const res2 = await post({ draftId: draft2, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to2, 'from the web app'), draft2)), from: inbox.address, to: [to2] }, { session }, s.app);
+    const res2 = await post(
+      {
+        draftId: draft2,
+        epoch: compose.epoch,
+        ...(await sealDraft(compose.epochPublic, message(inbox.address, to2, 'from the web app'), draft2)),
+        from: inbox.address,
+        to: [to2],
+      },
+      { session },
+      s.app,
+    );
     expect(res2.status, await res2.clone().text()).to.equal(200);
     await atSink(to2);
   });
@@ -59,7 +89,13 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
   it('sends a draft once under 20 concurrent retries; the same draft with other content is a 422', async () => {
     const to = rcpt();
     const draftId = draft();
-    const body = { draftId, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'only once'), draftId)), from: inbox.address, to: [to] };
+    const body = {
+      draftId,
+      epoch: compose.epoch,
+      ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'only once'), draftId)),
+      from: inbox.address,
+      to: [to],
+    };
     const answers = await Promise.all(Array.from({ length: 20 }, () => post(body)));
     for (const a of answers) {
       expect(a.status, await a.clone().text()).to.equal(200);
@@ -67,15 +103,35 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     }
     // And once more, long after.
     expect((await post(body)).status).to.equal(200);
-    const other = { draftId, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'other content'), draftId)), from: inbox.address, to: [to] };
+    const other = {
+      draftId,
+      epoch: compose.epoch,
+      ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'other content'), draftId)),
+      from: inbox.address,
+      to: [to],
+    };
     await expectError(await post(other), 422, /already sent with other content/);
     // A positive signal that everything relayed so far has reached the sink: a later message.
     const marker = draft();
-    expect((await post({ draftId: marker, epoch: compose.epoch, ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'marker'), marker)), from: inbox.address, to: [to] })).status).to.equal(200);
+    expect(
+      (
+        await post({
+          draftId: marker,
+          epoch: compose.epoch,
+          ...(await sealDraft(compose.epochPublic, message(inbox.address, to, 'marker'), marker)),
+          from: inbox.address,
+          to: [to],
+        })
+      ).status,
+    ).to.equal(200);
     const got = await atSink(to, 2);
     expect(got.map((m) => /Subject: (.*)\r\n/.exec(m.raw.toString())![1]).sort()).to.deep.equal(['marker', 'only once']);
     expect(got).to.have.length(2);
-    expect((await eventsOf(s, p.projectId, inbox.id, ['mail.delivery.accepted'])).filter((e) => (e.data as { draftId?: string }).draftId === draftId)).to.have.length(1);
+    expect(
+      (await eventsOf(s, p.projectId, inbox.id, ['mail.delivery.accepted'])).filter(
+        (e) => (e.data as { draftId?: string }).draftId === draftId,
+      ),
+    ).to.have.length(1);
   });
 
   it('400 when the ciphertext is bound to another draft, does not open, names an unknown epoch, or from does not match From', async () => {
@@ -86,7 +142,18 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     await expectError(await post({ draftId, epoch: compose.epoch, ...boundElsewhere, from: inbox.address, to: [to] }), 400, /not bound to/);
     const good = await sealDraft(compose.epochPublic, raw, draftId);
     await expectError(await post({ draftId, epoch: compose.epoch + 5, ...good, from: inbox.address, to: [to] }), 400, /epoch/);
-    await expectError(await post({ draftId, epoch: compose.epoch, wrappedDek: good.wrappedDek, ciphertext: Buffer.from('not a packet').toString('base64'), from: inbox.address, to: [to] }), 400, /does not open/);
+    await expectError(
+      await post({
+        draftId,
+        epoch: compose.epoch,
+        wrappedDek: good.wrappedDek,
+        ciphertext: Buffer.from('not a packet').toString('base64'),
+        from: inbox.address,
+        to: [to],
+      }),
+      400,
+      /does not open/,
+    );
     const otherFrom = await sealDraft(compose.epochPublic, message('someone@example.org', to, 'x'), draftId);
     await expectError(await post({ draftId, epoch: compose.epoch, ...otherFrom, from: inbox.address, to: [to] }), 400, /From header/);
     await expectError(await post({ draftId: 'draft_short', epoch: compose.epoch, ...good, from: inbox.address, to: [to] }), 400, /draftId/);

@@ -25,8 +25,18 @@ import {
 } from './send-fixtures.ts';
 
 function message(from: string, headers: Record<string, string> = {}, body = 'Hello from the send test.\r\n'): string {
-  const fields = { From: `Sender <${from}>`, To: 'Someone <someone@example.org>', Subject: `send test ${randomBytes(3).toString('hex')}`, Date: new Date().toUTCString(), 'Message-ID': `<${randomBytes(8).toString('hex')}@postern.test>`, ...headers };
-  return `${Object.entries(fields).filter(([, v]) => v !== '').map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n${body}`;
+  const fields = {
+    From: `Sender <${from}>`,
+    To: 'Someone <someone@example.org>',
+    Subject: `send test ${randomBytes(3).toString('hex')}`,
+    Date: new Date().toUTCString(),
+    'Message-ID': `<${randomBytes(8).toString('hex')}@postern.test>`,
+    ...headers,
+  };
+  return `${Object.entries(fields)
+    .filter(([, v]) => v !== '')
+    .map(([k, v]) => `${k}: ${v}`)
+    .join('\r\n')}\r\n\r\n${body}`;
 }
 
 describe('sending: POST /inboxes/{inbox}/messages', function () {
@@ -50,7 +60,11 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     const [to, cc, bcc] = [rcpt('to'), rcpt('cc'), rcpt('bcc')];
     const ids = await labelIds(s, token, inbox.id);
     const abort = new AbortController();
-    const streamRes = await call(`${s.base}/inboxes/${inbox.id}/events`, { token, headers: { accept: 'text/event-stream' }, signal: abort.signal });
+    const streamRes = await call(`${s.base}/inboxes/${inbox.id}/events`, {
+      token,
+      headers: { accept: 'text/event-stream' },
+      signal: abort.signal,
+    });
     const sse = new SseReader(streamRes, abort);
     try {
       const raw = message(inbox.address, { To: to, Cc: cc, Bcc: bcc, 'X-Custom': 'kept  as\r\n  folded' });
@@ -67,7 +81,10 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
       expect(relayed).not.to.include(bcc);
 
       // The Sent copy: \Seen, Bcc kept, listed as outgoing, announced on the stream.
-      const added = await sse.next((e) => e.event === 'message.added' && (JSON.parse(e.data) as { labelId: string }).labelId === ids.Sent, 20_000);
+      const added = await sse.next(
+        (e) => e.event === 'message.added' && (JSON.parse(e.data) as { labelId: string }).labelId === ids.Sent,
+        20_000,
+      );
       const sent = await listLabel(s, token, inbox.id, ids.Sent!);
       expect(sent).to.have.length(1);
       expect(sent[0]!.id).to.equal((JSON.parse(added.data) as { msgId: string }).msgId);
@@ -129,7 +146,8 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
   it('refuses malformed requests with 400', async () => {
     const to = rcpt();
     const url = `${s.base}/inboxes/${inbox.id}/messages`;
-    const post = (body: unknown) => call(url, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const post = (body: unknown) =>
+      call(url, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     const raw = Buffer.from(message(inbox.address)).toString('base64');
     await expectError(await post({ from: inbox.address, to: [to] }), 400, /raw/);
     await expectError(await post({ from: inbox.address, to: [to], raw: 'not base64!' }), 400, /raw/);
@@ -137,28 +155,64 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     await expectError(await post({ from: inbox.address, to: [], raw }), 400, /to/);
     await expectError(await post({ from: inbox.address, to: ['nobody'], raw }), 400, /to/);
     await expectError(await post({ from: inbox.address, to: [to], raw, extra: 1 }), 400);
-    await expectError(await call(url, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"from":' }), 400, /JSON/);
+    await expectError(
+      await call(url, { method: 'POST', token, headers: { 'content-type': 'application/json' }, body: '{"from":' }),
+      400,
+      /JSON/,
+    );
     // The From header must hold exactly the address given as from.
-    await expectError(await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: message('someone-else@postern.test') }), 400, /From header/);
-    await expectError(await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: message(inbox.address, { From: '' }) }), 400, /From header/);
-    await expectError(await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: message(inbox.address, { From: `a <${inbox.address}>, b <b@example.org>` }) }), 400, /From header/);
+    await expectError(
+      await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: message('someone-else@postern.test') }),
+      400,
+      /From header/,
+    );
+    await expectError(
+      await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: message(inbox.address, { From: '' }) }),
+      400,
+      /From header/,
+    );
+    await expectError(
+      await postRaw(s, token, inbox.id, {
+        from: inbox.address,
+        to: [to],
+        raw: message(inbox.address, { From: `a <${inbox.address}>, b <b@example.org>` }),
+      }),
+      400,
+      /From header/,
+    );
   });
 
-  it('403 for an address the inbox cannot send as, a session, a token without send, a reader; 404 for an inbox not the caller\'s', async () => {
+  it("403 for an address the inbox cannot send as, a session, a token without send, a reader; 404 for an inbox not the caller's", async () => {
     const to = rcpt();
-    await expectError(await postRaw(s, token, inbox.id, { from: 'help@example.org', to: [to], raw: message('help@example.org') }), 403, /cannot send as/);
+    await expectError(
+      await postRaw(s, token, inbox.id, { from: 'help@example.org', to: [to], raw: message('help@example.org') }),
+      403,
+      /cannot send as/,
+    );
     const session = await p.session();
-    const res = await call(`${s.app}/inboxes/${inbox.id}/messages`, { method: 'POST', session, headers: { 'content-type': 'application/json' }, body: '{}' });
+    const res = await call(`${s.app}/inboxes/${inbox.id}/messages`, {
+      method: 'POST',
+      session,
+      headers: { 'content-type': 'application/json' },
+      body: '{}',
+    });
     await expectError(res, 403, /tokens only/);
     const readOnly = await p.token(['messages:read']);
     await expectError(await postRaw(s, readOnly, inbox.id, { from: inbox.address, to: [to], raw: message(inbox.address) }), 403, /send/);
     const readerId = await p.member();
     const shared = await p.inbox({ memberId: readerId, role: 'reader' });
     const readerToken = await p.token(['send'], { memberId: readerId });
-    await expectError(await postRaw(s, readerToken, shared.id, { from: shared.address, to: [to], raw: message(shared.address) }), 403, /reader/);
+    await expectError(
+      await postRaw(s, readerToken, shared.id, { from: shared.address, to: [to], raw: message(shared.address) }),
+      403,
+      /reader/,
+    );
     const other = await newProject(s);
     const otherInbox = await other.inbox();
-    await expectError(await postRaw(s, token, otherInbox.id, { from: otherInbox.address, to: [to], raw: message(otherInbox.address) }), 404);
+    await expectError(
+      await postRaw(s, token, otherInbox.id, { from: otherInbox.address, to: [to], raw: message(otherInbox.address) }),
+      404,
+    );
   });
 
   it('accepts 100 recipients; refuses 101 with 422 before the relay sees it', async () => {
@@ -174,7 +228,7 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     expect(same.flatMap((m) => m.rcptTo).sort()).to.deep.equal(many.slice(0, 100).sort());
   });
 
-  it('refuses with 422, in Postfix\'s own words, what Postfix refuses: a sender the login does not own, a size over its message_size_limit', async () => {
+  it("refuses with 422, in Postfix's own words, what Postfix refuses: a sender the login does not own, a size over its message_size_limit", async () => {
     // An address of the inbox that Postfix's sender login map gives to someone else.
     const extra = `${randomBytes(4).toString('hex')}-alias@${mailEnv().domain}`;
     const user = `${randomBytes(4).toString('hex')}-u@${mailEnv().domain}`;
@@ -182,7 +236,11 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     const { id } = await s.postern.admin.addInbox({ projectId: p.projectId, imapUser: user, addresses: [user, extra], mode: 'compatible' });
     await s.postern.admin.grant(p.memberId, id, 'owner');
     const to = rcpt();
-    await expectError(await postRaw(s, token, id, { from: extra, to: [to], raw: message(extra) }), 422, /Sender address rejected: not owned by user/);
+    await expectError(
+      await postRaw(s, token, id, { from: extra, to: [to], raw: message(extra) }),
+      422,
+      /Sender address rejected: not owned by user/,
+    );
 
     // An inbox of its own: its relay connections all open after the change, and nobody reuses them.
     const small = await p.inbox();
@@ -206,8 +264,13 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
       const box = await lp.inbox();
       const t = await lp.token(['send']);
       const to = rcpt();
-      for (let i = 0; i < 2; i++) expect((await postRaw(limited, t, box.id, { from: box.address, to: [to], raw: message(box.address) })).status).to.equal(200);
-      await expectError(await postRaw(limited, t, box.id, { from: box.address, to: [to], raw: message(box.address) }), 422, /2 messages per hour/);
+      for (let i = 0; i < 2; i++)
+        expect((await postRaw(limited, t, box.id, { from: box.address, to: [to], raw: message(box.address) })).status).to.equal(200);
+      await expectError(
+        await postRaw(limited, t, box.id, { from: box.address, to: [to], raw: message(box.address) }),
+        422,
+        /2 messages per hour/,
+      );
       await atSink(to, 2);
     } finally {
       await limited.close();
@@ -238,13 +301,15 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     expect(await eventsOf(s, p.projectId, box.id, ['mail.delivery.accepted'])).to.have.length(1);
   });
 
-  it('files the Sent copy exactly once when Dovecot is down between Postfix\'s acceptance and filing', async function () {
+  it("files the Sent copy exactly once when Dovecot is down between Postfix's acceptance and filing", async function () {
     this.timeout(120_000);
     const box = await p.inbox();
     const to = rcpt();
     // A first send leaves an authenticated connection in the relay's pool: the next send needs
     // no Dovecot login, so Postfix can accept it while Dovecot is down.
-    expect((await postRaw(s, token, box.id, { from: box.address, to: [to], raw: message(box.address, { Subject: 'first' }) })).status).to.equal(200);
+    expect(
+      (await postRaw(s, token, box.id, { from: box.address, to: [to], raw: message(box.address, { Subject: 'first' }) })).status,
+    ).to.equal(200);
     await atSink(to);
     const ids = await labelIds(s, token, box.id);
     await until('the first copy', async () => (await listLabel(s, token, box.id, ids.Sent!)).length === 1);
@@ -256,17 +321,25 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
       expect(res.status, await res.clone().text()).to.equal(200);
       await atSink(to, 2);
       // The outbox tried, and failed: the copy waits in the store.
-      await until('a failed filing attempt', async () => {
-        const waiting = (await s.postern.store.outbox.backlog(box.id, 10)).find((e) => e.state === 'filing');
-        return waiting && waiting.attempts > 0;
-      }, 30_000);
+      await until(
+        'a failed filing attempt',
+        async () => {
+          const waiting = (await s.postern.store.outbox.backlog(box.id, 10)).find((e) => e.state === 'filing');
+          return waiting && waiting.attempts > 0;
+        },
+        30_000,
+      );
     } finally {
       await startDovecot();
     }
-    const sent = await until('the second copy', async () => {
-      const list = await listLabel(s, token, box.id, ids.Sent!).catch(() => []);
-      return list.length >= 2 ? list : null;
-    }, 60_000);
+    const sent = await until(
+      'the second copy',
+      async () => {
+        const list = await listLabel(s, token, box.id, ids.Sent!).catch(() => []);
+        return list.length >= 2 ? list : null;
+      },
+      60_000,
+    );
     // Once filed, the outbox has nothing left to do: a further pass changes nothing.
     await until('the outbox to settle', async () => (await s.postern.store.outbox.backlog(box.id, 10)).length === 0);
     await s.postern.sentCopies.runOnce();
@@ -294,7 +367,10 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     const over = Buffer.concat([raw, Buffer.from('!')]);
     await expectError(await postRaw(s, token, inbox.id, { from: inbox.address, to: [to], raw: over }), 422, /byte limit/);
     const answer = await new Promise<{ status: number; written: number; body: string }>((resolve, reject) => {
-      const req = request(`${s.base}/inboxes/${inbox.id}/messages`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' } });
+      const req = request(`${s.base}/inboxes/${inbox.id}/messages`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      });
       let written = 0;
       const chunk = Buffer.alloc(1024 * 1024, 0x41);
       let answered = false;
@@ -317,10 +393,12 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     });
     expect(answer.status).to.equal(422);
     expect(answer.written).to.be.below(60 * 1024 * 1024);
-    expect(JSON.parse(answer.body)).to.have.property('error').that.matches(/byte limit/);
+    expect(JSON.parse(answer.body))
+      .to.have.property('error')
+      .that.matches(/byte limit/);
   });
 
-  it('sends every sender login-mapped address: an inbox\'s extra address Postfix knows belongs to its user', async () => {
+  it("sends every sender login-mapped address: an inbox's extra address Postfix knows belongs to its user", async () => {
     const user = `${randomBytes(4).toString('hex')}-x@${mailEnv().domain}`;
     const extra = `${randomBytes(4).toString('hex')}-y@example.net`;
     await addUser(mailEnv(), user, randomBytes(8).toString('hex'));
@@ -341,15 +419,23 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     await listLabel(s, token, box.id, ids.INBOX!);
     // The sink refuses reject-… with 550 after Postfix accepted the message: Postfix bounces it.
     const [bad, good] = [rcpt('reject-me'), rcpt('fine')];
-    const res = await postRaw(s, token, box.id, { from: box.address, to: [bad, good], raw: message(box.address, { Subject: 'will bounce' }) });
+    const res = await postRaw(s, token, box.id, {
+      from: box.address,
+      to: [bad, good],
+      raw: message(box.address, { Subject: 'will bounce' }),
+    });
     expect(res.status, await res.clone().text()).to.equal(200);
     await atSink(good);
     // Reading INBOX brings the report into the index, and so to the matcher.
-    const [failed] = await until('mail.delivery.failed', async () => {
-      await listLabel(s, token, box.id, ids.INBOX!);
-      const found = await eventsOf(s, p.projectId, box.id, ['mail.delivery.failed']);
-      return found.length > 0 ? found : null;
-    }, 60_000);
+    const [failed] = await until(
+      'mail.delivery.failed',
+      async () => {
+        await listLabel(s, token, box.id, ids.INBOX!);
+        const found = await eventsOf(s, p.projectId, box.id, ['mail.delivery.failed']);
+        return found.length > 0 ? found : null;
+      },
+      60_000,
+    );
     const [accepted] = await eventsOf(s, p.projectId, box.id, ['mail.delivery.accepted']);
     expect(failed!.subject).to.equal((accepted!.data as { messageId: string }).messageId);
     expect(failed!.data).to.deep.include({ from: box.address, permanent: true, recipients: [bad], statuses: ['5.1.1'], status: '5.1.1' });
@@ -359,7 +445,7 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     expect(await eventsOf(s, p.projectId, box.id, ['mail.delivery.failed'])).to.have.length(1);
   });
 
-  it('with recipient verification on, the remote server\'s 5xx is a 422 and its 4xx a 503, in Postfix\'s words', async function () {
+  it("with recipient verification on, the remote server's 5xx is a 422 and its 4xx a 503, in Postfix's words", async function () {
     this.timeout(120_000);
     // Each check on an instance of its own: a pooled connection keeps talking to an smtpd
     // started before Postfix reloaded its settings.
@@ -382,7 +468,10 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
       }
     };
     const service = `${mailEnv().submission.port}/inet`;
-    await postconfService({ [`${service}/smtpd_recipient_restrictions`]: 'reject_unverified_recipient', [`${service}/unverified_recipient_reject_code`]: '550' });
+    await postconfService({
+      [`${service}/smtpd_recipient_restrictions`]: 'reject_unverified_recipient',
+      [`${service}/unverified_recipient_reject_code`]: '550',
+    });
     try {
       const refused = await sendFresh(rcpt('reject-v'));
       expect(refused.status, refused.text).to.equal(422);
@@ -398,7 +487,7 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
     expect(after.status, after.text).to.equal(200);
   });
 
-  it('a zero-access inbox\'s Sent copy is sealed like its incoming mail, in the outbox already; the recipients get the message as given', async () => {
+  it("a zero-access inbox's Sent copy is sealed like its incoming mail, in the outbox already; the recipients get the message as given", async () => {
     const box = await p.inbox({ mode: 'zero-access' });
     const to = rcpt();
     const raw = message(box.address, { To: to, Subject: 'sealed copy' }, 'The secret body.\r\n');
@@ -453,15 +542,23 @@ describe('sending: bounces for a zero-access inbox (its mail arrives through the
     await addSenderLogin(mailEnv(), box.address, box.imapUser);
     const token = await p.token(['messages:read', 'send']);
     const [bad, good] = [rcpt('reject-zero'), rcpt('fine-zero')];
-    const res = await postRaw(s, token, box.id, { from: box.address, to: [bad, good], raw: message(box.address, { Subject: 'will bounce, sealed' }) });
+    const res = await postRaw(s, token, box.id, {
+      from: box.address,
+      to: [bad, good],
+      raw: message(box.address, { Subject: 'will bounce, sealed' }),
+    });
     expect(res.status, await res.clone().text()).to.equal(200);
     await atSink(good);
     // Postfix's report reaches the inbox through Postern's ingress, which seals it: the
     // event comes from the ingress, not from reading the stored (sealed) report.
-    const [failed] = await untilDelivered('mail.delivery.failed', async () => {
-      const found = await eventsOf(s, p.projectId, box.id, ['mail.delivery.failed']);
-      return found.length > 0 ? found : null;
-    }, 90_000);
+    const [failed] = await untilDelivered(
+      'mail.delivery.failed',
+      async () => {
+        const found = await eventsOf(s, p.projectId, box.id, ['mail.delivery.failed']);
+        return found.length > 0 ? found : null;
+      },
+      90_000,
+    );
     const [accepted] = await eventsOf(s, p.projectId, box.id, ['mail.delivery.accepted']);
     expect(failed!.subject).to.equal((accepted!.data as { messageId: string }).messageId);
     expect(failed!.data).to.deep.include({ from: box.address, permanent: true, recipients: [bad], statuses: ['5.1.1'], status: '5.1.1' });

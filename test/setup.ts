@@ -19,7 +19,6 @@ const runsDir = (dir: string) => join(dir, 'test-runs');
 /** Present while services a test run started are up: the last run out stops them. */
 const startedMarker = (dir: string) => join(dir, 'started-by-tests');
 
-
 async function chooseOptions(): Promise<MailEnvOptions> {
   if (process.env.POSTERN_ENV_BASE_PORT) return {};
   const { running } = await status();
@@ -55,7 +54,9 @@ export async function mochaGlobalTeardown(): Promise<void> {
 async function stopEnvironment(): Promise<void> {
   if (!envDir) return;
   rmSync(join(runsDir(envDir), String(process.pid)), { force: true });
-  const others = readdirSync(runsDir(envDir)).map(Number).filter((pid) => pid !== process.pid && alive(pid));
+  const others = readdirSync(runsDir(envDir))
+    .map(Number)
+    .filter((pid) => pid !== process.pid && alive(pid));
   if (others.length > 0 || !existsSync(startedMarker(envDir))) return;
   await down(options);
   rmSync(startedMarker(envDir), { force: true });

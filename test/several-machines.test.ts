@@ -10,7 +10,19 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { call, envVars, expectError, json, mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import {
+  call,
+  envVars,
+  expectError,
+  json,
+  mailEnv,
+  newProject,
+  startPostern,
+  unique,
+  type TestInbox,
+  type TestProject,
+  type TestServer,
+} from './harness.ts';
 import { SseClient, type WireEvent } from './events-helpers.ts';
 import { append, mailApp, openInboxStream, rfc822, until, type SseReader } from './mail-fixtures.ts';
 import { runPostern, spawnPostern, stopProcess } from './processes.ts';
@@ -42,7 +54,12 @@ interface Machine {
 const tokenId = (token: string) => /^svc_(tok_[0-9A-Z]{26})_/.exec(token)![1]!;
 
 function postEvent(m: { base: string }, token: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
-  return call(`${m.base}/events`, { method: 'POST', token, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  return call(`${m.base}/events`, {
+    method: 'POST',
+    token,
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
 }
 
 async function registerType(m: { base: string }, token: string, name: string, fields: string[]): Promise<void> {
@@ -156,10 +173,12 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
     // Every machine lists the same three messages under the same ids.
     const lists = [];
     for (const m of machines) {
-      lists.push(await until(`${m.name} listing the three messages`, async () => {
-        const l = await listLabel(m, token, inbox.id, labels.INBOX!);
-        return l.length === 3 ? l : null;
-      }));
+      lists.push(
+        await until(`${m.name} listing the three messages`, async () => {
+          const l = await listLabel(m, token, inbox.id, labels.INBOX!);
+          return l.length === 3 ? l : null;
+        }),
+      );
     }
     expect(lists[1]).to.deep.equal(lists[0]);
     expect(lists[2]).to.deep.equal(lists[0]);
@@ -189,7 +208,8 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
         return events.filter((e) => e.type === 'message.flags').length >= 3 ? events : null;
       });
       // Each flag change is recorded by whichever machine applied it first: their order is the log's.
-      const sig = (e: WireEvent) => (e.type === 'message.added' ? `added ${data(e).uid}` : `flags ${data(e).msgId} ${data(e).flags!.join(',')}`);
+      const sig = (e: WireEvent) =>
+        e.type === 'message.added' ? `added ${data(e).uid}` : `flags ${data(e).msgId} ${data(e).flags!.join(',')}`;
       expect([...log.slice(0, 3).map(sig), ...log.slice(3).map(sig).sort()], `the log through ${m.name}`).to.deep.equal([
         ...uids.map((uid) => `added ${uid}`),
         ...inboxMessages.map((msg) => `flags ${msg.id} flagged`).sort(),
@@ -226,14 +246,18 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
       // (a second record of either, by another machine) would be there before it.
       const marker = await append(app, 'INBOX', { subject: 'marker' });
       await onEvery('the marker', (e) => e.type === 'message.added' && data(e).uid === marker);
-      const sig = (e: WireEvent) => `${e.type} ${e.type === 'message.added' ? data(e).uid : `${data(e).msgId} ${[...data(e).flags!].sort().join(',')}`}`;
+      const sig = (e: WireEvent) =>
+        `${e.type} ${e.type === 'message.added' ? data(e).uid : `${data(e).msgId} ${[...data(e).flags!].sort().join(',')}`}`;
       const expected = [`message.flags ${first.id} flagged,seen`, `message.flags ${second.id} `, `message.added ${marker}`];
       for (const [i, s] of streams.entries()) expect(s.events().map(sig), `${machines[i]!.name}'s stream`).to.deep.equal(expected);
       // The log as each machine serves it: the same three new events, under the same ids.
       const ids = streams[0]!.events().map((e) => e.id);
       for (const m of machines) {
         const log = (await inboxEvents(m, token, inbox.id)).filter((e) => !before.includes(e.id));
-        expect(log.map((e) => e.id), `the log through ${m.name}`).to.deep.equal(ids);
+        expect(
+          log.map((e) => e.id),
+          `the log through ${m.name}`,
+        ).to.deep.equal(ids);
       }
       // The API's change is the token's, unless the watching machine recorded it first (docs/events.md).
       const actors = streams[0]!.events().map((e) => e.actor);
@@ -264,7 +288,10 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
     for (const m of machines) {
       const res = await call(`${m.base}/events?limit=500`, { token: reader });
       expect(res.status).to.equal(200);
-      expect((await json<{ events: WireEvent[] }>(res)).events.map((e) => e.id), `the log through ${m.name}`).to.deep.equal([...ids]);
+      expect(
+        (await json<{ events: WireEvent[] }>(res)).events.map((e) => e.id),
+        `the log through ${m.name}`,
+      ).to.deep.equal([...ids]);
     }
   });
 
@@ -275,7 +302,11 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
     // Two sends to each machine, all at once: three go out, three are refused, whichever machine took them.
     const answers = await Promise.all(
       Array.from({ length: 2 * machines.length }, async (_, i) => {
-        const res = await postRaw(machines[i % 3]!, sender, box.id, { from: box.address, to: [to], raw: rfc822({ from: box.address, to }) });
+        const res = await postRaw(machines[i % 3]!, sender, box.id, {
+          from: box.address,
+          to: [to],
+          raw: rfc822({ from: box.address, to }),
+        });
         return { status: res.status, text: await res.text() };
       }),
     );
@@ -284,7 +315,11 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
     await atSink(to, RATE_PER_HOUR);
     // And later, through any machine: still over.
     for (const m of machines) {
-      await expectError(await postRaw(m, sender, box.id, { from: box.address, to: [to], raw: rfc822({ from: box.address, to }) }), 422, /messages per hour/);
+      await expectError(
+        await postRaw(m, sender, box.id, { from: box.address, to: [to], raw: rfc822({ from: box.address, to }) }),
+        422,
+        /messages per hour/,
+      );
     }
   });
 
@@ -341,7 +376,9 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
       const seen: string[] = [];
       let cursor: string | null = null;
       for (let k = 0; ; k++) {
-        const res = await call(`${machineOf(k).base}/events?types=${type}&limit=${limit}${cursor ? `&after=${cursor}` : ''}`, { token: reader });
+        const res = await call(`${machineOf(k).base}/events?types=${type}&limit=${limit}${cursor ? `&after=${cursor}` : ''}`, {
+          token: reader,
+        });
         expect(res.status).to.equal(200);
         const page = await json<{ events: WireEvent[]; cursor: string }>(res);
         seen.push(...page.events.map((e) => e.id));
@@ -354,7 +391,10 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
       const ids: string[] = [];
       let lastEventId: string | undefined;
       for (let k = 0; ; k++) {
-        const c = await SseClient.open(`${machines[k % 3]!.base}/events?types=${type}`, { token: reader, ...(lastEventId ? { lastEventId } : {}) });
+        const c = await SseClient.open(`${machines[k % 3]!.base}/events?types=${type}`, {
+          token: reader,
+          ...(lastEventId ? { lastEventId } : {}),
+        });
         await c.waitUntil(() => c.ended || (last !== null && (c.frames.at(-1)?.data.includes(last) ?? false)), 2000);
         c.close();
         // What had arrived when it was closed: the next connection resumes after its last frame.
@@ -389,10 +429,19 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
     last = (await json<{ id: string }>(closing)).id;
     const lastId = last;
 
-    const deadline = (what: string, ms: number) => new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} did not reach the last event within ${ms} ms`)), ms).unref());
-    const [paged, roamed] = await Promise.race([Promise.all([Promise.all(pagers), roaming]), deadline('the pagers and the roaming stream', 60_000)]);
+    const deadline = (what: string, ms: number) =>
+      new Promise<never>((_, reject) =>
+        setTimeout(() => reject(new Error(`${what} did not reach the last event within ${ms} ms`)), ms).unref(),
+      );
+    const [paged, roamed] = await Promise.race([
+      Promise.all([Promise.all(pagers), roaming]),
+      deadline('the pagers and the roaming stream', 60_000),
+    ]);
     for (const [i, s] of streams.entries()) {
-      expect(await s.waitUntil(() => s.frames.at(-1)?.data.includes(lastId) ?? false, 30_000), `${machines[i]!.name}'s stream reaching the last event (ended: ${s.ended})`).to.equal(true);
+      expect(
+        await s.waitUntil(() => s.frames.at(-1)?.data.includes(lastId) ?? false, 30_000),
+        `${machines[i]!.name}'s stream reaching the last event (ended: ${s.ended})`,
+      ).to.equal(true);
       s.close();
     }
     const readers: Array<[string, string[]]> = [
@@ -425,7 +474,7 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
     }
   });
 
-  it('one machine watches each inbox; killed (-9), another takes the inbox over within the lease, and records a mail app\'s change once', async () => {
+  it("one machine watches each inbox; killed (-9), another takes the inbox over within the lease, and records a mail app's change once", async () => {
     const watched = await newInbox();
     const origins = machines.map((m) => m.origin);
     const holderOf = async (id: string) => {
@@ -456,8 +505,14 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
       const killed = Date.now();
       // Mail arrives while its lease still names the dead machine.
       const uid = await append(app, 'INBOX', { subject: 'after the kill' });
-      await onFirst.next((e) => e.event === 'message.added' && (JSON.parse(e.data) as { uid: number }).uid === uid, LEASE_MS + 2 * SLACK_MS);
-      expect(await onSecond.waitUntil(() => onSecond.events().some((e) => data(e).uid === uid), LEASE_MS + 2 * SLACK_MS), 'the event on the other machine').to.equal(true);
+      await onFirst.next(
+        (e) => e.event === 'message.added' && (JSON.parse(e.data) as { uid: number }).uid === uid,
+        LEASE_MS + 2 * SLACK_MS,
+      );
+      expect(
+        await onSecond.waitUntil(() => onSecond.events().some((e) => data(e).uid === uid), LEASE_MS + 2 * SLACK_MS),
+        'the event on the other machine',
+      ).to.equal(true);
       // Within a lease, a renewal and the slack (a NOTIFY login and a catch-up on a loaded
       // machine); far from the 10-minute sweep, the only other way it could come in.
       const took = Date.now() - killed;
@@ -466,14 +521,22 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
       const taker = await holderOf(watched.id);
       expect([first.origin, second.origin], `the new watcher (${took} ms after the kill)`).to.include(taker);
       // Every inbox the dead machine watched has a living watcher again.
-      for (const box of inboxes) await until(`a living machine watching ${box.id}`, async () => [first.origin, second.origin].includes((await holderOf(box.id)) ?? ''), LEASE_MS + SLACK_MS);
+      for (const box of inboxes)
+        await until(
+          `a living machine watching ${box.id}`,
+          async () => [first.origin, second.origin].includes((await holderOf(box.id)) ?? ''),
+          LEASE_MS + SLACK_MS,
+        );
 
       // Recorded once: a later change reaches both readers after anything the first could still produce.
       const marker = await append(app, 'INBOX', { subject: 'marker after the kill' });
       await onFirst.next((e) => e.event === 'message.added' && (JSON.parse(e.data) as { uid: number }).uid === marker);
       expect(await onSecond.waitUntil(() => onSecond.events().some((e) => data(e).uid === marker), 10_000)).to.equal(true);
       expect(onSecond.events().map((e) => `${e.type} ${data(e).uid}`)).to.deep.equal([`message.added ${uid}`, `message.added ${marker}`]);
-      expect(onFirst.events.map((e) => `${e.event} ${(JSON.parse(e.data) as { uid: number }).uid}`)).to.deep.equal([`message.added ${uid}`, `message.added ${marker}`]);
+      expect(onFirst.events.map((e) => `${e.event} ${(JSON.parse(e.data) as { uid: number }).uid}`)).to.deep.equal([
+        `message.added ${uid}`,
+        `message.added ${marker}`,
+      ]);
       for (const m of [first, second]) {
         const added = (await inboxEvents(m, streamToken, watched.id)).filter((e) => e.type === 'message.added').map((e) => data(e).uid);
         expect(added, `the log through ${m.name}`).to.deep.equal([uid, marker]);

@@ -32,11 +32,20 @@ async function openStream(url: string, token: string): Promise<OpenStream> {
  * A POST whose body is held back: resolves once the server has its headers (it answered
  * `100 Continue`), so the request is under way there; `finish` sends the rest.
  */
-async function heldPost(url: string, token: string, body: Buffer): Promise<{ req: ClientRequest; finish: () => Promise<{ status: number; connection: string | undefined; body: string }> }> {
+async function heldPost(
+  url: string,
+  token: string,
+  body: Buffer,
+): Promise<{ req: ClientRequest; finish: () => Promise<{ status: number; connection: string | undefined; body: string }> }> {
   const req = request(url, {
     method: 'POST',
     agent: false,
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(body.length), expect: '100-continue' },
+    headers: {
+      authorization: `Bearer ${token}`,
+      'content-type': 'application/json',
+      'content-length': String(body.length),
+      expect: '100-continue',
+    },
   });
   req.on('error', () => undefined);
   const responded = once(req, 'response') as Promise<[IncomingMessage]>;
@@ -95,7 +104,11 @@ describe('postern serve on SIGTERM', function () {
     const stream = await openStream(`${base}/inboxes/${box.id}/events`, token);
     const to = rcpt('drain');
     const raw = `From: ${box.address}\r\nTo: ${to}\r\nSubject: sent while stopping\r\nMessage-ID: <${randomBytes(8).toString('hex')}@postern.test>\r\n\r\nStill delivered.\r\n`;
-    const send = await heldPost(`${base}/inboxes/${box.id}/messages`, token, Buffer.from(JSON.stringify({ from: box.address, to: [to], raw: Buffer.from(raw).toString('base64') })));
+    const send = await heldPost(
+      `${base}/inboxes/${box.id}/messages`,
+      token,
+      Buffer.from(JSON.stringify({ from: box.address, to: [to], raw: Buffer.from(raw).toString('base64') })),
+    );
     const exit = exited(served);
 
     const signalled = Date.now();

@@ -11,7 +11,8 @@ function parse(chunks: string[]): { messages: SseMessage[]; parser: SseParser } 
 }
 
 describe('web app: event-stream parser', () => {
-  const stream = ': comment\r\nretry: 2500\r\n\r\nevent: message.added\r\ndata: {"a":1}\r\n\r\nid: 42\nevent: x\ndata: one\ndata: two\n\ndata:no space\rdata: é\r\r: heartbeat\n\n';
+  const stream =
+    ': comment\r\nretry: 2500\r\n\r\nevent: message.added\r\ndata: {"a":1}\r\n\r\nid: 42\nevent: x\ndata: one\ndata: two\n\ndata:no space\rdata: é\r\r: heartbeat\n\n';
   const expected: SseMessage[] = [
     { event: 'message.added', data: '{"a":1}' },
     { event: 'x', data: 'one\ntwo', id: '42' },

@@ -22,7 +22,10 @@ export async function storeBackdoor(storeEnv: Record<string, string>): Promise<S
     return {
       async run(sql, ...params) {
         let n = 0;
-        const res = await client.query(sql.replace(/\?/g, () => `$${++n}`), params);
+        const res = await client.query(
+          sql.replace(/\?/g, () => `$${++n}`),
+          params,
+        );
         return res.rowCount ?? 0;
       },
       close: () => client.end(),
@@ -94,18 +97,24 @@ export async function storeAtRest(storeEnv: Record<string, string>): Promise<AtR
   await client.connect();
   try {
     const out: AtRest[] = [];
-    const tables = await client.query<{ name: string }>("SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename");
+    const tables = await client.query<{ name: string }>(
+      "SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+    );
     for (const { name } of tables.rows) {
       const rows = await client.query<Record<string, unknown>>(`SELECT * FROM "${name}"`);
       rows.rows.forEach((row, i) => {
-        for (const [column, value] of Object.entries(row)) if (value !== null) out.push({ where: `table ${name} row ${i} ${column}`, bytes: bytesOf(value) });
+        for (const [column, value] of Object.entries(row))
+          if (value !== null) out.push({ where: `table ${name} row ${i} ${column}`, bytes: bytesOf(value) });
       });
     }
-    const { rows: [place] } = await client.query<{ data: string; oid: number }>(
+    const {
+      rows: [place],
+    } = await client.query<{ data: string; oid: number }>(
       "SELECT current_setting('data_directory') AS data, oid::int AS oid FROM pg_database WHERE datname = current_database()",
     );
     if (place && existsSync(place.data)) {
-      for (const f of [...filesUnder(join(place.data, 'base', String(place.oid))), ...filesUnder(join(place.data, 'pg_wal'))]) out.push({ where: f, bytes: readFileSync(f) });
+      for (const f of [...filesUnder(join(place.data, 'base', String(place.oid))), ...filesUnder(join(place.data, 'pg_wal'))])
+        out.push({ where: f, bytes: readFileSync(f) });
     }
     return out;
   } finally {

@@ -56,8 +56,17 @@ interface Observed {
 
 const TYPE = 'ext.backup.happened';
 
-async function publish(base: string, token: string, headers: Record<string, string> = {}): Promise<{ status: number; body: { id: string; cursor?: string } }> {
-  const res = await call(`${base}/events`, { method: 'POST', token, headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ type: TYPE }) });
+async function publish(
+  base: string,
+  token: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: { id: string; cursor?: string } }> {
+  const res = await call(`${base}/events`, {
+    method: 'POST',
+    token,
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ type: TYPE }),
+  });
   return { status: res.status, body: (await res.json()) as { id: string; cursor?: string } };
 }
 
@@ -69,7 +78,12 @@ async function seed(s: TestServer): Promise<Seeded> {
   const session = await p.session();
   const user = await userKeyPair();
   expect((await putKey(s, session, user.armoredPublic)).status).to.equal(200);
-  const backup = await call(`${s.app}/me/key-backup`, { method: 'PUT', session, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ blob: 'c2VhbGVkLWtleQ', replaces: 0 }) });
+  const backup = await call(`${s.app}/me/key-backup`, {
+    method: 'PUT',
+    session,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ blob: 'c2VhbGVkLWtleQ', replaces: 0 }),
+  });
   expect(backup.status, await backup.clone().text()).to.equal(200);
   const client = await mailApp(inbox);
   try {
@@ -86,7 +100,16 @@ async function seed(s: TestServer): Promise<Seeded> {
   const idempotencyKey = `backup-${Date.now()}`;
   const keyed = await publish(s.base, token, { 'idempotency-key': idempotencyKey });
   expect(keyed.status).to.equal(201);
-  return { projectId: p.projectId, inboxId: inbox.id, msgId: m!.id, token, session, userKey: user.privateKey, idempotencyKey, keyedEventId: keyed.body.id };
+  return {
+    projectId: p.projectId,
+    inboxId: inbox.id,
+    msgId: m!.id,
+    token,
+    session,
+    userKey: user.privateKey,
+    idempotencyKey,
+    keyedEventId: keyed.body.id,
+  };
 }
 
 async function page(base: string, token: string, query: string): Promise<{ events: Array<{ id: string }>; cursor: string }> {
@@ -215,7 +238,11 @@ describe('store backup, restore and moving between engines', function () {
     // every 500 ms), which a copy of the database file alone would miss.
     const direct = join(dir, 'direct.db');
     const ackedBeforeDirect = acked.length;
-    expect(await backupStore({ dbFile: store.POSTERN_DB, databaseUrl: null, databasePoolSize: 1 }, direct)).to.deep.equal({ store: 'sqlite', file: direct, bytes: statSync(direct).size });
+    expect(await backupStore({ dbFile: store.POSTERN_DB, databaseUrl: null, databasePoolSize: 1 }, direct)).to.deep.equal({
+      store: 'sqlite',
+      file: direct,
+      bytes: statSync(direct).size,
+    });
     // Then as staff run it: another process, the server writing all along.
     const copy = join(dir, 'copy.db');
     const ackedBeforeCli = acked.length;
@@ -234,12 +261,17 @@ describe('store backup, restore and moving between engines', function () {
     expect(statSync(copy).size).to.equal(out.bytes);
 
     const original = await observe(s.url, x);
-    for (const [file, ackedBefore] of [[direct, ackedBeforeDirect], [copy, ackedBeforeCli]] as const) {
+    for (const [file, ackedBefore] of [
+      [direct, ackedBeforeDirect],
+      [copy, ackedBeforeCli],
+    ] as const) {
       const restored = await serveOn({ POSTERN_DB: file });
       const fromCopy = await observe(restored.url, x);
       // A snapshot: every event acknowledged before the backup started, in the same order with
       // the same ids (and so positions: the cursors match), and nothing the original lacks.
-      expect(fromCopy.eventIds.slice(seeded.eventIds.length, seeded.eventIds.length + ackedBefore), file).to.deep.equal(acked.slice(0, ackedBefore));
+      expect(fromCopy.eventIds.slice(seeded.eventIds.length, seeded.eventIds.length + ackedBefore), file).to.deep.equal(
+        acked.slice(0, ackedBefore),
+      );
       expect(fromCopy.eventIds, file).to.deep.equal(original.eventIds.slice(0, fromCopy.eventIds.length));
       expect(fromCopy.eventIds.length, 'the copy is a snapshot taken before the last writes').to.be.below(original.eventIds.length);
       expect({ ...fromCopy, eventIds: [], resumed: [] }).to.deep.equal({ ...seeded, eventIds: [], resumed: [] });
@@ -284,7 +316,18 @@ describe('store backup, restore and moving between engines', function () {
     expect(exported.store).to.equal('sqlite');
     expect(exported.bytes).to.equal(statSync(file).size);
     const rows = exported.rows as Record<string, number>;
-    for (const table of ['projects', 'tokens', 'sessions', 'epoch_keys', 'member_keys', 'member_key_blobs', 'message_keys', 'events', 'event_idempotency', 'event_types']) {
+    for (const table of [
+      'projects',
+      'tokens',
+      'sessions',
+      'epoch_keys',
+      'member_keys',
+      'member_key_blobs',
+      'message_keys',
+      'events',
+      'event_idempotency',
+      'event_types',
+    ]) {
       expect(rows[table], table).to.be.greaterThan(0);
     }
 
@@ -308,7 +351,23 @@ describe('store backup, restore and moving between engines', function () {
     // What PostgreSQL got is what SQLite had: the directory, the keys and the key backups row for
     // row, and the log with the one event appended since at its end.
     const [first, moved] = [byTable(exportRows(file)), byTable(exportRows(back))];
-    for (const table of ['event_log', 'projects', 'members', 'inboxes', 'inbox_addresses', 'grants', 'tokens', 'token_inboxes', 'sessions', 'epoch_keys', 'member_keys', 'member_key_blobs', 'message_keys', 'event_types', 'event_idempotency']) {
+    for (const table of [
+      'event_log',
+      'projects',
+      'members',
+      'inboxes',
+      'inbox_addresses',
+      'grants',
+      'tokens',
+      'token_inboxes',
+      'sessions',
+      'epoch_keys',
+      'member_keys',
+      'member_key_blobs',
+      'message_keys',
+      'event_types',
+      'event_idempotency',
+    ]) {
       expect(moved.get(table), table).to.deep.equal(first.get(table));
     }
     expect(moved.get('events')!.slice(0, -1)).to.deep.equal(first.get('events'));
@@ -370,7 +429,11 @@ describe('store backup, restore and moving between engines', function () {
       for (const name of tables) {
         const want = expected(name);
         expect(want, `SQLite table ${name}`).to.not.equal('missing');
-        if (Array.isArray(want)) expect((db.prepare('SELECT name FROM pragma_table_info(?)').pluck().all(name) as string[]).sort(), `SQLite ${name}'s columns`).to.deep.equal(want);
+        if (Array.isArray(want))
+          expect(
+            (db.prepare('SELECT name FROM pragma_table_info(?)').pluck().all(name) as string[]).sort(),
+            `SQLite ${name}'s columns`,
+          ).to.deep.equal(want);
       }
       for (const name of carried.keys()) expect(tables, `SQLite has ${name}`).to.include(name);
     } finally {
@@ -386,7 +449,11 @@ describe('store backup, restore and moving between engines', function () {
     const pgTables = new Map<string, string[]>();
     for (const r of rows) pgTables.set(r.table_name, [...(pgTables.get(r.table_name) ?? []), r.column_name]);
     // mail_messages.search is PostgreSQL's text index (SQLite's is its own tables, left out).
-    const engineOnly: Record<string, string[]> = { event_idempotency: [], event_log: ['last_position', 'last_recorded_at', 'only_row'], mail_messages: ['search'] };
+    const engineOnly: Record<string, string[]> = {
+      event_idempotency: [],
+      event_log: ['last_position', 'last_recorded_at', 'only_row'],
+      mail_messages: ['search'],
+    };
     for (const [name, columns] of pgTables) {
       const want = expected(name);
       expect(want, `PostgreSQL table ${name}`).to.not.equal('missing');

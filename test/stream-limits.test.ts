@@ -90,11 +90,15 @@ describe('live stream caps and the pool share kept for reads', function () {
 
     // A stream that ends gives its place back: the credential opens another (once the server saw the close).
     await readers[0]!.close();
-    const again = await until('a place freed by a closed stream', async () => {
-      const opened = await openStream(`${s!.base}/inboxes/${inboxes[5]!.id}/events`, greedy);
-      if (opened.status === 429) await opened.res.arrayBuffer();
-      return opened.status === 200 ? opened : null;
-    }, 5000);
+    const again = await until(
+      'a place freed by a closed stream',
+      async () => {
+        const opened = await openStream(`${s!.base}/inboxes/${inboxes[5]!.id}/events`, greedy);
+        if (opened.status === 429) await opened.res.arrayBuffer();
+        return opened.status === 200 ? opened : null;
+      },
+      5000,
+    );
     expect(again.status).to.equal(200);
   });
 

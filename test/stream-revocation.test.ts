@@ -121,7 +121,7 @@ describe('live streams end when their credential or access goes', function () {
     expect(lasting.ended).to.equal(false);
   });
 
-  it("a withdrawn grant: the member's streams of that inbox end, and its \"every inbox\" stream stops showing it", async () => {
+  it('a withdrawn grant: the member\'s streams of that inbox end, and its "every inbox" stream stops showing it', async () => {
     const memberId = await p.member();
     const A = await p.inbox({ memberId });
     const B = await addInbox(s, p, { memberId });

@@ -71,7 +71,15 @@ export class SoftPasskey {
   register(options: { challenge: string; user: { id: string } }): RegistrationJSON {
     this.userHandle = options.user.id;
     const jwk = this.publicKey.export({ format: 'jwk' });
-    const cose = cbor(new Map<Cbor, Cbor>([[1, 2], [3, -7], [-1, 1], [-2, Buffer.from(jwk.x!, 'base64url')], [-3, Buffer.from(jwk.y!, 'base64url')]]));
+    const cose = cbor(
+      new Map<Cbor, Cbor>([
+        [1, 2],
+        [3, -7],
+        [-1, 1],
+        [-2, Buffer.from(jwk.x!, 'base64url')],
+        [-3, Buffer.from(jwk.y!, 'base64url')],
+      ]),
+    );
     const idLength = Buffer.alloc(2);
     idLength.writeUInt16BE(this.credentialId.length);
     const authData = Buffer.concat([this.authData(0x45), Buffer.alloc(16), idLength, this.credentialId, cose]);
@@ -80,7 +88,11 @@ export class SoftPasskey {
       id: this.id,
       rawId: this.id,
       type: 'public-key',
-      response: { clientDataJSON: b64u(clientData), attestationObject: b64u(cbor({ fmt: 'none', attStmt: {}, authData })), transports: ['internal'] },
+      response: {
+        clientDataJSON: b64u(clientData),
+        attestationObject: b64u(cbor({ fmt: 'none', attStmt: {}, authData })),
+        transports: ['internal'],
+      },
       clientExtensionResults: {},
     };
   }
@@ -95,7 +107,12 @@ export class SoftPasskey {
       id: this.id,
       rawId: this.id,
       type: 'public-key',
-      response: { clientDataJSON: b64u(clientData), authenticatorData: b64u(authData), signature: b64u(signature), userHandle: this.userHandle },
+      response: {
+        clientDataJSON: b64u(clientData),
+        authenticatorData: b64u(authData),
+        signature: b64u(signature),
+        userHandle: this.userHandle,
+      },
       clientExtensionResults: {},
     };
   }

@@ -65,10 +65,13 @@ export function api(s: TestServer, token: string) {
 export async function project(s: TestServer): Promise<{ p: TestProject; token: string; a: ReturnType<typeof api> }> {
   const p = await newProject(s);
   const token = await p.token(SCOPES);
-  await register(s, token, { name: 'ext.order.shipped', description: 'An order left.', data: [{ name: 'orderId', type: 'string', required: true }] });
+  await register(s, token, {
+    name: 'ext.order.shipped',
+    description: 'An order left.',
+    data: [{ name: 'orderId', type: 'string', required: true }],
+  });
   return { p, token, a: api(s, token) };
 }
-
 
 /** Receivers a suite starts, closed together (`close`, in its after or afterEach). */
 export function receiverPool(): { receiver: () => Promise<Receiver>; close: () => Promise<void> } {

@@ -134,7 +134,13 @@ describe('webhooks: the delivery client', () => {
     });
     const answer = await post(r.url, { headers: { 'webhook-id': 'evt_2', 'webhook-timestamp': '1', 'webhook-signature': 'v1,abc' } });
     expect(answer).to.include({ status: 200, bodySnippet: 'ok' });
-    expect(seen).to.include({ 'webhook-id': 'evt_2', 'webhook-timestamp': '1', 'webhook-signature': 'v1,abc', 'content-type': 'application/json', 'content-length': '12' });
+    expect(seen).to.include({
+      'webhook-id': 'evt_2',
+      'webhook-timestamp': '1',
+      'webhook-signature': 'v1,abc',
+      'content-type': 'application/json',
+      'content-length': '12',
+    });
     await post(r.url, { headers: { 'Content-Type': 'application/json; charset=utf-8', 'Content-Length': '1' } });
     expect(seen).to.include({ 'content-type': 'application/json; charset=utf-8', 'content-length': '12' });
   });
@@ -195,13 +201,43 @@ describe('webhooks: the delivery client', () => {
     expect(refused).to.include({ reason: 'connection', address: '127.0.0.1' });
     expect(refused.message).to.match(/ECONNREFUSED/);
     // By name: the URL's host, not the address it resolved to.
-    const named = await failure(post(`http://hooks.example.test:${port}/`, { resolve: scripted({ 'hooks.example.test': [['127.0.0.1']] }) }));
-    expect(named).to.include({ reason: 'connection', address: '127.0.0.1', message: 'connecting to hooks.example.test failed: ECONNREFUSED' });
+    const named = await failure(
+      post(`http://hooks.example.test:${port}/`, { resolve: scripted({ 'hooks.example.test': [['127.0.0.1']] }) }),
+    );
+    expect(named).to.include({
+      reason: 'connection',
+      address: '127.0.0.1',
+      message: 'connecting to hooks.example.test failed: ECONNREFUSED',
+    });
 
     const dir = mkdtempSync(join(tmpdir(), 'postern-webhook-tls-'));
     try {
-      execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=hooks.example.test', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem')], { stdio: 'ignore' });
-      const tls = await listen(https.createServer({ key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) }), 'https', (_req, res) => res.end('ok'));
+      execFileSync(
+        'openssl',
+        [
+          'req',
+          '-x509',
+          '-newkey',
+          'ec',
+          '-pkeyopt',
+          'ec_paramgen_curve:prime256v1',
+          '-nodes',
+          '-days',
+          '1',
+          '-subj',
+          '/CN=hooks.example.test',
+          '-keyout',
+          join(dir, 'key.pem'),
+          '-out',
+          join(dir, 'cert.pem'),
+        ],
+        { stdio: 'ignore' },
+      );
+      const tls = await listen(
+        https.createServer({ key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) }),
+        'https',
+        (_req, res) => res.end('ok'),
+      );
       open.push(tls);
       const resolve = scripted({ 'hooks.example.test': [['127.0.0.1']] });
       const err = await failure(post(`https://hooks.example.test:${tls.port}/hook`, { resolve }));
@@ -288,7 +324,32 @@ describe('webhooks: the delivery client', () => {
     });
 
     it('refuses a name that resolves to any such address, even one among public ones', async () => {
-      const forbidden = ['127.0.0.1', '::1', '10.1.1.1', '172.20.0.5', '192.168.0.10', '100.100.100.100', '169.254.169.254', 'fe80::abcd', 'fd00::5', '224.1.1.1', 'ff05::2', '0.0.0.0', '::', '255.255.255.255', '192.0.2.33', '198.18.5.5', '198.51.100.1', '203.0.113.1', '240.1.2.3', '::ffff:127.0.0.1', '::ffff:7f00:1', '::ffff:10.0.0.1', '64:ff9b::a9fe:a9fe', '2002:0a00:0001::1'];
+      const forbidden = [
+        '127.0.0.1',
+        '::1',
+        '10.1.1.1',
+        '172.20.0.5',
+        '192.168.0.10',
+        '100.100.100.100',
+        '169.254.169.254',
+        'fe80::abcd',
+        'fd00::5',
+        '224.1.1.1',
+        'ff05::2',
+        '0.0.0.0',
+        '::',
+        '255.255.255.255',
+        '192.0.2.33',
+        '198.18.5.5',
+        '198.51.100.1',
+        '203.0.113.1',
+        '240.1.2.3',
+        '::ffff:127.0.0.1',
+        '::ffff:7f00:1',
+        '::ffff:10.0.0.1',
+        '64:ff9b::a9fe:a9fe',
+        '2002:0a00:0001::1',
+      ];
       for (const address of forbidden) {
         const resolve = scripted({ 'hooks.example.test': [['93.184.215.14', address]] });
         const err = await failure(post('http://hooks.example.test/', { resolve, allow: [] }));
@@ -314,7 +375,23 @@ describe('webhooks: the delivery client', () => {
     });
 
     it('calls public addresses, including IPv6 forms that embed a public IPv4 one', () => {
-      for (const address of ['93.184.215.14', '8.8.8.8', '1.1.1.1', '2606:4700:4700::1111', '2a00:1450:4001::200e', '::ffff:8.8.8.8', '64:ff9b::808:808', '2002:808:808::1', '100.63.255.255', '100.128.0.1', '172.15.255.255', '172.32.0.1', '198.17.255.255', '198.20.0.1', '223.255.255.255']) {
+      for (const address of [
+        '93.184.215.14',
+        '8.8.8.8',
+        '1.1.1.1',
+        '2606:4700:4700::1111',
+        '2a00:1450:4001::200e',
+        '::ffff:8.8.8.8',
+        '64:ff9b::808:808',
+        '2002:808:808::1',
+        '100.63.255.255',
+        '100.128.0.1',
+        '172.15.255.255',
+        '172.32.0.1',
+        '198.17.255.255',
+        '198.20.0.1',
+        '223.255.255.255',
+      ]) {
         expect(refusal(address), address).to.equal(null);
       }
       expect(refusal('::ffff:127.0.0.1')).to.match(/loopback/);
@@ -377,7 +454,10 @@ describe('webhooks: the delivery client', () => {
         expect(requests).to.deep.equal(['::1', '::1']);
         expect(resolve.calls).to.have.length(1);
         // Without the allowance the same name is refused.
-        expect((await failure(post(`http://six.example.test:${port}/`, { resolve: scripted({ 'six.example.test': [['::1']] }), allow: [] }))).reason).to.equal('refused-address');
+        expect(
+          (await failure(post(`http://six.example.test:${port}/`, { resolve: scripted({ 'six.example.test': [['::1']] }), allow: [] })))
+            .reason,
+        ).to.equal('refused-address');
       } finally {
         server.closeAllConnections();
         await new Promise<void>((resolve) => server.close(() => resolve()));
@@ -428,7 +508,9 @@ describe('webhooks: the delivery client', () => {
       expect((await post(url, { resolve, verdicts })).status).to.equal(200);
       expect(resolve.calls, 'the second attempt used the kept verdict').to.have.length(1);
       // Another allow list has verdicts of its own: under none, the name is refused.
-      expect((await failure(post(url, { resolve: scripted({ 'kept.example.test': [['127.0.0.1']] }), verdicts, allow: [] }))).reason).to.equal('refused-address');
+      expect(
+        (await failure(post(url, { resolve: scripted({ 'kept.example.test': [['127.0.0.1']] }), verdicts, allow: [] }))).reason,
+      ).to.equal('refused-address');
       clock = 1000;
       // Past the TTL the name is resolved again, and its new address checked and refused.
       expect((await failure(post(url, { resolve, verdicts }))).reason).to.equal('refused-address');

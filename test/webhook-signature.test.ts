@@ -3,7 +3,15 @@
 // checker would otherwise pass.
 import { expect } from 'chai';
 import { Webhook, WebhookVerificationError } from 'standardwebhooks';
-import { newWebhookSecret, secretKey, signedHeaders, signatureOf, webhookBody, webhookBodyOf, webhookSecret } from '../lib/webhooks/signature.ts';
+import {
+  newWebhookSecret,
+  secretKey,
+  signedHeaders,
+  signatureOf,
+  webhookBody,
+  webhookBodyOf,
+  webhookSecret,
+} from '../lib/webhooks/signature.ts';
 
 const verifies = (secret: string, body: string, headers: Record<string, string>): boolean => {
   try {
@@ -41,8 +49,12 @@ describe('webhooks: Standard Webhooks signatures', () => {
     expect(JSON.parse(webhookBody('x.y', new Date(0), null)).timestamp).to.equal('1970-01-01T00:00:00.000Z');
     // From data already serialised (the log's JSON): byte for byte what serialising the whole writes.
     const data = { id: 'evt_1', cursor: 'c_1', data: { subject: 'Héllo "✉"\n', n: 1.5e-7, list: [null, true] } };
-    expect(webhookBodyOf('message.received', '2026-11-25T10:00:00.000Z', JSON.stringify(data))).to.equal(webhookBody('message.received', '2026-11-25T10:00:00.000Z', data));
-    expect(webhookBodyOf('a"b', new Date(0), '{}')).to.equal(JSON.stringify({ type: 'a"b', timestamp: '1970-01-01T00:00:00.000Z', data: {} }));
+    expect(webhookBodyOf('message.received', '2026-11-25T10:00:00.000Z', JSON.stringify(data))).to.equal(
+      webhookBody('message.received', '2026-11-25T10:00:00.000Z', data),
+    );
+    expect(webhookBodyOf('a"b', new Date(0), '{}')).to.equal(
+      JSON.stringify({ type: 'a"b', timestamp: '1970-01-01T00:00:00.000Z', data: {} }),
+    );
   });
 
   it('signs so the reference verifier accepts it, and only the exact id, timestamp and body', () => {

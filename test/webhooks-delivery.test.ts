@@ -46,8 +46,17 @@ describe('webhook deliveries', function () {
     expect(await a.events(`after=${encodeURIComponent(String(cursor))}`)).to.deep.equal([]);
     const [more] = await a.ship(1);
     expect((await a.events(`after=${encodeURIComponent(String(cursor))}`)).map((e) => e.id)).to.deep.equal([more]);
-    const delivered = await until('the outcome written', async () => (await a.deliveries(hook.id)).deliveries.find((d) => d.eventId === id && d.state === 'delivered'));
-    expect(delivered).to.deep.include({ type: 'ext.order.shipped', cursor, attempts: 1, lastStatus: 204, lastError: null, nextAttemptAt: null });
+    const delivered = await until('the outcome written', async () =>
+      (await a.deliveries(hook.id)).deliveries.find((d) => d.eventId === id && d.state === 'delivered'),
+    );
+    expect(delivered).to.deep.include({
+      type: 'ext.order.shipped',
+      cursor,
+      attempts: 1,
+      lastStatus: 204,
+      lastError: null,
+      nextAttemptAt: null,
+    });
   });
 
   it('mail reaches it: a message delivered by SMTP, then a mail app flagging it', async () => {
@@ -59,10 +68,14 @@ describe('webhook deliveries', function () {
     const read = async () => expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: reader })).status).to.equal(200);
     await read();
     await deliver(inbox.address, { subject: 'webhook me' });
-    const added = await until('message.added from SMTP at the receiver', async () => {
-      await read();
-      return r.received.find((x) => x.type === 'message.added');
-    }, 30_000);
+    const added = await until(
+      'message.added from SMTP at the receiver',
+      async () => {
+        await read();
+        return r.received.find((x) => x.type === 'message.added');
+      },
+      30_000,
+    );
     const msgId = String((added.data.data as { msgId: string }).msgId);
     const app = await mailApp(inbox);
     try {
@@ -89,7 +102,8 @@ describe('webhook deliveries', function () {
     const hookNarrow = await api(s, narrow).hook(rNarrow);
     const rTypes = await receiver();
     const hookTypes = await a.hook(rTypes, { types: ['message.*'], inboxes: [inboxB.id] });
-    const labels = async (inbox: { id: string }) => expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: reader })).status).to.equal(200);
+    const labels = async (inbox: { id: string }) =>
+      expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token: reader })).status).to.equal(200);
     await labels(inboxA);
     await labels(inboxB);
     const appA = await mailApp(inboxA);
@@ -202,7 +216,9 @@ describe('webhook deliveries', function () {
       r.answer = () => ({ status: 500 });
       const hook = await a.hook(r);
       const [id] = await a.ship(1);
-      const given = await until('the first delivery given up', async () => (await a.deliveries(hook.id)).deliveries.find((d) => d.eventId === id && d.state === 'failed'));
+      const given = await until('the first delivery given up', async () =>
+        (await a.deliveries(hook.id)).deliveries.find((d) => d.eventId === id && d.state === 'failed'),
+      );
       expect(given).to.deep.include({ attempts: 3, lastStatus: 500, nextAttemptAt: null });
       expect(r.received.filter((x) => x.id === id)).to.have.length(3);
       expect((await a.get(hook.id)).enabled).to.equal(true);
@@ -218,7 +234,7 @@ describe('webhook deliveries', function () {
     }
   });
 
-  it("stops the endpoints of a revoked token", async () => {
+  it('stops the endpoints of a revoked token', async () => {
     const { p, a: writer } = await project(s);
     const owner = await p.token(['webhooks:write', 'events:read', 'project:read']);
     const r = await receiver();
@@ -286,7 +302,11 @@ describe('webhook deliveries', function () {
       // By name: refused without saying what the name resolved to (the check is no DNS oracle).
       const named = await sa.hook(r, { url: r.url.replace('127.0.0.1', 'localhost') });
       const hidden = await json<WebhookTestResult>(await sa.send('POST', `/webhooks/${named.id}/test`));
-      expect(hidden).to.include({ delivered: false, status: null, error: 'localhost resolves to an address Postern does not call (docs/webhooks.md)' });
+      expect(hidden).to.include({
+        delivered: false,
+        status: null,
+        error: 'localhost resolves to an address Postern does not call (docs/webhooks.md)',
+      });
       expect(r.received).to.have.length(1);
     } finally {
       await strict.close();
@@ -407,7 +427,20 @@ describe('postern admin webhook', function () {
       const listed = await runPostern(['admin', 'webhook', 'list', '--project', p.projectId], env);
       expect(listed.code, listed.stderr).to.equal(0);
       expect(listed.out).to.deep.equal([
-        { id: hook.id, projectId: p.projectId, tokenId: /^svc_(tok_[0-9A-Z]{26})_/.exec(a.token)![1], url: r.url, types: ['ext.*'], inboxes: null, enabled: true, disabledBy: null, disabledAt: null, disabledReason: null, failingSince: null, createdAt: hook.createdAt },
+        {
+          id: hook.id,
+          projectId: p.projectId,
+          tokenId: /^svc_(tok_[0-9A-Z]{26})_/.exec(a.token)![1],
+          url: r.url,
+          types: ['ext.*'],
+          inboxes: null,
+          enabled: true,
+          disabledBy: null,
+          disabledAt: null,
+          disabledReason: null,
+          failingSince: null,
+          createdAt: hook.createdAt,
+        },
       ]);
       const off = await runPostern(['admin', 'webhook', 'disable', '--id', hook.id, '--reason', 'receiver under maintenance'], env);
       expect(off.code, off.stderr).to.equal(0);
@@ -456,7 +489,9 @@ describe('webhook deliveries across processes', function () {
   });
 
   const second = async () => {
-    other = await spawnPostern(envVars(mailEnv(), { ...s.storeEnv, ...FAST, POSTERN_WEBHOOK_CONCURRENCY: '2', POSTERN_PORT: String(await freePort()) }));
+    other = await spawnPostern(
+      envVars(mailEnv(), { ...s.storeEnv, ...FAST, POSTERN_WEBHOOK_CONCURRENCY: '2', POSTERN_PORT: String(await freePort()) }),
+    );
     return other;
   };
 
@@ -468,7 +503,11 @@ describe('webhook deliveries across processes', function () {
       const hook = await a.hook(r);
       const ids = await a.ship(40);
       // Every delivery settled: none is left that either process could send again.
-      await until('all forty settled', async () => (await a.deliveries(hook.id, '?limit=100')).deliveries.filter((d) => d.state === 'delivered').length === 40, 30_000);
+      await until(
+        'all forty settled',
+        async () => (await a.deliveries(hook.id, '?limit=100')).deliveries.filter((d) => d.state === 'delivered').length === 40,
+        30_000,
+      );
       expect(r.ids().sort()).to.deep.equal([...ids].sort());
       expect(r.unverified).to.deep.equal([]);
     } finally {
@@ -491,10 +530,14 @@ describe('webhook deliveries across processes', function () {
       await new Promise((resolve) => killed.child.once('exit', resolve));
       hang = false;
       await until('every event delivered', async () => ids.every((id) => r.delivered.has(id)), 60_000);
-      const list = await until('every delivery settled', async () => {
-        const l = await a.deliveries(hook.id, '?limit=100');
-        return l.deliveries.every((d) => d.state === 'delivered') ? l : null;
-      }, 30_000);
+      const list = await until(
+        'every delivery settled',
+        async () => {
+          const l = await a.deliveries(hook.id, '?limit=100');
+          return l.deliveries.every((d) => d.state === 'delivered') ? l : null;
+        },
+        30_000,
+      );
       expect(list.deliveries).to.have.length(10);
     } finally {
       await r.close();

@@ -47,13 +47,23 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     return server.postern.validator.body<WebhookCreated>(`${SCHEMA}WebhookCreated`, await json(res));
   }
 
-  it('creates an endpoint: its secret once, never again; it starts at the log\'s head', async () => {
+  it("creates an endpoint: its secret once, never again; it starts at the log's head", async () => {
     const before = await s.postern.store.events.lastPosition();
-    const made = await create({ url: 'https://hooks.example.org/postern', types: ['message.*', 'ext.order.shipped'], description: 'orders' });
+    const made = await create({
+      url: 'https://hooks.example.org/postern',
+      types: ['message.*', 'ext.order.shipped'],
+      description: 'orders',
+    });
     expect(made.id).to.match(/^whk_[0-9A-Z]{26}$/);
     expect(made.secret).to.match(/^whsec_[A-Za-z0-9+/]+=*$/);
     expect(Buffer.from(made.secret.slice('whsec_'.length), 'base64')).to.have.length(32);
-    expect(made).to.include({ url: 'https://hooks.example.org/postern', description: 'orders', enabled: true, disabledAt: null, previousSecretExpiresAt: null });
+    expect(made).to.include({
+      url: 'https://hooks.example.org/postern',
+      description: 'orders',
+      enabled: true,
+      disabledAt: null,
+      previousSecretExpiresAt: null,
+    });
     expect(made.types).to.deep.equal(['message.*', 'ext.order.shipped']);
     expect(made.inboxes).to.equal(null);
 
@@ -67,7 +77,9 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     expect(JSON.stringify(list)).not.to.include(secret.slice('whsec_'.length));
 
     const stored = (await s.postern.store.webhooks.get(p.projectId, made.id))!;
-    expect(stored.position).to.be.at.least(before).and.at.most(await s.postern.store.events.lastPosition());
+    expect(stored.position)
+      .to.be.at.least(before)
+      .and.at.most(await s.postern.store.events.lastPosition());
   });
 
   it('keeps the secret only sealed with the master key', async () => {
@@ -78,7 +90,16 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     expect(stored.secretSealed.toString('latin1')).not.to.include(made.secret.slice('whsec_'.length));
     expect(JSON.stringify(stored)).not.to.include(made.secret.slice('whsec_'.length));
     // The master key opens it to the secret shown.
-    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false, cursors: () => s.postern.events.cursors(), post: refuseAll, testsPerMinute: 5 });
+    const endpoints = new WebhookEndpoints({
+      store: s.postern.store.webhooks,
+      access: s.postern.access,
+      masterKey: MasterKey.parse(TEST_MASTER_KEY),
+      head: async () => 0,
+      allowHttpLoopback: false,
+      cursors: () => s.postern.events.cursors(),
+      post: refuseAll,
+      testsPerMinute: 5,
+    });
     expect(endpoints.signingSecrets(stored)).to.deep.equal([made.secret]);
   });
 
@@ -87,7 +108,14 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     const inbox = await p.inbox();
     const patched = s.postern.validator.body<Webhook>(
       `${SCHEMA}Webhook`,
-      await json(await send(s, 'PATCH', `/webhooks/${made.id}`, token, { url: 'https://hooks.example.org/b', types: null, inboxes: [inbox.id], description: 'moved' })),
+      await json(
+        await send(s, 'PATCH', `/webhooks/${made.id}`, token, {
+          url: 'https://hooks.example.org/b',
+          types: null,
+          inboxes: [inbox.id],
+          description: 'moved',
+        }),
+      ),
     );
     expect(patched).to.include({ id: made.id, url: 'https://hooks.example.org/b', description: 'moved', enabled: true });
     expect(patched.types).to.equal(null);
@@ -104,7 +132,10 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     const on = await json<Webhook>(await send(s, 'PATCH', `/webhooks/${made.id}`, token, { enabled: true }));
     expect(on).to.include({ enabled: true, disabledAt: null, disabledReason: null, description: 'still off' });
     // A change refused in part writes nothing.
-    await expectError(await send(s, 'PATCH', `/webhooks/${made.id}`, token, { url: 'https://hooks.example.org/c', types: ['access.content.read'] }), 422);
+    await expectError(
+      await send(s, 'PATCH', `/webhooks/${made.id}`, token, { url: 'https://hooks.example.org/c', types: ['access.content.read'] }),
+      422,
+    );
     expect((await json<Webhook>(await send(s, 'GET', `/webhooks/${made.id}`, token))).url).to.equal('https://hooks.example.org/b');
 
     await expectError(await send(s, 'PATCH', `/webhooks/${made.id}`, token, {}), 400);
@@ -121,7 +152,9 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     const res = await send(s, 'POST', `/webhooks/${made.id}/rotate-secret`, token);
     expect(res.status).to.equal(200);
     const rotated = s.postern.validator.body<WebhookSecret>(`${SCHEMA}WebhookSecret`, await json(res));
-    expect(rotated.secret).to.match(/^whsec_/).and.not.equal(made.secret);
+    expect(rotated.secret)
+      .to.match(/^whsec_/)
+      .and.not.equal(made.secret);
     const until = Date.parse(rotated.previousSecretExpiresAt);
     expect(until).to.be.within(at + 24 * 3600_000 - 1000, Date.now() + 24 * 3600_000 + 1000);
     const got = await json<Webhook>(await send(s, 'GET', `/webhooks/${made.id}`, token));
@@ -134,12 +167,22 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
       expect(stored.secretSealed.includes(key)).to.equal(false);
       expect(stored.previousSecretSealed!.includes(key)).to.equal(false);
     }
-    const endpoints = new WebhookEndpoints({ store: s.postern.store.webhooks, access: s.postern.access, masterKey: MasterKey.parse(TEST_MASTER_KEY), head: async () => 0, allowHttpLoopback: false, cursors: () => s.postern.events.cursors(), post: refuseAll, testsPerMinute: 5 });
+    const endpoints = new WebhookEndpoints({
+      store: s.postern.store.webhooks,
+      access: s.postern.access,
+      masterKey: MasterKey.parse(TEST_MASTER_KEY),
+      head: async () => 0,
+      allowHttpLoopback: false,
+      cursors: () => s.postern.events.cursors(),
+      post: refuseAll,
+      testsPerMinute: 5,
+    });
     expect(endpoints.signingSecrets(stored)).to.deep.equal([rotated.secret, made.secret]);
     // What the stored secrets sign verifies, by the reference library, with either secret shown.
     const body = webhookBody('message.received', new Date(), { n: 1 });
     const headers = signedHeaders(endpoints.signingSecrets(stored), 'evt_01J0000000000000000000000Z', body);
-    for (const secret of [made.secret, rotated.secret]) expect(new Verifier(secret).verify(body, { ...headers })).to.deep.include({ type: 'message.received' });
+    for (const secret of [made.secret, rotated.secret])
+      expect(new Verifier(secret).verify(body, { ...headers })).to.deep.include({ type: 'message.received' });
     expect(() => new Verifier(`whsec_${Buffer.alloc(32, 7).toString('base64')}`).verify(body, { ...headers })).to.throw();
     // Once the overlap is over only the new secret signs.
     expect(endpoints.signingSecrets(stored, until + 1)).to.deep.equal([rotated.secret]);
@@ -149,7 +192,11 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     await expectError(await send(s, 'POST', '/webhooks', token, { url: 'not a url' }), 400);
     await expectError(await send(s, 'POST', '/webhooks', token, {}), 400);
     await expectError(await send(s, 'POST', '/webhooks', token, { url: 'ftp://hooks.example.org/' }), 422);
-    await expectError(await send(s, 'POST', '/webhooks', token, { url: 'http://127.0.0.1:8080/hook' }), 422, /https:\/\/.*POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK/);
+    await expectError(
+      await send(s, 'POST', '/webhooks', token, { url: 'http://127.0.0.1:8080/hook' }),
+      422,
+      /https:\/\/.*POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK/,
+    );
     await expectError(await send(s, 'POST', '/webhooks', token, { url: 'https://user:pass@hooks.example.org/' }), 422, /credentials/);
 
     const q = await newProject(dev);
@@ -165,14 +212,22 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     await expectError(await send(s, 'PATCH', `/webhooks/${made.id}`, token, { url: 'http://127.0.0.1/' }), 422);
   });
 
-  it('takes types in GET /events\' syntax, unknown ones too, and refuses audit-only types', async () => {
+  it("takes types in GET /events' syntax, unknown ones too, and refuses audit-only types", async () => {
     const made = await create({ url: 'https://hooks.example.org/types', types: ['ext.shop.order_shipped', 'mail.*', 'message.received'] });
     expect(made.types).to.deep.equal(['ext.shop.order_shipped', 'mail.*', 'message.received']);
-    await expectError(await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', types: ['access.content.read'] }), 422, /audit-only/);
+    await expectError(
+      await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', types: ['access.content.read'] }),
+      422,
+      /audit-only/,
+    );
     await expectError(await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', types: ['Message Received'] }), 400);
     await expectError(await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', types: ['a,b'] }), 400);
     await expectError(await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', types: [] }), 400);
-    await expectError(await send(s, 'PATCH', `/webhooks/${made.id}`, token, { types: ['message.*', 'access.content.read'] }), 422, /audit-only/);
+    await expectError(
+      await send(s, 'PATCH', `/webhooks/${made.id}`, token, { types: ['message.*', 'access.content.read'] }),
+      422,
+      /audit-only/,
+    );
   });
 
   it('takes only inboxes the token may read', async () => {
@@ -181,17 +236,27 @@ describe('webhook endpoints (POST/GET/PATCH/DELETE /webhooks, rotate-secret)', f
     const narrowed = await p.token(MANAGE, { inboxes: [mine.id] });
     const made = await create({ url: 'https://hooks.example.org/inboxes', inboxes: [mine.id] }, narrowed);
     expect(made.inboxes).to.deep.equal([mine.id]);
-    await expectError(await send(s, 'POST', '/webhooks', narrowed, { url: 'https://hooks.example.org/', inboxes: [other.id] }), 422, /inbox/);
+    await expectError(
+      await send(s, 'POST', '/webhooks', narrowed, { url: 'https://hooks.example.org/', inboxes: [other.id] }),
+      422,
+      /inbox/,
+    );
     await expectError(await send(s, 'PATCH', `/webhooks/${made.id}`, narrowed, { inboxes: [mine.id, other.id] }), 422, /inbox/);
     // Another project's inbox, and one that does not exist, get the same answer.
     const q = await newProject(s);
     const theirs = await q.inbox();
-    const e1 = await expectError(await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', inboxes: [theirs.id] }), 422);
-    const e2 = await expectError(await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', inboxes: ['ibx_01J0000000000000000000000Z'] }), 422);
+    const e1 = await expectError(
+      await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', inboxes: [theirs.id] }),
+      422,
+    );
+    const e2 = await expectError(
+      await send(s, 'POST', '/webhooks', token, { url: 'https://hooks.example.org/', inboxes: ['ibx_01J0000000000000000000000Z'] }),
+      422,
+    );
     expect(e1.replace(theirs.id, '')).to.equal(e2.replace('ibx_01J0000000000000000000000Z', ''));
   });
 
-  it('needs webhooks:write (and events:read to create); another project\'s or token\'s endpoint is not found', async () => {
+  it("needs webhooks:write (and events:read to create); another project's or token's endpoint is not found", async () => {
     const made = await create({ url: 'https://hooks.example.org/mine' });
     const reader = await p.token(['events:read', 'messages:read']);
     await expectError(await send(s, 'GET', '/webhooks', reader), 403, /webhooks:write/);

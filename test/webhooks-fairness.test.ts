@@ -7,7 +7,6 @@ import { createSocket, type Socket } from 'node:dgram';
 import { lookup } from 'node:dns/promises';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
@@ -15,7 +14,7 @@ import { WebhookDns, WebhookDnsError } from '../adapters/webhooks/dns.ts';
 import { startPostern, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
 import { FAST, project, receiverPool } from './webhook-api.ts';
-import { Receiver } from './webhook-receiver.ts';
+import type { Receiver } from './webhook-receiver.ts';
 
 /**
  * A name server on loopback: names starting `hang-` get no answer at all (a server that drops
@@ -58,7 +57,7 @@ class FakeDns {
     });
     socket.bind(0, '127.0.0.1');
     await once(socket, 'listening');
-    this.port = (socket.address() as AddressInfo).port;
+    this.port = socket.address().port;
     return this;
   }
 
@@ -97,13 +96,24 @@ describe('webhook hosts: resolved off the thread pool, failures kept, a share pe
     const hostsFile = join(dir, 'hosts');
     writeFileSync(hostsFile, '# comment\n127.0.0.1 localhost\n10.9.8.7 Receiver.Internal receiver-alias # trailing\n::1 ip6-localhost\n');
     let clock = 1_000_000;
-    const r = new WebhookDns({ servers: [`127.0.0.1:${dns.port}`], timeoutMs: 200, tries: 1, negativeTtlMs: 60_000, perProject: 4, hostsFile, now: () => clock });
+    const r = new WebhookDns({
+      servers: [`127.0.0.1:${dns.port}`],
+      timeoutMs: 200,
+      tries: 1,
+      negativeTtlMs: 60_000,
+      perProject: 4,
+      hostsFile,
+      now: () => clock,
+    });
     try {
       expect(await r.resolve('localhost')).to.deep.equal([{ address: '127.0.0.1', family: 4 }]);
       expect(await r.resolve('receiver.internal.')).to.deep.equal([{ address: '10.9.8.7', family: 4 }]);
       expect(await r.resolve('RECEIVER-ALIAS')).to.deep.equal([{ address: '10.9.8.7', family: 4 }]);
       expect(await r.resolve('ip6-localhost')).to.deep.equal([{ address: '::1', family: 6 }]);
-      expect(await r.resolve('shop.localhost')).to.deep.equal([{ address: '::1', family: 6 }, { address: '127.0.0.1', family: 4 }]);
+      expect(await r.resolve('shop.localhost')).to.deep.equal([
+        { address: '::1', family: 6 },
+        { address: '127.0.0.1', family: 4 },
+      ]);
       expect(await r.resolve('192.0.2.1')).to.deep.equal([{ address: '192.0.2.1', family: 4 }]);
       expect(dns.queries).to.deep.equal([]);
 
@@ -137,7 +147,14 @@ describe('webhook hosts: resolved off the thread pool, failures kept, a share pe
   });
 
   it("many names that never answer: the thread pool stays free, one query per name, another project's lookups not queued behind them", async () => {
-    const r = new WebhookDns({ servers: [`127.0.0.1:${dns.port}`], timeoutMs: 1500, tries: 1, negativeTtlMs: 60_000, perProject: 4, hostsFile: join(dir, 'none') });
+    const r = new WebhookDns({
+      servers: [`127.0.0.1:${dns.port}`],
+      timeoutMs: 1500,
+      tries: 1,
+      negativeTtlMs: 60_000,
+      perProject: 4,
+      hostsFile: join(dir, 'none'),
+    });
     try {
       // 40 lookups of 10 names for project A: more than libuv's four threads, and than A's share.
       const hanging = Array.from({ length: 40 }, (_, i) => r.resolve(`hang-many-${i % 10}.example.test`, 'prj_A').catch((e: unknown) => e));
@@ -232,7 +249,12 @@ describe('webhook projects do not hold each other back', function () {
     let s: TestServer;
     before(async () => {
       // 64 per endpoint: with the process-wide cap alone (512), A's 10 endpoints could take it all.
-      s = await startPostern({ ...FAST, POSTERN_WEBHOOK_CONCURRENCY: '64', POSTERN_WEBHOOK_TIMEOUT_MS: '10000', POSTERN_WEBHOOK_LEASE_MS: '30000' });
+      s = await startPostern({
+        ...FAST,
+        POSTERN_WEBHOOK_CONCURRENCY: '64',
+        POSTERN_WEBHOOK_TIMEOUT_MS: '10000',
+        POSTERN_WEBHOOK_LEASE_MS: '30000',
+      });
     });
     after(async () => {
       await s?.close();
@@ -253,10 +275,14 @@ describe('webhook projects do not hold each other back', function () {
       const underWay = () => slow.reduce((n, r) => n + r.hangingCount, 0);
       await until('A saturating its share', async () => underWay() >= 64, 20_000);
       // A's whole backlog made (640 deliveries, more than the process-wide cap of 512): B comes after it.
-      await until('A enqueued', async () => {
-        for (const id of hooks) if ((await A.a.deliveries(id, '?limit=100')).deliveries.length < 64) return false;
-        return true;
-      }, 20_000);
+      await until(
+        'A enqueued',
+        async () => {
+          for (const id of hooks) if ((await A.a.deliveries(id, '?limit=100')).deliveries.length < 64) return false;
+          return true;
+        },
+        20_000,
+      );
 
       const B = await project(s);
       const fast = await receiver();

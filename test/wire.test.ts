@@ -138,7 +138,10 @@ function agree(type: ts.TypeNode, schema: Schema, file: string, at: string): voi
     const nonNull = type.types.filter((t) => !(ts.isLiteralTypeNode(t) && t.literal.kind === ts.SyntaxKind.NullKeyword));
     expect(nonNull.length, `${at}: a union other than T | null`).to.equal(type.types.length - 1);
     const options = schema.anyOf as Schema[] | undefined;
-    expect(options?.some((o) => o.type === 'null'), `${at} may be null`).to.equal(true);
+    expect(
+      options?.some((o) => o.type === 'null'),
+      `${at} may be null`,
+    ).to.equal(true);
     const other = options!.filter((o) => o.type !== 'null');
     expect(other.length, `${at}: one other option`).to.equal(1);
     return agree(nonNull[0]!, other[0]!, file, at);

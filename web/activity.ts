@@ -57,7 +57,13 @@ export function summary(e: LogEvent): string {
     case 'message.flags':
       return `Flags now: ${Array.isArray(d.flags) ? (d.flags as unknown[]).join(', ') || 'none' : '?'}`;
     default:
-      return e.subject ?? Object.entries(d).slice(0, 3).map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : String(v)}`).join(', ');
+      return (
+        e.subject ??
+        Object.entries(d)
+          .slice(0, 3)
+          .map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
+          .join(', ')
+      );
   }
 }
 
@@ -84,18 +90,42 @@ async function activityPage(): Promise<void> {
   older.addEventListener('click', () => render(at + PAGE));
   function render(start: number): void {
     at = Math.max(0, Math.min(start, Math.max(0, events.length - PAGE)));
-    list.replaceChildren(...events.slice(at, at + PAGE).map((e) => h('li', { 'data-type': e.type, 'data-event': e.id },
-      h('span', {}, h('strong', {}, e.type), ' ', summary(e), ...messageLink(e)),
-      h('span', { class: 'muted' }, `${names.get(e.containerid ?? '') ?? e.containerid ?? 'project'} · `, h('time', { datetime: e.time }, new Date(e.time).toLocaleString())),
-    )));
-    position.textContent = events.length ? `${at + 1}–${Math.min(at + PAGE, events.length)} of ${events.length}${events.length === KEEP ? ' (the newest kept)' : ''}` : 'No events yet.';
+    list.replaceChildren(
+      ...events
+        .slice(at, at + PAGE)
+        .map((e) =>
+          h(
+            'li',
+            { 'data-type': e.type, 'data-event': e.id },
+            h('span', {}, h('strong', {}, e.type), ' ', summary(e), ...messageLink(e)),
+            h(
+              'span',
+              { class: 'muted' },
+              `${names.get(e.containerid ?? '') ?? e.containerid ?? 'project'} · `,
+              h('time', { datetime: e.time }, new Date(e.time).toLocaleString()),
+            ),
+          ),
+        ),
+    );
+    position.textContent = events.length
+      ? `${at + 1}–${Math.min(at + PAGE, events.length)} of ${events.length}${events.length === KEEP ? ' (the newest kept)' : ''}`
+      : 'No events yet.';
     newer.disabled = at === 0;
     older.disabled = at + PAGE >= events.length;
   }
   show(
     h('h1', {}, 'Activity'),
-    h('p', { class: 'muted' }, 'What happened in your inboxes, newest first. Events a few seconds old appear here (the log settles first).'),
-    h('div', { class: 'actions' }, button('Refresh', () => navigate('#/events'), { id: 'events-refresh' }), h('a', { href: '#' }, 'Home')),
+    h(
+      'p',
+      { class: 'muted' },
+      'What happened in your inboxes, newest first. Events a few seconds old appear here (the log settles first).',
+    ),
+    h(
+      'div',
+      { class: 'actions' },
+      button('Refresh', () => navigate('#/events'), { id: 'events-refresh' }),
+      h('a', { href: '#' }, 'Home'),
+    ),
     list,
     position,
     h('div', { class: 'actions' }, newer, older),

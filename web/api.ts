@@ -7,7 +7,10 @@ const APP_URL = '/api/v1';
 const SESSION_KEY = 'postern.session';
 
 export class ApiError extends Error {
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
   }
 }

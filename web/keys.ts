@@ -70,7 +70,13 @@ async function wrapWith(kek: CryptoKey, dataKey: Uint8Array): Promise<{ iv: stri
 /** The data key, or null when this key-encryption key is not the one (AES-GCM refuses). */
 async function unwrapWith(kek: CryptoKey, wrap: { iv: string; wrapped: string }): Promise<Uint8Array | null> {
   try {
-    return new Uint8Array(await crypto.subtle.decrypt({ name: 'AES-GCM', iv: bytes(wrap.iv) as BufferSource, additionalData: WRAP_AAD }, kek, bytes(wrap.wrapped) as BufferSource));
+    return new Uint8Array(
+      await crypto.subtle.decrypt(
+        { name: 'AES-GCM', iv: bytes(wrap.iv) as BufferSource, additionalData: WRAP_AAD },
+        kek,
+        bytes(wrap.wrapped),
+      ),
+    );
   } catch {
     return null;
   }
@@ -121,7 +127,9 @@ async function putPublicKey(publicKey: string): Promise<UserKeySet> {
 async function registerPublicKey(publicKey: string, fingerprint: string): Promise<string> {
   try {
     const r = await putPublicKey(publicKey);
-    return r.fingerprint?.toLowerCase() === fingerprint.toLowerCase() ? 'registered' : 'registered, but the server reports another fingerprint';
+    return r.fingerprint?.toLowerCase() === fingerprint.toLowerCase()
+      ? 'registered'
+      : 'registered, but the server reports another fingerprint';
   } catch (err) {
     if (err instanceof ApiError && (err.status === 404 || err.status === 405)) return 'not registered: this server has no PUT /me/key yet';
     return `not registered: ${(err as Error).message}`;
@@ -152,7 +160,9 @@ export async function openKey(email: string, unlocking: Unlocking, ask: AskPassp
     const dataKey = random(32);
     const iv = random(12);
     const data = await crypto.subtle.encrypt({ name: 'AES-GCM', iv }, await aesKey(dataKey, ['encrypt']), enc.encode(privateKey));
-    const wrap = unlocking.prf ? await prfWrap({ ...unlocking, prf: unlocking.prf }, dataKey) : await passphraseWrap(await ask('create'), dataKey);
+    const wrap = unlocking.prf
+      ? await prfWrap({ ...unlocking, prf: unlocking.prf }, dataKey)
+      : await passphraseWrap(await ask('create'), dataKey);
     const envelope: Envelope = { v: 1, fingerprint, key: { iv: b64u(iv.buffer), data: b64u(data) }, wraps: [wrap] };
     const version = await save(envelope, 0);
     const unlocked = { fingerprint, privateKey, publicKeyStatus: await registerPublicKey(publicKey, fingerprint), methods: [wrap.kind] };
@@ -170,13 +180,25 @@ export async function openKey(email: string, unlocking: Unlocking, ask: AskPassp
     dataKey = await unwrapWith(await passphraseKey(passphrase, bytes(byPassphrase.salt), byPassphrase), byPassphrase);
     error = 'That passphrase does not unlock your key.';
   }
-  if (!dataKey) throw new Error('This passkey cannot unlock your key on this device and no passphrase is set: sign in with the passkey you enrolled first, then add a passphrase.');
+  if (!dataKey)
+    throw new Error(
+      'This passkey cannot unlock your key on this device and no passphrase is set: sign in with the passkey you enrolled first, then add a passphrase.',
+    );
   if (unlocking.prf && !own) {
     envelope = { ...envelope, wraps: [...envelope.wraps, await prfWrap({ ...unlocking, prf: unlocking.prf }, dataKey)] };
     version = await save(envelope, version);
   }
-  const key = await crypto.subtle.decrypt({ name: 'AES-GCM', iv: bytes(envelope.key.iv) as BufferSource }, await aesKey(dataKey, ['decrypt']), bytes(envelope.key.data) as BufferSource);
-  const unlocked = { fingerprint: envelope.fingerprint, privateKey: dec.decode(key), publicKeyStatus: 'registered earlier', methods: envelope.wraps.map((w) => w.kind) };
+  const key = await crypto.subtle.decrypt(
+    { name: 'AES-GCM', iv: bytes(envelope.key.iv) as BufferSource },
+    await aesKey(dataKey, ['decrypt']),
+    bytes(envelope.key.data),
+  );
+  const unlocked = {
+    fingerprint: envelope.fingerprint,
+    privateKey: dec.decode(key),
+    publicKeyStatus: 'registered earlier',
+    methods: envelope.wraps.map((w) => w.kind),
+  };
   current = { envelope, version, dataKey, unlocked };
   return unlocked;
 }

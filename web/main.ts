@@ -21,12 +21,20 @@ function enrollPage(invite: string): void {
     h('p', {}, 'Your organisation invited you to Postern. Create a passkey on this device to sign in: no password needed.'),
     h('label', { for: 'passkey-name' }, 'Name for this passkey'),
     name,
-    h('div', { class: 'actions' }, button('Create passkey', async () => {
-      const { signedIn, unlocking } = await enroll(invite, name.value);
-      // The invite is spent: it must not stay in the address bar or the history.
-      history.replaceState(null, '', location.pathname);
-      await afterSignIn(signedIn, unlocking);
-    }, { id: 'enroll' })),
+    h(
+      'div',
+      { class: 'actions' },
+      button(
+        'Create passkey',
+        async () => {
+          const { signedIn, unlocking } = await enroll(invite, name.value);
+          // The invite is spent: it must not stay in the address bar or the history.
+          history.replaceState(null, '', location.pathname);
+          await afterSignIn(signedIn, unlocking);
+        },
+        { id: 'enroll' },
+      ),
+    ),
   );
 }
 
@@ -34,18 +42,34 @@ function signInPage(): void {
   show(
     h('h1', {}, 'Sign in to Postern'),
     h('p', {}, 'Use the passkey you set up from your invitation.'),
-    h('div', { class: 'actions' }, button('Sign in with a passkey', async () => {
-      const { signedIn, unlocking } = await signIn();
-      await afterSignIn(signedIn, unlocking);
-    }, { id: 'sign-in' })),
+    h(
+      'div',
+      { class: 'actions' },
+      button(
+        'Sign in with a passkey',
+        async () => {
+          const { signedIn, unlocking } = await signIn();
+          await afterSignIn(signedIn, unlocking);
+        },
+        { id: 'sign-in' },
+      ),
+    ),
   );
 }
 
 /** A passphrase form that settles once the member submits it. */
 const askPassphrase: AskPassphrase = (mode, error) =>
   new Promise((resolve) => {
-    const input = h('input', { id: 'passphrase', type: 'password', autocomplete: mode === 'create' ? 'new-password' : 'current-password', minlength: mode === 'create' ? '12' : '1', required: '' });
-    const form = h('form', {},
+    const input = h('input', {
+      id: 'passphrase',
+      type: 'password',
+      autocomplete: mode === 'create' ? 'new-password' : 'current-password',
+      minlength: mode === 'create' ? '12' : '1',
+      required: '',
+    });
+    const form = h(
+      'form',
+      {},
       h('label', { for: 'passphrase' }, mode === 'create' ? 'Choose a passphrase (12 characters or more)' : 'Passphrase'),
       input,
       h('button', { type: 'submit', id: 'passphrase-submit' }, mode === 'create' ? 'Protect my key' : 'Unlock'),
@@ -57,9 +81,13 @@ const askPassphrase: AskPassphrase = (mode, error) =>
     });
     show(
       h('h1', {}, mode === 'create' ? 'Protect your key' : 'Unlock your key'),
-      h('p', {}, mode === 'create'
-        ? 'This passkey cannot protect your encryption key by itself on this device. Choose a passphrase: the server never sees it, and nobody can recover it for you.'
-        : 'Enter the passphrase you chose to unlock your encryption key on this device.'),
+      h(
+        'p',
+        {},
+        mode === 'create'
+          ? 'This passkey cannot protect your encryption key by itself on this device. Choose a passphrase: the server never sees it, and nobody can recover it for you.'
+          : 'Enter the passphrase you chose to unlock your encryption key on this device.',
+      ),
       error ? h('p', { class: 'error', role: 'alert' }, error) : null,
       form,
     );
@@ -97,40 +125,107 @@ async function home(): Promise<void> {
   show(
     h('h1', {}, 'Your inboxes'),
     h('p', { class: 'muted' }, `Signed in as ${session.email}`),
-    h('ul', { class: 'list', id: 'inboxes' }, ...inboxes.inboxes.map((i) => h('li', { 'data-inbox': i.inboxId }, h('a', { href: `#/inbox/${i.inboxId}` }, i.label ?? i.inboxId), h('span', { class: 'muted' }, i.role)))),
+    h(
+      'ul',
+      { class: 'list', id: 'inboxes' },
+      ...inboxes.inboxes.map((i) =>
+        h(
+          'li',
+          { 'data-inbox': i.inboxId },
+          h('a', { href: `#/inbox/${i.inboxId}` }, i.label ?? i.inboxId),
+          h('span', { class: 'muted' }, i.role),
+        ),
+      ),
+    ),
     inboxes.inboxes.length === 0 ? h('p', {}, 'No inbox has been shared with you yet.') : null,
     h('h2', {}, 'Encryption key'),
     key
-      ? h('p', { id: 'key-status' }, 'Unlocked. Fingerprint ', h('code', { id: 'key-fingerprint' }, key.fingerprint), `. Unlocks with: ${key.methods.join(', ')}. Public key: ${key.publicKeyStatus}.`)
+      ? h(
+          'p',
+          { id: 'key-status' },
+          'Unlocked. Fingerprint ',
+          h('code', { id: 'key-fingerprint' }, key.fingerprint),
+          `. Unlocks with: ${key.methods.join(', ')}. Public key: ${key.publicKeyStatus}.`,
+        )
       : h('p', { id: 'key-status' }, 'Locked: sign out and sign in again to unlock it on this device.'),
     key && !key.methods.includes('passphrase')
-      ? h('form', { id: 'passphrase-form' }, h('label', { for: 'new-passphrase' }, 'Add a passphrase, to unlock on devices whose passkey cannot'), passphrase, h('button', { type: 'submit' }, 'Add passphrase'))
+      ? h(
+          'form',
+          { id: 'passphrase-form' },
+          h('label', { for: 'new-passphrase' }, 'Add a passphrase, to unlock on devices whose passkey cannot'),
+          passphrase,
+          h('button', { type: 'submit' }, 'Add passphrase'),
+        )
       : null,
     h('h2', {}, 'Passkeys'),
-    h('ul', { class: 'list', id: 'passkeys' }, ...passkeys.passkeys.map((p) => h('li', {},
-      h('span', {}, p.name, p.disabled ? ' (disabled: possible clone)' : ''),
-      button('Remove', async () => {
-        if (!confirm(`Remove the passkey "${p.name}"? The sessions it opened end too.`)) return;
-        await api('DELETE', `/auth/passkeys/${p.id}`);
-        await home();
-      }, { class: 'secondary', 'aria-label': `Remove passkey ${p.name}` })))),
-    h('div', { class: 'actions' }, button('Add a passkey', async () => {
-      await addPasskey('Another passkey');
-      await home();
-    }, { class: 'secondary', id: 'add-passkey' })),
+    h(
+      'ul',
+      { class: 'list', id: 'passkeys' },
+      ...passkeys.passkeys.map((p) =>
+        h(
+          'li',
+          {},
+          h('span', {}, p.name, p.disabled ? ' (disabled: possible clone)' : ''),
+          button(
+            'Remove',
+            async () => {
+              if (!confirm(`Remove the passkey "${p.name}"? The sessions it opened end too.`)) return;
+              await api('DELETE', `/auth/passkeys/${p.id}`);
+              await home();
+            },
+            { class: 'secondary', 'aria-label': `Remove passkey ${p.name}` },
+          ),
+        ),
+      ),
+    ),
+    h(
+      'div',
+      { class: 'actions' },
+      button(
+        'Add a passkey',
+        async () => {
+          await addPasskey('Another passkey');
+          await home();
+        },
+        { class: 'secondary', id: 'add-passkey' },
+      ),
+    ),
     h('h2', {}, 'Sessions'),
-    h('ul', { class: 'list', id: 'sessions' }, ...sessions.sessions.map((s) => h('li', {},
-      h('span', {}, s.current ? 'This session' : `Since ${new Date(s.createdAt).toLocaleString()}`),
-      s.current ? null : button('End', async () => {
-        await api('DELETE', `/auth/sessions/${s.id}`);
-        await home();
-      }, { class: 'secondary', 'aria-label': `End session started ${s.createdAt}` })))),
-    h('div', { class: 'actions' }, button('Sign out', async () => {
-      await api('POST', '/auth/sign-out').catch(() => undefined);
-      forgetSession();
-      forgetKey();
-      signInPage();
-    }, { id: 'sign-out' })),
+    h(
+      'ul',
+      { class: 'list', id: 'sessions' },
+      ...sessions.sessions.map((s) =>
+        h(
+          'li',
+          {},
+          h('span', {}, s.current ? 'This session' : `Since ${new Date(s.createdAt).toLocaleString()}`),
+          s.current
+            ? null
+            : button(
+                'End',
+                async () => {
+                  await api('DELETE', `/auth/sessions/${s.id}`);
+                  await home();
+                },
+                { class: 'secondary', 'aria-label': `End session started ${s.createdAt}` },
+              ),
+        ),
+      ),
+    ),
+    h(
+      'div',
+      { class: 'actions' },
+      button(
+        'Sign out',
+        async () => {
+          await api('POST', '/auth/sign-out').catch(() => undefined);
+          forgetSession();
+          forgetKey();
+          signInPage();
+        },
+        { id: 'sign-out' },
+      ),
+    ),
   );
   document.getElementById('passphrase-form')?.addEventListener('submit', async (e) => {
     e.preventDefault();

@@ -3,7 +3,12 @@
 // it, that output unlocks the member's key (keys.ts). It is removed from the response before the
 // response goes to the server, which refuses any response carrying it.
 import { bufferToBase64URLString, startAuthentication, startRegistration } from '@simplewebauthn/browser';
-import type { AuthenticationResponseJSON, PublicKeyCredentialCreationOptionsJSON, PublicKeyCredentialRequestOptionsJSON, RegistrationResponseJSON } from '@simplewebauthn/browser';
+import type {
+  AuthenticationResponseJSON,
+  PublicKeyCredentialCreationOptionsJSON,
+  PublicKeyCredentialRequestOptionsJSON,
+  RegistrationResponseJSON,
+} from '@simplewebauthn/browser';
 import type { ReauthOperation, SignedIn } from '../schemas/wire.ts';
 import { api } from './api.ts';
 
@@ -26,14 +31,18 @@ function takePrf(response: { clientExtensionResults: unknown }): Uint8Array | nu
   const first = ext.prf?.results?.first;
   // Key material stays in the browser.
   if (ext.prf) delete ext.prf.results;
-  return first ? new Uint8Array(first instanceof ArrayBuffer ? first : first.buffer.slice(first.byteOffset, first.byteOffset + first.byteLength)) : null;
+  return first
+    ? new Uint8Array(first instanceof ArrayBuffer ? first : first.buffer.slice(first.byteOffset, first.byteOffset + first.byteLength))
+    : null;
 }
 
 function withPrf<T extends { extensions?: unknown }>(options: T): T {
-  return { ...options, extensions: { ...(options.extensions as object | undefined), prf: { eval: { first: PRF_SALT } } } as never };
+  return { ...options, extensions: { ...(options.extensions as object | undefined), prf: { eval: { first: PRF_SALT } } } };
 }
 
-async function register(options: PublicKeyCredentialCreationOptionsJSON): Promise<{ response: RegistrationResponseJSON; prf: Uint8Array | null; prfEnabled: boolean }> {
+async function register(
+  options: PublicKeyCredentialCreationOptionsJSON,
+): Promise<{ response: RegistrationResponseJSON; prf: Uint8Array | null; prfEnabled: boolean }> {
   const response = await startRegistration({ optionsJSON: withPrf(options) });
   const prfEnabled = (response.clientExtensionResults as PrfOutput).prf?.enabled === true;
   return { response, prf: takePrf(response), prfEnabled };
@@ -44,7 +53,7 @@ async function prfAfterRegistration(credentialId: string, transports: string[] |
   // A local ceremony: its assertion goes nowhere, only the PRF output is used.
   const optionsJSON = withPrf<PublicKeyCredentialRequestOptionsJSON>({
     challenge: bufferToBase64URLString(crypto.getRandomValues(new Uint8Array(32)).buffer),
-    allowCredentials: [{ id: credentialId, type: 'public-key', ...(transports ? { transports: transports as never } : {}) }],
+    allowCredentials: [{ id: credentialId, type: 'public-key', ...(transports ? { transports: transports } : {}) }],
     userVerification: 'required',
   });
   const response = await startAuthentication({ optionsJSON });
@@ -56,7 +65,10 @@ export async function enroll(invite: string, name: string): Promise<{ signedIn: 
   const { publicKey } = await api<{ publicKey: PublicKeyCredentialCreationOptionsJSON }>('POST', '/auth/enroll/options', { invite });
   const { response, prf, prfEnabled } = await register(publicKey);
   const signedIn = await api<SignedIn>('POST', '/auth/enroll', { invite, name, response });
-  const unlocking = { credentialId: response.id, prf: prf ?? (prfEnabled ? await prfAfterRegistration(response.id, response.response.transports) : null) };
+  const unlocking = {
+    credentialId: response.id,
+    prf: prf ?? (prfEnabled ? await prfAfterRegistration(response.id, response.response.transports) : null),
+  };
   return { signedIn, unlocking };
 }
 
@@ -76,7 +88,10 @@ export async function addPasskey(name: string): Promise<Unlocking> {
   const { publicKey } = await api<{ publicKey: PublicKeyCredentialCreationOptionsJSON }>('POST', '/auth/passkeys/options');
   const { response, prf, prfEnabled } = await register(publicKey);
   await api('POST', '/auth/passkeys', { name, response, reauth });
-  return { credentialId: response.id, prf: prf ?? (prfEnabled ? await prfAfterRegistration(response.id, response.response.transports) : null) };
+  return {
+    credentialId: response.id,
+    prf: prf ?? (prfEnabled ? await prfAfterRegistration(response.id, response.response.transports) : null),
+  };
 }
 
 /** Signs in with a discoverable passkey: no account name is asked. */

@@ -26,7 +26,10 @@ export class RedisBus implements Bus {
   private everReady = false;
   private closing = false;
 
-  constructor(url: string, private readonly options: RedisBusOptions = {}) {
+  constructor(
+    url: string,
+    private readonly options: RedisBusOptions = {},
+  ) {
     // Publishing never waits for a Redis that is down: the event is already committed and
     // receivers find it in the store, so fail fast instead of queueing without bound.
     this.pub = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: false });
@@ -62,7 +65,11 @@ export class RedisBus implements Bus {
       // and ioredis subscribes once it connects, and again after every reconnect.
       // A refusal (ACL, NOAUTH) is not a passing outage: say so, or fan-out silently degrades.
       this.sub.subscribe(channel).catch((err: Error) => {
-        if (!this.closing) this.options.log?.warn({ err: err.message, channel }, 'redis refused the subscription; live events fall back to reading the store');
+        if (!this.closing)
+          this.options.log?.warn(
+            { err: err.message, channel },
+            'redis refused the subscription; live events fall back to reading the store',
+          );
       });
     }
     const remove = this.channels.add(channel, handler);

@@ -126,7 +126,12 @@ export class ImapPool {
    * its command for minutes and would answer it before any other), not retried: for a command
    * whose cost the caller cannot bound, a first body search indexing a large mailbox.
    */
-  async use<T>(user: string, task: (client: ImapFlow) => Promise<T>, lane: Lane = 'interactive', limit?: { ms: number; error: () => Error }): Promise<T> {
+  async use<T>(
+    user: string,
+    task: (client: ImapFlow) => Promise<T>,
+    lane: Lane = 'interactive',
+    limit?: { ms: number; error: () => Error },
+  ): Promise<T> {
     for (let attempt = 0; ; attempt++) {
       const conn = await this.acquire(user, lane);
       const late: { error: Error | null } = { error: null };

@@ -22,7 +22,11 @@ import { headerValues } from '../../lib/send/rfc5322.ts';
 export type Untagged = (response: ImapResponse) => void | Promise<void>;
 
 interface ImapFlowInternals {
-  exec(command: string, attributes: ImapCompileNode[] | undefined, options?: { untagged?: Record<string, Untagged> }): Promise<{ next(): void }>;
+  exec(
+    command: string,
+    attributes: ImapCompileNode[] | undefined,
+    options?: { untagged?: Record<string, Untagged> },
+  ): Promise<{ next(): void }>;
   untaggedHandlers: Record<string, Untagged | null | undefined>;
   run(command: 'CLOSE', options: { unselect: boolean }): Promise<unknown>;
 }
@@ -30,7 +34,12 @@ interface ImapFlowInternals {
 const internals = (client: ImapFlow): ImapFlowInternals => client as unknown as ImapFlowInternals;
 
 /** Runs one raw command; resolves when it completed, rejects with the first handler error. */
-export async function rawCommand(client: ImapFlow, command: string, attributes: ImapCompileNode[], untagged: Record<string, Untagged> = {}): Promise<void> {
+export async function rawCommand(
+  client: ImapFlow,
+  command: string,
+  attributes: ImapCompileNode[],
+  untagged: Record<string, Untagged> = {},
+): Promise<void> {
   let failure: unknown = null;
   const guarded: Record<string, Untagged> = {};
   for (const [name, handler] of Object.entries(untagged)) {
@@ -45,6 +54,8 @@ export async function rawCommand(client: ImapFlow, command: string, attributes: 
   }
   const result = await internals(client).exec(command, attributes, { untagged: guarded });
   result.next();
+  // What a handler threw, as it threw it.
+  // eslint-disable-next-line @typescript-eslint/only-throw-error
   if (failure) throw failure;
 }
 
@@ -89,7 +100,12 @@ export async function appendAll(client: ImapFlow, path: string, messages: readon
  * inexact (it missed some Message-IDs and matched others loosely on 2.3.19); here the header
  * itself is fetched and compared.
  */
-export async function uidsWithHeader(client: ImapFlow, candidates: SearchObject, name: string, matches: (value: string) => boolean): Promise<number[]> {
+export async function uidsWithHeader(
+  client: ImapFlow,
+  candidates: SearchObject,
+  name: string,
+  matches: (value: string) => boolean,
+): Promise<number[]> {
   const uids = await client.search(candidates, { uid: true });
   // Refused: "none" would be a guess, and callers act on "none" (append a copy).
   if (!uids) throw new Error('the mail server refused a SEARCH');
@@ -177,23 +193,18 @@ export function parseStatus(client: ImapFlow, response: ImapResponse): { path: s
 export async function listStatus(client: ImapFlow): Promise<ListedMailbox[]> {
   const listed = new Map<string, { attributes: string[] }>();
   const status = new Map<string, StatusValues>();
-  await rawCommand(
-    client,
-    'LIST',
-    [str(''), str('*'), atom('RETURN'), [atom('SPECIAL-USE'), atom('STATUS'), STATUS_ITEMS.map(atom)]],
-    {
-      LIST: (r) => {
-        const attrs = r.attributes ?? [];
-        const flags = isList(attrs[0]) ? attrs[0].map(text).filter((t): t is string => t !== null) : [];
-        const name = text(attrs[2]);
-        if (name !== null) listed.set(decodePath(client, name), { attributes: flags });
-      },
-      STATUS: (r) => {
-        const parsed = parseStatus(client, r);
-        if (parsed) status.set(parsed.path, parsed.values);
-      },
+  await rawCommand(client, 'LIST', [str(''), str('*'), atom('RETURN'), [atom('SPECIAL-USE'), atom('STATUS'), STATUS_ITEMS.map(atom)]], {
+    LIST: (r) => {
+      const attrs = r.attributes ?? [];
+      const flags = isList(attrs[0]) ? attrs[0].map(text).filter((t): t is string => t !== null) : [];
+      const name = text(attrs[2]);
+      if (name !== null) listed.set(decodePath(client, name), { attributes: flags });
     },
-  );
+    STATUS: (r) => {
+      const parsed = parseStatus(client, r);
+      if (parsed) status.set(parsed.path, parsed.values);
+    },
+  });
   const out: ListedMailbox[] = [];
   for (const [path, { attributes }] of listed) {
     const lower = attributes.map((a) => a.toLowerCase());
@@ -229,8 +240,21 @@ export interface FetchedRow {
  * (a zero-access inbox's resealer finds what to seal in the index, lib/mail/reseal.ts). Dovecot
  * parses the header for ENVELOPE anyway, so this costs a few bytes a row.
  */
-const CONTENT_TYPE_ITEM: ImapCompileNode = { type: 'ATOM', value: 'BODY.PEEK', section: [{ type: 'ATOM', value: 'HEADER.FIELDS' }, [{ type: 'ATOM', value: 'CONTENT-TYPE' }]] };
-export const FULL_ITEMS: ReadonlyArray<string | ImapCompileNode> = ['UID', 'FLAGS', 'MODSEQ', 'X-GUID', 'RFC822.SIZE', 'INTERNALDATE', 'ENVELOPE', CONTENT_TYPE_ITEM];
+const CONTENT_TYPE_ITEM: ImapCompileNode = {
+  type: 'ATOM',
+  value: 'BODY.PEEK',
+  section: [{ type: 'ATOM', value: 'HEADER.FIELDS' }, [{ type: 'ATOM', value: 'CONTENT-TYPE' }]],
+};
+export const FULL_ITEMS: ReadonlyArray<string | ImapCompileNode> = [
+  'UID',
+  'FLAGS',
+  'MODSEQ',
+  'X-GUID',
+  'RFC822.SIZE',
+  'INTERNALDATE',
+  'ENVELOPE',
+  CONTENT_TYPE_ITEM,
+];
 export const FLAG_ITEMS = ['UID', 'FLAGS', 'MODSEQ'];
 
 type Address = { name?: string | undefined; address?: string | undefined };
@@ -254,7 +278,7 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
   let sealed: boolean | undefined;
   let hasAttachment: boolean | null | undefined;
   for (let i = 0; i + 1 < list.length; i += 2) {
-    const key = text(list[i])?.toUpperCase();
+    const key = text(list[i])?.toUpperCase() ?? '';
     const v = list[i + 1];
     switch (key) {
       case 'UID':
@@ -329,7 +353,13 @@ export interface FetchOptions {
  * UID FETCH of a range, one row at a time to `onRow` as the server sends them (bounded memory:
  * imapflow does not read on while a handler runs).
  */
-export async function uidFetch(client: ImapFlow, range: string, items: ReadonlyArray<string | ImapCompileNode>, onRow: (row: FetchedRow) => void | Promise<void>, options: FetchOptions = {}): Promise<void> {
+export async function uidFetch(
+  client: ImapFlow,
+  range: string,
+  items: ReadonlyArray<string | ImapCompileNode>,
+  onRow: (row: FetchedRow) => void | Promise<void>,
+  options: FetchOptions = {},
+): Promise<void> {
   const attributes: ImapCompileNode[] = [{ type: 'SEQUENCE', value: range }, items.map((i) => (typeof i === 'string' ? atom(i) : i))];
   if (options.changedSince !== undefined) {
     attributes.push([atom('CHANGEDSINCE'), atom(String(options.changedSince)), ...(options.onVanished ? [atom('VANISHED')] : [])]);

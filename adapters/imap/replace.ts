@@ -33,7 +33,11 @@ export class ImapMessageReplacer implements MessageReplacer {
     private readonly store: Pick<MailIndexStore, 'label'>,
   ) {}
 
-  async replace(inbox: MailInbox, at: { labelGuid: string; uidValidity: number }, work: (one: ReplaceOne) => Promise<void>): Promise<boolean> {
+  async replace(
+    inbox: MailInbox,
+    at: { labelGuid: string; uidValidity: number },
+    work: (one: ReplaceOne) => Promise<void>,
+  ): Promise<boolean> {
     const label = await this.store.label(inbox.id, at.labelGuid);
     if (!label) return false;
     return this.pool.use(inbox.imapUser, async (client) => {
@@ -51,7 +55,12 @@ export class ImapMessageReplacer implements MessageReplacer {
           if (copies.length === 0) {
             // \Recent belongs to the server; every other flag and keyword goes with the message.
             const flags = [...(found.flags ?? [])].filter((f) => f !== '\\Recent');
-            const appended = await client.append(label.path, replacement, flags, found.internalDate ? new Date(found.internalDate) : undefined);
+            const appended = await client.append(
+              label.path,
+              replacement,
+              flags,
+              found.internalDate ? new Date(found.internalDate) : undefined,
+            );
             if (!appended) throw new Error('APPEND of the replacement failed');
           }
           // Expunged only once its replacement is stored: a failure between the two leaves both,

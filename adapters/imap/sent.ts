@@ -59,7 +59,13 @@ export class ImapSentFiler implements SentFiler {
           await unselect(client);
         }
       }
-      if (todo.length > 0) await appendAll(client, path, todo.map((c) => c.raw), ['\\Seen']);
+      if (todo.length > 0)
+        await appendAll(
+          client,
+          path,
+          todo.map((c) => c.raw),
+          ['\\Seen'],
+        );
       if (this.sentPaths.size > 10_000) this.sentPaths.clear();
       this.sentPaths.set(inbox.imapUser, path);
     });

@@ -39,7 +39,11 @@ export class ImapMailSource implements MailSource {
   }
 
   async sync(inbox: MailInbox, onApplied: (changes: LiveChange[]) => void, options: { background?: boolean } = {}): Promise<void> {
-    await this.pool.use(inbox.imapUser, (client) => this.indexSync.run(client, inbox, (_id, changes) => onApplied(changes)), options.background ? 'bulk' : 'interactive');
+    await this.pool.use(
+      inbox.imapUser,
+      (client) => this.indexSync.run(client, inbox, (_id, changes) => onApplied(changes)),
+      options.background ? 'bulk' : 'interactive',
+    );
   }
 
   async storeFlags(inbox: MailInbox, at: readonly Place[], add: string[], remove: string[]): Promise<{ missed: Place[] }> {
@@ -114,7 +118,8 @@ export class ImapMailSource implements MailSource {
           // Gone or renumbered: the message is not there any more, which is what was asked.
           if (!(await open(label))) continue;
           // \Deleted, then UID EXPUNGE of that one UID (UIDPLUS): no other message is touched.
-          if (!(await client.messageDelete(String(place.uid), { uid: true }))) throw unavailable('the mail server did not remove the message from a label; try again');
+          if (!(await client.messageDelete(String(place.uid), { uid: true })))
+            throw unavailable('the mail server did not remove the message from a label; try again');
         }
       } finally {
         if (client.usable) await unselect(client).catch(() => undefined);
@@ -129,9 +134,14 @@ export class ImapMailSource implements MailSource {
    * message of the label (docs/search.md). A search refused, or not answered within
    * bodySearchTimeoutMs (Dovecot indexing a large mailbox), is a 503, never "nothing found".
    */
-  async searchContent(inbox: MailInbox, labels: readonly LabelState[], terms: { body?: string; text?: string }): Promise<Map<string, number[]>> {
+  async searchContent(
+    inbox: MailInbox,
+    labels: readonly LabelState[],
+    terms: { body?: string; text?: string },
+  ): Promise<Map<string, number[]>> {
     const found = new Map<string, number[]>();
-    const late = () => unavailable('the mail server has not finished this body search (it may be indexing the inbox); try again shortly', 30);
+    const late = () =>
+      unavailable('the mail server has not finished this body search (it may be indexing the inbox); try again shortly', 30);
     await this.pool.use(
       inbox.imapUser,
       async (client) => {

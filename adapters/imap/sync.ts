@@ -14,7 +14,17 @@ import { idFromGuid } from '../../lib/ids.ts';
 import { fromImapFlags } from '../../lib/mail/flags.ts';
 import { compareLabels } from '../../lib/mail/labels.ts';
 import type { IndexOp, LabelState, LiveChange, Location, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
-import { FLAG_ITEMS, FULL_ITEMS, listStatus, uidFetch, uidSearchAll, uidSets, unselect, type FetchedRow, type ListedMailbox } from './raw.ts';
+import {
+  FLAG_ITEMS,
+  FULL_ITEMS,
+  listStatus,
+  uidFetch,
+  uidSearchAll,
+  uidSets,
+  unselect,
+  type FetchedRow,
+  type ListedMailbox,
+} from './raw.ts';
 
 /** Ops collected before they are written. */
 const BATCH = 500;
@@ -82,7 +92,12 @@ export class IndexWriter {
     return run;
   }
 
-  private async write(inboxId: string, ops: readonly IndexOp[], label: LabelState | undefined, committed: Committed | undefined): Promise<void> {
+  private async write(
+    inboxId: string,
+    ops: readonly IndexOp[],
+    label: LabelState | undefined,
+    committed: Committed | undefined,
+  ): Promise<void> {
     for (let from = 0; ; ) {
       const to = Math.min(ops.length, from + this.rows);
       const last = to === ops.length;
@@ -165,7 +180,10 @@ class Batch {
  * below `below` (all of them when undefined: then the first range is open-ended, `n:*`, so mail
  * arriving before it is fetched is in it too).
  */
-export function descendingRanges(present: ReadonlyArray<readonly [number, number]>, below?: number): Array<{ lo: number; hi: number | null }> {
+export function descendingRanges(
+  present: ReadonlyArray<readonly [number, number]>,
+  below?: number,
+): Array<{ lo: number; hi: number | null }> {
   const out: Array<{ lo: number; hi: number | null }> = [];
   let hi: number | null = below === undefined ? null : below - 1;
   let size = FIRST_RANGE;
@@ -204,7 +222,12 @@ const removed = (l: Pick<Location, 'msgGuid' | 'labelGuid' | 'uid'>, uidValidity
   labelId: idFromGuid('lbl', l.labelGuid),
   at: { labelGuid: l.labelGuid, uidValidity, uid: l.uid },
 });
-const flagsChanged = (l: Pick<Location, 'msgGuid' | 'labelGuid' | 'uid'>, uidValidity: number, modseq: number, flags: string[]): LiveChange => ({
+const flagsChanged = (
+  l: Pick<Location, 'msgGuid' | 'labelGuid' | 'uid'>,
+  uidValidity: number,
+  modseq: number,
+  flags: string[],
+): LiveChange => ({
   type: 'message.flags',
   msgId: idFromGuid('msg', l.msgGuid),
   labelId: idFromGuid('lbl', l.labelGuid),
@@ -258,18 +281,34 @@ export class IndexSync {
     // Labels deleted on the server: their messages left them.
     for (const gone of known.values()) {
       const locations = await this.store.dropLabel(inbox.id, gone.guid);
-      if (announce && locations.length > 0) announce(inbox.id, locations.map((l) => removed(l, gone.uidValidity)));
+      if (announce && locations.length > 0)
+        announce(
+          inbox.id,
+          locations.map((l) => removed(l, gone.uidValidity)),
+        );
     }
     if (!seeded) await this.store.markSeeded(inbox.id, true);
     await unselect(client);
     return stats;
   }
 
-  private async syncLabel(client: ImapFlow, inbox: MailInbox, box: ListedMailbox, state: LabelState | null, publish: Publish | null): Promise<boolean> {
+  private async syncLabel(
+    client: ImapFlow,
+    inbox: MailInbox,
+    box: ListedMailbox,
+    state: LabelState | null,
+    publish: Publish | null,
+  ): Promise<boolean> {
     const renamed = state !== null && (state.path !== box.path || state.specialUse !== box.specialUse);
     // Same UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ: nothing was added, changed or expunged (every
     // expunge raises HIGHESTMODSEQ under CONDSTORE). This is the whole cost of an idle read.
-    if (state && state.fillLow == null && state.uidValidity === box.uidValidity && state.uidNext === box.uidNext && state.highestModseq === box.highestModseq) {
+    if (
+      state &&
+      state.fillLow == null &&
+      state.uidValidity === box.uidValidity &&
+      state.uidNext === box.uidNext &&
+      state.highestModseq === box.highestModseq
+    ) {
       if (renamed) await this.writer.apply(inbox.id, [], { ...state, path: box.path, specialUse: box.specialUse });
       return false;
     }
@@ -293,13 +332,10 @@ export class IndexSync {
       await this.reseed(client, inbox, target, { ...base, highestModseq: modseqAtOpen }, state.uidValidity, batch);
     } else {
       if (state.uidNext > 1 && modseqAtOpen > state.highestModseq) {
-        await uidFetch(
-          client,
-          `1:${state.uidNext - 1}`,
-          FLAG_ITEMS,
-          (row) => this.flagRow(inbox.id, labelGuid, uidValidity, row, batch),
-          { changedSince: state.highestModseq, onVanished: (ranges) => this.vanished(inbox.id, labelGuid, uidValidity, ranges, batch) },
-        );
+        await uidFetch(client, `1:${state.uidNext - 1}`, FLAG_ITEMS, (row) => this.flagRow(inbox.id, labelGuid, uidValidity, row, batch), {
+          changedSince: state.highestModseq,
+          onVanished: (ranges) => this.vanished(inbox.id, labelGuid, uidValidity, ranges, batch),
+        });
       }
       if (uidNextAtOpen > state.uidNext) {
         // Flag changes and expunges above are in the same batches, so the old modseq stays until
@@ -313,7 +349,14 @@ export class IndexSync {
       // A fill cut short (a failed pass, a restart): the rest of it, below where it got to.
       if (state.fillLow != null && state.fillLow > 1) {
         await batch.flush();
-        await this.fill(client, inbox, target, batch, { ...base, uidNext: state.uidNext, highestModseq: state.highestModseq }, state.fillLow);
+        await this.fill(
+          client,
+          inbox,
+          target,
+          batch,
+          { ...base, uidNext: state.uidNext, highestModseq: state.highestModseq },
+          state.fillLow,
+        );
       }
     }
     await batch.flush();
@@ -328,7 +371,15 @@ export class IndexSync {
     if (serverCount !== null && serverCount !== (await this.store.countIn(inbox.id, labelGuid))) {
       await this.reconcile(client, inbox.id, labelGuid, uidValidity, uidNext, batch);
     }
-    await batch.flush({ guid: labelGuid, path: box.path, specialUse: box.specialUse, uidValidity, uidNext, highestModseq: modseqAtOpen, fillLow: null });
+    await batch.flush({
+      guid: labelGuid,
+      path: box.path,
+      specialUse: box.specialUse,
+      uidValidity,
+      uidNext,
+      highestModseq: modseqAtOpen,
+      fillLow: null,
+    });
     return true;
   }
 
@@ -340,7 +391,10 @@ export class IndexSync {
   private async newRow(inboxId: string, labelGuid: string, uidValidity: number, row: FetchedRow, batch: Batch): Promise<void> {
     if (!row.message || !row.flags) return;
     const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
-    await batch.add({ op: 'put', message: row.message, location }, (await this.isNews(inboxId, location)) ? added(row.message.guid, labelGuid, uidValidity, row.uid) : null);
+    await batch.add(
+      { op: 'put', message: row.message, location },
+      (await this.isNews(inboxId, location)) ? added(row.message.guid, labelGuid, uidValidity, row.uid) : null,
+    );
   }
 
   /** Not already indexed at this label and UID (a retried pass fetches rows it already has). */
@@ -353,15 +407,25 @@ export class IndexSync {
     if (!row.flags) return;
     const [known] = await this.store.locations(inboxId, labelGuid, [row.uid]);
     if (!known || sameFlags(known.flags, row.flags)) return;
-    await batch.add({ op: 'flags', labelGuid, uid: row.uid, modseq: row.modseq, flags: row.flags }, flagsChanged(known, uidValidity, row.modseq, row.flags));
+    await batch.add(
+      { op: 'flags', labelGuid, uid: row.uid, modseq: row.modseq, flags: row.flags },
+      flagsChanged(known, uidValidity, row.modseq, row.flags),
+    );
   }
 
-  private async vanished(inboxId: string, labelGuid: string, uidValidity: number, ranges: Array<[number, number]>, batch: Batch): Promise<void> {
+  private async vanished(
+    inboxId: string,
+    labelGuid: string,
+    uidValidity: number,
+    ranges: Array<[number, number]>,
+    batch: Batch,
+  ): Promise<void> {
     for (const [from, to] of ranges) {
       // The server may name UIDs we never had; only what the index holds is removed.
       for (let after = from - 1; ; ) {
         const rows = (await this.store.uidsOf(inboxId, labelGuid, after, 1000)).filter((r) => r.uid <= to);
-        for (const r of rows) await batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
+        for (const r of rows)
+          await batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
         if (rows.length < 1000) break;
         after = rows.at(-1)!.uid;
       }
@@ -375,7 +439,14 @@ export class IndexSync {
    * it can spread over cores). Once every range above a UID is in, the label's `fillLow` says
    * so: reads page through the newest messages long before the oldest are in (docs/watch.md).
    */
-  private async fill(client: ImapFlow, inbox: MailInbox, box: FillTarget, batch: Batch, progress: LabelState, below?: number): Promise<void> {
+  private async fill(
+    client: ImapFlow,
+    inbox: MailInbox,
+    box: FillTarget,
+    batch: Batch,
+    progress: LabelState,
+    below?: number,
+  ): Promise<void> {
     const labelGuid = box.guid;
     // Cut by message count, not UID span: a label with few messages over a wide UID span (years
     // of expunges) is a few ranges, not thousands of empty FETCHes. One ESEARCH says where they are.
@@ -387,7 +458,10 @@ export class IndexSync {
       if (!row.message || !row.flags) return;
       const location: Location = { labelGuid, uid: row.uid, msgGuid: row.message.guid, modseq: row.modseq, flags: row.flags };
       const news = into.publishing && (await this.isNews(inbox.id, location));
-      await into.add({ op: 'put', message: row.message, location }, news ? added(row.message.guid, labelGuid, box.uidValidity, row.uid) : null);
+      await into.add(
+        { op: 'put', message: row.message, location },
+        news ? added(row.message.guid, labelGuid, box.uidValidity, row.uid) : null,
+      );
     };
     const work = async (c: ImapFlow, into: Batch) => {
       while (next < ranges.length) {
@@ -400,7 +474,8 @@ export class IndexSync {
         const before = filledTo;
         while (filledTo < ranges.length && done[filledTo]) filledTo++;
         // The last range's progress is the label's final state, written by the caller.
-        if (filledTo > before && filledTo < ranges.length) await this.writer.apply(inbox.id, [], { ...progress, fillLow: ranges[filledTo - 1]!.lo });
+        if (filledTo > before && filledTo < ranges.length)
+          await this.writer.apply(inbox.id, [], { ...progress, fillLow: ranges[filledTo - 1]!.lo });
       }
     };
     const elsewhere: Array<Promise<void>> = [];
@@ -472,7 +547,13 @@ export class IndexSync {
    * extra ones only if the pool has them free right now: waiting for more while holding one
    * could deadlock two inboxes at the cap).
    */
-  private async fetchAll(client: ImapFlow, inbox: MailInbox, box: FillTarget, batch: Batch, onRow: (row: FullRow, into: Batch, first: boolean) => Promise<void>): Promise<void> {
+  private async fetchAll(
+    client: ImapFlow,
+    inbox: MailInbox,
+    box: FillTarget,
+    batch: Batch,
+    onRow: (row: FullRow, into: Batch, first: boolean) => Promise<void>,
+  ): Promise<void> {
     const fill = (c: ImapFlow, range: string, into: Batch, first = false) =>
       uidFetch(c, range, FULL_ITEMS, async (row) => {
         if (row.message && row.flags) await onRow(row as FullRow, into, first);
@@ -484,7 +565,9 @@ export class IndexSync {
     }
     // UID ranges of equal width; the last one is open-ended so mail arriving meanwhile is in it.
     const width = Math.ceil(box.uidNext / parts);
-    const ranges = Array.from({ length: parts }, (_, i) => (i === parts - 1 ? `${i * width + 1}:*` : `${i * width + 1}:${(i + 1) * width}`));
+    const ranges = Array.from({ length: parts }, (_, i) =>
+      i === parts - 1 ? `${i * width + 1}:*` : `${i * width + 1}:${(i + 1) * width}`,
+    );
     const leftover: string[] = [];
     const elsewhere: Array<Promise<void>> = [];
     for (const range of ranges.slice(1)) {
@@ -522,7 +605,14 @@ export class IndexSync {
    * (ESEARCH) and the UIDs to fetch go out in bounded sets: a label of any size and any pattern
    * of expunges stays within Dovecot's command line limit.
    */
-  private async reconcile(client: ImapFlow, inboxId: string, labelGuid: string, uidValidity: number, uidNext: number, batch: Batch): Promise<void> {
+  private async reconcile(
+    client: ImapFlow,
+    inboxId: string,
+    labelGuid: string,
+    uidValidity: number,
+    uidNext: number,
+    batch: Batch,
+  ): Promise<void> {
     const ranges = await uidSearchAll(client);
     const onServer = (uid: number): boolean => {
       // Binary search: the ranges are ascending and disjoint.
@@ -543,7 +633,8 @@ export class IndexSync {
     for (let after = 0; ; ) {
       const rows = await this.store.uidsOf(inboxId, labelGuid, after, 5000);
       for (const r of rows) {
-        if (!onServer(r.uid)) await batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
+        if (!onServer(r.uid))
+          await batch.add({ op: 'remove', labelGuid, uid: r.uid }, removed({ msgGuid: r.msgGuid, labelGuid, uid: r.uid }, uidValidity));
         else indexed.add(r.uid);
       }
       if (rows.length < 5000) break;

@@ -6,11 +6,16 @@ import { unavailable } from '../../lib/errors.ts';
 import { asUser, type ImapSettings } from './pool.ts';
 
 export class ImapMailUsers implements MailUsers {
-  constructor(private readonly settings: Pick<ImapSettings, 'host' | 'port' | 'secure' | 'masterUser' | 'masterPassword' | 'masterSeparator'>) {}
+  constructor(
+    private readonly settings: Pick<ImapSettings, 'host' | 'port' | 'secure' | 'masterUser' | 'masterPassword' | 'masterSeparator'>,
+  ) {}
 
   async exists(user: string): Promise<boolean> {
     const s = this.settings;
-    if (!s.masterPassword) throw new ConfigError('POSTERN_IMAP_MASTER_PASSWORD is not set: cannot check that the IMAP user exists (set it as for postern serve)');
+    if (!s.masterPassword)
+      throw new ConfigError(
+        'POSTERN_IMAP_MASTER_PASSWORD is not set: cannot check that the IMAP user exists (set it as for postern serve)',
+      );
     const client = asUser(s, user);
     client.on('error', () => undefined);
     try {

@@ -99,7 +99,7 @@ export class DovecotLmtp implements LocalDelivery {
         session.conn.once('error', onError);
         session.conn.send({ from: envelope.from, to: envelope.to }, body, (sendErr, info) => {
           session.conn.off('error', onError);
-          const e = sendErr as SmtpError | null;
+          const e = sendErr;
           // Every recipient refused at RCPT: an envelope error carrying each refusal.
           if (e && e.code === 'EENVELOPE' && e.rejectedErrors?.length) return resolve(this.outcomes(envelope, e.rejectedErrors));
           if (e) {
@@ -107,7 +107,7 @@ export class DovecotLmtp implements LocalDelivery {
             if (e.responseCode) return resolve(envelope.to.map(() => refused(e)));
             return reject(new SessionFailure(e, dataStarted));
           }
-          resolve(this.outcomes(envelope, (info.rejectedErrors ?? []) as SmtpError[]));
+          resolve(this.outcomes(envelope, info.rejectedErrors ?? []));
         });
       });
     } catch (err) {

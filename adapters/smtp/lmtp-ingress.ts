@@ -83,7 +83,10 @@ export class LmtpIngress {
       if (!stream.sizeExceeded) chunks.push(chunk as Buffer);
     }
     if (stream.sizeExceeded) return [];
-    const outcomes = await this.ingress.receive({ from: mailFrom ? mailFrom.address : '', to: rcptTo.map((r) => r.address) }, Buffer.concat(chunks));
+    const outcomes = await this.ingress.receive(
+      { from: mailFrom ? mailFrom.address : '', to: rcptTo.map((r) => r.address) },
+      Buffer.concat(chunks),
+    );
     return outcomes.map(reply);
   }
 

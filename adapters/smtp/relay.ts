@@ -236,9 +236,11 @@ export class SmtpRelay implements Relay {
    * NOOP on a fresh connection within `timeoutMs`. No login and no mail: it is asked often.
    */
   async check(timeoutMs: number): Promise<void> {
-    const session = await SubmissionSession.open({ host: this.s.host, port: this.s.port, secure: this.s.secure, timeoutMs }, null).catch((err: unknown) => {
-      throw unanswered(asFailure(err));
-    });
+    const session = await SubmissionSession.open({ host: this.s.host, port: this.s.port, secure: this.s.secure, timeoutMs }, null).catch(
+      (err: unknown) => {
+        throw unanswered(asFailure(err));
+      },
+    );
     try {
       await session.noop().catch((err: unknown) => {
         throw unanswered(asFailure(err));
@@ -277,7 +279,9 @@ function unanswered(err: SmtpFailure): Error {
   const reply = err.reply?.trim().split('\n')[0];
   if (reply) return unavailable(`SMTP submission answered "${reply.slice(0, 120)}"`);
   const m = err.message;
-  return unavailable(`SMTP submission did not answer: ${/^E[A-Z]+:/.test(m) ? m.slice(0, m.indexOf(':')) : m.replace(/ (to|at) \S+:\d+/, '')}`);
+  return unavailable(
+    `SMTP submission did not answer: ${/^E[A-Z]+:/.test(m) ? m.slice(0, m.indexOf(':')) : m.replace(/ (to|at) \S+:\d+/, '')}`,
+  );
 }
 
 function asFailure(err: unknown): SmtpFailure {

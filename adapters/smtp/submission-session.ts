@@ -158,10 +158,21 @@ export class SubmissionSession {
     }
   }
 
-  private async transaction(env: Envelope, pieces: readonly Buffer[], tx: { bodyWritten: boolean }, written?: () => boolean, writing?: () => Promise<void>): Promise<Delivered> {
+  private async transaction(
+    env: Envelope,
+    pieces: readonly Buffer[],
+    tx: { bodyWritten: boolean },
+    written?: () => boolean,
+    writing?: () => Promise<void>,
+  ): Promise<Delivered> {
     if (this.dead) throw new SmtpFailure('the session has ended', 'connection');
     // Settled into a value, so a failure is never unhandled when the envelope fails first.
-    const ready = writing ? writing().then(() => null, (err: unknown) => err) : null;
+    const ready = writing
+      ? writing().then(
+          () => null,
+          (err: unknown) => err,
+        )
+      : null;
     const size = pieces.reduce((n, p) => n + p.length, 0);
     const commands = [this.mailFrom(env, size), ...env.to.map((to) => this.rcptTo(to, env))];
     const before = this.lastFinal;
@@ -178,9 +189,18 @@ export class SubmissionSession {
       const r = await this.command(command);
       replies.push(r);
       // MAIL refused: nothing after it would be taken.
-      if (replies.length === 1 && r.code >= 400) return this.outcome(env, replies.map((x) => Promise.resolve(x)), Promise.resolve(r));
+      if (replies.length === 1 && r.code >= 400)
+        return this.outcome(
+          env,
+          replies.map((x) => Promise.resolve(x)),
+          Promise.resolve(r),
+        );
     }
-    return this.outcome(env, replies.map((x) => Promise.resolve(x)), this.afterData(this.command('DATA'), pieces, tx, null, undefined, ready));
+    return this.outcome(
+      env,
+      replies.map((x) => Promise.resolve(x)),
+      this.afterData(this.command('DATA'), pieces, tx, null, undefined, ready),
+    );
   }
 
   /** The previous message's final reply, while messages are pipelined one after another. */
@@ -208,7 +228,11 @@ export class SubmissionSession {
     // Not a byte before the caller's record that the message may be taken. Without that record
     // the message cannot go (the session, left in DATA, is closed by the caller).
     const unrecorded = ready ? await ready : null;
-    if (unrecorded) throw new SmtpFailure(`could not record the send before writing it: ${unrecorded instanceof Error ? unrecorded.message : String(unrecorded)}`, 'connection');
+    if (unrecorded)
+      throw new SmtpFailure(
+        `could not record the send before writing it: ${unrecorded instanceof Error ? unrecorded.message : String(unrecorded)}`,
+        'connection',
+      );
     if (this.ended) throw this.ended;
     const final = this.next();
     this.socket.cork();
@@ -287,7 +311,10 @@ export class SubmissionSession {
       ? tlsConnect({ host: this.o.host, port: this.o.port, servername: isIp(this.o.host) ? undefined : this.o.host })
       : netConnect({ host: this.o.host, port: this.o.port });
     const connected = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new SmtpFailure(`no connection to ${this.o.host}:${this.o.port} within ${this.o.timeoutMs} ms`, 'connection')), this.o.timeoutMs);
+      const timer = setTimeout(
+        () => reject(new SmtpFailure(`no connection to ${this.o.host}:${this.o.port} within ${this.o.timeoutMs} ms`, 'connection')),
+        this.o.timeoutMs,
+      );
       raw.once(this.o.secure ? 'secureConnect' : 'connect', () => {
         clearTimeout(timer);
         resolve();
@@ -340,7 +367,8 @@ export class SubmissionSession {
   /** The next reply the server sends. */
   private next(): Promise<Reply> {
     if (this.ended) return Promise.reject(this.ended);
-    if (this.unsolicited) return Promise.reject(new SmtpFailure(this.unsolicited.text, 'connection', this.unsolicited.code, this.unsolicited.text));
+    if (this.unsolicited)
+      return Promise.reject(new SmtpFailure(this.unsolicited.text, 'connection', this.unsolicited.code, this.unsolicited.text));
     return new Promise((resolve, reject) => this.waiting.push({ resolve, reject }));
   }
 
@@ -362,7 +390,7 @@ export class SubmissionSession {
   }
 
   private async upgrade(): Promise<void> {
-    const plain = this.socket as Socket;
+    const plain = this.socket;
     this.detach(plain);
     const secured = tlsConnect({ socket: plain, servername: isIp(this.o.host) ? undefined : this.o.host });
     await new Promise<void>((resolve, reject) => {
@@ -402,7 +430,11 @@ export class SubmissionSession {
 
   private readonly onClose = (): void => {
     const said = this.unsolicited;
-    this.finish(said ? new SmtpFailure(said.text, 'connection', said.code, said.text) : new SmtpFailure('the connection closed unexpectedly', 'connection'));
+    this.finish(
+      said
+        ? new SmtpFailure(said.text, 'connection', said.code, said.text)
+        : new SmtpFailure('the connection closed unexpectedly', 'connection'),
+    );
   };
 
   private finish(failure: SmtpFailure): void {

@@ -24,7 +24,10 @@ export async function backupStore(settings: StoreSettings, to: string): Promise<
 }
 
 /** Writes the configured store to a new export file `to`. */
-export async function exportStore(settings: StoreSettings, to: string): Promise<{ store: EngineName; file: string; bytes: number; rows: DumpCounts }> {
+export async function exportStore(
+  settings: StoreSettings,
+  to: string,
+): Promise<{ store: EngineName; file: string; bytes: number; rows: DumpCounts }> {
   if (settings.databaseUrl === null) {
     const { dumpSqlite } = await import('./sqlite/dump.ts');
     return { store: 'sqlite', file: to, ...dumpSqlite(settings.dbFile, to) };

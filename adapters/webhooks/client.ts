@@ -233,7 +233,8 @@ function v6Bytes(address: string): Buffer {
   const [head, tail] = text.includes('::') ? text.split('::') : [text, undefined];
   const headGroups = head ? head.split(':') : [];
   const tailGroups = tail ? tail.split(':') : [];
-  const groups = tail === undefined ? headGroups : [...headGroups, ...Array(8 - headGroups.length - tailGroups.length).fill('0'), ...tailGroups];
+  const groups =
+    tail === undefined ? headGroups : [...headGroups, ...Array(8 - headGroups.length - tailGroups.length).fill('0'), ...tailGroups];
   const out = Buffer.alloc(16);
   groups.forEach((g, i) => out.writeUInt16BE(parseInt(g, 16), i * 2));
   return out;
@@ -424,7 +425,12 @@ function attemptsUnder(signal: AbortSignal): Set<Attempt> {
 }
 
 /** The address to connect to for `host`, every address it resolves to having been checked: at once when known, else a promise. */
-function pin(host: string, allow: readonly Cidr[], options: WebhookPostOptions, attempt: Attempt): ResolvedAddress | Promise<ResolvedAddress> {
+function pin(
+  host: string,
+  allow: readonly Cidr[],
+  options: WebhookPostOptions,
+  attempt: Attempt,
+): ResolvedAddress | Promise<ResolvedAddress> {
   if (isIP(host) !== 0) {
     const why = refusalOf(host, allow);
     if (why !== null) throw new WebhookClientError('refused-address', `${host}: ${why}`, host);
@@ -433,7 +439,12 @@ function pin(host: string, allow: readonly Cidr[], options: WebhookPostOptions, 
   return options.verdicts?.get(allow, host) ?? resolveAndCheck(host, allow, options, attempt);
 }
 
-async function resolveAndCheck(host: string, allow: readonly Cidr[], options: WebhookPostOptions, attempt: Attempt): Promise<ResolvedAddress> {
+async function resolveAndCheck(
+  host: string,
+  allow: readonly Cidr[],
+  options: WebhookPostOptions,
+  attempt: Attempt,
+): Promise<ResolvedAddress> {
   const resolving = (options.resolve ?? systemResolver)(host, options.project ?? '');
   let addresses: ResolvedAddress[];
   try {
@@ -448,7 +459,8 @@ async function resolveAndCheck(host: string, allow: readonly Cidr[], options: We
   for (const a of addresses) {
     const why = refusalOf(a.address, allow);
     // Neither the address nor which kind it is: the owner learns only that the name is refused.
-    if (why !== null) throw new WebhookClientError('refused-address', `${host} resolves to an address Postern does not call (docs/webhooks.md)`, a.address);
+    if (why !== null)
+      throw new WebhookClientError('refused-address', `${host} resolves to an address Postern does not call (docs/webhooks.md)`, a.address);
   }
   const pinned = { address: addresses[0]!.address, family: addresses[0]!.family };
   options.verdicts?.set(allow, host, pinned);
@@ -480,7 +492,15 @@ export async function postWebhook(url: string, options: WebhookPostOptions): Pro
 }
 
 /** The request itself, through undici's handler interface (no stream, no AbortSignal of its own per attempt). */
-function send(pool: Pool, target: Target, pinned: ResolvedAddress, options: WebhookPostOptions, maxBodyBytes: number, attempt: Attempt, started: number): Promise<WebhookResponse> {
+function send(
+  pool: Pool,
+  target: Target,
+  pinned: ResolvedAddress,
+  options: WebhookPostOptions,
+  maxBodyBytes: number,
+  attempt: Attempt,
+  started: number,
+): Promise<WebhookResponse> {
   const body = Buffer.from(options.body);
   // Header names are case-insensitive: one of each, ours for the length.
   const headers: Record<string, string> = { 'content-type': 'application/json' };
@@ -555,7 +575,7 @@ function send(pool: Pool, target: Target, pinned: ResolvedAddress, options: Webh
 /** undici wraps some socket errors; the socket's own says what happened. */
 function causeOf(err: unknown): NodeJS.ErrnoException {
   const e = err as NodeJS.ErrnoException & { cause?: unknown };
-  if (e.cause instanceof Error && !e.code?.startsWith('ECONN') && (e.cause as NodeJS.ErrnoException).code) return e.cause as NodeJS.ErrnoException;
+  if (e.cause instanceof Error && !e.code?.startsWith('ECONN') && (e.cause as NodeJS.ErrnoException).code) return e.cause;
   return e;
 }
 
@@ -563,7 +583,13 @@ function causeOf(err: unknown): NodeJS.ErrnoException {
  * The dispatcher's way to reach receivers (lib/webhooks/dispatcher.ts Poster): postWebhook with
  * the service's settings, a refusal or a failure to connect being an answer, not a throw.
  */
-export function webhookPoster(settings: { allow: readonly Cidr[]; timeoutMs: number; connections: WebhookConnections; verdicts?: AddressVerdicts; resolve?: Resolver }): Poster {
+export function webhookPoster(settings: {
+  allow: readonly Cidr[];
+  timeoutMs: number;
+  connections: WebhookConnections;
+  verdicts?: AddressVerdicts;
+  resolve?: Resolver;
+}): Poster {
   return async (url, headers, body, signal, project) => {
     const started = performance.now();
     try {

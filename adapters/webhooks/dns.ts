@@ -100,10 +100,12 @@ export class WebhookDns {
     if (family !== 0) return [{ address: name, family }];
     // As getaddrinfo answers localhost (and RFC 6761 names under it) on Linux: loopback.
     if (name === 'localhost' || name.endsWith('.localhost')) {
-      return (await this.fromHosts(name)) ?? [
-        { address: '::1', family: 6 },
-        { address: '127.0.0.1', family: 4 },
-      ];
+      return (
+        (await this.fromHosts(name)) ?? [
+          { address: '::1', family: 6 },
+          { address: '127.0.0.1', family: 4 },
+        ]
+      );
     }
     const listed = await this.fromHosts(name);
     if (listed) return listed;
@@ -127,7 +129,10 @@ export class WebhookDns {
       const [v4, v6] = await Promise.allSettled([this.resolver.resolve4(name, { ttl: true }), this.resolver.resolve6(name, { ttl: true })]);
       const addresses: ResolvedAddress[] = [];
       let ttl = MAX_POSITIVE_TTL_MS;
-      for (const [result, fam] of [[v4, 4], [v6, 6]] as const) {
+      for (const [result, fam] of [
+        [v4, 4],
+        [v6, 6],
+      ] as const) {
         if (result.status !== 'fulfilled') continue;
         for (const r of result.value) {
           addresses.push({ address: r.address, family: fam });
@@ -139,7 +144,9 @@ export class WebhookDns {
         return addresses;
       }
       // No address of either family: the first failure says why (no data for one family is no failure).
-      const failed = [v4, v6].find((r): r is PromiseRejectedResult => r.status === 'rejected' && (r.reason as NodeJS.ErrnoException).code !== 'ENODATA');
+      const failed = [v4, v6].find(
+        (r): r is PromiseRejectedResult => r.status === 'rejected' && (r.reason as NodeJS.ErrnoException).code !== 'ENODATA',
+      );
       const code = failed ? ((failed.reason as NodeJS.ErrnoException).code ?? 'EFAIL') : 'ENODATA';
       const err = new WebhookDnsError(code, code === 'ENODATA' ? `${name} resolves to no address` : `resolving ${name} failed: ${code}`);
       // Cancelled: the service is stopping, which says nothing of the name.

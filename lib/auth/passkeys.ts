@@ -106,7 +106,14 @@ export class Passkeys {
     const now = this.now();
     const minted = mintInvite();
     const expiresAt = now + ttl * 1000;
-    await this.store.createInvite({ id: minted.id, memberId: member.id, secretHash: minted.secretHash, createdAt: now, expiresAt, usedAt: null });
+    await this.store.createInvite({
+      id: minted.id,
+      memberId: member.id,
+      secretHash: minted.secretHash,
+      createdAt: now,
+      expiresAt,
+      usedAt: null,
+    });
     // In the fragment: browsers send it to no server, so it stays out of logs and Referer headers.
     return { inviteId: minted.id, link: `${this.origin}/app/#enroll=${minted.credential}`, expiresAt: iso(expiresAt) };
   }
@@ -143,7 +150,12 @@ export class Passkeys {
    * Registers one more passkey: a passkey signs in for as long as it exists, so a stolen session
    * must not be able to add its own. `reauth` is a fresh assertion for 'add-passkey' (403 without).
    */
-  async add(memberId: string, response: RegistrationResponseJSON, name: string | undefined, reauth: AuthenticationResponseJSON | undefined): Promise<Passkey> {
+  async add(
+    memberId: string,
+    response: RegistrationResponseJSON,
+    name: string | undefined,
+    reauth: AuthenticationResponseJSON | undefined,
+  ): Promise<Passkey> {
     const member = await this.member(memberId);
     const confirmedWith = await this.confirm(member.id, 'add-passkey', reauth);
     const challenge = await this.take(response.response.clientDataJSON, 'add', invalid);
@@ -162,7 +174,10 @@ export class Passkeys {
   async reauthOptions(memberId: string, operation: ReauthOperation): Promise<PublicKeyCredentialRequestOptionsJSON> {
     const member = await this.member(memberId);
     const usable = (await this.store.listPasskeys(member.id)).filter((p) => p.disabledAt === null);
-    if (usable.length === 0) throw conflict(`${OPERATION_WORDS[operation]} needs one of your passkeys to confirm it, and you have none: enroll one from a staff invitation`);
+    if (usable.length === 0)
+      throw conflict(
+        `${OPERATION_WORDS[operation]} needs one of your passkeys to confirm it, and you have none: enroll one from a staff invitation`,
+      );
     const maxAge = this.reauthMaxAgeMs;
     const options = await generateAuthenticationOptions({
       rpID: this.rpId,
@@ -170,7 +185,14 @@ export class Passkeys {
       timeout: maxAge,
       allowCredentials: usable.map((p) => ({ id: p.credentialId, transports: p.transports as never })),
     });
-    await this.keep({ challenge: options.challenge, kind: 'reauth', inviteId: null, memberId: member.id, operation, expiresAt: this.now() + maxAge });
+    await this.keep({
+      challenge: options.challenge,
+      kind: 'reauth',
+      inviteId: null,
+      memberId: member.id,
+      operation,
+      expiresAt: this.now() + maxAge,
+    });
     return options;
   }
 
@@ -181,7 +203,9 @@ export class Passkeys {
    */
   async confirm(memberId: string, operation: ReauthOperation, response: AuthenticationResponseJSON | undefined): Promise<PasskeyRecord> {
     if (!response) {
-      throw forbidden(`re-authentication required: ${OPERATION_WORDS[operation]} needs a fresh passkey confirmation (POST /me/reauth/options with operation "${operation}", then send the passkey's answer as "reauth")`);
+      throw forbidden(
+        `re-authentication required: ${OPERATION_WORDS[operation]} needs a fresh passkey confirmation (POST /me/reauth/options with operation "${operation}", then send the passkey's answer as "reauth")`,
+      );
     }
     const refused = (message: string) => forbidden(`re-authentication refused: ${message}`);
     const challenge = await this.take(response.response.clientDataJSON, 'reauth', refused);
@@ -199,7 +223,12 @@ export class Passkeys {
    * sign-in ceremony that opened the session, and a first key seals nothing the member could
    * read before (docs/app.md says what this leaves open).
    */
-  async authorizeKeyChange(memberId: string, sessionId: string, first: boolean, reauth: AuthenticationResponseJSON | undefined): Promise<KeyChangeProof> {
+  async authorizeKeyChange(
+    memberId: string,
+    sessionId: string,
+    first: boolean,
+    reauth: AuthenticationResponseJSON | undefined,
+  ): Promise<KeyChangeProof> {
     if (first && !reauth) {
       const session = await this.store.getSession(sessionId);
       if (session && session.memberId === memberId && session.createdAt >= this.now() - this.reauthMaxAgeMs) {
@@ -213,7 +242,14 @@ export class Passkeys {
   /** Request options for a discoverable credential: no account is named before the passkey answers. */
   async signInOptions(): Promise<PublicKeyCredentialRequestOptionsJSON> {
     const options = await generateAuthenticationOptions({ rpID: this.rpId, userVerification: 'required', timeout: CHALLENGE_TTL_MS });
-    await this.keep({ challenge: options.challenge, kind: 'sign-in', inviteId: null, memberId: null, operation: null, expiresAt: this.now() + CHALLENGE_TTL_MS });
+    await this.keep({
+      challenge: options.challenge,
+      kind: 'sign-in',
+      inviteId: null,
+      memberId: null,
+      operation: null,
+      expiresAt: this.now() + CHALLENGE_TTL_MS,
+    });
     return options;
   }
 
@@ -238,7 +274,9 @@ export class Passkeys {
     const passkey = await this.store.getPasskeyByCredential(response.id);
     if (!passkey) throw fail('unknown passkey: it is not registered here (or was removed)');
     if (passkey.disabledAt !== null) {
-      throw forbidden('this passkey is disabled: a sign-in showed a signature counter that went backwards (a possible clone); remove it and enroll again');
+      throw forbidden(
+        'this passkey is disabled: a sign-in showed a signature counter that went backwards (a possible clone); remove it and enroll again',
+      );
     }
     const member = await this.directory.getMember(passkey.memberId);
     if (!member) throw fail('unknown passkey');
@@ -253,7 +291,7 @@ export class Passkeys {
         expectedChallenge,
         expectedOrigin: this.origin,
         expectedRPID: this.rpId,
-        credential: { id: passkey.credentialId, publicKey: new Uint8Array(passkey.publicKey), counter: 0, transports: passkey.transports as never },
+        credential: { id: passkey.credentialId, publicKey: new Uint8Array(passkey.publicKey), counter: 0, transports: passkey.transports },
         requireUserVerification: true,
       });
     } catch (err) {
@@ -266,7 +304,9 @@ export class Passkeys {
     // means another copy of the credential signed meanwhile. Refuse, and stop trusting it.
     if ((counter > 0 || passkey.counter > 0) && counter <= passkey.counter) {
       await this.store.disablePasskey(passkey.id, now);
-      throw forbidden(`${what} refused: the signature counter went backwards (a possibly cloned authenticator); the passkey is now disabled`);
+      throw forbidden(
+        `${what} refused: the signature counter went backwards (a possibly cloned authenticator); the passkey is now disabled`,
+      );
     }
     if (!(await this.store.recordUse(passkey.id, passkey.counter, counter, now))) {
       // Another use with the same counter value got there first: the same clone signal.
@@ -305,7 +345,11 @@ export class Passkeys {
     if (!(await this.store.endSession(sessionId, this.now()))) throw notFound('session not found (it has already ended)');
   }
 
-  private async creationOptions(member: Member, kind: CeremonyKind, inviteId: string | null): Promise<PublicKeyCredentialCreationOptionsJSON> {
+  private async creationOptions(
+    member: Member,
+    kind: CeremonyKind,
+    inviteId: string | null,
+  ): Promise<PublicKeyCredentialCreationOptionsJSON> {
     const existing = await this.store.listPasskeys(member.id);
     const options = await generateRegistrationOptions({
       rpName: this.options.rpName,
@@ -318,12 +362,24 @@ export class Passkeys {
       // Discoverable: sign-in names no account. Verified: the passkey is the only factor.
       authenticatorSelection: { residentKey: 'required', requireResidentKey: true, userVerification: 'required' },
     });
-    await this.keep({ challenge: options.challenge, kind, inviteId, memberId: member.id, operation: null, expiresAt: this.now() + CHALLENGE_TTL_MS });
+    await this.keep({
+      challenge: options.challenge,
+      kind,
+      inviteId,
+      memberId: member.id,
+      operation: null,
+      expiresAt: this.now() + CHALLENGE_TTL_MS,
+    });
     return options;
   }
 
   /** Verifies a registration response against the origin and RP ID; the passkey is not stored yet. */
-  private async register(member: Member, response: RegistrationResponseJSON, name: string | undefined, challenge: string): Promise<PasskeyRecord> {
+  private async register(
+    member: Member,
+    response: RegistrationResponseJSON,
+    name: string | undefined,
+    challenge: string,
+  ): Promise<PasskeyRecord> {
     let verified;
     try {
       verified = await verifyRegistrationResponse({
@@ -364,7 +420,11 @@ export class Passkeys {
   }
 
   /** Every passkey a member gains is in the project log: one the member did not add is seen there. */
-  private async recordAdded(member: Member, passkey: PasskeyRecord, how: { via: 'invite' } | { via: 'session'; confirmedWith: string }): Promise<void> {
+  private async recordAdded(
+    member: Member,
+    passkey: PasskeyRecord,
+    how: { via: 'invite' } | { via: 'session'; confirmedWith: string },
+  ): Promise<void> {
     if (!this.options.events) throw new Error('Passkeys: adding a passkey needs the project log (options.events)');
     await this.options.events.record({
       type: 'access.passkey.added',
@@ -411,7 +471,15 @@ export class Passkeys {
     const now = this.now();
     const minted = mintSession();
     const expiresAt = now + this.options.sessionTtlSeconds * 1000;
-    await this.store.createSession({ id: minted.id, memberId: member.id, passkeyId, secretHash: minted.secretHash, createdAt: now, expiresAt, revokedAt: null });
+    await this.store.createSession({
+      id: minted.id,
+      memberId: member.id,
+      passkeyId,
+      secretHash: minted.secretHash,
+      createdAt: now,
+      expiresAt,
+      revokedAt: null,
+    });
     return { session: minted.credential, expiresAt: iso(expiresAt), memberId: member.id, email: member.email, passkeyId };
   }
 

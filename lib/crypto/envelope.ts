@@ -28,7 +28,8 @@ export async function wrapSessionKey(sessionKey: Uint8Array, epochKey: openpgp.P
 export async function unwrapSessionKey(wrappedDek: Uint8Array, epochKey: openpgp.PrivateKey): Promise<Uint8Array> {
   const message = await openpgp.readMessage({ binaryMessage: wrappedDek });
   const [found] = await openpgp.decryptSessionKeys({ message, decryptionKeys: epochKey });
-  if (!found || found.algorithm !== 'aes256' || found.data.length !== SESSION_KEY_BYTES) throw new Error('the wrapped data key does not hold an AES-256 session key');
+  if (!found || found.algorithm !== 'aes256' || found.data.length !== SESSION_KEY_BYTES)
+    throw new Error('the wrapped data key does not hold an AES-256 session key');
   return found.data;
 }
 

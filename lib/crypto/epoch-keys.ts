@@ -4,7 +4,7 @@
 // keys rest sealed under the master key (master-key.ts) and are kept opened in memory once used.
 import * as openpgp from 'openpgp';
 import { DuplicateError } from '../directory/store.ts';
-import { MasterKey, MasterKeyError } from './master-key.ts';
+import { type MasterKey, MasterKeyError } from './master-key.ts';
 import type { EpochKeyRecord, EpochKeyStore } from './store.ts';
 
 export interface EpochPublic {
@@ -39,7 +39,10 @@ export class UnknownEpochError extends Error {}
 const context = (inboxId: string, epoch: number) => `${inboxId}/${epoch}`;
 
 /** Generates an epoch key pair in the form docs/encryption.md, "Keys" gives. */
-export async function generateEpochKey(inboxId: string, epoch: number): Promise<{ privateKey: openpgp.PrivateKey; publicKey: openpgp.PublicKey }> {
+export async function generateEpochKey(
+  inboxId: string,
+  epoch: number,
+): Promise<{ privateKey: openpgp.PrivateKey; publicKey: openpgp.PublicKey }> {
   const { privateKey } = await openpgp.generateKey({
     type: 'ecc',
     curve: 'ed25519Legacy',

@@ -12,7 +12,10 @@ export class MasterKey {
 
   /** 32+ bytes as hex or base64 (standard or url-safe); anything else is refused with the reason. */
   static parse(text: string | null | undefined): MasterKey {
-    if (!text) throw new MasterKeyError('POSTERN_MASTER_KEY is not set: it must hold 32 or more random bytes, hex or base64 (e.g. `openssl rand -base64 32`)');
+    if (!text)
+      throw new MasterKeyError(
+        'POSTERN_MASTER_KEY is not set: it must hold 32 or more random bytes, hex or base64 (e.g. `openssl rand -base64 32`)',
+      );
     const trimmed = text.trim();
     let bytes: Buffer;
     if (/^(?:[0-9a-fA-F]{2})+$/.test(trimmed)) bytes = Buffer.from(trimmed, 'hex');

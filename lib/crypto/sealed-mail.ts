@@ -86,7 +86,13 @@ export class SealedMail {
     const current = await this.keys.current(inbox.id);
     const wrappedDek = await wrapSessionKey(newSessionKey(), current.publicKey);
     // Two first reads at once: the first write stands and both answer with it.
-    return this.messageKeys.putMessageKeyOnce({ inboxId: inbox.id, msgGuid: guid, epoch: current.epoch, wrappedDek, createdAt: this.now() });
+    return this.messageKeys.putMessageKeyOnce({
+      inboxId: inbox.id,
+      msgGuid: guid,
+      epoch: current.epoch,
+      wrappedDek,
+      createdAt: this.now(),
+    });
   }
 
   /** The stored OpenPGP message after its PKESK packets (whose bytes the detail holds), streamed. */

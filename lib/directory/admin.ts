@@ -14,7 +14,14 @@ const standing = (c: { revokedAt: number | null; expiresAt: number | null }, now
   c.revokedAt !== null ? 'revoked' : c.expiresAt !== null && c.expiresAt <= now ? 'expired' : 'live';
 
 /** An inbox as staff lists print it. */
-const inboxView = (i: Inbox) => ({ id: i.id, projectId: i.projectId, imapUser: i.imapUser, addresses: i.addresses, mode: i.mode, createdAt: iso(i.createdAt) });
+const inboxView = (i: Inbox) => ({
+  id: i.id,
+  projectId: i.projectId,
+  imapUser: i.imapUser,
+  addresses: i.addresses,
+  mode: i.mode,
+  createdAt: iso(i.createdAt),
+});
 
 const memberView = (m: Member) => ({ id: m.id, projectId: m.projectId, email: m.email, createdAt: iso(m.createdAt) });
 
@@ -155,14 +162,18 @@ export class Admin {
   async listTokens(filter: { projectId?: string; memberId?: string }) {
     const projectId = await this.credentialOwner(filter);
     const now = this.now();
-    return (await this.store.listTokens({ projectId, ...(filter.memberId ? { memberId: filter.memberId } : {}) })).map((t) => tokenView(t, now));
+    return (await this.store.listTokens({ projectId, ...(filter.memberId ? { memberId: filter.memberId } : {}) })).map((t) =>
+      tokenView(t, now),
+    );
   }
 
   /** Web sessions of a project, or of one member (ended and expired ones too, with their state). */
   async listSessions(filter: { projectId?: string; memberId?: string }) {
     const projectId = await this.credentialOwner(filter);
     const now = this.now();
-    return (await this.store.listSessions({ projectId, ...(filter.memberId ? { memberId: filter.memberId } : {}) })).map((s) => sessionView(s, now));
+    return (await this.store.listSessions({ projectId, ...(filter.memberId ? { memberId: filter.memberId } : {}) })).map((s) =>
+      sessionView(s, now),
+    );
   }
 
   /** Ends a web session now: its next request is refused (401). */
@@ -209,11 +220,15 @@ export class Admin {
     await this.options.keys.check();
     if (input.createImapUser) await input.createImapUser();
     else if (this.options.mailUsers && !(await this.options.mailUsers.exists(input.imapUser))) {
-      throw notFound(`the mail server has no IMAP user ${input.imapUser} (or POSTERN_IMAP_MASTER_USER/PASSWORD cannot log in as it): create the user first`);
+      throw notFound(
+        `the mail server has no IMAP user ${input.imapUser} (or POSTERN_IMAP_MASTER_USER/PASSWORD cannot log in as it): create the user first`,
+      );
     }
     const id = newId('ibx');
     const createdAt = this.now();
-    await this.unique(() => this.store.createInbox({ id, projectId: input.projectId, imapUser: input.imapUser, addresses, mode, createdAt }));
+    await this.unique(() =>
+      this.store.createInbox({ id, projectId: input.projectId, imapUser: input.imapUser, addresses, mode, createdAt }),
+    );
     // Made right away, so an inbox never exists without a key to seal its mail to.
     try {
       await this.options.keys.ensure(id);
@@ -302,7 +317,14 @@ export class Admin {
     const now = this.now();
     const minted = mintSession();
     const expiresAt = now + ttl * 1000;
-    await this.store.createSession({ id: minted.id, memberId: member.id, secretHash: minted.secretHash, createdAt: now, expiresAt, revokedAt: null });
+    await this.store.createSession({
+      id: minted.id,
+      memberId: member.id,
+      secretHash: minted.secretHash,
+      createdAt: now,
+      expiresAt,
+      revokedAt: null,
+    });
     return { id: minted.id, token: minted.credential, expiresAt: new Date(expiresAt).toISOString() };
   }
 
@@ -316,7 +338,8 @@ export class Admin {
   private async credentialOwner(filter: { projectId?: string; memberId?: string }): Promise<string> {
     if (filter.memberId !== undefined) {
       const member = await this.member(filter.memberId);
-      if (filter.projectId !== undefined && filter.projectId !== member.projectId) throw invalid(`member ${member.id} is not in project ${filter.projectId}`);
+      if (filter.projectId !== undefined && filter.projectId !== member.projectId)
+        throw invalid(`member ${member.id} is not in project ${filter.projectId}`);
       return member.projectId;
     }
     if (filter.projectId === undefined) throw invalid('name a project or a member');

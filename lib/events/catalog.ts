@@ -114,7 +114,12 @@ const BUILTINS: BuiltinSpec[] = [
     // The ingress always sets recipient, from, size and sealed; they are optional in the schema
     // so that a message.received from another source (none yet) need not invent them.
     fields: [
-      { name: 'msgId', type: 'string', pattern: MSG, description: 'The stored message, when known when recorded (the ingress records before Dovecot names it).' },
+      {
+        name: 'msgId',
+        type: 'string',
+        pattern: MSG,
+        description: 'The stored message, when known when recorded (the ingress records before Dovecot names it).',
+      },
       { name: 'recipient', type: 'string', description: 'The envelope recipient: the inbox address it arrived for.' },
       { name: 'from', type: 'string', description: 'The envelope sender (empty for a bounce).' },
       { name: 'size', type: 'integer', minimum: 0, description: 'Bytes of the message as it arrived (before sealing).' },
@@ -127,8 +132,10 @@ const BUILTINS: BuiltinSpec[] = [
     labelField('The label it was added to.'),
     { name: 'uid', type: 'integer', minimum: 1, description: 'Its number in that label.' },
   ]),
-  mailType('message.removed', 'A message was removed from a label (expunged or moved away).', [labelField('The label it was removed from.')]),
-  mailType("message.flags", "A message's flags changed (through the API or a mail app); read state is the seen flag.", [
+  mailType('message.removed', 'A message was removed from a label (expunged or moved away).', [
+    labelField('The label it was removed from.'),
+  ]),
+  mailType('message.flags', "A message's flags changed (through the API or a mail app); read state is the seen flag.", [
     { name: 'flags', type: 'string[]', itemEnum: FLAG_ENUM, required: true, description: 'The flags now (Flag values).' },
     labelField('The label whose copy changed.'),
   ]),
@@ -161,7 +168,11 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'permanent', type: 'boolean', required: true, description: 'False for a temporary failure worth retrying.' },
       { name: 'status', type: 'string', description: 'Enhanced status code, e.g. 5.1.1.' },
       { name: 'recipients', type: 'string[]', description: 'The recipients the failure concerns.' },
-      { name: 'statuses', type: 'string[]', description: 'For a bounce: each recipient\'s enhanced status code, in the order of recipients.' },
+      {
+        name: 'statuses',
+        type: 'string[]',
+        description: "For a bounce: each recipient's enhanced status code, in the order of recipients.",
+      },
       { name: 'messageId', type: 'string' },
       { name: 'draftId', type: 'string' },
     ],
@@ -181,13 +192,20 @@ const BUILTINS: BuiltinSpec[] = [
   },
   {
     name: 'access.content.searched',
-    description: 'Messages of the inbox were searched by their content (GET /search with body or text): the mail server read them for Postern. Audit-only; the words searched for are not recorded.',
+    description:
+      'Messages of the inbox were searched by their content (GET /search with body or text): the mail server read them for Postern. Audit-only; the words searched for are not recorded.',
     class: 'access',
     visibility: 'audit',
     status: 'stable',
     subject: 'the inbox id (ibx_…)',
     fields: [
-      { name: 'conditions', type: 'string[]', itemEnum: ['body', 'text'], required: true, description: 'Which content conditions the search had.' },
+      {
+        name: 'conditions',
+        type: 'string[]',
+        itemEnum: ['body', 'text'],
+        required: true,
+        description: 'Which content conditions the search had.',
+      },
       { name: 'labelId', type: 'string', pattern: LBL, description: 'The label searched (inLabel); absent: every label.' },
     ],
   },
@@ -202,15 +220,23 @@ const BUILTINS: BuiltinSpec[] = [
     subject: 'the member id (mem_…)',
     fields: [
       { name: 'memberId', type: 'string', pattern: MEM, required: true, description: 'Whose key.' },
-      { name: 'fingerprint', type: 'string', pattern: FINGERPRINT, required: true, description: 'The new key\'s fingerprint.' },
+      { name: 'fingerprint', type: 'string', pattern: FINGERPRINT, required: true, description: "The new key's fingerprint." },
       { name: 'previousFingerprint', type: 'string', pattern: FINGERPRINT, description: 'The key it replaced; absent for the first key.' },
-      { name: 'confirmedBy', type: 'string', enum: ['passkey', 'fresh-session', 'staff'], required: true, description: 'A fresh passkey assertion, (first key only) a session at most POSTERN_REAUTH_MAX_AGE old, or staff on the server (postern admin member set-key).' },
+      {
+        name: 'confirmedBy',
+        type: 'string',
+        enum: ['passkey', 'fresh-session', 'staff'],
+        required: true,
+        description:
+          'A fresh passkey assertion, (first key only) a session at most POSTERN_REAUTH_MAX_AGE old, or staff on the server (postern admin member set-key).',
+      },
       { name: 'passkeyId', type: 'string', pattern: PKY, description: 'The passkey that confirmed it (or that opened the fresh session).' },
     ],
   },
   {
     name: 'access.passkey.added',
-    description: 'A passkey was added to a member: enrolled from a staff invitation, or added by a signed-in member after confirming with another of their passkeys.',
+    description:
+      'A passkey was added to a member: enrolled from a staff invitation, or added by a signed-in member after confirming with another of their passkeys.',
     class: 'access',
     visibility: 'project',
     status: 'stable',
@@ -219,8 +245,19 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'memberId', type: 'string', pattern: MEM, required: true, description: 'Whose passkey.' },
       { name: 'passkeyId', type: 'string', pattern: PKY, required: true, description: 'The new passkey.' },
       { name: 'name', type: 'string', required: true, description: 'Its name, as the member gave it.' },
-      { name: 'via', type: 'string', enum: ['invite', 'session'], required: true, description: 'An enrollment link, or a signed-in session.' },
-      { name: 'confirmedWith', type: 'string', pattern: PKY, description: 'For via = session: the passkey whose fresh assertion confirmed it.' },
+      {
+        name: 'via',
+        type: 'string',
+        enum: ['invite', 'session'],
+        required: true,
+        description: 'An enrollment link, or a signed-in session.',
+      },
+      {
+        name: 'confirmedWith',
+        type: 'string',
+        pattern: PKY,
+        description: 'For via = session: the passkey whose fresh assertion confirmed it.',
+      },
     ],
   },
   // Recorded by the webhook dispatcher (lib/webhooks/dispatcher.ts) when it stops sending to an endpoint.
@@ -234,7 +271,13 @@ const BUILTINS: BuiltinSpec[] = [
     subject: 'the webhook endpoint id (whk_…)',
     fields: [
       { name: 'webhookId', type: 'string', pattern: WHK, required: true, description: 'The endpoint.' },
-      { name: 'reason', type: 'string', enum: ['failing', 'gone', 'token', 'staff'], required: true, description: 'failing for too long, 410 Gone, its token revoked or expired, or staff (postern admin webhook disable).' },
+      {
+        name: 'reason',
+        type: 'string',
+        enum: ['failing', 'gone', 'token', 'staff'],
+        required: true,
+        description: 'failing for too long, 410 Gone, its token revoked or expired, or staff (postern admin webhook disable).',
+      },
       { name: 'detail', type: 'string', description: 'What the last attempt got, in words.' },
     ],
   },

@@ -143,7 +143,12 @@ function canonical(value: unknown): string {
 }
 
 /** SHA-256 of the canonical JSON of what an event says: the same request, the same fingerprint. */
-function fingerprint(request: { type: string; subject: string | undefined; inbox: string | null | undefined; data: EventData | undefined }): string {
+function fingerprint(request: {
+  type: string;
+  subject: string | undefined;
+  inbox: string | null | undefined;
+  data: EventData | undefined;
+}): string {
   return hash('sha256', canonical(request), 'base64url');
 }
 
@@ -204,7 +209,11 @@ export class EventLog {
     const inboxId = input.inboxId ?? null;
     if (inboxId !== null && !isId('ibx', inboxId)) throw new EventLogError(`record(): inboxId must be an ibx_ id, got ${inboxId}`);
     if (!ACTOR.test(input.actor)) throw new EventLogError(`record(): actor must be a mem_, tok_ or sys_ id, got ${input.actor}`);
-    for (const [name, v] of [['subject', input.subject], ['causationId', input.causationId], ['correlationId', input.correlationId]] as const) {
+    for (const [name, v] of [
+      ['subject', input.subject],
+      ['causationId', input.causationId],
+      ['correlationId', input.correlationId],
+    ] as const) {
       if (v !== undefined && (typeof v !== 'string' || v.length > MAX_SUBJECT)) {
         throw new EventLogError(`record(): ${name} must be a string of at most ${MAX_SUBJECT} characters`);
       }
@@ -227,12 +236,18 @@ export class EventLog {
       causationId: input.causationId,
       correlationId: input.correlationId,
       ...(key !== undefined
-        ? { idempotency: { key: INTERNAL_KEY_PREFIX + key, fingerprint: fingerprint({ type: input.type, subject: input.subject, inbox: inboxId, data: input.data }) } }
+        ? {
+            idempotency: {
+              key: INTERNAL_KEY_PREFIX + key,
+              fingerprint: fingerprint({ type: input.type, subject: input.subject, inbox: inboxId, data: input.data }),
+            },
+          }
         : {}),
     });
     if (!result.duplicate) return result.stored;
     if (key === undefined) throw new EventLogError('record(): unexpected duplicate');
-    if (!result.sameRequest) throw new EventLogError(`record(): dedupeKey ${key} was already recorded for another event (${result.eventId})`);
+    if (!result.sameRequest)
+      throw new EventLogError(`record(): dedupeKey ${key} was already recorded for another event (${result.eventId})`);
     return null;
   }
 
@@ -268,7 +283,12 @@ export class EventLog {
       subject: input.subject,
       data: input.data,
       ...(input.idempotencyKey
-        ? { idempotency: { key: input.idempotencyKey, fingerprint: fingerprint({ type: input.type, subject: input.subject, inbox: input.inboxId, data: input.data }) } }
+        ? {
+            idempotency: {
+              key: input.idempotencyKey,
+              fingerprint: fingerprint({ type: input.type, subject: input.subject, inbox: input.inboxId, data: input.data }),
+            },
+          }
         : {}),
     });
     if (!result.duplicate) return { duplicate: false, id: result.stored.eventId, cursor: result.stored.cursor };
@@ -390,19 +410,27 @@ export class EventLog {
     }
     const now = this.now();
     const stored = await this.store.upsertType(projectId, input.name, version, (existing) => {
-      if (!existing) return { projectId, name: input.name, version, description: input.description, fields, createdAt: now, updatedAt: now };
+      if (!existing)
+        return { projectId, name: input.name, version, description: input.description, fields, createdAt: now, updatedAt: now };
       const next = new Map(fields.map((f) => [f.name, f]));
       for (const old of existing.fields) {
         const f = next.get(old.name);
-        if (!f) throw unprocessable(`${input.name} v${version}: data field ${old.name} cannot be removed within a version; register version ${version + 1}`);
+        if (!f)
+          throw unprocessable(
+            `${input.name} v${version}: data field ${old.name} cannot be removed within a version; register version ${version + 1}`,
+          );
         if (f.type !== old.type || (f.required === true) !== (old.required === true)) {
-          throw unprocessable(`${input.name} v${version}: data field ${old.name} cannot change its type or whether it is required within a version; register version ${version + 1}`);
+          throw unprocessable(
+            `${input.name} v${version}: data field ${old.name} cannot change its type or whether it is required within a version; register version ${version + 1}`,
+          );
         }
       }
       const known = new Set(existing.fields.map((f) => f.name));
       for (const f of fields) {
         if (!known.has(f.name) && f.required) {
-          throw unprocessable(`${input.name} v${version}: a field added within a version must be optional (${f.name}); register version ${version + 1}`);
+          throw unprocessable(
+            `${input.name} v${version}: a field added within a version must be optional (${f.name}); register version ${version + 1}`,
+          );
         }
       }
       // Existing fields keep their place; new ones follow, so the schema only ever grows.
@@ -480,9 +508,12 @@ export class EventLog {
   async start(): Promise<void> {
     await this.cursors();
     await this.live.start();
-    this.purgeTimer = setInterval(() => {
-      this.purgeIdempotency().catch((err: unknown) => this.options.log?.warn({ err }, 'idempotency purge failed'));
-    }, 60 * 60 * 1000);
+    this.purgeTimer = setInterval(
+      () => {
+        this.purgeIdempotency().catch((err: unknown) => this.options.log?.warn({ err }, 'idempotency purge failed'));
+      },
+      60 * 60 * 1000,
+    );
     this.purgeTimer.unref();
   }
 

@@ -14,7 +14,13 @@ export interface PublishRequest {
   data?: EventData;
 }
 
-export async function publishAs(events: EventLog, access: Access, p: Principal, body: PublishRequest, idempotencyKey?: string): Promise<PublishResult> {
+export async function publishAs(
+  events: EventLog,
+  access: Access,
+  p: Principal,
+  body: PublishRequest,
+  idempotencyKey?: string,
+): Promise<PublishResult> {
   if (body.data !== undefined && Buffer.byteLength(JSON.stringify(body.data)) > MAX_DATA_BYTES) {
     throw tooLarge(`data is over ${MAX_DATA_BYTES} bytes (measured as compact JSON)`);
   }

@@ -57,7 +57,10 @@ export function redactActor(json: string): string {
 
 /** The `types` parameter: comma-separated names or `prefix.*`; null when it is not well formed. */
 export function parseTypes(raw: string): string[] | null {
-  const items = raw.split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+  const items = raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0);
   if (items.length === 0 || items.length > 50) return null;
   const ok = /^(?:[a-z][a-z0-9_]*)(?:\.[a-z][a-z0-9_]*)*(?:\.\*)?$/;
   return items.every((t) => ok.test(t) || t === '*') ? [...new Set(items)] : null;
@@ -102,7 +105,9 @@ export async function startPosition(events: EventLog, p: Principal, raw: string 
   }
   // Old cursors carried the global position in clear: honouring them would let anyone probe it.
   if (Cursors.isLegacy(raw)) {
-    throw invalid('this cursor is from an earlier version of Postern and is no longer accepted: resume with the id of the last event you processed (after=evt_…)');
+    throw invalid(
+      'this cursor is from an earlier version of Postern and is no longer accepted: resume with the id of the last event you processed (after=evt_…)',
+    );
   }
   // Another project's cursor gets the same answer as garbage: it tells nothing.
   throw invalid('after (or Last-Event-ID) must be a cursor of this project from this API, or an event id');

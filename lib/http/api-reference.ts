@@ -22,7 +22,10 @@ export const DOCS_CSP = [
   "frame-ancestors 'none'",
 ].join('; ');
 
-interface Asset { file: string; type: string }
+interface Asset {
+  file: string;
+  type: string;
+}
 
 const OWN_DIR = join(ROOT, 'lib', 'http', 'api-reference');
 const UI_DIR = dirname(createRequire(import.meta.url).resolve('swagger-ui-dist/package.json'));

@@ -111,7 +111,14 @@ export function createApp(options: AppOptions): Koa<AppState> {
       const principal = ctx.state.principal as Principal | undefined;
       const ms = Math.round(performance.now() - started);
       options.log.info(
-        { requestId: ctx.state.requestId, method: ctx.method, path: ctx.path, status: ctx.status, ms, credentialId: principal?.credentialId ?? null },
+        {
+          requestId: ctx.state.requestId,
+          method: ctx.method,
+          path: ctx.path,
+          status: ctx.status,
+          ms,
+          credentialId: principal?.credentialId ?? null,
+        },
         'request',
       );
     }

@@ -96,7 +96,9 @@ function capPerAddress(server: Server, max: number): void {
 function refuse(socket: Socket, max: number): void {
   socket.on('error', () => socket.destroy());
   socket.end(
-    rawResponse(429, 'Too Many Requests', `too many open connections from your address (at most ${max}); close one or try again later`, { 'Retry-After': '5' }),
+    rawResponse(429, 'Too Many Requests', `too many open connections from your address (at most ${max}); close one or try again later`, {
+      'Retry-After': '5',
+    }),
   );
   // Whatever the client sends is read and dropped, so its close (or ours) can come through.
   socket.resume();
@@ -124,7 +126,8 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Socket): void {
   const started = current != null && (current.headersSent || socket.bytesWritten > 0);
   if (!started) {
     const [status, reason] = CLIENT_ERRORS[err.code ?? ''] ?? [400, 'Bad Request'];
-    const message = status === 408 ? 'the request did not arrive in time' : status === 431 ? 'request headers are too large' : 'malformed HTTP request';
+    const message =
+      status === 408 ? 'the request did not arrive in time' : status === 431 ? 'request headers are too large' : 'malformed HTTP request';
     socket.write(rawResponse(status, reason, message));
   }
   socket.destroy();

@@ -16,7 +16,11 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
-export async function listenMetrics(listen: { host: string; port: number }, exposition: Exposition, onError: (err: unknown) => void): Promise<MetricsServer> {
+export async function listenMetrics(
+  listen: { host: string; port: number },
+  exposition: Exposition,
+  onError: (err: unknown) => void,
+): Promise<MetricsServer> {
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path !== '/metrics') {
@@ -24,14 +28,21 @@ export async function listenMetrics(listen: { host: string; port: number }, expo
       return;
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' }).end(JSON.stringify({ error: 'metrics are read with GET' }));
+      res
+        .writeHead(405, { allow: 'GET, HEAD', 'content-type': 'application/json' })
+        .end(JSON.stringify({ error: 'metrics are read with GET' }));
       return;
     }
     exposition.text().then(
-      (text) => res.writeHead(200, { 'content-type': exposition.contentType, 'cache-control': 'no-store' }).end(req.method === 'HEAD' ? undefined : text),
+      (text) =>
+        res
+          .writeHead(200, { 'content-type': exposition.contentType, 'cache-control': 'no-store' })
+          .end(req.method === 'HEAD' ? undefined : text),
       (err: unknown) => {
         onError(err);
-        res.writeHead(503, { 'content-type': 'application/json' }).end(JSON.stringify({ error: 'metrics could not be gathered; try again' }));
+        res
+          .writeHead(503, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: 'metrics could not be gathered; try again' }));
       },
     );
   });

@@ -37,10 +37,16 @@ export class StreamQuota {
     const project = projectKey(kind, p);
     const what = kind === 'inbox' ? 'inbox streams' : 'event streams';
     if (maxPerCredential > 0 && (this.open.get(cred) ?? 0) >= maxPerCredential) {
-      throw rateLimited(`too many open ${what} for this credential (at most ${maxPerCredential}); close one or try again later`, RETRY_AFTER_SECONDS);
+      throw rateLimited(
+        `too many open ${what} for this credential (at most ${maxPerCredential}); close one or try again later`,
+        RETRY_AFTER_SECONDS,
+      );
     }
     if (maxPerProject > 0 && (this.open.get(project) ?? 0) >= maxPerProject) {
-      throw rateLimited(`too many open ${what} for this project (at most ${maxPerProject}); close one or try again later`, RETRY_AFTER_SECONDS);
+      throw rateLimited(
+        `too many open ${what} for this project (at most ${maxPerProject}); close one or try again later`,
+        RETRY_AFTER_SECONDS,
+      );
     }
     this.add(cred, 1);
     this.add(project, 1);

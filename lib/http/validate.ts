@@ -15,11 +15,13 @@ export type JsonSchema = Record<string, unknown> & { $id: string };
 
 /** Every schema in schemas/, keyed by its $id. */
 export function loadSchemas(dir = SCHEMAS_DIR): JsonSchema[] {
-  return readdirSync(dir)
-    // The OpenAPI document is built from these schemas; it is not one itself.
-    .filter((f) => f.endsWith('.json') && f !== 'openapi.json')
-    .sort()
-    .map((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')) as JsonSchema);
+  return (
+    readdirSync(dir)
+      // The OpenAPI document is built from these schemas; it is not one itself.
+      .filter((f) => f.endsWith('.json') && f !== 'openapi.json')
+      .sort()
+      .map((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')) as JsonSchema)
+  );
 }
 
 function makeAjv(schemas: JsonSchema[], coerce: boolean): Ajv2020 {

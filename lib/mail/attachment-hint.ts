@@ -9,7 +9,9 @@ import { isPgpMime } from './seal.ts';
  */
 export function hasAttachmentHint(header: Uint8Array): boolean | null {
   if (isPgpMime(header)) return null;
-  const unfolded = Buffer.from(header).toString('latin1').replace(/\r?\n[ \t]+/g, ' ');
+  const unfolded = Buffer.from(header)
+    .toString('latin1')
+    .replace(/\r?\n[ \t]+/g, ' ');
   const m = /^content-type:[ \t]*([a-z0-9!#$&^_.+-]+)\/([a-z0-9!#$&^_.+-]+)/im.exec(unfolded);
   // No Content-Type: text/plain (RFC 2045 5.2).
   if (!m) return false;

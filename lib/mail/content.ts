@@ -54,7 +54,7 @@ const HEADERS: ReadonlyArray<[string, string]> = [
 function headerText(value: HeaderValue): string | null {
   if (value instanceof Date) return Number.isNaN(value.getTime()) ? null : value.toISOString();
   if (typeof value === 'string') return value;
-  if (Array.isArray(value)) return value.map((v) => (typeof v === 'string' ? v : (v as { value?: string }).value ?? '')).join(' ');
+  if (Array.isArray(value)) return value.map((v) => (typeof v === 'string' ? v : ((v as { value?: string }).value ?? ''))).join(' ');
   if (value && typeof value === 'object' && 'text' in value) return (value as AddressObject).text;
   if (value && typeof value === 'object' && 'value' in value) return String((value as { value: unknown }).value);
   return null;
@@ -84,7 +84,7 @@ function walk(
   // skipTextToHtml: `html` is the message's own HTML only (docs/api.md, "Decrypted message": empty string if none).
   // maxChildNodes is mailsplit's option, passed through by mailparser (not in its types).
   const options = { skipTextToHtml: true, skipImageLinks: true, maxChildNodes: MAX_MIME_PARTS };
-  const parser = new MailParser(options as ConstructorParameters<typeof MailParser>[0]);
+  const parser = new MailParser(options);
   let stop: (err?: Error) => void = () => {};
   const done = new Promise<void>((resolve, reject) => {
     let index = 0;
@@ -107,7 +107,7 @@ function walk(
       const n = index++;
       if (onAttachment(data, n)) return;
       let size = 0;
-      const content = data.content as Readable;
+      const content = data.content;
       content.on('data', (chunk: Buffer) => (size += chunk.length));
       content.on('end', () => {
         collect.infos.push(describe(data, n, size));
@@ -128,12 +128,18 @@ function walk(
 
 /** Fails the walk (and so `work`) when `work` has not settled within the deadline. */
 function withDeadline<T>(work: Promise<T>, stop: (err: Error) => void): Promise<T> {
-  const timer = setTimeout(() => stop(new UnparseableMessageError(`parsing took longer than ${PARSE_LIMITS.deadlineMs} ms`)), PARSE_LIMITS.deadlineMs);
+  const timer = setTimeout(
+    () => stop(new UnparseableMessageError(`parsing took longer than ${PARSE_LIMITS.deadlineMs} ms`)),
+    PARSE_LIMITS.deadlineMs,
+  );
   return work.finally(() => clearTimeout(timer));
 }
 
 export async function parseContent(source: Readable): Promise<ParsedContent> {
-  const collect: { headers?: Map<string, HeaderValue>; text?: MessageText; sizes: number[]; infos: AttachmentInfo[] } = { sizes: [], infos: [] };
+  const collect: { headers?: Map<string, HeaderValue>; text?: MessageText; sizes: number[]; infos: AttachmentInfo[] } = {
+    sizes: [],
+    infos: [],
+  };
   const { done, stop } = walk(source, () => false, collect);
   await withDeadline(done, stop);
   const headers: Record<string, string> = {};
@@ -166,7 +172,7 @@ export function openAttachment(source: Readable, n: number): Promise<{ info: Omi
     source,
     (att, index) => {
       if (index !== n) return false;
-      const content = att.content as Readable;
+      const content = att.content;
       taken = content;
       content.once('end', () => {
         att.release?.();
@@ -184,7 +190,7 @@ export function openAttachment(source: Readable, n: number): Promise<{ info: Omi
   );
   done.catch((err: unknown) => {
     // Handed out already: its reader learns of it (the response ends early, never hangs).
-    const content = taken as Readable | null;
+    const content = taken;
     if (content && !content.readableEnded) content.destroy(err as Error);
   });
   // The first bytes, or the walk's end (no such attachment) or failure, whichever comes first.

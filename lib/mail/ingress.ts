@@ -139,8 +139,16 @@ export class Ingress {
     await Promise.all(copies.map((copy) => this.hand(envelope.from, copy, outcomes)));
     await this.record(envelope, raw, copies, outcomes);
     // Each zero-access inbox that took its (sealed) copy, once.
-    const sealedFor = new Set(copies.flatMap((c) => c.rcpts.filter((r) => r.epoch !== undefined && outcomes[r.index]!.ok).map((r) => r.inbox!.id)));
-    await Promise.all([...sealedFor].map((id) => this.beforeSealed(id, envelope.from, raw).catch((err: unknown) => this.log.warn({ err, inboxId: id }, 'reading a sealed inbox\'s message failed'))));
+    const sealedFor = new Set(
+      copies.flatMap((c) => c.rcpts.filter((r) => r.epoch !== undefined && outcomes[r.index]!.ok).map((r) => r.inbox!.id)),
+    );
+    await Promise.all(
+      [...sealedFor].map((id) =>
+        this.beforeSealed(id, envelope.from, raw).catch((err: unknown) =>
+          this.log.warn({ err, inboxId: id }, "reading a sealed inbox's message failed"),
+        ),
+      ),
+    );
     return outcomes;
   }
 
@@ -163,7 +171,12 @@ export class Ingress {
       copy.rcpts
         .filter((r) => r.inbox && outcomes[r.index]!.ok)
         .map((r) => {
-          const data: EventData = { recipient: envelope.to[r.index]!, from: envelope.from, size: raw.length, sealed: r.epoch !== undefined };
+          const data: EventData = {
+            recipient: envelope.to[r.index]!,
+            from: envelope.from,
+            size: raw.length,
+            sealed: r.epoch !== undefined,
+          };
           if (r.epoch !== undefined) data.epoch = r.epoch;
           if (messageId) data.messageId = messageId;
           return this.events

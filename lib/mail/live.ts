@@ -197,7 +197,8 @@ export class MailLiveFeed {
   private deliver(inboxId: string, changes: readonly LiveChange[]): void {
     if (!this.listeners.has(inboxId)) return;
     for (const change of changes) {
-      if (this.isNew(inboxId, change)) this.listeners.emit(inboxId, change, (err) => this.options.log?.warn({ err }, 'a live change listener failed'));
+      if (this.isNew(inboxId, change))
+        this.listeners.emit(inboxId, change, (err) => this.options.log?.warn({ err }, 'a live change listener failed'));
     }
   }
 

@@ -163,7 +163,10 @@ export class MailMirror {
   private async stillFilling(rt: InboxRuntime): Promise<Error> {
     const s = await this.o.index.status(rt.inbox.id).catch(() => null);
     const progress = s ? ` (${s.locations} messages indexed so far)` : '';
-    return unavailable(`the inbox is being indexed for the first time${progress}; try again shortly`, Math.max(1, Math.ceil((this.o.fillWaitMs ?? 10_000) / 1000)));
+    return unavailable(
+      `the inbox is being indexed for the first time${progress}; try again shortly`,
+      Math.max(1, Math.ceil((this.o.fillWaitMs ?? 10_000) / 1000)),
+    );
   }
 
   /** Push mode: `flowing` says whether Dovecot's hints are known to arrive (lib/mail/watch-all.ts). */
@@ -340,7 +343,9 @@ export class MailMirror {
       const now = Date.now();
       if (now - rt.syncedMarkedAt >= 1000) {
         rt.syncedMarkedAt = now;
-        await this.o.index.markSynced(rt.inbox.id, now).catch((err: unknown) => this.o.log.warn({ err, inbox: rt.inbox.id }, 'could not record the sync time'));
+        await this.o.index
+          .markSynced(rt.inbox.id, now)
+          .catch((err: unknown) => this.o.log.warn({ err, inbox: rt.inbox.id }, 'could not record the sync time'));
       }
     } catch (err) {
       rt.lastError = err;

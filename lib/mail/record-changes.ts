@@ -48,7 +48,8 @@ function dataOf(change: LiveChange): EventData {
 /** How long an announced API change waits for its record before it is forgotten. */
 const EXPECT_MS = 30_000;
 
-const sameFlags = (a: readonly string[], b: readonly string[]) => a.length === b.length && [...a].sort().join(' ') === [...b].sort().join(' ');
+const sameFlags = (a: readonly string[], b: readonly string[]) =>
+  a.length === b.length && [...a].sort().join(' ') === [...b].sort().join(' ');
 
 interface Expected {
   actor: string;
@@ -112,16 +113,30 @@ export class MailChangeRecorder {
    * The API is about to set the flags of a message to `flags` in each of these places; the
    * change is `actor`'s. Called by the flags route before it stores the change.
    */
-  readonly expect = (inboxId: string, at: ReadonlyArray<{ labelGuid: string; uid: number }>, flags: readonly Flag[], actor: string): (() => void) =>
+  readonly expect = (
+    inboxId: string,
+    at: ReadonlyArray<{ labelGuid: string; uid: number }>,
+    flags: readonly Flag[],
+    actor: string,
+  ): (() => void) =>
     this.expected.add(
       at.map(({ labelGuid, uid }) => `${inboxId}:${labelGuid}:${uid}`),
       () => ({ actor, flags, until: Date.now() + EXPECT_MS }),
     );
 
   /** The API is about to add the message to the labels `added` and remove it from `removed` (GUIDs); the change is `actor`'s. */
-  readonly expectLabels = (inboxId: string, msgId: string, added: readonly string[], removed: readonly string[], actor: string): (() => void) =>
+  readonly expectLabels = (
+    inboxId: string,
+    msgId: string,
+    added: readonly string[],
+    removed: readonly string[],
+    actor: string,
+  ): (() => void) =>
     this.expected.add(
-      [...added.map((g) => placeKey(inboxId, 'message.added', g, msgId)), ...removed.map((g) => placeKey(inboxId, 'message.removed', g, msgId))],
+      [
+        ...added.map((g) => placeKey(inboxId, 'message.added', g, msgId)),
+        ...removed.map((g) => placeKey(inboxId, 'message.removed', g, msgId)),
+      ],
       () => ({ actor, until: Date.now() + EXPECT_MS }),
     );
 
@@ -129,7 +144,10 @@ export class MailChangeRecorder {
     if (c.type === 'message.flags') {
       const flags = c.flags;
       if (!flags) return SYSTEM_ACTOR;
-      return this.expected.take(`${inboxId}:${c.at.labelGuid}:${c.at.uid}`, (e) => e.flags !== undefined && sameFlags(e.flags, flags)) ?? SYSTEM_ACTOR;
+      return (
+        this.expected.take(`${inboxId}:${c.at.labelGuid}:${c.at.uid}`, (e) => e.flags !== undefined && sameFlags(e.flags, flags)) ??
+        SYSTEM_ACTOR
+      );
     }
     return this.expected.take(placeKey(inboxId, c.type, c.at.labelGuid, c.msgId), () => true) ?? SYSTEM_ACTOR;
   }

@@ -32,7 +32,11 @@ export type ReplaceOutcome = 'replaced' | 'unchanged' | 'gone';
  * `uid`. With `sealedCopyOf`, a sealed copy of that message already in the label is taken as
  * the replacement (only the original is expunged).
  */
-export type ReplaceOne = (uid: number, transform: (source: Buffer) => Promise<Buffer | null>, options?: { sealedCopyOf?: string }) => Promise<ReplaceOutcome>;
+export type ReplaceOne = (
+  uid: number,
+  transform: (source: Buffer) => Promise<Buffer | null>,
+  options?: { sealedCopyOf?: string },
+) => Promise<ReplaceOutcome>;
 
 /** The IMAP side: one session on a label, replacing messages in it one after another. */
 export interface MessageReplacer {
@@ -181,41 +185,50 @@ export class Resealer {
       for (const group of byLabel(due)) {
         if (this.stopped) return;
         const { labelGuid, uidValidity } = group[0]!;
-        const opened = await this.replacer.replace(inbox, { labelGuid, uidValidity }, async (one) => {
-          for (const place of group) {
-            if (this.stopped) return;
-            const now = Date.now();
-            const attempts = await this.jobs.claim(inbox.id, place, this.options.holder, now, this.leaseMs);
-            if (attempts === null) continue;
-            taken++;
-            try {
-              const key = await this.keys.current(inbox.id);
-              // A second attempt may follow one that died after its APPEND: look for that copy.
-              const transform = async (source: Buffer) => {
-                if (isPgpMime(source)) return null;
-                const sealed = await seal(source, key, { of: place.msgGuid });
-                // Still ours right before the APPEND: a process stalled past its lease (a huge
-                // message, a paused VM) must not append beside the one that took over.
-                if (!(await this.jobs.renew(inbox.id, place, this.options.holder, Date.now() + this.leaseMs))) throw new Error('the lease on this message lapsed and another process took it');
-                return sealed;
-              };
-              const outcome = await one(place.uid, transform, attempts > 1 ? { sealedCopyOf: place.msgGuid } : {});
-              if (outcome === 'unchanged') await this.jobs.markSealed(inbox.id, place.msgGuid);
-              if (outcome === 'replaced') replaced++;
-              await this.jobs.done(inbox.id, place, this.options.holder, Date.now());
-            } catch (err) {
-              const retryMs = Math.min(RETRY_MAX_MS, (this.options.retryMinMs ?? RETRY_MIN_MS) * 2 ** Math.min(20, attempts - 1));
-              await this.jobs.failed(inbox.id, place, this.options.holder, Date.now() + retryMs, err instanceof Error ? err.message : String(err));
-              this.log.warn({ err, inbox: inbox.id, uid: place.uid, attempts, retryMs }, 'could not seal a message; trying again later');
-              // The connection is likely gone: the rest of the round waits for the next one.
-              throw err;
+        const opened = await this.replacer
+          .replace(inbox, { labelGuid, uidValidity }, async (one) => {
+            for (const place of group) {
+              if (this.stopped) return;
+              const now = Date.now();
+              const attempts = await this.jobs.claim(inbox.id, place, this.options.holder, now, this.leaseMs);
+              if (attempts === null) continue;
+              taken++;
+              try {
+                const key = await this.keys.current(inbox.id);
+                // A second attempt may follow one that died after its APPEND: look for that copy.
+                const transform = async (source: Buffer) => {
+                  if (isPgpMime(source)) return null;
+                  const sealed = await seal(source, key, { of: place.msgGuid });
+                  // Still ours right before the APPEND: a process stalled past its lease (a huge
+                  // message, a paused VM) must not append beside the one that took over.
+                  if (!(await this.jobs.renew(inbox.id, place, this.options.holder, Date.now() + this.leaseMs)))
+                    throw new Error('the lease on this message lapsed and another process took it');
+                  return sealed;
+                };
+                const outcome = await one(place.uid, transform, attempts > 1 ? { sealedCopyOf: place.msgGuid } : {});
+                if (outcome === 'unchanged') await this.jobs.markSealed(inbox.id, place.msgGuid);
+                if (outcome === 'replaced') replaced++;
+                await this.jobs.done(inbox.id, place, this.options.holder, Date.now());
+              } catch (err) {
+                const retryMs = Math.min(RETRY_MAX_MS, (this.options.retryMinMs ?? RETRY_MIN_MS) * 2 ** Math.min(20, attempts - 1));
+                await this.jobs.failed(
+                  inbox.id,
+                  place,
+                  this.options.holder,
+                  Date.now() + retryMs,
+                  err instanceof Error ? err.message : String(err),
+                );
+                this.log.warn({ err, inbox: inbox.id, uid: place.uid, attempts, retryMs }, 'could not seal a message; trying again later');
+                // The connection is likely gone: the rest of the round waits for the next one.
+                throw err;
+              }
             }
-          }
-        }).catch((err: unknown) => {
-          // Logged above when it was about a message; a failure to open the label is logged here.
-          if (!this.stopped) this.log.warn({ err, inbox: inbox.id }, 'a sealing round stopped');
-          return null;
-        });
+          })
+          .catch((err: unknown) => {
+            // Logged above when it was about a message; a failure to open the label is logged here.
+            if (!this.stopped) this.log.warn({ err, inbox: inbox.id }, 'a sealing round stopped');
+            return null;
+          });
         if (opened === null) return;
         if (!opened) labelGone = true;
       }

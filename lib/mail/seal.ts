@@ -92,7 +92,11 @@ export async function seal(raw: Uint8Array, key: SealKey, options: { of?: string
     `Content-Disposition: inline; filename="encrypted.asc"${CRLF}` +
     CRLF;
   const tail = `${CRLF}--${boundary}--${CRLF}`;
-  return Buffer.concat([Buffer.from(head, 'latin1'), Buffer.from(armored.replace(/\r?\n/g, CRLF).replace(/\r\n$/, ''), 'ascii'), Buffer.from(tail, 'ascii')]);
+  return Buffer.concat([
+    Buffer.from(head, 'latin1'),
+    Buffer.from(armored.replace(/\r?\n/g, CRLF).replace(/\r\n$/, ''), 'ascii'),
+    Buffer.from(tail, 'ascii'),
+  ]);
 }
 
 /**

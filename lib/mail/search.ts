@@ -87,7 +87,9 @@ export function indexSearch(q: SearchQuery, bounds: SearchBounds = DEFAULT_SEARC
   const phrases = search.text.flatMap((t) => t.phrases);
   const words = phrases.reduce((n, p) => n + p.words.length, 0);
   if (words > bounds.maxWords) {
-    throw unprocessable(`the search has ${words} words in from, to, cc and subject together; at most ${bounds.maxWords} are searched at once`);
+    throw unprocessable(
+      `the search has ${words} words in from, to, cc and subject together; at most ${bounds.maxWords} are searched at once`,
+    );
   }
   const prefixes = phrases.filter((p) => p.prefix).length;
   if (prefixes > bounds.maxPrefixes) {
@@ -148,7 +150,9 @@ export class MailSearch {
       return summarize(message, at, inLabel ? inLabel.uid : 0, directionOf(inbox, message, locations, sent));
     });
     const last = shown.at(-1);
-    return more && last ? { messages, cursor: encodeCursor({ receivedAt: last.message.receivedAt, guid: last.message.guid }) } : { messages };
+    return more && last
+      ? { messages, cursor: encodeCursor({ receivedAt: last.message.receivedAt, guid: last.message.guid }) }
+      : { messages };
   }
 
   /** The GUIDs whose content matches, from the mail server's SEARCH in every label searched. */
@@ -160,7 +164,10 @@ export class MailSearch {
     const held = await Promise.all(named.map(async (l) => (await this.index.page(inbox.id, l.guid, null, 1)).length > 0));
     const labels = named.filter((_, i) => held[i]);
     if (labels.length === 0) return [];
-    const found = await this.source.searchContent(inbox, labels, { ...(q.body !== undefined ? { body: q.body } : {}), ...(q.text !== undefined ? { text: q.text } : {}) });
+    const found = await this.source.searchContent(inbox, labels, {
+      ...(q.body !== undefined ? { body: q.body } : {}),
+      ...(q.text !== undefined ? { text: q.text } : {}),
+    });
     const guids = new Set<string>();
     for (const [label, uids] of found) {
       for (const l of await this.index.locations(inbox.id, label, uids)) guids.add(l.msgGuid);

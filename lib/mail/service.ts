@@ -63,7 +63,13 @@ export type FlagChangeAnnouncer = (inboxId: string, at: readonly Place[], flags:
  * Returns a function that withdraws the announcement. The message is about to be added to the
  * labels `added` and removed from `removed` (GUIDs), by `actor` (docs/organize.md, "Events").
  */
-export type LabelChangeAnnouncer = (inboxId: string, msgId: string, added: readonly string[], removed: readonly string[], actor: string) => () => void;
+export type LabelChangeAnnouncer = (
+  inboxId: string,
+  msgId: string,
+  added: readonly string[],
+  removed: readonly string[],
+  actor: string,
+) => () => void;
 
 /** The special-use folder each shortcut of `move` files into (docs/organize.md, "Move"). */
 const SPECIAL_TARGETS = { archive: '\\Archive', trash: '\\Trash', junk: '\\Junk' } as const;
@@ -88,18 +94,16 @@ export class MailService {
   async labels(inbox: MailInbox): Promise<Label[]> {
     await this.mirror.refresh(inbox);
     const [counts, labels] = await Promise.all([this.index.counts(inbox.id), this.index.labels(inbox.id)]);
-    return labels
-      .sort(compareLabels)
-      .map((l) => {
-        const c = counts.get(l.guid) ?? { total: 0, unread: 0 };
-        return {
-          id: idFromGuid('lbl', l.guid),
-          name: l.path,
-          total: c.total,
-          unread: c.unread,
-          ...(l.specialUse ? { specialUse: l.specialUse } : {}),
-        };
-      });
+    return labels.sort(compareLabels).map((l) => {
+      const c = counts.get(l.guid) ?? { total: 0, unread: 0 };
+      return {
+        id: idFromGuid('lbl', l.guid),
+        name: l.path,
+        total: c.total,
+        unread: c.unread,
+        ...(l.specialUse ? { specialUse: l.specialUse } : {}),
+      };
+    });
   }
 
   async messages(inbox: MailInbox, labelId: string, options: { limit: number; before?: number }): Promise<MessageList> {
@@ -134,7 +138,9 @@ export class MailService {
     const more = rows.length > options.limit;
     const shown = rows.slice(0, options.limit);
     const sent = new Set((await this.index.labels(inbox.id)).filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
-    const messages = shown.map(({ message, location }) => summarize(message, location, location.uid, directionOf(inbox, message, [location], sent)));
+    const messages = shown.map(({ message, location }) =>
+      summarize(message, location, location.uid, directionOf(inbox, message, [location], sent)),
+    );
     const last = shown.at(-1);
     return more && last ? { messages, before: last.location.uid } : { messages };
   }
@@ -142,7 +148,9 @@ export class MailService {
   /** The detail and its ETag, which changes with any change to what the detail says. */
   async message(inbox: MailInbox, msgId: string): Promise<{ detail: IndexedDetail; etag: string }> {
     await this.mirror.refresh(inbox);
-    const found = await this.details.get(`${inbox.id} ${msgId} ${inbox.addresses.join(',')}`, await this.index.version(inbox.id), () => this.detail(inbox, msgId));
+    const found = await this.details.get(`${inbox.id} ${msgId} ${inbox.addresses.join(',')}`, await this.index.version(inbox.id), () =>
+      this.detail(inbox, msgId),
+    );
     if (!found) throw notFound('message not found');
     return found;
   }
@@ -186,9 +194,18 @@ export class MailService {
    * docs/organize.md, "Keywords": adds and removes custom IMAP keywords (atoms the route checked,
    * none of them a Flag's spelling) as a flag change does; answers the keywords after it.
    */
-  async changeKeywords(inbox: MailInbox, msgId: string, add: readonly string[], remove: readonly string[], actor: string): Promise<{ keywords: string[] }> {
+  async changeKeywords(
+    inbox: MailInbox,
+    msgId: string,
+    add: readonly string[],
+    remove: readonly string[],
+    actor: string,
+  ): Promise<{ keywords: string[] }> {
     const flags = [...add, ...remove].filter((k) => fromImapFlags([k]).flags.length > 0);
-    if (flags.length > 0) throw invalid(`${flags.join(', ')} ${flags.length > 1 ? 'are flags' : 'is a flag'}, not a custom keyword: use …/flags, or …/move for junk`);
+    if (flags.length > 0)
+      throw invalid(
+        `${flags.join(', ')} ${flags.length > 1 ? 'are flags' : 'is a flag'}, not a custom keyword: use …/flags, or …/move for junk`,
+      );
     const both = add.filter((k) => remove.some((r) => r.toLowerCase() === k.toLowerCase()));
     if (both.length > 0) throw invalid(`a keyword cannot be added and removed at once: ${both.join(', ')}`);
     const found = await this.storeEverywhere(inbox, msgId, add, remove, actor);
@@ -201,7 +218,9 @@ export class MailService {
    */
   private async readBack(inbox: MailInbox): Promise<void> {
     await this.mirror.syncNow(inbox).catch((err: unknown) => {
-      throw isDomainError(err) && err.kind === 'unavailable' ? err : unavailable('the change was made but could not be read back from the mail server; try again');
+      throw isDomainError(err) && err.kind === 'unavailable'
+        ? err
+        : unavailable('the change was made but could not be read back from the mail server; try again');
     });
   }
 
@@ -229,7 +248,13 @@ export class MailService {
    * of a change that did not happen is withdrawn, whatever went wrong: a mail app's identical
    * change must not be put down to this caller.
    */
-  private async store(inbox: MailInbox, locations: readonly Location[], add: readonly string[], remove: readonly string[], actor: string): Promise<Place[]> {
+  private async store(
+    inbox: MailInbox,
+    locations: readonly Location[],
+    add: readonly string[],
+    remove: readonly string[],
+    actor: string,
+  ): Promise<Place[]> {
     const withdraw = new Map<string, () => void>();
     const places = locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid }));
     const removing = new Set(remove.map((f) => f.toLowerCase()));
@@ -241,7 +266,10 @@ export class MailService {
       // No change, no event: nothing to attribute. A keyword change is a message.flags too (with
       // the same Flags), so it is announced as well.
       if (after.size === before.size && [...after].every((f) => before.has(f))) continue;
-      withdraw.set(`${l.labelGuid}:${l.uid}`, this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], fromImapFlags(now).flags, actor));
+      withdraw.set(
+        `${l.labelGuid}:${l.uid}`,
+        this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], fromImapFlags(now).flags, actor),
+      );
     }
     let missed: Place[];
     try {
@@ -265,7 +293,13 @@ export class MailService {
    * the answer is read back from the mail server, and the change follows a message a mail app
    * moved meanwhile.
    */
-  async changeLabels(inbox: MailInbox, msgId: string, add: readonly string[], remove: readonly string[], actor: string): Promise<MessagePlacement> {
+  async changeLabels(
+    inbox: MailInbox,
+    msgId: string,
+    add: readonly string[],
+    remove: readonly string[],
+    actor: string,
+  ): Promise<MessagePlacement> {
     const both = add.filter((l) => remove.includes(l));
     if (both.length > 0) throw invalid(`a label cannot be added and removed at once: ${both.join(', ')}`);
     await this.mirror.refresh(inbox);
@@ -333,10 +367,20 @@ export class MailService {
       }
       // The copy's source: a place the message leaves (then it is a MOVE), else any place.
       const from = remove[0] ?? found.locations[0];
-      const withdraw = this.announceLabels(inbox.id, msgId, add, remove.map((l) => l.labelGuid), actor);
+      const withdraw = this.announceLabels(
+        inbox.id,
+        msgId,
+        add,
+        remove.map((l) => l.labelGuid),
+        actor,
+      );
       let missed: boolean;
       try {
-        ({ missed } = await this.source.relabel(inbox, { from: { labelGuid: from.labelGuid, uid: from.uid }, add, remove: remove.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid })) }));
+        ({ missed } = await this.source.relabel(inbox, {
+          from: { labelGuid: from.labelGuid, uid: from.uid },
+          add,
+          remove: remove.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid })),
+        }));
       } catch (err) {
         withdraw();
         if (isDomainError(err)) throw err;

@@ -142,7 +142,10 @@ export class WatchAll {
       // At once too: whatever changed while no process here listened (a restart) is found now,
       // not a sweep interval later. Also the background fill of inboxes never indexed.
       void this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'the inbox sweep failed'));
-      this.timer = setInterval(() => void this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'the inbox sweep failed')), this.o.sweepMs);
+      this.timer = setInterval(
+        () => void this.sweep().catch((err: unknown) => this.o.log.warn({ err }, 'the inbox sweep failed')),
+        this.o.sweepMs,
+      );
       this.timer.unref();
     }
   }
@@ -182,7 +185,10 @@ export class WatchAll {
     this.refusedAt = Date.now();
     this.missedHintAt = this.refusedAt;
     if (first) {
-      this.o.log.warn({ hintListen: this.o.hintListen }, "a push hint was refused for its secret: is Dovecot's postern_push_secret the same as POSTERN_HINT_SECRET (docs/watch.md)?");
+      this.o.log.warn(
+        { hintListen: this.o.hintListen },
+        "a push hint was refused for its secret: is Dovecot's postern_push_secret the same as POSTERN_HINT_SECRET (docs/watch.md)?",
+      );
       void this.report();
     }
   }
@@ -225,7 +231,8 @@ export class WatchAll {
       this.o.mirror.keepWatched(inbox).catch((err: unknown) => {
         this.stats.refusedWatches++;
         // Said once per inbox: past the cap every retry is refused the same way.
-        if (retryMs === WATCH_RETRY_MIN_MS) this.o.log.warn({ err, inbox: inbox.id, retryMs }, 'could not watch the inbox; the sweep covers it until a retry works');
+        if (retryMs === WATCH_RETRY_MIN_MS)
+          this.o.log.warn({ err, inbox: inbox.id, retryMs }, 'could not watch the inbox; the sweep covers it until a retry works');
         this.watches.delete(inbox.id);
         if (this.closed || !this.known.has(inbox.id)) return null;
         const timer = setTimeout(() => {
@@ -342,7 +349,8 @@ export class WatchAll {
         const passAt = Date.now();
         await this.o.mirror.nudge(inbox, { background: true });
         const after = this.o.mirror.activity(inbox.id);
-        if (this.o.mode === 'push' && !catchingUp && after.published > before.published && after.hintedAt < passAt - HINT_GRACE_MS) suspects.push({ inbox, passAt, endedAt: Date.now() });
+        if (this.o.mode === 'push' && !catchingUp && after.published > before.published && after.hintedAt < passAt - HINT_GRACE_MS)
+          suspects.push({ inbox, passAt, endedAt: Date.now() });
       }
     };
     await Promise.all(Array.from({ length: Math.max(1, Math.min(this.o.sweepConcurrency, inboxes.length)) }, worker));
@@ -381,9 +389,9 @@ export class WatchAll {
     else if (this.o.mode === 'notify') verdict = 'one NOTIFY connection per inbox';
     else if (healthy) verdict = 'push hints are arriving; reads trust the index';
     else if (this.refusedAt !== null && this.refusedAt === this.missedHintAt) {
-      verdict = "a push hint was refused for its secret: is Dovecot's postern_push_secret the same as POSTERN_HINT_SECRET? Reads sync for themselves";
-    }
-    else if (this.missedHintAt !== null && (this.cleanSweepStartedAt === null || this.cleanSweepStartedAt < this.missedHintAt)) {
+      verdict =
+        "a push hint was refused for its secret: is Dovecot's postern_push_secret the same as POSTERN_HINT_SECRET? Reads sync for themselves";
+    } else if (this.missedHintAt !== null && (this.cleanSweepStartedAt === null || this.cleanSweepStartedAt < this.missedHintAt)) {
       verdict = `the last sweep found changes no push hint had announced: Dovecot's hints are not reaching ${this.o.hintListen ?? 'the hint listener'}? The sweep (every ${this.o.sweepMs} ms) covers them; reads sync for themselves`;
     } else if (this.lastHintAt === null) {
       verdict = `no push hint has arrived since the start: is Dovecot's push script configured and able to reach ${this.o.hintListen ?? 'the hint listener'}? Reads sync for themselves until hints arrive`;
@@ -402,7 +410,9 @@ export class WatchAll {
 
   private async report(): Promise<void> {
     if (this.closed || !this.o.reports) return;
-    await this.o.reports.putWatchReport(this.o.origin, this.watchReport(), Date.now()).catch((err: unknown) => this.o.log.warn({ err }, 'could not write the watch report'));
+    await this.o.reports
+      .putWatchReport(this.o.origin, this.watchReport(), Date.now())
+      .catch((err: unknown) => this.o.log.warn({ err }, 'could not write the watch report'));
   }
 
   async close(): Promise<void> {

@@ -34,7 +34,7 @@ export async function bridgeStdio(o: BridgeOptions): Promise<void> {
     }
     local.send(message).catch((err: unknown) => warn(`could not write to stdout: ${(err as Error).message}`));
   };
-  remote.onerror = (err) => warn((err as Error).message);
+  remote.onerror = (err) => warn(err.message);
 
   local.onmessage = (message: JSONRPCMessage) => {
     if (isJSONRPCRequest(message) && message.method === 'initialize') initializing.add(message.id);

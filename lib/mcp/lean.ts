@@ -67,7 +67,11 @@ export async function answerLean(mcp: McpTools, p: Principal, req: LeanRequest, 
     if (isDomainError(err)) throw err;
     const e = err as { code?: unknown; message?: string; data?: unknown };
     const code = typeof e.code === 'number' && Number.isSafeInteger(e.code) ? e.code : ErrorCode.InternalError;
-    return { jsonrpc: '2.0', id: req.id, error: { code, message: e.message ?? 'Internal error', ...(e.data !== undefined ? { data: e.data } : {}) } };
+    return {
+      jsonrpc: '2.0',
+      id: req.id,
+      error: { code, message: e.message ?? 'Internal error', ...(e.data !== undefined ? { data: e.data } : {}) },
+    };
   }
 }
 

@@ -108,7 +108,14 @@ export class McpTools {
   constructor(private readonly deps: McpDeps) {
     this.charge = deps.charge ?? null;
     const { access, mail, search, sealed, send, events } = deps;
-    this.tools = [...mailTools(access, mail, sealed), ...organizeTools(access, mail), ...searchTools(access, search, events), ...contentTools(access, sealed, events), ...sendTools(access, send, sealed), ...eventTools(access, events)];
+    this.tools = [
+      ...mailTools(access, mail, sealed),
+      ...organizeTools(access, mail),
+      ...searchTools(access, search, events),
+      ...contentTools(access, sealed, events),
+      ...sendTools(access, send, sealed),
+      ...eventTools(access, events),
+    ];
     this.byName = new Map(this.tools.map((t) => [t.name, t]));
     const file = deps.validator.schemas.find((s) => s.$id === MCP_SCHEMA);
     const defs = (file?.$defs ?? {}) as Record<string, Record<string, unknown>>;
@@ -131,7 +138,12 @@ export class McpTools {
     return {
       tools: this.tools
         .filter((t) => this.allows(p, t))
-        .map((t) => ({ name: t.name, title: t.title, description: t.description, inputSchema: this.schemas.get(t.name) as { type: 'object' } })),
+        .map((t) => ({
+          name: t.name,
+          title: t.title,
+          description: t.description,
+          inputSchema: this.schemas.get(t.name) as { type: 'object' },
+        })),
     };
   }
 
@@ -153,7 +165,8 @@ export class McpTools {
       // A tool that answers with the same object again (a cached page) gets the same result, so
       // the lean path's JSON of it is made once (json-once.ts).
       let result = this.results.get(answer);
-      if (result === undefined) this.results.set(answer, (result = { content: [{ type: 'text', text: answer.text }], structuredContent: answer.structured }));
+      if (result === undefined)
+        this.results.set(answer, (result = { content: [{ type: 'text', text: answer.text }], structuredContent: answer.structured }));
       return result;
     } catch (err) {
       if (isDomainError(err)) return toolError(err);
@@ -173,7 +186,11 @@ export class McpTools {
     const { requestId, gate } = request;
     const server = new Server(
       { name: 'postern', title: 'Postern', version: VERSION },
-      { capabilities: { tools: { listChanged: false }, resources: { subscribe: true, listChanged: false } }, instructions: INSTRUCTIONS, jsonSchemaValidator: this.jsonSchemaValidator },
+      {
+        capabilities: { tools: { listChanged: false }, resources: { subscribe: true, listChanged: false } },
+        instructions: INSTRUCTIONS,
+        jsonSchemaValidator: this.jsonSchemaValidator,
+      },
     );
 
     /**
@@ -186,14 +203,17 @@ export class McpTools {
         return await (gate ? gate.run(run) : run());
       } catch (err) {
         if (err instanceof McpError) throw err;
-        if (isDomainError(err)) throw new McpError(err.kind === 'not-found' ? ErrorCode.InvalidParams : ErrorCode.InvalidRequest, err.message);
+        if (isDomainError(err))
+          throw new McpError(err.kind === 'not-found' ? ErrorCode.InvalidParams : ErrorCode.InvalidRequest, err.message);
         this.deps.log.warn({ err, method, requestId }, 'MCP request failed');
         throw internalError(requestId);
       }
     };
 
     server.setRequestHandler(ListToolsRequestSchema, () => work('tools/list', () => this.listTools(p)));
-    server.setRequestHandler(CallToolRequestSchema, (r) => work('tools/call', () => this.callTool(p, r.params.name, r.params.arguments, requestId)));
+    server.setRequestHandler(CallToolRequestSchema, (r) =>
+      work('tools/call', () => this.callTool(p, r.params.name, r.params.arguments, requestId)),
+    );
 
     // Inboxes are resources: their labels and counts, and a subscription to their changes.
     server.setRequestHandler(ListResourcesRequestSchema, () =>

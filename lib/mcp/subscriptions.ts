@@ -158,7 +158,9 @@ export class McpSubscriptions {
   private refused(s: LiveStream): void {
     s.end();
     for (const inboxId of [...this.subscribed(s.principal.credentialId)]) {
-      this.drop(s.principal.credentialId, inboxId).catch((err: unknown) => this.log.warn({ err, inboxId }, 'an MCP subscription could not be dropped'));
+      this.drop(s.principal.credentialId, inboxId).catch((err: unknown) =>
+        this.log.warn({ err, inboxId }, 'an MCP subscription could not be dropped'),
+      );
     }
   }
 
@@ -171,13 +173,17 @@ export class McpSubscriptions {
     const uri = inboxUri(inboxId);
     const started = (async (): Promise<Unwatch | null> => {
       const { inbox } = await this.access.inboxAccess(s.principal, inboxId, 'messages:read');
-      const changed = () => void this.tell(s, inboxId, uri).catch((err: unknown) => this.log.warn({ err, inboxId }, 'an MCP resource notification failed'));
+      const changed = () =>
+        void this.tell(s, inboxId, uri).catch((err: unknown) => this.log.warn({ err, inboxId }, 'an MCP resource notification failed'));
       // A gap (changes from other processes may be lost) is told as a change: the client re-reads.
       return this.mail.watch(inbox, changed, changed);
     })().catch((err: unknown) => {
       if (!isDomainError(err)) this.log.warn({ err, inboxId }, 'an MCP subscription could not watch its inbox');
       s.watching.delete(inboxId);
-      if (lostAccess(err)) void this.drop(s.principal.credentialId, inboxId).catch((e: unknown) => this.log.warn({ err: e, inboxId }, 'an MCP subscription could not be dropped'));
+      if (lostAccess(err))
+        void this.drop(s.principal.credentialId, inboxId).catch((e: unknown) =>
+          this.log.warn({ err: e, inboxId }, 'an MCP subscription could not be dropped'),
+        );
       return null;
     });
     s.watching.set(inboxId, started);
@@ -187,7 +193,9 @@ export class McpSubscriptions {
     const started = s.watching.get(inboxId);
     if (!started) return;
     s.watching.delete(inboxId);
-    void started.then((stop) => stop?.()).catch((err: unknown) => this.log.warn({ err, inboxId }, 'an MCP subscription could not stop watching'));
+    void started
+      .then((stop) => stop?.())
+      .catch((err: unknown) => this.log.warn({ err, inboxId }, 'an MCP subscription could not stop watching'));
   }
 
   /**

@@ -24,5 +24,5 @@ export interface Tool {
 
 /** Typed at the definition, stored untyped: the registry validates before calling. */
 export function tool<A>(t: Omit<Tool, 'run'> & { run(p: Principal, args: A): Promise<ToolAnswer> }): Tool {
-  return t as Tool;
+  return t;
 }

@@ -30,7 +30,8 @@ function fieldsOf(block: string): Map<string, string> {
 const afterType = (value: string): string => value.replace(/^[^;]*;\s*/, '').trim();
 
 /** RFC 3461 xtext: "+XX" is the byte with hex value XX. */
-const xtextDecode = (s: string): string => s.replace(/\+([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
+const xtextDecode = (s: string): string =>
+  s.replace(/\+([0-9A-Fa-f]{2})/g, (_m, hex: string) => String.fromCharCode(Number.parseInt(hex, 16)));
 
 /** The report in a message, or null when it holds no delivery-status part. */
 export function parseDsn(raw: Buffer): Dsn | null {

@@ -124,7 +124,10 @@ export class SentCopies implements CopyQueue {
     this.lastRecover = Date.now();
     const settled = await this.outbox.recover(this.lastRecover);
     if (settled.dropped + settled.unknown + settled.reclaimed > 0) {
-      this.log.warn(settled, 'settled the sends and Sent copies of a process that stopped: dropped never sent, unknown outcome, claims taken back');
+      this.log.warn(
+        settled,
+        'settled the sends and Sent copies of a process that stopped: dropped never sent, unknown outcome, claims taken back',
+      );
     }
   }
 
@@ -202,7 +205,10 @@ export class SentCopies implements CopyQueue {
         await this.filer.fileSent(inbox, copies);
         filedIn.set(inbox.id, inbox);
       }
-      await this.outbox.filed(claimed.map((e) => e.id), Date.now());
+      await this.outbox.filed(
+        claimed.map((e) => e.id),
+        Date.now(),
+      );
       return true;
     } catch (err) {
       // Every copy of the batch is tried again, each alone and as a retry (it may have been filed).
@@ -211,7 +217,10 @@ export class SentCopies implements CopyQueue {
         retryInMs = Math.min(this.retryMs * 2 ** Math.min(entry.attempts, 16), this.maxRetryMs);
         await this.outbox.retryAt(entry.id, Date.now() + retryInMs);
       }
-      this.log.warn({ err, outbox: claimed.map((e) => e.id), attempt: claimed[0]!.attempts + 1, retryInMs }, 'could not file the Sent copies; will retry');
+      this.log.warn(
+        { err, outbox: claimed.map((e) => e.id), attempt: claimed[0]!.attempts + 1, retryInMs },
+        'could not file the Sent copies; will retry',
+      );
       return false;
     } finally {
       release?.();

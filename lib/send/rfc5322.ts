@@ -61,7 +61,10 @@ export function headerValues(head: Buffer, name: string): string[] {
     .filter((f) => f.name === wanted)
     .map((f) => {
       const text = head.toString('utf8', f.start, f.end);
-      return text.slice(text.indexOf(':') + 1).replace(/\r?\n[ \t]/g, ' ').trim();
+      return text
+        .slice(text.indexOf(':') + 1)
+        .replace(/\r?\n[ \t]/g, ' ')
+        .trim();
     });
 }
 
@@ -83,7 +86,10 @@ export function fromAddress(head: Buffer): string | null {
   const text = head.toString('utf8', from[0]!.start, from[0]!.end);
   // Drop the field's own line ending and unfold (a line break followed by a blank); any CR,
   // LF or NUL left is not folding and makes the field malformed.
-  const value = text.slice(text.indexOf(':') + 1).replace(/\r?\n$/, '').replace(/\r?\n(?=[ \t])/g, '');
+  const value = text
+    .slice(text.indexOf(':') + 1)
+    .replace(/\r?\n$/, '')
+    .replace(/\r?\n(?=[ \t])/g, '');
   return mailbox(value);
 }
 

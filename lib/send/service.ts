@@ -9,7 +9,15 @@ import { invalid, forbidden, unavailable, unprocessable } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
 import type { WarnLog } from '../warn-log.ts';
 import { NO_METRICS, type SendMetrics, type SendOutcome } from '../metrics.ts';
-import { RelayOutcomeUnknown, RelayRefused, type CopyQueue, type OutboxEntry, type OutboxStore, type Relay, type RelayAccepted } from './ports.ts';
+import {
+  RelayOutcomeUnknown,
+  RelayRefused,
+  type CopyQueue,
+  type OutboxEntry,
+  type OutboxStore,
+  type Relay,
+  type RelayAccepted,
+} from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
 
 /** docs/api.md, "Limits": both send operations. */
@@ -73,7 +81,9 @@ const inFlight = (e: OutboxEntry) => e.state === 'relaying' || e.state === 'send
  * draft: a 422, final (docs/sending.md, "Exactly once").
  */
 const outcomeUnknown = () =>
-  unprocessable('the mail server received the whole message but its reply was lost: it has most likely queued it, so the message will not be sent again (its copy is filed in Sent)');
+  unprocessable(
+    'the mail server received the whole message but its reply was lost: it has most likely queued it, so the message will not be sent again (its copy is filed in Sent)',
+  );
 
 export class SendService {
   constructor(
@@ -183,7 +193,10 @@ export class SendService {
     const relayed = added.length === 0 && relayedHead === head ? [req.raw] : [prefix, relayedHead, body];
     const plainCopy = added.length > 0 ? [prefix, head, body] : [req.raw];
     // No plaintext of a zero-access inbox's message rests anywhere, the outbox included.
-    const copy = inbox.mode === 'zero-access' ? [await this.sealCopy(inbox.id, plainCopy.length === 1 ? plainCopy[0]! : Buffer.concat(plainCopy))] : plainCopy;
+    const copy =
+      inbox.mode === 'zero-access'
+        ? [await this.sealCopy(inbox.id, plainCopy.length === 1 ? plainCopy[0]! : Buffer.concat(plainCopy))]
+        : plainCopy;
 
     const now = Date.now();
     const entry: OutboxEntry = {
@@ -224,16 +237,29 @@ export class SendService {
     try {
       // Recorded before the message's first byte: a process that dies from then on leaves a send
       // Postfix may have taken, never one relayed again (lib/send/outbox.ts recovers it).
-      accepted = await this.relay.send({ user: inbox.imapUser, from, to, raw: relayed, envid: entry.id, writing: () => this.outbox.sending(entry.id) });
+      accepted = await this.relay.send({
+        user: inbox.imapUser,
+        from,
+        to,
+        raw: relayed,
+        envid: entry.id,
+        writing: () => this.outbox.sending(entry.id),
+      });
       this.measured('accepted', relayStarted);
     } catch (err) {
-      this.measured(err instanceof RelayOutcomeUnknown ? 'unknown' : err instanceof RelayRefused ? (err.permanent ? 'refused' : 'deferred') : 'error', relayStarted);
+      this.measured(
+        err instanceof RelayOutcomeUnknown ? 'unknown' : err instanceof RelayRefused ? (err.permanent ? 'refused' : 'deferred') : 'error',
+        relayStarted,
+      );
       if (err instanceof RelayOutcomeUnknown) {
         // Postfix has most likely queued it: kept as sent (the rate, the draft, bounces), its Sent
         // copy filed, and never relayed again; this answer and every retry's say so.
         await this.outbox.outcomeUnknown(entry.id, Date.now());
         this.copies.kick();
-        this.log.warn({ outbox: entry.id, messageId: entry.messageId, reason: err.reason }, "the relay's answer to a whole message was lost; its outcome is unknown");
+        this.log.warn(
+          { outbox: entry.id, messageId: entry.messageId, reason: err.reason },
+          "the relay's answer to a whole message was lost; its outcome is unknown",
+        );
         throw outcomeUnknown();
       }
       await this.outbox.drop(entry.id);

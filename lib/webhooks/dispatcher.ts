@@ -37,7 +37,13 @@ export type PostResult =
   /** `cancelled`: abandoned through the signal (shutting down), which says nothing of the receiver. */
   | { ok: false; error: string; ms: number; cancelled?: boolean };
 /** `project`: whose attempt it is (its share of DNS lookups, adapters/webhooks/dns.ts). */
-export type Poster = (url: string, headers: Record<string, string>, body: string, signal?: AbortSignal, project?: string) => Promise<PostResult>;
+export type Poster = (
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  signal?: AbortSignal,
+  project?: string,
+) => Promise<PostResult>;
 
 export interface WebhookDispatcherOptions {
   store: WebhookStore;
@@ -268,7 +274,10 @@ export class WebhookDispatcher {
     }
     for (const project of projects) {
       if (this.subscriptions.has(project) || this.closed) continue;
-      this.subscriptions.set(project, this.o.events.live.subscribe(project, () => this.wake(project)));
+      this.subscriptions.set(
+        project,
+        this.o.events.live.subscribe(project, () => this.wake(project)),
+      );
     }
   }
 
@@ -346,9 +355,21 @@ export class WebhookDispatcher {
       const at = this.now();
       const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
       // What there is room for is leased to this process as it is made, and sent without a claim.
-      const room = Math.min(this.batchOf(id) - this.held(id), this.o.settings.maxInFlight - this.heldTotal(), this.projectRoom(e.projectId), deliveries.length);
+      const room = Math.min(
+        this.batchOf(id) - this.held(id),
+        this.o.settings.maxInFlight - this.heldTotal(),
+        this.projectRoom(e.projectId),
+        deliveries.length,
+      );
       const until = at + this.o.settings.leaseMs;
-      const leased = await this.o.store.enqueue(e.id, e.position, read.scannedTo, deliveries, at, room > 0 ? { owner: this.owner, until, count: room } : undefined);
+      const leased = await this.o.store.enqueue(
+        e.id,
+        e.position,
+        read.scannedTo,
+        deliveries,
+        at,
+        room > 0 ? { owner: this.owner, until, count: room } : undefined,
+      );
       if (leased) {
         // Not put back when a refresh dropped it meanwhile (disabled, deleted): attempt() then
         // finds it gone and hands its deliveries back, instead of sending to a disabled endpoint.
@@ -544,7 +565,10 @@ export class WebhookDispatcher {
         this.flushSoon();
         continue;
       }
-      if ((this.inFlightByProject.get(d.projectId) ?? 0) >= this.o.settings.projectConcurrency || this.inFlightTotal >= this.o.settings.maxInFlight) {
+      if (
+        (this.inFlightByProject.get(d.projectId) ?? 0) >= this.o.settings.projectConcurrency ||
+        this.inFlightTotal >= this.o.settings.maxInFlight
+      ) {
         // Started when an attempt of its project (or any, for the process's cap) ends.
         this.waitingForRoom.add(id);
         break;
@@ -670,7 +694,19 @@ export class WebhookDispatcher {
     ms: number | null,
     receiver: DeliveryOutcome['receiver'],
   ): DeliveryOutcome {
-    return { endpointId: d.endpointId, eventId: d.eventId, position: d.position, owner: this.owner, state, nextAttemptAt, at, status, error, ms, receiver };
+    return {
+      endpointId: d.endpointId,
+      eventId: d.eventId,
+      position: d.position,
+      owner: this.owner,
+      state,
+      nextAttemptAt,
+      at,
+      status,
+      error,
+      ms,
+      receiver,
+    };
   }
 
   /** The body as sent: `{type, timestamp, data}`, data being the event as GET /events serves it plus its cursor. */
@@ -679,7 +715,8 @@ export class WebhookDispatcher {
     // The log's JSON is JSON.stringify's, `time` among its first keys (lib/events/log.ts): read and
     // extended as text, not parsed and written again. Anything else takes the long way.
     const time = leadingTime(json);
-    if (time !== null && json.endsWith('}') && !json.includes('"cursor":')) return webhookBodyOf(d.type, time, `${json.slice(0, -1)},"cursor":${JSON.stringify(cursor)}}`);
+    if (time !== null && json.endsWith('}') && !json.includes('"cursor":'))
+      return webhookBodyOf(d.type, time, `${json.slice(0, -1)},"cursor":${JSON.stringify(cursor)}}`);
     const event = JSON.parse(json) as { time?: unknown };
     return webhookBody(d.type, typeof event.time === 'string' ? event.time : new Date(this.now()).toISOString(), { ...event, cursor });
   }
@@ -728,7 +765,11 @@ export class WebhookDispatcher {
     const current = await this.o.store.get(e.projectId, e.id);
     if (!current || current.disabledAt !== null) return;
     const at = this.now();
-    const words = { failing: 'every attempt failed for too long', gone: 'the receiver answered 410 Gone', token: 'its token was revoked or expired' }[reason];
+    const words = {
+      failing: 'every attempt failed for too long',
+      gone: 'the receiver answered 410 Gone',
+      token: 'its token was revoked or expired',
+    }[reason];
     await this.o.store.setDisabled(e.projectId, e.id, { at, by: 'dispatcher', reason: words }, at);
     this.o.log.warn({ webhook: e.id, reason, detail }, 'webhook endpoint disabled');
     await this.o.events.record({

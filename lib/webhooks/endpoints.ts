@@ -78,7 +78,8 @@ export class WebhookEndpoints {
 
   async create(p: Principal, input: Wire.NewWebhook): Promise<Wire.WebhookCreated> {
     // What an endpoint receives is what its token may read on GET /events.
-    if (!this.o.access.hasScope(p, 'events:read')) throw forbidden('a webhook receives what its token may read: the token needs events:read as well as webhooks:write');
+    if (!this.o.access.hasScope(p, 'events:read'))
+      throw forbidden('a webhook receives what its token may read: the token needs events:read as well as webhooks:write');
     const url = this.checkUrl(input.url);
     const types = this.checkTypes(input.types ?? null);
     const inboxes = await this.checkInboxes(p, input.inboxes ?? null);
@@ -131,7 +132,8 @@ export class WebhookEndpoints {
     if (change.enabled === true && e.disabledBy === 'staff') {
       throw conflict("this webhook was disabled by the service's staff; its owner cannot enable it again (ask the service's operators)");
     }
-    const edited = change.url !== undefined || change.types !== undefined || change.inboxes !== undefined || change.description !== undefined;
+    const edited =
+      change.url !== undefined || change.types !== undefined || change.inboxes !== undefined || change.description !== undefined;
     if (edited) {
       const description = change.description !== undefined ? change.description : e.description;
       const updated = await this.o.store.update(p.projectId, id, { url, types, inboxes, description, updatedAt: at });
@@ -140,7 +142,12 @@ export class WebhookEndpoints {
     }
     // Disabling keeps the time and reason of an endpoint already disabled (by the dispatcher, say).
     if (change.enabled !== undefined && change.enabled !== (e.disabledAt === null)) {
-      const updated = await this.o.store.setDisabled(p.projectId, id, change.enabled ? null : { at, by: 'owner', reason: 'disabled through the API' }, at);
+      const updated = await this.o.store.setDisabled(
+        p.projectId,
+        id,
+        change.enabled ? null : { at, by: 'owner', reason: 'disabled through the API' },
+        at,
+      );
       if (!updated) throw notFound('webhook not found');
       e = updated;
     }
@@ -258,8 +265,12 @@ export class WebhookEndpoints {
     if (url.username || url.password) throw unprocessable('url must not hold credentials: the signature authenticates deliveries');
     if (url.protocol === 'https:') return url.toString();
     if (url.protocol === 'http:') {
-      if (!this.o.allowHttpLoopback) throw unprocessable('url must be https:// (http:// to a loopback address needs POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK=1, for development)');
-      if (!isLoopback(url.hostname)) throw unprocessable('http:// is accepted only to a loopback address (localhost, 127.0.0.0/8, ::1); use https://');
+      if (!this.o.allowHttpLoopback)
+        throw unprocessable(
+          'url must be https:// (http:// to a loopback address needs POSTERN_WEBHOOK_ALLOW_HTTP_LOOPBACK=1, for development)',
+        );
+      if (!isLoopback(url.hostname))
+        throw unprocessable('http:// is accepted only to a loopback address (localhost, 127.0.0.0/8, ::1); use https://');
       return url.toString();
     }
     throw unprocessable('url must be https://');
@@ -283,7 +294,8 @@ export class WebhookEndpoints {
       try {
         await this.o.access.inboxAccess(p, id, 'messages:read');
       } catch (err) {
-        if (isDomainError(err) && (err.kind === 'not-found' || err.kind === 'forbidden')) throw unprocessable(`inbox ${id} is not one this token may read`);
+        if (isDomainError(err) && (err.kind === 'not-found' || err.kind === 'forbidden'))
+          throw unprocessable(`inbox ${id} is not one this token may read`);
         throw err;
       }
     }

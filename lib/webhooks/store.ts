@@ -123,7 +123,13 @@ export interface WebhookStore {
   /** Disables it (when, by whom, why) or, with null, enables it. Null: no such endpoint. */
   setDisabled(projectId: string, id: string, disabled: WebhookDisabling | null, at: number): Promise<WebhookEndpointRecord | null>;
   /** Puts a new secret in place, the current one becoming the previous (signing until `previousExpiresAt`). Null: no such endpoint. */
-  rotateSecret(projectId: string, id: string, secretSealed: Buffer, previousExpiresAt: number, at: number): Promise<WebhookEndpointRecord | null>;
+  rotateSecret(
+    projectId: string,
+    id: string,
+    secretSealed: Buffer,
+    previousExpiresAt: number,
+    at: number,
+  ): Promise<WebhookEndpointRecord | null>;
   /** False when the project had no such endpoint. Its deliveries go with it. */
   delete(projectId: string, id: string): Promise<boolean>;
 
@@ -136,7 +142,14 @@ export interface WebhookStore {
    * lease, the first `lease.count` deliveries are leased to its owner as they are made, and come
    * back (as a claim's would); without one, none are and the answer is empty.
    */
-  enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): Promise<DeliveryRecord[] | null>;
+  enqueue(
+    endpointId: string,
+    from: number,
+    to: number,
+    deliveries: readonly NewDelivery[],
+    at: number,
+    lease?: EnqueueLease,
+  ): Promise<DeliveryRecord[] | null>;
   /** Sets the position back to `position` if it is further on (a replay). Null: no such endpoint. */
   rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null>;
   /** Due pending deliveries of the endpoints named (enabled ones), oldest due first, leased to `owner` until `leaseUntil`. */

@@ -2,7 +2,10 @@
 import { runCommand } from './commands.ts';
 import { VMAIL_USER } from './layout.ts';
 
-export interface Account { uid: number; gid: number }
+export interface Account {
+  uid: number;
+  gid: number;
+}
 
 export async function lookupUser(name: string): Promise<Account | null> {
   const res = await runCommand('getent', ['passwd', name]);
@@ -21,8 +24,16 @@ export async function ensureVmailUser(): Promise<Account> {
   const found = await lookupUser(VMAIL_USER);
   if (found) return found;
   const res = await runCommand('useradd', [
-    '--system', '--user-group', '--no-create-home', '--home-dir', '/nonexistent',
-    '--shell', '/usr/sbin/nologin', '--comment', 'Postern mail storage', VMAIL_USER,
+    '--system',
+    '--user-group',
+    '--no-create-home',
+    '--home-dir',
+    '/nonexistent',
+    '--shell',
+    '/usr/sbin/nologin',
+    '--comment',
+    'Postern mail storage',
+    VMAIL_USER,
   ]);
   // Another process may have created it meanwhile.
   const created = await lookupUser(VMAIL_USER);

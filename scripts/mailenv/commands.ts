@@ -3,7 +3,11 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import * as fs from 'node:fs/promises';
 
-export interface CommandResult { code: number; stdout: string; stderr: string }
+export interface CommandResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
 
 export interface RunOptions {
   input?: string;
@@ -63,7 +67,8 @@ export async function runStarter(cmd: string, args: string[], outFile: string, w
 
 export async function mustRun(cmd: string, args: string[], what: string, opts: RunOptions = {}): Promise<CommandResult> {
   const res = await runCommand(cmd, args, opts);
-  if (res.code !== 0) throw new Error(`mailenv: ${what} failed (${cmd} ${args.join(' ')}, exit ${res.code}):\n${tail(res.stdout + res.stderr)}`);
+  if (res.code !== 0)
+    throw new Error(`mailenv: ${what} failed (${cmd} ${args.join(' ')}, exit ${res.code}):\n${tail(res.stdout + res.stderr)}`);
   return res;
 }
 

@@ -6,7 +6,12 @@ import { isAlive } from './processes.ts';
 import { errCode, sleep } from './util.ts';
 
 /** Writes a file atomically (temp file + rename); returns whether the content changed. */
-export async function writeAtomic(file: string, content: string | Buffer, mode: number, owner?: { uid: number; gid: number }): Promise<boolean> {
+export async function writeAtomic(
+  file: string,
+  content: string | Buffer,
+  mode: number,
+  owner?: { uid: number; gid: number },
+): Promise<boolean> {
   const current = await fs.readFile(file).catch(() => null);
   const next = typeof content === 'string' ? Buffer.from(content) : content;
   if (current && current.equals(next)) {
@@ -46,7 +51,10 @@ export async function withLock<T>(lockFile: string, timeoutMs: number, fn: () =>
       if (errCode(e) !== 'EEXIST') throw e;
     }
     const holder = Number.parseInt((await fs.readFile(lockFile, 'utf8').catch(() => '')).trim(), 10);
-    const age = await fs.stat(lockFile).then((s) => Date.now() - s.mtimeMs, () => 0);
+    const age = await fs.stat(lockFile).then(
+      (s) => Date.now() - s.mtimeMs,
+      () => 0,
+    );
     // An empty file younger than a second is a holder between open and write.
     const stale = Number.isInteger(holder) ? !isAlive(holder) : age > 1000;
     if (stale) {

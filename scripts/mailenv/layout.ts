@@ -6,7 +6,10 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { MAX_PORT_OFFSET } from './ports.ts';
 
-export interface MailEnvOptions { dir?: string; basePort?: number }
+export interface MailEnvOptions {
+  dir?: string;
+  basePort?: number;
+}
 
 /** The local mail domain, delivered into Dovecot. */
 export const DOMAIN = 'postern.test';

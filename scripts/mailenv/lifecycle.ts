@@ -46,7 +46,9 @@ async function prepareDirs(l: Layout, ctx: { vmail: { uid: number; gid: number }
   for (let d = path.dirname(l.dir); ; d = path.dirname(d)) {
     const s = await fs.stat(d);
     if ((s.mode & 0o001) === 0) {
-      throw new Error(`mailenv: ${d} is not searchable by other users; Dovecot's unprivileged processes cannot reach ${l.dir}. Use another dir (POSTERN_ENV_DIR) or chmod o+x ${d}`);
+      throw new Error(
+        `mailenv: ${d} is not searchable by other users; Dovecot's unprivileged processes cannot reach ${l.dir}. Use another dir (POSTERN_ENV_DIR) or chmod o+x ${d}`,
+      );
     }
     if (path.dirname(d) === d) break;
   }
@@ -83,7 +85,9 @@ async function assertPortsFree(l: Layout, service: Service): Promise<void> {
     if (await portOpen(probe.port)) taken.push(`${HOST}:${probe.port} (${probe.what})`);
   }
   if (taken.length > 0) {
-    throw new Error(`mailenv: cannot start ${service.name}: ${taken.join(', ')} already in use by another process (another env with the same basePort?)`);
+    throw new Error(
+      `mailenv: cannot start ${service.name}: ${taken.join(', ')} already in use by another process (another env with the same basePort?)`,
+    );
   }
 }
 

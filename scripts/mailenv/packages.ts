@@ -5,7 +5,10 @@ import { mustRun, runCommand, tail, type CommandResult } from './commands.ts';
 import { errCode } from './util.ts';
 
 /** A Debian package and files it provides; a missing file means the package is missing. */
-export interface PackageNeed { pkg: string; files: string[] }
+export interface PackageNeed {
+  pkg: string;
+  files: string[];
+}
 
 const POLICY_RC_D = '/usr/sbin/policy-rc.d';
 
@@ -44,16 +47,26 @@ export async function installMissing(needs: readonly PackageNeed[]): Promise<str
       runCommand(
         'apt-get',
         [
-          'install', '-y', '-q', '--no-install-recommends',
-          '-o', 'DPkg::Lock::Timeout=300',
-          '-o', 'Dpkg::Options::=--force-confdef', '-o', 'Dpkg::Options::=--force-confold',
+          'install',
+          '-y',
+          '-q',
+          '--no-install-recommends',
+          '-o',
+          'DPkg::Lock::Timeout=300',
+          '-o',
+          'Dpkg::Options::=--force-confdef',
+          '-o',
+          'Dpkg::Options::=--force-confold',
           ...missing,
         ],
         { env },
       );
     let res = await install();
     // Only refresh the package lists when they are what is missing.
-    if (res.code !== 0 && /Unable to locate package|has no installation candidate|Failed to fetch|404\s+Not Found/i.test(res.stdout + res.stderr)) {
+    if (
+      res.code !== 0 &&
+      /Unable to locate package|has no installation candidate|Failed to fetch|404\s+Not Found/i.test(res.stdout + res.stderr)
+    ) {
       await mustRun('apt-get', ['update', '-q', '-o', 'DPkg::Lock::Timeout=300'], 'apt-get update', { env });
       res = await install();
     }

@@ -20,7 +20,9 @@ export function isAlive(pid: number): boolean {
 
 export function procCmdline(pid: number): string[] {
   try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((s) => s.length > 0);
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+      .split('\0')
+      .filter((s) => s.length > 0);
   } catch {
     return [];
   }
@@ -36,7 +38,9 @@ export function procCwd(pid: number): string | undefined {
 
 export function procEnviron(pid: number, name: string): string | undefined {
   try {
-    const entry = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').find((s) => s.startsWith(`${name}=`));
+    const entry = readFileSync(`/proc/${pid}/environ`, 'utf8')
+      .split('\0')
+      .find((s) => s.startsWith(`${name}=`));
     return entry?.slice(name.length + 1);
   } catch {
     return undefined;

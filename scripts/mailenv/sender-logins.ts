@@ -21,7 +21,8 @@ export function senderLoginMaps(l: Layout): string {
 export async function prepareSenderLogins(l: Layout): Promise<void> {
   await writeAtomic(selfOf(l), '# Every address is owned by the login of the same name.\n/^(.+)$/ ${1}\n', 0o644);
   if (!existsSync(tableOf(l))) await writeAtomic(tableOf(l), '', 0o644);
-  if (!existsSync(`${tableOf(l)}.db`)) await mustRun('postmap', ['-c', l.postfixDir, `hash:${tableOf(l)}`], 'building the sender login table');
+  if (!existsSync(`${tableOf(l)}.db`))
+    await mustRun('postmap', ['-c', l.postfixDir, `hash:${tableOf(l)}`], 'building the sender login table');
 }
 
 /** Lets `user` send with envelope sender `address` through submission (an inbox's extra address). */

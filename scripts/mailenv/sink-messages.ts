@@ -4,9 +4,22 @@ import * as path from 'node:path';
 import type { MailEnv } from './env.ts';
 import { errCode } from './util.ts';
 
-export interface SinkMessage { id: string; mailFrom: string; rcptTo: string[]; envid?: string; receivedAt: string; raw: Buffer }
+export interface SinkMessage {
+  id: string;
+  mailFrom: string;
+  rcptTo: string[];
+  envid?: string;
+  receivedAt: string;
+  raw: Buffer;
+}
 
-interface SinkMeta { id: string; mailFrom: string; rcptTo: string[]; envid?: string | null; receivedAt: string }
+interface SinkMeta {
+  id: string;
+  mailFrom: string;
+  rcptTo: string[];
+  envid?: string | null;
+  receivedAt: string;
+}
 
 /** What the sink received so far, oldest first. */
 export async function readSink(env: MailEnv): Promise<SinkMessage[]> {

@@ -51,12 +51,31 @@ async function seed(d: DirectoryStore, now = Date.now()) {
   await d.createMember({ id: memberId, projectId, email: `m-${unique()}@example.test`, createdAt: now });
   const inbox = async (over: Partial<Inbox> = {}): Promise<Inbox> => {
     const tag = unique();
-    const i: Inbox = { id: newId('ibx'), projectId, imapUser: `user-${tag}`, addresses: [`in-${tag}@example.test`], mode: 'compatible', createdAt: now, ...over };
+    const i: Inbox = {
+      id: newId('ibx'),
+      projectId,
+      imapUser: `user-${tag}`,
+      addresses: [`in-${tag}@example.test`],
+      mode: 'compatible',
+      createdAt: now,
+      ...over,
+    };
     await d.createInbox(i);
     return i;
   };
   const token = async (inboxes: string[] | null, over: Partial<TokenRecord> = {}): Promise<TokenRecord> => {
-    const t: TokenRecord = { id: newId('tok'), projectId, memberId, scopes: ['read', 'send'], inboxes, secretHash: Buffer.from(randomUUID()), createdAt: now, expiresAt: null, revokedAt: null, ...over };
+    const t: TokenRecord = {
+      id: newId('tok'),
+      projectId,
+      memberId,
+      scopes: ['read', 'send'],
+      inboxes,
+      secretHash: Buffer.from(randomUUID()),
+      createdAt: now,
+      expiresAt: null,
+      revokedAt: null,
+      ...over,
+    };
     await d.createToken(t);
     return t;
   };
@@ -94,7 +113,12 @@ export function directoryContract(engineName: string, traits: DirectoryEngineTra
     it('reads an inbox back whole, addresses in order; finds it by address and IMAP user whatever their case', async () => {
       const s = await seed(d);
       const tag = unique();
-      const inbox = await s.inbox({ imapUser: `Mixed-${tag}`, addresses: [`z-${tag}@example.test`, `a-${tag}@example.test`, `m-${tag}@example.test`], mode: 'zero-access', createdAt: 1234 });
+      const inbox = await s.inbox({
+        imapUser: `Mixed-${tag}`,
+        addresses: [`z-${tag}@example.test`, `a-${tag}@example.test`, `m-${tag}@example.test`],
+        mode: 'zero-access',
+        createdAt: 1234,
+      });
       expect(await d.getInbox(inbox.id)).to.deep.equal(inbox);
       expect(await d.findInboxByAddress(`A-${tag}@EXAMPLE.test`)).to.deep.equal(inbox);
       expect(await d.getInboxByImapUser(`mixed-${tag}`)).to.deep.equal(inbox);
@@ -176,7 +200,14 @@ export function directoryContract(engineName: string, traits: DirectoryEngineTra
       const revokedBefore = await s.token([gone.id], { revokedAt: 500 });
       await d.putGrant({ memberId: s.memberId, inboxId: gone.id, role: 'owner', createdAt: 1 });
       await d.putGrant({ memberId: s.memberId, inboxId: kept.id, role: 'reader', createdAt: 2 });
-      await engine.keys.addEpoch({ inboxId: gone.id, epoch: 1, publicKey: bytes(1), fingerprint: 'f', sealedPrivate: bytes(2), createdAt: 1 });
+      await engine.keys.addEpoch({
+        inboxId: gone.id,
+        epoch: 1,
+        publicKey: bytes(1),
+        fingerprint: 'f',
+        sealedPrivate: bytes(2),
+        createdAt: 1,
+      });
       await engine.keys.putMessageKeyOnce({ inboxId: gone.id, msgGuid: 'guid-1', epoch: 1, wrappedDek: bytes(3), createdAt: 1 });
 
       expect(await d.deleteInbox(gone.id, 9999)).to.equal(true);
@@ -258,7 +289,14 @@ export function directoryContract(engineName: string, traits: DirectoryEngineTra
 
     it('stores sessions as written', async () => {
       const s = await seed(d);
-      const session = { id: newId('ses'), memberId: s.memberId, secretHash: Buffer.from('hash'), createdAt: 1, expiresAt: 2, revokedAt: null };
+      const session = {
+        id: newId('ses'),
+        memberId: s.memberId,
+        secretHash: Buffer.from('hash'),
+        createdAt: 1,
+        expiresAt: 2,
+        revokedAt: null,
+      };
       await d.createSession(session);
       expect(await d.getSession(session.id)).to.deep.equal(session);
       expect(await d.getSession(newId('ses'))).to.equal(null);
@@ -327,7 +365,12 @@ export function keysContract(engineName: string, open: () => Promise<DirectoryEn
       expect(await engine.keys.getMemberKey(s.memberId)).to.equal(null);
       await engine.keys.putMemberKey({ memberId: s.memberId, publicKey: bytes(1, 2), fingerprint: 'one', updatedAt: 1 });
       await engine.keys.putMemberKey({ memberId: s.memberId, publicKey: bytes(3), fingerprint: 'two', updatedAt: 2 });
-      expect(await engine.keys.getMemberKey(s.memberId)).to.deep.equal({ memberId: s.memberId, publicKey: bytes(3), fingerprint: 'two', updatedAt: 2 });
+      expect(await engine.keys.getMemberKey(s.memberId)).to.deep.equal({
+        memberId: s.memberId,
+        publicKey: bytes(3),
+        fingerprint: 'two',
+        updatedAt: 2,
+      });
     });
 
     it('keeps the first message key written, also among concurrent writers', async () => {
@@ -338,7 +381,9 @@ export function keysContract(engineName: string, open: () => Promise<DirectoryEn
       expect(await engine.keys.getMessageKey(inbox.id, 'g-1')).to.equal(null);
       expect(await engine.keys.putMessageKeyOnce(first)).to.deep.equal(first);
       expect(await engine.keys.putMessageKeyOnce({ ...first, wrappedDek: bytes(1), createdAt: 6 })).to.deep.equal(first);
-      const racing = await Promise.all([1, 2, 3, 4, 5, 6].map((n) => engine.keys.putMessageKeyOnce({ ...first, msgGuid: 'g-2', wrappedDek: bytes(n), createdAt: n })));
+      const racing = await Promise.all(
+        [1, 2, 3, 4, 5, 6].map((n) => engine.keys.putMessageKeyOnce({ ...first, msgGuid: 'g-2', wrappedDek: bytes(n), createdAt: n })),
+      );
       expect(new Set(racing.map((r) => r.createdAt)).size).to.equal(1);
       expect(await engine.keys.getMessageKey(inbox.id, 'g-2')).to.deep.equal(racing[0]);
     });
@@ -402,7 +447,14 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
 
     it('uses an invite once', async () => {
       const s = await seed(engine.directory);
-      const invite = { id: newId('inv'), memberId: s.memberId, secretHash: Buffer.from('secret'), createdAt: 1, expiresAt: 2, usedAt: null };
+      const invite = {
+        id: newId('inv'),
+        memberId: s.memberId,
+        secretHash: Buffer.from('secret'),
+        createdAt: 1,
+        expiresAt: 2,
+        usedAt: null,
+      };
       await p.createInvite(invite);
       expect(await p.getInvite(invite.id)).to.deep.equal(invite);
       const racing = await Promise.all([p.useInvite(invite.id, 5), p.useInvite(invite.id, 6), p.useInvite(invite.id, 7)]);
@@ -412,9 +464,16 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
       expect(await p.getInvite(newId('inv'))).to.equal(null);
     });
 
-    it('stores passkeys as written, finds them by id and credential, lists a member\'s oldest first', async () => {
+    it("stores passkeys as written, finds them by id and credential, lists a member's oldest first", async () => {
       const s = await seed(engine.directory);
-      const later = passkey(s.memberId, { createdAt: 200, backedUp: true, transports: [], counter: 2 ** 32 - 1, lastUsedAt: 300, disabledAt: 400 });
+      const later = passkey(s.memberId, {
+        createdAt: 200,
+        backedUp: true,
+        transports: [],
+        counter: 2 ** 32 - 1,
+        lastUsedAt: 300,
+        disabledAt: 400,
+      });
       const earlier = passkey(s.memberId, { createdAt: 100 });
       await p.createPasskey(later);
       await p.createPasskey(earlier);
@@ -457,7 +516,15 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
       const k = passkey(s.memberId);
       await p.createPasskey(k);
       const future = Date.now() + 3_600_000;
-      const session = (passkeyId: string | null) => ({ id: newId('ses'), memberId: s.memberId, passkeyId, createdAt: 1, expiresAt: future, revokedAt: null, secretHash: Buffer.from('h') });
+      const session = (passkeyId: string | null) => ({
+        id: newId('ses'),
+        memberId: s.memberId,
+        passkeyId,
+        createdAt: 1,
+        expiresAt: future,
+        revokedAt: null,
+        secretHash: Buffer.from('h'),
+      });
       const opened = session(k.id);
       const other = session(null);
       await p.createSession(opened);
@@ -472,7 +539,14 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
     it('lists live sessions newest first; a live session ends once', async () => {
       const s = await seed(engine.directory);
       const now = 1_000_000;
-      const session = (createdAt: number, expiresAt: number, revokedAt: number | null = null) => ({ id: newId('ses'), memberId: s.memberId, passkeyId: null, createdAt, expiresAt, revokedAt });
+      const session = (createdAt: number, expiresAt: number, revokedAt: number | null = null) => ({
+        id: newId('ses'),
+        memberId: s.memberId,
+        passkeyId: null,
+        createdAt,
+        expiresAt,
+        revokedAt,
+      });
       const old = session(10, now + 1000);
       const fresh = session(20, now + 1000);
       const expired = session(30, now);
@@ -520,7 +594,9 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
       for (const c of live) expect(await p.takeChallenge(c.challenge)).to.equal(null);
       // Concurrent callers (each on its own connection, on PostgreSQL) do not overrun the limit.
       const evenLater = later + 1000;
-      const racing = await Promise.all(Array.from({ length: 12 }, () => p.putChallenge(challenge({ expiresAt: evenLater + 1000 }), evenLater, 4)));
+      const racing = await Promise.all(
+        Array.from({ length: 12 }, () => p.putChallenge(challenge({ expiresAt: evenLater + 1000 }), evenLater, 4)),
+      );
       expect(racing.filter(Boolean)).to.have.length(4);
     });
   });

@@ -30,13 +30,39 @@ async function populate(s: Store, now = Date.now()) {
   for (const id of inboxes) {
     const t = tag();
     await d.createInbox({ id, projectId, imapUser: `erase-${t}`, addresses: [`${t}@example.test`], mode: 'compatible', createdAt: now });
-    await s.keys.addEpoch({ inboxId: id, epoch: 1, publicKey: randomBytes(8), fingerprint: hex(20), sealedPrivate: randomBytes(8), createdAt: now });
+    await s.keys.addEpoch({
+      inboxId: id,
+      epoch: 1,
+      publicKey: randomBytes(8),
+      fingerprint: hex(20),
+      sealedPrivate: randomBytes(8),
+      createdAt: now,
+    });
     await s.keys.putMessageKeyOnce({ inboxId: id, msgGuid: hex(16), epoch: 1, wrappedDek: randomBytes(8), createdAt: now });
     // The mail index: a label with an unsealed message (a place to seal), its watch lease.
     const [labelGuid, msgGuid] = [hex(16), hex(16)];
     await s.mailIndex.apply(
       id,
-      [{ op: 'put', message: { guid: msgGuid, size: 1, receivedAt: now, date: null, from: null, to: null, cc: null, replyTo: null, subject: 's', messageId: null, inReplyTo: null, fromAddress: null }, location: { labelGuid, uid: 1, msgGuid, modseq: 1, flags: [] } }],
+      [
+        {
+          op: 'put',
+          message: {
+            guid: msgGuid,
+            size: 1,
+            receivedAt: now,
+            date: null,
+            from: null,
+            to: null,
+            cc: null,
+            replyTo: null,
+            subject: 's',
+            messageId: null,
+            inReplyTo: null,
+            fromAddress: null,
+          },
+          location: { labelGuid, uid: 1, msgGuid, modseq: 1, flags: [] },
+        },
+      ],
       { guid: labelGuid, path: 'INBOX', specialUse: null, uidValidity: 1, uidNext: 2, highestModseq: 1, fillLow: null },
     );
     await s.mailIndex.markSeeded(id, true);
@@ -46,7 +72,24 @@ async function populate(s: Store, now = Date.now()) {
     await s.resealJobs.claim(id, place!, 'erase-test', now, 60_000);
     const outboxId = hex(16);
     await s.outbox.reserve(
-      { id: outboxId, inboxId: id, projectId, actor: members[0]!, draftId: null, fingerprint: null, state: 'relaying', outcomeUnknown: false, mailFrom: `${t}@example.test`, recipients: 1, messageId: `<${hex(6)}@x>`, size: 1, attempts: 0, claims: 0, nextAttemptAt: now, createdAt: now },
+      {
+        id: outboxId,
+        inboxId: id,
+        projectId,
+        actor: members[0]!,
+        draftId: null,
+        fingerprint: null,
+        state: 'relaying',
+        outcomeUnknown: false,
+        mailFrom: `${t}@example.test`,
+        recipients: 1,
+        messageId: `<${hex(6)}@x>`,
+        size: 1,
+        attempts: 0,
+        claims: 0,
+        nextAttemptAt: now,
+        createdAt: now,
+      },
       [Buffer.from('copy')],
       { since: now - 60_000, max: 100 },
     );
@@ -55,21 +98,86 @@ async function populate(s: Store, now = Date.now()) {
     await d.putGrant({ memberId, inboxId: inboxes[0]!, role: 'owner', createdAt: now });
     await s.keys.putMemberKey({ memberId, publicKey: randomBytes(8), fingerprint: hex(20), updatedAt: now });
     await s.keyBackups.put(memberId, 'sealed blob', 0, now);
-    await s.passkeys.createInvite({ id: newId('inv'), memberId, secretHash: randomBytes(8), createdAt: now, expiresAt: now + 60_000, usedAt: null });
-    await s.passkeys.createPasskey({ id: newId('pky'), memberId, credentialId: hex(16), publicKey: randomBytes(8), counter: 0, transports: [], name: 'key', backedUp: false, createdAt: now, lastUsedAt: null, disabledAt: null });
-    await s.passkeys.putChallenge({ challenge: hex(16), kind: 'reauth', inviteId: null, memberId, operation: 'replace-key', expiresAt: now + 60_000 }, now, 1000);
-    await d.createSession({ id: newId('ses'), memberId, secretHash: randomBytes(8), createdAt: now, expiresAt: now + 60_000, revokedAt: null });
+    await s.passkeys.createInvite({
+      id: newId('inv'),
+      memberId,
+      secretHash: randomBytes(8),
+      createdAt: now,
+      expiresAt: now + 60_000,
+      usedAt: null,
+    });
+    await s.passkeys.createPasskey({
+      id: newId('pky'),
+      memberId,
+      credentialId: hex(16),
+      publicKey: randomBytes(8),
+      counter: 0,
+      transports: [],
+      name: 'key',
+      backedUp: false,
+      createdAt: now,
+      lastUsedAt: null,
+      disabledAt: null,
+    });
+    await s.passkeys.putChallenge(
+      { challenge: hex(16), kind: 'reauth', inviteId: null, memberId, operation: 'replace-key', expiresAt: now + 60_000 },
+      now,
+      1000,
+    );
+    await d.createSession({
+      id: newId('ses'),
+      memberId,
+      secretHash: randomBytes(8),
+      createdAt: now,
+      expiresAt: now + 60_000,
+      revokedAt: null,
+    });
   }
   const tokens = [newId('tok'), newId('tok')];
   for (const [i, id] of tokens.entries()) {
-    await d.createToken({ id, projectId, memberId: members[i]!, scopes: ['events:read'], inboxes: i === 0 ? [inboxes[1]!] : null, secretHash: randomBytes(8), createdAt: now, expiresAt: null, revokedAt: null });
+    await d.createToken({
+      id,
+      projectId,
+      memberId: members[i]!,
+      scopes: ['events:read'],
+      inboxes: i === 0 ? [inboxes[1]!] : null,
+      secretHash: randomBytes(8),
+      createdAt: now,
+      expiresAt: null,
+      revokedAt: null,
+    });
   }
   const webhooks = [newId('whk'), newId('whk')];
   for (const [i, id] of webhooks.entries()) {
-    await s.webhooks.create({ id, projectId, tokenId: tokens[i]!, url: 'https://hooks.example.test/in', types: null, inboxes: null, description: null, secretSealed: randomBytes(8), previousSecretSealed: null, previousExpiresAt: null, disabledAt: null, disabledReason: null,
-    disabledBy: null, position: 0, failingSince: null, createdAt: now, updatedAt: now });
+    await s.webhooks.create({
+      id,
+      projectId,
+      tokenId: tokens[i]!,
+      url: 'https://hooks.example.test/in',
+      types: null,
+      inboxes: null,
+      description: null,
+      secretSealed: randomBytes(8),
+      previousSecretSealed: null,
+      previousExpiresAt: null,
+      disabledAt: null,
+      disabledReason: null,
+      disabledBy: null,
+      position: 0,
+      failingSince: null,
+      createdAt: now,
+      updatedAt: now,
+    });
   }
-  await s.events.upsertType(projectId, 'ext.thing.happened', 1, () => ({ projectId, name: 'ext.thing.happened', version: 1, description: 'd', fields: [], createdAt: now, updatedAt: now }));
+  await s.events.upsertType(projectId, 'ext.thing.happened', 1, () => ({
+    projectId,
+    name: 'ext.thing.happened',
+    version: 1,
+    description: 'd',
+    fields: [],
+    createdAt: now,
+    updatedAt: now,
+  }));
   const events: string[] = [];
   for (const inboxId of [null, inboxes[0]!]) {
     const eventId = newId('evt');
@@ -88,7 +196,15 @@ async function populate(s: Store, now = Date.now()) {
     expect(r.kind).to.equal('appended');
     if (r.kind === 'appended') {
       for (const endpointId of webhooks) {
-        expect(await s.webhooks.enqueue(endpointId, (await s.webhooks.get(projectId, endpointId))!.position, r.event.position, [{ eventId, position: r.event.position, type: 'ext.thing.happened' }], now)).to.deep.equal([]);
+        expect(
+          await s.webhooks.enqueue(
+            endpointId,
+            (await s.webhooks.get(projectId, endpointId))!.position,
+            r.event.position,
+            [{ eventId, position: r.event.position, type: 'ext.thing.happened' }],
+            now,
+          ),
+        ).to.deep.equal([]);
       }
     }
   }
@@ -136,7 +252,7 @@ export function eraseContract(engineName: string, open: () => Promise<EraseEngin
         expect(await s.mailIndex.status(inboxId)).to.deep.include({ messages: 0, watcher: null });
         // A pass still running over it has its write refused rather than filling the index again.
         await s.mailIndex.markSeeded(inboxId, true).then(
-          () => expect.fail('a write to a deleted project\'s inbox index was accepted'),
+          () => expect.fail("a write to a deleted project's inbox index was accepted"),
           (err: Error) => expect(err.message).to.match(/removed/),
         );
       }
@@ -179,7 +295,9 @@ export function eraseContract(engineName: string, open: () => Promise<EraseEngin
       expect(tokens.map((t) => t.id)).to.deep.equal([...p.tokens].sort());
       expect(tokens.find((t) => t.id === p.tokens[0])!.inboxes).to.deep.equal([p.inboxes[1]]);
       expect(tokens.find((t) => t.id === p.tokens[1])!.inboxes).to.equal(null);
-      expect((await s.directory.listTokens({ projectId: p.projectId, memberId: p.members[1]! })).map((t) => t.id)).to.deep.equal([p.tokens[1]]);
+      expect((await s.directory.listTokens({ projectId: p.projectId, memberId: p.members[1]! })).map((t) => t.id)).to.deep.equal([
+        p.tokens[1],
+      ]);
       expect(await s.directory.listTokens({ projectId: newId('prj') })).to.deep.equal([]);
 
       const sessions = await s.directory.listSessions({ projectId: p.projectId });

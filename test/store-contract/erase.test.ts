@@ -19,7 +19,10 @@ async function sqlite(): Promise<EraseEngine> {
   return {
     store,
     count: async (table, column, values) =>
-      look.prepare(`SELECT count(*) FROM ${table} WHERE ${column} IN (${values.map(() => '?').join(', ')})`).pluck().get(...values) as number,
+      look
+        .prepare(`SELECT count(*) FROM ${table} WHERE ${column} IN (${values.map(() => '?').join(', ')})`)
+        .pluck()
+        .get(...values) as number,
     close: async () => {
       look.close();
       await store.close();
@@ -35,7 +38,9 @@ async function postgres(): Promise<EraseEngine> {
   return {
     store,
     count: async (table, column, values) =>
-      Number((await look.query<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE ${column} = ANY($1::text[])`, [values])).rows[0]!.n),
+      Number(
+        (await look.query<{ n: string }>(`SELECT count(*) AS n FROM ${table} WHERE ${column} = ANY($1::text[])`, [values])).rows[0]!.n,
+      ),
     close: async () => {
       await look.end();
       await store.close();

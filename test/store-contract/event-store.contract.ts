@@ -90,7 +90,7 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       expect(await store.positionOf(await engine.newProject(), events[0]!.eventId)).to.equal(null);
     });
 
-    it('reads events by position: those asked for, in order, only the project\'s', async () => {
+    it("reads events by position: those asked for, in order, only the project's", async () => {
       const projectId = await engine.newProject();
       const other = await engine.newProject();
       const events: StoredEvent[] = [];
@@ -103,7 +103,10 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
 
     it('is append-only: the engine itself refuses to change a stored event', async () => {
       const event = await append({ projectId: await engine.newProject(), type: 'ext.test.kept' });
-      const refused = await engine.rewrite(event.eventId).then(() => null, (err: unknown) => err as Error);
+      const refused = await engine.rewrite(event.eventId).then(
+        () => null,
+        (err: unknown) => err as Error,
+      );
       expect(refused?.message).to.match(/append-only/);
       expect((await store.readAll(event.position - 1, 1))[0]).to.deep.include({ eventId: event.eventId, type: 'ext.test.kept' });
     });
@@ -115,7 +118,12 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       const seen: Array<[string, Built, StoredEvent]> = [];
       const plan = [inbox, projectId, inbox, inbox, projectId];
       for (const stream of plan) {
-        const e = await append({ projectId, inboxId: stream === inbox ? inbox : null, visibility: stream === inbox ? 'inbox' : 'project', stream });
+        const e = await append({
+          projectId,
+          inboxId: stream === inbox ? inbox : null,
+          visibility: stream === inbox ? 'inbox' : 'project',
+          stream,
+        });
         seen.push([stream, JSON.parse(e.json) as Built, e]);
       }
       expect(seen.filter(([s]) => s === inbox).map(([, b]) => b.sequence)).to.deep.equal([1, 2, 3].map(formatSequence));
@@ -153,16 +161,23 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       const key = randomUUID();
       const first = await append({ projectId, idempotency: { key, fingerprint: 'f1', ttlMs: 86_400_000 } });
       const same = await store.append(request({ projectId, idempotency: { key, fingerprint: 'f1', ttlMs: 86_400_000 } }));
-      const other = await store.append(request({ projectId, type: 'ext.other.thing', idempotency: { key, fingerprint: 'f2', ttlMs: 86_400_000 } }));
+      const other = await store.append(
+        request({ projectId, type: 'ext.other.thing', idempotency: { key, fingerprint: 'f2', ttlMs: 86_400_000 } }),
+      );
       expect(same).to.deep.equal({ kind: 'duplicate', eventId: first.eventId, position: first.position, sameRequest: true });
       expect(other).to.deep.equal({ kind: 'duplicate', eventId: first.eventId, position: first.position, sameRequest: false });
       // Looked up without appending: the event the key names while it lives, per project.
-      expect(await store.keyedEvent(projectId, key, Date.now() - 86_400_000)).to.deep.equal({ eventId: first.eventId, position: first.position });
+      expect(await store.keyedEvent(projectId, key, Date.now() - 86_400_000)).to.deep.equal({
+        eventId: first.eventId,
+        position: first.position,
+      });
       expect(await store.keyedEvent(projectId, key, Date.now() + 60_000)).to.equal(null);
       expect(await store.keyedEvent(projectId, randomUUID(), 0)).to.equal(null);
       expect(await store.keyedEvent(await engine.newProject(), key, 0)).to.equal(null);
       // Keys are per project.
-      const elsewhere = await store.append(request({ projectId: await engine.newProject(), idempotency: { key, fingerprint: 'f1', ttlMs: 86_400_000 } }));
+      const elsewhere = await store.append(
+        request({ projectId: await engine.newProject(), idempotency: { key, fingerprint: 'f1', ttlMs: 86_400_000 } }),
+      );
       expect(elsewhere.kind).to.equal('appended');
       expect((await store.read(readQuery(projectId, 0))).events.map((e) => e.eventId)).to.deep.equal([first.eventId]);
     });
@@ -171,7 +186,9 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       const projectId = await engine.newProject();
       const key = randomUUID();
       const results = await Promise.all(
-        Array.from({ length: 12 }, (_, i) => store.append(request({ projectId, idempotency: { key, fingerprint: `f${i % 2}`, ttlMs: 86_400_000 } }))),
+        Array.from({ length: 12 }, (_, i) =>
+          store.append(request({ projectId, idempotency: { key, fingerprint: `f${i % 2}`, ttlMs: 86_400_000 } })),
+        ),
       );
       const winners = results.filter((r) => r.kind === 'appended');
       expect(winners).to.have.length(1);
@@ -200,7 +217,9 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       await append({ projectId, now: now - 100_000, idempotency: { key: old, fingerprint: 'f', ttlMs: 86_400_000 } });
       const kept = await append({ projectId, now, idempotency: { key: young, fingerprint: 'f', ttlMs: 86_400_000 } });
       expect(await store.purgeIdempotency(now - 50_000)).to.be.at.least(1);
-      expect((await store.append(request({ projectId, idempotency: { key: old, fingerprint: 'f', ttlMs: 86_400_000 } }))).kind).to.equal('appended');
+      expect((await store.append(request({ projectId, idempotency: { key: old, fingerprint: 'f', ttlMs: 86_400_000 } }))).kind).to.equal(
+        'appended',
+      );
       expect(await store.append(request({ projectId, idempotency: { key: young, fingerprint: 'f', ttlMs: 86_400_000 } }))).to.deep.include({
         kind: 'duplicate',
         eventId: kept.eventId,
@@ -210,7 +229,8 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
     it('filters reads by inbox, allowed inboxes, visibility and type (exact and prefix.*)', async () => {
       const projectId = await engine.newProject();
       const [a, b] = [newId('ibx'), newId('ibx')];
-      const ev = (inboxId: string | null, type: string, visibility: Visibility) => append({ projectId, inboxId, type, visibility, stream: inboxId ?? projectId });
+      const ev = (inboxId: string | null, type: string, visibility: Visibility) =>
+        append({ projectId, inboxId, type, visibility, stream: inboxId ?? projectId });
       const aMail = await ev(a, 'mail.message.added', 'inbox');
       const bMail = await ev(b, 'mail.message.added', 'inbox');
       const proj = await ev(null, 'delivery.sent', 'project');
@@ -219,23 +239,35 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       const ids = async (over: Partial<ReturnType<typeof readQuery>>) =>
         (await store.read({ ...readQuery(projectId, 0), ...over })).events.map((e) => e.eventId);
       const all = ['inbox', 'project', 'audit'] as const;
-      expect(await ids({ allowedInboxes: [a, b], visibilities: all })).to.deep.equal([aMail, bMail, proj, audit, ext].map((e) => e.eventId));
+      expect(await ids({ allowedInboxes: [a, b], visibilities: all })).to.deep.equal(
+        [aMail, bMail, proj, audit, ext].map((e) => e.eventId),
+      );
       // An inbox the caller may not use is never shown, whatever the visibility.
       expect(await ids({ allowedInboxes: [a], visibilities: all })).to.deep.equal([aMail, proj, audit, ext].map((e) => e.eventId));
       expect(await ids({ allowedInboxes: [], visibilities: all })).to.deep.equal([proj, ext].map((e) => e.eventId));
       expect(await ids({ inboxes: [b], allowedInboxes: [a, b], visibilities: all })).to.deep.equal([bMail.eventId]);
-      expect(await ids({ inboxes: [a, b], allowedInboxes: [a, b], visibilities: ['inbox'] })).to.deep.equal([aMail, bMail].map((e) => e.eventId));
+      expect(await ids({ inboxes: [a, b], allowedInboxes: [a, b], visibilities: ['inbox'] })).to.deep.equal(
+        [aMail, bMail].map((e) => e.eventId),
+      );
       expect(await ids({ allowedInboxes: [a, b], visibilities: ['project'] })).to.deep.equal([proj, ext].map((e) => e.eventId));
-      expect(await ids({ allowedInboxes: [a, b], visibilities: all, types: ['delivery.sent', 'ext.*'] })).to.deep.equal([proj, ext].map((e) => e.eventId));
-      expect(await ids({ allowedInboxes: [a, b], visibilities: all, types: ['mail.*'] })).to.deep.equal([aMail, bMail].map((e) => e.eventId));
+      expect(await ids({ allowedInboxes: [a, b], visibilities: all, types: ['delivery.sent', 'ext.*'] })).to.deep.equal(
+        [proj, ext].map((e) => e.eventId),
+      );
+      expect(await ids({ allowedInboxes: [a, b], visibilities: all, types: ['mail.*'] })).to.deep.equal(
+        [aMail, bMail].map((e) => e.eventId),
+      );
       // `_` and `%` in a pattern are the characters themselves.
-      expect(await ids({ allowedInboxes: [a, b], visibilities: all, types: ['ext.shop.order%', 'ext.shop.order_*'] })).to.deep.equal([ext.eventId]);
+      expect(await ids({ allowedInboxes: [a, b], visibilities: all, types: ['ext.shop.order%', 'ext.shop.order_*'] })).to.deep.equal([
+        ext.eventId,
+      ]);
       expect(await ids({ allowedInboxes: [a, b], visibilities: all, types: ['ext.shop.order%*'] })).to.deep.equal([]);
       expect(await ids({ allowedInboxes: [a, b], visibilities: all, types: [] })).to.deep.equal([]);
-      expect(await ids({ allowedInboxes: [a, b], visibilities: all, after: aMail.position, limit: 2 })).to.deep.equal([bMail, proj].map((e) => e.eventId));
+      expect(await ids({ allowedInboxes: [a, b], visibilities: all, after: aMail.position, limit: 2 })).to.deep.equal(
+        [bMail, proj].map((e) => e.eventId),
+      );
     });
 
-    it('scans at most maxScan of the project\'s rows: the cursor moves to the last one looked at, never to another project\'s', async () => {
+    it("scans at most maxScan of the project's rows: the cursor moves to the last one looked at, never to another project's", async () => {
       const projectId = await engine.newProject();
       const other = await engine.newProject();
       const before = await store.lastPosition();
@@ -274,7 +306,10 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       const page = await store.read({ ...readQuery(projectId, before), recordedBefore: settled.recordedAt });
       expect(page.events).to.deep.equal([settled]);
       expect(page.scannedTo).to.equal(settled.position);
-      expect((await store.read({ ...readQuery(projectId, before), recordedBefore: later.recordedAt })).events).to.deep.equal([settled, later]);
+      expect((await store.read({ ...readQuery(projectId, before), recordedBefore: later.recordedAt })).events).to.deep.equal([
+        settled,
+        later,
+      ]);
     });
 
     it('upserts types in a transaction: decide sees the stored row, and a racing incompatible first registration is refused', async () => {
@@ -296,13 +331,17 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       const raced = await Promise.allSettled(
         ['x', 'y', 'x', 'y'].map((f) => store.upsertType(projectId, 'ext.shop.paid', 1, compatible(t('ext.shop.paid', 1, f)))),
       );
-      const ok = raced.filter((r) => r.status === 'fulfilled').map((r) => (r as PromiseFulfilledResult<StoredEventType>).value);
+      const ok = raced.filter((r) => r.status === 'fulfilled').map((r) => r.value);
       const winner = ok[0]!.fields[0]!.name;
       expect(ok.every((v) => v.fields[0]!.name === winner)).to.equal(true);
       expect(raced.filter((r) => r.status === 'rejected')).to.have.length(2);
       expect((await store.getType(projectId, 'ext.shop.paid', 1))!.fields).to.deep.equal(fields(winner));
       // An update keeps createdAt (decide's choice) and stores the rest.
-      const updated = await store.upsertType(projectId, 'ext.shop.paid', 1, (existing) => ({ ...existing!, description: 'new', updatedAt: 2000 }));
+      const updated = await store.upsertType(projectId, 'ext.shop.paid', 1, (existing) => ({
+        ...existing!,
+        description: 'new',
+        updatedAt: 2000,
+      }));
       expect(await store.getType(projectId, 'ext.shop.paid', 1)).to.deep.equal(updated);
       expect(updated).to.deep.include({ description: 'new', createdAt: 1000, updatedAt: 2000 });
       for (const v of [2, 3]) await store.upsertType(projectId, 'ext.shop.paid', v, () => t('ext.shop.paid', v, 'z'));

@@ -16,7 +16,11 @@ import { freshDatabase } from './postgres.ts';
 eventStoreContract('SQLite', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'postern-contract-'));
   const db = openDb(join(dir, 'postern.db'));
-  const admin = new Admin(new SqliteDirectoryStore(db), { tokenTtlSeconds: 0, sessionTtlSeconds: 60, keys: new EpochKeyring(new SqliteKeyStore(db), null) });
+  const admin = new Admin(new SqliteDirectoryStore(db), {
+    tokenTtlSeconds: 0,
+    sessionTtlSeconds: 60,
+    keys: new EpochKeyring(new SqliteKeyStore(db), null),
+  });
   return {
     store: new SqliteEventStore(db),
     newProject: async () => (await admin.createProject('contract test')).id,

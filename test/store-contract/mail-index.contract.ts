@@ -4,7 +4,16 @@
 // its own (index rows name no directory row).
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
-import type { IndexOp, LabelState, Location, MailIndexStore, MessageRecord, WatchLeases, WatchReport, WatchReports } from '../../lib/mail/types.ts';
+import type {
+  IndexOp,
+  LabelState,
+  Location,
+  MailIndexStore,
+  MessageRecord,
+  WatchLeases,
+  WatchReport,
+  WatchReports,
+} from '../../lib/mail/types.ts';
 import { newId } from '../../lib/ids.ts';
 
 export type MailIndex = MailIndexStore & WatchLeases & WatchReports;
@@ -35,7 +44,13 @@ function message(g = guid(), more: Partial<MessageRecord> = {}): MessageRecord {
   };
 }
 
-const loc = (labelGuid: string, uid: number, msgGuid: string, modseq = 1, flags: string[] = []): Location => ({ labelGuid, uid, msgGuid, modseq, flags });
+const loc = (labelGuid: string, uid: number, msgGuid: string, modseq = 1, flags: string[] = []): Location => ({
+  labelGuid,
+  uid,
+  msgGuid,
+  modseq,
+  flags,
+});
 const put = (m: MessageRecord, l: Location): IndexOp => ({ op: 'put', message: m, location: l });
 const label = (g: string, more: Partial<LabelState> = {}): LabelState => ({
   guid: g,
@@ -92,10 +107,21 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       expect(one!.message).to.deep.equal(ms[0]);
       expect(byPlace(one!.locations)).to.deep.equal(byPlace([loc(inb, 1, ms[0]!.guid, 10, ['\\Seen']), loc(arch, 4, ms[0]!.guid, 3)]));
       expect(await index.message(inbox, guid())).to.equal(null);
-      expect(await index.label(inbox, arch)).to.deep.equal(label(arch, { path: 'Archive', specialUse: '\\Archive', uidNext: 5, highestModseq: 3 }));
+      expect(await index.label(inbox, arch)).to.deep.equal(
+        label(arch, { path: 'Archive', specialUse: '\\Archive', uidNext: 5, highestModseq: 3 }),
+      );
       expect((await index.labels(inbox)).map((l) => l.guid).sort()).to.deep.equal([inb, arch].sort());
       expect(await index.label(inbox, guid())).to.equal(null);
-      expect(await index.status(inbox)).to.deep.include({ seeded: false, messages: 7, locations: 8, labels: 2, staged: 0, syncedAt: null, hintedAt: null, watcher: null });
+      expect(await index.status(inbox)).to.deep.include({
+        seeded: false,
+        messages: 7,
+        locations: 8,
+        labels: 2,
+        staged: 0,
+        syncedAt: null,
+        hintedAt: null,
+        watcher: null,
+      });
       // Another inbox sees none of it.
       expect(await index.countIn(newId('ibx'), inb)).to.equal(0);
     });
@@ -227,7 +253,11 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       const lbl = guid();
       const [old, kept, fresh, dropped] = [message(), message(), message(), message()];
       await index.apply(inbox, [put(old, loc(lbl, 1, old.guid)), put(kept, loc(lbl, 2, kept.guid))], label(lbl, { uidNext: 3 }));
-      const stage = (m: MessageRecord, uid: number): IndexOp => ({ op: 'stage', message: m, location: loc(lbl, uid, m.guid, 1, ['\\Seen']) });
+      const stage = (m: MessageRecord, uid: number): IndexOp => ({
+        op: 'stage',
+        message: m,
+        location: loc(lbl, uid, m.guid, 1, ['\\Seen']),
+      });
       await index.apply(inbox, [stage(kept, 1), stage(fresh, 2)]);
       expect((await index.page(inbox, lbl, null, 10)).map((r) => r.message.guid)).to.deep.equal([kept.guid, old.guid]);
       expect(await index.countIn(inbox, lbl)).to.equal(2);
@@ -274,7 +304,15 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
       const other = engine.newIndex();
       await other.dropInbox(inbox);
       expect(await index.version(inbox)).to.not.equal(before);
-      expect(await index.status(inbox)).to.deep.include({ seeded: false, messages: 0, locations: 0, labels: 0, staged: 0, syncedAt: null, watcher: null });
+      expect(await index.status(inbox)).to.deep.include({
+        seeded: false,
+        messages: 0,
+        locations: 0,
+        labels: 0,
+        staged: 0,
+        syncedAt: null,
+        watcher: null,
+      });
       const refused = async (write: () => Promise<unknown>) => {
         const err = await write().then(
           () => null,
@@ -327,13 +365,25 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
         const writers = Array.from({ length: 5 }, () => engine.newIndex());
         const write = (w: MailIndex, i: number) => {
           const ms = Array.from({ length: 10 }, () => message());
-          return w.apply(inbox, ms.map((m, n) => put(m, loc(lbl, 100 * i + n + 1, m.guid))), label(lbl)).then(
-            () => 'applied',
-            (e: unknown) => (e as Error).message,
-          );
+          return w
+            .apply(
+              inbox,
+              ms.map((m, n) => put(m, loc(lbl, 100 * i + n + 1, m.guid))),
+              label(lbl),
+            )
+            .then(
+              () => 'applied',
+              (e: unknown) => (e as Error).message,
+            );
         };
         await index.apply(inbox, [], label(lbl));
-        const results = await Promise.all([...writers.map(write), engine.newIndex().dropInbox(inbox).then(() => 'dropped')]);
+        const results = await Promise.all([
+          ...writers.map(write),
+          engine
+            .newIndex()
+            .dropInbox(inbox)
+            .then(() => 'dropped'),
+        ]);
         for (const r of results) expect(r).to.match(/^(applied|dropped)$|removed/);
         expect(await index.status(inbox)).to.deep.include({ messages: 0, locations: 0, labels: 0 });
         expect(await write(index, 9)).to.match(/removed/);
@@ -375,12 +425,16 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
         const holders = Array.from({ length: 8 }, (_, i) => ({ name: `h${i}`, index: engine.newIndex() }));
         // Each in its own order of inboxes.
         const held = await Promise.all(holders.map((h, i) => h.index.claim(i % 2 ? inboxes : [...inboxes].reverse(), h.name, 60_000)));
-        for (const x of inboxes) expect(held.filter((s) => s.has(x)), x).to.have.length(1);
+        for (const x of inboxes)
+          expect(
+            held.filter((s) => s.has(x)),
+            x,
+          ).to.have.length(1);
         for (const [i, h] of holders.entries()) for (const x of held[i]!) expect((await index.status(x)).watcher?.holder).to.equal(h.name);
       });
     });
 
-    it('keeps each process\'s watch report, newest first, and hints per inbox', async () => {
+    it("keeps each process's watch report, newest first, and hints per inbox", async () => {
       const report = (mode: WatchReport['mode'], hints: number): WatchReport => ({
         mode,
         reason: 'contract',

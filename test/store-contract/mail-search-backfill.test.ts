@@ -25,8 +25,19 @@ const search = (subject: string) => indexSearch({ limit: 10, subject });
 function oldRows(db: Db, inbox: string, label: string): void {
   SUBJECTS.forEach((subject, i) => {
     const g = guid();
-    db.prepare('INSERT INTO mail_messages (inbox_id, guid, size, received_at, from_text, subject) VALUES (?, ?, 100, ?, ?, ?)').run(inbox, g, 1000 + i, 'Old <old@x.test>', subject);
-    db.prepare("INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen) VALUES (?, ?, ?, ?, 1, '[]', 0)").run(inbox, label, i + 1, g);
+    db.prepare('INSERT INTO mail_messages (inbox_id, guid, size, received_at, from_text, subject) VALUES (?, ?, 100, ?, ?, ?)').run(
+      inbox,
+      g,
+      1000 + i,
+      'Old <old@x.test>',
+      subject,
+    );
+    db.prepare("INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen) VALUES (?, ?, ?, ?, 1, '[]', 0)").run(
+      inbox,
+      label,
+      i + 1,
+      g,
+    );
   });
 }
 
@@ -37,13 +48,18 @@ describe('search over messages indexed before it', () => {
     const inbox = newId('ibx');
     const label = guid();
     try {
-      const before = openDb(file, migrations.filter((m) => m.version < 27));
+      const before = openDb(
+        file,
+        migrations.filter((m) => m.version < 27),
+      );
       oldRows(before, inbox, label);
       before.close();
       const db = openDb(file);
       try {
         const index = new SqliteMailIndex(db);
-        expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal(['Réunion trimestrielle']);
+        expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal([
+          'Réunion trimestrielle',
+        ]);
         expect(await index.search(inbox, indexSearch({ limit: 10, from: 'old@x' }), null, 10)).to.have.length(3);
       } finally {
         db.close();
@@ -60,13 +76,32 @@ describe('search over messages indexed before it', () => {
       const inbox = newId('ibx');
       const label = guid();
       const ms: MessageRecord[] = SUBJECTS.map((subject, i) => ({
-        guid: guid(), size: 100, receivedAt: 1000 + i, date: null, from: 'Old <old@x.test>', to: null, cc: null, replyTo: null, subject, messageId: null, inReplyTo: null, fromAddress: 'old@x.test',
+        guid: guid(),
+        size: 100,
+        receivedAt: 1000 + i,
+        date: null,
+        from: 'Old <old@x.test>',
+        to: null,
+        cc: null,
+        replyTo: null,
+        subject,
+        messageId: null,
+        inReplyTo: null,
+        fromAddress: 'old@x.test',
       }));
-      await index.apply(inbox, ms.map((m, i) => ({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })));
+      await index.apply(
+        inbox,
+        ms.map((m, i) => ({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })),
+      );
       // As migration 006 leaves the rows indexed before it.
       await fresh.pool.query('UPDATE mail_messages SET search = NULL WHERE inbox_id = $1', [inbox]);
-      expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal(['Réunion trimestrielle']);
-      const { rows } = await fresh.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM mail_messages WHERE inbox_id = $1 AND search IS NULL', [inbox]);
+      expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal([
+        'Réunion trimestrielle',
+      ]);
+      const { rows } = await fresh.pool.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM mail_messages WHERE inbox_id = $1 AND search IS NULL',
+        [inbox],
+      );
       expect(rows[0]!.n).to.equal(0);
       expect(await index.search(inbox, indexSearch({ limit: 10, from: 'old@x' }), null, 10)).to.have.length(3);
     } finally {
@@ -80,21 +115,29 @@ describe('search over messages indexed before it', () => {
     const [inbox, other] = [newId('ibx'), newId('ibx')];
     const label = guid();
     try {
-      const before = openDb(file, migrations.filter((m) => m.version < 29));
+      const before = openDb(
+        file,
+        migrations.filter((m) => m.version < 29),
+      );
       for (const box of [inbox, other]) oldRows(before, box, label);
       before.close();
       const db = openDb(file);
       try {
         const index = new SqliteMailIndex(db);
-        const unmarked = (box: string) => db.prepare('SELECT count(*) FROM mail_search_docs WHERE inbox_id = ? AND marked = 0').pluck().get(box);
+        const unmarked = (box: string) =>
+          db.prepare('SELECT count(*) FROM mail_search_docs WHERE inbox_id = ? AND marked = 0').pluck().get(box);
         expect(unmarked(inbox)).to.equal(3);
-        expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal(['Réunion trimestrielle']);
+        expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal([
+          'Réunion trimestrielle',
+        ]);
         expect(await index.search(inbox, indexSearch({ limit: 10, from: 'old@x' }), null, 10)).to.have.length(3);
         expect(unmarked(inbox), 'the searched inbox is in the new index').to.equal(0);
         expect(unmarked(other), 'another inbox waits for its own first search').to.equal(3);
         // A message from before, removed before its inbox's first search, leaves nothing behind.
         db.prepare('DELETE FROM mail_messages WHERE inbox_id = ? AND subject = ?').run(other, 'Lunch on Friday');
-        expect((await index.search(other, search('quarterly'), null, 10)).map((r) => r.message.subject)).to.deep.equal(['Quarterly numbers']);
+        expect((await index.search(other, search('quarterly'), null, 10)).map((r) => r.message.subject)).to.deep.equal([
+          'Quarterly numbers',
+        ]);
         expect(await index.search(other, search('lunch'), null, 10)).to.deep.equal([]);
         expect(unmarked(other)).to.equal(0);
       } finally {
@@ -109,17 +152,36 @@ describe('search over messages indexed before it', () => {
     const empty = await emptyDatabase();
     const pool = openPgPool(empty.url, { max: 2 });
     try {
-      await migratePg(pool, readPgMigrations().filter((m) => m.version < 13));
+      await migratePg(
+        pool,
+        readPgMigrations().filter((m) => m.version < 13),
+      );
       const index = new PgMailIndex(pool);
       const inbox = newId('ibx');
       const label = guid();
       const ms: MessageRecord[] = SUBJECTS.map((subject, i) => ({
-        guid: guid(), size: 100, receivedAt: 1000 + i, date: null, from: 'Old <old@x.test>', to: null, cc: null, replyTo: null, subject, messageId: null, inReplyTo: null, fromAddress: 'old@x.test',
+        guid: guid(),
+        size: 100,
+        receivedAt: 1000 + i,
+        date: null,
+        from: 'Old <old@x.test>',
+        to: null,
+        cc: null,
+        replyTo: null,
+        subject,
+        messageId: null,
+        inReplyTo: null,
+        fromAddress: 'old@x.test',
       }));
-      await index.apply(inbox, ms.map((m, i) => ({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })));
+      await index.apply(
+        inbox,
+        ms.map((m, i) => ({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })),
+      );
       await migratePg(pool);
       const after = new PgMailIndex(pool);
-      expect((await after.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal(['Réunion trimestrielle']);
+      expect((await after.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal([
+        'Réunion trimestrielle',
+      ]);
       expect(await after.search(inbox, indexSearch({ limit: 10, from: 'old@x' }), null, 10)).to.have.length(3);
     } finally {
       await pool.end();

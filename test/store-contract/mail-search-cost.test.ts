@@ -24,8 +24,18 @@ const WORDS = 'alpha bravo charlie delta echo foxtrot golf hotel india juliet ki
 
 function message(i: number, subject: string): MessageRecord {
   return {
-    guid: guid(), size: 1000, receivedAt: 1_700_000_000_000 + i, date: null, from: `Sender ${i} <s${i}@alpha.test>`, to: 'all@bravo.test', cc: null,
-    replyTo: null, subject, messageId: null, inReplyTo: null, fromAddress: `s${i}@alpha.test`,
+    guid: guid(),
+    size: 1000,
+    receivedAt: 1_700_000_000_000 + i,
+    date: null,
+    from: `Sender ${i} <s${i}@alpha.test>`,
+    to: 'all@bravo.test',
+    cc: null,
+    replyTo: null,
+    subject,
+    messageId: null,
+    inReplyTo: null,
+    fromAddress: `s${i}@alpha.test`,
   };
 }
 
@@ -39,7 +49,15 @@ async function fill(index: MailIndexStore, n: number, subject: (i: number) => st
       const m = message(i, subject(i));
       ops.push({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } });
     }
-    await index.apply(inbox, ops, { guid: label, path: 'INBOX', specialUse: null, uidValidity: 1, uidNext: n + 1, highestModseq: 1, fillLow: null });
+    await index.apply(inbox, ops, {
+      guid: label,
+      path: 'INBOX',
+      specialUse: null,
+      uidValidity: 1,
+      uidNext: n + 1,
+      highestModseq: 1,
+      fillLow: null,
+    });
   }
   return inbox;
 }
@@ -69,7 +87,11 @@ describe('search cost beside a large other tenant', function () {
     });
 
     it("the caller's MATCH finds nothing in the text index outside the caller's inbox", async () => {
-      for (const [name, q] of [['worst', WORST], ['one word', { subject: 'alpha' }], ['a phrase', { from: 's1@alpha.test' }]] as const) {
+      for (const [name, q] of [
+        ['worst', WORST],
+        ['one word', { subject: 'alpha' }],
+        ['a phrase', { from: 's1@alpha.test' }],
+      ] as const) {
         const caller = newId('ibx');
         const { params } = searchSql(caller, query(q), null, 51);
         // Without the inbox condition: what the text index itself reads for this MATCH.
@@ -103,10 +125,16 @@ describe('search cost beside a large other tenant', function () {
     });
 
     it("the caller's tsquery finds nothing in the text index outside the caller's inbox", async () => {
-      for (const [name, q] of [['worst', WORST], ['one word', { subject: 'alpha' }], ['a phrase', { from: 's1@alpha.test' }]] as const) {
+      for (const [name, q] of [
+        ['worst', WORST],
+        ['one word', { subject: 'alpha' }],
+        ['a phrase', { from: 's1@alpha.test' }],
+      ] as const) {
         const empty = newId('ibx');
         const { values } = searchStatement(empty, query(q), null, 51);
-        const { rows } = await fresh.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM mail_messages WHERE search @@ $1::tsquery', [values[1]]);
+        const { rows } = await fresh.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM mail_messages WHERE search @@ $1::tsquery', [
+          values[1],
+        ]);
         expect(rows[0]!.n, name).to.equal(0);
         expect(await index.search(empty, query(q), null, 51), name).to.deep.equal([]);
       }
@@ -114,7 +142,16 @@ describe('search cost beside a large other tenant', function () {
     });
 
     it("whatever plan it takes, the caller's search reads no more rows than the caller's inbox holds", async () => {
-      type Plan = { 'Node Type': string; 'Relation Name'?: string; 'Index Name'?: string; 'Actual Rows': number; 'Actual Loops': number; 'Rows Removed by Filter'?: number; 'Rows Removed by Index Recheck'?: number; Plans?: Plan[] };
+      type Plan = {
+        'Node Type': string;
+        'Relation Name'?: string;
+        'Index Name'?: string;
+        'Actual Rows': number;
+        'Actual Loops': number;
+        'Rows Removed by Filter'?: number;
+        'Rows Removed by Index Recheck'?: number;
+        Plans?: Plan[];
+      };
       const nodes = (p: Plan): Plan[] => [p, ...(p.Plans ?? []).flatMap(nodes)];
       // The planner's own choice, then with each of its index paths taken away in turn.
       for (const settings of [[], ['enable_bitmapscan'], ['enable_indexscan', 'enable_indexonlyscan']]) {
@@ -127,8 +164,11 @@ describe('search cost beside a large other tenant', function () {
           await c.query('ROLLBACK');
           for (const n of nodes(rows[0]!['QUERY PLAN'][0]!.Plan)) {
             if (n['Relation Name'] !== 'mail_messages' && !n['Index Name']?.startsWith('mail_messages')) continue;
-            const read = n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0) + (n['Rows Removed by Index Recheck'] ?? 0);
-            expect(read, `${settings.join(',') || 'planner'}: ${n['Node Type']} ${n['Index Name'] ?? n['Relation Name']}`).to.be.at.most(CALLER);
+            const read =
+              n['Actual Rows'] * n['Actual Loops'] + (n['Rows Removed by Filter'] ?? 0) + (n['Rows Removed by Index Recheck'] ?? 0);
+            expect(read, `${settings.join(',') || 'planner'}: ${n['Node Type']} ${n['Index Name'] ?? n['Relation Name']}`).to.be.at.most(
+              CALLER,
+            );
           }
         } finally {
           c.release();

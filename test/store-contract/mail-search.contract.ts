@@ -31,9 +31,24 @@ function message(more: Partial<MessageRecord> = {}): MessageRecord {
   };
 }
 
-const loc = (labelGuid: string, uid: number, msgGuid: string, flags: string[] = []): Location => ({ labelGuid, uid, msgGuid, modseq: 1, flags });
+const loc = (labelGuid: string, uid: number, msgGuid: string, flags: string[] = []): Location => ({
+  labelGuid,
+  uid,
+  msgGuid,
+  modseq: 1,
+  flags,
+});
 const put = (m: MessageRecord, l: Location): IndexOp => ({ op: 'put', message: m, location: l });
-const label = (g: string, more: Partial<LabelState> = {}): LabelState => ({ guid: g, path: 'INBOX', specialUse: null, uidValidity: 1, uidNext: 100, highestModseq: 1, fillLow: null, ...more });
+const label = (g: string, more: Partial<LabelState> = {}): LabelState => ({
+  guid: g,
+  path: 'INBOX',
+  specialUse: null,
+  uidValidity: 1,
+  uidNext: 100,
+  highestModseq: 1,
+  fillLow: null,
+  ...more,
+});
 
 export function mailSearchContract(engineName: string, open: () => Promise<MailIndexEngine>): void {
   describe(`MailIndexStore.search contract: ${engineName}`, function () {
@@ -52,7 +67,11 @@ export function mailSearchContract(engineName: string, open: () => Promise<MailI
     async function inboxOf(ms: MessageRecord[], flags: (m: MessageRecord, i: number) => string[] = () => []) {
       const inbox = newId('ibx');
       const inb = guid();
-      await index.apply(inbox, ms.map((m, i) => put(m, loc(inb, i + 1, m.guid, flags(m, i)))), label(inb));
+      await index.apply(
+        inbox,
+        ms.map((m, i) => put(m, loc(inb, i + 1, m.guid, flags(m, i)))),
+        label(inb),
+      );
       const find = async (q: Partial<SearchQuery>, extra: Partial<IndexSearch> = {}, after: SearchAfter | null = null, limit = 100) =>
         (await index.search(inbox, { ...indexSearch({ limit, ...q }), ...extra }, after, limit)).map((r) => r.message.guid);
       return { inbox, inb, find };
@@ -91,7 +110,10 @@ export function mailSearchContract(engineName: string, open: () => Promise<MailI
       const bounds = { maxWords: 3, maxPrefixes: 2, minPrefix: 3, budgetMs: 1000 };
       expect(() => indexSearch({ limit: 10, subject: 'a b c d' }, bounds)).to.throw(/4 words .*at most 3/);
       expect(() => indexSearch({ limit: 10, from: 'abc', subject: 'def ghi' }, bounds)).to.throw(/3 space-separated pieces .*at most 2/);
-      expect(indexSearch({ limit: 10, from: 'abc', subject: 'de gh' }, bounds).text.flatMap((t) => t.phrases), 'short last words are no prefixes').to.deep.equal([
+      expect(
+        indexSearch({ limit: 10, from: 'abc', subject: 'de gh' }, bounds).text.flatMap((t) => t.phrases),
+        'short last words are no prefixes',
+      ).to.deep.equal([
         { words: ['abc'], prefix: true },
         { words: ['de'], prefix: false },
         { words: ['gh'], prefix: false },
@@ -119,13 +141,18 @@ export function mailSearchContract(engineName: string, open: () => Promise<MailI
       const both = message({ receivedAt: T0 + 2 });
       const flagged = message({ receivedAt: T0 + 1 });
       const plain = message({ receivedAt: T0 });
-      await index.apply(inbox, [
-        put(both, loc(inb, 1, both.guid, ['\\Seen'])),
-        put(flagged, loc(inb, 2, flagged.guid, ['\\Flagged', '$Invoice'])),
-        put(plain, loc(inb, 3, plain.guid, ['Junk'])),
-      ], label(inb));
+      await index.apply(
+        inbox,
+        [
+          put(both, loc(inb, 1, both.guid, ['\\Seen'])),
+          put(flagged, loc(inb, 2, flagged.guid, ['\\Flagged', '$Invoice'])),
+          put(plain, loc(inb, 3, plain.guid, ['Junk'])),
+        ],
+        label(inb),
+      );
       await index.apply(inbox, [put(both, loc(arch, 7, both.guid, ['\\Flagged']))], label(arch, { path: 'Archive' }));
-      const find = async (q: Partial<SearchQuery>) => (await index.search(inbox, indexSearch({ limit: 10, ...q }), null, 10)).map((r) => r.message.guid);
+      const find = async (q: Partial<SearchQuery>) =>
+        (await index.search(inbox, indexSearch({ limit: 10, ...q }), null, 10)).map((r) => r.message.guid);
       const lbl = (g: string) => idFromGuid('lbl', g);
       expect(await find({ hasKeyword: 'flagged' })).to.deep.equal([both.guid, flagged.guid]);
       expect(await find({ hasKeyword: 'flagged', inLabel: lbl(inb) }), 'flagged in Archive only').to.deep.equal([flagged.guid]);
@@ -137,7 +164,10 @@ export function mailSearchContract(engineName: string, open: () => Promise<MailI
       expect(await find({ hasKeyword: '$invoice' }), 'a custom keyword, case-insensitive').to.deep.equal([flagged.guid]);
       const [row] = await index.search(inbox, indexSearch({ limit: 10, hasKeyword: '$Invoice' }), null, 10);
       expect(row!.locations).to.deep.equal([loc(inb, 2, flagged.guid, ['\\Flagged', '$Invoice'])]);
-      expect((await index.search(inbox, indexSearch({ limit: 10, inLabel: lbl(arch) }), null, 10))[0]!.locations, 'every place of a result').to.have.length(2);
+      expect(
+        (await index.search(inbox, indexSearch({ limit: 10, inLabel: lbl(arch) }), null, 10))[0]!.locations,
+        'every place of a result',
+      ).to.have.length(2);
     });
 
     it('orders newest first, ties by GUID, and pages from a cursor without skipping or repeating', async () => {
@@ -155,7 +185,10 @@ export function mailSearchContract(engineName: string, open: () => Promise<MailI
         after = { receivedAt: last.receivedAt, guid: last.guid };
       }
       expect(seen).to.deep.equal(expected);
-      expect(await find({}, { guids: [ms[0]!.guid, ms[5]!.guid, guid()] }), 'only the GUIDs given, newest first').to.deep.equal([ms[5]!.guid, ms[0]!.guid]);
+      expect(await find({}, { guids: [ms[0]!.guid, ms[5]!.guid, guid()] }), 'only the GUIDs given, newest first').to.deep.equal([
+        ms[5]!.guid,
+        ms[0]!.guid,
+      ]);
       // Many GUIDs (a body search matching much of the inbox) take another plan on SQLite.
       const many = [ms[5]!.guid, ...Array.from({ length: 6_000 }, () => guid()), ms[0]!.guid];
       expect(await find({}, { guids: many }), 'only the GUIDs given, among many').to.deep.equal([ms[5]!.guid, ms[0]!.guid]);
@@ -190,13 +223,17 @@ export function mailSearchContract(engineName: string, open: () => Promise<MailI
       const { find } = await inboxOf([m]);
       const { find: elsewhere } = await inboxOf([message({ subject: 'shared word' })]);
       expect(await find({ subject: 'shared' })).to.deep.equal([m.guid]);
-      expect(await elsewhere({ subject: 'shared' })).to.have.length(1).and.not.include(m.guid);
+      expect(await elsewhere({ subject: 'shared' }))
+        .to.have.length(1)
+        .and.not.include(m.guid);
       const other = engine.newIndex();
       const inbox2 = newId('ibx');
       const lbl = guid();
       const n = message({ subject: 'crossprocess' });
       await other.apply(inbox2, [put(n, loc(lbl, 1, n.guid))], label(lbl));
-      expect((await index.search(inbox2, indexSearch({ limit: 5, subject: 'crossprocess' }), null, 5)).map((r) => r.message.guid)).to.deep.equal([n.guid]);
+      expect(
+        (await index.search(inbox2, indexSearch({ limit: 5, subject: 'crossprocess' }), null, 5)).map((r) => r.message.guid),
+      ).to.deep.equal([n.guid]);
     });
   });
 }

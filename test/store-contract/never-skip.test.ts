@@ -18,15 +18,21 @@ const WRITE_MS = 8_000;
 
 function runWriter(url: string, projectId: string): Promise<string[]> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(import.meta.dirname, 'never-skip-writer.ts'), url, projectId, String(WRITE_MS), String(WRITERS)], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', join(import.meta.dirname, 'never-skip-writer.ts'), url, projectId, String(WRITE_MS), String(WRITERS)],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let out = '';
     let err = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     child.stderr.on('data', (d: Buffer) => (err += d.toString()));
     child.on('error', reject);
-    child.on('exit', (code) => (code === 0 ? resolve(out.split('\n').filter(Boolean)) : reject(new Error(`writer exited ${code}: ${err}`))));
+    child.on('exit', (code) =>
+      code === 0 ? resolve(out.split('\n').filter(Boolean)) : reject(new Error(`writer exited ${code}: ${err}`)),
+    );
   });
 }
 
@@ -35,7 +41,17 @@ async function pageReader(store: EventStore, projectId: string, limit: number, s
   const seen: StoredEvent[] = [];
   let after = 0;
   for (;;) {
-    const q: ReadQuery = { projectId, after, limit, recordedBefore: null, inboxes: null, allowedInboxes: [], visibilities: ['project'], types: null, maxScan: 10_000 };
+    const q: ReadQuery = {
+      projectId,
+      after,
+      limit,
+      recordedBefore: null,
+      inboxes: null,
+      allowedInboxes: [],
+      visibilities: ['project'],
+      types: null,
+      maxScan: 10_000,
+    };
     const page = await store.read(q);
     seen.push(...page.events);
     after = page.scannedTo;
@@ -98,12 +114,20 @@ describe('PostgreSQL event log: never skips under concurrent writers', function 
       .map(([p, id]) => ({ position: Number(p), eventId: id }))
       .sort((a, b) => a.position - b.position);
     expect(expected.length, 'writers acknowledged events').to.be.greaterThan(200);
-    for (const [name, seen] of [['read() by 100', results[0]], ['read() by 7', results[1]], ['readAll', results[2]], ['live feed', live]] as const) {
+    for (const [name, seen] of [
+      ['read() by 100', results[0]],
+      ['read() by 7', results[1]],
+      ['readAll', results[2]],
+      ['live feed', live],
+    ] as const) {
       const ids = new Set(seen.map((e) => e.eventId));
       expect(ids.size, `${name}: no event twice`).to.equal(seen.length);
       const missing = expected.filter((e) => !ids.has(e.eventId)).length;
       expect(missing, `${name}: acknowledged events never seen (of ${expected.length})`).to.equal(0);
-      expect(seen.map((e) => ({ position: e.position, eventId: e.eventId })), `${name}: in log order`).to.deep.equal(expected);
+      expect(
+        seen.map((e) => ({ position: e.position, eventId: e.eventId })),
+        `${name}: in log order`,
+      ).to.deep.equal(expected);
     }
   });
 });

@@ -61,7 +61,9 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       const e = entry(inbox, Date.now(), { draftId: 'drf_1', fingerprint: 'f1' });
       // 2.5 parts of 1 MB, in pieces that do not fall on part edges.
       const big = randomBytes(2.5 * 1024 * 1024);
-      expect(await store.reserve(e, [big.subarray(0, 7), big.subarray(7, 1_500_000), big.subarray(1_500_000)], RATE)).to.deep.equal({ ok: true });
+      expect(await store.reserve(e, [big.subarray(0, 7), big.subarray(7, 1_500_000), big.subarray(1_500_000)], RATE)).to.deep.equal({
+        ok: true,
+      });
       expect(await store.get(e.id)).to.deep.equal(e);
       expect(await store.byDraft(inbox, 'drf_1')).to.deep.equal(e);
       expect((await store.copy(e.id))!.equals(big)).to.equal(true);
@@ -196,7 +198,13 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
     it("lists an inbox's backlog: its entries not filed yet, in every state, oldest first, up to the limit", async () => {
       const inbox = newId('ibx');
       const now = Date.now();
-      const [relaying, sending, filing, unknown, filed] = [4, 3, 2, 1, 0].map((age) => entry(inbox, now - age * 1000)) as [OutboxEntry, OutboxEntry, OutboxEntry, OutboxEntry, OutboxEntry];
+      const [relaying, sending, filing, unknown, filed] = [4, 3, 2, 1, 0].map((age) => entry(inbox, now - age * 1000)) as [
+        OutboxEntry,
+        OutboxEntry,
+        OutboxEntry,
+        OutboxEntry,
+        OutboxEntry,
+      ];
       for (const e of [filed, unknown, filing, sending, relaying]) await store.reserve(e, copyOf(e), RATE);
       await store.reserve(entry(newId('ibx'), now - 5000), [], RATE);
       await store.sending(sending.id);
@@ -207,7 +215,9 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       await store.filed([filed.id], now);
       const ids = (list: OutboxEntry[]) => list.map((e) => e.id);
       expect(ids(await store.backlog(inbox, 100))).to.deep.equal([relaying.id, sending.id, filing.id, unknown.id]);
-      expect(await store.backlog(inbox, 100)).to.deep.equal(await Promise.all([relaying, sending, filing, unknown].map(async (e) => store.get(e.id))));
+      expect(await store.backlog(inbox, 100)).to.deep.equal(
+        await Promise.all([relaying, sending, filing, unknown].map(async (e) => store.get(e.id))),
+      );
       expect(ids(await store.backlog(inbox, 2))).to.deep.equal([relaying.id, sending.id]);
       expect(await store.backlog(newId('ibx'), 100)).to.deep.equal([]);
     });
@@ -228,7 +238,7 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       expect((await store.due(5, 100_000)).map((d) => d.id)).to.include(a.id);
     });
 
-    it("settles what a dead process left: drops its unsent reservations, keeps the sent as outcome unknown, takes back its claims at once", async () => {
+    it('settles what a dead process left: drops its unsent reservations, keeps the sent as outcome unknown, takes back its claims at once', async () => {
       const inbox = newId('ibx');
       const dead = engine.newStore();
       const live = engine.newStore();
@@ -238,7 +248,12 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       const kept = entry(inbox, now);
       await bystander.reserve(kept, [], RATE);
 
-      const [e1, e2, e3, e4] = [1, 2, 3, 4].map(() => entry(inbox, now, { draftId: randomBytes(4).toString('hex') })) as [OutboxEntry, OutboxEntry, OutboxEntry, OutboxEntry];
+      const [e1, e2, e3, e4] = [1, 2, 3, 4].map(() => entry(inbox, now, { draftId: randomBytes(4).toString('hex') })) as [
+        OutboxEntry,
+        OutboxEntry,
+        OutboxEntry,
+        OutboxEntry,
+      ];
       for (const e of [e1, e2, e3, e4]) await dead.reserve(e, copyOf(e), { since: now - HOUR, max: 100 });
       // 1 never written; 2 written, reply pending; 3 accepted, its copy claimed for 2 minutes; 4 accepted, due.
       await dead.sending(e2.id);

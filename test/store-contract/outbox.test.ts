@@ -42,7 +42,10 @@ outboxContract('PostgreSQL', async () => {
   return {
     newStore: () => new PgOutboxStore(fresh.pool),
     killOwnerOf: async (id) => {
-      await fresh.pool.query('UPDATE mail_outbox_owners SET pid = $1 WHERE id = (SELECT owner FROM mail_outbox WHERE id = $2)', [NO_PID, id]);
+      await fresh.pool.query('UPDATE mail_outbox_owners SET pid = $1 WHERE id = (SELECT owner FROM mail_outbox WHERE id = $2)', [
+        NO_PID,
+        id,
+      ]);
     },
     unown: async (id) => {
       await fresh.pool.query('UPDATE mail_outbox SET owner = NULL WHERE id = $1', [id]);

@@ -44,7 +44,10 @@ export async function emptyDatabase(server: string = testDatabaseUrl()): Promise
   await onServer(server, (c) => c.query(`CREATE DATABASE ${name}`));
   const url = new URL(server);
   url.pathname = `/${name}`;
-  return { url: url.toString(), drop: () => onServer(server, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined) };
+  return {
+    url: url.toString(),
+    drop: () => onServer(server, (c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)).then(() => undefined),
+  };
 }
 
 /** An empty database migrated as Postern migrates it, with a pool on it. */

@@ -19,7 +19,20 @@ const LEASE = 30_000;
 
 function message(sealed?: boolean): MessageRecord {
   const g = guid();
-  const m: MessageRecord = { guid: g, size: 1, receivedAt: 1, date: null, from: null, to: null, cc: null, replyTo: null, subject: null, messageId: null, inReplyTo: null, fromAddress: null };
+  const m: MessageRecord = {
+    guid: g,
+    size: 1,
+    receivedAt: 1,
+    date: null,
+    from: null,
+    to: null,
+    cc: null,
+    replyTo: null,
+    subject: null,
+    messageId: null,
+    inReplyTo: null,
+    fromAddress: null,
+  };
   if (sealed !== undefined) m.sealed = sealed;
   return m;
 }
@@ -40,24 +53,47 @@ export function resealJobsContract(engineName: string, open: () => Promise<Resea
       const id = newId('ibx');
       const [lbl, other] = [guid(), guid()];
       const [plain, unknown, sealed] = [message(false), message(), message(true)];
-      await engine.index.apply(id, [plain, unknown, sealed].map((m, i) => ({ op: 'put' as const, message: m, location: { labelGuid: lbl, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })), {
-        guid: lbl,
-        path: 'INBOX',
-        specialUse: null,
-        uidValidity: 42,
-        uidNext: 4,
-        highestModseq: 1,
+      await engine.index.apply(
+        id,
+        [plain, unknown, sealed].map((m, i) => ({
+          op: 'put' as const,
+          message: m,
+          location: { labelGuid: lbl, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] },
+        })),
+        {
+          guid: lbl,
+          path: 'INBOX',
+          specialUse: null,
+          uidValidity: 42,
+          uidNext: 4,
+          highestModseq: 1,
+        },
+      );
+      await engine.index.apply(
+        id,
+        [{ op: 'put', message: plain, location: { labelGuid: other, uid: 9, msgGuid: plain.guid, modseq: 1, flags: [] } }],
+        {
+          guid: other,
+          path: 'Archive',
+          specialUse: null,
+          uidValidity: 7,
+          uidNext: 10,
+          highestModseq: 1,
+        },
+      );
+      const at = (labelGuid: string, uidValidity: number, uid: number, msgGuid: string): ResealPlace => ({
+        labelGuid,
+        uidValidity,
+        uid,
+        msgGuid,
       });
-      await engine.index.apply(id, [{ op: 'put', message: plain, location: { labelGuid: other, uid: 9, msgGuid: plain.guid, modseq: 1, flags: [] } }], {
-        guid: other,
-        path: 'Archive',
-        specialUse: null,
-        uidValidity: 7,
-        uidNext: 10,
-        highestModseq: 1,
-      });
-      const at = (labelGuid: string, uidValidity: number, uid: number, msgGuid: string): ResealPlace => ({ labelGuid, uidValidity, uid, msgGuid });
-      return { id, places: [at(lbl, 42, 1, plain.guid), at(lbl, 42, 2, unknown.guid), at(other, 7, 9, plain.guid)], plain, unknown, sealed };
+      return {
+        id,
+        places: [at(lbl, 42, 1, plain.guid), at(lbl, 42, 2, unknown.guid), at(other, 7, 9, plain.guid)],
+        plain,
+        unknown,
+        sealed,
+      };
     }
     const sorted = (ps: ResealPlace[]) => [...ps].sort((a, b) => a.labelGuid.localeCompare(b.labelGuid) || a.uid - b.uid);
 
@@ -70,7 +106,7 @@ export function resealJobsContract(engineName: string, open: () => Promise<Resea
       expect(await jobs.status(id)).to.deep.equal({ unsealed: 2, retrying: 0, lastError: null });
     });
 
-    it('leases a place to one holder: others neither see it due nor claim it until the lease lapses; renewals are the holder\'s', async () => {
+    it("leases a place to one holder: others neither see it due nor claim it until the lease lapses; renewals are the holder's", async () => {
       const { id, places } = await inbox();
       const [a, b] = [engine.newJobs(), engine.newJobs()];
       const p = places[0]!;
@@ -98,7 +134,10 @@ export function resealJobsContract(engineName: string, open: () => Promise<Resea
       const holders = Array.from({ length: 8 }, (_, i) => ({ name: `h${i}`, jobs: engine.newJobs() }));
       for (const p of places) {
         const got = await Promise.all(holders.map((h) => h.jobs.claim(id, p, h.name, 5_000, LEASE)));
-        expect(got.filter((n) => n !== null), `${p.labelGuid}/${p.uid}`).to.deep.equal([1]);
+        expect(
+          got.filter((n) => n !== null),
+          `${p.labelGuid}/${p.uid}`,
+        ).to.deep.equal([1]);
       }
     });
 

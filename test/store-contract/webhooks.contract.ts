@@ -36,7 +36,12 @@ function endpoint(projectId: string, over: Partial<WebhookEndpointRecord> = {}):
 
 const delivery = (position: number): NewDelivery => ({ eventId: newId('evt'), position, type: 'message.added' });
 
-const outcome = (endpointId: string, d: Pick<DeliveryOutcome, 'eventId' | 'position'>, owner: string, over: Partial<DeliveryOutcome> = {}): DeliveryOutcome => ({
+const outcome = (
+  endpointId: string,
+  d: Pick<DeliveryOutcome, 'eventId' | 'position'>,
+  owner: string,
+  over: Partial<DeliveryOutcome> = {},
+): DeliveryOutcome => ({
   endpointId,
   eventId: d.eventId,
   position: d.position,
@@ -75,7 +80,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
       expect(await b.get(e.projectId, nulls.id)).to.deep.equal(nulls);
     });
 
-    it('answers only within the endpoint\'s project', async () => {
+    it("answers only within the endpoint's project", async () => {
       const e = endpoint(newId('prj'));
       await a.create(e);
       const other = newId('prj');
@@ -88,7 +93,7 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
       expect(await a.get(e.projectId, e.id)).to.deep.equal(e);
     });
 
-    it('lists a project\'s endpoints oldest first', async () => {
+    it("lists a project's endpoints oldest first", async () => {
       const project = newId('prj');
       const first = endpoint(project);
       const second = endpoint(project);
@@ -115,10 +120,32 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
     it('disables and enables, and an edit leaves that as it is', async () => {
       const e = endpoint(newId('prj'));
       await a.create(e);
-      const off = await b.setDisabled(e.projectId, e.id, { at: 1_700_000_002_000, by: 'dispatcher', reason: 'failing for 3 days' }, 1_700_000_002_000);
-      expect(off).to.deep.equal({ ...e, disabledAt: 1_700_000_002_000, disabledBy: 'dispatcher', disabledReason: 'failing for 3 days', updatedAt: 1_700_000_002_000 });
-      const edited = await a.update(e.projectId, e.id, { url: 'https://hooks.example.org/new', types: e.types, inboxes: e.inboxes, description: e.description, updatedAt: 1_700_000_003_000 });
-      expect(edited).to.include({ disabledAt: 1_700_000_002_000, disabledBy: 'dispatcher', disabledReason: 'failing for 3 days', url: 'https://hooks.example.org/new' });
+      const off = await b.setDisabled(
+        e.projectId,
+        e.id,
+        { at: 1_700_000_002_000, by: 'dispatcher', reason: 'failing for 3 days' },
+        1_700_000_002_000,
+      );
+      expect(off).to.deep.equal({
+        ...e,
+        disabledAt: 1_700_000_002_000,
+        disabledBy: 'dispatcher',
+        disabledReason: 'failing for 3 days',
+        updatedAt: 1_700_000_002_000,
+      });
+      const edited = await a.update(e.projectId, e.id, {
+        url: 'https://hooks.example.org/new',
+        types: e.types,
+        inboxes: e.inboxes,
+        description: e.description,
+        updatedAt: 1_700_000_003_000,
+      });
+      expect(edited).to.include({
+        disabledAt: 1_700_000_002_000,
+        disabledBy: 'dispatcher',
+        disabledReason: 'failing for 3 days',
+        url: 'https://hooks.example.org/new',
+      });
       // Who disabled it is kept as said (staff's stays staff's until it is enabled).
       const staff = await a.setDisabled(e.projectId, e.id, { at: 1_700_000_003_500, by: 'staff', reason: 'abuse' }, 1_700_000_003_500);
       expect(staff).to.include({ disabledAt: 1_700_000_003_500, disabledBy: 'staff', disabledReason: 'abuse' });
@@ -132,7 +159,13 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
       await a.create(e);
       const next = randomBytes(61);
       const rotated = await b.rotateSecret(e.projectId, e.id, next, 1_700_086_400_000, 1_700_000_000_500);
-      expect(rotated).to.deep.equal({ ...e, secretSealed: next, previousSecretSealed: e.secretSealed, previousExpiresAt: 1_700_086_400_000, updatedAt: 1_700_000_000_500 });
+      expect(rotated).to.deep.equal({
+        ...e,
+        secretSealed: next,
+        previousSecretSealed: e.secretSealed,
+        previousExpiresAt: 1_700_086_400_000,
+        updatedAt: 1_700_000_000_500,
+      });
       const again = randomBytes(61);
       const twice = await a.rotateSecret(e.projectId, e.id, again, 1_700_086_500_000, 1_700_000_100_000);
       expect(twice!.secretSealed).to.deep.equal(again);
@@ -184,7 +217,14 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         expect((await b.get(e.projectId, e.id))!.updatedAt).to.equal(e.updatedAt);
         const listed = await b.deliveries(e.projectId, e.id, null, 10);
         expect(listed.map((d) => d.position)).to.deep.equal([13, 11]);
-        expect(listed[0]).to.deep.include({ endpointId: e.id, projectId: e.projectId, state: 'pending', attempts: 0, nextAttemptAt: 1_000, lastStatus: null });
+        expect(listed[0]).to.deep.include({
+          endpointId: e.id,
+          projectId: e.projectId,
+          state: 'pending',
+          attempts: 0,
+          nextAttemptAt: 1_000,
+          lastStatus: null,
+        });
         expect(await a.deliveries(newId('prj'), e.id, null, 10)).to.deep.equal([]);
         expect((await b.all()).some((x) => x.id === e.id)).to.equal(true);
         expect(await a.enqueue(newId('whk'), 0, 1, [delivery(1)], 1_000)).to.equal(null);
@@ -195,14 +235,23 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const batch = [1, 2, 3, 4].map(delivery);
         const leased = await a.enqueue(e.id, 0, 4, batch, 1_000, { owner: 'p1', until: 60_000, count: 3 });
         expect(leased!.map((d) => d.position)).to.deep.equal([1, 2, 3]);
-        expect(leased![0]).to.deep.include({ endpointId: e.id, projectId: e.projectId, eventId: batch[0]!.eventId, state: 'pending', attempts: 0, nextAttemptAt: 1_000 });
+        expect(leased![0]).to.deep.include({
+          endpointId: e.id,
+          projectId: e.projectId,
+          eventId: batch[0]!.eventId,
+          state: 'pending',
+          attempts: 0,
+          nextAttemptAt: 1_000,
+        });
         const others = await b.claim({ owner: 'p2', now: 2_000, leaseUntil: 90_000, endpoints: [{ id: e.id, limit: 10 }] });
         expect(others.map((d) => d.position)).to.deep.equal([4]);
         // Held under the lease: its outcome is the owner's to write.
         expect(await b.finish([outcome(e.id, leased![0]!, 'p2')])).to.deep.equal(new Map());
         expect((await a.finish([outcome(e.id, leased![0]!, 'p1')])).get(e.id)).to.equal(null);
         // The lease lapses: the two left are anyone's.
-        expect((await b.claim({ owner: 'p2', now: 60_000, leaseUntil: 90_000, endpoints: [{ id: e.id, limit: 10 }] })).map((d) => d.position)).to.deep.equal([2, 3]);
+        expect(
+          (await b.claim({ owner: 'p2', now: 60_000, leaseUntil: 90_000, endpoints: [{ id: e.id, limit: 10 }] })).map((d) => d.position),
+        ).to.deep.equal([2, 3]);
       });
 
       it('claims due deliveries of enabled endpoints once, at most so many per endpoint, and again once the lease lapses', async () => {
@@ -217,7 +266,16 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         // Not yet due.
         expect(await a.claim({ owner: 'p1', now: 999, leaseUntil: 60_000, endpoints: all3(10) })).to.deep.equal([]);
         const [first, second] = await Promise.all([
-          a.claim({ owner: 'p1', now: 2_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 3 }, { id: f.id, limit: 1 }, { id: off.id, limit: 3 }] }),
+          a.claim({
+            owner: 'p1',
+            now: 2_000,
+            leaseUntil: 60_000,
+            endpoints: [
+              { id: e.id, limit: 3 },
+              { id: f.id, limit: 1 },
+              { id: off.id, limit: 3 },
+            ],
+          }),
           b.claim({ owner: 'p2', now: 2_000, leaseUntil: 60_000, endpoints: all3(3) }),
         ]);
         const all = [...first, ...second];
@@ -245,22 +303,49 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const [d1, d2, d3] = claimed.filter((d) => d.endpointId === e.id);
         // Not the owner: nothing written.
         expect(await b.finish([outcome(e.id, d1!, 'p2')])).to.deep.equal(new Map());
-        const down = await b.finish([outcome(e.id, d1!, 'p1', { state: 'pending', nextAttemptAt: 6_000, at: 5_000, status: 503, error: 'HTTP 503', receiver: 'down' })]);
+        const down = await b.finish([
+          outcome(e.id, d1!, 'p1', { state: 'pending', nextAttemptAt: 6_000, at: 5_000, status: 503, error: 'HTTP 503', receiver: 'down' }),
+        ]);
         expect(down.get(e.id)).to.equal(5_000);
-        const stillDown = await a.finish([outcome(e.id, d2!, 'p1', { state: 'pending', nextAttemptAt: 8_000, at: 7_000, status: null, error: 'timeout', ms: null, receiver: 'down' })]);
+        const stillDown = await a.finish([
+          outcome(e.id, d2!, 'p1', {
+            state: 'pending',
+            nextAttemptAt: 8_000,
+            at: 7_000,
+            status: null,
+            error: 'timeout',
+            ms: null,
+            receiver: 'down',
+          }),
+        ]);
         expect(stillDown.get(e.id)).to.equal(5_000);
         expect((await a.get(e.projectId, e.id))!.failingSince).to.equal(5_000);
         // Never called (the token may no longer read it): not a word about the receiver.
-        expect(await a.finish([outcome(e.id, d3!, 'p1', { state: 'failed', status: null, error: 'not readable', ms: null, receiver: null })])).to.deep.equal(new Map());
-        const [r1] = (await b.deliveries(e.projectId, e.id, 2, 10));
-        expect(r1).to.deep.include({ state: 'pending', attempts: 1, nextAttemptAt: 6_000, lastAttemptAt: 5_000, lastStatus: 503, lastError: 'HTTP 503', lastMs: 12 });
+        expect(
+          await a.finish([outcome(e.id, d3!, 'p1', { state: 'failed', status: null, error: 'not readable', ms: null, receiver: null })]),
+        ).to.deep.equal(new Map());
+        const [r1] = await b.deliveries(e.projectId, e.id, 2, 10);
+        expect(r1).to.deep.include({
+          state: 'pending',
+          attempts: 1,
+          nextAttemptAt: 6_000,
+          lastAttemptAt: 5_000,
+          lastStatus: 503,
+          lastError: 'HTTP 503',
+          lastMs: 12,
+        });
         const r3 = (await b.deliveries(e.projectId, e.id, null, 1))[0]!;
         expect(r3).to.deep.include({ state: 'failed', attempts: 0, lastAttemptAt: null });
         const retried = await a.claim({ owner: 'p1', now: 6_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] });
         expect(retried.map((d) => d.eventId)).to.deep.equal([d1!.eventId]);
         const up = await a.finish([outcome(e.id, d1!, 'p1', { at: 9_000 })]);
         expect(up.get(e.id)).to.equal(null);
-        expect((await b.deliveries(e.projectId, e.id, 2, 1))[0]).to.deep.include({ state: 'delivered', attempts: 2, lastStatus: 204, lastError: null });
+        expect((await b.deliveries(e.projectId, e.id, 2, 1))[0]).to.deep.include({
+          state: 'delivered',
+          attempts: 2,
+          lastStatus: 204,
+          lastError: null,
+        });
       });
 
       it('in one batch of outcomes, a success clears the failing before it and a failure after it starts it again', async () => {
@@ -268,10 +353,25 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const f = await fresh(0);
         await a.enqueue(e.id, 0, 4, [1, 2, 3, 4].map(delivery), 1_000);
         await a.enqueue(f.id, 0, 2, [1, 2].map(delivery), 1_000);
-        const got = await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }, { id: f.id, limit: 10 }] });
+        const got = await a.claim({
+          owner: 'p1',
+          now: 1_000,
+          leaseUntil: 60_000,
+          endpoints: [
+            { id: e.id, limit: 10 },
+            { id: f.id, limit: 10 },
+          ],
+        });
         const [e1, e2, e3, e4] = got.filter((d) => d.endpointId === e.id);
         const [f1, f2] = got.filter((d) => d.endpointId === f.id);
-        const down = (at: number) => ({ state: 'pending' as const, nextAttemptAt: 90_000, at, status: 503, error: 'HTTP 503', receiver: 'down' as const });
+        const down = (at: number) => ({
+          state: 'pending' as const,
+          nextAttemptAt: 90_000,
+          at,
+          status: 503,
+          error: 'HTTP 503',
+          receiver: 'down' as const,
+        });
         await a.finish([outcome(e.id, e1!, 'p1', down(3_000)), outcome(f.id, f1!, 'p1', down(3_000))]);
         const after = await b.finish([
           outcome(e.id, e2!, 'p1', down(5_000)),
@@ -287,7 +387,9 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         const e = await fresh(0);
         const batch = [1, 2].map(delivery);
         await a.enqueue(e.id, 0, 2, batch, 1_000);
-        const claimed = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] })).filter((d) => d.endpointId === e.id);
+        const claimed = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] })).filter(
+          (d) => d.endpointId === e.id,
+        );
         await a.finish(claimed.map((d) => outcome(e.id, d, 'p1')));
         expect(await b.rewind(newId('prj'), e.id, 0, 2_000)).to.equal(null);
         const back = await b.rewind(e.projectId, e.id, 1, 2_000);
@@ -296,7 +398,10 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         expect((await b.rewind(e.projectId, e.id, 5, 2_000))!.position).to.equal(1);
         expect(await a.enqueue(e.id, 1, 2, [batch[1]!], 3_000)).to.deep.equal([]);
         const listed = await a.deliveries(e.projectId, e.id, null, 10);
-        expect(listed.map((d) => [d.position, d.state, d.attempts])).to.deep.equal([[2, 'pending', 0], [1, 'delivered', 1]]);
+        expect(listed.map((d) => [d.position, d.state, d.attempts])).to.deep.equal([
+          [2, 'pending', 0],
+          [1, 'delivered', 1],
+        ]);
         expect(listed[0]!.nextAttemptAt).to.equal(3_000);
       });
 
@@ -310,7 +415,9 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
         await a.enqueue(e.id, 0, 2, [delivery(1)], 1_000);
         await a.enqueue(e.id, 2, 3, [delivery(3)], 3_000);
         expect(await b.oldestDue()).to.equal(1_000);
-        const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 1 }] })).filter((d) => d.endpointId === e.id);
+        const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 1 }] })).filter(
+          (d) => d.endpointId === e.id,
+        );
         await a.finish([outcome(e.id, d1!, 'p1', { at: 2_000 })]);
         expect(await b.oldestDue()).to.equal(3_000);
       });
@@ -318,7 +425,9 @@ export function webhooksContract(engineName: string, open: () => Promise<Webhook
       it('forgets settled deliveries past the cutoff, and all of an endpoint deleted', async () => {
         const e = await fresh(0);
         await a.enqueue(e.id, 0, 2, [1, 2].map(delivery), 1_000);
-        const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] })).filter((d) => d.endpointId === e.id);
+        const [d1] = (await a.claim({ owner: 'p1', now: 1_000, leaseUntil: 60_000, endpoints: [{ id: e.id, limit: 10 }] })).filter(
+          (d) => d.endpointId === e.id,
+        );
         await a.finish([outcome(e.id, d1!, 'p1', { at: 4_000 })]);
         expect(await b.purgeDeliveries(4_001)).to.be.at.least(1);
         expect((await a.deliveries(e.projectId, e.id, null, 10)).map((d) => d.position)).to.deep.equal([2]);

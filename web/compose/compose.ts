@@ -42,11 +42,23 @@ const messageIds = (value: string | undefined): string[] => value?.match(/<[^<>\
 function addressText(list: Address[]): string {
   return list
     .flatMap((a) => (a.group ? a.group : [a]))
-    .map((m) => (!m.name ? m.address : /[",<>@;:\\]/.test(m.name) ? `"${m.name.replace(/(["\\])/g, '\\$1')}" <${m.address}>` : `${m.name} <${m.address}>`))
+    .map((m) =>
+      !m.name
+        ? m.address
+        : /[",<>@;:\\]/.test(m.name)
+          ? `"${m.name.replace(/(["\\])/g, '\\$1')}" <${m.address}>`
+          : `${m.name} <${m.address}>`,
+    )
     .join(', ');
 }
 
-const quote = (text: string) => text.replace(/\r\n?/g, '\n').replace(/\n+$/, '').split('\n').map((l) => (l.startsWith('>') ? `>${l}` : `> ${l}`)).join('\n');
+const quote = (text: string) =>
+  text
+    .replace(/\r\n?/g, '\n')
+    .replace(/\n+$/, '')
+    .split('\n')
+    .map((l) => (l.startsWith('>') ? `>${l}` : `> ${l}`))
+    .join('\n');
 
 async function prefill(inboxId: string, mode: Mode, msgId: string | undefined): Promise<Prefill> {
   if (mode === 'new' || !msgId) return { to: '', subject: '', text: '' };
@@ -64,8 +76,8 @@ async function prefill(inboxId: string, mode: Mode, msgId: string | undefined): 
   const parentRefs = messageIds(original.references);
   const inReplyTo = messageIds(original.inReplyTo);
   const references = [...(parentRefs.length ? parentRefs : inReplyTo.length === 1 ? inReplyTo : []), ...(messageId ? [messageId] : [])];
-  const from = original.from ? addressText([original.from]) : detail.message.from ?? '';
-  const to = original.replyTo?.length ? addressText(original.replyTo) : detail.replyTo ?? from;
+  const from = original.from ? addressText([original.from]) : (detail.message.from ?? '');
+  const to = original.replyTo?.length ? addressText(original.replyTo) : (detail.replyTo ?? from);
   const date = original.headers.find((x) => x.key === 'date')?.value ?? detail.message.date ?? '';
   return {
     to,
@@ -77,7 +89,13 @@ async function prefill(inboxId: string, mode: Mode, msgId: string | undefined): 
 }
 
 async function readFiles(input: HTMLInputElement): Promise<OutgoingAttachment[]> {
-  return Promise.all(Array.from(input.files ?? [], async (f) => ({ filename: f.name, contentType: f.type || 'application/octet-stream', data: new Uint8Array(await f.arrayBuffer()) })));
+  return Promise.all(
+    Array.from(input.files ?? [], async (f) => ({
+      filename: f.name,
+      contentType: f.type || 'application/octet-stream',
+      data: new Uint8Array(await f.arrayBuffer()),
+    })),
+  );
 }
 
 async function composePage(inboxId: string, mode: Mode, msgId?: string): Promise<void> {
@@ -99,12 +117,22 @@ async function composePage(inboxId: string, mode: Mode, msgId?: string): Promise
   // Not a submit button: Enter in the To or Subject box must not send a half-written message.
   // Ctrl+Enter (or Cmd+Enter) in the form sends, as in most mail clients.
   const sendButton = h('button', { type: 'button', id: 'compose-send', 'aria-keyshortcuts': 'Control+Enter' }, 'Send');
-  const form = h('form', { id: 'compose-form' },
-    h('label', { for: 'compose-from' }, 'From'), from,
-    ...to.nodes, ...cc.nodes, ...bcc.nodes, ...subject.nodes,
-    h('label', { for: 'compose-body' }, 'Message'), body,
-    pre.forwarded ? h('p', { class: 'muted', id: 'compose-forwarded' }, `The original message is attached: ${pre.forwarded.filename}`) : null,
-    h('label', { for: 'compose-attachments' }, 'Attachments'), files,
+  const form = h(
+    'form',
+    { id: 'compose-form' },
+    h('label', { for: 'compose-from' }, 'From'),
+    from,
+    ...to.nodes,
+    ...cc.nodes,
+    ...bcc.nodes,
+    ...subject.nodes,
+    h('label', { for: 'compose-body' }, 'Message'),
+    body,
+    pre.forwarded
+      ? h('p', { class: 'muted', id: 'compose-forwarded' }, `The original message is attached: ${pre.forwarded.filename}`)
+      : null,
+    h('label', { for: 'compose-attachments' }, 'Attachments'),
+    files,
     h('div', { class: 'actions' }, sendButton, h('a', { href: '#', class: 'secondary' }, 'Cancel')),
     status,
   );
@@ -129,21 +157,40 @@ async function composePage(inboxId: string, mode: Mode, msgId?: string): Promise
         const recipients = [...new Set([...toList, ...ccList, ...bccList].map((m) => m.address.toLowerCase()))];
         if (recipients.length === 0) throw new Error('Add at least one recipient.');
         const attachments = await readFiles(files);
-        const snapshot = JSON.stringify([from.value, to.el.value, cc.el.value, bcc.el.value, subject.el.value, body.value, Array.from(files.files ?? [], (f) => [f.name, f.size, f.lastModified])]);
+        const snapshot = JSON.stringify([
+          from.value,
+          to.el.value,
+          cc.el.value,
+          bcc.el.value,
+          subject.el.value,
+          body.value,
+          Array.from(files.files ?? [], (f) => [f.name, f.size, f.lastModified]),
+        ]);
         if (!draft || draft.snapshot !== snapshot) {
           // Changed content is a new message: a new draft, so it can never be taken for the old one.
           status.textContent = 'Encrypting…';
           const draftId = newDraftId();
           const sender: Mailbox = { address: from.value };
           const raw = buildMessage({
-            from: sender, to: toList, cc: ccList, bcc: bccList, subject: subject.el.value, text: body.value, attachments,
+            from: sender,
+            to: toList,
+            cc: ccList,
+            bcc: bccList,
+            subject: subject.el.value,
+            text: body.value,
+            attachments,
             ...(pre.forwarded ? { forwarded: pre.forwarded } : {}),
-            messageId: newMessageId(from.value), date: new Date(),
+            messageId: newMessageId(from.value),
+            date: new Date(),
             ...(pre.inReplyTo ? { inReplyTo: pre.inReplyTo } : {}),
             ...(pre.references ? { references: pre.references } : {}),
           });
-          if (raw.length > MAX_MESSAGE_BYTES) throw new Error(`The message is ${(raw.length / 2 ** 20).toFixed(1)} MB with its attachments; the limit is 25 MB.`);
-          draft = { snapshot, body: { draftId, epoch: compose.epoch, ...(await sealForSend(compose, raw, draftId)), from: from.value, to: recipients } };
+          if (raw.length > MAX_MESSAGE_BYTES)
+            throw new Error(`The message is ${(raw.length / 2 ** 20).toFixed(1)} MB with its attachments; the limit is 25 MB.`);
+          draft = {
+            snapshot,
+            body: { draftId, epoch: compose.epoch, ...(await sealForSend(compose, raw, draftId)), from: from.value, to: recipients },
+          };
         }
         status.textContent = 'Sending…';
         await api<SendResult>('POST', `/inboxes/${inboxId}/send`, draft.body);
@@ -160,7 +207,10 @@ async function composePage(inboxId: string, mode: Mode, msgId?: string): Promise
         }
       } catch (err) {
         // A 503 or a lost connection (fetch's TypeError) may be retried as it is; other refusals need a change first.
-        const retry = err instanceof TypeError || (err instanceof ApiError && err.status === 503) ? ' Try again: the same draft is sent at most once.' : '';
+        const retry =
+          err instanceof TypeError || (err instanceof ApiError && err.status === 503)
+            ? ' Try again: the same draft is sent at most once.'
+            : '';
         status.textContent = `Not sent: ${(err as Error).message.replace(/\.$/, '')}.${retry}`;
         status.dataset.state = 'failed';
         report(err);
@@ -179,4 +229,4 @@ async function composePage(inboxId: string, mode: Mode, msgId?: string): Promise
 const INBOX = 'ibx_[0-9A-Z]{26}';
 const MSG = 'msg_[0-9A-Z]{26}';
 addRoute(new RegExp(`^#/compose/(${INBOX})$`), (m) => composePage(m[1]!, 'new'));
-addRoute(new RegExp(`^#/compose/(${INBOX})/(reply|forward)/(${MSG})$`), (m) => composePage(m[1]!, m[2] as Mode, m[3]!));
+addRoute(new RegExp(`^#/compose/(${INBOX})/(reply|forward)/(${MSG})$`), (m) => composePage(m[1]!, m[2] as Mode, m[3]));

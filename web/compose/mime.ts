@@ -125,7 +125,9 @@ function addressField(name: string, list: Mailbox[]): string {
 function param(name: string, value: string): string {
   const clean = value.replace(/[\r\n]+/g, ' ');
   if (ASCII_PRINTABLE.test(clean)) return `${name}="${clean.replace(/(["\\])/g, '\\$1')}"`;
-  const pct = Array.from(enc.encode(clean), (b) => (/[A-Za-z0-9!#$&+\-.^_`|~]/.test(String.fromCharCode(b)) ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`)).join('');
+  const pct = Array.from(enc.encode(clean), (b) =>
+    /[A-Za-z0-9!#$&+\-.^_`|~]/.test(String.fromCharCode(b)) ? String.fromCharCode(b) : `%${b.toString(16).toUpperCase().padStart(2, '0')}`,
+  ).join('');
   return `${name}*=utf-8''${pct}`;
 }
 
@@ -187,7 +189,10 @@ export function buildMessage(m: Outgoing): Uint8Array {
   } else {
     // "=_" cannot occur in base64 or quoted-printable text, so no part can contain the boundary.
     const boundary = `=_postern_${hex(12)}`;
-    parts.push(head, `Content-Type: multipart/mixed; boundary="${boundary}"${CRLF}${CRLF}This is a multi-part message in MIME format.${CRLF}`);
+    parts.push(
+      head,
+      `Content-Type: multipart/mixed; boundary="${boundary}"${CRLF}${CRLF}This is a multi-part message in MIME format.${CRLF}`,
+    );
     parts.push(`--${boundary}${CRLF}`, textPart(m.text), CRLF);
     if (m.forwarded) {
       const f = m.forwarded.bytes;
@@ -240,7 +245,12 @@ export function parseAddressList(input: string): Mailbox[] {
     if (!entry) continue;
     const m = /^(.*?)\s*<([^<>\s]+)>$/.exec(entry);
     const address = (m ? m[2]! : entry).trim();
-    const name = m ? m[1]!.trim().replace(/^"(.*)"$/, '$1').replace(/\\(.)/g, '$1') : '';
+    const name = m
+      ? m[1]!
+          .trim()
+          .replace(/^"(.*)"$/, '$1')
+          .replace(/\\(.)/g, '$1')
+      : '';
     if (!/^[^\s@<>(),;:"\\[\]]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$/.test(address)) throw new Error(`not an e-mail address: ${entry}`);
     out.push(name ? { name, address } : { address });
   }

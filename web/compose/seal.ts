@@ -12,7 +12,11 @@ export function newDraftId(): string {
   return `draft_${b64.replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '')}`;
 }
 
-export async function sealForSend(compose: ComposeData, raw: Uint8Array, draftId: string): Promise<{ wrappedDek: string; ciphertext: string }> {
+export async function sealForSend(
+  compose: ComposeData,
+  raw: Uint8Array,
+  draftId: string,
+): Promise<{ wrappedDek: string; ciphertext: string }> {
   const key = await readKey({ binaryKey: fromBase64(compose.epochPublic) });
   const sealed = await encrypt({ message: await createMessage({ binary: raw, filename: draftId }), encryptionKeys: key, format: 'object' });
   const pkesk = new PacketList();
@@ -22,5 +26,5 @@ export async function sealForSend(compose: ComposeData, raw: Uint8Array, draftId
     (tag === enums.packet.publicKeyEncryptedSessionKey ? pkesk : rest).push(packet);
   }
   if (pkesk.length === 0 || rest.length === 0) throw new Error('sealing the message gave no key packet');
-  return { wrappedDek: toBase64(pkesk.write() as Uint8Array), ciphertext: toBase64(rest.write() as Uint8Array) };
+  return { wrappedDek: toBase64(pkesk.write()), ciphertext: toBase64(rest.write()) };
 }

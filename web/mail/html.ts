@@ -89,7 +89,8 @@ function takeStyles(doc: Document, marker: string): PreparedHtml['styles'] {
     }
   }
   const walker = doc.createTreeWalker(doc, NodeFilter.SHOW_TEXT);
-  for (let node = walker.nextNode(); node; node = walker.nextNode()) if (node.nodeValue?.includes(marker)) node.nodeValue = restore(node.nodeValue);
+  for (let node = walker.nextNode(); node; node = walker.nextNode())
+    if (node.nodeValue?.includes(marker)) node.nodeValue = restore(node.nodeValue);
   return styles;
 }
 
@@ -109,7 +110,9 @@ export function prepareHtml(html: string, parts: Attachment[], showRemote: boole
 
   // <template> too: its content is out of querySelectorAll's reach here, and the frame's parser
   // would attach a declarative shadow root (<template shadowrootmode>) from it, unsanitised.
-  for (const el of Array.from(doc.querySelectorAll('script, iframe, frame, frameset, object, embed, applet, base, link, meta, form, template'))) {
+  for (const el of Array.from(
+    doc.querySelectorAll('script, iframe, frame, frameset, object, embed, applet, base, link, meta, form, template'),
+  )) {
     // Forms cannot submit in the sandbox, but keep their fields visible.
     if (el.localName === 'form') el.replaceWith(...Array.from(el.childNodes));
     else el.remove();
@@ -129,7 +132,8 @@ export function prepareHtml(html: string, parts: Attachment[], showRemote: boole
       } else img.removeAttribute('src');
     } else if (REMOTE.test(src)) remoteImages++;
   }
-  for (const el of Array.from(doc.querySelectorAll('img[srcset], source[srcset]'))) if (/(?:https?:)?\/\//i.test(el.getAttribute('srcset')!)) remoteImages++;
+  for (const el of Array.from(doc.querySelectorAll('img[srcset], source[srcset]')))
+    if (/(?:https?:)?\/\//i.test(el.getAttribute('srcset')!)) remoteImages++;
   for (const el of Array.from(doc.querySelectorAll('[background]'))) if (REMOTE.test(el.getAttribute('background')!)) remoteImages++;
   for (const css of [...styles.inline, ...styles.sheets]) remoteImages += (css.match(/url\(\s*['"]?\s*(?:https?:)?\/\//gi) ?? []).length;
 
@@ -179,7 +183,7 @@ function inlineSheet(doc: Document, inline: string[]): string {
 /** Applies the message's styles to the frame's document once it has loaded (see the top of this file). */
 export function applyStyles(frame: HTMLIFrameElement, styles: PreparedHtml['styles']): void {
   const doc = frame.contentDocument;
-  const view = doc?.defaultView as (Window & typeof globalThis) | null | undefined;
+  const view = doc?.defaultView;
   if (!doc || !view) return;
   const sheets: CSSStyleSheet[] = [];
   // Inline styles last: of equal weight, the later sheet wins.

@@ -11,13 +11,35 @@ import { subscribeWhileOn } from './live.ts';
 import { searchForm } from './search.ts';
 
 function labelNav(inboxId: string, labels: Label[], current: string): HTMLElement {
-  return h('nav', { 'aria-label': 'Labels' }, h('ul', { class: 'labels', id: 'labels' }, ...labels.map((l) => h('li', {},
-    h('a', { href: inboxHash(inboxId, l.id), 'data-label': l.id, ...(l.id === current ? { 'aria-current': 'page' } : {}) },
-      h('span', { class: 'name' }, l.name),
-      unreadCount(l))))));
+  return h(
+    'nav',
+    { 'aria-label': 'Labels' },
+    h(
+      'ul',
+      { class: 'labels', id: 'labels' },
+      ...labels.map((l) =>
+        h(
+          'li',
+          {},
+          h(
+            'a',
+            { href: inboxHash(inboxId, l.id), 'data-label': l.id, ...(l.id === current ? { 'aria-current': 'page' } : {}) },
+            h('span', { class: 'name' }, l.name),
+            unreadCount(l),
+          ),
+        ),
+      ),
+    ),
+  );
 }
 
-const unreadCount = (l: Label) => h('span', { class: 'count', 'data-unread': String(l.unread) }, l.unread > 0 ? ` ${l.unread}` : '', h('span', { class: 'sr-only' }, ` (${l.unread} unread)`));
+const unreadCount = (l: Label) =>
+  h(
+    'span',
+    { class: 'count', 'data-unread': String(l.unread) },
+    l.unread > 0 ? ` ${l.unread}` : '',
+    h('span', { class: 'sr-only' }, ` (${l.unread} unread)`),
+  );
 
 /**
  * The labels' new counts. The links stay the same elements when the labels are the same, so a
@@ -26,7 +48,9 @@ const unreadCount = (l: Label) => h('span', { class: 'count', 'data-unread': Str
  */
 function updateLabelNav(nav: HTMLElement, inboxId: string, labels: Label[], current: string): HTMLElement {
   const links = Array.from(nav.querySelectorAll<HTMLAnchorElement>('a[data-label]'));
-  const same = links.length === labels.length && labels.every((l, i) => links[i]!.dataset.label === l.id && links[i]!.querySelector('.name')?.textContent === l.name);
+  const same =
+    links.length === labels.length &&
+    labels.every((l, i) => links[i]!.dataset.label === l.id && links[i]!.querySelector('.name')?.textContent === l.name);
   if (same) {
     labels.forEach((l, i) => links[i]!.querySelector('.count')!.replaceWith(unreadCount(l)));
     return nav;
@@ -34,7 +58,10 @@ function updateLabelNav(nav: HTMLElement, inboxId: string, labels: Label[], curr
   const focused = links.find((a) => a === document.activeElement)?.dataset.label;
   const next = labelNav(inboxId, labels, current);
   nav.replaceWith(next);
-  if (focused) Array.from(next.querySelectorAll<HTMLAnchorElement>('a[data-label]')).find((a) => a.dataset.label === focused)?.focus();
+  if (focused)
+    Array.from(next.querySelectorAll<HTMLAnchorElement>('a[data-label]'))
+      .find((a) => a.dataset.label === focused)
+      ?.focus();
   return next;
 }
 
@@ -48,7 +75,12 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   if (!label) throw new Error('This inbox has no labels yet.');
   const name = inboxes.find((i) => i.inboxId === inboxId)?.label ?? inboxId;
 
-  const list = h('ul', { class: 'list messages', id: 'messages', 'aria-label': `Messages in ${label.name}`, 'aria-describedby': 'messages-hint' });
+  const list = h('ul', {
+    class: 'list messages',
+    id: 'messages',
+    'aria-label': `Messages in ${label.name}`,
+    'aria-describedby': 'messages-hint',
+  });
   listKeys(list);
   const more = h('div', { class: 'actions' });
   const status = h('p', { class: 'muted', id: 'live-status', role: 'status' }, 'Connecting for live updates…');
@@ -65,7 +97,9 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     if (fresh) list.replaceChildren();
     for (const m of page.messages) if (!list.querySelector(`[data-msg="${m.id}"]`)) list.append(row(inboxId, m));
     before = page.before;
-    more.replaceChildren(...(before !== undefined ? [button('Older messages', () => loadPage(false), { class: 'secondary', id: 'older' })] : []));
+    more.replaceChildren(
+      ...(before !== undefined ? [button('Older messages', () => loadPage(false), { class: 'secondary', id: 'older' })] : []),
+    );
     empty();
   };
   const empty = () => {
@@ -123,9 +157,12 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   show(
     h('p', {}, h('a', { href: '#' }, '← All inboxes')),
     h('h1', {}, name),
-    h('div', { class: 'actions' },
+    h(
+      'div',
+      { class: 'actions' },
       h('a', { class: 'button', href: `#/compose/${inboxId}`, id: 'compose' }, 'Compose'),
-      h('a', { class: 'button secondary', href: '#/events', id: 'activity' }, 'Activity')),
+      h('a', { class: 'button secondary', href: '#/events', id: 'activity' }, 'Activity'),
+    ),
     searchForm(inboxId, labels, ''),
     nav,
     h('h2', { id: 'label-heading' }, label.name),

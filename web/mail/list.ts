@@ -51,15 +51,26 @@ export function row(inboxId: string, m: MessageSummary): HTMLLIElement {
   summaries.set(m.id, m);
   const unread = !m.flags.includes('seen');
   const flagged = m.flags.includes('flagged');
-  const li = h('li', { 'data-msg': m.id, 'data-uid': String(m.uid), class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}` },
-    h('a', { href: messageHash(inboxId, m.id) },
+  const li = h(
+    'li',
+    { 'data-msg': m.id, 'data-uid': String(m.uid), class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}` },
+    h(
+      'a',
+      { href: messageHash(inboxId, m.id) },
       h('span', { class: 'from' }, m.from ?? '(no sender)'),
       h('span', { class: 'subject' }, m.subject ?? '(no subject)'),
       h('time', { datetime: m.receivedAt, class: 'muted' }, when(m.date ?? m.receivedAt)),
-      h('span', { class: 'marks' },
+      h(
+        'span',
+        { class: 'marks' },
         unread ? h('span', { class: 'mark-unread', title: 'Unread' }, '●', h('span', { class: 'sr-only' }, ' unread')) : null,
         flagged ? h('span', { class: 'mark-flagged', title: 'Flagged' }, '★', h('span', { class: 'sr-only' }, ' flagged')) : null,
-        m.flags.includes('answered') ? h('span', { class: 'mark-answered', title: 'Answered' }, '↩', h('span', { class: 'sr-only' }, ' answered')) : null)));
+        m.flags.includes('answered')
+          ? h('span', { class: 'mark-answered', title: 'Answered' }, '↩', h('span', { class: 'sr-only' }, ' answered'))
+          : null,
+      ),
+    ),
+  );
   return li;
 }
 
@@ -73,7 +84,8 @@ export function listKeys(list: HTMLElement): void {
     const links = Array.from(list.querySelectorAll<HTMLAnchorElement>('li.message > a'));
     const at = links.findIndex((a) => a === document.activeElement);
     if (at < 0) return;
-    const to = e.key === 'ArrowDown' ? at + 1 : e.key === 'ArrowUp' ? at - 1 : e.key === 'Home' ? 0 : e.key === 'End' ? links.length - 1 : null;
+    const to =
+      e.key === 'ArrowDown' ? at + 1 : e.key === 'ArrowUp' ? at - 1 : e.key === 'Home' ? 0 : e.key === 'End' ? links.length - 1 : null;
     if (to === null) return;
     e.preventDefault();
     links[Math.max(0, Math.min(links.length - 1, to))]?.focus();

@@ -58,13 +58,20 @@ function saveLink(part: Attachment, index: number): HTMLAnchorElement {
   objectUrls.push(url);
   const name = safeFilename(part.filename, index);
   const size = typeof part.content === 'string' ? part.content.length : part.content.byteLength;
-  return h('a', { href: url, download: name, class: 'attachment', 'data-attachment': String(index) }, `${name} (${part.mimeType}, ${size.toLocaleString()} bytes)`);
+  return h(
+    'a',
+    { href: url, download: name, class: 'attachment', 'data-attachment': String(index) },
+    `${name} (${part.mimeType}, ${size.toLocaleString()} bytes)`,
+  );
 }
 
 /** Shown where the message was: it is gone from the inbox (expunged by a mail app or another device). */
 function removedNotice(): HTMLElement {
-  return h('p', { class: 'notice', id: 'message-removed', role: 'alert' },
-    'This message was removed from the inbox (by a mail app or another device). What is shown is what was open here.');
+  return h(
+    'p',
+    { class: 'notice', id: 'message-removed', role: 'alert' },
+    'This message was removed from the inbox (by a mail app or another device). What is shown is what was open here.',
+  );
 }
 
 async function messageScreen(inboxId: string, msgId: string): Promise<void> {
@@ -142,7 +149,10 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
   // elements as their state changes, so keyboard focus stays on them.
   const toggles = h('div', { class: 'actions', id: 'flag-actions', role: 'group', 'aria-label': 'Flags' });
   const toggleOf = (flag: WebFlag, label: string) => {
-    const b = button(label, () => setFlags(flags.has(flag) ? { remove: [flag] } : { add: [flag] }), { class: 'secondary toggle', id: `toggle-${flag}` });
+    const b = button(label, () => setFlags(flags.has(flag) ? { remove: [flag] } : { add: [flag] }), {
+      class: 'secondary toggle',
+      id: `toggle-${flag}`,
+    });
     return { b, draw: () => b.setAttribute('aria-pressed', String(flags.has(flag))) };
   };
   const buttons = [toggleOf('flagged', 'Flagged'), toggleOf('seen', 'Read'), toggleOf('answered', 'Answered')];
@@ -164,7 +174,12 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
   const body = h('div', { class: 'body', id: 'message-body' });
   if (email.html) {
     // allow-same-origin only so the app can style it through CSSOM (html.ts); never allow-scripts.
-    const frame = h('iframe', { id: 'message-html', title: 'Message content', sandbox: 'allow-same-origin allow-popups allow-popups-to-escape-sandbox', referrerpolicy: 'no-referrer' });
+    const frame = h('iframe', {
+      id: 'message-html',
+      title: 'Message content',
+      sandbox: 'allow-same-origin allow-popups allow-popups-to-escape-sandbox',
+      referrerpolicy: 'no-referrer',
+    });
     let shown: PreparedHtml | null = null;
     frame.addEventListener('load', () => {
       if (shown) applyStyles(frame, shown.styles);
@@ -177,12 +192,22 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
       return shown;
     };
     const { remoteImages } = render(false);
-    if (remoteImages > 0) body.append(
-      h('p', { class: 'notice', id: 'remote-notice' }, `Remote images are blocked (${remoteImages}): loading them tells the sender you opened this message. `,
-          button('Show images', () => {
-            render(true);
-            document.getElementById('remote-notice')?.remove();
-          }, { class: 'secondary', id: 'show-images' })));
+    if (remoteImages > 0)
+      body.append(
+        h(
+          'p',
+          { class: 'notice', id: 'remote-notice' },
+          `Remote images are blocked (${remoteImages}): loading them tells the sender you opened this message. `,
+          button(
+            'Show images',
+            () => {
+              render(true);
+              document.getElementById('remote-notice')?.remove();
+            },
+            { class: 'secondary', id: 'show-images' },
+          ),
+        ),
+      );
     body.append(frame);
   } else {
     body.append(h('pre', { class: 'text', id: 'message-text' }, email.text ?? ''));
@@ -191,18 +216,30 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
   show(
     back,
     h('h1', { id: 'message-subject' }, email.subject ?? detail.message.subject ?? '(no subject)'),
-    h('dl', { class: 'headers' },
-      h('dt', {}, 'From'), h('dd', { id: 'message-from' }, addresses(email.from) || detail.message.from || ''),
-      h('dt', {}, 'To'), h('dd', {}, addresses(email.to) || detail.message.to || ''),
-      email.cc ? h('dt', {}, 'Cc') : null, email.cc ? h('dd', {}, addresses(email.cc)) : null,
-      h('dt', {}, 'Date'), h('dd', {}, new Date(email.date ?? detail.message.receivedAt).toLocaleString())),
-    h('div', { class: 'actions' },
+    h(
+      'dl',
+      { class: 'headers' },
+      h('dt', {}, 'From'),
+      h('dd', { id: 'message-from' }, addresses(email.from) || detail.message.from || ''),
+      h('dt', {}, 'To'),
+      h('dd', {}, addresses(email.to) || detail.message.to || ''),
+      email.cc ? h('dt', {}, 'Cc') : null,
+      email.cc ? h('dd', {}, addresses(email.cc)) : null,
+      h('dt', {}, 'Date'),
+      h('dd', {}, new Date(email.date ?? detail.message.receivedAt).toLocaleString()),
+    ),
+    h(
+      'div',
+      { class: 'actions' },
       h('a', { class: 'button', href: `#/compose/${inboxId}/reply/${msgId}`, id: 'reply' }, 'Reply'),
-      h('a', { class: 'button secondary', href: `#/compose/${inboxId}/forward/${msgId}`, id: 'forward' }, 'Forward')),
+      h('a', { class: 'button secondary', href: `#/compose/${inboxId}/forward/${msgId}`, id: 'forward' }, 'Forward'),
+    ),
     toggles,
     body,
     attachments.length > 0 ? h('h2', {}, 'Attachments') : null,
-    attachments.length > 0 ? h('ul', { class: 'list', id: 'attachments' }, ...attachments.map(({ part, i }) => h('li', {}, saveLink(part, i)))) : null,
+    attachments.length > 0
+      ? h('ul', { class: 'list', id: 'attachments' }, ...attachments.map(({ part, i }) => h('li', {}, saveLink(part, i))))
+      : null,
   );
   if (removed) drawRemoved();
   // Opening it reads it, as in a mail app; a failure here leaves the message readable.

@@ -32,8 +32,11 @@ const sameMessage = (a: MessageSummary, b: MessageSummary) =>
   a.id !== b.id && a.receivedAt === b.receivedAt && a.subject === b.subject && a.from === b.from && a.date === b.date;
 
 export async function awaitSealing(inboxId: string, msgId: string, hash: string, back: HTMLElement, refusal: string): Promise<void> {
-  const status = h('p', { class: 'notice', id: 'sealing', role: 'status' },
-    'This message is being secured (encrypted for this inbox). It will open in a moment.');
+  const status = h(
+    'p',
+    { class: 'notice', id: 'sealing', role: 'status' },
+    'This message is being secured (encrypted for this inbox). It will open in a moment.',
+  );
   show(back, h('h1', {}, 'Securing the message…'), status);
   const listed = await findListed(inboxId, msgId).catch(() => undefined);
   if (location.hash !== hash) return;

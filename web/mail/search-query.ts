@@ -33,7 +33,8 @@ const TOKEN = /([A-Za-z]+):(?:"([^"]*)"?|(\S*))|"([^"]*)"?|(\S+)/g;
 function dayStart(prefix: string, value: string): string {
   const m = /^(\d{4})-(\d{2})-(\d{2})$/.exec(value);
   const d = m ? new Date(Number(m[1]), Number(m[2]) - 1, Number(m[3])) : null;
-  if (!m || !d || d.getMonth() !== Number(m[2]) - 1 || d.getDate() !== Number(m[3])) throw new SearchSyntaxError(`${prefix}: takes a date as YYYY-MM-DD, not "${value}".`);
+  if (!m || !d || d.getMonth() !== Number(m[2]) - 1 || d.getDate() !== Number(m[3]))
+    throw new SearchSyntaxError(`${prefix}: takes a date as YYYY-MM-DD, not "${value}".`);
   return d.toISOString();
 }
 
@@ -67,14 +68,21 @@ export function parseSearch(text: string): SearchTerms {
     } else if (prefix === 'is') {
       const keyword = IS[value.toLowerCase()];
       if (!keyword) throw new SearchSyntaxError(`is: takes ${Object.keys(IS).join(', ')}; not "${value}".`);
-      once(keyword[0], keyword[1], keyword[0] === 'hasKeyword' ? 'of is:read, is:flagged, is:answered' : 'of is:unread, is:unflagged, is:unanswered');
+      once(
+        keyword[0],
+        keyword[1],
+        keyword[0] === 'hasKeyword' ? 'of is:read, is:flagged, is:answered' : 'of is:unread, is:unflagged, is:unanswered',
+      );
     } else if (prefix === 'has') {
       if (value.toLowerCase() !== 'attachment') throw new SearchSyntaxError(`has: takes attachment; not "${value}".`);
       conditions.hasAttachment = 'true';
     } else if (prefix === 'after' || prefix === 'before') once(prefix, dayStart(prefix, value), `${prefix}:`);
     else if (prefix === 'larger') once('minSize', size(prefix, value), 'larger:');
     else if (prefix === 'smaller') once('maxSize', size(prefix, value), 'smaller:');
-    else throw new SearchSyntaxError(`Unknown search term "${prefix}:". Try from:, to:, cc:, subject:, in:, is:, has:attachment, after:, before:, larger:, smaller:.`);
+    else
+      throw new SearchSyntaxError(
+        `Unknown search term "${prefix}:". Try from:, to:, cc:, subject:, in:, is:, has:attachment, after:, before:, larger:, smaller:.`,
+      );
   }
   for (const field of WORD_FIELDS) if (words[field].length > 0) conditions[field] = words[field].join(' ');
   return label === undefined ? { conditions } : { conditions, label };

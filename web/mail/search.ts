@@ -10,7 +10,8 @@ import { button, h, main, show } from '../ui.ts';
 import { backFromSearch, listKeys, PAGE_SIZE, row, searchHash, startListing } from './list.ts';
 import { parseSearch, SearchSyntaxError, type SearchTerms } from './search-query.ts';
 
-const HINT = 'Words search subjects. Also from:, to:, cc:, subject:, in:label, is:unread, is:read, is:flagged, is:answered, has:attachment, after:YYYY-MM-DD, before:YYYY-MM-DD, larger:500K, smaller:1M. Message bodies are not searched.';
+const HINT =
+  'Words search subjects. Also from:, to:, cc:, subject:, in:label, is:unread, is:read, is:flagged, is:answered, has:attachment, after:YYYY-MM-DD, before:YYYY-MM-DD, larger:500K, smaller:1M. Message bodies are not searched.';
 
 /** The API's query for `text`, or why it has none (a syntax slip, an unknown label). */
 function conditionsOf(text: string, labels: Label[]): URLSearchParams {
@@ -30,14 +31,25 @@ function conditionsOf(text: string, labels: Label[]): URLSearchParams {
  * results; on the list, Escape empties the box). A slip in the syntax is said under the box.
  */
 export function searchForm(inboxId: string, labels: Label[], value: string): HTMLFormElement {
-  const input = h('input', { type: 'search', id: 'search', name: 'q', autocomplete: 'off', spellcheck: 'false', 'aria-describedby': 'search-hint', value });
+  const input = h('input', {
+    type: 'search',
+    id: 'search',
+    name: 'q',
+    autocomplete: 'off',
+    spellcheck: 'false',
+    'aria-describedby': 'search-hint',
+    value,
+  });
   const problem = h('p', { id: 'search-problem', class: 'error', role: 'alert' });
   const leave = () => navigate(backFromSearch(inboxId));
-  const form = h('form', { role: 'search', id: 'search-form', 'aria-label': 'Search this inbox' },
+  const form = h(
+    'form',
+    { role: 'search', id: 'search-form', 'aria-label': 'Search this inbox' },
     h('label', { for: 'search' }, 'Search this inbox'),
     h('div', { class: 'search-row' }, input, h('button', { type: 'submit', id: 'search-submit' }, 'Search')),
     h('p', { id: 'search-hint', class: 'muted' }, HINT),
-    problem);
+    problem,
+  );
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     const text = input.value.trim();
@@ -70,7 +82,12 @@ async function searchScreen(inboxId: string, text: string): Promise<void> {
   ]);
   if (location.hash !== hash) return;
   const name = inboxes.find((i) => i.inboxId === inboxId)?.label ?? inboxId;
-  const list = h('ul', { class: 'list messages', id: 'search-results', 'aria-labelledby': 'results-heading', 'aria-describedby': 'messages-hint' });
+  const list = h('ul', {
+    class: 'list messages',
+    id: 'search-results',
+    'aria-labelledby': 'results-heading',
+    'aria-describedby': 'messages-hint',
+  });
   listKeys(list);
   const more = h('div', { class: 'actions' });
   const status = h('p', { id: 'search-status', class: 'muted', role: 'status' }, 'Searching…');

@@ -135,7 +135,9 @@ export class PgChanges {
     const client = this.client;
     if (!client || this.closed) return;
     if (performance.now() - this.heardAt > this.o.heartbeatMs * HEARTBEAT_DEAD) {
-      this.o.onError?.(new Error(`the listening connection heard no heartbeat for ${this.o.heartbeatMs * HEARTBEAT_DEAD} ms: closed, to be opened again`));
+      this.o.onError?.(
+        new Error(`the listening connection heard no heartbeat for ${this.o.heartbeatMs * HEARTBEAT_DEAD} ms: closed, to be opened again`),
+      );
       // Its socket, not a polite end: a dead peer would never answer one.
       client.connection.stream.destroy();
       this.lost(client, 'heartbeats stopped coming back');

@@ -40,7 +40,7 @@ const types = {
     }
     return pg.types.getTypeParser(oid, format ?? 'text');
   },
-} as pg.CustomTypesConfig;
+};
 
 export function openPgPool(url: string, opts: PgPoolOptions = {}): pg.Pool {
   const pool = new pg.Pool({
@@ -118,11 +118,17 @@ export async function migratePg(pool: pg.Pool, list: PgMigration[] = readPgMigra
       try {
         // Several statements in one simple query: the file as written.
         await client.query(m.sql);
-        await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [m.version, m.name, Date.now()]);
+        await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [
+          m.version,
+          m.name,
+          Date.now(),
+        ]);
         await client.query('COMMIT');
       } catch (e) {
         await client.query('ROLLBACK').catch(() => undefined);
-        throw new Error(`PostgreSQL migration ${String(m.version).padStart(3, '0')}_${m.name}.sql failed: ${(e as Error).message}`, { cause: e });
+        throw new Error(`PostgreSQL migration ${String(m.version).padStart(3, '0')}_${m.name}.sql failed: ${(e as Error).message}`, {
+          cause: e,
+        });
       }
       applied.push({ version: m.version, name: m.name });
     }

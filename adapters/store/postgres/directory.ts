@@ -5,7 +5,16 @@ import { DuplicateError, type CredentialFilter, type DirectoryStore, type Projec
 import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
 import { KeptReads, type PgChanges } from './changes.ts';
 import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
-import { grantOf, inboxOf, tokenOf, toSession, type GrantedInboxRow, type InboxRow, type SessionRow, type TokenRow } from '../rows/directory.ts';
+import {
+  grantOf,
+  inboxOf,
+  tokenOf,
+  toSession,
+  type GrantedInboxRow,
+  type InboxRow,
+  type SessionRow,
+  type TokenRow,
+} from '../rows/directory.ts';
 import { MEMBER_ERASE, parameterCount, PROJECT_ERASE, tally, type EraseStep } from '../erase.ts';
 
 const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
@@ -32,7 +41,10 @@ const S = {
   insertAddress: stmt('insertAddress', 'INSERT INTO inbox_addresses (address, inbox_id, position) VALUES ($1, $2, $3)'),
   getInbox: stmt('getInbox', `${INBOX_SELECT} WHERE i.id = $1`),
   // lower() on both sides uses the unique indexes of 001_directory.sql (ASCII case only, as SQLite's lower()).
-  findInboxByAddress: stmt('findInboxByAddress', `${INBOX_SELECT} WHERE i.id = (SELECT inbox_id FROM inbox_addresses WHERE lower(address) = lower($1))`),
+  findInboxByAddress: stmt(
+    'findInboxByAddress',
+    `${INBOX_SELECT} WHERE i.id = (SELECT inbox_id FROM inbox_addresses WHERE lower(address) = lower($1))`,
+  ),
   getInboxByImapUser: stmt('getInboxByImapUser', `${INBOX_SELECT} WHERE lower(i.imap_user) = lower($1)`),
   listInboxes: stmt('listInboxes', `${INBOX_SELECT} ORDER BY i.id`),
   // deleteInbox, in one transaction, takes two locks before it writes (SQLite's one writer needs
@@ -104,7 +116,10 @@ const S = {
   ),
   revokeSession: stmt('revokeSession', 'UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL'),
   listProjects: stmt('listProjects', 'SELECT id, name, created_at AS "createdAt" FROM projects ORDER BY id'),
-  listMembers: stmt('listMembers', 'SELECT id, project_id AS "projectId", email, created_at AS "createdAt" FROM members WHERE project_id = $1 ORDER BY id'),
+  listMembers: stmt(
+    'listMembers',
+    'SELECT id, project_id AS "projectId", email, created_at AS "createdAt" FROM members WHERE project_id = $1 ORDER BY id',
+  ),
   // Before a deletion writes, the rows other writers name in their foreign keys, parents first
   // and each kind in id order (as deleteInbox: inbox, then tokens): a writer adding a member, an
   // inbox, a grant, a key or an event has committed, or waits and then finds its parent gone.
@@ -307,25 +322,37 @@ export class PgDirectoryStore implements DirectoryStore {
   }
 
   async deleteProject(id: string, at: number): Promise<ProjectErased | null> {
-    return this.dropAccess(this.dropTokens(null, await inTransaction(this.pool, async (c) => {
-      if ((await changed(c, S.lockProject([id]))) === 0) return null;
-      for (const lock of [S.lockMembers, S.lockInboxes, S.lockTokens]) await c.query(lock([id]));
-      // As MailIndexStore.dropInbox: a tombstone's version starts at the clock, in microseconds.
-      const values = [id, at * 1000, at];
-      const counted: Array<{ step: EraseStep; rows: number }> = [];
-      for (const { step, statement, takes } of ERASE_PROJECT) counted.push({ step, rows: await changed(c, statement(values.slice(0, takes))) });
-      return tally(counted);
-    })));
+    return this.dropAccess(
+      this.dropTokens(
+        null,
+        await inTransaction(this.pool, async (c) => {
+          if ((await changed(c, S.lockProject([id]))) === 0) return null;
+          for (const lock of [S.lockMembers, S.lockInboxes, S.lockTokens]) await c.query(lock([id]));
+          // As MailIndexStore.dropInbox: a tombstone's version starts at the clock, in microseconds.
+          const values = [id, at * 1000, at];
+          const counted: Array<{ step: EraseStep; rows: number }> = [];
+          for (const { step, statement, takes } of ERASE_PROJECT)
+            counted.push({ step, rows: await changed(c, statement(values.slice(0, takes))) });
+          return tally(counted);
+        }),
+      ),
+    );
   }
 
   async deleteMember(id: string): Promise<boolean> {
-    return this.dropAccess(this.dropTokens(null, await inTransaction(this.pool, async (c) => {
-      if ((await changed(c, S.lockMember([id]))) === 0) return false;
-      await c.query(S.lockMemberTokens([id]));
-      const counted: Array<{ step: EraseStep; rows: number }> = [];
-      for (const { step, statement, takes } of ERASE_MEMBER) counted.push({ step, rows: await changed(c, statement([id].slice(0, takes))) });
-      return tally(counted).members > 0;
-    })));
+    return this.dropAccess(
+      this.dropTokens(
+        null,
+        await inTransaction(this.pool, async (c) => {
+          if ((await changed(c, S.lockMember([id]))) === 0) return false;
+          await c.query(S.lockMemberTokens([id]));
+          const counted: Array<{ step: EraseStep; rows: number }> = [];
+          for (const { step, statement, takes } of ERASE_MEMBER)
+            counted.push({ step, rows: await changed(c, statement([id].slice(0, takes))) });
+          return tally(counted).members > 0;
+        }),
+      ),
+    );
   }
 
   async getSession(id: string): Promise<SessionRecord | null> {

@@ -97,7 +97,10 @@ export async function loadPostgres(url: string, from: string): Promise<DumpCount
       for (const name of names) {
         if (name !== 'event_log' && (await client.query(`SELECT 1 FROM ${name} LIMIT 1`)).rowCount) taken.push(name);
       }
-      if (taken.length > 0) throw new DumpError(`the database is not empty (${taken.slice(0, 3).join(', ')}${taken.length > 3 ? ', …' : ''}): import into a new one`);
+      if (taken.length > 0)
+        throw new DumpError(
+          `the database is not empty (${taken.slice(0, 3).join(', ')}${taken.length > 3 ? ', …' : ''}): import into a new one`,
+        );
       let rows: DumpCounts = {};
       let pending: { table: DumpTable; rows: DumpRow[] } | null = null;
       for await (const item of readDump(from)) {

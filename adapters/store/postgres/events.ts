@@ -70,7 +70,10 @@ const readShapes = (named: boolean) => ({
        ORDER BY position LIMIT $10`,
   ),
   // $4 the named inboxes (if named), then the bound: every parameter must be used to be typed.
-  scanned: stmt(`scanned.${named}`, `SELECT MAX(position) AS last, COUNT(*)::int AS n FROM (${scan(named, 'position', '$4', named ? '$5' : '$4')}) s`),
+  scanned: stmt(
+    `scanned.${named}`,
+    `SELECT MAX(position) AS last, COUNT(*)::int AS n FROM (${scan(named, 'position', '$4', named ? '$5' : '$4')}) s`,
+  ),
 });
 
 const S = {
@@ -89,7 +92,10 @@ const S = {
   horizon: stmt('horizon', 'SELECT position FROM events WHERE recorded_at <= $1 ORDER BY recorded_at DESC, position DESC LIMIT 1'),
   readAll: stmt('readAll', `SELECT ${COLUMNS} FROM events WHERE position > $1 ORDER BY position LIMIT $2`),
   positionOf: stmt('positionOf', 'SELECT position FROM events WHERE project_id = $1 AND event_id = $2'),
-  atPositions: stmt('atPositions', `SELECT ${COLUMNS} FROM events WHERE project_id = $1 AND position = ANY($2::bigint[]) ORDER BY position`),
+  atPositions: stmt(
+    'atPositions',
+    `SELECT ${COLUMNS} FROM events WHERE project_id = $1 AND position = ANY($2::bigint[]) ORDER BY position`,
+  ),
   getType: stmt('getType', 'SELECT * FROM event_types WHERE project_id = $1 AND name = $2 AND version = $3'),
   lockType: stmt('lockType', 'SELECT * FROM event_types WHERE project_id = $1 AND name = $2 AND version = $3 FOR UPDATE'),
   typeVersions: stmt(
@@ -176,7 +182,9 @@ export class PgEventStore implements EventStore {
     keepMs = 0,
   ) {
     this.versions = changes && keepMs > 0 ? new KeptReads<StoredEventType[]>(changes, keepMs) : null;
-    changes?.on('postern_event_types', (projectId) => (projectId === null ? this.versions?.drop(null) : this.versions?.dropPrefix(`${projectId}\n`)));
+    changes?.on('postern_event_types', (projectId) =>
+      projectId === null ? this.versions?.drop(null) : this.versions?.dropPrefix(`${projectId}\n`),
+    );
   }
 
   private rows<R extends QueryResultRow>(q: QueryConfig<unknown[]>, client: Queryable = this.pool): Promise<R[]> {
@@ -294,12 +302,28 @@ export class PgEventStore implements EventStore {
         const recordedAt = row.r_recorded_at!;
         // The body as the statement stored it.
         const [time, sequence] = [new Date(recordedAt).toISOString(), formatSequence(row.r_seq!)];
-        const json = body.timeFirst ? body.head + time + body.middle + sequence + body.tail : body.head + sequence + body.middle + time + body.tail;
-        const event = { position: row.r_position!, eventId: req.eventId, projectId: req.projectId, inboxId: req.inboxId, type: req.type, visibility: req.visibility, recordedAt, json };
+        const json = body.timeFirst
+          ? body.head + time + body.middle + sequence + body.tail
+          : body.head + sequence + body.middle + time + body.tail;
+        const event = {
+          position: row.r_position!,
+          eventId: req.eventId,
+          projectId: req.projectId,
+          inboxId: req.inboxId,
+          type: req.type,
+          visibility: req.visibility,
+          recordedAt,
+          json,
+        };
         results.set(pending, { kind: 'appended', event });
       } else if (row.r_kind === 'duplicate') {
         stored.set(pending, row.r_fingerprint!);
-        results.set(pending, { kind: 'duplicate', eventId: row.r_event_id!, position: row.r_position!, sameRequest: row.r_fingerprint === req.idempotency!.fingerprint });
+        results.set(pending, {
+          kind: 'duplicate',
+          eventId: row.r_event_id!,
+          position: row.r_position!,
+          sameRequest: row.r_fingerprint === req.idempotency!.fingerprint,
+        });
       }
     }
     for (const { pending } of writing) {
@@ -311,7 +335,12 @@ export class PgEventStore implements EventStore {
     for (const [p, first] of sameAs) {
       const result = results.get(first);
       if (result?.kind === 'appended') {
-        p.resolve({ kind: 'duplicate', eventId: result.event.eventId, position: result.event.position, sameRequest: first.req.idempotency!.fingerprint === p.req.idempotency!.fingerprint });
+        p.resolve({
+          kind: 'duplicate',
+          eventId: result.event.eventId,
+          position: result.event.position,
+          sameRequest: first.req.idempotency!.fingerprint === p.req.idempotency!.fingerprint,
+        });
       } else if (result?.kind === 'duplicate') {
         p.resolve({ ...result, sameRequest: stored.get(first) === p.req.idempotency!.fingerprint });
       } else this.requeue(p);
@@ -382,7 +411,10 @@ export class PgEventStore implements EventStore {
       const next = decide(row ? toType(row) : null);
       const fields = JSON.stringify(next.fields);
       if (row) await c.query(S.updateType([projectId, name, version, next.description, fields, next.updatedAt]));
-      else if ((await this.rows(S.insertType([projectId, name, version, next.description, fields, next.createdAt, next.updatedAt]), c)).length === 0) {
+      else if (
+        (await this.rows(S.insertType([projectId, name, version, next.description, fields, next.createdAt, next.updatedAt]), c)).length ===
+        0
+      ) {
         throw new Raced();
       }
       return next;
@@ -398,7 +430,8 @@ export class PgEventStore implements EventStore {
   }
 
   async typeVersions(projectId: string, name: string, below: number | null, limit: number): Promise<StoredEventType[]> {
-    const read = async () => (await this.rows<TypeRow>(S.typeVersions([projectId, name, below ?? 2 ** 31 - 1, limit]))).map((r) => this.types.of(r));
+    const read = async () =>
+      (await this.rows<TypeRow>(S.typeVersions([projectId, name, below ?? 2 ** 31 - 1, limit]))).map((r) => this.types.of(r));
     if (!this.versions) return read();
     return (await this.versions.get(`${projectId}\n${name}\n${below}\n${limit}`, read))!;
   }

@@ -27,9 +27,10 @@ export class PgKeyBackupStore implements KeyBackupStore {
   }
 
   async put(memberId: string, blob: string, replaces: number, at: number): Promise<number | null> {
-    const n = replaces === 0
-      ? await changed(this.pool, S.insert([memberId, blob, at]))
-      : await changed(this.pool, S.update([blob, at, memberId, replaces]));
+    const n =
+      replaces === 0
+        ? await changed(this.pool, S.insert([memberId, blob, at]))
+        : await changed(this.pool, S.update([blob, at, memberId, replaces]));
     return n > 0 ? replaces + 1 : null;
   }
 }

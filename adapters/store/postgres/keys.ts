@@ -42,10 +42,7 @@ const MESSAGE_COLUMNS = 'inbox_id, msg_guid, epoch, wrapped_dek, created_at';
 const stmt = statements('keys');
 
 const S = {
-  addEpoch: stmt(
-    'addEpoch',
-    `INSERT INTO epoch_keys (${EPOCH_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)`,
-  ),
+  addEpoch: stmt('addEpoch', `INSERT INTO epoch_keys (${EPOCH_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)`),
   latest: stmt('latest', `SELECT ${EPOCH_COLUMNS} FROM epoch_keys WHERE inbox_id = $1 ORDER BY epoch DESC LIMIT 1`),
   get: stmt('get', `SELECT ${EPOCH_COLUMNS} FROM epoch_keys WHERE inbox_id = $1 AND epoch = $2`),
   list: stmt('list', `SELECT ${EPOCH_COLUMNS} FROM epoch_keys WHERE inbox_id = $1 ORDER BY epoch`),
@@ -72,7 +69,9 @@ export class PgKeyStore implements EpochKeyStore, MemberKeyStore, MessageKeyStor
 
   async addEpoch(r: EpochKeyRecord): Promise<void> {
     try {
-      await this.pool.query(S.addEpoch([r.inboxId, r.epoch, Buffer.from(r.publicKey), r.fingerprint, Buffer.from(r.sealedPrivate), r.createdAt]));
+      await this.pool.query(
+        S.addEpoch([r.inboxId, r.epoch, Buffer.from(r.publicKey), r.fingerprint, Buffer.from(r.sealedPrivate), r.createdAt]),
+      );
     } catch (err) {
       if (isUniqueViolation(err)) throw new DuplicateError(`epoch ${r.epoch} of ${r.inboxId}`);
       throw err;
@@ -108,7 +107,9 @@ export class PgKeyStore implements EpochKeyStore, MemberKeyStore, MessageKeyStor
 
   async getMemberKey(memberId: string): Promise<MemberKeyRecord | null> {
     const r = await rowOf<MemberKeyRow>(this.pool, S.getMember([memberId]));
-    return r ? { memberId: r.member_id, publicKey: new Uint8Array(r.public_key), fingerprint: r.fingerprint, updatedAt: r.updated_at } : null;
+    return r
+      ? { memberId: r.member_id, publicKey: new Uint8Array(r.public_key), fingerprint: r.fingerprint, updatedAt: r.updated_at }
+      : null;
   }
 
   async getMessageKey(inboxId: string, msgGuid: string): Promise<MessageKeyRecord | null> {

@@ -8,7 +8,22 @@
 //   multi-row statement over unnest() arrays (SQLite runs one cheap statement per row instead).
 //   A run ends where the kind changes or a place repeats, so the ops still apply in their order.
 import type { Pool, PoolClient } from 'pg';
-import type { IndexOp, IndexSearch, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, SearchAfter, SearchRow, TextField, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/types.ts';
+import type {
+  IndexOp,
+  IndexSearch,
+  IndexStatus,
+  LabelState,
+  Location,
+  MailIndexStore,
+  MessageRecord,
+  PageRow,
+  SearchAfter,
+  SearchRow,
+  TextField,
+  WatchLeases,
+  WatchReport,
+  WatchReports,
+} from '../../../lib/mail/types.ts';
 import { inboxMark, markedWords } from '../../../lib/mail/search-words.ts';
 import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
 import { notFound, unavailable } from '../../../lib/errors.ts';
@@ -30,7 +45,8 @@ const overBudget = (ms: number) =>
 /** A new inbox row's version starts at the clock (microseconds): a rebuilt index never repeats one. */
 const firstVersion = () => Date.now() * 1000;
 
-const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
+const MESSAGE_COLUMNS =
+  'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
 const LOCATION_COLUMNS = 'label_guid, uid, msg_guid, modseq, flags';
 /** Where a place's rows are: (label, uid) pairs as two arrays. */
 const PLACES = 'unnest($2::text[], $3::bigint[]) AS t(label_guid, uid)';
@@ -79,8 +95,14 @@ const S = {
        (SELECT count(*) FROM mail_staged_locations WHERE inbox_id = $1) AS staged`,
   ),
   statusLease: stmt('statusLease', 'SELECT holder, expires_at FROM mail_watch_leases WHERE inbox_id = $1'),
-  labels: stmt('labels', 'SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = $1'),
-  label: stmt('label', 'SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = $1 AND guid = $2'),
+  labels: stmt(
+    'labels',
+    'SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = $1',
+  ),
+  label: stmt(
+    'label',
+    'SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = $1 AND guid = $2',
+  ),
   // A fill's progress only goes down, and a complete label (NULL) stays complete; within one
   // UIDVALIDITY uid_next and highest_modseq never decrease (SET reads the row as it was).
   putLabel: stmt(
@@ -113,7 +135,10 @@ const S = {
      WHERE (mail_messages.sealed IS NULL AND excluded.sealed IS NOT NULL) OR (mail_messages.has_attachment IS NULL AND excluded.has_attachment IS NOT NULL)
        OR mail_messages.search IS NULL`,
   ),
-  unsearchable: stmt('unsearchable', 'SELECT guid, from_text, to_text, cc_text, subject FROM mail_messages WHERE inbox_id = $1 AND search IS NULL LIMIT $2'),
+  unsearchable: stmt(
+    'unsearchable',
+    'SELECT guid, from_text, to_text, cc_text, subject FROM mail_messages WHERE inbox_id = $1 AND search IS NULL LIMIT $2',
+  ),
   putSearch: stmt(
     'putSearch',
     'UPDATE mail_messages m SET search = t.search FROM unnest($2::text[], $3::tsvector[]) AS t(guid, search) WHERE m.inbox_id = $1 AND m.guid = t.guid',
@@ -169,8 +194,14 @@ const S = {
      SELECT inbox_id, label_guid, uid, msg_guid, modseq, flags, seen FROM mail_staged_locations WHERE inbox_id = $1 AND label_guid = $2`,
   ),
   dropLabel: stmt('dropLabel', 'DELETE FROM mail_labels WHERE inbox_id = $1 AND guid = $2'),
-  locationsByUid: stmt('locationsByUid', `SELECT ${LOCATION_COLUMNS} FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2 AND uid = ANY($3::bigint[])`),
-  uidsOf: stmt('uidsOf', 'SELECT uid, msg_guid AS "msgGuid" FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2 AND uid > $3 ORDER BY uid LIMIT $4'),
+  locationsByUid: stmt(
+    'locationsByUid',
+    `SELECT ${LOCATION_COLUMNS} FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2 AND uid = ANY($3::bigint[])`,
+  ),
+  uidsOf: stmt(
+    'uidsOf',
+    'SELECT uid, msg_guid AS "msgGuid" FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2 AND uid > $3 ORDER BY uid LIMIT $4',
+  ),
   countIn: stmt('countIn', 'SELECT count(*) AS n FROM mail_locations WHERE inbox_id = $1 AND label_guid = $2'),
   page: stmt(
     'page',
@@ -179,7 +210,10 @@ const S = {
      WHERE l.inbox_id = $1 AND l.label_guid = $2 AND l.uid < $3 ORDER BY l.uid DESC LIMIT $4`,
   ),
   message: stmt('message', `SELECT ${MESSAGE_COLUMNS} FROM mail_messages m WHERE m.inbox_id = $1 AND m.guid = $2`),
-  messageLocations: stmt('messageLocations', `SELECT ${LOCATION_COLUMNS} FROM mail_locations WHERE inbox_id = $1 AND msg_guid = $2 ORDER BY label_guid, uid`),
+  messageLocations: stmt(
+    'messageLocations',
+    `SELECT ${LOCATION_COLUMNS} FROM mail_locations WHERE inbox_id = $1 AND msg_guid = $2 ORDER BY label_guid, uid`,
+  ),
   // Taken when free, lapsed or already ours; another holder's live lease is left alone. One
   // statement for all of them, in key order (no deadlock with another claimer).
   claim: stmt(
@@ -199,7 +233,17 @@ const S = {
 };
 
 /** A label's row to write; `fillLow` left out keeps what the row says (a rename, say). */
-const labelParams = (inboxId: string, l: LabelState) => [inboxId, l.guid, l.path, l.specialUse, l.uidValidity, l.uidNext, l.highestModseq, l.fillLow ?? null, l.fillLow === undefined];
+const labelParams = (inboxId: string, l: LabelState) => [
+  inboxId,
+  l.guid,
+  l.path,
+  l.specialUse,
+  l.uidValidity,
+  l.uidNext,
+  l.highestModseq,
+  l.fillLow ?? null,
+  l.fillLow === undefined,
+];
 
 /** Each text field's weight in `search` (migration 006). */
 const WEIGHTS: Record<TextField, string> = { from: 'A', to: 'B', cc: 'C', subject: 'D' };
@@ -231,7 +275,10 @@ export function searchTsquery(inboxId: string, text: IndexSearch['text']): strin
   const mark = inboxMark(inboxId);
   return text
     .flatMap(({ field, phrases }) =>
-      phrases.map(({ words, prefix }) => `(${words.map((w, i) => `'${mark}${w}':${prefix && i === words.length - 1 ? '*' : ''}${WEIGHTS[field]}`).join(' <-> ')})`),
+      phrases.map(
+        ({ words, prefix }) =>
+          `(${words.map((w, i) => `'${mark}${w}':${prefix && i === words.length - 1 ? '*' : ''}${WEIGHTS[field]}`).join(' <-> ')})`,
+      ),
     )
     .join(' & ');
 }
@@ -240,7 +287,12 @@ export function searchTsquery(inboxId: string, text: IndexSearch['text']): strin
  * A search as one statement; its shape varies with the conditions given (not a named one).
  * Exported for bench/search.ts, whose raw-SQL floor must run this very statement.
  */
-export function searchStatement(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { text: string; values: unknown[] } {
+export function searchStatement(
+  inboxId: string,
+  q: IndexSearch,
+  after: SearchAfter | null,
+  limit: number,
+): { text: string; values: unknown[] } {
   const values: unknown[] = [inboxId];
   const param = (v: unknown, type: string) => `$${values.push(v)}::${type}`;
   const where = ['m.inbox_id = $1::text'];
@@ -248,7 +300,9 @@ export function searchStatement(inboxId: string, q: IndexSearch, after: SearchAf
   // planner guesses a prefix match's selectivity (~0.5 %), expects a page of a rare word early in
   // a walk of the inbox newest first, and walks all of it (65 ms at 100,000 messages, bench:search).
   const matches =
-    q.text.length > 0 ? `WITH f AS MATERIALIZED (SELECT guid FROM mail_messages WHERE inbox_id = $1::text AND search @@ ${param(searchTsquery(inboxId, q.text), 'tsquery')}) ` : '';
+    q.text.length > 0
+      ? `WITH f AS MATERIALIZED (SELECT guid FROM mail_messages WHERE inbox_id = $1::text AND search @@ ${param(searchTsquery(inboxId, q.text), 'tsquery')}) `
+      : '';
   if (q.receivedFrom !== undefined) where.push(`m.received_at >= ${param(q.receivedFrom, 'bigint')}`);
   if (q.receivedBefore !== undefined) where.push(`m.received_at < ${param(q.receivedBefore, 'bigint')}`);
   if (q.minSize !== undefined) where.push(`m.size >= ${param(q.minSize, 'bigint')}`);
@@ -261,11 +315,14 @@ export function searchStatement(inboxId: string, q: IndexSearch, after: SearchAf
   }
   // Label and keywords hold at one same place: a message's flags are per label.
   const place: string[] = [];
-  const hasFlag = (spellings: string[]) => `EXISTS (SELECT 1 FROM json_array_elements_text(l.flags::json) f(v) WHERE lower(f.v) = ANY(${param(spellings, 'text[]')}))`;
+  const hasFlag = (spellings: string[]) =>
+    `EXISTS (SELECT 1 FROM json_array_elements_text(l.flags::json) f(v) WHERE lower(f.v) = ANY(${param(spellings, 'text[]')}))`;
   if (q.labelGuid !== undefined) place.push(`l.label_guid = ${param(q.labelGuid, 'text')}`);
   if (q.hasKeyword !== undefined) place.push(hasFlag(q.hasKeyword));
   if (q.notKeyword !== undefined) place.push(`NOT ${hasFlag(q.notKeyword)}`);
-  where.push(`EXISTS (SELECT 1 FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid${place.map((c) => ` AND ${c}`).join('')})`);
+  where.push(
+    `EXISTS (SELECT 1 FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid${place.map((c) => ` AND ${c}`).join('')})`,
+  );
   const from = matches ? 'f JOIN mail_messages m ON m.inbox_id = $1::text AND m.guid = f.guid' : 'mail_messages m';
   const page = `${matches}SELECT ${MESSAGE_COLUMNS} FROM ${from} WHERE ${where.join(' AND ')} ORDER BY m.received_at DESC, m.guid DESC LIMIT ${param(limit, 'int')}`;
   // Each result's places come with it (a round trip less than asking after), as [label, uid, modseq, flags].
@@ -382,7 +439,14 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
       for (const run of runsOf(ops)) {
         if (run.kind === 'put' || run.kind === 'stage') {
           const puts = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'put' | 'stage' }>);
-          await c.query(S.putMessages(messageArrays(inboxId, puts.map((p) => p.message))));
+          await c.query(
+            S.putMessages(
+              messageArrays(
+                inboxId,
+                puts.map((p) => p.message),
+              ),
+            ),
+          );
           const locations = puts.map((p) => p.location);
           if (run.kind === 'stage') {
             await c.query(S.putStaged(locationArrays(inboxId, locations)));
@@ -399,11 +463,19 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
           const fs = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'flags' }>);
           const done = await rowsOf<{ label_guid: string; uid: number }>(
             c,
-            S.setFlags([inboxId, fs.map((f) => f.labelGuid), fs.map((f) => f.uid), fs.map((f) => f.modseq), fs.map((f) => JSON.stringify(f.flags)), fs.map((f) => isSeen(f.flags))]),
+            S.setFlags([
+              inboxId,
+              fs.map((f) => f.labelGuid),
+              fs.map((f) => f.uid),
+              fs.map((f) => f.modseq),
+              fs.map((f) => JSON.stringify(f.flags)),
+              fs.map((f) => isSeen(f.flags)),
+            ]),
           );
           // The index already holds a newer state (or the message left the label meanwhile).
           const applied = new Set(done.map((d) => placeKey(d.label_guid, d.uid)));
-          for (const [i, f] of run.ops as Array<[number, Extract<IndexOp, { op: 'flags' }>]>) if (!applied.has(placeKey(f.labelGuid, f.uid))) unapplied.push(i);
+          for (const [i, f] of run.ops as Array<[number, Extract<IndexOp, { op: 'flags' }>]>)
+            if (!applied.has(placeKey(f.labelGuid, f.uid))) unapplied.push(i);
         } else {
           const rs = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'remove' }>);
           const gone = await rowsOf<{ label_guid: string; uid: number; msg_guid: string }>(
@@ -412,7 +484,8 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
           );
           const removed = new Set(gone.map((g) => placeKey(g.label_guid, g.uid)));
           for (const g of gone) orphans.add(g.msg_guid);
-          for (const [i, r] of run.ops as Array<[number, Extract<IndexOp, { op: 'remove' }>]>) if (!removed.has(placeKey(r.labelGuid, r.uid))) unapplied.push(i);
+          for (const [i, r] of run.ops as Array<[number, Extract<IndexOp, { op: 'remove' }>]>)
+            if (!removed.has(placeKey(r.labelGuid, r.uid))) unapplied.push(i);
         }
       }
       await this.gc(c, inboxId, orphans);
@@ -438,7 +511,11 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
       const [row] = await rowsOf<{ removed_at: number | null }>(c, S.lockInbox([inboxId]));
       if (row?.removed_at != null) throw removedInbox();
       const staged = await rowsOf<{ msg_guid: string }>(c, S.dropStaged([inboxId, labelGuid]));
-      await this.gc(c, inboxId, staged.map((s) => s.msg_guid));
+      await this.gc(
+        c,
+        inboxId,
+        staged.map((s) => s.msg_guid),
+      );
     });
   }
 
@@ -448,7 +525,11 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
       const old = await rowsOf<LocationRow>(c, S.dropLocations([inboxId, label.guid]));
       await c.query(S.unstage([inboxId, label.guid]));
       await c.query(S.dropStaged([inboxId, label.guid]));
-      await this.gc(c, inboxId, old.map((l) => l.msg_guid));
+      await this.gc(
+        c,
+        inboxId,
+        old.map((l) => l.msg_guid),
+      );
       await c.query(S.putLabel(labelParams(inboxId, label)));
     });
   }
@@ -485,8 +566,14 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   }
 
   async status(inboxId: string): Promise<IndexStatus> {
-    const [inbox] = await rowsOf<{ seeded: boolean; synced_at: number | null; hinted_at: number | null }>(this.pool, S.statusInbox([inboxId]));
-    const [counts] = await rowsOf<{ messages: number; locations: number; labels: number; staged: number }>(this.pool, S.statusCounts([inboxId]));
+    const [inbox] = await rowsOf<{ seeded: boolean; synced_at: number | null; hinted_at: number | null }>(
+      this.pool,
+      S.statusInbox([inboxId]),
+    );
+    const [counts] = await rowsOf<{ messages: number; locations: number; labels: number; staged: number }>(
+      this.pool,
+      S.statusCounts([inboxId]),
+    );
     const [lease] = await rowsOf<{ holder: string; expires_at: number }>(this.pool, S.statusLease([inboxId]));
     return {
       seeded: inbox?.seeded === true,
@@ -541,7 +628,9 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
 
   async locations(inboxId: string, labelGuid: string, uids: readonly number[]): Promise<Location[]> {
     if (uids.length === 0) return [];
-    const byUid = new Map((await rowsOf<LocationRow>(this.pool, S.locationsByUid([inboxId, labelGuid, uids]))).map((r) => [r.uid, toLocation(r)]));
+    const byUid = new Map(
+      (await rowsOf<LocationRow>(this.pool, S.locationsByUid([inboxId, labelGuid, uids]))).map((r) => [r.uid, toLocation(r)]),
+    );
     // In the order asked, as SQLite answers.
     return uids.flatMap((uid) => {
       const l = byUid.get(uid);
@@ -567,7 +656,10 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   async message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null> {
     const [row] = await rowsOf<MessageRow>(this.pool, S.message([inboxId, msgGuid]));
     if (!row) return null;
-    return { message: toMessage(row), locations: (await rowsOf<LocationRow>(this.pool, S.messageLocations([inboxId, msgGuid]))).map(toLocation) };
+    return {
+      message: toMessage(row),
+      locations: (await rowsOf<LocationRow>(this.pool, S.messageLocations([inboxId, msgGuid]))).map(toLocation),
+    };
   }
 
   async search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]> {
@@ -586,7 +678,9 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
           });
     return rows.map((r) => ({
       message: toMessage(r),
-      locations: (r.places ?? []).map(([labelGuid, uid, modseq, flags]) => toLocation({ label_guid: labelGuid, uid, msg_guid: r.guid, modseq, flags })),
+      locations: (r.places ?? []).map(([labelGuid, uid, modseq, flags]) =>
+        toLocation({ label_guid: labelGuid, uid, msg_guid: r.guid, modseq, flags }),
+      ),
     }));
   }
 
@@ -597,7 +691,10 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   private async fillSearch(inboxId: string): Promise<void> {
     const batch = 500;
     for (;;) {
-      const rows = await rowsOf<Pick<MessageRow, 'guid' | 'from_text' | 'to_text' | 'cc_text' | 'subject'>>(this.pool, S.unsearchable([inboxId, batch]));
+      const rows = await rowsOf<Pick<MessageRow, 'guid' | 'from_text' | 'to_text' | 'cc_text' | 'subject'>>(
+        this.pool,
+        S.unsearchable([inboxId, batch]),
+      );
       if (rows.length > 0) {
         const vectors = rows.map((r) => searchVector(inboxId, { from: r.from_text, to: r.to_text, cc: r.cc_text, subject: r.subject }));
         await this.pool.query(S.putSearch([inboxId, rows.map((r) => r.guid), vectors]));

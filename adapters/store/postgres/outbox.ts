@@ -13,7 +13,8 @@ import { stillRuns, thisProcess, type ProcessIdentity } from '../process-livenes
 import { entryOf, FORGET_OWNER_MS, MINUTE_MS, OTHER_HOST_STALE_MS, PART_BYTES, type OutboxRow } from '../rows/outbox.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
-const COLUMNS = 'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
+const COLUMNS =
+  'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
 
 /** Recoveries by several instances at once take turns (any constant, the same everywhere). */
 const RECOVER_LOCK = '7342914530152170023';
@@ -53,12 +54,18 @@ const S = {
   drop: stmt('drop', "DELETE FROM mail_outbox WHERE id = $1 AND state IN ('relaying', 'sending') RETURNING inbox_id, created_at"),
   dropCopy: stmt('dropCopy', 'DELETE FROM mail_outbox_copies WHERE id = ANY($1::text[])'),
   sending: stmt('sending', "UPDATE mail_outbox SET state = 'sending' WHERE id = $1 AND state = 'relaying'"),
-  relayed: stmt('relayed', "UPDATE mail_outbox SET state = 'filing', next_attempt_at = $1 WHERE id = $2 AND state IN ('relaying', 'sending')"),
+  relayed: stmt(
+    'relayed',
+    "UPDATE mail_outbox SET state = 'filing', next_attempt_at = $1 WHERE id = $2 AND state IN ('relaying', 'sending')",
+  ),
   unknown: stmt(
     'unknown',
     "UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = $1 WHERE id = $2 AND state IN ('relaying', 'sending')",
   ),
-  due: stmt('due', `SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= $1 ORDER BY next_attempt_at, created_at LIMIT $2`),
+  due: stmt(
+    'due',
+    `SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= $1 ORDER BY next_attempt_at, created_at LIMIT $2`,
+  ),
   // Conditional on the next attempt the caller saw: of two claimers, the second finds it moved.
   claim: stmt(
     'claim',
@@ -98,15 +105,13 @@ export class PgOutboxStore implements OutboxStore {
 
   /** This process is recorded before the first row names it. */
   private register(): Promise<void> {
-    this.registered ??= this.pool
-      .query(S.seen([this.owner, this.self.host, this.self.pid, this.self.pidStart, Date.now()]))
-      .then(
-        () => undefined,
-        (err: unknown) => {
-          this.registered = null;
-          throw err;
-        },
-      );
+    this.registered ??= this.pool.query(S.seen([this.owner, this.self.host, this.self.pid, this.self.pidStart, Date.now()])).then(
+      () => undefined,
+      (err: unknown) => {
+        this.registered = null;
+        throw err;
+      },
+    );
     return this.registered;
   }
 
@@ -133,7 +138,21 @@ export class PgOutboxStore implements OutboxStore {
       if (sent >= rate.max) return { ok: false, reason: 'rate', sent };
       const e = entry;
       await c.query(
-        S.insert([e.id, e.inboxId, e.projectId, e.actor, e.draftId, e.fingerprint, e.mailFrom, e.recipients, e.messageId, e.size, e.nextAttemptAt, e.createdAt, this.owner]),
+        S.insert([
+          e.id,
+          e.inboxId,
+          e.projectId,
+          e.actor,
+          e.draftId,
+          e.fingerprint,
+          e.mailFrom,
+          e.recipients,
+          e.messageId,
+          e.size,
+          e.nextAttemptAt,
+          e.createdAt,
+          this.owner,
+        ]),
       );
       await c.query(S.countSend([e.inboxId, Math.floor(e.createdAt / MINUTE_MS)]));
       // Minutes the window has left behind.

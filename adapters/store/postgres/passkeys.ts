@@ -1,13 +1,7 @@
 // PasskeyStore on PostgreSQL: the statements of adapters/store/sqlite/passkeys.ts one for one.
 import type { Pool } from 'pg';
 import { DuplicateError } from '../../../lib/directory/store.ts';
-import type {
-  ChallengeRecord,
-  InviteRecord,
-  MemberSession,
-  PasskeyRecord,
-  PasskeyStore,
-} from '../../../lib/auth/passkey-store.ts';
+import type { ChallengeRecord, InviteRecord, MemberSession, PasskeyRecord, PasskeyStore } from '../../../lib/auth/passkey-store.ts';
 import { passkeyOf, type PasskeyRow as EnginePasskeyRow } from '../rows/passkeys.ts';
 import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
 
@@ -15,8 +9,10 @@ import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } 
 type PasskeyRow = EnginePasskeyRow<boolean>;
 const toPasskey = (r: PasskeyRow): PasskeyRecord => passkeyOf(r, r.backed_up);
 
-const PASSKEY_COLUMNS = 'id, member_id, credential_id, public_key, counter, transports, name, backed_up, created_at, last_used_at, disabled_at';
-const SESSION_COLUMNS = 'id, member_id AS "memberId", passkey_id AS "passkeyId", created_at AS "createdAt", expires_at AS "expiresAt", revoked_at AS "revokedAt"';
+const PASSKEY_COLUMNS =
+  'id, member_id, credential_id, public_key, counter, transports, name, backed_up, created_at, last_used_at, disabled_at';
+const SESSION_COLUMNS =
+  'id, member_id AS "memberId", passkey_id AS "passkeyId", created_at AS "createdAt", expires_at AS "expiresAt", revoked_at AS "revokedAt"';
 
 /**
  * Taken by every putChallenge for its transaction: the count and the insert must not interleave
@@ -28,7 +24,10 @@ const CHALLENGE_LOCK = '7342914530152170018';
 const stmt = statements('passkeys');
 
 const S = {
-  insertInvite: stmt('insertInvite', 'INSERT INTO passkey_invites (id, member_id, secret_hash, created_at, expires_at, used_at) VALUES ($1, $2, $3, $4, $5, $6)'),
+  insertInvite: stmt(
+    'insertInvite',
+    'INSERT INTO passkey_invites (id, member_id, secret_hash, created_at, expires_at, used_at) VALUES ($1, $2, $3, $4, $5, $6)',
+  ),
   getInvite: stmt(
     'getInvite',
     'SELECT id, member_id AS "memberId", secret_hash AS "secretHash", created_at AS "createdAt", expires_at AS "expiresAt", used_at AS "usedAt" FROM passkey_invites WHERE id = $1',
@@ -104,7 +103,19 @@ export class PgPasskeyStore implements PasskeyStore {
   async createPasskey(p: PasskeyRecord): Promise<void> {
     try {
       await this.pool.query(
-        S.insertPasskey([p.id, p.memberId, p.credentialId, p.publicKey, p.counter, p.transports.join(' '), p.name, p.backedUp, p.createdAt, p.lastUsedAt, p.disabledAt]),
+        S.insertPasskey([
+          p.id,
+          p.memberId,
+          p.credentialId,
+          p.publicKey,
+          p.counter,
+          p.transports.join(' '),
+          p.name,
+          p.backedUp,
+          p.createdAt,
+          p.lastUsedAt,
+          p.disabledAt,
+        ]),
       );
     } catch (err) {
       if (isUniqueViolation(err)) throw new DuplicateError('passkey');

@@ -42,7 +42,10 @@ const S = {
   ),
   renew: stmt('renew', `UPDATE reseal_jobs SET lease_until = $6 WHERE ${KEY} AND holder = $5 AND done_at IS NULL`),
   done: stmt('done', `UPDATE reseal_jobs SET done_at = $6, holder = NULL, lease_until = 0, last_error = NULL WHERE ${KEY} AND holder = $5`),
-  failed: stmt('failed', `UPDATE reseal_jobs SET holder = NULL, lease_until = 0, next_at = $6, last_error = $7 WHERE ${KEY} AND holder = $5`),
+  failed: stmt(
+    'failed',
+    `UPDATE reseal_jobs SET holder = NULL, lease_until = 0, next_at = $6, last_error = $7 WHERE ${KEY} AND holder = $5`,
+  ),
   markSealed: stmt('markSealed', 'UPDATE mail_messages SET sealed = true WHERE inbox_id = $1 AND guid = $2'),
   prune: stmt('prune', 'DELETE FROM reseal_jobs WHERE done_at IS NOT NULL AND done_at < $1'),
   unsealed: stmt('unsealed', 'SELECT count(*) AS n FROM mail_messages WHERE inbox_id = $1 AND sealed IS NOT TRUE'),

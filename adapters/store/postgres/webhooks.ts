@@ -11,7 +11,16 @@ import type {
   WebhookEndpointRecord,
   WebhookStore,
 } from '../../../lib/webhooks/store.ts';
-import { changeValues, deliveryOf, WEBHOOK_CHANGE_COLUMNS, WEBHOOK_COLUMNS, webhookOf, webhookValues, type DeliveryRow, type WebhookRow } from '../rows/webhooks.ts';
+import {
+  changeValues,
+  deliveryOf,
+  WEBHOOK_CHANGE_COLUMNS,
+  WEBHOOK_COLUMNS,
+  webhookOf,
+  webhookValues,
+  type DeliveryRow,
+  type WebhookRow,
+} from '../rows/webhooks.ts';
 import { arrayLiteral, changed, inTransaction, replanned, rowOf, rowsOf, statements } from './sql.ts';
 
 const stmt = statements('webhooks');
@@ -27,14 +36,20 @@ const addDeliveries = (which: string, owner: string, until: string) =>
 const n = WEBHOOK_CHANGE_COLUMNS.length;
 
 const S = {
-  insert: stmt('insert', `INSERT INTO webhook_endpoints (${WEBHOOK_COLUMNS.join(', ')}) VALUES (${WEBHOOK_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`),
+  insert: stmt(
+    'insert',
+    `INSERT INTO webhook_endpoints (${WEBHOOK_COLUMNS.join(', ')}) VALUES (${WEBHOOK_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`,
+  ),
   get: stmt('get', 'SELECT * FROM webhook_endpoints WHERE id = $1 AND project_id = $2'),
   list: stmt('list', 'SELECT * FROM webhook_endpoints WHERE project_id = $1 ORDER BY id'),
   update: stmt(
     'update',
     `UPDATE webhook_endpoints SET ${WEBHOOK_CHANGE_COLUMNS.map((c, i) => `${c} = $${i + 1}`).join(', ')} WHERE id = $${n + 1} AND project_id = $${n + 2} RETURNING *`,
   ),
-  setDisabled: stmt('setDisabled', 'UPDATE webhook_endpoints SET disabled_at = $1, disabled_by = $2, disabled_reason = $3, updated_at = $4 WHERE id = $5 AND project_id = $6 RETURNING *'),
+  setDisabled: stmt(
+    'setDisabled',
+    'UPDATE webhook_endpoints SET disabled_at = $1, disabled_by = $2, disabled_reason = $3, updated_at = $4 WHERE id = $5 AND project_id = $6 RETURNING *',
+  ),
   // The right-hand sides read the row as it was: the current secret becomes the previous one.
   rotate: stmt(
     'rotate',
@@ -56,7 +71,10 @@ const S = {
      rest AS (${addDeliveries('x.n > $8', 'NULL', 'NULL')})
      SELECT l.* FROM moved LEFT JOIN leased l ON true`,
   ),
-  rewind: stmt('rewind', 'UPDATE webhook_endpoints SET position = least(position, $1), updated_at = $2 WHERE id = $3 AND project_id = $4 RETURNING *'),
+  rewind: stmt(
+    'rewind',
+    'UPDATE webhook_endpoints SET position = least(position, $1), updated_at = $2 WHERE id = $3 AND project_id = $4 RETURNING *',
+  ),
   // Each named enabled endpoint's due rows through its index (LATERAL), locked SKIP LOCKED: a
   // row another process is claiming is passed over, and one it claimed since is re-checked
   // (no longer free) before it is locked. Cheap however long other endpoints' queues are.
@@ -149,11 +167,20 @@ export class PgWebhookStore implements WebhookStore {
   }
 
   async setDisabled(projectId: string, id: string, disabled: WebhookDisabling | null, at: number): Promise<WebhookEndpointRecord | null> {
-    const row = await rowOf<WebhookRow>(this.pool, S.setDisabled([disabled?.at ?? null, disabled?.by ?? null, disabled?.reason ?? null, at, id, projectId]));
+    const row = await rowOf<WebhookRow>(
+      this.pool,
+      S.setDisabled([disabled?.at ?? null, disabled?.by ?? null, disabled?.reason ?? null, at, id, projectId]),
+    );
     return row ? webhookOf(row) : null;
   }
 
-  async rotateSecret(projectId: string, id: string, secretSealed: Buffer, previousExpiresAt: number, at: number): Promise<WebhookEndpointRecord | null> {
+  async rotateSecret(
+    projectId: string,
+    id: string,
+    secretSealed: Buffer,
+    previousExpiresAt: number,
+    at: number,
+  ): Promise<WebhookEndpointRecord | null> {
     const row = await rowOf<WebhookRow>(this.pool, S.rotate([secretSealed, previousExpiresAt, at, id, projectId]));
     return row ? webhookOf(row) : null;
   }
@@ -170,7 +197,14 @@ export class PgWebhookStore implements WebhookStore {
     return (await rowsOf<WebhookRow>(this.pool, S.all([]))).map(webhookOf);
   }
 
-  async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): Promise<DeliveryRecord[] | null> {
+  async enqueue(
+    endpointId: string,
+    from: number,
+    to: number,
+    deliveries: readonly NewDelivery[],
+    at: number,
+    lease?: EnqueueLease,
+  ): Promise<DeliveryRecord[] | null> {
     const count = lease ? Math.min(lease.count, deliveries.length) : 0;
     const rows = await rowsOf<DeliveryRow | { [K in keyof DeliveryRow]: null }>(
       this.pool,
@@ -189,7 +223,7 @@ export class PgWebhookStore implements WebhookStore {
     );
     if (rows.length === 0) return null;
     const leased: DeliveryRecord[] = [];
-    for (const r of rows) if (r.endpoint_id !== null) leased.push(deliveryOf(r as DeliveryRow));
+    for (const r of rows) if (r.endpoint_id !== null) leased.push(deliveryOf(r));
     return leased.sort((a, b) => a.position - b.position);
   }
 
@@ -201,7 +235,10 @@ export class PgWebhookStore implements WebhookStore {
   async claim(q: ClaimQuery): Promise<DeliveryRecord[]> {
     const wanted = q.endpoints.filter((e) => e.limit > 0);
     if (wanted.length === 0) return [];
-    const rows = await rowsOf<DeliveryRow>(this.pool, S.claim([q.owner, q.leaseUntil, arrayLiteral(wanted.map((e) => e.id)), arrayLiteral(wanted.map((e) => e.limit)), q.now]));
+    const rows = await rowsOf<DeliveryRow>(
+      this.pool,
+      S.claim([q.owner, q.leaseUntil, arrayLiteral(wanted.map((e) => e.id)), arrayLiteral(wanted.map((e) => e.limit)), q.now]),
+    );
     return rows.map(deliveryOf).sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.position - b.position);
   }
 
@@ -226,7 +263,9 @@ export class PgWebhookStore implements WebhookStore {
   }
 
   async deliveries(projectId: string, id: string, beforePosition: number | null, limit: number): Promise<DeliveryRecord[]> {
-    return (await rowsOf<DeliveryRow>(this.pool, S.deliveries([id, projectId, beforePosition ?? Number.MAX_SAFE_INTEGER, limit]))).map(deliveryOf);
+    return (await rowsOf<DeliveryRow>(this.pool, S.deliveries([id, projectId, beforePosition ?? Number.MAX_SAFE_INTEGER, limit]))).map(
+      deliveryOf,
+    );
   }
 
   async purgeDeliveries(olderThan: number): Promise<number> {

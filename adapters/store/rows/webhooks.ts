@@ -1,6 +1,13 @@
 // Webhook endpoints' rows as both engines return them (same table and columns), their mapping to
 // the domain's records and the values an INSERT or UPDATE binds, in the columns' order.
-import type { DeliveryRecord, DeliveryState, NewDelivery, WebhookDisabler, WebhookEndpointChange, WebhookEndpointRecord } from '../../../lib/webhooks/store.ts';
+import type {
+  DeliveryRecord,
+  DeliveryState,
+  NewDelivery,
+  WebhookDisabler,
+  WebhookEndpointChange,
+  WebhookEndpointRecord,
+} from '../../../lib/webhooks/store.ts';
 
 export interface WebhookRow {
   id: string;
@@ -23,8 +30,23 @@ export interface WebhookRow {
 }
 
 export const WEBHOOK_COLUMNS = [
-  'id', 'project_id', 'token_id', 'url', 'types', 'inboxes', 'description', 'secret_sealed', 'previous_secret_sealed',
-  'previous_expires_at', 'disabled_at', 'disabled_reason', 'disabled_by', 'position', 'failing_since', 'created_at', 'updated_at',
+  'id',
+  'project_id',
+  'token_id',
+  'url',
+  'types',
+  'inboxes',
+  'description',
+  'secret_sealed',
+  'previous_secret_sealed',
+  'previous_expires_at',
+  'disabled_at',
+  'disabled_reason',
+  'disabled_by',
+  'position',
+  'failing_since',
+  'created_at',
+  'updated_at',
 ] as const;
 
 /** The columns an update writes, in the order `changeValues` binds them. */
@@ -55,14 +77,27 @@ export const webhookOf = (r: WebhookRow): WebhookEndpointRecord => ({
 
 /** An INSERT's values, in WEBHOOK_COLUMNS' order. */
 export const webhookValues = (e: WebhookEndpointRecord): unknown[] => [
-  e.id, e.projectId, e.tokenId, e.url, text(e.types), text(e.inboxes), e.description, e.secretSealed, e.previousSecretSealed,
-  e.previousExpiresAt, e.disabledAt, e.disabledReason, e.disabledBy, e.position, e.failingSince, e.createdAt, e.updatedAt,
+  e.id,
+  e.projectId,
+  e.tokenId,
+  e.url,
+  text(e.types),
+  text(e.inboxes),
+  e.description,
+  e.secretSealed,
+  e.previousSecretSealed,
+  e.previousExpiresAt,
+  e.disabledAt,
+  e.disabledReason,
+  e.disabledBy,
+  e.position,
+  e.failingSince,
+  e.createdAt,
+  e.updatedAt,
 ];
 
 /** An UPDATE's values, in WEBHOOK_CHANGE_COLUMNS' order. */
-export const changeValues = (c: WebhookEndpointChange): unknown[] => [
-  c.url, text(c.types), text(c.inboxes), c.description, c.updatedAt,
-];
+export const changeValues = (c: WebhookEndpointChange): unknown[] => [c.url, text(c.types), text(c.inboxes), c.description, c.updatedAt];
 
 export interface DeliveryRow {
   endpoint_id: string;
@@ -101,9 +136,24 @@ export const deliveryOf = (r: DeliveryRow): DeliveryRecord => ({
 });
 
 /** The columns a new delivery binds (the rest take their defaults), in `newDeliveryValues`' order. */
-export const NEW_DELIVERY_COLUMNS = ['endpoint_id', 'event_id', 'position', 'project_id', 'type', 'next_attempt_at', 'created_at', 'updated_at', 'lease_owner', 'lease_until'] as const;
+export const NEW_DELIVERY_COLUMNS = [
+  'endpoint_id',
+  'event_id',
+  'position',
+  'project_id',
+  'type',
+  'next_attempt_at',
+  'created_at',
+  'updated_at',
+  'lease_owner',
+  'lease_until',
+] as const;
 
 /** The lease is null for a delivery left for a claim. */
-export const newDeliveryValues = (endpointId: string, projectId: string, d: NewDelivery, at: number, lease: { owner: string; until: number } | null): unknown[] => [
-  endpointId, d.eventId, d.position, projectId, d.type, at, at, at, lease?.owner ?? null, lease?.until ?? null,
-];
+export const newDeliveryValues = (
+  endpointId: string,
+  projectId: string,
+  d: NewDelivery,
+  at: number,
+  lease: { owner: string; until: number } | null,
+): unknown[] => [endpointId, d.eventId, d.position, projectId, d.type, at, at, at, lease?.owner ?? null, lease?.until ?? null];

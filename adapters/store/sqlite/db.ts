@@ -8,7 +8,8 @@ export type Db = Database.Database;
 /** How long a write waits for another process's write lock before SQLite gives up (SQLITE_BUSY). */
 export const BUSY_TIMEOUT_MS = 5000;
 
-export const isBusy = (err: unknown): boolean => typeof (err as { code?: unknown })?.code === 'string' && (err as { code: string }).code.startsWith('SQLITE_BUSY');
+export const isBusy = (err: unknown): boolean =>
+  typeof (err as { code?: unknown })?.code === 'string' && (err as { code: string }).code.startsWith('SQLITE_BUSY');
 
 /** A write refused for a primary key or UNIQUE column already taken: the store's DuplicateError. */
 export function isUniqueViolation(err: unknown): boolean {
@@ -62,17 +63,11 @@ function migrate(db: Db, list: Migration[]): void {
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`);
   // IMMEDIATE takes the write lock first, so two processes starting together migrate once.
   const apply = db.transaction(() => {
-    const done = new Set(
-      db.prepare('SELECT version FROM schema_migrations').pluck().all() as number[],
-    );
+    const done = new Set(db.prepare('SELECT version FROM schema_migrations').pluck().all() as number[]);
     for (const m of list) {
       if (done.has(m.version)) continue;
       db.exec(m.sql);
-      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
-        m.version,
-        m.name,
-        Date.now(),
-      );
+      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(m.version, m.name, Date.now());
     }
   });
   apply.immediate();

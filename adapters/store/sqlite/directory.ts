@@ -1,16 +1,18 @@
 // DirectoryStore on SQLite.
 import { DuplicateError, type CredentialFilter, type DirectoryStore, type ProjectErased } from '../../../lib/directory/store.ts';
-import type {
-  Grant,
-  Inbox,
-  Member,
-  Project,
-  SessionRecord,
-  TokenRecord,
-} from '../../../lib/directory/types.ts';
+import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
 import type { Statement } from 'better-sqlite3';
 import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
-import { grantOf, inboxOf, tokenOf, toSession, type GrantedInboxRow, type InboxRow, type SessionRow, type TokenRow } from '../rows/directory.ts';
+import {
+  grantOf,
+  inboxOf,
+  tokenOf,
+  toSession,
+  type GrantedInboxRow,
+  type InboxRow,
+  type SessionRow,
+  type TokenRow,
+} from '../rows/directory.ts';
 import { MEMBER_ERASE, PROJECT_ERASE, sqliteText, tally, type EraseStep } from '../erase.ts';
 
 const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
@@ -35,21 +37,15 @@ export class SqliteDirectoryStore implements DirectoryStore {
     this.q = {
       insertProject: db.prepare('INSERT INTO projects (id, name, created_at) VALUES (?, ?, ?)'),
       getProject: db.prepare('SELECT id, name, created_at AS createdAt FROM projects WHERE id = ?'),
-      insertMember: db.prepare(
-        'INSERT INTO members (id, project_id, email, created_at) VALUES (?, ?, ?, ?)',
-      ),
-      getMember: db.prepare(
-        'SELECT id, project_id AS projectId, email, created_at AS createdAt FROM members WHERE id = ?',
-      ),
-      insertInbox: db.prepare(
-        'INSERT INTO inboxes (id, project_id, imap_user, mode, created_at) VALUES (?, ?, ?, ?, ?)',
-      ),
-      insertAddress: db.prepare(
-        'INSERT INTO inbox_addresses (address, inbox_id, position) VALUES (?, ?, ?)',
-      ),
+      insertMember: db.prepare('INSERT INTO members (id, project_id, email, created_at) VALUES (?, ?, ?, ?)'),
+      getMember: db.prepare('SELECT id, project_id AS projectId, email, created_at AS createdAt FROM members WHERE id = ?'),
+      insertInbox: db.prepare('INSERT INTO inboxes (id, project_id, imap_user, mode, created_at) VALUES (?, ?, ?, ?, ?)'),
+      insertAddress: db.prepare('INSERT INTO inbox_addresses (address, inbox_id, position) VALUES (?, ?, ?)'),
       getInbox: db.prepare(`${INBOX_SELECT} WHERE i.id = ?`),
       // lower() on both sides uses the index of migration 010 (ASCII case only, as SQLite's lower()).
-      findInboxByAddress: db.prepare(`${INBOX_SELECT} WHERE i.id = (SELECT inbox_id FROM inbox_addresses WHERE lower(address) = lower(?) LIMIT 1)`),
+      findInboxByAddress: db.prepare(
+        `${INBOX_SELECT} WHERE i.id = (SELECT inbox_id FROM inbox_addresses WHERE lower(address) = lower(?) LIMIT 1)`,
+      ),
       getInboxByImapUser: db.prepare(`${INBOX_SELECT} WHERE i.imap_user = ? COLLATE NOCASE`),
       listInboxes: db.prepare(`${INBOX_SELECT} ORDER BY i.id`),
       putGrant: db.prepare(`INSERT INTO grants (member_id, inbox_id, role, created_at) VALUES (?, ?, ?, ?)
@@ -65,7 +61,9 @@ export class SqliteDirectoryStore implements DirectoryStore {
         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
       insertTokenInbox: db.prepare('INSERT INTO token_inboxes (token_id, inbox_id) VALUES (?, ?)'),
       getToken: db.prepare(`${TOKEN_SELECT} WHERE t.id = ?`),
-      listTokens: db.prepare(`${TOKEN_SELECT} WHERE t.project_id = @projectId AND (@memberId IS NULL OR t.member_id = @memberId) ORDER BY t.id`),
+      listTokens: db.prepare(
+        `${TOKEN_SELECT} WHERE t.project_id = @projectId AND (@memberId IS NULL OR t.member_id = @memberId) ORDER BY t.id`,
+      ),
       revokeToken: db.prepare('UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
       insertSession: db.prepare(`INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at)
         VALUES (?, ?, ?, ?, ?, ?)`),
@@ -74,9 +72,10 @@ export class SqliteDirectoryStore implements DirectoryStore {
         WHERE m.project_id = @projectId AND (@memberId IS NULL OR s.member_id = @memberId) ORDER BY s.id`),
       revokeSession: db.prepare('UPDATE sessions SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
       listProjects: db.prepare('SELECT id, name, created_at AS createdAt FROM projects ORDER BY id'),
-      listMembers: db.prepare('SELECT id, project_id AS projectId, email, created_at AS createdAt FROM members WHERE project_id = ? ORDER BY id'),
+      listMembers: db.prepare(
+        'SELECT id, project_id AS projectId, email, created_at AS createdAt FROM members WHERE project_id = ? ORDER BY id',
+      ),
     };
-
   }
 
   // Prepared on first use, like versionQuery: they name tables older schemas do not have.
@@ -194,7 +193,8 @@ export class SqliteDirectoryStore implements DirectoryStore {
         .run(at, id);
       // Its keys go with it: nothing may open its mail through Postern any more, and a sealed
       // private key kept for an inbox that no longer exists is only a liability.
-      for (const table of ['message_keys', 'epoch_keys', 'token_inboxes', 'grants', 'inbox_addresses']) this.db.prepare(`DELETE FROM ${table} WHERE inbox_id = ?`).run(id);
+      for (const table of ['message_keys', 'epoch_keys', 'token_inboxes', 'grants', 'inbox_addresses'])
+        this.db.prepare(`DELETE FROM ${table} WHERE inbox_id = ?`).run(id);
       return this.db.prepare('DELETE FROM inboxes WHERE id = ?').run(id).changes > 0;
     })();
   }
@@ -234,16 +234,7 @@ export class SqliteDirectoryStore implements DirectoryStore {
 
   async createToken(t: TokenRecord): Promise<void> {
     this.db.transaction(() => {
-      this.q.insertToken.run(
-        t.id,
-        t.projectId,
-        t.memberId,
-        t.scopes.join(' '),
-        t.secretHash,
-        t.createdAt,
-        t.expiresAt,
-        t.revokedAt,
-      );
+      this.q.insertToken.run(t.id, t.projectId, t.memberId, t.scopes.join(' '), t.secretHash, t.createdAt, t.expiresAt, t.revokedAt);
       for (const inboxId of t.inboxes ?? []) this.q.insertTokenInbox.run(t.id, inboxId);
     })();
   }

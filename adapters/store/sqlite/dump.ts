@@ -43,7 +43,9 @@ export function dumpSqlite(file: string, to: string): { rows: DumpCounts; bytes:
 
 /** Tables of `db` among those an import writes that hold a row (the log's own row aside). */
 function nonEmpty(db: Db): string[] {
-  return DUMP_TABLES.filter((t) => t.name !== 'event_log' && db.prepare(`SELECT 1 FROM ${t.name} LIMIT 1`).get() !== undefined).map((t) => t.name);
+  return DUMP_TABLES.filter((t) => t.name !== 'event_log' && db.prepare(`SELECT 1 FROM ${t.name} LIMIT 1`).get() !== undefined).map(
+    (t) => t.name,
+  );
 }
 
 /**
@@ -70,7 +72,10 @@ export async function loadSqlite(file: string, from: string): Promise<DumpCounts
     db.exec('BEGIN IMMEDIATE');
     try {
       const taken = nonEmpty(db);
-      if (taken.length > 0) throw new DumpError(`the store at ${file} is not empty (${taken.slice(0, 3).join(', ')}${taken.length > 3 ? ', …' : ''}): import into a new one`);
+      if (taken.length > 0)
+        throw new DumpError(
+          `the store at ${file} is not empty (${taken.slice(0, 3).join(', ')}${taken.length > 3 ? ', …' : ''}): import into a new one`,
+        );
       let rows: DumpCounts = {};
       for await (const item of readDump(from)) {
         if (item.kind === 'end') {

@@ -77,7 +77,9 @@ export class SqliteEventStore implements EventStore {
       readAll: db.prepare(`SELECT ${COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?`),
       positionOf: db.prepare('SELECT position FROM events WHERE project_id = ? AND event_id = ?'),
       // The positions as one JSON array: one statement whatever their number.
-      atPositions: db.prepare(`SELECT ${COLUMNS} FROM events WHERE project_id = ? AND position IN (SELECT value FROM json_each(?)) ORDER BY position`),
+      atPositions: db.prepare(
+        `SELECT ${COLUMNS} FROM events WHERE project_id = ? AND position IN (SELECT value FROM json_each(?)) ORDER BY position`,
+      ),
       getType: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? AND version = ?'),
       typeVersions: db.prepare('SELECT * FROM event_types WHERE project_id = ? AND name = ? AND version < ? ORDER BY version DESC LIMIT ?'),
       listTypes: db.prepare('SELECT * FROM event_types WHERE project_id = ? ORDER BY name, version'),
@@ -159,18 +161,26 @@ export class SqliteEventStore implements EventStore {
   }
 
   async read(q: ReadQuery): Promise<ReadResult> {
-    const upTo =
-      q.recordedBefore !== null ? (this.s.horizon.get(q.recordedBefore)?.position ?? 0) : (this.s.last.get()?.position ?? 0);
+    const upTo = q.recordedBefore !== null ? (this.s.horizon.get(q.recordedBefore)?.position ?? 0) : (this.s.last.get()?.position ?? 0);
     if (upTo <= q.after) return { events: [], scannedTo: q.after, complete: true };
     const exact = q.types ? q.types.filter((t) => !t.endsWith('*')) : [];
     const globs = q.types ? q.types.filter((t) => t.endsWith('*')) : [];
-    const shape = this.readShape(q.visibilities, q.inboxes?.length ?? null, q.allowedInboxes.length, q.types !== null, exact.length, globs.length);
+    const shape = this.readShape(
+      q.visibilities,
+      q.inboxes?.length ?? null,
+      q.allowedInboxes.length,
+      q.types !== null,
+      exact.length,
+      globs.length,
+    );
     const filters = [...(q.inboxes ?? q.allowedInboxes), ...exact, ...globs, q.limit];
     // Fast path, the plain query: within maxScan positions there are at most maxScan of the
     // project's rows, so a full page here is exactly the full page of the bounded scan below.
     const quick = shape.direct.all(q.projectId, q.after, Math.min(upTo, q.after + q.maxScan), ...filters);
     if (quick.length === q.limit) return { events: quick.map(toEvent), scannedTo: quick[quick.length - 1]!.position, complete: false };
-    const scan = q.inboxes ? [...q.inboxes.flatMap((inbox) => [inbox, q.projectId, q.after, upTo]), q.maxScan] : [q.projectId, q.after, upTo, q.maxScan];
+    const scan = q.inboxes
+      ? [...q.inboxes.flatMap((inbox) => [inbox, q.projectId, q.after, upTo]), q.maxScan]
+      : [q.projectId, q.after, upTo, q.maxScan];
     const rows = shape.rows.all(...scan, ...(q.inboxes === null ? q.allowedInboxes : []), ...exact, ...globs, q.limit);
     if (rows.length === q.limit) return { events: rows.map(toEvent), scannedTo: rows[rows.length - 1]!.position, complete: false };
     // A short page: the cursor moves to the last row the scan looked at, the project's (or its
@@ -186,7 +196,14 @@ export class SqliteEventStore implements EventStore {
    * after `maxScan` rows, so a sparse filter costs a bounded read; who may see what and the types
    * are filtered on top.
    */
-  private readShape(visibilities: readonly Visibility[], named: number | null, allowed: number, typed: boolean, exact: number, globs: number): ReadShape {
+  private readShape(
+    visibilities: readonly Visibility[],
+    named: number | null,
+    allowed: number,
+    typed: boolean,
+    exact: number,
+    globs: number,
+  ): ReadShape {
     const vis = visibilities.filter((v) => VISIBILITY_SET.has(v));
     const key = `${vis.join(',')}|${named}|${allowed}|${typed}|${exact}|${globs}`;
     let shape = this.reads.get(key);
@@ -201,7 +218,11 @@ export class SqliteEventStore implements EventStore {
             ORDER BY position LIMIT ?`;
       const visCond = `visibility IN (${vis.length ? vis.map((v) => `'${v}'`).join(', ') : "''"})`;
       const inboxCond =
-        named !== null ? `inbox_id IN (${marks(named)})` : allowed > 0 ? `(inbox_id IS NULL OR inbox_id IN (${marks(allowed)}))` : 'inbox_id IS NULL';
+        named !== null
+          ? `inbox_id IN (${marks(named)})`
+          : allowed > 0
+            ? `(inbox_id IS NULL OR inbox_id IN (${marks(allowed)}))`
+            : 'inbox_id IS NULL';
       const typeParts = [...(exact > 0 ? [`type IN (${marks(exact)})`] : []), ...Array.from({ length: globs }, () => 'type GLOB ?')];
       const typeConds = typed ? [`(${typeParts.length ? typeParts.join(' OR ') : '0'})`] : [];
       // On top of the bounded scan; the named inboxes are the scan itself.
@@ -209,9 +230,9 @@ export class SqliteEventStore implements EventStore {
       shape = {
         direct: this.db.prepare(`SELECT ${COLUMNS} FROM events
           WHERE project_id = ? AND position > ? AND position <= ? AND ${[visCond, inboxCond, ...typeConds].join(' AND ')}
-          ORDER BY position LIMIT ?`) as Statement<unknown[], EventRow>,
-        rows: this.db.prepare(`SELECT ${COLUMNS} FROM (${scan(COLUMNS)}) WHERE ${conds.join(' AND ')} ORDER BY position LIMIT ?`) as Statement<unknown[], EventRow>,
-        scanned: this.db.prepare(`SELECT MAX(position) AS last, COUNT(*) AS n FROM (${scan('position')})`) as Statement<unknown[], { last: number | null; n: number }>,
+          ORDER BY position LIMIT ?`),
+        rows: this.db.prepare(`SELECT ${COLUMNS} FROM (${scan(COLUMNS)}) WHERE ${conds.join(' AND ')} ORDER BY position LIMIT ?`),
+        scanned: this.db.prepare(`SELECT MAX(position) AS last, COUNT(*) AS n FROM (${scan('position')})`),
       };
       // Bounded: shapes vary with the number of inboxes; the oldest shape goes first.
       if (this.reads.size >= 256) this.reads.delete(this.reads.keys().next().value!);

@@ -8,7 +8,9 @@ export class SqliteKeyBackupStore implements KeyBackupStore {
   constructor(db: Db) {
     this.q = {
       get: db.prepare('SELECT blob, version, updated_at AS updatedAt FROM member_key_blobs WHERE member_id = ?'),
-      insert: db.prepare('INSERT INTO member_key_blobs (member_id, blob, version, updated_at) VALUES (?, ?, 1, ?) ON CONFLICT (member_id) DO NOTHING'),
+      insert: db.prepare(
+        'INSERT INTO member_key_blobs (member_id, blob, version, updated_at) VALUES (?, ?, 1, ?) ON CONFLICT (member_id) DO NOTHING',
+      ),
       update: db.prepare('UPDATE member_key_blobs SET blob = ?, version = version + 1, updated_at = ? WHERE member_id = ? AND version = ?'),
     };
   }
@@ -18,9 +20,8 @@ export class SqliteKeyBackupStore implements KeyBackupStore {
   }
 
   async put(memberId: string, blob: string, replaces: number, at: number): Promise<number | null> {
-    const changed = replaces === 0
-      ? this.q.insert.run(memberId, blob, at).changes
-      : this.q.update.run(blob, at, memberId, replaces).changes;
+    const changed =
+      replaces === 0 ? this.q.insert.run(memberId, blob, at).changes : this.q.update.run(blob, at, memberId, replaces).changes;
     return changed > 0 ? replaces + 1 : null;
   }
 }

@@ -1,7 +1,22 @@
 // The mailbox index in SQLite (docs/mail.md, "The index"). Statements are prepared once; every write goes
 // through one transaction per batch so a label's sync state never runs ahead of its rows.
 import type { Statement } from 'better-sqlite3';
-import type { IndexOp, IndexSearch, IndexStatus, LabelState, Location, MailIndexStore, MessageRecord, PageRow, SearchAfter, SearchRow, WatchLeases, WatchReport, WatchReports, WriteSizing } from '../../../lib/mail/types.ts';
+import type {
+  IndexOp,
+  IndexSearch,
+  IndexStatus,
+  LabelState,
+  Location,
+  MailIndexStore,
+  MessageRecord,
+  PageRow,
+  SearchAfter,
+  SearchRow,
+  WatchLeases,
+  WatchReport,
+  WatchReports,
+  WriteSizing,
+} from '../../../lib/mail/types.ts';
 import { notFound } from '../../../lib/errors.ts';
 import { inboxMark } from '../../../lib/mail/search-words.ts';
 import { rowOrNull, type Db } from './db.ts';
@@ -32,7 +47,8 @@ const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() 
 /** A write for an inbox removed meanwhile: to a read racing the removal, the inbox is gone. */
 const removedInbox = () => notFound('inbox not found: it was removed');
 
-const MESSAGE_COLUMNS = 'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
+const MESSAGE_COLUMNS =
+  'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
 
 const FTS_COLUMNS = { from: 'from_text', to: 'to_text', cc: 'cc_text', subject: 'subject' } as const;
 
@@ -47,7 +63,9 @@ const GUIDS_DRIVE_MAX = 5_000;
 export function searchMatch(inboxId: string, text: IndexSearch['text']): string {
   const mark = inboxMark(inboxId);
   return text
-    .flatMap(({ field, phrases }) => phrases.map((p) => `${FTS_COLUMNS[field]} : "${p.words.map((w) => mark + w).join(' ')}"${p.prefix ? '*' : ''}`))
+    .flatMap(({ field, phrases }) =>
+      phrases.map((p) => `${FTS_COLUMNS[field]} : "${p.words.map((w) => mark + w).join(' ')}"${p.prefix ? '*' : ''}`),
+    )
     .join(' AND ');
 }
 
@@ -56,7 +74,12 @@ export function searchMatch(inboxId: string, text: IndexSearch['text']): string 
  * nothing, but a search is rare next to listing). Exported for bench/search.ts, whose raw-SQL
  * floor must run this very statement.
  */
-export function searchSql(inboxId: string, q: IndexSearch, after: SearchAfter | null, limit: number): { sql: string; params: Record<string, unknown> } {
+export function searchSql(
+  inboxId: string,
+  q: IndexSearch,
+  after: SearchAfter | null,
+  limit: number,
+): { sql: string; params: Record<string, unknown> } {
   const where = ['m.inbox_id = @inboxId'];
   const params: Record<string, unknown> = { inboxId, limit };
   const when = (list: string[], sql: string, values: Record<string, unknown>) => {
@@ -77,16 +100,23 @@ export function searchSql(inboxId: string, q: IndexSearch, after: SearchAfter | 
     params.guids = JSON.stringify(q.guids);
     if (!guidsDrive) where.push('m.guid IN (SELECT value FROM json_each(@guids))');
   }
-  if (after) when(where, '(m.received_at < @afterAt OR (m.received_at = @afterAt AND m.guid < @afterGuid))', { afterAt: after.receivedAt, afterGuid: after.guid });
+  if (after)
+    when(where, '(m.received_at < @afterAt OR (m.received_at = @afterAt AND m.guid < @afterGuid))', {
+      afterAt: after.receivedAt,
+      afterGuid: after.guid,
+    });
   // Label and keywords hold at one same place: a message's flags are per label.
   const place: string[] = [];
-  const hasFlag = (name: string) => `EXISTS (SELECT 1 FROM json_each(l.flags) WHERE lower(value) IN (SELECT value FROM json_each(@${name})))`;
+  const hasFlag = (name: string) =>
+    `EXISTS (SELECT 1 FROM json_each(l.flags) WHERE lower(value) IN (SELECT value FROM json_each(@${name})))`;
   if (q.labelGuid !== undefined) when(place, 'l.label_guid = @labelGuid', { labelGuid: q.labelGuid });
   if (q.hasKeyword !== undefined) when(place, hasFlag('hasKeyword'), { hasKeyword: JSON.stringify(q.hasKeyword) });
   if (q.notKeyword !== undefined) when(place, `NOT ${hasFlag('notKeyword')}`, { notKeyword: JSON.stringify(q.notKeyword) });
   // The message's own places (without the hint the planner may walk every place of the inbox
   // for each message once json_each is in the condition: seconds at 50,000 messages).
-  where.push(`EXISTS (SELECT 1 FROM mail_locations l INDEXED BY mail_locations_message WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid${place.map((c) => ` AND ${c}`).join('')})`);
+  where.push(
+    `EXISTS (SELECT 1 FROM mail_locations l INDEXED BY mail_locations_message WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid${place.map((c) => ` AND ${c}`).join('')})`,
+  );
   // With words, the text index's matches drive (CROSS JOIN keeps them the outer loop) and are
   // sorted; without, the inbox's rows are walked newest first until the page is full.
   const from = params.match
@@ -95,7 +125,10 @@ export function searchSql(inboxId: string, q: IndexSearch, after: SearchAfter | 
     : guidsDrive
       ? '(SELECT value AS guid FROM json_each(@guids)) f CROSS JOIN mail_messages m ON m.inbox_id = @inboxId AND m.guid = f.guid'
       : 'mail_messages m';
-  return { sql: `SELECT ${MESSAGE_COLUMNS} FROM ${from} WHERE ${where.join(' AND ')} ORDER BY m.received_at DESC, m.guid DESC LIMIT @limit`, params };
+  return {
+    sql: `SELECT ${MESSAGE_COLUMNS} FROM ${from} WHERE ${where.join(' AND ')} ORDER BY m.received_at DESC, m.guid DESC LIMIT @limit`,
+    params,
+  };
 }
 
 /**
@@ -150,7 +183,9 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
         (SELECT count(*) FROM mail_staged_locations WHERE inbox_id = @id) AS staged`),
       statusLease: p('SELECT holder, expires_at FROM mail_watch_leases WHERE inbox_id = ?'),
       labels: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = ?'),
-      label: p('SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
+      label: p(
+        'SELECT guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low FROM mail_labels WHERE inbox_id = ? AND guid = ?',
+      ),
       // A fill's progress only goes down, and a complete label (NULL) stays complete: processes
       // filling the same label at once never make it look less filled than it is.
       putLabel: p(`INSERT INTO mail_labels (inbox_id, guid, path, special_use, uid_validity, uid_next, highest_modseq, fill_low)
@@ -163,10 +198,13 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
             ELSE min(fill_low, excluded.fill_low) END,
           uid_next = CASE WHEN uid_validity = excluded.uid_validity THEN max(uid_next, excluded.uid_next) ELSE excluded.uid_next END,
           highest_modseq = CASE WHEN uid_validity = excluded.uid_validity THEN max(highest_modseq, excluded.highest_modseq) ELSE excluded.highest_modseq END`),
-      counts: p('SELECT label_guid, count(*) AS total, count(*) - sum(seen) AS unread FROM mail_locations WHERE inbox_id = ? GROUP BY label_guid'),
+      counts: p(
+        'SELECT label_guid, count(*) AS total, count(*) - sum(seen) AS unread FROM mail_locations WHERE inbox_id = ? GROUP BY label_guid',
+      ),
       // `sealed` and `has_attachment` are learnt once (a row indexed before they were asked for
       // gets them on its next fetch).
-      putMessage: p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed, has_attachment)
+      putMessage:
+        p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed, has_attachment)
         VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress, @sealed, @hasAttachment)
         ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = coalesce(sealed, excluded.sealed), has_attachment = coalesce(has_attachment, excluded.has_attachment)
         WHERE (sealed IS NULL AND excluded.sealed IS NOT NULL) OR (has_attachment IS NULL AND excluded.has_attachment IS NOT NULL)`),
@@ -177,7 +215,9 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
         ON CONFLICT (inbox_id, label_guid, uid) DO UPDATE SET msg_guid = excluded.msg_guid, modseq = excluded.modseq, flags = excluded.flags, seen = excluded.seen
         WHERE mail_locations.msg_guid <> excluded.msg_guid OR excluded.modseq = 0 OR excluded.modseq >= mail_locations.modseq`),
       // Only a newer MODSEQ replaces flags (0: a server without CONDSTORE, nothing to compare).
-      setFlags: p('UPDATE mail_locations SET modseq = @modseq, flags = @flags, seen = @seen WHERE inbox_id = @inboxId AND label_guid = @labelGuid AND uid = @uid AND (@modseq = 0 OR modseq < @modseq)'),
+      setFlags: p(
+        'UPDATE mail_locations SET modseq = @modseq, flags = @flags, seen = @seen WHERE inbox_id = @inboxId AND label_guid = @labelGuid AND uid = @uid AND (@modseq = 0 OR modseq < @modseq)',
+      ),
       locationAt: p('SELECT msg_guid FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?').pluck(),
       removeLocation: p('DELETE FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
       // A message lives as long as some label holds it (or a refill being staged does).
@@ -195,8 +235,12 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       labelLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND label_guid = ?'),
       dropLocations: p('DELETE FROM mail_locations WHERE inbox_id = ? AND label_guid = ?'),
       dropLabel: p('DELETE FROM mail_labels WHERE inbox_id = ? AND guid = ?'),
-      locationByUid: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?'),
-      uidsOf: p('SELECT uid, msg_guid AS msgGuid FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid > ? ORDER BY uid LIMIT ?'),
+      locationByUid: p(
+        'SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid = ?',
+      ),
+      uidsOf: p(
+        'SELECT uid, msg_guid AS msgGuid FROM mail_locations WHERE inbox_id = ? AND label_guid = ? AND uid > ? ORDER BY uid LIMIT ?',
+      ),
       countIn: p('SELECT count(*) FROM mail_locations WHERE inbox_id = ? AND label_guid = ?').pluck(),
       page: p(`SELECT l.label_guid, l.uid, l.msg_guid, l.modseq, l.flags, ${MESSAGE_COLUMNS}
         FROM mail_locations l JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
@@ -205,7 +249,9 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       messageLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations WHERE inbox_id = ? AND msg_guid = ?'),
       // The page's messages looked up one by one: without the hint the planner walks every place
       // of the inbox and tests each against the list (13 ms a search at 100,000 messages).
-      searchLocations: p('SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations INDEXED BY mail_locations_message WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))'),
+      searchLocations: p(
+        'SELECT label_guid, uid, msg_guid, modseq, flags FROM mail_locations INDEXED BY mail_locations_message WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))',
+      ),
       // Rows indexed before migration 029, put in the marked index a batch at a time (markRows).
       unmarked: p('SELECT 1 FROM mail_search_docs INDEXED BY mail_search_unmarked WHERE inbox_id = ? AND marked = 0 LIMIT 1').pluck(),
       markIndex: p(`INSERT INTO mail_search (rowid, from_text, to_text, cc_text, subject)
@@ -239,7 +285,14 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
           if (previous !== undefined && previous !== l.msgGuid) orphans.add(previous);
           this.s.putLocation!.run(inboxId, l.labelGuid, l.uid, l.msgGuid, l.modseq, JSON.stringify(l.flags), isSeen(l.flags));
         } else if (op.op === 'flags') {
-          const { changes } = this.s.setFlags!.run({ modseq: op.modseq, flags: JSON.stringify(op.flags), seen: isSeen(op.flags), inboxId, labelGuid: op.labelGuid, uid: op.uid });
+          const { changes } = this.s.setFlags!.run({
+            modseq: op.modseq,
+            flags: JSON.stringify(op.flags),
+            seen: isSeen(op.flags),
+            inboxId,
+            labelGuid: op.labelGuid,
+            uid: op.uid,
+          });
           // The index already holds a newer state (or the message left the label meanwhile).
           if (changes === 0) unapplied.push(i);
         } else {
@@ -301,8 +354,8 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     this.releaseTx = db.transaction((inboxIds: readonly string[], holder: string) => {
       for (const inboxId of inboxIds) this.s.release!.run(inboxId, holder);
     });
-    const dropInbox = ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map((table) =>
-      p(`DELETE FROM ${table} WHERE inbox_id = ?`),
+    const dropInbox = ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map(
+      (table) => p(`DELETE FROM ${table} WHERE inbox_id = ?`),
     );
     // One batch of markRows: the same rows put in the text index and marked as in it.
     this.markTx = db.transaction((inboxId: string, batch: number) => {

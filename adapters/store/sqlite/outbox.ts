@@ -8,7 +8,8 @@ import { groupCommitOf, type GroupCommit } from './group-commit.ts';
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
 import { entryOf, FORGET_OWNER_MS, MINUTE_MS, OTHER_HOST_STALE_MS, PART_BYTES, type OutboxRow } from '../rows/outbox.ts';
 
-const COLUMNS = 'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
+const COLUMNS =
+  'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
 
 /**
  * The copy's pieces cut into parts of PART_BYTES (the last one shorter; one empty part for an
@@ -57,43 +58,73 @@ export class SqliteOutboxStore implements OutboxStore {
   constructor(db: Db) {
     this.q = {
       // The window's sends: whole minutes from their counts, the minute it starts in row by row.
-      minutes: db.prepare<[string, number], number>('SELECT coalesce(sum(sends), 0) FROM mail_send_minutes WHERE inbox_id = ? AND minute > ?').pluck(),
-      startMinute: db.prepare<[string, number, number], number>('SELECT count(*) FROM mail_outbox WHERE inbox_id = ? AND created_at >= ? AND created_at < ?').pluck(),
-      countSend: db.prepare<[string, number]>('INSERT INTO mail_send_minutes (inbox_id, minute, sends) VALUES (?, ?, 1) ON CONFLICT (inbox_id, minute) DO UPDATE SET sends = sends + 1'),
+      minutes: db
+        .prepare<[string, number], number>('SELECT coalesce(sum(sends), 0) FROM mail_send_minutes WHERE inbox_id = ? AND minute > ?')
+        .pluck(),
+      startMinute: db
+        .prepare<[string, number, number], number>(
+          'SELECT count(*) FROM mail_outbox WHERE inbox_id = ? AND created_at >= ? AND created_at < ?',
+        )
+        .pluck(),
+      countSend: db.prepare<[string, number]>(
+        'INSERT INTO mail_send_minutes (inbox_id, minute, sends) VALUES (?, ?, 1) ON CONFLICT (inbox_id, minute) DO UPDATE SET sends = sends + 1',
+      ),
       uncountSend: db.prepare<[string, number]>('UPDATE mail_send_minutes SET sends = sends - 1 WHERE inbox_id = ? AND minute = ?'),
       forgetMinutes: db.prepare<[string, number]>('DELETE FROM mail_send_minutes WHERE inbox_id = ? AND minute < ?'),
       byDraft: db.prepare<[string, string], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND draft_id = ?`),
       get: db.prepare<[string], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE id = ?`),
       // The inbox's rows by mail_outbox_rate (inbox_id, created_at), the filed ones skipped.
-      backlog: db.prepare<[string, number], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND state <> 'filed' ORDER BY created_at, id LIMIT ?`),
+      backlog: db.prepare<[string, number], OutboxRow>(
+        `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND state <> 'filed' ORDER BY created_at, id LIMIT ?`,
+      ),
       insert: db.prepare(
         `INSERT INTO mail_outbox (${COLUMNS}, owner) VALUES (@id, @inboxId, @projectId, @actor, @draftId, @fingerprint, 'relaying', NULL, @mailFrom, @recipients, @messageId, @size, 0, 0, @nextAttemptAt, @createdAt, @owner)`,
       ),
       insertPart: db.prepare<[string, number, Buffer]>('INSERT INTO mail_outbox_copies (id, part, bytes) VALUES (?, ?, ?)'),
       // length() of a blob is read from its header, without loading the value.
-      copySize: db.prepare<[string], { parts: number; size: number | null }>('SELECT count(*) AS parts, sum(length(bytes)) AS size FROM mail_outbox_copies WHERE id = ?'),
+      copySize: db.prepare<[string], { parts: number; size: number | null }>(
+        'SELECT count(*) AS parts, sum(length(bytes)) AS size FROM mail_outbox_copies WHERE id = ?',
+      ),
       parts: db.prepare<[string], Buffer>('SELECT bytes FROM mail_outbox_copies WHERE id = ? ORDER BY part').pluck(),
-      drop: db.prepare<[string], { inbox_id: string; created_at: number }>("DELETE FROM mail_outbox WHERE id = ? AND state IN ('relaying', 'sending') RETURNING inbox_id, created_at"),
+      drop: db.prepare<[string], { inbox_id: string; created_at: number }>(
+        "DELETE FROM mail_outbox WHERE id = ? AND state IN ('relaying', 'sending') RETURNING inbox_id, created_at",
+      ),
       dropCopy: db.prepare<[string]>('DELETE FROM mail_outbox_copies WHERE id = ?'),
       sending: db.prepare<[string]>("UPDATE mail_outbox SET state = 'sending' WHERE id = ? AND state = 'relaying'"),
-      relayed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')"),
-      unknown: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')"),
-      due: db.prepare<[number, number], OutboxRow>(`SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`),
-      claim: db.prepare<[number, string, string, number]>("UPDATE mail_outbox SET next_attempt_at = ?, owner = ?, claims = claims + 1 WHERE id = ? AND state = 'filing' AND next_attempt_at = ?"),
-      retry: db.prepare<[number, string]>("UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = ? WHERE id = ? AND state = 'filing'"),
+      relayed: db.prepare<[number, string]>(
+        "UPDATE mail_outbox SET state = 'filing', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')",
+      ),
+      unknown: db.prepare<[number, string]>(
+        "UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')",
+      ),
+      due: db.prepare<[number, number], OutboxRow>(
+        `SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`,
+      ),
+      claim: db.prepare<[number, string, string, number]>(
+        "UPDATE mail_outbox SET next_attempt_at = ?, owner = ?, claims = claims + 1 WHERE id = ? AND state = 'filing' AND next_attempt_at = ?",
+      ),
+      retry: db.prepare<[number, string]>(
+        "UPDATE mail_outbox SET attempts = attempts + 1, next_attempt_at = ? WHERE id = ? AND state = 'filing'",
+      ),
       filed: db.prepare<[number, string]>("UPDATE mail_outbox SET state = 'filed', filed_at = ? WHERE id = ?"),
       // Processes: this one says it runs; the owners of unsettled rows (mail_outbox_unsettled).
       seen: db.prepare<[string, string, number, string, number]>(
         'INSERT INTO mail_outbox_owners (id, host, pid, pid_start, seen_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at',
       ),
       owners: db.prepare<[], string | null>("SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed'").pluck(),
-      ownerOf: db.prepare<[string], { host: string; pid: number; pid_start: string; seen_at: number }>('SELECT host, pid, pid_start, seen_at FROM mail_outbox_owners WHERE id = ?'),
+      ownerOf: db.prepare<[string], { host: string; pid: number; pid_start: string; seen_at: number }>(
+        'SELECT host, pid, pid_start, seen_at FROM mail_outbox_owners WHERE id = ?',
+      ),
       forgetOwner: db.prepare<[string]>('DELETE FROM mail_outbox_owners WHERE id = ?'),
       forgetOwners: db.prepare<[number]>('DELETE FROM mail_outbox_owners WHERE seen_at < ?'),
       // `owner IS ?` matches NULL too: rows from before owners were recorded.
       unsent: db.prepare<[string | null], string>("SELECT id FROM mail_outbox WHERE owner IS ? AND state = 'relaying'").pluck(),
-      mayBeSent: db.prepare<[number, string | null, string]>("UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE owner IS ? AND state = ?"),
-      reclaim: db.prepare<[number, string | null, number]>("UPDATE mail_outbox SET next_attempt_at = ? WHERE owner IS ? AND state = 'filing' AND next_attempt_at > ?"),
+      mayBeSent: db.prepare<[number, string | null, string]>(
+        "UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE owner IS ? AND state = ?",
+      ),
+      reclaim: db.prepare<[number, string | null, number]>(
+        "UPDATE mail_outbox SET next_attempt_at = ? WHERE owner IS ? AND state = 'filing' AND next_attempt_at > ?",
+      ),
     };
     this.commits = groupCommitOf(db);
     // The entry and its copy go together (both only while the entry is still `relaying`).

@@ -1,12 +1,6 @@
 // PasskeyStore on SQLite.
 import { DuplicateError } from '../../../lib/directory/store.ts';
-import type {
-  ChallengeRecord,
-  InviteRecord,
-  MemberSession,
-  PasskeyRecord,
-  PasskeyStore,
-} from '../../../lib/auth/passkey-store.ts';
+import type { ChallengeRecord, InviteRecord, MemberSession, PasskeyRecord, PasskeyStore } from '../../../lib/auth/passkey-store.ts';
 import { passkeyOf, type PasskeyRow as EnginePasskeyRow } from '../rows/passkeys.ts';
 import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
 
@@ -14,21 +8,31 @@ import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
 type PasskeyRow = EnginePasskeyRow<number>;
 const toPasskey = (r: PasskeyRow): PasskeyRecord => passkeyOf(r, r.backed_up === 1);
 
-const SESSION_COLUMNS = 'id, member_id AS memberId, passkey_id AS passkeyId, created_at AS createdAt, expires_at AS expiresAt, revoked_at AS revokedAt';
+const SESSION_COLUMNS =
+  'id, member_id AS memberId, passkey_id AS passkeyId, created_at AS createdAt, expires_at AS expiresAt, revoked_at AS revokedAt';
 
 export class SqlitePasskeyStore implements PasskeyStore {
   private readonly q;
 
   constructor(private readonly db: Db) {
     this.q = {
-      insertInvite: db.prepare('INSERT INTO passkey_invites (id, member_id, secret_hash, created_at, expires_at, used_at) VALUES (?, ?, ?, ?, ?, ?)'),
-      getInvite: db.prepare('SELECT id, member_id AS memberId, secret_hash AS secretHash, created_at AS createdAt, expires_at AS expiresAt, used_at AS usedAt FROM passkey_invites WHERE id = ?'),
+      insertInvite: db.prepare(
+        'INSERT INTO passkey_invites (id, member_id, secret_hash, created_at, expires_at, used_at) VALUES (?, ?, ?, ?, ?, ?)',
+      ),
+      getInvite: db.prepare(
+        'SELECT id, member_id AS memberId, secret_hash AS secretHash, created_at AS createdAt, expires_at AS expiresAt, used_at AS usedAt FROM passkey_invites WHERE id = ?',
+      ),
       useInvite: db.prepare('UPDATE passkey_invites SET used_at = ? WHERE id = ? AND used_at IS NULL'),
       pruneChallenges: db.prepare('DELETE FROM webauthn_challenges WHERE expires_at <= ?'),
       countChallenges: db.prepare('SELECT count(*) FROM webauthn_challenges').pluck(),
-      insertChallenge: db.prepare('INSERT INTO webauthn_challenges (challenge, kind, invite_id, member_id, operation, expires_at) VALUES (?, ?, ?, ?, ?, ?)'),
-      takeChallenge: db.prepare('DELETE FROM webauthn_challenges WHERE challenge = ? RETURNING challenge, kind, invite_id AS inviteId, member_id AS memberId, operation, expires_at AS expiresAt'),
-      insertPasskey: db.prepare(`INSERT INTO passkeys (id, member_id, credential_id, public_key, counter, transports, name, backed_up, created_at, last_used_at, disabled_at)
+      insertChallenge: db.prepare(
+        'INSERT INTO webauthn_challenges (challenge, kind, invite_id, member_id, operation, expires_at) VALUES (?, ?, ?, ?, ?, ?)',
+      ),
+      takeChallenge: db.prepare(
+        'DELETE FROM webauthn_challenges WHERE challenge = ? RETURNING challenge, kind, invite_id AS inviteId, member_id AS memberId, operation, expires_at AS expiresAt',
+      ),
+      insertPasskey:
+        db.prepare(`INSERT INTO passkeys (id, member_id, credential_id, public_key, counter, transports, name, backed_up, created_at, last_used_at, disabled_at)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
       byCredential: db.prepare('SELECT * FROM passkeys WHERE credential_id = ?'),
       byId: db.prepare('SELECT * FROM passkeys WHERE id = ?'),
@@ -37,7 +41,9 @@ export class SqlitePasskeyStore implements PasskeyStore {
       disable: db.prepare('UPDATE passkeys SET disabled_at = coalesce(disabled_at, ?) WHERE id = ?'),
       deletePasskey: db.prepare('DELETE FROM passkeys WHERE id = ?'),
       endPasskeySessions: db.prepare('UPDATE sessions SET revoked_at = ? WHERE passkey_id = ? AND revoked_at IS NULL'),
-      insertSession: db.prepare('INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at, passkey_id) VALUES (?, ?, ?, ?, ?, ?, ?)'),
+      insertSession: db.prepare(
+        'INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at, passkey_id) VALUES (?, ?, ?, ?, ?, ?, ?)',
+      ),
       liveSessions: db.prepare(`SELECT ${SESSION_COLUMNS} FROM sessions
         WHERE member_id = ? AND revoked_at IS NULL AND expires_at > ? ORDER BY created_at DESC, id DESC`),
       sessionOwner: db.prepare('SELECT member_id FROM sessions WHERE id = ?').pluck(),
@@ -59,12 +65,14 @@ export class SqlitePasskeyStore implements PasskeyStore {
   }
 
   async putChallenge(c: ChallengeRecord, now: number, limit: number): Promise<boolean> {
-    return this.db.transaction(() => {
-      this.q.pruneChallenges.run(now);
-      if ((this.q.countChallenges.get() as number) >= limit) return false;
-      this.q.insertChallenge.run(c.challenge, c.kind, c.inviteId, c.memberId, c.operation, c.expiresAt);
-      return true;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        this.q.pruneChallenges.run(now);
+        if ((this.q.countChallenges.get() as number) >= limit) return false;
+        this.q.insertChallenge.run(c.challenge, c.kind, c.inviteId, c.memberId, c.operation, c.expiresAt);
+        return true;
+      })
+      .immediate();
   }
 
   async takeChallenge(challenge: string): Promise<ChallengeRecord | null> {
@@ -73,7 +81,19 @@ export class SqlitePasskeyStore implements PasskeyStore {
 
   async createPasskey(p: PasskeyRecord): Promise<void> {
     try {
-      this.q.insertPasskey.run(p.id, p.memberId, p.credentialId, p.publicKey, p.counter, p.transports.join(' '), p.name, p.backedUp ? 1 : 0, p.createdAt, p.lastUsedAt, p.disabledAt);
+      this.q.insertPasskey.run(
+        p.id,
+        p.memberId,
+        p.credentialId,
+        p.publicKey,
+        p.counter,
+        p.transports.join(' '),
+        p.name,
+        p.backedUp ? 1 : 0,
+        p.createdAt,
+        p.lastUsedAt,
+        p.disabledAt,
+      );
     } catch (err) {
       if (isUniqueViolation(err)) throw new DuplicateError('passkey');
       throw err;
@@ -101,10 +121,12 @@ export class SqlitePasskeyStore implements PasskeyStore {
   }
 
   async deletePasskey(id: string, at: number): Promise<boolean> {
-    return this.db.transaction(() => {
-      this.q.endPasskeySessions.run(at, id);
-      return this.q.deletePasskey.run(id).changes > 0;
-    }).immediate();
+    return this.db
+      .transaction(() => {
+        this.q.endPasskeySessions.run(at, id);
+        return this.q.deletePasskey.run(id).changes > 0;
+      })
+      .immediate();
   }
 
   async createSession(s: MemberSession & { secretHash: Buffer }): Promise<void> {

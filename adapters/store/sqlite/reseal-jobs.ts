@@ -34,15 +34,25 @@ export class SqliteResealJobs implements ResealJobs {
         WHERE done_at IS NULL AND next_at <= @now AND (lease_until <= @now OR holder = excluded.holder)
         RETURNING attempts`),
       renew: db.prepare(`UPDATE reseal_jobs SET lease_until = @until WHERE ${key} AND holder = @holder AND done_at IS NULL`),
-      done: db.prepare(`UPDATE reseal_jobs SET done_at = @now, holder = NULL, lease_until = 0, last_error = NULL WHERE ${key} AND holder = @holder`),
-      failed: db.prepare(`UPDATE reseal_jobs SET holder = NULL, lease_until = 0, next_at = @retryAt, last_error = @error WHERE ${key} AND holder = @holder`),
+      done: db.prepare(
+        `UPDATE reseal_jobs SET done_at = @now, holder = NULL, lease_until = 0, last_error = NULL WHERE ${key} AND holder = @holder`,
+      ),
+      failed: db.prepare(
+        `UPDATE reseal_jobs SET holder = NULL, lease_until = 0, next_at = @retryAt, last_error = @error WHERE ${key} AND holder = @holder`,
+      ),
       markSealed: db.prepare('UPDATE mail_messages SET sealed = 1 WHERE inbox_id = ? AND guid = ?'),
       prune: db.prepare('DELETE FROM reseal_jobs WHERE done_at IS NOT NULL AND done_at < ?'),
-      unsealed: db.prepare('SELECT count(*) FROM mail_messages INDEXED BY mail_messages_unsealed WHERE inbox_id = ? AND sealed IS NOT 1').pluck(),
-      unsealedIn: db
-        .prepare('SELECT count(*) FROM mail_messages INDEXED BY mail_messages_unsealed WHERE inbox_id IN (SELECT value FROM json_each(?)) AND sealed IS NOT 1')
+      unsealed: db
+        .prepare('SELECT count(*) FROM mail_messages INDEXED BY mail_messages_unsealed WHERE inbox_id = ? AND sealed IS NOT 1')
         .pluck(),
-      retrying: db.prepare('SELECT count(*) AS n, max(last_error) AS lastError FROM reseal_jobs WHERE inbox_id = ? AND done_at IS NULL AND last_error IS NOT NULL'),
+      unsealedIn: db
+        .prepare(
+          'SELECT count(*) FROM mail_messages INDEXED BY mail_messages_unsealed WHERE inbox_id IN (SELECT value FROM json_each(?)) AND sealed IS NOT 1',
+        )
+        .pluck(),
+      retrying: db.prepare(
+        'SELECT count(*) AS n, max(last_error) AS lastError FROM reseal_jobs WHERE inbox_id = ? AND done_at IS NULL AND last_error IS NOT NULL',
+      ),
     };
   }
 
@@ -52,7 +62,15 @@ export class SqliteResealJobs implements ResealJobs {
   }
 
   async claim(inboxId: string, p: ResealPlace, holder: string, now: number, leaseMs: number): Promise<number | null> {
-    const row = this.q.claim.get({ inboxId, labelGuid: p.labelGuid, uidValidity: p.uidValidity, uid: p.uid, holder, until: now + leaseMs, now }) as { attempts: number } | undefined;
+    const row = this.q.claim.get({
+      inboxId,
+      labelGuid: p.labelGuid,
+      uidValidity: p.uidValidity,
+      uid: p.uid,
+      holder,
+      until: now + leaseMs,
+      now,
+    }) as { attempts: number } | undefined;
     return row ? row.attempts : null;
   }
 
@@ -65,7 +83,15 @@ export class SqliteResealJobs implements ResealJobs {
   }
 
   async failed(inboxId: string, p: ResealPlace, holder: string, retryAt: number, error: string): Promise<void> {
-    this.q.failed.run({ inboxId, labelGuid: p.labelGuid, uidValidity: p.uidValidity, uid: p.uid, holder, retryAt, error: error.slice(0, 500) });
+    this.q.failed.run({
+      inboxId,
+      labelGuid: p.labelGuid,
+      uidValidity: p.uidValidity,
+      uid: p.uid,
+      holder,
+      retryAt,
+      error: error.slice(0, 500),
+    });
   }
 
   async markSealed(inboxId: string, msgGuid: string): Promise<void> {

@@ -34,11 +34,17 @@ export class SqliteWebhookStore implements WebhookStore {
 
   constructor(db: Db) {
     this.q = {
-      insert: db.prepare(`INSERT INTO webhook_endpoints (${WEBHOOK_COLUMNS.join(', ')}) VALUES (${WEBHOOK_COLUMNS.map(() => '?').join(', ')})`),
+      insert: db.prepare(
+        `INSERT INTO webhook_endpoints (${WEBHOOK_COLUMNS.join(', ')}) VALUES (${WEBHOOK_COLUMNS.map(() => '?').join(', ')})`,
+      ),
       get: db.prepare('SELECT * FROM webhook_endpoints WHERE id = ? AND project_id = ?'),
       list: db.prepare('SELECT * FROM webhook_endpoints WHERE project_id = ? ORDER BY id'),
-      update: db.prepare(`UPDATE webhook_endpoints SET ${WEBHOOK_CHANGE_COLUMNS.map((c) => `${c} = ?`).join(', ')} WHERE id = ? AND project_id = ? RETURNING *`),
-      setDisabled: db.prepare('UPDATE webhook_endpoints SET disabled_at = ?, disabled_by = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND project_id = ? RETURNING *'),
+      update: db.prepare(
+        `UPDATE webhook_endpoints SET ${WEBHOOK_CHANGE_COLUMNS.map((c) => `${c} = ?`).join(', ')} WHERE id = ? AND project_id = ? RETURNING *`,
+      ),
+      setDisabled: db.prepare(
+        'UPDATE webhook_endpoints SET disabled_at = ?, disabled_by = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND project_id = ? RETURNING *',
+      ),
       // The right-hand sides read the row as it was: the current secret becomes the previous one.
       rotate: db.prepare(
         'UPDATE webhook_endpoints SET previous_secret_sealed = secret_sealed, secret_sealed = ?, previous_expires_at = ?, updated_at = ? WHERE id = ? AND project_id = ? RETURNING *',
@@ -50,7 +56,9 @@ export class SqliteWebhookStore implements WebhookStore {
       move: db.prepare('UPDATE webhook_endpoints SET position = ? WHERE id = ? AND position = ?'),
       addDelivery: db.prepare(`${ADD_DELIVERY}`),
       addLeased: db.prepare(`${ADD_DELIVERY} RETURNING *`),
-      rewind: db.prepare('UPDATE webhook_endpoints SET position = min(position, ?), updated_at = ? WHERE id = ? AND project_id = ? RETURNING *'),
+      rewind: db.prepare(
+        'UPDATE webhook_endpoints SET position = min(position, ?), updated_at = ? WHERE id = ? AND project_id = ? RETURNING *',
+      ),
       // One endpoint's due rows, through its index: cheap however long the other endpoints' queues are.
       claim: db.prepare(
         `UPDATE webhook_deliveries SET lease_owner = ?, lease_until = ?
@@ -82,22 +90,44 @@ export class SqliteWebhookStore implements WebhookStore {
         )
         .pluck(),
     };
-    this.enqueueTx = db.transaction((endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): DeliveryRecord[] | null => {
-      const row = this.q.projectOf.get(endpointId) as { project_id: string } | undefined;
-      if (!row || this.q.move.run(to, endpointId, from).changes === 0) return null;
-      const leased: DeliveryRecord[] = [];
-      deliveries.forEach((d, i) => {
-        if (lease && i < lease.count) leased.push(deliveryOf(this.q.addLeased.get(...newDeliveryValues(endpointId, row.project_id, d, at, lease)) as DeliveryRow));
-        else this.q.addDelivery.run(...newDeliveryValues(endpointId, row.project_id, d, at, null));
-      });
-      return leased;
-    });
+    this.enqueueTx = db.transaction(
+      (
+        endpointId: string,
+        from: number,
+        to: number,
+        deliveries: readonly NewDelivery[],
+        at: number,
+        lease?: EnqueueLease,
+      ): DeliveryRecord[] | null => {
+        const row = this.q.projectOf.get(endpointId) as { project_id: string } | undefined;
+        if (!row || this.q.move.run(to, endpointId, from).changes === 0) return null;
+        const leased: DeliveryRecord[] = [];
+        deliveries.forEach((d, i) => {
+          if (lease && i < lease.count)
+            leased.push(deliveryOf(this.q.addLeased.get(...newDeliveryValues(endpointId, row.project_id, d, at, lease)) as DeliveryRow));
+          else this.q.addDelivery.run(...newDeliveryValues(endpointId, row.project_id, d, at, null));
+        });
+        return leased;
+      },
+    );
     this.finishTx = db.transaction((outcomes: readonly DeliveryOutcome[]): Map<string, number | null> => {
       // Per endpoint, what the batch says of its receiver, in order: whether it answered at all,
       // and when the failing that stands at the end began (the first failure after the last success).
       const said = new Map<string, { up: boolean; downSince: number | null }>();
       for (const o of outcomes) {
-        const written = this.q.finish.run(o.state, o.receiver === null ? 0 : 1, o.nextAttemptAt, o.receiver === null ? null : o.at, o.status, o.error, o.ms, o.at, o.endpointId, o.eventId, o.owner).changes;
+        const written = this.q.finish.run(
+          o.state,
+          o.receiver === null ? 0 : 1,
+          o.nextAttemptAt,
+          o.receiver === null ? null : o.at,
+          o.status,
+          o.error,
+          o.ms,
+          o.at,
+          o.endpointId,
+          o.eventId,
+          o.owner,
+        ).changes;
         if (written === 0 || o.receiver === null) continue;
         const s = said.get(o.endpointId) ?? { up: false, downSince: null };
         if (o.receiver === 'up') said.set(o.endpointId, { up: true, downSince: null });
@@ -127,7 +157,14 @@ export class SqliteWebhookStore implements WebhookStore {
     });
   }
 
-  private readonly enqueueTx: (endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease) => DeliveryRecord[] | null;
+  private readonly enqueueTx: (
+    endpointId: string,
+    from: number,
+    to: number,
+    deliveries: readonly NewDelivery[],
+    at: number,
+    lease?: EnqueueLease,
+  ) => DeliveryRecord[] | null;
   private readonly finishTx: (outcomes: readonly DeliveryOutcome[]) => Map<string, number | null>;
   private readonly deleteTx: (projectId: string, id: string) => boolean;
   private readonly claimTx: (c: ClaimQuery) => DeliveryRecord[];
@@ -151,11 +188,19 @@ export class SqliteWebhookStore implements WebhookStore {
   }
 
   async setDisabled(projectId: string, id: string, disabled: WebhookDisabling | null, at: number): Promise<WebhookEndpointRecord | null> {
-    const row = this.q.setDisabled.get(disabled?.at ?? null, disabled?.by ?? null, disabled?.reason ?? null, at, id, projectId) as WebhookRow | undefined;
+    const row = this.q.setDisabled.get(disabled?.at ?? null, disabled?.by ?? null, disabled?.reason ?? null, at, id, projectId) as
+      | WebhookRow
+      | undefined;
     return row ? webhookOf(row) : null;
   }
 
-  async rotateSecret(projectId: string, id: string, secretSealed: Buffer, previousExpiresAt: number, at: number): Promise<WebhookEndpointRecord | null> {
+  async rotateSecret(
+    projectId: string,
+    id: string,
+    secretSealed: Buffer,
+    previousExpiresAt: number,
+    at: number,
+  ): Promise<WebhookEndpointRecord | null> {
     const row = this.q.rotate.get(secretSealed, previousExpiresAt, at, id, projectId) as WebhookRow | undefined;
     return row ? webhookOf(row) : null;
   }
@@ -168,7 +213,14 @@ export class SqliteWebhookStore implements WebhookStore {
     return (this.q.all.all() as WebhookRow[]).map(webhookOf);
   }
 
-  async enqueue(endpointId: string, from: number, to: number, deliveries: readonly NewDelivery[], at: number, lease?: EnqueueLease): Promise<DeliveryRecord[] | null> {
+  async enqueue(
+    endpointId: string,
+    from: number,
+    to: number,
+    deliveries: readonly NewDelivery[],
+    at: number,
+    lease?: EnqueueLease,
+  ): Promise<DeliveryRecord[] | null> {
     return this.enqueueTx(endpointId, from, to, deliveries, at, lease);
   }
 

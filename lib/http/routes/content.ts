@@ -41,7 +41,8 @@ export function contentRoutes(access: Access, sealed: SealedMail, events: EventL
       try {
         parsed = await parseContent(source);
       } catch (err) {
-        if (err instanceof UnparseableMessageError) throw unprocessable(`the message could not be parsed (${err.message}); read it whole from /source`);
+        if (err instanceof UnparseableMessageError)
+          throw unprocessable(`the message could not be parsed (${err.message}); read it whole from /source`);
         throw err;
       }
       ctx.body = {
@@ -79,7 +80,8 @@ export function contentRoutes(access: Access, sealed: SealedMail, events: EventL
       try {
         found = await openAttachment(source, n);
       } catch (err) {
-        if (err instanceof UnparseableMessageError) throw unprocessable(`the message could not be parsed (${err.message}); read it whole from /source`);
+        if (err instanceof UnparseableMessageError)
+          throw unprocessable(`the message could not be parsed (${err.message}); read it whole from /source`);
         throw err;
       }
       if (!found) throw notFound(`attachment ${n} not found`);

@@ -2,7 +2,7 @@
 // GET /events as pages or as a live Server-Sent Events stream. Domain: lib/events/log.ts.
 import type { Access } from '../../auth/access.ts';
 import { invalid, isDomainError, tooLarge, unprocessable } from '../../errors.ts';
-import { Cursors } from '../../events/cursor.ts';
+import type { Cursors } from '../../events/cursor.ts';
 import { publishAs, publishKeyed, type PublishRequest } from '../../events/publish-as.ts';
 import { MAX_DATA_BYTES, type EventLog, type NewEventType } from '../../events/log.ts';
 import { compileFilter, filterFor, redactActor, startPosition, type EventFilter, type EventsQuery } from '../../events/query.ts';
@@ -61,7 +61,11 @@ function framesFor(cursors: Cursors): FrameOf {
   let frameOf = framers.get(cursors);
   if (!frameOf) {
     const full = framer((e: StoredEvent) => ({ id: cursors.encode(e.projectId, e.position), event: e.type, data: e.json }));
-    const redacted = framer((e: StoredEvent) => ({ id: cursors.encode(e.projectId, e.position), event: e.type, data: redactActor(e.json) }));
+    const redacted = framer((e: StoredEvent) => ({
+      id: cursors.encode(e.projectId, e.position),
+      event: e.type,
+      data: redactActor(e.json),
+    }));
     frameOf = (e, redact) => (redact ? redacted(e) : full(e));
     framers.set(cursors, frameOf);
   }
@@ -145,7 +149,16 @@ export function eventRoutes(o: EventRouteOptions) {
           // The filter changed while this page was read: it is applied to the page too.
           if (filter !== asked && !matches(e)) continue;
           // Backfilled rows are this client's alone: formatted directly, not cached.
-          if (!sse.write(formatFrame({ id: cursors.encode(e.projectId, e.position), event: e.type, data: filter.redactActor ? redactActor(e.json) : e.json }))) return;
+          if (
+            !sse.write(
+              formatFrame({
+                id: cursors.encode(e.projectId, e.position),
+                event: e.type,
+                data: filter.redactActor ? redactActor(e.json) : e.json,
+              }),
+            )
+          )
+            return;
         }
         lastSent = Math.max(lastSent, scannedTo);
         // A read that reached the end of the log as it was: what came later is in `pending` or

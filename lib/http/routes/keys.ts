@@ -36,7 +36,8 @@ export function keyRoutes(access: Access, epochs: EpochKeys, userKeys: UserKeys,
 
     // The web app sets the member's key; an API token acts for a member but is not the member.
     router.put('/me/key', allow(access, { token: 'any', session: true }), async (ctx) => {
-      if (ctx.state.principal.kind !== 'session') throw forbidden('the encryption key is set from the web app (a session), not with an API token');
+      if (ctx.state.principal.kind !== 'session')
+        throw forbidden('the encryption key is set from the web app (a session), not with an API token');
       const { publicKey, reauth } = validator.body<UserKey & { reauth?: AuthenticationResponseJSON }>(SET_KEY, await readJson(ctx));
       const trimmed = publicKey.trim();
       let bytes: Uint8Array;

@@ -33,7 +33,12 @@ const MCP_BODY_LIMIT = 2 * 1024 * 1024;
 function plainPost(ctx: AppContext): boolean {
   const accept = ctx.get('accept');
   const version = ctx.headers['mcp-protocol-version'];
-  return accept.includes('application/json') && accept.includes('text/event-stream') && isJsonContentType(ctx.get('content-type')) && (version === undefined || (typeof version === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(version)));
+  return (
+    accept.includes('application/json') &&
+    accept.includes('text/event-stream') &&
+    isJsonContentType(ctx.get('content-type')) &&
+    (version === undefined || (typeof version === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(version)))
+  );
 }
 
 export interface McpRouteDeps {
@@ -52,7 +57,10 @@ export function mcpRoutes({ access, mcp, subscriptions, stream, guard, quota, li
       const body = await readJson(ctx, MCP_BODY_LIMIT);
       const { requestId, principal } = ctx.state;
       if (Array.isArray(body) && body.length > limits.batchMax) {
-        throw new HttpError(400, `a batch may hold at most ${limits.batchMax} messages (POSTERN_MCP_BATCH_MAX); this one holds ${body.length}: send it as several requests`);
+        throw new HttpError(
+          400,
+          `a batch may hold at most ${limits.batchMax} messages (POSTERN_MCP_BATCH_MAX); this one holds ${body.length}: send it as several requests`,
+        );
       }
       const lean = plainPost(ctx) ? leanRequest(body) : null;
       if (lean) {
@@ -81,7 +89,8 @@ export function mcpRoutes({ access, mcp, subscriptions, stream, guard, quota, li
     });
 
     router.get('/mcp', allow(access, RULE), async (ctx: AppContext) => {
-      if (ctx.method === 'HEAD') throw new HttpError(405, 'HEAD is not served here: GET opens the notification stream', { Allow: 'GET, POST' });
+      if (ctx.method === 'HEAD')
+        throw new HttpError(405, 'HEAD is not served here: GET opens the notification stream', { Allow: 'GET, POST' });
       const p = ctx.state.principal;
       // The stream watches inboxes with the process's IMAP pool: it counts as an inbox stream.
       const release = quota.take('inbox', p);

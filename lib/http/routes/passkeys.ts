@@ -17,12 +17,20 @@ const APP = 'https://postern.dev/schemas/app.json#/$defs/';
 /** A WebAuthn response is a few KiB; an attestation with a certificate chain stays far below this. */
 const CEREMONY_BODY_LIMIT = 96 * 1024;
 
-export function passkeyRoutes(deps: { access: Access; passkeys: Passkeys; validator: Validator; ceremoniesPerMinute: number; rate: CredentialRate; metrics: RateMetrics }) {
+export function passkeyRoutes(deps: {
+  access: Access;
+  passkeys: Passkeys;
+  validator: Validator;
+  ceremoniesPerMinute: number;
+  rate: CredentialRate;
+  metrics: RateMetrics;
+}) {
   const { access, passkeys, validator } = deps;
   // One budget for the four public ceremony endpoints: each options call stores a challenge.
   const ceremony = perAddressRate({ perMinute: deps.ceremoniesPerMinute, metrics: deps.metrics });
   const session = authenticate(access, 'session', deps.rate);
-  const body = async <T>(ctx: AppContext, def: string): Promise<T> => validator.body<T>(`${APP}${def}`, await readJson(ctx, CEREMONY_BODY_LIMIT));
+  const body = async <T>(ctx: AppContext, def: string): Promise<T> =>
+    validator.body<T>(`${APP}${def}`, await readJson(ctx, CEREMONY_BODY_LIMIT));
   const me = (ctx: AppContext) => ctx.state.principal.memberId;
 
   return (router: AppRouter): void => {
@@ -57,7 +65,10 @@ export function passkeyRoutes(deps: { access: Access; passkeys: Passkeys; valida
       ctx.body = { publicKey: await passkeys.addOptions(me(ctx)) };
     });
     router.post('/auth/passkeys', session, async (ctx) => {
-      const req = await body<{ name?: string; response: RegistrationResponseJSON; reauth?: AuthenticationResponseJSON }>(ctx, 'AddPasskeyRequest');
+      const req = await body<{ name?: string; response: RegistrationResponseJSON; reauth?: AuthenticationResponseJSON }>(
+        ctx,
+        'AddPasskeyRequest',
+      );
       ctx.status = 201;
       ctx.body = await passkeys.add(me(ctx), req.response, req.name, req.reauth);
     });

@@ -7,7 +7,7 @@ import { HttpError } from '../errors.ts';
 import type { SealedOpener } from '../../send/sealed.ts';
 import { draftFingerprint, MAX_MESSAGE_BYTES, type SendService } from '../../send/service.ts';
 import { allow } from '../authenticate.ts';
-import { BodyGate } from '../body-gate.ts';
+import type { BodyGate } from '../body-gate.ts';
 import { readRaw } from '../body.ts';
 import { parseSendBody, type LongField } from '../send-body.ts';
 import type { AppContext, AppRouter } from '../context.ts';
@@ -97,7 +97,13 @@ export function sendRoutes(access: Access, send: SendService, opener: SealedOpen
         const ciphertext = long?.bytes ?? base64Bytes('ciphertext', body.ciphertext);
         const to = [...new Set(body.to.map((a) => a.toLowerCase()))].sort();
         const dek = fields.get(body.wrappedDek);
-        const fingerprint = draftFingerprint([String(body.epoch), dek ? { base64: dek.bytes } : body.wrappedDek, long ? { base64: long.bytes } : body.ciphertext, body.from.toLowerCase(), ...to]);
+        const fingerprint = draftFingerprint([
+          String(body.epoch),
+          dek ? { base64: dek.bytes } : body.wrappedDek,
+          long ? { base64: long.bytes } : body.ciphertext,
+          body.from.toLowerCase(),
+          ...to,
+        ]);
         body.ciphertext = '';
         fields.clear();
         // A retry of a draft already sent is answered as the first time, without opening it again.

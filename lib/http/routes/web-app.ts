@@ -56,17 +56,19 @@ export const APP_HEADERS: Readonly<Record<string, string>> = {
  * An /app route: its headers on success, and on an error too (the error middleware drops headers
  * set before a failure, keeping those the error carries; an error stays no-store).
  */
-const appRoute = (handler: (ctx: AppContext) => Promise<void> | void) => async (ctx: AppContext): Promise<void> => {
-  ctx.set(APP_HEADERS);
-  try {
-    await handler(ctx);
-  } catch (err) {
-    const known = httpErrorOf(err);
-    if (!known) throw err;
-    const { 'Cache-Control': _cache, ...headers } = APP_HEADERS;
-    throw new HttpError(known.status, known.message, { ...headers, ...known.headers });
-  }
-};
+const appRoute =
+  (handler: (ctx: AppContext) => Promise<void> | void) =>
+  async (ctx: AppContext): Promise<void> => {
+    ctx.set(APP_HEADERS);
+    try {
+      await handler(ctx);
+    } catch (err) {
+      const known = httpErrorOf(err);
+      if (!known) throw err;
+      const { 'Cache-Control': _cache, ...headers } = APP_HEADERS;
+      throw new HttpError(known.status, known.message, { ...headers, ...known.headers });
+    }
+  };
 
 async function send(ctx: AppContext, dir: string, name: string): Promise<void> {
   const m = FILE.exec(name);
@@ -93,11 +95,20 @@ async function send(ctx: AppContext, dir: string, name: string): Promise<void> {
 export function webAppRoutes(dir = WEB_APP_DIR) {
   return (router: AppRouter): void => {
     // This route matches /app and /app/ alike; the page's relative URLs need the slash.
-    router.get('/app', appRoute((ctx) => (ctx.path === '/app/' ? send(ctx, dir, 'index.html') : ctx.redirect('/app/'))));
-    router.get('/app/:file', appRoute((ctx) => send(ctx, dir, ctx.params.file!)));
+    router.get(
+      '/app',
+      appRoute((ctx) => (ctx.path === '/app/' ? send(ctx, dir, 'index.html') : ctx.redirect('/app/'))),
+    );
+    router.get(
+      '/app/:file',
+      appRoute((ctx) => send(ctx, dir, ctx.params.file!)),
+    );
     // Deeper paths exist nowhere: a 404 that carries the app's headers like the rest.
-    router.get('/app/{*rest}', appRoute(() => {
-      throw notFound();
-    }));
+    router.get(
+      '/app/{*rest}',
+      appRoute(() => {
+        throw notFound();
+      }),
+    );
   };
 }

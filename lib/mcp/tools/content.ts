@@ -63,7 +63,9 @@ export function contentTools(access: Access, sealed: SealedMail, events: EventLo
         const cut = cap(fromHtml ? htmlToText(parsed.html) : parsed.text, args.maxChars);
         const attachments = parsed.attachments;
         const headerLines = Object.entries(parsed.headers).map(([k, v]) => `${k}: ${v}`);
-        const attachmentLines = attachments.map((a) => `attachment ${a.index}: ${a.filename ?? '(no name)'} (${a.contentType}, ${a.size} bytes${a.inline ? ', inline' : ''})`);
+        const attachmentLines = attachments.map(
+          (a) => `attachment ${a.index}: ${a.filename ?? '(no name)'} (${a.contentType}, ${a.size} bytes${a.inline ? ', inline' : ''})`,
+        );
         const body = [...headerLines, '', cut.text, ...(attachmentLines.length > 0 ? ['', ...attachmentLines] : [])].join('\n');
         const text = untrusted(body) + cutNote(cut, 'call read_message with a larger maxChars for more');
         return {

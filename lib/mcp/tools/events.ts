@@ -16,7 +16,8 @@ export function eventTools(access: Access, events: EventLog): Tool[] {
     tool<EventsQuery>({
       name: 'list_events',
       title: 'List events',
-      description: "A page of the project's events, oldest first, that this token may see. Pass the answer's cursor as `after` for the next page.",
+      description:
+        "A page of the project's events, oldest first, that this token may see. Pass the answer's cursor as `after` for the next page.",
       rule: { token: 'events:read', session: true },
       input: 'ListEventsInput',
       async run(p, q) {
@@ -26,7 +27,9 @@ export function eventTools(access: Access, events: EventLog): Tool[] {
         const page = await events.page(filter, after, q.limit);
         const list = page.events.map((e) => JSON.parse(e.json) as Record<string, unknown>);
         // A subject is another caller's (publish_event), or an outside mail's Message-ID (message.received).
-        const lines = list.map((e) => `${String(e.id)} ${String(e.type)} at ${String(e.time)}${e.subject ? ` subject ${String(e.subject)}` : ''}`);
+        const lines = list.map(
+          (e) => `${String(e.id)} ${String(e.type)} at ${String(e.time)}${e.subject ? ` subject ${String(e.subject)}` : ''}`,
+        );
         const text = `${list.length === 0 ? 'No events.' : untrusted(lines.join('\n'))}\nNext page: after=${page.cursor}`;
         return { structured: { events: list, cursor: page.cursor, notice: UNTRUSTED_NOTICE }, text };
       },
@@ -35,7 +38,8 @@ export function eventTools(access: Access, events: EventLog): Tool[] {
     tool<PublishArgs>({
       name: 'publish_event',
       title: 'Publish an event',
-      description: "Publishes an event of a registered type to the project's event log. With idempotencyKey, a repeat answers with the first event.",
+      description:
+        "Publishes an event of a registered type to the project's event log. With idempotencyKey, a repeat answers with the first event.",
       rule: { token: 'events:write', session: false },
       input: 'PublishEventInput',
       async run(p, body) {

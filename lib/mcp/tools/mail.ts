@@ -38,7 +38,10 @@ export function mailTools(access: Access, mail: MailService, sealed: SealedMail)
           mode: inbox.mode,
           addresses: inbox.addresses,
         }));
-        const text = inboxes.length === 0 ? 'No inboxes.' : inboxes.map((i) => `${i.inboxId} ${i.addresses.join(', ')} (role ${i.role}, ${i.mode})`).join('\n');
+        const text =
+          inboxes.length === 0
+            ? 'No inboxes.'
+            : inboxes.map((i) => `${i.inboxId} ${i.addresses.join(', ')} (role ${i.role}, ${i.mode})`).join('\n');
         return { structured: { inboxes }, text };
       },
     }),
@@ -53,7 +56,9 @@ export function mailTools(access: Access, mail: MailService, sealed: SealedMail)
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
         const labels = await mail.labels(inbox);
         // A label's name is whatever a mail app named the folder.
-        const text = labels.map((l) => `${l.id} ${l.name}${l.specialUse ? ` (${l.specialUse})` : ''}: ${l.total} messages, ${l.unread} unread`).join('\n');
+        const text = labels
+          .map((l) => `${l.id} ${l.name}${l.specialUse ? ` (${l.specialUse})` : ''}: ${l.total} messages, ${l.unread} unread`)
+          .join('\n');
         return { structured: { labels, notice: UNTRUSTED_NOTICE }, text: text ? untrusted(text) : 'No labels.' };
       },
     }),
@@ -61,12 +66,16 @@ export function mailTools(access: Access, mail: MailService, sealed: SealedMail)
     tool<{ inboxId: string; labelId: string; limit: number; before?: number }>({
       name: 'list_messages',
       title: 'List messages',
-      description: 'A page of the messages under a label, newest first: id, date, sender, subject, flags. Pass `before` from the answer for older ones.',
+      description:
+        'A page of the messages under a label, newest first: id, date, sender, subject, flags. Pass `before` from the answer for older ones.',
       rule: DEFAULT_RULE,
       input: 'ListMessagesInput',
       async run(p, args) {
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
-        const page = await mail.messages(inbox, args.labelId, { limit: args.limit, ...(args.before !== undefined ? { before: args.before } : {}) });
+        const page = await mail.messages(inbox, args.labelId, {
+          limit: args.limit,
+          ...(args.before !== undefined ? { before: args.before } : {}),
+        });
         // The page is the cache's own object until the inbox changes: so is its answer (json-once.ts).
         let answer = pageAnswers.get(page);
         if (answer === undefined) pageAnswers.set(page, (answer = pageAnswer(page)));

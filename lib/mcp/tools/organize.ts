@@ -12,7 +12,10 @@ export function organizeTools(access: Access, mail: MailService): Tool[] {
   const move = async (p: Principal, inboxId: string, messageId: string, to: string): Promise<ToolAnswer> => {
     const { inbox } = await access.inboxAccess(p, inboxId, 'messages:write');
     const placement: MessagePlacement = await mail.move(inbox, messageId, to, p.actor);
-    return { structured: { ...placement }, text: `${messageId} is now in [${placement.labels.join(', ')}], flags [${placement.flags.join(', ')}]` };
+    return {
+      structured: { ...placement },
+      text: `${messageId} is now in [${placement.labels.join(', ')}], flags [${placement.flags.join(', ')}]`,
+    };
   };
   return [
     tool<{ inboxId: string; messageId: string; to: string }>({
@@ -27,7 +30,8 @@ export function organizeTools(access: Access, mail: MailService): Tool[] {
     tool<{ inboxId: string; messageId: string }>({
       name: 'archive_message',
       title: 'Archive a message',
-      description: "Moves a message to the inbox's archive folder (out of INBOX and every other label). Answers the labels and flags after the move.",
+      description:
+        "Moves a message to the inbox's archive folder (out of INBOX and every other label). Answers the labels and flags after the move.",
       rule: ORGANIZE,
       input: 'MessageInput',
       run: (p, args) => move(p, args.inboxId, args.messageId, 'archive'),
@@ -35,7 +39,8 @@ export function organizeTools(access: Access, mail: MailService): Tool[] {
     tool<{ inboxId: string; messageId: string }>({
       name: 'trash_message',
       title: 'Move a message to trash',
-      description: "Moves a message to the inbox's trash folder (it is not deleted: move_message with to=inbox brings it back). Answers the labels and flags after the move.",
+      description:
+        "Moves a message to the inbox's trash folder (it is not deleted: move_message with to=inbox brings it back). Answers the labels and flags after the move.",
       rule: ORGANIZE,
       input: 'MessageInput',
       run: (p, args) => move(p, args.inboxId, args.messageId, 'trash'),

@@ -41,7 +41,7 @@ export function sendTools(access: Access, send: SendService, sealed: SealedMail)
       name: 'send_message',
       title: 'Send a message',
       description:
-        'Sends a plain-text email from one of the inbox\'s addresses. With inReplyTo (a msg_… id of this inbox) it answers that message, threaded. ' +
+        "Sends a plain-text email from one of the inbox's addresses. With inReplyTo (a msg_… id of this inbox) it answers that message, threaded. " +
         "Sending is rate-limited per inbox like every send, and recorded in the project's events.",
       rule: { token: 'send', session: false },
       input: 'SendMessageInput',
@@ -50,7 +50,8 @@ export function sendTools(access: Access, send: SendService, sealed: SealedMail)
         let thread: { inReplyTo: string; references: string[] } | null = null;
         if (args.inReplyTo !== undefined) {
           // Reading the parent's headers is a read: the token must be allowed to read the inbox.
-          if (!access.hasScope(p, 'messages:read')) throw forbidden('answering a message needs the messages:read scope too (its headers are read for threading)');
+          if (!access.hasScope(p, 'messages:read'))
+            throw forbidden('answering a message needs the messages:read scope too (its headers are read for threading)');
           await access.inboxAccess(p, args.inboxId, 'messages:read');
           thread = await threading(sealed, inbox, args.inReplyTo);
         }

@@ -41,7 +41,10 @@ export const postfix: Service<'postfix'> = {
       INGRESS_PORT: p.ingress,
       // alias-NAME@INGRESS_DOMAIN → NAME@INGRESS_DOMAIN: an alias Postfix rewrites before the ingress
       // ($$ is a literal $ in main.cf).
-      VIRTUAL_ALIAS_MAPS: `regexp:{ {/^alias-(.+)@${INGRESS_DOMAIN.replace(/\./g, '\\.')}$/ $1@${INGRESS_DOMAIN}} }`.replaceAll('$', '$$$$'),
+      VIRTUAL_ALIAS_MAPS: `regexp:{ {/^alias-(.+)@${INGRESS_DOMAIN.replace(/\./g, '\\.')}$/ $1@${INGRESS_DOMAIN}} }`.replaceAll(
+        '$',
+        '$$$$',
+      ),
       RELAYHOST: `[${HOST}]:${p.sink}`,
       RETRY_DELAY: '1s',
       MAX_BACKOFF: '5s',
@@ -74,7 +77,12 @@ export const postfix: Service<'postfix'> = {
   isOurs: (l, pid) => procEnviron(pid, 'MAIL_CONFIG') === l.postfixDir,
 
   async start(l: Layout): Promise<void> {
-    await runStarter('postfix', ['-c', l.postfixDir, 'start'], path.join(l.postfixRoot, 'start.out'), `starting postfix (log: ${l.postfixLog})`);
+    await runStarter(
+      'postfix',
+      ['-c', l.postfixDir, 'start'],
+      path.join(l.postfixRoot, 'start.out'),
+      `starting postfix (log: ${l.postfixLog})`,
+    );
   },
 
   async stop(l: Layout, pid: number): Promise<void> {

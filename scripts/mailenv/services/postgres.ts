@@ -23,7 +23,9 @@ const PG_ROOT = '/usr/lib/postgresql';
 export function postgresBinDir(): string | null {
   let versions: number[];
   try {
-    versions = readdirSync(PG_ROOT).filter((v) => /^\d+$/.test(v)).map(Number);
+    versions = readdirSync(PG_ROOT)
+      .filter((v) => /^\d+$/.test(v))
+      .map(Number);
   } catch {
     return null;
   }
@@ -78,10 +80,17 @@ async function initCluster(l: Layout, vmail: Account): Promise<void> {
     await mustRun(
       bin('initdb'),
       [
-        '-D', building, '-U', POSTGRES_USER, `--pwfile=${pwFile}`,
-        '--auth-host=scram-sha-256', '--auth-local=scram-sha-256',
+        '-D',
+        building,
+        '-U',
+        POSTGRES_USER,
+        `--pwfile=${pwFile}`,
+        '--auth-host=scram-sha-256',
+        '--auth-local=scram-sha-256',
         // C: lower() folds ASCII only, as SQLite's lower() and NOCASE do.
-        '--encoding=UTF8', '--locale=C', '--no-sync',
+        '--encoding=UTF8',
+        '--locale=C',
+        '--no-sync',
       ],
       'initdb of the private PostgreSQL cluster',
       { as: vmail, cwd: l.postgresDir },
@@ -91,12 +100,11 @@ async function initCluster(l: Layout, vmail: Account): Promise<void> {
   }
   await fs.appendFile(path.join(building, 'postgresql.conf'), `\ninclude '${SETTINGS_FILE}'\n`);
   await writeAtomic(path.join(building, SETTINGS_FILE), settings(l), 0o600, vmail);
-  await mustRun(
-    bin('postgres'),
-    ['--single', '-D', building, '-j', 'template1'],
-    'creating the database postern',
-    { as: vmail, cwd: l.postgresDir, input: `CREATE DATABASE ${POSTGRES_DATABASE};\n` },
-  );
+  await mustRun(bin('postgres'), ['--single', '-D', building, '-j', 'template1'], 'creating the database postern', {
+    as: vmail,
+    cwd: l.postgresDir,
+    input: `CREATE DATABASE ${POSTGRES_DATABASE};\n`,
+  });
   await fs.rename(building, l.postgresDataDir);
 }
 
@@ -108,7 +116,9 @@ async function pgCtl(l: Layout, args: string[], what: string): Promise<void> {
     cwd: l.postgresDir,
   });
   if (res.code !== 0) {
-    throw new Error(`mailenv: ${what} failed (exit ${res.code}): ${res.stderr.trim()}\n--- ${l.postgresLog} ---\n${await fileTail(l.postgresLog)}`);
+    throw new Error(
+      `mailenv: ${what} failed (exit ${res.code}): ${res.stderr.trim()}\n--- ${l.postgresLog} ---\n${await fileTail(l.postgresLog)}`,
+    );
   }
 }
 
@@ -147,7 +157,16 @@ export const postgres: Service<'postgres'> = {
 
   probes(l: Layout) {
     // SSLRequest (length 8, code 80877103): a server without SSL answers the single byte 'N'.
-    return [{ what: 'PostgreSQL', port: ports(l.basePort).postgres, send: '\x00\x00\x00\x08\x04\xd2\x16\x2f', expect: 'N', quit: '', binary: true }];
+    return [
+      {
+        what: 'PostgreSQL',
+        port: ports(l.basePort).postgres,
+        send: '\x00\x00\x00\x08\x04\xd2\x16\x2f',
+        expect: 'N',
+        quit: '',
+        binary: true,
+      },
+    ];
   },
 
   log: (l) => l.postgresLog,

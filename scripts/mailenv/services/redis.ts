@@ -24,14 +24,35 @@ export const redis: Service<'redis'> = {
   log: (l) => l.redisLog,
   pidFile: (l) => l.redisPidFile,
   // redis-server rewrites its title to "redis-server HOST:PORT"; it works in its --dir.
-  isOurs: (l, pid) => procCmdline(pid).join(' ').includes(`redis-server ${HOST}:${ports(l.basePort).redis}`) && procCwd(pid) === l.redisDir,
+  isOurs: (l, pid) =>
+    procCmdline(pid)
+      .join(' ')
+      .includes(`redis-server ${HOST}:${ports(l.basePort).redis}`) && procCwd(pid) === l.redisDir,
 
   async start(l: Layout): Promise<void> {
-    await runStarter('redis-server', [
-      '--bind', HOST, '--port', String(ports(l.basePort).redis),
-      '--save', '', '--appendonly', 'no',
-      '--daemonize', 'yes', '--pidfile', l.redisPidFile, '--logfile', l.redisLog, '--dir', l.redisDir,
-    ], path.join(l.redisDir, 'start.out'), `starting redis-server (log: ${l.redisLog})`);
+    await runStarter(
+      'redis-server',
+      [
+        '--bind',
+        HOST,
+        '--port',
+        String(ports(l.basePort).redis),
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--daemonize',
+        'yes',
+        '--pidfile',
+        l.redisPidFile,
+        '--logfile',
+        l.redisLog,
+        '--dir',
+        l.redisDir,
+      ],
+      path.join(l.redisDir, 'start.out'),
+      `starting redis-server (log: ${l.redisLog})`,
+    );
     // The pid file appears just after the daemon forks.
     for (let i = 0; i < 50 && !existsSync(l.redisPidFile); i++) await sleep(20);
   },

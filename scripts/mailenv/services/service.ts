@@ -6,7 +6,9 @@ import type { PackageNeed } from '../packages.ts';
 import type { Probe } from '../probes.ts';
 
 /** Shared by every service while the environment is prepared. */
-export interface PrepareContext { vmail: Account }
+export interface PrepareContext {
+  vmail: Account;
+}
 
 export interface Service<N extends string = string> {
   name: N;

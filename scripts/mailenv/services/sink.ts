@@ -37,11 +37,15 @@ export const sink: Service<'sink'> = {
     if (SINK_SCRIPT.endsWith('.ts') && !execArgv.some((a) => a.includes('tsx'))) execArgv.push('--import', import.meta.resolve('tsx'));
     const log = openSync(l.sinkLog, 'a');
     try {
-      const child = spawn(process.execPath, [...execArgv, SINK_SCRIPT, '--host', HOST, '--port', String(ports(l.basePort).sink), '--dir', l.sinkMessagesDir], {
-        detached: true,
-        stdio: ['ignore', log, log],
-        // `--import tsx` in execArgv resolves against the working directory, so keep ours.
-      });
+      const child = spawn(
+        process.execPath,
+        [...execArgv, SINK_SCRIPT, '--host', HOST, '--port', String(ports(l.basePort).sink), '--dir', l.sinkMessagesDir],
+        {
+          detached: true,
+          stdio: ['ignore', log, log],
+          // `--import tsx` in execArgv resolves against the working directory, so keep ours.
+        },
+      );
       if (child.pid === undefined) throw new Error(`mailenv: could not spawn ${process.execPath} ${SINK_SCRIPT}`);
       await fs.writeFile(l.sinkPidFile, `${child.pid}\n`);
       child.unref();
