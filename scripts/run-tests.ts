@@ -1,12 +1,13 @@
 // `npm test`'s runner: every test file of both passes (SQLite, then PostgreSQL for what serves from
-// a store; .mocharc.postgres.cjs says which) and the container test, several at a time. Most of the
+// a store; .mocharc.postgres.cjs says which), the container test and the static checks (npm run
+// typecheck, npm run lint), several at a time. Most of the
 // suite waits on IMAP, SMTP and PostgreSQL, not on the two cores, so files run side by side in
 // lanes. Each lane has a mail environment of its own (its own Dovecot, Postfix, sink, Redis and
 // PostgreSQL, on its own ports under .mailenv/lanes/), because some tests stop Dovecot or Postfix
 // or listen on the environment's hint port; within a lane files run one after another, each in its
 // own mocha process, so a file keeps every check a lone run has (the open-handle check included).
 //
-//   node --import tsx scripts/run-tests.ts [--jobs N] [--store sqlite|postgres|both] [--no-container] [FILE…]
+//   node --import tsx scripts/run-tests.ts [--jobs N] [--store sqlite|postgres|both] [--no-container] [--no-checks] [FILE…]
 //
 // Files start longest first, by the durations of this machine's last run (kept beside the mail
 // environment, not in the repository), or by size before there is one. Each file's output is
@@ -24,11 +25,8 @@ interface Lane {
   dir: string;
   basePort: number;
 }
-interface Entry {
-  name: string;
-  store: Store | 'container';
-  file: string;
-}
+/** A test file on one engine, or an npm script (the container test, a static check). */
+type Entry = { name: string; kind: 'mocha'; store: Store; file: string } | { name: string; kind: 'script'; script: string };
 interface Outcome {
   entry: Entry;
   code: number | null;
@@ -39,10 +37,11 @@ interface Outcome {
   skipped: number;
 }
 
-function parseArgs(argv: string[]): { jobs: number; stores: Store[]; container: boolean; files: string[] } {
-  let jobs = Number(process.env.POSTERN_TEST_JOBS ?? 4);
+function parseArgs(argv: string[]): { jobs: number; stores: Store[]; container: boolean; checks: boolean; files: string[] } {
+  let jobs = Number(process.env.POSTERN_TEST_JOBS ?? 5);
   let stores: Store[] = ['sqlite', 'postgres'];
   let container = true;
+  let checks = true;
   const files: string[] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
@@ -52,12 +51,13 @@ function parseArgs(argv: string[]): { jobs: number; stores: Store[]; container: 
       stores = s === 'both' ? ['sqlite', 'postgres'] : s === 'sqlite' || s === 'postgres' ? [s] : [];
       if (stores.length === 0) throw new Error(`--store takes sqlite, postgres or both, not ${s}`);
     } else if (a === '--no-container') container = false;
+    else if (a === '--no-checks') checks = false;
     else if (a.startsWith('-')) throw new Error(`unknown option ${a}`);
     else files.push(relative(ROOT, join(process.cwd(), a)));
   }
   if (!Number.isInteger(jobs) || jobs < 1) throw new Error('--jobs takes a whole number from 1');
-  if (files.length > 0) container = false;
-  return { jobs, stores, container, files };
+  if (files.length > 0) container = checks = false;
+  return { jobs, stores, container, checks, files };
 }
 
 /** The files of one pass: the SQLite pass runs them all, PostgreSQL's leaves out what its config ignores. */
@@ -89,7 +89,7 @@ function readDurations(envDir: string): Record<string, number> {
 
 /** Expected milliseconds: the last run's, or a guess from the file's size (about 40 ms a byte... of waiting). */
 function expected(entry: Entry, durations: Record<string, number>): number {
-  if (entry.store === 'container') return durations[entry.name] ?? 300_000;
+  if (entry.kind === 'script') return durations[entry.name] ?? 60_000;
   return durations[entry.name] ?? statSync(join(ROOT, entry.file)).size * 4;
 }
 
@@ -122,22 +122,22 @@ const children = new Set<ChildProcess>();
 function run(entry: Entry, lane: Lane): Promise<Outcome> {
   const started = Date.now();
   const args =
-    entry.store === 'container'
-      ? ['--import', 'tsx', join(ROOT, 'scripts/container-test.ts')]
+    entry.kind === 'script'
+      ? ['run', '--silent', entry.script]
       : [join(ROOT, 'node_modules/mocha/bin/mocha.js'), '--config', join(ROOT, '.mocharc.json'), entry.file];
   const env: NodeJS.ProcessEnv = { ...process.env, POSTERN_ENV_DIR: lane.dir, POSTERN_ENV_BASE_PORT: String(lane.basePort) };
   delete env.POSTERN_TEST_ENV;
-  if (entry.store === 'postgres') env.POSTERN_TEST_STORE = 'postgres';
+  if (entry.kind === 'mocha' && entry.store === 'postgres') env.POSTERN_TEST_STORE = 'postgres';
   else delete env.POSTERN_TEST_STORE;
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(entry.kind === 'script' ? 'npm' : process.execPath, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
     children.add(child);
     let output = '';
     child.stdout.on('data', (d: Buffer) => (output += d.toString()));
     child.stderr.on('data', (d: Buffer) => (output += d.toString()));
     child.on('close', (code) => {
       children.delete(child);
-      const c = entry.store === 'container' ? { passed: code === 0 ? 1 : 0, failed: code === 0 ? 0 : 1, skipped: 0 } : counts(output);
+      const c = entry.kind === 'script' ? { passed: code === 0 ? 1 : 0, failed: code === 0 ? 0 : 1, skipped: 0 } : counts(output);
       // A file that exits non-zero with nothing failing (a crash, a handle left open) counts as a failure.
       if (code !== 0 && c.failed === 0) c.failed = 1;
       resolve({ entry, code, output, ms: Date.now() - started, ...c });
@@ -146,12 +146,15 @@ function run(entry: Entry, lane: Lane): Promise<Outcome> {
 }
 
 async function main(): Promise<number> {
-  const { jobs, stores, container, files } = parseArgs(process.argv.slice(2));
+  const { jobs, stores, container, checks, files } = parseArgs(process.argv.slice(2));
   const started = Date.now();
   const envDir = join(ROOT, '.mailenv');
   const durations = readDurations(envDir);
-  const entries: Entry[] = stores.flatMap((store) => passFiles(store, files).map((file) => ({ name: `${store} ${file}`, store, file })));
-  if (container) entries.push({ name: 'container', store: 'container', file: 'scripts/container-test.ts' });
+  const entries: Entry[] = stores.flatMap((store) =>
+    passFiles(store, files).map((file) => ({ name: `${store} ${file}`, kind: 'mocha' as const, store, file })),
+  );
+  if (container) entries.push({ name: 'container', kind: 'script', script: 'test:container' });
+  if (checks) entries.push({ name: 'typecheck', kind: 'script', script: 'typecheck' }, { name: 'lint', kind: 'script', script: 'lint' });
   entries.sort((a, b) => expected(b, durations) - expected(a, durations));
 
   const lanes = await laneEnvironments(Math.min(jobs, entries.length));
