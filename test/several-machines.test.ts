@@ -116,7 +116,14 @@ describe('several machines: three postern serve on one PostgreSQL and one Redis'
     this.timeout(120_000);
     db = await emptyDatabase();
     adminDir = mkdtempSync(join(tmpdir(), 'postern-machine-admin-'));
-    const shared = { POSTERN_DATABASE_URL: db.url, REDIS_URL: mailEnv().redis.url, POSTERN_EVENTS_SETTLE_MS: '0' };
+    // One token writes from 16 writers on each machine, as fast as they can: past a credential's
+    // default budget (docs/access.md, "Rate limits").
+    const shared = {
+      POSTERN_DATABASE_URL: db.url,
+      REDIS_URL: mailEnv().redis.url,
+      POSTERN_EVENTS_SETTLE_MS: '0',
+      POSTERN_RATE_REQUESTS: '0',
+    };
     cliEnv = envVars(mailEnv(), { ...shared, POSTERN_DB: join(adminDir, 'postern.db'), POSTERN_WATCH: 'notify' });
     admin = await startPostern({ ...shared, POSTERN_DB: join(adminDir, 'postern.db') });
     // One after another, so each new watch report names the machine just started.
