@@ -96,6 +96,10 @@ export async function keyFingerprint(page: Page): Promise<string> {
  */
 export async function enrollMember(device: Device, link: string, passphrase: string): Promise<string> {
   await device.page.goto(link);
+  // The first page of a new Chromium can take long on a loaded machine (five test lanes beside
+  // it); an error the page shows instead is reported as such.
+  await device.page.locator('#enroll, #error').first().waitFor({ timeout: 90_000 });
+  if (await device.page.locator('#error').count()) throw new Error(`the page says: ${await device.page.locator('main').innerText()}`);
   await device.page.click('#enroll');
   const prompt = device.page.getByRole('heading', { name: 'Protect your key' });
   await Promise.race([prompt.waitFor({ timeout: 60_000 }), device.page.locator('#key-fingerprint').waitFor({ timeout: 60_000 })]);
