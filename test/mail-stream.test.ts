@@ -9,6 +9,7 @@ import { promisify } from 'node:util';
 import { expect } from 'chai';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { append, deliver, json, mailApp, SseReader, until } from './mail-fixtures.ts';
+import { reloadPostfix } from './send-fixtures.ts';
 
 const run = promisify(execFile);
 
@@ -239,6 +240,7 @@ describe('inbox change stream', function () {
     } finally {
       await startDovecot(conf);
       await until('Dovecot to answer again', imapUp, 20_000);
+      await reloadPostfix();
     }
     const change = parse((await sse.next((e) => e.event === 'message.flags', 30_000)).data);
     expect(change).to.include({ labelId: ids.Archive });

@@ -220,8 +220,11 @@ export async function postconfService(settings: Record<string, string | null>): 
  * `postfix reload` only signals the master; this returns once the master has logged that it
  * re-read its settings, so a connection opened after it meets an smtpd that runs them (one
  * already in a session, such as a pooled one, keeps the old settings until its session ends).
+ * After Dovecot restarts, an smtpd that kept its connection to Dovecot's auth answers its next
+ * AUTH with 454 "Connection lost to authentication server"; a reload replaces those smtpd
+ * processes, so the next test in the same environment (docs/testing.md, lanes) signs in at once.
  */
-async function reloadPostfix(): Promise<void> {
+export async function reloadPostfix(): Promise<void> {
   const reloads = async () =>
     postfixLog()
       .split('\n')
@@ -248,4 +251,5 @@ export async function startDovecot(): Promise<void> {
     });
   }
   await until('Dovecot to answer', () => portAnswers(mailEnv().imap.port), 20_000);
+  await reloadPostfix();
 }
