@@ -21,6 +21,28 @@ const guid = () => randomBytes(16).toString('hex');
 const SUBJECTS = ['Quarterly numbers', 'Lunch on Friday', 'Réunion trimestrielle'];
 const search = (subject: string) => indexSearch({ limit: 10, subject });
 
+/** The three SUBJECTS, put in `label` of `inbox` through the index's own write. */
+async function putSubjects(index: PgMailIndex, inbox: string, label: string): Promise<void> {
+  const ms: MessageRecord[] = SUBJECTS.map((subject, i) => ({
+    guid: guid(),
+    size: 100,
+    receivedAt: 1000 + i,
+    date: null,
+    from: 'Old <old@x.test>',
+    to: null,
+    cc: null,
+    replyTo: null,
+    subject,
+    messageId: null,
+    inReplyTo: null,
+    fromAddress: 'old@x.test',
+  }));
+  await index.apply(
+    inbox,
+    ms.map((m, i) => ({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })),
+  );
+}
+
 /** The messages of SUBJECTS in one label, written as an older version's SQLite store held them. */
 function oldRows(db: Db, inbox: string, label: string): void {
   SUBJECTS.forEach((subject, i) => {
@@ -75,24 +97,7 @@ describe('search over messages indexed before it', () => {
       const index = new PgMailIndex(fresh.pool);
       const inbox = newId('ibx');
       const label = guid();
-      const ms: MessageRecord[] = SUBJECTS.map((subject, i) => ({
-        guid: guid(),
-        size: 100,
-        receivedAt: 1000 + i,
-        date: null,
-        from: 'Old <old@x.test>',
-        to: null,
-        cc: null,
-        replyTo: null,
-        subject,
-        messageId: null,
-        inReplyTo: null,
-        fromAddress: 'old@x.test',
-      }));
-      await index.apply(
-        inbox,
-        ms.map((m, i) => ({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })),
-      );
+      await putSubjects(index, inbox, label);
       // As migration 006 leaves the rows indexed before it.
       await fresh.pool.query('UPDATE mail_messages SET search = NULL WHERE inbox_id = $1', [inbox]);
       expect((await index.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal([
@@ -159,24 +164,7 @@ describe('search over messages indexed before it', () => {
       const index = new PgMailIndex(pool);
       const inbox = newId('ibx');
       const label = guid();
-      const ms: MessageRecord[] = SUBJECTS.map((subject, i) => ({
-        guid: guid(),
-        size: 100,
-        receivedAt: 1000 + i,
-        date: null,
-        from: 'Old <old@x.test>',
-        to: null,
-        cc: null,
-        replyTo: null,
-        subject,
-        messageId: null,
-        inReplyTo: null,
-        fromAddress: 'old@x.test',
-      }));
-      await index.apply(
-        inbox,
-        ms.map((m, i) => ({ op: 'put', message: m, location: { labelGuid: label, uid: i + 1, msgGuid: m.guid, modseq: 1, flags: [] } })),
-      );
+      await putSubjects(index, inbox, label);
       await migratePg(pool);
       const after = new PgMailIndex(pool);
       expect((await after.search(inbox, search('reunion'), null, 10)).map((r) => r.message.subject)).to.deep.equal([
