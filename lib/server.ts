@@ -219,20 +219,18 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   // A durable job: every unsealed message of a zero-access inbox, found by sweeps and at start.
   // A round that replaced messages asks for a sync, so the index drops the originals.
   let mailMirrorRef: MailMirror | null = null;
-  const resealer = new Resealer(
+  const resealer = new Resealer({
     directory,
     keys,
-    new ImapMessageReplacer(mailSource.pool, mailIndex),
-    store.resealJobs,
-    log.child({ part: 'reseal' }),
-    {
-      holder: mailLive.origin,
-      onReplaced: (inbox) => void mailMirrorRef?.nudge(inbox, { background: true }),
-      ensureIndexed: async (inbox) => {
-        if (!(await mailIndex.isSeeded(inbox.id))) void mailMirrorRef?.nudge(inbox, { background: true });
-      },
+    replacer: new ImapMessageReplacer(mailSource.pool, mailIndex),
+    jobs: store.resealJobs,
+    log: log.child({ part: 'reseal' }),
+    holder: mailLive.origin,
+    onReplaced: (inbox) => void mailMirrorRef?.nudge(inbox, { background: true }),
+    ensureIndexed: async (inbox) => {
+      if (!(await mailIndex.isSeeded(inbox.id))) void mailMirrorRef?.nudge(inbox, { background: true });
     },
-  );
+  });
   let bounces: BounceMatcher | null = null;
   const onChanges = (inboxId: string, changes: readonly LiveChange[]) => {
     mailChanges.onChanges(inboxId, changes);
@@ -255,21 +253,33 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const dovecotLmtp = new DovecotLmtp(config.ingress.dovecot);
   const lmtp = config.ingress.listen
     ? new LmtpIngress(
-        new Ingress(
+        new Ingress({
           directory,
           keys,
-          dovecotLmtp,
-          eventLog,
-          log.child({ part: 'ingress' }),
-          (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve(),
-          config.ingress.recipientDelimiter,
-        ),
+          local: dovecotLmtp,
+          events: eventLog,
+          log: log.child({ part: 'ingress' }),
+          beforeSealed: (inboxId, from, raw) => bounces?.ingressReport(inboxId, from, raw) ?? Promise.resolve(),
+          recipientDelimiter: config.ingress.recipientDelimiter,
+        }),
         { ...config.ingress.listen, log: log.child({ part: 'lmtp' }) },
       )
     : null;
-  const mail = new MailService(mailIndex, mailMirror, mailSource, mailChanges.expect, mailChanges.expectLabels);
-  const mailSearch = new MailSearch(mailIndex, mailMirror, mailSource, config.search);
-  const sealed = new SealedMail(mail, mailIndex, new ImapMessageBodies(mailSource.pool, mailIndex), keys, keyStore);
+  const mail = new MailService({
+    index: mailIndex,
+    mirror: mailMirror,
+    source: mailSource,
+    announce: mailChanges.expect,
+    announceLabels: mailChanges.expectLabels,
+  });
+  const mailSearch = new MailSearch({ index: mailIndex, mirror: mailMirror, source: mailSource, bounds: config.search });
+  const sealed = new SealedMail({
+    mail,
+    index: mailIndex,
+    bodies: new ImapMessageBodies(mailSource.pool, mailIndex),
+    keys,
+    messageKeys: keyStore,
+  });
   const userKeys = new UserKeys(keyStore, keys);
   // Sending: Postfix submission as each inbox's user; Sent copies from the durable outbox.
   const relay = new SmtpRelay(
@@ -284,31 +294,32 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const { outbox } = store;
   // One memory budget for the send bodies and the Sent copies being filed.
   const sendMemory = new BodyGate(SEND_MEMORY_BUDGET);
-  const sentCopies = new SentCopies(
+  const sentCopies = new SentCopies({
     outbox,
     directory,
-    new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)),
-    log.child({ part: 'outbox' }),
-    { memory: sendMemory, yieldMs: config.send.copyYieldMs },
-  );
-  bounces = new BounceMatcher(
-    mailIndex,
-    new ImapMessageBodies(mailSource.pool, mailIndex),
+    filer: new ImapSentFiler(mailSource.pool, (inbox) => mailMirror.refresh(inbox)),
+    log: log.child({ part: 'outbox' }),
+    memory: sendMemory,
+    yieldMs: config.send.copyYieldMs,
+  });
+  bounces = new BounceMatcher({
+    index: mailIndex,
+    bodies: new ImapMessageBodies(mailSource.pool, mailIndex),
     outbox,
     directory,
-    eventLog,
-    log.child({ part: 'bounces' }),
-  );
-  const send = new SendService(
+    events: eventLog,
+    log: log.child({ part: 'bounces' }),
+  });
+  const send = new SendService({
     relay,
     outbox,
-    eventLog,
-    config.send,
-    sentCopies,
-    log.child({ part: 'send' }),
-    async (inboxId, raw) => seal(raw, await keys.current(inboxId)),
-    recorders.send,
-  );
+    events: eventLog,
+    limits: config.send,
+    copies: sentCopies,
+    log: log.child({ part: 'send' }),
+    sealCopy: async (inboxId, raw) => seal(raw, await keys.current(inboxId)),
+    metrics: recorders.send,
+  });
   const watchAll = new WatchAll({
     mode: config.watch.mode,
     reason: config.watch.reason,
@@ -389,7 +400,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     reauthMaxAgeSeconds: config.app.reauthMaxAgeSeconds,
     events: eventLog,
   });
-  const mcpSubscriptions = new McpSubscriptions(bus, mail, access, log.child({ part: 'mcp' }));
+  const mcpSubscriptions = new McpSubscriptions({ bus, mail, access, log: log.child({ part: 'mcp' }) });
   const mcpTools = new McpTools({
     access,
     mail,

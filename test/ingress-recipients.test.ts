@@ -199,7 +199,7 @@ describe('delivery ingress: a zero-access user reached by another form when seal
     const log = pino({ level: 'silent' });
     const dovecot = new DovecotLmtp(admin.postern.config.ingress.dovecot);
     // Its message.received events (none here) would go to the admin's log: only the ingress's keys and directory matter.
-    const ingress = new Ingress(directory, new EpochKeyring(store.keys, null), dovecot, admin.postern.events, log);
+    const ingress = new Ingress({ directory, keys: new EpochKeyring(store.keys, null), local: dovecot, events: admin.postern.events, log });
     failing = new LmtpIngress(ingress, { host: env.ingress.host, port: env.ingress.port, log });
     await failing.listen();
 

@@ -320,7 +320,16 @@ describe('sealing what a zero-access inbox already holds', function () {
           ),
       };
       const quiet = { warn: () => undefined };
-      const resealer = new Resealer(directory, s.postern.keys, flaky, jobs, quiet, { holder: 'flaky', sweepMs: 100, retryMinMs: 20 });
+      const resealer = new Resealer({
+        directory,
+        keys: s.postern.keys,
+        replacer: flaky,
+        jobs,
+        log: quiet,
+        holder: 'flaky',
+        sweepMs: 100,
+        retryMinMs: 20,
+      });
       // Indexed (the first fill, silent), then found by the sweep.
       const token = await p.token(['messages:read']);
       expect((await call(`${s.base}/inboxes/${inbox.id}/labels`, { token })).status).to.equal(200);
@@ -376,14 +385,14 @@ describe('sealing what a zero-access inbox already holds', function () {
       }
       expect(await storedMessages(inbox)).to.have.length(2);
 
-      const resealer = new Resealer(
+      const resealer = new Resealer({
         directory,
-        s.postern.keys,
-        new ImapMessageReplacer(s.postern.mailSource.pool, index),
+        keys: s.postern.keys,
+        replacer: new ImapMessageReplacer(s.postern.mailSource.pool, index),
         jobs,
-        s.postern.log,
-        { holder: 'restarted' },
-      );
+        log: s.postern.log,
+        holder: 'restarted',
+      });
       resealer.kick(inbox.id);
       await resealer.idle();
       await resealer.close();

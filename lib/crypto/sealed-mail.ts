@@ -21,15 +21,31 @@ import { openpgpBytes } from './armor.ts';
 /** More than this before the encrypted-data packet is not a PKESK list (each is ~100 bytes). */
 const MAX_PKESK_BYTES = 64 * 1024;
 
+export interface SealedMailOptions {
+  mail: MailService;
+  index: MailIndexStore;
+  bodies: MessageBodies;
+  keys: EpochKeys;
+  messageKeys: MessageKeyStore;
+  now?: () => number;
+}
+
 export class SealedMail {
-  constructor(
-    private readonly mail: MailService,
-    private readonly index: MailIndexStore,
-    private readonly bodies: MessageBodies,
-    private readonly keys: EpochKeys,
-    private readonly messageKeys: MessageKeyStore,
-    private readonly now: () => number = Date.now,
-  ) {}
+  private readonly mail: MailService;
+  private readonly index: MailIndexStore;
+  private readonly bodies: MessageBodies;
+  private readonly keys: EpochKeys;
+  private readonly messageKeys: MessageKeyStore;
+  private readonly now: () => number;
+
+  constructor(o: SealedMailOptions) {
+    this.mail = o.mail;
+    this.index = o.index;
+    this.bodies = o.bodies;
+    this.keys = o.keys;
+    this.messageKeys = o.messageKeys;
+    this.now = o.now ?? Date.now;
+  }
 
   /** The message detail (docs/api.md, "Message detail") with its ETag, which also covers `wrappedDek` (it changes when that is first made). */
   async detail(inbox: Inbox, msgId: string): Promise<{ detail: MessageDetail; etag: string }> {

@@ -81,17 +81,35 @@ function messageIdOf(raw: Uint8Array): string | undefined {
   return id ? id.slice(0, 998) : undefined;
 }
 
+export interface IngressOptions {
+  directory: DirectoryStore;
+  keys: InboxKeys;
+  local: LocalDelivery;
+  events: EventLog;
+  log: WarnLog;
+  beforeSealed?: SealedInboxHook;
+  /** Dovecot's `recipient_delimiter`: Postern must cut details where Dovecot does. */
+  recipientDelimiter?: string;
+}
+
 export class Ingress {
-  constructor(
-    private readonly directory: DirectoryStore,
-    private readonly keys: InboxKeys,
-    private readonly local: LocalDelivery,
-    private readonly events: EventLog,
-    private readonly log: WarnLog,
-    private readonly beforeSealed: SealedInboxHook = async () => undefined,
-    /** Dovecot's `recipient_delimiter`: Postern must cut details where Dovecot does. */
-    private readonly recipientDelimiter: string = DEFAULT_RECIPIENT_DELIMITER,
-  ) {}
+  private readonly directory: DirectoryStore;
+  private readonly keys: InboxKeys;
+  private readonly local: LocalDelivery;
+  private readonly events: EventLog;
+  private readonly log: WarnLog;
+  private readonly beforeSealed: SealedInboxHook;
+  private readonly recipientDelimiter: string;
+
+  constructor(o: IngressOptions) {
+    this.directory = o.directory;
+    this.keys = o.keys;
+    this.local = o.local;
+    this.events = o.events;
+    this.log = o.log;
+    this.beforeSealed = o.beforeSealed ?? (async () => undefined);
+    this.recipientDelimiter = o.recipientDelimiter ?? DEFAULT_RECIPIENT_DELIMITER;
+  }
 
   /**
    * The inbox a recipient's mail lands in: one of its addresses as given, or, as Dovecot will

@@ -84,6 +84,11 @@ export interface ResealJobs {
 }
 
 export interface ResealerOptions {
+  directory: DirectoryStore;
+  keys: InboxKeys;
+  replacer: MessageReplacer;
+  jobs: ResealJobs;
+  log: WarnLog;
   /** This process, among those sharing the store. */
   holder: string;
   /** Asked after a round replaced messages: a sync, so the index drops the originals. */
@@ -117,15 +122,19 @@ export class Resealer {
   private readonly sweepMs: number;
   private readonly leaseMs: number;
 
-  constructor(
-    private readonly directory: DirectoryStore,
-    private readonly keys: InboxKeys,
-    private readonly replacer: MessageReplacer,
-    private readonly jobs: ResealJobs,
-    private readonly log: WarnLog,
-    private readonly options: ResealerOptions,
-  ) {
-    this.chains = new KeyedChain(log, 'sealing plaintext in a zero-access inbox failed', 'inboxId');
+  private readonly directory: DirectoryStore;
+  private readonly keys: InboxKeys;
+  private readonly replacer: MessageReplacer;
+  private readonly jobs: ResealJobs;
+  private readonly log: WarnLog;
+
+  constructor(private readonly options: ResealerOptions) {
+    this.directory = options.directory;
+    this.keys = options.keys;
+    this.replacer = options.replacer;
+    this.jobs = options.jobs;
+    this.log = options.log;
+    this.chains = new KeyedChain(options.log, 'sealing plaintext in a zero-access inbox failed', 'inboxId');
     this.sweepMs = options.sweepMs ?? SWEEP_MS;
     this.leaseMs = options.leaseMs ?? LEASE_MS;
   }

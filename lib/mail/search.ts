@@ -111,13 +111,25 @@ export function indexSearch(q: SearchQuery, bounds: SearchBounds = DEFAULT_SEARC
   return search;
 }
 
+export interface MailSearchOptions {
+  index: MailIndexStore;
+  mirror: MailMirror;
+  source: MailSource;
+  bounds?: SearchBounds;
+}
+
 export class MailSearch {
-  constructor(
-    private readonly index: MailIndexStore,
-    private readonly mirror: MailMirror,
-    private readonly source: MailSource,
-    private readonly bounds: SearchBounds = DEFAULT_SEARCH_BOUNDS,
-  ) {}
+  private readonly index: MailIndexStore;
+  private readonly mirror: MailMirror;
+  private readonly source: MailSource;
+  private readonly bounds: SearchBounds;
+
+  constructor(o: MailSearchOptions) {
+    this.index = o.index;
+    this.mirror = o.mirror;
+    this.source = o.source;
+    this.bounds = o.bounds ?? DEFAULT_SEARCH_BOUNDS;
+  }
 
   /**
    * One page, newest first. `body`/`text` need `recordRead`: the route gives it once it checked

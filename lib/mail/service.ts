@@ -77,19 +77,33 @@ const SPECIAL_TARGETS = { archive: '\\Archive', trash: '\\Trash', junk: '\\Junk'
 /** How many times a flag change follows a message a mail app keeps moving before it gives up (503). */
 const STORE_ATTEMPTS = 3;
 
+export interface MailServiceOptions {
+  index: MailIndexStore;
+  mirror: MailMirror;
+  source: MailSource;
+  /** Told of each flag change the API is about to make, and whose it is (the event log's actor). */
+  announce?: FlagChangeAnnouncer;
+  /** Told of each label change the API is about to make, and whose it is. */
+  announceLabels?: LabelChangeAnnouncer;
+}
+
 export class MailService {
   private readonly pages = new DerivedCache<MessageList | null>(2000);
   private readonly details = new DerivedCache<{ detail: IndexedDetail; etag: string } | null>(5000);
 
-  constructor(
-    private readonly index: MailIndexStore,
-    private readonly mirror: MailMirror,
-    private readonly source: MailSource,
-    /** Told of each flag change the API is about to make, and whose it is (the event log's actor). */
-    private readonly announce: FlagChangeAnnouncer = () => () => undefined,
-    /** Told of each label change the API is about to make, and whose it is. */
-    private readonly announceLabels: LabelChangeAnnouncer = () => () => undefined,
-  ) {}
+  private readonly index: MailIndexStore;
+  private readonly mirror: MailMirror;
+  private readonly source: MailSource;
+  private readonly announce: FlagChangeAnnouncer;
+  private readonly announceLabels: LabelChangeAnnouncer;
+
+  constructor(o: MailServiceOptions) {
+    this.index = o.index;
+    this.mirror = o.mirror;
+    this.source = o.source;
+    this.announce = o.announce ?? (() => () => undefined);
+    this.announceLabels = o.announceLabels ?? (() => () => undefined);
+  }
 
   async labels(inbox: MailInbox): Promise<Label[]> {
     await this.mirror.refresh(inbox);

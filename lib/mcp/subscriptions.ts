@@ -56,17 +56,29 @@ class LiveStream {
   ) {}
 }
 
+export interface McpSubscriptionsOptions {
+  bus: Bus;
+  mail: MailService;
+  access: Access;
+  log: WarnLog;
+}
+
 export class McpSubscriptions {
   private readonly wanted = new Map<string, Set<string>>();
   private readonly streams = new Map<string, Set<LiveStream>>();
   private stopBus: Unsubscribe | null = null;
 
-  constructor(
-    private readonly bus: Bus,
-    private readonly mail: MailService,
-    private readonly access: Access,
-    private readonly log: WarnLog,
-  ) {}
+  private readonly bus: Bus;
+  private readonly mail: MailService;
+  private readonly access: Access;
+  private readonly log: WarnLog;
+
+  constructor(o: McpSubscriptionsOptions) {
+    this.bus = o.bus;
+    this.mail = o.mail;
+    this.access = o.access;
+    this.log = o.log;
+  }
 
   async start(): Promise<void> {
     this.stopBus = await this.bus.subscribe(CHANNEL, (message) => {

@@ -41,19 +41,34 @@ async function readAll(stream: Readable, max: number): Promise<Buffer | null> {
   return Buffer.concat(chunks);
 }
 
+export interface BounceMatcherOptions {
+  index: MailIndexStore;
+  bodies: MessageBodies;
+  outbox: OutboxStore;
+  directory: DirectoryStore;
+  events: EventLog;
+  log: WarnLog;
+}
+
 export class BounceMatcher {
   /** Per inbox, the reports still being read: in order, and waited for at shutdown. */
   private readonly chains: KeyedChain;
 
-  constructor(
-    private readonly index: MailIndexStore,
-    private readonly bodies: MessageBodies,
-    private readonly outbox: OutboxStore,
-    private readonly directory: DirectoryStore,
-    private readonly events: EventLog,
-    private readonly log: WarnLog,
-  ) {
-    this.chains = new KeyedChain(log, 'could not read a delivery report', 'inboxId');
+  private readonly index: MailIndexStore;
+  private readonly bodies: MessageBodies;
+  private readonly outbox: OutboxStore;
+  private readonly directory: DirectoryStore;
+  private readonly events: EventLog;
+  private readonly log: WarnLog;
+
+  constructor(o: BounceMatcherOptions) {
+    this.index = o.index;
+    this.bodies = o.bodies;
+    this.outbox = o.outbox;
+    this.directory = o.directory;
+    this.events = o.events;
+    this.log = o.log;
+    this.chains = new KeyedChain(o.log, 'could not read a delivery report', 'inboxId');
   }
 
   /** Told of every batch of changes the index applied (alongside the event recorder). */

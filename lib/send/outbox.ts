@@ -23,6 +23,10 @@ import type { WarnLog } from '../warn-log.ts';
 import type { CopyQueue, MemoryBudget, OutboxEntry, OutboxStore, SentCopy, SentFiler } from './ports.ts';
 
 export interface SentCopiesOptions {
+  outbox: OutboxStore;
+  directory: DirectoryStore;
+  filer: SentFiler;
+  log: WarnLog;
   /** Looks for due copies this often even when nobody said one is waiting (other processes, retries). */
   pollMs?: number;
   /** First retry after a failure; doubles up to maxRetryMs. */
@@ -100,13 +104,16 @@ export class SentCopies implements CopyQueue {
   private lastSendAt = 0;
   private readonly waitingForQuiet = new Set<() => void>();
 
-  constructor(
-    private readonly outbox: OutboxStore,
-    private readonly directory: DirectoryStore,
-    private readonly filer: SentFiler,
-    private readonly log: WarnLog,
-    options: SentCopiesOptions = {},
-  ) {
+  private readonly outbox: OutboxStore;
+  private readonly directory: DirectoryStore;
+  private readonly filer: SentFiler;
+  private readonly log: WarnLog;
+
+  constructor(options: SentCopiesOptions) {
+    this.outbox = options.outbox;
+    this.directory = options.directory;
+    this.filer = options.filer;
+    this.log = options.log;
     this.pollMs = options.pollMs ?? 2000;
     this.retryMs = options.retryMs ?? 500;
     this.maxRetryMs = options.maxRetryMs ?? 30_000;

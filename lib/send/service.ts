@@ -85,23 +85,43 @@ const outcomeUnknown = () =>
     'the mail server received the whole message but its reply was lost: it has most likely queued it, so the message will not be sent again (its copy is filed in Sent)',
   );
 
+export interface SendServiceOptions {
+  relay: Relay;
+  outbox: OutboxStore;
+  events: EventLog;
+  limits: SendLimits;
+  /**
+   * The Sent copies' queue: told when a copy is waiting, so it is filed without waiting for the
+   * next poll, and of each send under way, which filing yields to.
+   */
+  copies: CopyQueue;
+  log: WarnLog;
+  /** A zero-access inbox's Sent copy is sealed like its incoming mail, before it is stored. */
+  sealCopy: (inboxId: string, raw: Buffer) => Promise<Buffer>;
+  /** Sends by outcome and the relay's latency (lib/metrics.ts). */
+  metrics?: SendMetrics;
+}
+
 export class SendService {
-  constructor(
-    private readonly relay: Relay,
-    private readonly outbox: OutboxStore,
-    private readonly events: EventLog,
-    private readonly limits: SendLimits,
-    /**
-     * The Sent copies' queue: told when a copy is waiting, so it is filed without waiting for the
-     * next poll, and of each send under way, which filing yields to.
-     */
-    private readonly copies: CopyQueue,
-    private readonly log: WarnLog,
-    /** A zero-access inbox's Sent copy is sealed like its incoming mail, before it is stored. */
-    private readonly sealCopy: (inboxId: string, raw: Buffer) => Promise<Buffer>,
-    /** Sends by outcome and the relay's latency (lib/metrics.ts). */
-    private readonly metrics: SendMetrics = NO_METRICS.send,
-  ) {}
+  private readonly relay: Relay;
+  private readonly outbox: OutboxStore;
+  private readonly events: EventLog;
+  private readonly limits: SendLimits;
+  private readonly copies: CopyQueue;
+  private readonly log: WarnLog;
+  private readonly sealCopy: (inboxId: string, raw: Buffer) => Promise<Buffer>;
+  private readonly metrics: SendMetrics;
+
+  constructor(o: SendServiceOptions) {
+    this.relay = o.relay;
+    this.outbox = o.outbox;
+    this.events = o.events;
+    this.limits = o.limits;
+    this.copies = o.copies;
+    this.log = o.log;
+    this.sealCopy = o.sealCopy;
+    this.metrics = o.metrics ?? NO_METRICS.send;
+  }
 
   /**
    * The first answer for a draft already sent with this content (no need to open it again);
