@@ -1,0 +1,40 @@
+// The MCP context: the tools (twins of HTTP operations, calling the same domain services) and the
+// resource subscriptions heard over the bus (docs/mcp.md).
+import type { EventLog } from '../events/log.ts';
+import { McpTools } from '../mcp/server.ts';
+import { McpSubscriptions } from '../mcp/subscriptions.ts';
+import type { Core } from './core.ts';
+import type { MailContext } from './mail.ts';
+import type { SendContext } from './send.ts';
+
+export interface McpContext {
+  /** McpTools.charge is where a limit on calls plugs in. */
+  tools: McpTools;
+  subscriptions: McpSubscriptions;
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function mcpContext(core: Core, events: EventLog, mail: MailContext, send: SendContext): McpContext {
+  const { access, log, rate } = core;
+  const subscriptions = new McpSubscriptions({ bus: core.bus, mail: mail.mail, access, log: log.child({ part: 'mcp' }) });
+  const tools = new McpTools({
+    access,
+    mail: mail.mail,
+    search: mail.search,
+    sealed: mail.sealed,
+    send: send.send,
+    events,
+    validator: core.validator,
+    subscriptions,
+    log: log.child({ part: 'mcp' }),
+    // Each tool call, a batch's too, spends one of the credential's expensive budget as it starts.
+    charge: (p) => rate.expensive(p),
+  });
+  return {
+    tools,
+    subscriptions,
+    start: () => subscriptions.start(),
+    stop: () => subscriptions.close(),
+  };
+}

@@ -1,0 +1,93 @@
+// The send context: Postfix submission (SMTP opened as one unit, as each inbox's user), both send
+// operations, the durable outbox filing Sent copies, and the bounce matcher reading delivery
+// reports from what the mail index adds.
+import { ImapMessageBodies } from '../../adapters/imap/bodies.ts';
+import { ImapSentFiler } from '../../adapters/imap/sent.ts';
+import { SmtpRelay } from '../../adapters/smtp/relay.ts';
+import type { EventLog } from '../events/log.ts';
+import { BodyGate } from '../http/body-gate.ts';
+import { SEND_MEMORY_BUDGET } from '../http/routes/send.ts';
+import { seal } from '../mail/seal.ts';
+import { BounceMatcher } from '../send/bounces.ts';
+import { SentCopies } from '../send/outbox.ts';
+import { SendService } from '../send/service.ts';
+import type { Core } from './core.ts';
+import type { MailContext } from './mail.ts';
+
+export interface SendContext {
+  /** Sending (both operations). */
+  send: SendService;
+  /** The outbox filing Sent copies. */
+  sentCopies: SentCopies;
+  relay: SmtpRelay;
+  /** Matches delivery reports to the sends they are about (mail.delivery.failed). */
+  bounces: BounceMatcher;
+  /** One memory budget for the send bodies and the Sent copies being filed. */
+  memory: BodyGate;
+  /** What a process that died mid-send left (this one's predecessor, say) is settled first; then the outbox runs. */
+  start(): Promise<void>;
+  /** The outbox, then the relay. */
+  stop(): Promise<void>;
+  /** The delivery reports being read, once the mirror feeding them is closed. */
+  drain(): Promise<void>;
+}
+
+export function sendContext(core: Core, events: EventLog, mail: MailContext): SendContext {
+  const { config, log, store, keys } = core;
+  const { directory, outbox, mailIndex } = store;
+  const relay = new SmtpRelay(
+    {
+      ...config.smtp,
+      masterUser: config.imap.masterUser,
+      masterPassword: config.imap.masterPassword,
+      masterSeparator: config.imap.masterSeparator,
+    },
+    log.child({ part: 'relay' }),
+  );
+  const memory = new BodyGate(SEND_MEMORY_BUDGET);
+  const sentCopies = new SentCopies({
+    outbox,
+    directory,
+    filer: new ImapSentFiler(mail.source.pool, (inbox) => mail.mirror.refresh(inbox)),
+    log: log.child({ part: 'outbox' }),
+    memory,
+    yieldMs: config.send.copyYieldMs,
+  });
+  // Bounces are read from what the index adds (a zero-access inbox's by the ingress, before it
+  // seals them: mailIngress is handed bounces.ingressReport).
+  const bounces = new BounceMatcher({
+    index: mailIndex,
+    bodies: new ImapMessageBodies(mail.source.pool, mailIndex),
+    outbox,
+    directory,
+    events,
+    log: log.child({ part: 'bounces' }),
+  });
+  mail.onChanges(bounces.onChanges);
+  const send = new SendService({
+    relay,
+    outbox,
+    events,
+    limits: config.send,
+    copies: sentCopies,
+    log: log.child({ part: 'send' }),
+    sealCopy: async (inboxId, raw) => seal(raw, await keys.current(inboxId)),
+    metrics: core.recorders.send,
+  });
+  return {
+    send,
+    sentCopies,
+    relay,
+    bounces,
+    memory,
+    async start() {
+      await sentCopies.recover();
+      sentCopies.start();
+    },
+    async stop() {
+      await sentCopies.stop();
+      await relay.close();
+    },
+    drain: () => bounces.drain(),
+  };
+}
