@@ -7,16 +7,15 @@ import cluster from 'node:cluster';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { ConfigError, describeSettings, loadConfig } from '../lib/config.ts';
 import { DomainError, notFound } from '../lib/errors.ts';
-import { isId } from '../lib/ids.ts';
 import { readFileSync } from 'node:fs';
 import { MasterKey, MasterKeyError } from '../lib/crypto/master-key.ts';
-import { SYSTEM_ACTOR } from '../lib/events/log.ts';
 import { REPORT_MS } from '../lib/mail/watch-all.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { backupStore, DumpError, exportStore, importStore } from '../adapters/store/portable.ts';
 import type { ListeningMessage } from './cluster.ts';
 import { untilSignal } from './signals.ts';
 import { WebhookStaff } from '../lib/webhooks/staff.ts';
+import { setKeyByStaff } from '../lib/auth/key-change.ts';
 
 class UsageError extends Error {}
 
@@ -193,27 +192,13 @@ async function admin(args: string[]): Promise<unknown> {
         const v = flags(tail, { member: { type: 'string' }, 'public-key-file': { type: 'string' } });
         const memberId = required(v, 'member');
         const file = required(v, 'public-key-file');
-        const member = isId('mem', memberId) ? await directory.getMember(memberId) : null;
-        if (!member) throw notFound(`no member ${memberId}`);
-        let bytes: Buffer;
-        try {
-          bytes = readFileSync(file);
-        } catch (err) {
-          throw new UsageError(`cannot read ${file}: ${(err as Error).message}`);
-        }
-        const previous = await userKeys.fingerprint(memberId);
-        const set = await userKeys.set(memberId, bytes);
-        // Staff widening who can read a member's mail is in the project log like a member's own change.
-        if (set.fingerprint !== previous) {
-          await events.record({
-            type: 'access.key.set',
-            projectId: member.projectId,
-            actor: SYSTEM_ACTOR,
-            subject: memberId,
-            data: { memberId, fingerprint: set.fingerprint, ...(previous ? { previousFingerprint: previous } : {}), confirmedBy: 'staff' },
-          });
-        }
-        return { memberId, ...set };
+        return await setKeyByStaff({ directory, userKeys, events }, memberId, () => {
+          try {
+            return readFileSync(file);
+          } catch (err) {
+            throw new UsageError(`cannot read ${file}: ${(err as Error).message}`);
+          }
+        });
       }
       case 'inbox add': {
         const v = flags(tail, {
@@ -230,8 +215,12 @@ async function admin(args: string[]): Promise<unknown> {
         // Every check first (Admin.addInbox); the Dovecot user is made only once they passed.
         let password: string | null = null;
         const createImapUser = async () => {
-          const { createBundledImapUser } = await import('../scripts/mailenv-user.ts');
-          password = await createBundledImapUser(imapUser, v['imap-password'], v.address ?? []);
+          const args = [imapUser, ...(v['imap-password'] ? ['--password', v['imap-password']] : [])];
+          for (const a of v.address ?? []) args.push('--address', a);
+          const made = await runDevTool('mailenv-user.ts', args, { capture: true });
+          const answer = JSON.parse(made.stdout) as { password?: string; error?: string };
+          if (answer.password === undefined) throw new Error(answer.error ?? `could not create the IMAP user (exit ${made.code})`);
+          password = answer.password;
         };
         const created = await admin.addInbox({
           projectId,
@@ -380,7 +369,7 @@ async function demoSeed(args: string[]): Promise<unknown> {
   });
   const mx = /^([^\s:]+):(\d{1,5})$/.exec(required(v, 'mx'));
   if (!mx) throw new UsageError('--mx must be host:port');
-  const { runDemoSeed, DEMO_PASSWORD } = await import('../scripts/demo-seed.ts');
+  const { runDemoSeed, DEMO_PASSWORD } = await import('./demo-seed.ts');
   return runDemoSeed({
     mx: { host: mx[1]!, port: Number(mx[2]) },
     domain: v.domain ?? 'postern.test',
@@ -431,6 +420,41 @@ async function serve(args: string[]): Promise<number> {
   return 0;
 }
 
+/**
+ * The development commands (`demo`, `admin inbox add --create-imap-user`) use the bundled mail
+ * environment, which is the repository's development tooling (scripts/): they run it as a process
+ * of its own, so the CLI imports nothing from scripts/ and a production image needs none of it.
+ * Without `capture` (the demo) it runs in its own process group and gets SIGINT and SIGTERM from
+ * this process, so a terminal's Ctrl-C reaches it once; `capture` keeps its stdout (one JSON
+ * value) instead of passing it through.
+ */
+async function runDevTool(script: string, args: string[], o: { capture: boolean }): Promise<{ code: number; stdout: string }> {
+  const { spawn } = await import('node:child_process');
+  const { join } = await import('node:path');
+  const { ROOT } = await import('../lib/paths.ts');
+  const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), join(ROOT, 'scripts', script), ...args], {
+    stdio: ['ignore', o.capture ? 'pipe' : 'inherit', 'inherit'],
+    detached: !o.capture,
+  });
+  const forward = (signal: NodeJS.Signals) => child.kill(signal);
+  if (!o.capture) {
+    process.on('SIGINT', forward);
+    process.on('SIGTERM', forward);
+  }
+  let stdout = '';
+  child.stdout?.on('data', (d: Buffer) => (stdout += d.toString()));
+  try {
+    const code = await new Promise<number>((resolve, reject) => {
+      child.once('error', reject);
+      child.once('exit', (exit, signal) => resolve(exit ?? (signal ? 1 : 0)));
+    });
+    return { code, stdout };
+  } finally {
+    process.off('SIGINT', forward);
+    process.off('SIGTERM', forward);
+  }
+}
+
 /** Stdout carries MCP messages only: failures go to stderr, and nothing is printed at the end. */
 async function mcp(args: string[]): Promise<number> {
   const v = flags(args, { url: { type: 'string' }, token: { type: 'string' } });
@@ -446,7 +470,7 @@ async function mcp(args: string[]): Promise<number> {
   }
   // Given {base_url} (…/v1) or the endpoint itself (…/v1/mcp).
   if (!/\/mcp\/?$/.test(url.pathname)) url.pathname = `${url.pathname.replace(/\/$/, '')}/mcp`;
-  const { bridgeStdio } = await import('../lib/mcp/bridge.ts');
+  const { bridgeStdio } = await import('./mcp-bridge.ts');
   await bridgeStdio({ url, token });
   return 0;
 }
@@ -459,11 +483,8 @@ async function main(argv: string[]): Promise<number> {
         return await serve(rest);
       case 'mcp':
         return await mcp(rest);
-      case 'demo': {
-        const { runDemo } = await import('../scripts/demo.ts');
-        await runDemo(rest);
-        return 0;
-      }
+      case 'demo':
+        return (await runDevTool('demo.ts', rest, { capture: false })).code;
       case 'demo-seed':
         process.stdout.write(`${JSON.stringify(await demoSeed(rest), null, 2)}\n`);
         return 0;

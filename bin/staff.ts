@@ -1,15 +1,18 @@
 // What staff commands (`postern admin …`) work with: the domain on the configured store, nothing
-// that serves. Wired here, beside the entry point, not in lib/server.ts, so a staff command loads
-// only what it uses: the mail server's client and the WebAuthn library are loaded by the commands
-// that need them (docs/operations.md, "The postern command").
+// that serves. Built by the same context modules as `postern serve` (lib/wiring/), so nothing is
+// built two ways; only the parts staff use, so a staff command loads only what it uses: the mail
+// server's client and the WebAuthn library are loaded by the commands that need them
+// (docs/operations.md, "The postern command").
 import type { Config } from '../lib/config.ts';
 import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
-import { UserKeys } from '../lib/crypto/user-keys.ts';
-import { Admin, type MailUsers } from '../lib/directory/admin.ts';
-import { EventLog } from '../lib/events/log.ts';
+import type { UserKeys } from '../lib/crypto/user-keys.ts';
+import type { Admin, MailUsers } from '../lib/directory/admin.ts';
+import type { EventLog } from '../lib/events/log.ts';
 import type { Passkeys } from '../lib/auth/passkeys.ts';
 import type { Store } from '../lib/store.ts';
+import { authContext } from '../lib/wiring/auth.ts';
+import { eventsContext } from '../lib/wiring/events.ts';
 import { MemoryBus } from '../adapters/bus/memory.ts';
 import { openStore } from '../adapters/store/open.ts';
 
@@ -31,7 +34,6 @@ export async function openStaff(config: Config): Promise<Staff> {
   let master: MasterKey | null = null;
   if (config.masterKey) master = MasterKey.parse(config.masterKey);
   const store = await openStore(config, { applicationName: 'postern admin' });
-  const { directory, mailIndex } = store;
   const keys = new EpochKeyring(store.keys, master);
   // `inbox add` refuses an IMAP user the mail server does not have.
   const mailUsers: MailUsers = {
@@ -40,34 +42,25 @@ export async function openStaff(config: Config): Promise<Staff> {
       return new ImapMailUsers(config.imap).exists(user);
     },
   };
-  const admin = new Admin(directory, {
-    tokenTtlSeconds: config.tokenTtlSeconds,
-    sessionTtlSeconds: config.sessionTtlSeconds,
+  // What staff commands record goes to the store; a running server's readers find it there.
+  const { events } = eventsContext({ config, store, bus: new MemoryBus() });
+  const { admin, userKeys } = authContext({
+    config,
+    store,
     keys,
     // A running `postern serve` sees the removal within POSTERN_WATCH_CATALOG_POLL_MS (the
     // store's inbox list version) and stops watching it; a pass of it running there meanwhile
     // has its writes refused (the index's tombstone), so the index stays dropped.
-    onInboxRemoved: (id) => mailIndex.dropInbox(id),
+    onInboxRemoved: (id) => store.mailIndex.dropInbox(id),
     mailUsers,
   });
   let passkeys: Promise<Passkeys> | null = null;
-  const makePasskeys = async (): Promise<Passkeys> => {
-    const { Passkeys } = await import('../lib/auth/passkeys.ts');
-    return new Passkeys(store.passkeys, directory, {
-      origin: config.app.origin,
-      rpName: 'Postern',
-      sessionTtlSeconds: config.sessionTtlSeconds,
-      inviteTtlSeconds: config.app.inviteTtlSeconds,
-    });
-  };
-  // What staff commands record goes to the store; a running server's readers find it there.
-  const events = new EventLog(store.events, new MemoryBus(), { settleMs: config.events.settleMs });
   return {
     admin,
-    userKeys: new UserKeys(store.keys, keys),
+    userKeys,
     store,
     config,
-    passkeys: () => (passkeys ??= makePasskeys()),
+    passkeys: () => (passkeys ??= import('../lib/wiring/passkeys.ts').then(({ openPasskeys }) => openPasskeys(config, store, events))),
     events,
     close: () => store.close(),
   };

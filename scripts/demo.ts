@@ -12,9 +12,9 @@ import { untilSignal } from '../bin/signals.ts';
 import { loadConfig } from '../lib/config.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
 import { openPostern } from '../lib/server.ts';
-import { addUser, down, flushQueue, posternEnv, up } from './mailenv.ts';
+import { addUser, down, flushQueue, isMain, posternEnv, up } from './mailenv.ts';
 import { buildApp } from './build-app.ts';
-import { DEMO_PASSWORD, deliverSeed, describeDemo, seedMailbox, seedProject, type DemoMail } from './demo-seed.ts';
+import { DEMO_PASSWORD, deliverSeed, describeDemo, seedMailbox, seedProject, type DemoMail } from '../bin/demo-seed.ts';
 
 function anyFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -117,4 +117,13 @@ export async function runDemo(_args: string[]): Promise<void> {
   await untilSignal();
   await postern.close();
   if (env.startedNow.length > 0) await down();
+}
+
+// Run by `postern demo` (bin/postern.ts) as a process of its own, with the command's arguments.
+if (isMain(import.meta.url)) {
+  runDemo(process.argv.slice(2)).catch((err: unknown) => {
+    process.stdout.write(`${JSON.stringify({ error: (err as Error).message ?? String(err) })}\n`);
+    process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
+    process.exitCode = 1;
+  });
 }

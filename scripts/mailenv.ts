@@ -49,10 +49,11 @@ async function cli(argv: string[]): Promise<unknown> {
   }
 }
 
-function isMain(): boolean {
+/** Whether the module at `url` is the program run (node scripts/x.ts), not imported. */
+export function isMain(url: string = import.meta.url): boolean {
   if (!process.argv[1]) return false;
   try {
-    return realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url));
+    return realpathSync(process.argv[1]) === realpathSync(fileURLToPath(url));
   } catch {
     return false;
   }

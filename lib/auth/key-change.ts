@@ -1,10 +1,14 @@
 // PUT /me/key: the member's OpenPGP key is what `/keys` seals every epoch key to, so whoever sets
 // it can read the member's zero-access mail. A session alone may not replace it: that needs a
 // fresh passkey assertion (Passkeys.authorizeKeyChange), and every change is in the project log.
+// Staff set a member's key without one (`postern admin member set-key`: setKeyByStaff), logged the same way.
 import type { UserKeySet } from '../../schemas/wire.ts';
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import { readUserKey, type UserKeys } from '../crypto/user-keys.ts';
-import type { EventLog } from '../events/log.ts';
+import type { DirectoryStore } from '../directory/store.ts';
+import { notFound } from '../errors.ts';
+import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
+import { isId } from '../ids.ts';
 import type { Principal } from './access.ts';
 import type { Passkeys } from './passkeys.ts';
 
@@ -39,4 +43,31 @@ export class MemberKeyChange {
     });
     return set;
   }
+}
+
+/**
+ * Staff set a member's key (`postern admin member set-key`): no ceremony, but in the project log
+ * like a member's own change, since it widens who can read the member's mail.
+ */
+export async function setKeyByStaff(
+  o: { directory: DirectoryStore; userKeys: UserKeys; events: EventLog },
+  memberId: string,
+  /** The key's bytes, read once the member is known to exist. */
+  readKey: () => Uint8Array,
+): Promise<UserKeySet & { memberId: string }> {
+  const member = isId('mem', memberId) ? await o.directory.getMember(memberId) : null;
+  if (!member) throw notFound(`no member ${memberId}`);
+  const bytes = readKey();
+  const previous = await o.userKeys.fingerprint(memberId);
+  const set = await o.userKeys.set(memberId, bytes);
+  if (set.fingerprint !== previous) {
+    await o.events.record({
+      type: 'access.key.set',
+      projectId: member.projectId,
+      actor: SYSTEM_ACTOR,
+      subject: memberId,
+      data: { memberId, fingerprint: set.fingerprint, ...(previous ? { previousFingerprint: previous } : {}), confirmedBy: 'staff' },
+    });
+  }
+  return { memberId, ...set };
 }

@@ -253,7 +253,7 @@ export interface DemoSeedOptions {
  */
 export async function runDemoSeed(opts: DemoSeedOptions): Promise<unknown> {
   const { loadConfig } = await import('../lib/config.ts');
-  const { openStaff } = await import('../bin/staff.ts');
+  const { openStaff } = await import('./staff.ts');
   const config = loadConfig();
   const mail: DemoMail = {
     imap: { host: config.imap.host, port: config.imap.port },
