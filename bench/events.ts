@@ -19,18 +19,12 @@ import { connect, type Socket } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { MemoryBus } from '../adapters/bus/memory.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
-import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
-import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
-import { Admin } from '../lib/directory/admin.ts';
 import type { Cursors } from '../lib/events/cursor.ts';
-import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
 import { cpuSeconds, NO_RATE_LIMITS, pageRate, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
+import { minimalDomain, sqlitePorts } from '../test/minimal-domain.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
@@ -90,16 +84,11 @@ async function setup(): Promise<Setup> {
   const dir = mkdtempSync(join(tmpdir(), 'postern-bench-'));
   const dbFile = join(dir, 'postern.db');
   const db = openDb(dbFile);
-  const admin = new Admin(new SqliteDirectoryStore(db), {
-    tokenTtlSeconds: 0,
-    sessionTtlSeconds: 3600,
-    keys: new EpochKeyring(new SqliteKeyStore(db), null),
-  });
+  const { admin, events } = minimalDomain(sqlitePorts(db));
   const { id: projectId } = await admin.createProject('bench');
   const { id: memberId } = await admin.addMember(projectId, 'bench@example.org');
   const writer = (await admin.createToken({ memberId, scopes: ['events:write'] })).token;
   const reader = (await admin.createToken({ memberId, scopes: ['events:read', 'project:read'] })).token;
-  const events = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
   // The cross-instance run has its own type, so its streams never count the other run's events.
   await events.registerType(projectId, {
     name: 'ext.bench.crossed',
@@ -205,7 +194,7 @@ async function benchPost(s: Setup, base: string): Promise<{ rate: number; p50: n
 /** Appends `count` events: with 1 KB of data each (about 1.4 KB of JSON), or small (about 0.45 KB). */
 async function prefill(s: Setup, count: number, big: boolean): Promise<{ first: number; last: number; cursors: Cursors }> {
   const db = openDb(s.dbFile);
-  const events = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
+  const { events } = minimalDomain(sqlitePorts(db));
   const payload = 'p'.repeat(1000);
   const first = (await events.lastPosition()) + 1;
   const pending: Array<Promise<unknown>> = [];

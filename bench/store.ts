@@ -23,20 +23,17 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { MemoryBus } from '../adapters/bus/memory.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { loadConfig } from '../lib/config.ts';
-import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
-import { Admin } from '../lib/directory/admin.ts';
 import type { Cursors } from '../lib/events/cursor.ts';
-import { EventLog } from '../lib/events/log.ts';
 import { ROOT } from '../lib/paths.ts';
 import type { StoreEngine } from '../lib/store.ts';
 import { up } from '../scripts/mailenv.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { childPids, spawnPostern, stopProcess } from '../test/processes.ts';
 import { cpuSeconds, f0, f1, getJson, log, machine, median, NO_RATE_LIMITS, pageRate, pct, runBench } from './common.ts';
+import { minimalDomain } from '../test/minimal-domain.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 
@@ -77,12 +74,11 @@ async function freshStore(engine: StoreEngine, dir: string, pgServer: string): P
   }
   const store = await openStore(loadConfig(storeEnv));
   try {
-    const admin = new Admin(store.directory, { tokenTtlSeconds: 0, sessionTtlSeconds: 3600, keys: new EpochKeyring(store.keys, null) });
+    const { admin, events } = minimalDomain(store);
     const { id: projectId } = await admin.createProject('bench');
     const { id: memberId } = await admin.addMember(projectId, 'bench@example.org');
     const writer = (await admin.createToken({ memberId, scopes: ['events:write'] })).token;
     const reader = (await admin.createToken({ memberId, scopes: ['events:read', 'project:read'] })).token;
-    const events = new EventLog(store.events, new MemoryBus(), { settleMs: 0 });
     await events.registerType(projectId, {
       name: 'ext.bench.happened',
       description: 'benchmark event',
@@ -170,7 +166,7 @@ async function pageAll(b: Bench, base: string, stop: () => boolean): Promise<str
 async function prefill(b: Bench): Promise<{ first: number; last: number; cursors: Cursors }> {
   const store = await openStore(loadConfig(b.storeEnv));
   try {
-    const events = new EventLog(store.events, new MemoryBus(), { settleMs: 0 });
+    const { events } = minimalDomain(store);
     const first = (await events.lastPosition()) + 1;
     const pending: Array<Promise<unknown>> = [];
     for (let i = 0; i < PREFILL; i++) {

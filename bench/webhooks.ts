@@ -20,18 +20,15 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { Agent, createServer, request, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { MemoryBus } from '../adapters/bus/memory.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { loadConfig } from '../lib/config.ts';
-import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
-import { Admin } from '../lib/directory/admin.ts';
-import { EventLog } from '../lib/events/log.ts';
 import { spawnPostern, stopProcess } from '../test/processes.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { up } from '../scripts/mailenv.ts';
 import { layout } from '../scripts/mailenv/layout.ts';
 import { cpuSeconds, f0, f1, listenLoopback, log, machine, median, NO_RATE_LIMITS, pct, runBench, sleep } from './common.ts';
+import { minimalDomain } from '../test/minimal-domain.ts';
 import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));
@@ -118,11 +115,10 @@ async function setup(dir: string): Promise<Setup> {
   const store = await openStore(loadConfig(storeEnv));
   let token: string;
   try {
-    const admin = new Admin(store.directory, { tokenTtlSeconds: 0, sessionTtlSeconds: 3600, keys: new EpochKeyring(store.keys, null) });
+    const { admin, events } = minimalDomain(store);
     const { id: projectId } = await admin.createProject('bench');
     const { id: memberId } = await admin.addMember(projectId, 'bench@example.org');
     token = (await admin.createToken({ memberId, scopes: ['events:write', 'events:read', 'project:read', 'webhooks:write'] })).token;
-    const events = new EventLog(store.events, new MemoryBus(), { settleMs: 0 });
     await events.registerType(projectId, {
       name: 'ext.bench.happened',
       description: 'benchmark event',

@@ -6,13 +6,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
-import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
-import { Admin } from '../lib/directory/admin.ts';
 import { formatSequence, type AppendRequest } from '../lib/events/store.ts';
 import { newId } from '../lib/ids.ts';
+import { minimalDomain, sqlitePorts } from './minimal-domain.ts';
 
 let PROJECT = '';
 
@@ -42,12 +39,7 @@ describe('event store: group commit', () => {
     dir = mkdtempSync(join(tmpdir(), 'postern-store-'));
     dbs = [];
     const db = open();
-    const admin = new Admin(new SqliteDirectoryStore(db), {
-      tokenTtlSeconds: 0,
-      sessionTtlSeconds: 60,
-      keys: new EpochKeyring(new SqliteKeyStore(db), null),
-    });
-    PROJECT = (await admin.createProject('store test')).id;
+    PROJECT = (await minimalDomain(sqlitePorts(db)).admin.createProject('store test')).id;
   });
   afterEach(() => {
     for (const db of dbs) db.close();

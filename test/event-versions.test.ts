@@ -4,17 +4,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { MemoryBus } from '../adapters/bus/memory.ts';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
-import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
-import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
-import { Admin } from '../lib/directory/admin.ts';
 import { schemaForFields } from '../lib/events/catalog.ts';
-import { EventLog } from '../lib/events/log.ts';
+import type { EventLog } from '../lib/events/log.ts';
 import type { DataField, EventType, TypeStatus } from '../lib/events/types.ts';
 import { newestMatching } from '../lib/events/versions.ts';
+import { minimalDomain, sqlitePorts } from './minimal-domain.ts';
 
 function version(n: number, status: TypeStatus, fields: DataField[]): EventType {
   return {
@@ -54,14 +49,9 @@ describe('event types: the version an event is recorded as', () => {
     before(async () => {
       dir = mkdtempSync(join(tmpdir(), 'postern-versions-'));
       db = openDb(join(dir, 'events.db'));
-      project = (
-        await new Admin(new SqliteDirectoryStore(db), {
-          tokenTtlSeconds: 0,
-          sessionTtlSeconds: 60,
-          keys: new EpochKeyring(new SqliteKeyStore(db), null),
-        }).createProject('versions')
-      ).id;
-      log = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
+      const domain = minimalDomain(sqlitePorts(db));
+      project = (await domain.admin.createProject('versions')).id;
+      log = domain.events;
     });
     after(async () => {
       await log.close();

@@ -4,14 +4,8 @@
 // of each, so each version's schema is compiled, in two equal phases. Prints the heap after each
 // phase (after full collections) as JSON. Once the bounded caches are full (the first phase),
 // the second phase must not grow the heap: compiled schemas are freed, not just forgotten.
-import { MemoryBus } from '../adapters/bus/memory.ts';
 import { openDb } from '../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
-import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
-import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
-import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
-import { Admin } from '../lib/directory/admin.ts';
-import { EventLog } from '../lib/events/log.ts';
+import { minimalDomain, sqlitePorts } from './minimal-domain.ts';
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) throw new Error('run with --expose-gc');
@@ -22,14 +16,8 @@ const VERSIONS = 20;
 // In memory: SQLite's own memory is outside the JS heap, and no disk makes 20,000 commits slow.
 const db = openDb(':memory:');
 try {
-  const project = (
-    await new Admin(new SqliteDirectoryStore(db), {
-      tokenTtlSeconds: 0,
-      sessionTtlSeconds: 60,
-      keys: new EpochKeyring(new SqliteKeyStore(db), null),
-    }).createProject('heap')
-  ).id;
-  const log = new EventLog(new SqliteEventStore(db), new MemoryBus(), { settleMs: 0 });
+  const { admin, events: log } = minimalDomain(sqlitePorts(db));
+  const project = (await admin.createProject('heap')).id;
 
   const heap = async (): Promise<number> => {
     for (let i = 0; i < 4; i++) {

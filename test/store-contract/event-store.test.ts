@@ -4,23 +4,16 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDb } from '../../adapters/store/sqlite/db.ts';
-import { SqliteDirectoryStore } from '../../adapters/store/sqlite/directory.ts';
 import { SqliteEventStore } from '../../adapters/store/sqlite/events.ts';
-import { SqliteKeyStore } from '../../adapters/store/sqlite/keys.ts';
 import { PgEventStore } from '../../adapters/store/postgres/events.ts';
-import { EpochKeyring } from '../../lib/crypto/epoch-keys.ts';
-import { Admin } from '../../lib/directory/admin.ts';
+import { minimalDomain, sqlitePorts } from '../minimal-domain.ts';
 import { eventStoreContract } from './event-store.contract.ts';
 import { freshDatabase } from './postgres.ts';
 
 eventStoreContract('SQLite', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'postern-contract-'));
   const db = openDb(join(dir, 'postern.db'));
-  const admin = new Admin(new SqliteDirectoryStore(db), {
-    tokenTtlSeconds: 0,
-    sessionTtlSeconds: 60,
-    keys: new EpochKeyring(new SqliteKeyStore(db), null),
-  });
+  const { admin } = minimalDomain(sqlitePorts(db));
   return {
     store: new SqliteEventStore(db),
     newProject: async () => (await admin.createProject('contract test')).id,
