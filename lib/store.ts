@@ -2,15 +2,15 @@
 // one engine (adapters/store/sqlite/store.ts, adapters/store/postgres/store.ts), with its own
 // health check, its own background upkeep and one close. lib/server.ts builds Postern from it;
 // nothing outside adapters/store/ knows which engine it is beyond the name.
-import type { PasskeyStore } from './auth/passkey-store.ts';
-import type { KeyBackupStore } from './crypto/key-backups.ts';
-import type { EpochKeyStore, MemberKeyStore, MessageKeyStore } from './crypto/store.ts';
-import type { DirectoryStore } from './directory/store.ts';
-import type { EventStore } from './events/store.ts';
+import type { PasskeyStore } from './auth/ports.ts';
+import type { KeyBackupStore } from './crypto/ports.ts';
+import type { EpochKeyStore, MemberKeyStore, MessageKeyStore } from './crypto/ports.ts';
+import type { DirectoryStore } from './directory/ports.ts';
+import type { EventStore } from './events/ports.ts';
 import type { ResealJobs } from './mail/reseal.ts';
 import type { MailIndexStore, WatchLeases, WatchReports } from './mail/types.ts';
 import type { OutboxStore } from './send/ports.ts';
-import type { WebhookStore } from './webhooks/store.ts';
+import type { WebhookStore } from './webhooks/ports.ts';
 
 export type StoreEngine = 'sqlite' | 'postgres';
 

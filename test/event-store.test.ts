@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { openDb, type Db } from '../adapters/store/sqlite/db.ts';
 import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
-import { formatSequence, type AppendRequest } from '../lib/events/store.ts';
+import { formatSequence, type AppendRequest } from '../lib/events/ports.ts';
 import { newId } from '../lib/ids.ts';
 import { minimalDomain, sqlitePorts } from './minimal-domain.ts';
 

@@ -8,11 +8,11 @@ import { SqliteDirectoryStore } from '../adapters/store/sqlite/directory.ts';
 import { SqliteEventStore } from '../adapters/store/sqlite/events.ts';
 import { SqliteKeyStore } from '../adapters/store/sqlite/keys.ts';
 import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
-import type { EpochKeyStore } from '../lib/crypto/store.ts';
+import type { EpochKeyStore } from '../lib/crypto/ports.ts';
 import { Admin } from '../lib/directory/admin.ts';
-import type { DirectoryStore } from '../lib/directory/store.ts';
+import type { DirectoryStore } from '../lib/directory/ports.ts';
 import { EventLog } from '../lib/events/log.ts';
-import type { EventStore } from '../lib/events/store.ts';
+import type { EventStore } from '../lib/events/ports.ts';
 
 export interface DomainPorts {
   directory: DirectoryStore;

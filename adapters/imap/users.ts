@@ -1,6 +1,6 @@
 // Whether an IMAP user exists, as `postern admin inbox add` checks before it writes anything: the
 // master user logs in as that user, exactly as every connection of the pool will.
-import type { MailUsers } from '../../lib/directory/admin.ts';
+import type { MailUsers } from '../../lib/directory/ports.ts';
 import { ConfigError } from '../../lib/config.ts';
 import { unavailable } from '../../lib/errors.ts';
 import { asUser, type ImapSettings } from './pool.ts';

@@ -6,7 +6,7 @@
 //
 // Children before parents, so foreign keys hold after every statement. Mail in Dovecot is never
 // touched: Postern only forgets what it kept about it.
-import type { ProjectErased } from '../../lib/directory/store.ts';
+import type { ProjectErased } from '../../lib/directory/ports.ts';
 
 export interface EraseStep {
   sql: string;

@@ -1,7 +1,7 @@
 // The one place that decides who the caller is and what they may do. Every endpoint goes
 // through `authenticate*`, then `authorize` for its operation, then `inboxAccess` for a path
 // inbox. Grants are read at every request, so a revoked grant takes effect at once.
-import type { DirectoryStore } from '../directory/store.ts';
+import type { DirectoryStore } from '../directory/ports.ts';
 import type { Inbox, TokenRecord } from '../directory/types.ts';
 import { forbidden, notFound, unauthenticated } from '../errors.ts';
 import { isId } from '../ids.ts';

@@ -5,7 +5,7 @@
 import type { UserKeySet } from '../../schemas/wire.ts';
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import { readUserKey, type UserKeys } from '../crypto/user-keys.ts';
-import type { DirectoryStore } from '../directory/store.ts';
+import type { DirectoryStore } from '../directory/ports.ts';
 import { notFound } from '../errors.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import { isId } from '../ids.ts';

@@ -17,14 +17,14 @@ import {
   type RegistrationResponseJSON,
 } from '@simplewebauthn/server';
 import type { Passkey, Session, SignedIn } from '../../schemas/wire.ts';
-import type { DirectoryStore } from '../directory/store.ts';
-import { DuplicateError } from '../directory/store.ts';
+import type { DirectoryStore } from '../directory/ports.ts';
+import { DuplicateError } from '../directory/ports.ts';
 import type { Member } from '../directory/types.ts';
 import { type DomainError, conflict, forbidden, gone, invalid, notFound, rateLimited, unauthenticated } from '../errors.ts';
 import { isId, newId, parseId } from '../ids.ts';
 import { mintInvite, mintSession, parseInvite, secretMatches } from './credentials.ts';
 import type { EventLog } from '../events/log.ts';
-import type { CeremonyKind, ChallengeRecord, MemberSession, PasskeyRecord, PasskeyStore, ReauthOperation } from './passkey-store.ts';
+import type { CeremonyKind, ChallengeRecord, MemberSession, PasskeyRecord, PasskeyStore, ReauthOperation } from './ports.ts';
 
 export const CHALLENGE_TTL_MS = 5 * 60_000;
 /** POSTERN_REAUTH_MAX_AGE's default. */

@@ -3,9 +3,9 @@
 // Epoch 1 is made with the inbox; a rotation starts the next; old epochs stay readable. Private
 // keys rest sealed under the master key (master-key.ts) and are kept opened in memory once used.
 import * as openpgp from 'openpgp';
-import { DuplicateError } from '../directory/store.ts';
+import { DuplicateError } from '../directory/ports.ts';
 import { type MasterKey, MasterKeyError } from './master-key.ts';
-import type { EpochKeyRecord, EpochKeyStore } from './store.ts';
+import type { EpochKeyRecord, EpochKeyStore } from './ports.ts';
 
 export interface EpochPublic {
   epoch: number;

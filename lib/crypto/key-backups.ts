@@ -4,22 +4,10 @@
 // overwrite a version the writing device has not seen (two devices adding their unlock method).
 import type * as Wire from '../../schemas/wire.ts';
 import { conflict, notFound } from '../errors.ts';
+import type { KeyBackupStore } from './ports.ts';
 
 /** The stored text at most: an armored Curve25519 key with a few wrappings is under 4 KiB. */
 export const MAX_KEY_BACKUP_CHARS = 64 * 1024;
-
-export interface KeyBackup {
-  blob: string;
-  /** 1 for the first write, then one more per write. */
-  version: number;
-  updatedAt: number;
-}
-
-export interface KeyBackupStore {
-  get(memberId: string): Promise<KeyBackup | null>;
-  /** Writes when the stored version is `replaces` (0: none stored yet); the new version, or null. */
-  put(memberId: string, blob: string, replaces: number, at: number): Promise<number | null>;
-}
 
 export class KeyBackups {
   constructor(

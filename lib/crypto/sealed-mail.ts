@@ -15,7 +15,7 @@ import type { MessageDetail, MessageSummary } from '../../schemas/wire.ts';
 import type { IndexedDetail, Location, MailIndexStore } from '../mail/types.ts';
 import { newSessionKey, sealedDataPacket, unwrapSessionKey, wrapSessionKey } from './envelope.ts';
 import type { EpochKeys } from './epoch-keys.ts';
-import type { MessageKeyRecord, MessageKeyStore } from './store.ts';
+import type { MessageKeyRecord, MessageKeyStore } from './ports.ts';
 import { openpgpBytes } from './armor.ts';
 
 /** More than this before the encrypted-data packet is not a PKESK list (each is ~100 bytes). */

@@ -4,7 +4,7 @@ import type { EpochKey, UserKeySet } from '../../schemas/wire.ts';
 import * as openpgp from 'openpgp';
 import { invalid, conflict } from '../errors.ts';
 import type { EpochKeys } from './epoch-keys.ts';
-import type { MemberKeyStore } from './store.ts';
+import type { MemberKeyStore } from './ports.ts';
 
 /** Most a user key may weigh: a certificate with a few subkeys and signatures is a few KB. */
 export const MAX_USER_KEY_BYTES = 64 * 1024;

@@ -4,7 +4,7 @@ import { isRole, isScope, ROLES, SCOPES } from '../auth/scopes.ts';
 import type { EpochKeys } from '../crypto/epoch-keys.ts';
 import { invalid, conflict, notFound } from '../errors.ts';
 import { isId, newId } from '../ids.ts';
-import { DuplicateError, type DirectoryStore, type ProjectErased } from './store.ts';
+import { DuplicateError, type DirectoryStore, type MailUsers, type ProjectErased } from './ports.ts';
 import { INBOX_MODES, isInboxMode, type Inbox, type Member, type SessionRecord, type TokenRecord } from './types.ts';
 
 const iso = (ms: number | null): string | null => (ms === null ? null : new Date(ms).toISOString());
@@ -51,12 +51,6 @@ const EMAIL = /^[^\s@<>()",;:\\[\]]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:
 
 export function isEmail(value: string): boolean {
   return value.length <= 254 && EMAIL.test(value);
-}
-
-/** The mail server's users (adapters/imap/users.ts): an inbox is added only over one that exists. */
-export interface MailUsers {
-  /** False when the mail server has no such user; throws (503) when it cannot be asked. */
-  exists(user: string): Promise<boolean>;
 }
 
 export interface AdminOptions {

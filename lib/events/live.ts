@@ -4,7 +4,7 @@
 // arrivals can be out of order): a position that skips ahead, a periodic check, and a bus
 // reconnect all make the feed read what it missed from the store, so nothing is lost, only late.
 import type { Bus, Unsubscribe } from '../bus.ts';
-import type { EventStore } from './store.ts';
+import type { EventStore } from './ports.ts';
 import type { StoredEvent, Visibility } from './types.ts';
 import { Listeners } from '../listeners.ts';
 import type { WarnLog } from '../warn-log.ts';

@@ -40,7 +40,7 @@ import { Cursors } from './cursor.ts';
 import { eventsChannel, LiveFeed } from './live.ts';
 import type { EventFilter } from './query.ts';
 import { checkData } from './schemas.ts';
-import type { EventStore, ReadResult, StoredEventType } from './store.ts';
+import type { EventStore, ReadResult, StoredEventType } from './ports.ts';
 import { newestMatching } from './versions.ts';
 import type { CloudEvent, DataField, EventData, EventType, StoredEvent, Visibility } from './types.ts';
 import type { WarnLog } from '../warn-log.ts';

@@ -11,7 +11,7 @@
 // Nothing is lost: a recipient whose copy cannot be made now (no key yet, the store is down)
 // gets a 4xx and Postfix keeps the message queued. Nothing is refused for its content: a
 // message that cannot be parsed is sealed whole like any other.
-import type { DirectoryStore } from '../directory/store.ts';
+import type { DirectoryStore } from '../directory/ports.ts';
 import type { Inbox } from '../directory/types.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';

@@ -16,7 +16,7 @@
 // two of them can detect the same change at the same moment (the diff is computed against the
 // shared index outside the write that applies it). So each event carries a dedupe key naming the
 // change itself, and the log stores the first of them only (EventLog.record, dedupeKey).
-import type { DirectoryStore } from '../directory/store.ts';
+import type { DirectoryStore } from '../directory/ports.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
 import type { Flag } from '../../schemas/wire.ts';

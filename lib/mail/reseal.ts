@@ -16,7 +16,7 @@
 // again after an attempt that did not finish looks for that copy first: found, the original is
 // only expunged (the attempt died between APPEND and EXPUNGE), so no message is sealed twice.
 // Loops: PGP/MIME (what Postern seals, or what its sender encrypted) is never sealed again.
-import type { DirectoryStore } from '../directory/store.ts';
+import type { DirectoryStore } from '../directory/ports.ts';
 import { KeyedChain } from '../keyed-chain.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { InboxKeys } from './ingress.ts';

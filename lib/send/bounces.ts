@@ -11,7 +11,7 @@
 // came, before they are sealed (ingressReport), and recorded once per report's content.
 import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
-import type { DirectoryStore } from '../directory/store.ts';
+import type { DirectoryStore } from '../directory/ports.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import { guidFromId } from '../ids.ts';
 import { KeyedChain } from '../keyed-chain.ts';

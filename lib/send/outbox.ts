@@ -17,7 +17,7 @@
 // waits for them up to `yieldMs`, then is filed anyway, so a steady stream of sends delays the
 // copies by that much at most and never starves them. A copy tried before is filed alone, so
 // one the server refuses never holds others back.
-import type { DirectoryStore } from '../directory/store.ts';
+import type { DirectoryStore } from '../directory/ports.ts';
 import type { Inbox } from '../directory/types.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { CopyQueue, MemoryBudget, OutboxEntry, OutboxStore, SentCopy, SentFiler } from './ports.ts';

@@ -29,7 +29,7 @@ import type { WebhookEndpoints } from './endpoints.ts';
 import { RecentEvents } from './recent-events.ts';
 import { nextAttempt } from './retry.ts';
 import { deliveryHeaders, webhookBody, webhookBodyOf } from './signature.ts';
-import type { DeliveryOutcome, DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './store.ts';
+import type { DeliveryOutcome, DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './ports.ts';
 
 /** What one POST to a receiver came to (adapters/webhooks/client.ts postWebhook, bound to its settings). */
 export type PostResult =

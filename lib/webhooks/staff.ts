@@ -4,7 +4,7 @@ import { notFound } from '../errors.ts';
 import { isId } from '../ids.ts';
 import type { EventLog } from '../events/log.ts';
 import { SYSTEM_ACTOR } from '../events/log.ts';
-import type { WebhookStore } from './store.ts';
+import type { WebhookStore } from './ports.ts';
 
 export interface StaffWebhook {
   id: string;

@@ -6,7 +6,8 @@ import type { Config } from '../config.ts';
 import type { EpochKeyring } from '../crypto/epoch-keys.ts';
 import { KeyBackups } from '../crypto/key-backups.ts';
 import { UserKeys } from '../crypto/user-keys.ts';
-import { Admin, type AdminOptions, type MailUsers } from '../directory/admin.ts';
+import { Admin, type AdminOptions } from '../directory/admin.ts';
+import type { MailUsers } from '../directory/ports.ts';
 import type { Store } from '../store.ts';
 
 export interface AuthContextOptions {

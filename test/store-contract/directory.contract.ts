@@ -1,13 +1,13 @@
-// The directory's store contracts (lib/directory/store.ts, lib/crypto/store.ts, lib/crypto/key-backups.ts,
-// lib/auth/passkey-store.ts): what every engine guarantees, run the same way against each
+// The directory's store contracts (lib/directory/ports.ts, lib/crypto/ports.ts,
+// lib/auth/ports.ts): what every engine guarantees, run the same way against each
 // (directory.test.ts). An engine's stores are opened once per contract and shared by its tests, so
 // each test works in projects, members and inboxes of its own.
 import { randomUUID } from 'node:crypto';
 import { expect } from 'chai';
-import type { ChallengeRecord, PasskeyRecord, PasskeyStore } from '../../lib/auth/passkey-store.ts';
-import type { KeyBackupStore } from '../../lib/crypto/key-backups.ts';
-import type { EpochKeyRecord, EpochKeyStore, MemberKeyStore, MessageKeyStore } from '../../lib/crypto/store.ts';
-import { DuplicateError, type DirectoryStore } from '../../lib/directory/store.ts';
+import type { ChallengeRecord, PasskeyRecord, PasskeyStore } from '../../lib/auth/ports.ts';
+import type { KeyBackupStore } from '../../lib/crypto/ports.ts';
+import type { EpochKeyRecord, EpochKeyStore, MemberKeyStore, MessageKeyStore } from '../../lib/crypto/ports.ts';
+import { DuplicateError, type DirectoryStore } from '../../lib/directory/ports.ts';
 import type { Inbox, TokenRecord } from '../../lib/directory/types.ts';
 import { newId } from '../../lib/ids.ts';
 

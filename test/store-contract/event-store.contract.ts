@@ -1,10 +1,10 @@
-// The EventStore contract (lib/events/store.ts): what every engine guarantees, run the same way
+// The EventStore contract (lib/events/ports.ts): what every engine guarantees, run the same way
 // against each (event-store.test.ts). An engine's store is opened once per run and shared by the
 // tests, so each test works in projects of its own and never assumes an empty log.
 import { randomUUID } from 'node:crypto';
 import { expect } from 'chai';
-import type { AppendRequest, AppendResult, EventStore, StoredEventType } from '../../lib/events/store.ts';
-import { formatSequence } from '../../lib/events/store.ts';
+import type { AppendRequest, AppendResult, EventStore, StoredEventType } from '../../lib/events/ports.ts';
+import { formatSequence } from '../../lib/events/ports.ts';
 import type { StoredEvent, Visibility } from '../../lib/events/types.ts';
 import { newId } from '../../lib/ids.ts';
 

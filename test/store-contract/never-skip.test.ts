@@ -8,7 +8,7 @@ import { expect } from 'chai';
 import { PgEventStore } from '../../adapters/store/postgres/events.ts';
 import { MemoryBus } from '../../adapters/bus/memory.ts';
 import { LiveFeed } from '../../lib/events/live.ts';
-import type { EventStore, ReadQuery } from '../../lib/events/store.ts';
+import type { EventStore, ReadQuery } from '../../lib/events/ports.ts';
 import type { StoredEvent } from '../../lib/events/types.ts';
 import { freshDatabase, type FreshDatabase } from './postgres.ts';
 

@@ -1,9 +1,9 @@
-// The WebhookStore contract (lib/webhooks/store.ts): what every engine guarantees, run the same
+// The WebhookStore contract (lib/webhooks/ports.ts): what every engine guarantees, run the same
 // way against each (webhooks.test.ts).
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import { newId } from '../../lib/ids.ts';
-import type { DeliveryOutcome, NewDelivery, WebhookEndpointRecord, WebhookStore } from '../../lib/webhooks/store.ts';
+import type { DeliveryOutcome, NewDelivery, WebhookEndpointRecord, WebhookStore } from '../../lib/webhooks/ports.ts';
 
 export interface WebhookEngine {
   /** Another process's store on the engine's database. */

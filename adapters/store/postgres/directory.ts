@@ -1,7 +1,7 @@
 // DirectoryStore on PostgreSQL: the statements of the SQLite adapter (adapters/store/sqlite/directory.ts),
 // one for one, with lists as arrays rather than space-joined strings.
 import type { Pool } from 'pg';
-import { DuplicateError, type CredentialFilter, type DirectoryStore, type ProjectErased } from '../../../lib/directory/store.ts';
+import { DuplicateError, type CredentialFilter, type DirectoryStore, type ProjectErased } from '../../../lib/directory/ports.ts';
 import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
 import { KeptReads, type PgChanges } from './changes.ts';
 import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';

@@ -18,7 +18,7 @@
 // committed (like SQLite's group-commit.ts): those arriving while a batch commits go together in
 // the next, one lock and one flush per batch; and a batch is one statement, append_events()
 // (migration 007), so the lock is never held across a round trip to this process. Each body is
-// built once, with placeholders the statement fills in (Assigned in lib/events/store.ts).
+// built once, with placeholders the statement fills in (Assigned in lib/events/ports.ts).
 // Chosen over the transaction-id scheme (store pg_current_xact_id(), read only below the
 // snapshot's xmin, order by (xid, position)) because that needs a composite cursor through
 // lib/events and a live feed that tolerates positions arriving out of order, and holds every reader
@@ -36,7 +36,7 @@ import {
   type ReadQuery,
   type ReadResult,
   type StoredEventType,
-} from '../../../lib/events/store.ts';
+} from '../../../lib/events/ports.ts';
 import type { StoredEvent } from '../../../lib/events/types.ts';
 import { EventTypeCache, toEvent, toType, VISIBILITY_SET, type EventRow, type KeyRow, type TypeRow } from '../rows/events.ts';
 import { KeptReads, type PgChanges } from './changes.ts';
@@ -139,7 +139,7 @@ interface Body {
   timeFirst: boolean;
 }
 
-// The placeholders `build` is given (lib/events/store.ts, Assigned): each lands in the JSON as a
+// The placeholders `build` is given (lib/events/ports.ts, Assigned): each lands in the JSON as a
 // string exactly as given, before anything a caller wrote, so the first occurrence is the field.
 const TIME_MARK = '"postern:time"';
 const SEQUENCE_MARK = '"postern:sequence"';

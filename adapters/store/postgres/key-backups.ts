@@ -1,7 +1,7 @@
 // KeyBackupStore on PostgreSQL: the statements of adapters/store/sqlite/key-backups.ts. The version
 // check is in the UPDATE's WHERE, so of two devices writing over the same version one wins.
 import type { Pool } from 'pg';
-import type { KeyBackup, KeyBackupStore } from '../../../lib/crypto/key-backups.ts';
+import type { KeyBackup, KeyBackupStore } from '../../../lib/crypto/ports.ts';
 import { changed, rowOf, statements } from './sql.ts';
 
 const stmt = statements('keyBackups');

@@ -1,7 +1,7 @@
-// The encryption stores on PostgreSQL: epoch keys, member keys, message keys (lib/crypto/store.ts),
+// The encryption stores on PostgreSQL: epoch keys, member keys, message keys (lib/crypto/ports.ts),
 // the statements of the SQLite adapter (adapters/store/sqlite/keys.ts) one for one.
 import type { Pool } from 'pg';
-import { DuplicateError } from '../../../lib/directory/store.ts';
+import { DuplicateError } from '../../../lib/directory/ports.ts';
 import type {
   EpochKeyRecord,
   EpochKeyStore,
@@ -9,7 +9,7 @@ import type {
   MemberKeyStore,
   MessageKeyRecord,
   MessageKeyStore,
-} from '../../../lib/crypto/store.ts';
+} from '../../../lib/crypto/ports.ts';
 import { toEpoch, type EpochRow } from '../rows/keys.ts';
 import { isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
 

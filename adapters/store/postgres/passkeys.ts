@@ -1,7 +1,7 @@
 // PasskeyStore on PostgreSQL: the statements of adapters/store/sqlite/passkeys.ts one for one.
 import type { Pool } from 'pg';
-import { DuplicateError } from '../../../lib/directory/store.ts';
-import type { ChallengeRecord, InviteRecord, MemberSession, PasskeyRecord, PasskeyStore } from '../../../lib/auth/passkey-store.ts';
+import { DuplicateError } from '../../../lib/directory/ports.ts';
+import type { ChallengeRecord, InviteRecord, MemberSession, PasskeyRecord, PasskeyStore } from '../../../lib/auth/ports.ts';
 import { passkeyOf, type PasskeyRow as EnginePasskeyRow } from '../rows/passkeys.ts';
 import { changed, inTransaction, isUniqueViolation, rowOf, rowsOf, statements } from './sql.ts';
 

@@ -1,6 +1,6 @@
 // The event tables' rows as both engines return them (same tables and columns; PostgreSQL's
 // BIGINT columns come back as numbers, postgres/db.ts), and their mapping to the domain's records.
-import type { StoredEventType } from '../../../lib/events/store.ts';
+import type { StoredEventType } from '../../../lib/events/ports.ts';
 import { VISIBILITIES, type DataField, type StoredEvent, type Visibility } from '../../../lib/events/types.ts';
 
 export interface EventRow {

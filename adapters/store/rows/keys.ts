@@ -1,6 +1,6 @@
 // The epoch keys' rows as both engines return them (same table and columns), and their mapping
 // to the domain's records.
-import type { EpochKeyRecord } from '../../../lib/crypto/store.ts';
+import type { EpochKeyRecord } from '../../../lib/crypto/ports.ts';
 
 export interface EpochRow {
   inbox_id: string;

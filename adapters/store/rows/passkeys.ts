@@ -1,7 +1,7 @@
 // The passkeys' rows as both engines return them (same table and columns), and their mapping to
 // the domain's records. One column differs by engine: `backed_up` is a 0/1 INTEGER on SQLite and
 // a BOOLEAN on PostgreSQL, so each adapter says what it read (`B`) and converts it itself.
-import type { PasskeyRecord } from '../../../lib/auth/passkey-store.ts';
+import type { PasskeyRecord } from '../../../lib/auth/ports.ts';
 
 export interface PasskeyRow<B> {
   id: string;

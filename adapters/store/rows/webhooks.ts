@@ -7,7 +7,7 @@ import type {
   WebhookDisabler,
   WebhookEndpointChange,
   WebhookEndpointRecord,
-} from '../../../lib/webhooks/store.ts';
+} from '../../../lib/webhooks/ports.ts';
 
 export interface WebhookRow {
   id: string;

@@ -1,5 +1,5 @@
 // DirectoryStore on SQLite.
-import { DuplicateError, type CredentialFilter, type DirectoryStore, type ProjectErased } from '../../../lib/directory/store.ts';
+import { DuplicateError, type CredentialFilter, type DirectoryStore, type ProjectErased } from '../../../lib/directory/ports.ts';
 import type { Grant, Inbox, Member, Project, SessionRecord, TokenRecord } from '../../../lib/directory/types.ts';
 import type { Statement } from 'better-sqlite3';
 import { isUniqueViolation, rowOrNull, type Db } from './db.ts';

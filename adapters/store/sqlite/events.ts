@@ -13,7 +13,7 @@ import {
   type ReadQuery,
   type ReadResult,
   type StoredEventType,
-} from '../../../lib/events/store.ts';
+} from '../../../lib/events/ports.ts';
 import type { StoredEvent, Visibility } from '../../../lib/events/types.ts';
 import { EventTypeCache, toEvent, toType, VISIBILITY_SET, type EventRow, type KeyRow, type TypeRow } from '../rows/events.ts';
 import type { Db } from './db.ts';

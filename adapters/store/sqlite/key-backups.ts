@@ -1,5 +1,5 @@
 // KeyBackupStore on SQLite.
-import type { KeyBackup, KeyBackupStore } from '../../../lib/crypto/key-backups.ts';
+import type { KeyBackup, KeyBackupStore } from '../../../lib/crypto/ports.ts';
 import type { Db } from './db.ts';
 
 export class SqliteKeyBackupStore implements KeyBackupStore {

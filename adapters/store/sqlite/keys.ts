@@ -1,5 +1,5 @@
-// The encryption stores on SQLite: epoch keys, member keys, message keys (lib/crypto/store.ts).
-import { DuplicateError } from '../../../lib/directory/store.ts';
+// The encryption stores on SQLite: epoch keys, member keys, message keys (lib/crypto/ports.ts).
+import { DuplicateError } from '../../../lib/directory/ports.ts';
 import type {
   EpochKeyRecord,
   EpochKeyStore,
@@ -7,7 +7,7 @@ import type {
   MemberKeyStore,
   MessageKeyRecord,
   MessageKeyStore,
-} from '../../../lib/crypto/store.ts';
+} from '../../../lib/crypto/ports.ts';
 import { toEpoch, type EpochRow } from '../rows/keys.ts';
 import { isUniqueViolation, type Db } from './db.ts';
 

@@ -1,6 +1,6 @@
 // PasskeyStore on SQLite.
-import { DuplicateError } from '../../../lib/directory/store.ts';
-import type { ChallengeRecord, InviteRecord, MemberSession, PasskeyRecord, PasskeyStore } from '../../../lib/auth/passkey-store.ts';
+import { DuplicateError } from '../../../lib/directory/ports.ts';
+import type { ChallengeRecord, InviteRecord, MemberSession, PasskeyRecord, PasskeyStore } from '../../../lib/auth/ports.ts';
 import { passkeyOf, type PasskeyRow as EnginePasskeyRow } from '../rows/passkeys.ts';
 import { isUniqueViolation, rowOrNull, type Db } from './db.ts';
 

@@ -9,7 +9,7 @@ import type {
   WebhookEndpointChange,
   WebhookEndpointRecord,
   WebhookStore,
-} from '../../../lib/webhooks/store.ts';
+} from '../../../lib/webhooks/ports.ts';
 import {
   changeValues,
   deliveryOf,

@@ -3,7 +3,7 @@
 // passkey is the credential); everything else needs the session.
 import type { Access } from '../../auth/access.ts';
 import type { Passkeys } from '../../auth/passkeys.ts';
-import type { ReauthOperation } from '../../auth/passkey-store.ts';
+import type { ReauthOperation } from '../../auth/ports.ts';
 import type { AuthenticationResponseJSON, RegistrationResponseJSON } from '@simplewebauthn/server';
 import { readJson } from '../body.ts';
 import { authenticate } from '../authenticate.ts';

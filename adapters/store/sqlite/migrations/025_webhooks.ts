@@ -1,4 +1,4 @@
-// Webhook endpoints (docs/webhooks.md, lib/webhooks/store.ts): where a project's events are sent. The
+// Webhook endpoints (docs/webhooks.md, lib/webhooks/ports.ts): where a project's events are sent. The
 // signing secrets are sealed with the service master key; `position` is how far in the event log
 // the endpoint has been served (the log's head when it was made).
 export default `

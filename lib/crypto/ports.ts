@@ -55,3 +55,17 @@ export interface MessageKeyStore {
   /** Keeps the first record written for a message: returns the one stored after the call. */
   putMessageKeyOnce(record: MessageKeyRecord): Promise<MessageKeyRecord>;
 }
+
+/** The member's encrypted private key (lib/crypto/key-backups.ts). */
+export interface KeyBackup {
+  blob: string;
+  /** 1 for the first write, then one more per write. */
+  version: number;
+  updatedAt: number;
+}
+
+export interface KeyBackupStore {
+  get(memberId: string): Promise<KeyBackup | null>;
+  /** Writes when the stored version is `replaces` (0: none stored yet); the new version, or null. */
+  put(memberId: string, blob: string, replaces: number, at: number): Promise<number | null>;
+}

@@ -95,3 +95,9 @@ export class DuplicateError extends Error {
     this.name = 'DuplicateError';
   }
 }
+
+/** The mail server's users (adapters/imap/users.ts): an inbox is added only over one that exists. */
+export interface MailUsers {
+  /** False when the mail server has no such user; throws (503) when it cannot be asked. */
+  exists(user: string): Promise<boolean>;
+}
