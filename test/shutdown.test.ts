@@ -3,12 +3,15 @@
 // POSTERN_SHUTDOWN_GRACE_MS, then exits 0; what is still running at the end of the grace is cut.
 import { expect } from 'chai';
 import { randomBytes } from 'node:crypto';
+import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { request, type ClientRequest, type IncomingMessage } from 'node:http';
 import { connect } from 'node:net';
 import { envVars, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
 import { freePort, spawnPostern, stopProcess, type Listening } from './processes.ts';
 import { atSink, rcpt } from './send-fixtures.ts';
+import { until } from './mail-fixtures.ts';
+import { FAST, project } from './webhook-api.ts';
 
 /** A live stream read as text: `text` grows until the server ends it (`ended`). */
 interface OpenStream {
@@ -160,5 +163,52 @@ describe('postern serve on SIGTERM', function () {
     await cut;
     expect(code).to.equal(0);
     expect(at - signalled).to.be.within(1500, 12_000);
+  });
+
+  it('exits at once while webhook hosts wait on a name server that never answers', async () => {
+    // A name server that reads every query and answers none; the lookups it got, counted.
+    const silent = createSocket('udp4');
+    let asked = 0;
+    silent.on('message', () => asked++);
+    silent.bind(0, '127.0.0.1');
+    await once(silent, 'listening');
+    try {
+      const A = await project(admin);
+      // More names than the project's one lookup at a time: the rest wait their turn.
+      for (let i = 0; i < 8; i++) {
+        const res = await A.a.send('POST', '/webhooks', { url: `https://hang-stop-${i}.example.test/hook`, types: ['ext.*'] });
+        expect(res.status, await res.clone().text()).to.equal(201);
+      }
+      served = await spawnPostern(
+        envVars(mailEnv(), {
+          ...admin.storeEnv,
+          ...FAST,
+          POSTERN_WEBHOOK_TIMEOUT_MS: '60000',
+          POSTERN_WEBHOOK_LEASE_MS: '120000',
+          POSTERN_WEBHOOK_DNS_SERVERS: `127.0.0.1:${silent.address().port}`,
+          // Each name waits 2 × 5 s before it fails: eight in turn would be over a minute.
+          POSTERN_WEBHOOK_DNS_TIMEOUT_MS: '5000',
+          POSTERN_WEBHOOK_DNS_TRIES: '2',
+          POSTERN_WEBHOOK_DNS_PER_PROJECT: '1',
+        }),
+      );
+      // Published through the spawned server, whose dispatcher hears of it first.
+      const res = await fetch(`${served.url}/v1/events`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${A.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ type: 'ext.order.shipped', data: { orderId: 'o-stop' } }),
+      });
+      expect(res.status, await res.text()).to.equal(201);
+      await until('the name server asked', async () => asked > 0, 20_000);
+      const exit = exited(served);
+      const signalled = Date.now();
+      served.child.kill('SIGTERM');
+      const { code, at } = await exit;
+      expect(code).to.equal(0);
+      // The grace of deliveries under way (2 s) and the store's close, not the lookups' turns.
+      expect(at - signalled).to.be.below(9000);
+    } finally {
+      silent.close();
+    }
   });
 });

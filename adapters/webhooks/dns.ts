@@ -81,6 +81,7 @@ export class WebhookDns {
   private readonly waiting = new Map<string, Array<() => void>>();
   private hosts: { map: Map<string, ResolvedAddress[]>; mtimeMs: number; checkedAt: number } | null = null;
   private hostsReading: Promise<void> | null = null;
+  private closed = false;
 
   constructor(private readonly o: WebhookDnsOptions) {
     this.now = o.now ?? Date.now;
@@ -88,9 +89,17 @@ export class WebhookDns {
     if (o.servers) this.resolver.setServers([...o.servers]);
   }
 
-  /** Queries sent and not yet answered are abandoned (they fail with ECANCELLED). */
+  /**
+   * Queries sent and not yet answered are abandoned (they fail with ECANCELLED), and so are
+   * lookups waiting for their project's turn: were they to go on to ask, each unanswered query
+   * would keep the process alive for its timeout × tries after SIGTERM, one project's share at a
+   * time (docs/operations.md, "Health and shutdown").
+   */
   close(): void {
+    this.closed = true;
     this.resolver.cancel();
+    for (const list of this.waiting.values()) for (const wake of list) wake();
+    this.waiting.clear();
   }
 
   /** The addresses `hostname` resolves to, for `project`'s attempt; rejects with a WebhookDnsError. */
@@ -126,6 +135,7 @@ export class WebhookDns {
   private async lookUp(name: string, project: string): Promise<ResolvedAddress[]> {
     await this.turn(project);
     try {
+      if (this.closed) throw new WebhookDnsError('ECANCELLED', `resolving ${name} failed: ECANCELLED`);
       const [v4, v6] = await Promise.allSettled([this.resolver.resolve4(name, { ttl: true }), this.resolver.resolve6(name, { ttl: true })]);
       const addresses: ResolvedAddress[] = [];
       let ttl = MAX_POSITIVE_TTL_MS;
@@ -173,7 +183,7 @@ export class WebhookDns {
 
   /** Waits until the project has fewer than perProject lookups under way, then counts this one. */
   private async turn(project: string): Promise<void> {
-    while ((this.running.get(project) ?? 0) >= this.o.perProject) {
+    while (!this.closed && (this.running.get(project) ?? 0) >= this.o.perProject) {
       await new Promise<void>((resolve) => {
         const list = this.waiting.get(project);
         if (list) list.push(resolve);
