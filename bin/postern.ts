@@ -48,7 +48,8 @@ const USAGE = `usage:
   postern admin token list (--project PRJ | --member MEM)   ids, scopes, inboxes, state and times; never secrets
   postern admin token revoke --id TOK --yes
   postern admin webhook list [--project PRJ]  every webhook endpoint: where it sends, enabled or why not, failing since when
-  postern admin webhook disable --id WHK [--reason TEXT]   stops sending to it (its deliveries wait; its owner may enable it)
+  postern admin webhook disable --id WHK [--reason TEXT]   stops sending to it (its deliveries wait; its owner cannot enable it again)
+  postern admin webhook enable --id WHK       sends to an endpoint staff disabled again (its waiting deliveries first)
   postern admin session create --member MEM [--expires-in SECONDS]
   postern admin session list (--project PRJ | --member MEM)
   postern admin session revoke --id SES --yes
@@ -110,6 +111,7 @@ const ADMIN_COMMANDS = [
   'session revoke',
   'webhook list',
   'webhook disable',
+  'webhook enable',
 ];
 
 /** Commands that delete or end something for good: they act only with --yes. */
@@ -318,6 +320,10 @@ async function admin(args: string[]): Promise<unknown> {
       case 'webhook disable': {
         const v = flags(tail, { id: { type: 'string' }, reason: { type: 'string' } });
         return await new WebhookStaff(store.webhooks, events).disable(required(v, 'id'), v.reason ?? 'no reason given');
+      }
+      case 'webhook enable': {
+        const v = flags(tail, { id: { type: 'string' } });
+        return await new WebhookStaff(store.webhooks, events).enable(required(v, 'id'));
       }
       default:
         throw new UsageError(`unknown admin command: ${args.join(' ')}`);

@@ -470,6 +470,39 @@ describe('postern admin webhook', function () {
       await r.close();
     }
   });
+
+  it('enables again what staff disabled: its waiting deliveries are sent; not one its owner disabled', async () => {
+    const { a } = await project(s);
+    const r = await new Receiver().start();
+    try {
+      const hook = await a.hook(r, { types: ['ext.*'] });
+      const env = envVars(mailEnv(), s.storeEnv);
+      const off = await runPostern(['admin', 'webhook', 'disable', '--id', hook.id, '--reason', 'checking the receiver'], env);
+      expect(off.code, off.stderr).to.equal(0);
+      // Published while disabled: it waits.
+      const [id] = await a.ship(1);
+      const on = await runPostern(['admin', 'webhook', 'enable', '--id', hook.id], env);
+      expect(on.code, on.stderr).to.equal(0);
+      expect(on.out).to.include({ id: hook.id, enabled: true, disabledBy: null, disabledAt: null, disabledReason: null });
+      expect(await a.get(hook.id)).to.include({ enabled: true });
+      await until('the waiting delivery', async () => r.received.find((x) => x.id === id), 15_000);
+      // Enabled already: left so.
+      const twice = await runPostern(['admin', 'webhook', 'enable', '--id', hook.id], env);
+      expect(twice.code, twice.stderr).to.equal(0);
+      expect(twice.out).to.include({ id: hook.id, enabled: true });
+
+      // Its owner's decision is its owner's: staff do not undo it.
+      expect((await a.send('PATCH', `/webhooks/${hook.id}`, { enabled: false })).status).to.equal(200);
+      const owners = await runPostern(['admin', 'webhook', 'enable', '--id', hook.id], env);
+      expect(owners.code).to.not.equal(0);
+      expect(owners.out.error).to.match(/disabled by its owner, not by staff/);
+      expect((await a.get(hook.id)).enabled).to.equal(false);
+      const missing = await runPostern(['admin', 'webhook', 'enable', '--id', 'whk_01M8ANF4Q35SV94XVK3S6RVM3P'], env);
+      expect(missing.out.error).to.match(/no webhook endpoint/);
+    } finally {
+      await r.close();
+    }
+  });
 });
 
 describe('webhook deliveries across processes', function () {

@@ -1,6 +1,7 @@
-// What staff do to webhook endpoints from the server (`postern admin webhook list|disable`):
-// every project's endpoints at a glance, and stopping one without its owner's token.
-import { notFound } from '../errors.ts';
+// What staff do to webhook endpoints from the server (`postern admin webhook list|disable|enable`):
+// every project's endpoints at a glance, stopping one without its owner's token, and sending to
+// it again once staff are satisfied (its owner cannot, docs/webhooks.md).
+import { conflict, notFound } from '../errors.ts';
 import { isId } from '../ids.ts';
 import type { EventLog } from '../events/log.ts';
 import { SYSTEM_ACTOR } from '../events/log.ts';
@@ -56,8 +57,7 @@ export class WebhookStaff {
    * marked as staff's too.
    */
   async disable(id: string, reason: string): Promise<StaffWebhook> {
-    const e = isId('whk', id) ? (await this.store.all()).find((x) => x.id === id) : undefined;
-    if (!e) throw notFound(`no webhook endpoint ${id}`);
+    const e = await this.find(id);
     if (e.disabledBy !== 'staff') {
       const at = this.now();
       await this.store.setDisabled(e.projectId, e.id, { at, by: 'staff', reason: `disabled by staff: ${reason}` }, at);
@@ -70,5 +70,27 @@ export class WebhookStaff {
       });
     }
     return (await this.list(e.projectId)).find((x) => x.id === id)!;
+  }
+
+  /**
+   * Enables an endpoint staff disabled: its deliveries are sent again (those waiting first). One
+   * enabled already is left so; one its owner or the dispatcher disabled is its owner's to enable
+   * (PATCH {enabled: true}), not staff's, so staff do not override the owner's choice.
+   */
+  async enable(id: string): Promise<StaffWebhook> {
+    const e = await this.find(id);
+    if (e.disabledAt !== null) {
+      if (e.disabledBy !== 'staff') {
+        throw conflict(`webhook endpoint ${id} was disabled by its ${e.disabledBy === 'owner' ? 'owner' : 'dispatcher'}, not by staff; its owner enables it`);
+      }
+      await this.store.setDisabled(e.projectId, e.id, null, this.now());
+    }
+    return (await this.list(e.projectId)).find((x) => x.id === id)!;
+  }
+
+  private async find(id: string) {
+    const e = isId('whk', id) ? (await this.store.all()).find((x) => x.id === id) : undefined;
+    if (!e) throw notFound(`no webhook endpoint ${id}`);
+    return e;
   }
 }
