@@ -508,6 +508,12 @@ export const SETTINGS: readonly Setting[] = [
     description: 'expensive calls one token or session may make at once before POSTERN_RATE_EXPENSIVE applies',
   },
   {
+    name: 'POSTERN_RATE_REFUSAL_DELAY_MS',
+    default: '1000',
+    description:
+      "a request refused by POSTERN_RATE_REQUESTS or POSTERN_RATE_EXPENSIVE gets its 429 after this long (at most its Retry-After), so a client asking again at once cannot spend the process's time on refusals; 0 = at once",
+  },
+  {
     name: 'POSTERN_MCP_BATCH_MAX',
     default: '20',
     description: 'JSON-RPC messages one POST /v1/mcp batch may hold (at most 100), a larger batch is refused with 400',
@@ -777,6 +783,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
     rate: {
       requests: { perSecond: decimal('POSTERN_RATE_REQUESTS', 1_000_000), burst: int('POSTERN_RATE_BURST', 1, 1_000_000) },
       expensive: { perSecond: decimal('POSTERN_RATE_EXPENSIVE', 1_000_000), burst: int('POSTERN_RATE_EXPENSIVE_BURST', 1, 1_000_000) },
+      refusalDelayMs: int('POSTERN_RATE_REFUSAL_DELAY_MS', 0, 60_000),
     },
     mcp: {
       // The SDK's own cap is 100: a batch it would refuse anyway is no bound to offer.

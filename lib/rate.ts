@@ -7,8 +7,9 @@
 // The buckets are this process's own: with POSTERN_WORKERS=n (or several instances) each process
 // keeps its own, so one credential may get up to n times a budget. That is abuse control, not
 // billing; sharing the buckets would cost a round trip to the store or Redis on every request.
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Principal } from './auth/access.ts';
-import { rateLimited } from './errors.ts';
+import { isDomainError, rateLimited } from './errors.ts';
 import type { RateKind, RateMetrics } from './metrics.ts';
 
 /** A sustained rate and the burst a key may spend at once; `perSecond` 0 turns the budget off. */
@@ -87,7 +88,12 @@ export class RateBuckets {
 export interface CredentialLimits {
   requests: Budget;
   expensive: Budget;
+  /** POSTERN_RATE_REFUSAL_DELAY_MS: a refusal is answered after this long (at most its Retry-After); 0: at once. */
+  refusalDelayMs?: number;
 }
+
+/** Refusals held at once in a process, at most; past it they are answered at once (each holds a socket already counted per address). */
+const MAX_HELD = 10_000;
 
 /**
  * The budgets of each token and session. `request` is charged once for every authenticated
@@ -98,6 +104,8 @@ export interface CredentialLimits {
 export class CredentialRate {
   private readonly requests: RateBuckets;
   private readonly expensiveCalls: RateBuckets;
+  private readonly refusalDelayMs: number;
+  private heldNow = 0;
 
   constructor(
     limits: CredentialLimits,
@@ -106,6 +114,24 @@ export class CredentialRate {
   ) {
     this.requests = new RateBuckets(limits.requests, options);
     this.expensiveCalls = new RateBuckets(limits.expensive, options);
+    this.refusalDelayMs = limits.refusalDelayMs ?? 0;
+  }
+
+  /**
+   * Resolves when a refusal of this budget may be answered: after POSTERN_RATE_REFUSAL_DELAY_MS
+   * (at most its Retry-After), at once for any other error. A client that ignores Retry-After and
+   * asks again the moment it is refused (a closed loop on many connections) otherwise costs the
+   * process a whole request's work per refusal, as fast as it can send, and that time is every
+   * other caller's (docs/access.md, "Rate limits"); held, each connection of it asks once a delay.
+   */
+  async refused(err: unknown): Promise<void> {
+    if (this.refusalDelayMs === 0 || !isDomainError(err) || err.kind !== 'rate-limited' || this.heldNow >= MAX_HELD) return;
+    this.heldNow++;
+    try {
+      await sleep(Math.min(this.refusalDelayMs, (err.retryAfterSeconds ?? 1) * 1000));
+    } finally {
+      this.heldNow--;
+    }
   }
 
   /** One request by `p`, whatever it asks. */

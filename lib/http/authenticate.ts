@@ -14,7 +14,7 @@ export function authenticate(access: Access, surface: Surface, rate: CredentialR
   return async function authenticateRequest(ctx: AppContext, next: Next): Promise<void> {
     ctx.state.surface = surface;
     ctx.state.principal = await authenticateAs(access, surface, presentedCredential(ctx, surface));
-    rate.request(ctx.state.principal);
+    await charged(rate, () => rate.request(ctx.state.principal));
     await next();
   };
 }
@@ -22,9 +22,19 @@ export function authenticate(access: Access, surface: Surface, rate: CredentialR
 /** After `allow`: an expensive operation (a search, a whole message) is charged to that budget too. */
 export function expensive(rate: CredentialRate) {
   return async function chargeExpensive(ctx: AppContext, next: Next): Promise<void> {
-    rate.expensive(ctx.state.principal);
+    await charged(rate, () => rate.expensive(ctx.state.principal));
     await next();
   };
+}
+
+/** Charges a budget; its refusal (429) is thrown once CredentialRate.refused has held it. */
+async function charged(rate: CredentialRate, charge: () => void): Promise<void> {
+  try {
+    charge();
+  } catch (err) {
+    await rate.refused(err);
+    throw err;
+  }
 }
 
 /** The credential a request presents on its surface: the header differs between the two. */
