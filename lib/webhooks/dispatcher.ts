@@ -161,6 +161,13 @@ export class WebhookDispatcher {
   /** Events read lately: a claimed delivery's body, without reading the log again. */
   private readonly recent = new RecentEvents();
   private readonly woken = new Set<string>();
+  /**
+   * Log reads of this turn of the event loop, by filter and position: a project's endpoints with
+   * the same token, types and inboxes at the same position (woken together by its events) read
+   * once, not once each. A read a moment old may miss an event appended since: that event wakes
+   * them again.
+   */
+  private readonly reads = new Map<string, ReturnType<EventLog['backfill']>>();
   private pumpAgain = false;
   /** Refreshes started: only the latest one's read is kept. */
   private refreshes = 0;
@@ -350,7 +357,7 @@ export class WebhookDispatcher {
         return;
       }
       const filter = this.filterOf(e, standing);
-      const read = await this.o.events.backfill(filter, e.position, READ_BATCH);
+      const read = await this.read(filter, e.position);
       if (read.scannedTo <= e.position) return;
       const at = this.now();
       const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
@@ -392,6 +399,19 @@ export class WebhookDispatcher {
       }
       if (read.complete && read.scannedTo === this.endpoints.get(id)?.position) return;
     }
+  }
+
+  /** The log past `position` as `filter` sees it, read once per turn for every endpoint asking the same. */
+  private read(filter: EventFilter, position: number): ReturnType<EventLog['backfill']> {
+    const key = `${position} ${JSON.stringify(filter)}`;
+    const known = this.reads.get(key);
+    if (known) return known;
+    if (this.reads.size === 0) setImmediate(() => this.reads.clear());
+    const reading = this.o.events.backfill(filter, position, READ_BATCH);
+    this.reads.set(key, reading);
+    // A failed read is not kept: the next asks again.
+    reading.catch(() => this.reads.delete(key));
+    return reading;
   }
 
   /** GET /events' filter for the endpoint's token, narrowed to the endpoint's types and inboxes. */
@@ -442,13 +462,14 @@ export class WebhookDispatcher {
           // Each project's endpoints share what it may hold (projectRoom), in turn: each claim
           // starts one endpoint further on, so the first ones cannot keep a busy project's room.
           const endpoints: Array<{ id: string; limit: number }> = [];
-          const room = new Map<string, number>();
+          // Each project's room, counted once for the pass (projectRoom walks every queue).
+          const room = this.projectRooms();
           this.projectFull = false;
           const all = [...this.endpoints];
           const from = all.length > 0 ? this.claims++ % all.length : 0;
           for (const [id, e] of [...all.slice(from), ...all.slice(0, from)]) {
             if (this.drained.has(id) || this.held(id) > this.batchOf(id) / 2) continue;
-            const left = room.get(e.projectId) ?? this.projectRoom(e.projectId);
+            const left = room.get(e.projectId) ?? 2 * this.o.settings.projectConcurrency;
             const limit = Math.min(this.batchOf(id) - this.held(id), left);
             if (limit <= 0) {
               this.projectFull = true;
@@ -542,6 +563,18 @@ export class WebhookDispatcher {
     let n = this.inFlightByProject.get(projectId) ?? 0;
     for (const q of this.queued.values()) if (q[0]?.d.projectId === projectId) n += q.length;
     return 2 * this.o.settings.projectConcurrency - n;
+  }
+
+  /** projectRoom of every project holding deliveries, in one walk of the queues. */
+  private projectRooms(): Map<string, number> {
+    const rooms = new Map<string, number>();
+    const cap = 2 * this.o.settings.projectConcurrency;
+    for (const [project, n] of this.inFlightByProject) rooms.set(project, cap - n);
+    for (const q of this.queued.values()) {
+      const project = q[0]?.d.projectId;
+      if (project !== undefined) rooms.set(project, (rooms.get(project) ?? cap) - q.length);
+    }
+    return rooms;
   }
 
   private heldTotal(): number {

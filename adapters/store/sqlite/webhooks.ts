@@ -23,6 +23,7 @@ import {
   type WebhookRow,
 } from '../rows/webhooks.ts';
 import type { Db } from './db.ts';
+import { groupCommitOf, type GroupCommit } from './group-commit.ts';
 
 // A replay makes a delivery already there pending afresh, as if new (leased as a new one is).
 const ADD_DELIVERY = `INSERT INTO webhook_deliveries (${NEW_DELIVERY_COLUMNS.join(', ')}) VALUES (${NEW_DELIVERY_COLUMNS.map(() => '?').join(', ')})
@@ -31,8 +32,11 @@ const ADD_DELIVERY = `INSERT INTO webhook_deliveries (${NEW_DELIVERY_COLUMNS.joi
 
 export class SqliteWebhookStore implements WebhookStore {
   private readonly q;
+  /** Enqueues share the connection's group commit (group-commit.ts). */
+  private readonly commits: GroupCommit;
 
   constructor(db: Db) {
+    this.commits = groupCommitOf(db);
     this.q = {
       insert: db.prepare(
         `INSERT INTO webhook_endpoints (${WEBHOOK_COLUMNS.join(', ')}) VALUES (${WEBHOOK_COLUMNS.map(() => '?').join(', ')})`,
@@ -221,7 +225,9 @@ export class SqliteWebhookStore implements WebhookStore {
     at: number,
     lease?: EnqueueLease,
   ): Promise<DeliveryRecord[] | null> {
-    return this.enqueueTx(endpointId, from, to, deliveries, at, lease);
+    // In the group commit: a project's endpoints woken by the same events enqueue in one
+    // transaction, not one commit each (a hundred endpoints cost a hundred commits a wake).
+    return this.commits.run(() => this.enqueueTx(endpointId, from, to, deliveries, at, lease));
   }
 
   async rewind(projectId: string, id: string, position: number, at: number): Promise<WebhookEndpointRecord | null> {
