@@ -89,6 +89,8 @@ const EXTRA_ENV = Object.fromEntries(
     }),
 );
 const TYPE = 'ext.tenant.ticked';
+/** Node flags for the server (a profiler, say: `--node-args='--cpu-prof --cpu-prof-dir=/tmp/prof'`). */
+const NODE_ARGS = (argv.find((a) => a.startsWith('--node-args='))?.slice(12) ?? '').split(' ').filter(Boolean);
 
 // ---------------------------------------------------------------------------------------------
 // Loopback servers: B's healthy receiver, A's receiver that never answers, a name server that never answers.
@@ -286,7 +288,9 @@ async function setup(dir: string, serverExtra: Record<string, string>): Promise<
   log(`seeding ${f0(A_MESSAGES)} messages for A and ${f0(B_MESSAGES)} for B…`);
   await seed(env, a.user, { INBOX: A_MESSAGES }, false);
   await seed(env, b.user, { INBOX: B_MESSAGES }, false);
-  const server = await spawnPostern(serverEnv);
+  const server = await spawnPostern(serverEnv, NODE_ARGS);
+  let serverOut = '';
+  server.child.stdout?.on('data', (d: Buffer) => (serverOut = (serverOut + d.toString()).slice(-20_000)));
   const base = `${server.url}/v1`;
   const label = async (t: (typeof tenants)[0], count: number): Promise<string> => {
     const deadline = Date.now() + 5 * 60_000;
@@ -311,6 +315,12 @@ async function setup(dir: string, serverExtra: Record<string, string>): Promise<
       server.child.kill('SIGTERM');
       const clean = await Promise.race([exited.then(() => true), sleep(30_000).then(() => false)]);
       if (!clean) {
+        log(`the server's last output: ${serverOut.slice(-4000)}`);
+        // With --node-args=--report-on-signal: a diagnostic report (its handles) of what kept it up.
+        if (NODE_ARGS.includes('--report-on-signal')) {
+          server.child.kill('SIGUSR2');
+          await sleep(3000);
+        }
         server.child.kill('SIGKILL');
         await exited;
       }

@@ -7,7 +7,7 @@ import { expect } from 'chai';
 import type { Principal } from '../lib/auth/access.ts';
 import { isDomainError } from '../lib/errors.ts';
 import type { RateKind } from '../lib/metrics.ts';
-import { CredentialRate, RateBuckets } from '../lib/rate.ts';
+import { CredentialRate, RateBuckets, Turns } from '../lib/rate.ts';
 import { call, expectError, json, newProject, startPostern, type TestServer } from './harness.ts';
 
 const principal = (credentialId: string): Principal => ({
@@ -108,6 +108,69 @@ describe('request budgets: the token buckets', () => {
     rate.expensive(b);
     expect(rate.size, 'only b, just seen, in both; a, left alone long enough, is full again').to.equal(2);
   });
+
+  it('holds a refusal POSTERN_RATE_REFUSAL_DELAY_MS (at most its Retry-After) before it is answered; nothing else', async () => {
+    const budgets = { requests: { perSecond: 1, burst: 1 }, expensive: { perSecond: 1, burst: 1 } };
+    const rate = new CredentialRate({ ...budgets, refusalDelayMs: 300 }, { refused: () => undefined });
+    const a = principal('tok_a');
+    rate.request(a);
+    const err = (() => {
+      try {
+        rate.request(a);
+      } catch (e) {
+        return e;
+      }
+      return null;
+    })();
+    let started = performance.now();
+    await rate.refused(err);
+    expect(performance.now() - started, 'a refusal, held').to.be.within(290, 1000);
+    started = performance.now();
+    await rate.refused(new Error('not a refusal'));
+    expect(performance.now() - started, 'any other error: at once').to.be.below(50);
+    // Never longer than the Retry-After it says.
+    const long = new CredentialRate({ ...budgets, refusalDelayMs: 60_000 }, { refused: () => undefined });
+    long.request(a);
+    const refusal = (() => {
+      try {
+        long.request(a);
+      } catch (e) {
+        return e;
+      }
+      return null;
+    })();
+    started = performance.now();
+    await long.refused(refusal);
+    expect(performance.now() - started, 'Retry-After: 1 s').to.be.within(990, 3000);
+  });
+
+  it('Turns: at most `max` per key at once, the rest in order, handed on at a later turn of the event loop', async () => {
+    const turns = new Turns(2);
+    const log: string[] = [];
+    const gates = new Map<string, () => void>();
+    const work = (name: string) => () =>
+      new Promise<void>((resolve) => {
+        log.push(`start ${name}`);
+        gates.set(name, () => {
+          log.push(`end ${name}`);
+          resolve();
+        });
+      });
+    const runs = ['a1', 'a2', 'a3', 'a4'].map((n) => turns.run('a', work(n)));
+    const other = turns.run('b', work('b1'));
+    await sleep(10);
+    expect(log, 'two of a at once; b has its own').to.deep.equal(['start a1', 'start a2', 'start b1']);
+    gates.get('a1')!();
+    // Something that arrived meanwhile (an immediate queued now) runs before the next of a starts.
+    setImmediate(() => log.push('in between'));
+    await sleep(10);
+    expect(log.slice(3)).to.deep.equal(['end a1', 'in between', 'start a3']);
+    for (const n of ['a2', 'a3', 'b1']) gates.get(n)!();
+    await sleep(10);
+    gates.get('a4')!();
+    await Promise.all([...runs, other]);
+    expect(log.filter((l) => l.startsWith('start'))).to.deep.equal(['start a1', 'start a2', 'start b1', 'start a3', 'start a4']);
+  });
 });
 
 /** One request after another with `auth` until one is refused: how many passed, and the refusal. */
@@ -135,7 +198,7 @@ describe('request budgets over HTTP: every request of a token or session', funct
   this.timeout(60_000);
   let s: TestServer;
   before(async () => {
-    s = await startPostern({ POSTERN_RATE_REQUESTS: '1', POSTERN_RATE_BURST: '3' });
+    s = await startPostern({ POSTERN_RATE_REQUESTS: '1', POSTERN_RATE_BURST: '3', POSTERN_RATE_REFUSAL_DELAY_MS: '0' });
   });
   after(() => s?.close());
 
@@ -154,6 +217,51 @@ describe('request budgets over HTTP: every request of a token or session', funct
     expect((await call(`${s.base}/inboxes`, { token: other })).status, 'another token of the same project').to.equal(200);
     await sleep(wait * 1000);
     expect((await call(`${s.base}/inboxes`, { token: flooded })).status, 'after Retry-After').to.equal(200);
+  });
+
+  it('holds a 429 POSTERN_RATE_REFUSAL_DELAY_MS while other callers are answered at once', async () => {
+    const held = await startPostern({ POSTERN_RATE_REQUESTS: '1', POSTERN_RATE_BURST: '1', POSTERN_RATE_REFUSAL_DELAY_MS: '800' });
+    try {
+      const p = await newProject(held);
+      const flooded = await p.token(['messages:read']);
+      const other = await p.token(['messages:read']);
+      expect((await call(`${held.base}/inboxes`, { token: flooded })).status).to.equal(200);
+      const started = Date.now();
+      const refusal = call(`${held.base}/inboxes`, { token: flooded }).then((res) => ({ res, at: Date.now() }));
+      // While the refusal is held, another token is answered.
+      const res = await call(`${held.base}/inboxes`, { token: other });
+      expect(res.status).to.equal(200);
+      const otherAt = Date.now();
+      const { res: refused, at } = await refusal;
+      await expectError(refused, 429, /too many requests for this credential/);
+      expect(retryAfter(refused)).to.equal(1);
+      expect(at - started, 'the refusal, held').to.be.within(750, 5000);
+      expect(otherAt - started, 'the other token, not held').to.be.below(at - started - 400);
+    } finally {
+      await held.close();
+    }
+  });
+
+  it("queues a credential's requests past POSTERN_RATE_CONCURRENCY: each is answered in its turn, a live stream of it open meanwhile", async () => {
+    const one = await startPostern({ POSTERN_RATE_CONCURRENCY: '1' });
+    try {
+      const p = await newProject(one);
+      const token = await p.token(['messages:read', 'events:read']);
+      // A stream that lasts: were it a turn, every other request of the token would wait for its end.
+      const controller = new AbortController();
+      const stream = await call(`${one.base}/events`, { token, headers: { accept: 'text/event-stream' }, signal: controller.signal });
+      expect(stream.status).to.equal(200);
+      try {
+        const results = await Promise.all(
+          Array.from({ length: 5 }, () => call(`${one.base}/inboxes`, { token, signal: AbortSignal.timeout(10_000) })),
+        );
+        expect(results.map((r) => r.status)).to.deep.equal([200, 200, 200, 200, 200]);
+      } finally {
+        controller.abort();
+      }
+    } finally {
+      await one.close();
+    }
   });
 
   it('counts a session on /api/v1 the same way, its passkey and session endpoints included', async () => {

@@ -25,6 +25,7 @@ import type { EventFilter } from '../events/query.ts';
 import type { StoredEvent, Visibility } from '../events/types.ts';
 import type { Config } from '../config.ts';
 import { NO_METRICS, type WebhookMetrics } from '../metrics.ts';
+import { Turns } from '../rate.ts';
 import type { WebhookEndpoints } from './endpoints.ts';
 import { RecentEvents } from './recent-events.ts';
 import { nextAttempt } from './retry.ts';
@@ -60,7 +61,9 @@ export interface WebhookDispatcherOptions {
 }
 
 /** Events read per step of an endpoint's catch-up. */
-const READ_BATCH = 500;
+const READ_BATCH = 100;
+/** Catch-up steps of one project's endpoints under way at once (catchUpStep). */
+const CATCH_UP_PER_PROJECT = 4;
 /** New events are read this long after the first of them arrives, with those arriving meanwhile. */
 const WAKE_DELAY_MS = 5;
 /** Outcomes are written this long after an attempt ends, with those of every attempt ending meanwhile. */
@@ -168,6 +171,7 @@ export class WebhookDispatcher {
    * them again.
    */
   private readonly reads = new Map<string, ReturnType<EventLog['backfill']>>();
+  private readonly catchUpTurns = new Turns(CATCH_UP_PER_PROJECT);
   private pumpAgain = false;
   /** Refreshes started: only the latest one's read is kept. */
   private refreshes = 0;
@@ -351,54 +355,66 @@ export class WebhookDispatcher {
     for (;;) {
       const e = this.endpoints.get(id);
       if (!e || this.closed) return;
-      const standing = await this.standing(e);
-      if (!standing.principal) {
-        await this.disable(e, 'token', 'the token that created it was revoked or expired');
-        return;
-      }
-      const filter = this.filterOf(e, standing);
-      const read = await this.read(filter, e.position);
-      if (read.scannedTo <= e.position) return;
-      const at = this.now();
-      const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
-      // What there is room for is leased to this process as it is made, and sent without a claim.
-      const room = Math.min(
-        this.batchOf(id) - this.held(id),
-        this.o.settings.maxInFlight - this.heldTotal(),
-        this.projectRoom(e.projectId),
-        deliveries.length,
-      );
-      const until = at + this.o.settings.leaseMs;
-      const leased = await this.o.store.enqueue(
-        e.id,
-        e.position,
-        read.scannedTo,
-        deliveries,
-        at,
-        room > 0 ? { owner: this.owner, until, count: room } : undefined,
-      );
-      if (leased) {
-        // Not put back when a refresh dropped it meanwhile (disabled, deleted): attempt() then
-        // finds it gone and hands its deliveries back, instead of sending to a disabled endpoint.
-        if (this.endpoints.has(id)) this.endpoints.set(id, { ...e, position: read.scannedTo });
-        // Kept for the deliveries claimed later (a backlog past what was leased now), and for these.
-        this.recent.add(read.events);
-        await this.hold(leased, until);
-        if (deliveries.length > leased.length) {
-          this.drained.delete(id);
-          void this.pump();
-        }
-      } else {
-        // Another process moved it on, or a replay rewound it: read where it stands now.
-        const fresh = await this.o.store.get(e.projectId, e.id);
-        if (!fresh || fresh.disabledAt !== null) {
-          this.endpoints.delete(id);
-          return;
-        }
-        this.endpoints.set(id, fresh);
-      }
-      if (read.complete && read.scannedTo === this.endpoints.get(id)?.position) return;
+      if (!(await this.catchUpTurns.run(e.projectId, () => this.catchUpStep(id)))) return;
     }
+  }
+
+  /**
+   * One step of an endpoint's catch-up (a read of at most READ_BATCH events, and their enqueue);
+   * false once it is caught up or gone. A project's steps take turns, CATCH_UP_PER_PROJECT at
+   * once: each is synchronous SQLite work, and a hundred endpoints woken by a burst of events
+   * would otherwise enqueue their every delivery in one long commit while nothing else ran.
+   */
+  private async catchUpStep(id: string): Promise<boolean> {
+    const e = this.endpoints.get(id);
+    if (!e || this.closed) return false;
+    const standing = await this.standing(e);
+    if (!standing.principal) {
+      await this.disable(e, 'token', 'the token that created it was revoked or expired');
+      return false;
+    }
+    const filter = this.filterOf(e, standing);
+    const read = await this.read(filter, e.position);
+    if (read.scannedTo <= e.position) return false;
+    const at = this.now();
+    const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
+    // What there is room for is leased to this process as it is made, and sent without a claim.
+    const room = Math.min(
+      this.batchOf(id) - this.held(id),
+      this.o.settings.maxInFlight - this.heldTotal(),
+      this.projectRoom(e.projectId),
+      deliveries.length,
+    );
+    const until = at + this.o.settings.leaseMs;
+    const leased = await this.o.store.enqueue(
+      e.id,
+      e.position,
+      read.scannedTo,
+      deliveries,
+      at,
+      room > 0 ? { owner: this.owner, until, count: room } : undefined,
+    );
+    if (leased) {
+      // Not put back when a refresh dropped it meanwhile (disabled, deleted): attempt() then
+      // finds it gone and hands its deliveries back, instead of sending to a disabled endpoint.
+      if (this.endpoints.has(id)) this.endpoints.set(id, { ...e, position: read.scannedTo });
+      // Kept for the deliveries claimed later (a backlog past what was leased now), and for these.
+      this.recent.add(read.events);
+      await this.hold(leased, until);
+      if (deliveries.length > leased.length) {
+        this.drained.delete(id);
+        void this.pump();
+      }
+    } else {
+      // Another process moved it on, or a replay rewound it: read where it stands now.
+      const fresh = await this.o.store.get(e.projectId, e.id);
+      if (!fresh || fresh.disabledAt !== null) {
+        this.endpoints.delete(id);
+        return false;
+      }
+      this.endpoints.set(id, fresh);
+    }
+    return !(read.complete && read.scannedTo === this.endpoints.get(id)?.position);
   }
 
   /** The log past `position` as `filter` sees it, read once per turn for every endpoint asking the same. */

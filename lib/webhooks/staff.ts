@@ -81,7 +81,9 @@ export class WebhookStaff {
     const e = await this.find(id);
     if (e.disabledAt !== null) {
       if (e.disabledBy !== 'staff') {
-        throw conflict(`webhook endpoint ${id} was disabled by its ${e.disabledBy === 'owner' ? 'owner' : 'dispatcher'}, not by staff; its owner enables it`);
+        throw conflict(
+          `webhook endpoint ${id} was disabled by its ${e.disabledBy === 'owner' ? 'owner' : 'dispatcher'}, not by staff; its owner enables it`,
+        );
       }
       await this.store.setDisabled(e.projectId, e.id, null, this.now());
     }
