@@ -30,7 +30,7 @@
 //   npm run bench:tenants -- --env=POSTERN_RATE_REQUESTS=200   # a Postern setting (only one this Postern has)
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
 import { Agent, createServer, request, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createTcpServer, type Socket } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
@@ -291,6 +291,9 @@ async function setup(dir: string, serverExtra: Record<string, string>): Promise<
   const server = await spawnPostern(serverEnv, NODE_ARGS);
   let serverOut = '';
   server.child.stdout?.on('data', (d: Buffer) => (serverOut = (serverOut + d.toString()).slice(-20_000)));
+  // --server-log=FILE: the server's whole output (with --env=POSTERN_LOG_LEVEL=info, each request and its ms).
+  const serverLog = argv.find((a) => a.startsWith('--server-log='))?.slice(13);
+  if (serverLog) server.child.stdout?.pipe(createWriteStream(serverLog));
   const base = `${server.url}/v1`;
   const label = async (t: (typeof tenants)[0], count: number): Promise<string> => {
     const deadline = Date.now() + 5 * 60_000;

@@ -514,12 +514,6 @@ export const SETTINGS: readonly Setting[] = [
       "a request refused by POSTERN_RATE_REQUESTS or POSTERN_RATE_EXPENSIVE gets its 429 after this long (at most its Retry-After), so a client asking again at once cannot spend the process's time on refusals; 0 = at once",
   },
   {
-    name: 'POSTERN_RATE_CONCURRENCY',
-    default: '4',
-    description:
-      "requests of one token or session a process works on at once (event streams aside); more wait their turn, first come first served, so one caller's burst does not queue everyone else's requests behind it; 0 = no limit",
-  },
-  {
     name: 'POSTERN_MCP_BATCH_MAX',
     default: '20',
     description: 'JSON-RPC messages one POST /v1/mcp batch may hold (at most 100), a larger batch is refused with 400',
@@ -790,7 +784,6 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       requests: { perSecond: decimal('POSTERN_RATE_REQUESTS', 1_000_000), burst: int('POSTERN_RATE_BURST', 1, 1_000_000) },
       expensive: { perSecond: decimal('POSTERN_RATE_EXPENSIVE', 1_000_000), burst: int('POSTERN_RATE_EXPENSIVE_BURST', 1, 1_000_000) },
       refusalDelayMs: int('POSTERN_RATE_REFUSAL_DELAY_MS', 0, 60_000),
-      concurrency: int('POSTERN_RATE_CONCURRENCY', 0, 100_000),
     },
     mcp: {
       // The SDK's own cap is 100: a batch it would refuse anyway is no bound to offer.

@@ -90,8 +90,6 @@ export interface CredentialLimits {
   expensive: Budget;
   /** POSTERN_RATE_REFUSAL_DELAY_MS: a refusal is answered after this long (at most its Retry-After); 0: at once. */
   refusalDelayMs?: number;
-  /** POSTERN_RATE_CONCURRENCY: requests of one credential worked on at once; 0: no limit. */
-  concurrency?: number;
 }
 
 /** Refusals held at once in a process, at most; past it they are answered at once (each holds a socket already counted per address). */
@@ -108,7 +106,6 @@ export class CredentialRate {
   private readonly expensiveCalls: RateBuckets;
   private readonly refusalDelayMs: number;
   private heldNow = 0;
-  private readonly turns: Turns;
 
   constructor(
     limits: CredentialLimits,
@@ -118,12 +115,6 @@ export class CredentialRate {
     this.requests = new RateBuckets(limits.requests, options);
     this.expensiveCalls = new RateBuckets(limits.expensive, options);
     this.refusalDelayMs = limits.refusalDelayMs ?? 0;
-    this.turns = new Turns(limits.concurrency ?? 0);
-  }
-
-  /** Runs `work` in one of `p`'s turns (POSTERN_RATE_CONCURRENCY at once; the others wait, first come first served). */
-  inTurn<T>(p: Principal, work: () => Promise<T>): Promise<T> {
-    return this.turns.run(p.credentialId, work);
   }
 
   /**
@@ -167,12 +158,10 @@ export class CredentialRate {
 }
 
 /**
- * At most `max` pieces of work per key at once; the others wait in order. Within its budget a
- * caller may still send many requests together (a burst of 200, all its keep-alive connections at
- * once after a held 429): worked on all at once they would queue every other caller's requests
- * behind them, since each is mostly synchronous work on the one event loop. A turn ends when its
- * work settles and is handed on at the next turn of the event loop (setImmediate), so requests
- * that arrived meanwhile, any caller's, are read in between.
+ * At most `max` pieces of work per key at once; the others wait in order. A turn ends when its
+ * work settles and is handed on at the next turn of the event loop (setImmediate), so that what
+ * arrived meanwhile (requests, other keys' work) runs in between rather than behind a whole
+ * queue of synchronous work. The webhook dispatcher's catch-up takes turns by project with it.
  */
 export class Turns {
   private readonly keys = new Map<string, { running: number; waiting: Array<() => void> }>();

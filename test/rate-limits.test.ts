@@ -242,28 +242,6 @@ describe('request budgets over HTTP: every request of a token or session', funct
     }
   });
 
-  it("queues a credential's requests past POSTERN_RATE_CONCURRENCY: each is answered in its turn, a live stream of it open meanwhile", async () => {
-    const one = await startPostern({ POSTERN_RATE_CONCURRENCY: '1' });
-    try {
-      const p = await newProject(one);
-      const token = await p.token(['messages:read', 'events:read']);
-      // A stream that lasts: were it a turn, every other request of the token would wait for its end.
-      const controller = new AbortController();
-      const stream = await call(`${one.base}/events`, { token, headers: { accept: 'text/event-stream' }, signal: controller.signal });
-      expect(stream.status).to.equal(200);
-      try {
-        const results = await Promise.all(
-          Array.from({ length: 5 }, () => call(`${one.base}/inboxes`, { token, signal: AbortSignal.timeout(10_000) })),
-        );
-        expect(results.map((r) => r.status)).to.deep.equal([200, 200, 200, 200, 200]);
-      } finally {
-        controller.abort();
-      }
-    } finally {
-      await one.close();
-    }
-  });
-
   it('counts a session on /api/v1 the same way, its passkey and session endpoints included', async () => {
     const p = await newProject(s);
     const session = await p.session();
