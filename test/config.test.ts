@@ -86,7 +86,13 @@ describe('configuration', () => {
     expect(loadConfig(PASSWORD).http).to.deep.include({ bodyIdleTimeoutMs: 30_000, requestTimeoutMs: 300_000 });
     expect(loadConfig({ ...PASSWORD, POSTERN_BODY_IDLE_TIMEOUT_MS: '1500' }).http.bodyIdleTimeoutMs).to.equal(1500);
     // Request budgets: generous for every request, tighter for searches, downloads and tool calls.
-    expect(loadConfig(PASSWORD).rate).to.deep.equal({ requests: { perSecond: 100, burst: 200 }, expensive: { perSecond: 10, burst: 40 } });
+    // A refusal is answered a second later (at most its Retry-After): a closed loop of retries then asks once a second.
+    expect(loadConfig(PASSWORD).rate).to.deep.equal({
+      requests: { perSecond: 100, burst: 200 },
+      expensive: { perSecond: 10, burst: 40 },
+      refusalDelayMs: 1000,
+    });
+    expect(loadConfig({ ...PASSWORD, POSTERN_RATE_REFUSAL_DELAY_MS: '0' }).rate.refusalDelayMs).to.equal(0);
     expect(loadConfig({ ...PASSWORD, POSTERN_RATE_EXPENSIVE: '0.5', POSTERN_RATE_REQUESTS: '0' }).rate).to.deep.include({
       requests: { perSecond: 0, burst: 200 },
       expensive: { perSecond: 0.5, burst: 40 },
