@@ -28,6 +28,8 @@
 //   npm run bench:tenants -- --a-messages=2000 --b-messages=500   # the inboxes' sizes
 //   npm run bench:tenants -- --flood=64 --batch=100   # A's flood connections, MCP calls per batch
 //   npm run bench:tenants -- --env=POSTERN_RATE_REQUESTS=200   # a Postern setting (only one this Postern has)
+//   npm run bench:tenants -- "--node-args=--cpu-prof --cpu-prof-dir=/tmp/prof"   # node flags for the server (a profile)
+//   npm run bench:tenants -- --env=POSTERN_LOG_LEVEL=info --server-log=/tmp/server.log   # each request's time as the server saw it
 import { createSocket } from 'node:dgram';
 import { once } from 'node:events';
 import { createWriteStream, mkdtempSync, rmSync } from 'node:fs';
