@@ -39,6 +39,7 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
   const pastPasskeys = () => {
     const { passkeys, directory } = s.postern.store;
     return new Passkeys(passkeys, directory, {
+      events: s.postern.events,
       origin: ORIGIN,
       rpName: 'Postern',
       sessionTtlSeconds: 3600,
@@ -425,6 +426,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
   const pastPasskeys = () => {
     const { passkeys, directory } = s.postern.store;
     return new Passkeys(passkeys, directory, {
+      events: s.postern.events,
       origin: ORIGIN,
       rpName: 'Postern',
       sessionTtlSeconds: 2 * 3600,

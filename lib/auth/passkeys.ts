@@ -40,11 +40,8 @@ export interface PasskeyOptions {
   inviteTtlSeconds: number;
   /** POSTERN_REAUTH_MAX_AGE: how old a re-authentication challenge (and a "fresh" session) may be. */
   reauthMaxAgeSeconds?: number;
-  /**
-   * The project log, where every passkey added is recorded. The server always passes it; the
-   * staff CLI, which only makes invites, has none (and so cannot enroll or add passkeys).
-   */
-  events?: EventLog;
+  /** The project log, where every passkey added is recorded (lib/wiring/passkeys.ts builds both the server's and the staff commands'). */
+  events: EventLog;
   now?: () => number;
 }
 
@@ -425,7 +422,6 @@ export class Passkeys {
     passkey: PasskeyRecord,
     how: { via: 'invite' } | { via: 'session'; confirmedWith: string },
   ): Promise<void> {
-    if (!this.options.events) throw new Error('Passkeys: adding a passkey needs the project log (options.events)');
     await this.options.events.record({
       type: 'access.passkey.added',
       projectId: member.projectId,
