@@ -77,6 +77,7 @@ const LBL = '^lbl_[0-9A-Z]{26}$';
 const MEM = '^mem_[0-9A-Z]{26}$';
 const PKY = '^pky_[0-9A-Z]{26}$';
 const WHK = '^whk_[0-9A-Z]{26}$';
+const DRAFT = '^draft_[A-Za-z0-9_-]{16,64}$';
 const FINGERPRINT = '^[0-9A-F]{40,64}$';
 /** The mail types share class, visibility, status and subject, and all name their message first. */
 function mailType(name: string, description: string, fields: BuiltinField[]): BuiltinSpec {
@@ -139,6 +140,33 @@ const BUILTINS: BuiltinSpec[] = [
     { name: 'flags', type: 'string[]', itemEnum: FLAG_ENUM, required: true, description: 'The flags now (Flag values).' },
     labelField('The label whose copy changed.'),
   ]),
+  {
+    // lib/send/drafts.ts: a draft saved through the API (docs/sending.md, "Drafts").
+    name: 'draft.saved',
+    description: "A draft was created or replaced in the inbox's Drafts folder through Postern; the actor is its author.",
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the draft id (draft_…)',
+    fields: [
+      { name: 'draftId', type: 'string', pattern: DRAFT, required: true, description: 'The draft; its id is kept across updates.' },
+      { name: 'created', type: 'boolean', required: true, description: 'True when the draft is new, false when it replaced a version.' },
+      { name: 'sealed', type: 'boolean', description: 'Sealed by its writer (zero-access): Postern cannot read it before it is sent.' },
+      { name: 'author', type: 'string', description: 'Who wrote it: a token (tok_…, an agent) or a member (mem_…).' },
+    ],
+  },
+  {
+    name: 'draft.removed',
+    description: "A draft left the inbox's Drafts folder through Postern: deleted, or sent (once its Sent copy was filed).",
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the draft id (draft_…)',
+    fields: [
+      { name: 'draftId', type: 'string', pattern: DRAFT, required: true },
+      { name: 'sent', type: 'boolean', required: true, description: 'True when it went because it was sent.' },
+    ],
+  },
   {
     name: 'mail.delivery.accepted',
     description: 'The mail relay accepted a message sent from the inbox for delivery.',

@@ -29,12 +29,14 @@ import type { Validator } from '../http/validate.ts';
 import type { MailSearch } from '../mail/search.ts';
 import type { MailService } from '../mail/service.ts';
 import { ROOT } from '../paths.ts';
+import type { DraftService } from '../send/drafts.ts';
 import type { SendService } from '../send/service.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { RequestGate } from './gate.ts';
 import { inboxOfUri, inboxUri, type McpSubscriptions } from './subscriptions.ts';
 import { MCP_SCHEMA, type Tool, type ToolAnswer } from './tool.ts';
 import { contentTools } from './tools/content.ts';
+import { draftTools } from './tools/drafts.ts';
 import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
 import { organizeTools } from './tools/organize.ts';
@@ -50,6 +52,8 @@ export interface McpDeps {
   search: MailSearch;
   sealed: SealedMail;
   send: SendService;
+  /** Drafts (create_draft and the others); left out, those tools are not offered. */
+  drafts?: DraftService;
   events: EventLog;
   validator: Validator;
   subscriptions: McpSubscriptions;
@@ -114,6 +118,7 @@ export class McpTools {
       ...searchTools(access, search, events),
       ...contentTools(access, sealed, events),
       ...sendTools(access, send, sealed),
+      ...(deps.drafts ? draftTools(access, deps.drafts) : []),
       ...eventTools(access, events),
     ];
     this.byName = new Map(this.tools.map((t) => [t.name, t]));

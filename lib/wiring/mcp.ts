@@ -24,6 +24,7 @@ export function mcpContext(core: Core, events: EventLog, mail: MailContext, send
     search: mail.search,
     sealed: mail.sealed,
     send: send.send,
+    drafts: send.drafts,
     events,
     validator: core.validator,
     subscriptions,

@@ -9,6 +9,9 @@ import { BodyGate } from '../http/body-gate.ts';
 import { SEND_MEMORY_BUDGET } from '../http/routes/send.ts';
 import { seal } from '../mail/seal.ts';
 import { BounceMatcher } from '../send/bounces.ts';
+import { ImapDraftFolder } from '../../adapters/imap/drafts.ts';
+import { DraftService } from '../send/drafts.ts';
+import { SealedOpener } from '../send/sealed.ts';
 import { SentCopies } from '../send/outbox.ts';
 import { SendService } from '../send/service.ts';
 import type { Core } from './core.ts';
@@ -17,6 +20,8 @@ import type { MailContext } from './mail.ts';
 export interface SendContext {
   /** Sending (both operations). */
   send: SendService;
+  /** Drafts in the inbox's Drafts folder, sent through `send` (docs/sending.md, "Drafts"). */
+  drafts: DraftService;
   /** The outbox filing Sent copies. */
   sentCopies: SentCopies;
   relay: SmtpRelay;
@@ -74,8 +79,17 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     sealCopy: async (inboxId, raw) => seal(raw, await keys.current(inboxId)),
     metrics: core.recorders.send,
   });
+  const drafts = new DraftService(
+    new ImapDraftFolder(mail.source.pool),
+    send,
+    new SealedOpener(keys),
+    outbox,
+    events,
+    log.child({ part: 'drafts' }),
+  );
   return {
     send,
+    drafts,
     sentCopies,
     relay,
     bounces,

@@ -74,7 +74,12 @@ export function sendMemoryBytes(bodyBytes: number, copies: { opened: boolean; se
 }
 
 /** Runs `work` once the request's memory fits in the budget (lib/http/body-gate.ts). */
-async function gated<T>(gate: BodyGate, ctx: AppContext, copies: { opened: boolean; sealed: boolean }, work: () => Promise<T>): Promise<T> {
+export async function gated<T>(
+  gate: BodyGate,
+  ctx: AppContext,
+  copies: { opened: boolean; sealed: boolean },
+  work: () => Promise<T>,
+): Promise<T> {
   const declared = Number(ctx.get('content-length') || NaN);
   const body = Number.isFinite(declared) ? Math.min(declared, SEND_BODY_LIMIT) : SEND_BODY_LIMIT;
   const release = await gate.enter(sendMemoryBytes(body, copies));
