@@ -25,6 +25,7 @@ const ALL_SCOPES = [
   'content:read',
   'flags:write',
   'messages:write',
+  'drafts:write',
   'send',
   'events:read',
   'events:write',
@@ -153,8 +154,10 @@ describe('MCP: /v1/mcp', function () {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
     expect(names).to.deep.equal([
       'archive_message',
+      'create_draft',
       'get_attachment',
       'get_message',
+      'list_drafts',
       'list_events',
       'list_inboxes',
       'list_labels',
@@ -163,9 +166,11 @@ describe('MCP: /v1/mcp', function () {
       'publish_event',
       'read_message',
       'search_messages',
+      'send_draft',
       'send_message',
       'set_flags',
       'trash_message',
+      'update_draft',
     ]);
     const readOnly = await connect(s, await p.token(['messages:read']));
     clients.push(readOnly);

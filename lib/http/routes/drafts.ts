@@ -19,7 +19,7 @@ const READ = { token: 'any', session: true } as const;
 type DraftBody = { draftId?: string; raw: string } | SendRequest;
 
 /** The inbox, for a caller holding drafts:write or messages:read (sessions: the role decides). */
-export async function readableInbox(access: Access, p: Principal, inboxId: string): Promise<Inbox> {
+async function readableInbox(access: Access, p: Principal, inboxId: string): Promise<Inbox> {
   if (p.kind === 'token' && !access.hasScope(p, 'drafts:write') && !access.hasScope(p, 'messages:read')) {
     throw forbidden('token lacks the drafts:write or messages:read scope');
   }

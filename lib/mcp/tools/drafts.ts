@@ -5,7 +5,6 @@
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import type { Access, Principal } from '../../auth/access.ts';
 import type { Draft, DraftService } from '../../send/drafts.ts';
-import { readableInbox } from '../../http/routes/drafts.ts';
 import { tool, type Tool } from '../tool.ts';
 import { untrusted } from '../text.ts';
 
@@ -63,10 +62,12 @@ export function draftTools(access: Access, drafts: DraftService): Tool[] {
       name: 'list_drafts',
       title: 'List drafts',
       description: "The drafts in the inbox's Drafts folder, newest first, with who wrote each (a token, a member, or a mail app).",
-      rule: { token: 'any', session: true },
+      // Listed for the tokens that write drafts (HTTP also lets messages:read read them): a tool
+      // list shows only what the token's scopes allow, and 'any' would show it to every token.
+      rule: WRITE,
       input: 'ListDraftsInput',
       async run(p: Principal, args) {
-        const inbox = await readableInbox(access, p, args.inboxId);
+        const { inbox } = await access.inboxAccess(p, args.inboxId, 'drafts:write');
         const list = await drafts.list(inbox);
         const text = list.length === 0 ? 'No drafts.' : `${list.length} draft(s):\n${untrusted(list.map(line).join('\n'))}`;
         return { structured: { drafts: list }, text };
