@@ -188,6 +188,8 @@ describe('drafts: kept in the Drafts folder, sent once', function () {
       (await eventsOf(s, p.projectId, inbox.id, ['draft.removed'])).find((e) => (e.data as { draftId: string }).draftId === created.id),
     );
     expect(removed.data).to.deep.equal({ draftId: created.id, sent: true });
+    // Its id is spent: a new draft cannot take it.
+    await expectError(await send('POST', url(inbox), full, { draftId: created.id, raw: b64(raw) }), 409, /sent already/);
     // A later message to the same recipient arrives alone: the draft was relayed exactly once.
     const marker = await json(
       await call(`${s.base}/inboxes/${inbox.id}/messages`, {

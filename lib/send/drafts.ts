@@ -186,7 +186,13 @@ export class DraftService {
 
   /** Replaces the draft's message; its id stays. */
   async update(inbox: Inbox, actor: string, id: string, content: DraftContent): Promise<Draft> {
-    return this.exclusive(inbox.id, id, async () => this.save(inbox, actor, id, content, await this.find(inbox, id)));
+    return this.exclusive(inbox.id, id, async () => {
+      const found = await this.find(inbox, id);
+      // Sent, and still in Drafts only because its Sent copy was slow: changing it now would
+      // change nothing that was sent.
+      if (await this.outbox.byDraft(inbox.id, id)) throw conflict(`draft ${id} was sent already`);
+      return this.save(inbox, actor, id, content, found);
+    });
   }
 
   async remove(inbox: Inbox, actor: string, id: string): Promise<void> {
