@@ -10,6 +10,7 @@ import { expect } from 'chai';
 import type { ImapFlow } from 'imapflow';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
+import { startSecondDovecot } from './second-dovecot.ts';
 import { atSink, draft as newDraftId, eventsOf, sealDraft, rcpt } from './send-fixtures.ts';
 
 interface Draft {
@@ -308,6 +309,30 @@ describe('drafts: kept in the Drafts folder, sent once', function () {
     expect(sent.isError, text(sent)).to.not.equal(true);
     const [arrived] = await atSink(to);
     expect(arrived!.raw.toString('utf8')).to.contain('Hello again.');
+  });
+
+  it('answers 409 when the mail server declares no \\Drafts folder, and stores nothing', async () => {
+    const dovecot = await startSecondDovecot('nodrafts', (conf, replace) => replace(conf, /\n\s*mailbox Drafts \{[^}]*\}/, ''));
+    const own = await startPostern({ POSTERN_IMAP_PORT: String(dovecot.port) });
+    try {
+      const op = await newProject(own);
+      const box = await op.inbox();
+      const token = await op.token(['messages:read', 'drafts:write']);
+      const draftsUrl = `${own.base}/inboxes/${box.id}/drafts`;
+      const body = JSON.stringify({ raw: b64(message(box.address, rcpt(), 'nowhere to go')) });
+      const headers = { 'content-type': 'application/json' };
+      await expectError(await call(draftsUrl, { method: 'POST', token, headers, body }), 409, /no Drafts folder/);
+      await expectError(await call(draftsUrl, { token }), 409, /no Drafts folder/);
+      // The labels the server declares: none is \Drafts, and nothing was stored anywhere.
+      const { labels } = await json<{ labels: Array<{ specialUse?: string; total: number }> }>(
+        await call(`${own.base}/inboxes/${box.id}/labels`, { token }),
+      );
+      expect(labels.map((l) => l.specialUse)).to.not.include('\\Drafts');
+      expect(labels.reduce((n, l) => n + l.total, 0)).to.equal(0);
+    } finally {
+      await own.close();
+      await dovecot.stop();
+    }
   });
 
   it('answers bad input with a 4xx', async () => {
