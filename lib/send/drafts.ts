@@ -119,6 +119,11 @@ function recipientsOf(fields: Buffer): string[] {
     .filter(Boolean);
 }
 
+/** A sealed draft's epoch, from its X-Postern-Draft-Sealed field; NaN when it has none. */
+function epochOf(head: Buffer): number {
+  return Number(/epoch=(\d+)/.exec(headerValues(head, SEALED_FIELD)[0] ?? '')?.[1] ?? NaN);
+}
+
 /** `head` without the fields only Postern may write. */
 function withoutOwnFields(head: Buffer): Buffer {
   return OWN_FIELDS.reduce((h, name) => withoutField(h, name), head);
@@ -168,8 +173,12 @@ export class DraftService {
     if (!source) throw notFound('draft not found');
     if (found.draft.sealed) {
       const parts = await sealedParts(source);
-      const epoch = Number(/epoch=(\d+)/.exec(headerValues(splitHeader(source).head, SEALED_FIELD)[0] ?? '')?.[1] ?? NaN);
-      return { ...found.draft, epoch, wrappedDek: parts.wrappedDek.toString('base64'), ciphertext: parts.ciphertext.toString('base64') };
+      return {
+        ...found.draft,
+        epoch: epochOf(splitHeader(source).head),
+        wrappedDek: parts.wrappedDek.toString('base64'),
+        ciphertext: parts.ciphertext.toString('base64'),
+      };
     }
     return { ...found.draft, raw: this.outgoing(source).toString('base64') };
   }
@@ -231,7 +240,7 @@ export class DraftService {
 
   private async sendSealed(inbox: Inbox, actor: string, id: string, source: Buffer): Promise<{ sent: true }> {
     const head = splitHeader(source).head;
-    const epoch = Number(/epoch=(\d+)/.exec(headerValues(head, SEALED_FIELD)[0] ?? '')?.[1] ?? NaN);
+    const epoch = epochOf(head);
     const from = fromAddress(head);
     const to = recipientsOf(head);
     if (!Number.isSafeInteger(epoch) || !from) throw unprocessable('the sealed draft lacks its epoch or From address');
