@@ -182,6 +182,46 @@ export interface SendResult {
   sent: true;
 }
 
+/** POST and PUT /inboxes/{inbox}/drafts: a plain draft (drafts.json RawDraft); a sealed one is a SendRequest. */
+export interface RawDraft {
+  draftId?: string;
+  raw: string;
+}
+
+/** A draft in the inbox's Drafts folder (drafts.json Draft): docs/sending.md, "Drafts". */
+export interface Draft {
+  id: string;
+  sealed: boolean;
+  /** tok_… or mem_… that last saved it through Postern; null for a mail app's draft. */
+  author: string | null;
+  from: string | null;
+  to: string[];
+  subject: string | null;
+  size: number;
+  savedAt: string;
+}
+
+/** GET /inboxes/{inbox}/drafts/{draft} (drafts.json DraftDetail): `raw`, or a sealed draft's parts. */
+export interface DraftDetail {
+  id: string;
+  sealed: boolean;
+  author: string | null;
+  from: string | null;
+  to: string[];
+  subject: string | null;
+  size: number;
+  savedAt: string;
+  raw?: string;
+  epoch?: number;
+  wrappedDek?: string;
+  ciphertext?: string;
+}
+
+/** GET /inboxes/{inbox}/drafts (drafts.json DraftList). */
+export interface DraftList {
+  drafts: Draft[];
+}
+
 /** What a re-authentication confirms (app.json ReauthOperation): POST /me/reauth/options. */
 export type ReauthOperation = 'replace-key' | 'add-passkey';
 

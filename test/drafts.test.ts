@@ -7,22 +7,12 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
+import type { Draft } from '../schemas/wire.ts';
 import type { ImapFlow } from 'imapflow';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
 import { startSecondDovecot } from './second-dovecot.ts';
 import { atSink, draft as newDraftId, eventsOf, sealDraft, rcpt } from './send-fixtures.ts';
-
-interface Draft {
-  id: string;
-  sealed: boolean;
-  author: string | null;
-  from: string | null;
-  to: string[];
-  subject: string | null;
-  size: number;
-  savedAt: string;
-}
 
 function message(from: string, to: string, subject: string, body = 'A draft body.'): string {
   return [`From: Drafter <${from}>`, `To: <${to}>`, `Subject: ${subject}`, '', body, ''].join('\r\n');

@@ -14,6 +14,7 @@ import type { Inbox } from '../directory/types.ts';
 import { conflict, forbidden, invalid, notFound, unavailable, unprocessable } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
+import type { Draft, DraftDetail } from '../../schemas/wire.ts';
 import { randomId } from '../ids.ts';
 import type { MailInbox } from '../mail/types.ts';
 import type { WarnLog } from '../warn-log.ts';
@@ -63,21 +64,6 @@ export interface DraftFolder {
 export type DraftContent =
   | { raw: Buffer }
   | { sealed: { epoch: number; wrappedDek: Buffer; ciphertext: Buffer; from: string; to: readonly string[] } };
-
-/** A draft as the API shows it (schemas/drafts.json, Draft). */
-export interface Draft {
-  id: string;
-  sealed: boolean;
-  /** Who saved it through Postern (tok_… or mem_…); null for a mail app's draft. */
-  author: string | null;
-  from: string | null;
-  to: string[];
-  subject: string | null;
-  size: number;
-  savedAt: string;
-}
-
-export type DraftDetail = Draft & ({ raw: string } | { epoch: number; wrappedDek: string; ciphertext: string });
 
 interface Found {
   draft: Draft;

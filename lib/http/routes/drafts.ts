@@ -1,7 +1,7 @@
 // Drafts (docs/sending.md, "Drafts"), an extension of version 1. Writing a draft needs the
 // drafts:write scope, sending one the send scope: a token may propose what a person sends.
 // Reading drafts takes either drafts:write (an agent reads back what it proposed) or messages:read.
-import type { SendRequest } from '../../../schemas/wire.ts';
+import type { RawDraft, SendRequest } from '../../../schemas/wire.ts';
 import type { Access, Principal } from '../../auth/access.ts';
 import { forbidden, invalid } from '../../errors.ts';
 import type { Inbox } from '../../directory/types.ts';
@@ -16,7 +16,7 @@ const DRAFT_REQUEST = 'https://postern.dev/schemas/drafts.json#/$defs/DraftReque
 const WRITE = { token: 'drafts:write', session: true } as const;
 const READ = { token: 'any', session: true } as const;
 
-type DraftBody = { draftId?: string; raw: string } | SendRequest;
+type DraftBody = RawDraft | SendRequest;
 
 /** The inbox, for a caller holding drafts:write or messages:read (sessions: the role decides). */
 async function readableInbox(access: Access, p: Principal, inboxId: string): Promise<Inbox> {

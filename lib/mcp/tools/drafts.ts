@@ -4,7 +4,8 @@
 // few fields (as send_message does) and hand it to the same DraftService as HTTP.
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import type { Access, Principal } from '../../auth/access.ts';
-import type { Draft, DraftService } from '../../send/drafts.ts';
+import type { Draft } from '../../../schemas/wire.ts';
+import type { DraftService } from '../../send/drafts.ts';
 import { tool, type Tool } from '../tool.ts';
 import { untrusted } from '../text.ts';
 
