@@ -19,6 +19,7 @@ function message(from: string, to: string, subject: string, body = 'A draft body
 }
 
 const b64 = (text: string | Buffer) => Buffer.from(text).toString('base64');
+const DRAFTS = 'https://postern.dev/schemas/drafts.json#/$defs/';
 
 describe('drafts: kept in the Drafts folder, sent once', function () {
   this.timeout(90_000);
@@ -94,6 +95,7 @@ describe('drafts: kept in the Drafts folder, sent once', function () {
     const res = await send('POST', url(inbox), full, { raw: b64(message(inbox.address, to, 'first version')) });
     expect(res.status, await res.clone().text()).to.equal(201);
     const created = await json<Draft>(res);
+    s.postern.validator.body(`${DRAFTS}Draft`, structuredClone(created));
     expect(created.id).to.match(/^draft_[A-Za-z0-9_-]{16,64}$/);
     expect(created).to.include({ sealed: false, from: inbox.address, subject: 'first version' });
     expect(created.to).to.deep.equal([to]);
@@ -115,6 +117,8 @@ describe('drafts: kept in the Drafts folder, sent once', function () {
     expect(after[0]!.uid).to.be.above(firstUid);
 
     const got = await json<Draft & { raw: string }>(await call(url(inbox, `/${created.id}`), { token: full }));
+    s.postern.validator.body(`${DRAFTS}DraftDetail`, structuredClone(got));
+    s.postern.validator.body(`${DRAFTS}DraftList`, await json(await call(url(inbox), { token: full })));
     expect(got.subject).to.equal('second version');
     const raw = Buffer.from(got.raw, 'base64').toString('utf8');
     expect(raw)
@@ -244,6 +248,7 @@ describe('drafts: kept in the Drafts folder, sent once', function () {
     const got = await json<{ ciphertext: string; wrappedDek: string; epoch: number }>(
       await call(`${s.app}/inboxes/${box.id}/drafts/${id}`, { session }),
     );
+    s.postern.validator.body(`${DRAFTS}DraftDetail`, structuredClone(got));
     expect({ ciphertext: got.ciphertext, wrappedDek: got.wrappedDek, epoch: got.epoch }).to.deep.equal({
       ciphertext: body.ciphertext,
       wrappedDek: body.wrappedDek,
