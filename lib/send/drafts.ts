@@ -18,7 +18,7 @@ import type { Draft, DraftDetail } from '../../schemas/wire.ts';
 import { randomId } from '../ids.ts';
 import type { MailInbox } from '../mail/types.ts';
 import type { WarnLog } from '../warn-log.ts';
-import type { OutboxStore } from './ports.ts';
+import type { MemoryBudget, OutboxStore } from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
 import type { SealedOpener } from './sealed.ts';
 import { draftFingerprint, MAX_MESSAGE_BYTES, MAX_RECIPIENTS, type SendService } from './service.ts';
@@ -145,6 +145,8 @@ export class DraftService {
     private readonly outbox: OutboxStore,
     private readonly events: EventLog,
     private readonly log: WarnLog,
+    /** The send bodies' memory budget (lib/http/routes/send.ts): a draft being sent is held whole. */
+    private readonly memory: MemoryBudget | null = null,
   ) {}
 
   async list(inbox: Inbox): Promise<Draft[]> {
@@ -213,12 +215,20 @@ export class DraftService {
         if (!prior) throw unavailable('this draft is being sent; try again');
         return prior;
       }
-      const at = { uid: found.uids.at(-1)!, uidValidity: found.uidValidity };
-      const source = await this.folder.source(inbox, at);
-      if (!source) throw notFound('draft not found');
-      const result = found.draft.sealed
-        ? await this.sendSealed(inbox, actor, id, source)
-        : await this.sendRaw(inbox, actor, id, source, found.draft.to);
+      // What is held at once, as a /send body counts it: the draft read whole, the message opened
+      // from it (sealed), and a zero-access inbox's Sent copy sealed (the joined message and the sealed bytes).
+      const size = found.draft.size;
+      const release = await this.memory?.enter(size + (found.draft.sealed ? size : 0) + (inbox.mode === 'zero-access' ? 2 * size : 0));
+      let result: { sent: true };
+      try {
+        const source = await this.folder.source(inbox, { uid: found.uids.at(-1)!, uidValidity: found.uidValidity });
+        if (!source) throw notFound('draft not found');
+        result = found.draft.sealed
+          ? await this.sendSealed(inbox, actor, id, source)
+          : await this.sendRaw(inbox, actor, id, source, found.draft.to);
+      } finally {
+        release?.();
+      }
       await this.removeOnceFiled(inbox, actor, id, found);
       return result;
     });

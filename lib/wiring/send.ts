@@ -86,6 +86,7 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     outbox,
     events,
     log.child({ part: 'drafts' }),
+    memory,
   );
   return {
     send,
