@@ -265,11 +265,39 @@ describe('drafts: kept in the Drafts folder, sent once', function () {
       422,
       /sealed/,
     );
+    // A second version, sealed again to the same id, replaces the first.
+    const secret2 = `second-${randomBytes(6).toString('hex')}`;
+    const body2 = {
+      ...body,
+      ...(await sealDraft(compose.epochPublic, message(box.address, to, 'sealed subject', secret2), id)),
+    };
+    const put = await call(`${s.app}/inboxes/${box.id}/drafts/${id}`, {
+      method: 'PUT',
+      session,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body2),
+    });
+    expect(put.status, await put.clone().text()).to.equal(200);
+    expect((await list(box, full)).filter((d) => d.id === id)).to.have.length(1);
     const sent = await call(`${s.app}/inboxes/${box.id}/drafts/${id}/send`, { method: 'POST', session });
     expect(sent.status, await sent.clone().text()).to.equal(200);
     const [arrived] = await atSink(to);
-    expect(arrived!.raw.toString('utf8')).to.contain(secret);
+    expect(arrived!.raw.toString('utf8')).to.contain(secret2).and.not.contain(secret);
     await until('the sent draft gone', async () => (await list(box, full)).every((d) => d.id !== id));
+
+    // Postern does not open a draft before its send: one sealed for another id is stored, and
+    // refused (400) when sent, as /send refuses it; it stays a draft.
+    const other = newDraftId();
+    const misbound = { ...body, draftId: other, ...(await sealDraft(compose.epochPublic, raw, newDraftId())) };
+    const stored = await call(`${s.app}/inboxes/${box.id}/drafts`, {
+      method: 'POST',
+      session,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(misbound),
+    });
+    expect(stored.status, await stored.clone().text()).to.equal(201);
+    await expectError(await call(`${s.app}/inboxes/${box.id}/drafts/${other}/send`, { method: 'POST', session }), 400, /not bound/);
+    expect((await list(box, full)).some((d) => d.id === other)).to.equal(true);
   });
 
   it('offers create_draft, update_draft, list_drafts and send_draft over MCP with the same scopes', async () => {
