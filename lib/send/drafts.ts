@@ -134,20 +134,38 @@ async function sealedParts(source: Buffer): Promise<{ wrappedDek: Buffer; cipher
   return { wrappedDek: Buffer.from(split.wrappedDek), ciphertext: Buffer.from(split.raw) };
 }
 
+export interface DraftServiceOptions {
+  folder: DraftFolder;
+  send: SendService;
+  /** Opens a sealed draft at its send, as /send opens its body. */
+  opener: SealedOpener;
+  outbox: OutboxStore;
+  events: EventLog;
+  log: WarnLog;
+  /** The send bodies' memory budget (lib/http/routes/send.ts): a draft being sent is held whole. */
+  memory?: MemoryBudget;
+}
+
 export class DraftService {
   /** Saves and sends of one draft, one at a time in this process (an update appends, then expunges). */
   private readonly tails = new Map<string, Promise<unknown>>();
+  private readonly folder: DraftFolder;
+  private readonly send: SendService;
+  private readonly opener: SealedOpener;
+  private readonly outbox: OutboxStore;
+  private readonly events: EventLog;
+  private readonly log: WarnLog;
+  private readonly memory: MemoryBudget | null;
 
-  constructor(
-    private readonly folder: DraftFolder,
-    private readonly send: SendService,
-    private readonly opener: SealedOpener,
-    private readonly outbox: OutboxStore,
-    private readonly events: EventLog,
-    private readonly log: WarnLog,
-    /** The send bodies' memory budget (lib/http/routes/send.ts): a draft being sent is held whole. */
-    private readonly memory: MemoryBudget | null = null,
-  ) {}
+  constructor(o: DraftServiceOptions) {
+    this.folder = o.folder;
+    this.send = o.send;
+    this.opener = o.opener;
+    this.outbox = o.outbox;
+    this.events = o.events;
+    this.log = o.log;
+    this.memory = o.memory ?? null;
+  }
 
   async list(inbox: Inbox): Promise<Draft[]> {
     return [...(await this.byId(inbox)).values()]

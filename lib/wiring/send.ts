@@ -79,15 +79,15 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     sealCopy: async (inboxId, raw) => seal(raw, await keys.current(inboxId)),
     metrics: core.recorders.send,
   });
-  const drafts = new DraftService(
-    new ImapDraftFolder(mail.source.pool),
+  const drafts = new DraftService({
+    folder: new ImapDraftFolder(mail.source.pool),
     send,
-    new SealedOpener(keys),
+    opener: new SealedOpener(keys),
     outbox,
     events,
-    log.child({ part: 'drafts' }),
+    log: log.child({ part: 'drafts' }),
     memory,
-  );
+  });
   return {
     send,
     drafts,
