@@ -44,6 +44,7 @@ import { passkeyRoutes } from './http/routes/passkeys.ts';
 import { keyBackupRoutes } from './http/routes/key-backup.ts';
 import { webAppRoutes } from './http/routes/web-app.ts';
 import { sendRoutes } from './http/routes/send.ts';
+import { composeRoutes } from './http/routes/compose.ts';
 import type { SentCopies } from './send/outbox.ts';
 import type { SendService } from './send/service.ts';
 import { SealedOpener } from './send/sealed.ts';
@@ -198,6 +199,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     contentRoutes(access, sealed, eventLog, rate),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendPart.memory),
+    composeRoutes({ access, send, identities: sendPart.identities, sealed, events: eventLog, validator, gate: sendPart.memory }),
     webhookRoutes({ access, validator, webhooks: webhooks.endpoints }),
     mcpRoutes({
       access,

@@ -9,8 +9,7 @@ import type { DirectoryStore } from './directory/ports.ts';
 import type { EventStore } from './events/ports.ts';
 import type { ResealJobs } from './mail/reseal.ts';
 import type { MailIndexStore, WatchLeases, WatchReports } from './mail/types.ts';
-import type { IdentityStore } from './send/identities.ts';
-import type { OutboxStore } from './send/ports.ts';
+import type { IdentityStore, OutboxStore } from './send/ports.ts';
 import type { WebhookStore } from './webhooks/ports.ts';
 
 export type StoreEngine = 'sqlite' | 'postgres';

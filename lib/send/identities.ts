@@ -3,25 +3,9 @@
 // the inbox's owners; an address nobody set has none (its name and signature are null).
 import type { Inbox } from '../directory/types.ts';
 import { forbidden, notFound } from '../errors.ts';
+import type { Identity, IdentityInput, IdentityStore } from './ports.ts';
 
-export interface Identity {
-  /** One of the inbox's addresses, lower case. */
-  address: string;
-  displayName: string | null;
-  signatureText: string | null;
-  signatureHtml: string | null;
-  /** ms since the epoch; null: never set. */
-  updatedAt: number | null;
-}
-
-export type IdentityInput = Pick<Identity, 'displayName' | 'signatureText' | 'signatureHtml'>;
-
-export interface IdentityStore {
-  /** The identities set for the inbox's addresses (none for an address never set). */
-  list(inboxId: string): Promise<Identity[]>;
-  /** Sets (replaces) the identity of one address of the inbox. */
-  put(inboxId: string, identity: Identity & { updatedAt: number }): Promise<void>;
-}
+export type { Identity, IdentityInput, IdentityStore };
 
 export class Identities {
   constructor(

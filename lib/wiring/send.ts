@@ -9,6 +9,7 @@ import { BodyGate } from '../http/body-gate.ts';
 import { SEND_MEMORY_BUDGET } from '../http/routes/send.ts';
 import { seal } from '../mail/seal.ts';
 import { BounceMatcher } from '../send/bounces.ts';
+import { Identities } from '../send/identities.ts';
 import { SentCopies } from '../send/outbox.ts';
 import { SendService } from '../send/service.ts';
 import type { Core } from './core.ts';
@@ -24,6 +25,8 @@ export interface SendContext {
   bounces: BounceMatcher;
   /** One memory budget for the send bodies and the Sent copies being filed. */
   memory: BodyGate;
+  /** Each inbox address's display name and signature, which JSON compose uses (docs/sending.md, "Identities"). */
+  identities: Identities;
   /** What a process that died mid-send left (this one's predecessor, say) is settled first; then the outbox runs. */
   start(): Promise<void>;
   /** The outbox, then the relay. */
@@ -80,6 +83,7 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     relay,
     bounces,
     memory,
+    identities: new Identities(store.identities),
     async start() {
       await sentCopies.recover();
       sentCopies.start();

@@ -2,10 +2,11 @@
 // same way against each (identities.test.ts).
 import { randomUUID } from 'node:crypto';
 import { expect } from 'chai';
-import type { DirectoryStore } from '../../lib/directory/store.ts';
+import type { DirectoryStore } from '../../lib/directory/ports.ts';
 import type { Inbox } from '../../lib/directory/types.ts';
 import { newId } from '../../lib/ids.ts';
-import { Identities, type IdentityStore } from '../../lib/send/identities.ts';
+import { Identities } from '../../lib/send/identities.ts';
+import type { IdentityStore } from '../../lib/send/ports.ts';
 
 export interface IdentityEngine {
   directory: DirectoryStore;

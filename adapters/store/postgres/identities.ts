@@ -1,6 +1,6 @@
 // IdentityStore on PostgreSQL: the statements of adapters/store/sqlite/identities.ts.
 import type { Pool } from 'pg';
-import type { Identity, IdentityStore } from '../../../lib/send/identities.ts';
+import type { Identity, IdentityStore } from '../../../lib/send/ports.ts';
 import { changed, rowsOf, statements } from './sql.ts';
 
 const stmt = statements('identities');

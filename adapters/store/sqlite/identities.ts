@@ -1,5 +1,5 @@
 // IdentityStore on SQLite.
-import type { Identity, IdentityStore } from '../../../lib/send/identities.ts';
+import type { Identity, IdentityStore } from '../../../lib/send/ports.ts';
 import type { Db } from './db.ts';
 
 const COLUMNS =
