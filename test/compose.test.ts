@@ -337,6 +337,53 @@ describe('compose from JSON, identities, and an Idempotency-Key on POST /message
     },
   );
 
+  it('MCP send_message composes the same way: identity, html, a reply-all by reference with recipients computed', async () => {
+    const own = await p.inbox();
+    const ownToken = await p.token(['messages:read', 'content:read', 'send'], { inboxes: [own.id] });
+    await call(`${s.base}/inboxes/${own.id}/identities/${own.address}`, {
+      method: 'PUT',
+      token: ownToken,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ displayName: 'Agent Desk', signatureText: 'sent by the agent' }),
+    });
+    const [author, copied] = [rcpt('mcp-author'), rcpt('mcp-cc')];
+    const original = Buffer.from(
+      `From: ${author}\r\nTo: ${own.address}\r\nCc: ${copied}\r\nSubject: question\r\nMessage-ID: <mcp-orig@example.org>\r\n\r\nWhat time?\r\n`,
+    );
+    const [id] = await stored(own, [original]);
+    const res = await call(`${s.base}/mcp`, {
+      method: 'POST',
+      token: ownToken,
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-11-25' },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'tools/call',
+        params: {
+          name: 'send_message',
+          arguments: {
+            inboxId: own.id,
+            from: own.address,
+            to: [],
+            text: 'At noon.',
+            html: '<p>At noon.</p>',
+            reference: { message: id, action: 'reply-all' },
+          },
+        },
+      }),
+    });
+    const answer = (await res.json()) as { result?: { isError?: boolean; structuredContent?: { messageId?: string }; content: unknown } };
+    expect(answer.result?.isError, JSON.stringify(answer)).to.not.equal(true);
+    const [got] = await atSink(author);
+    expect([...got!.rcptTo].sort()).to.deep.equal([author, copied].sort());
+    const mail = await parse(withoutTrace(got!.raw));
+    expect(mail.from).to.deep.include({ name: 'Agent Desk', address: own.address });
+    expect(mail.subject).to.equal('Re: question');
+    expect(mail.inReplyTo).to.equal('<mcp-orig@example.org>');
+    expect(mail.text).to.match(/^At noon\.\n\n-- \nsent by the agent\n\nOn .* wrote:\n> What time\?/);
+    expect(mail.html).to.contain('<p>At noon.</p>');
+  });
+
   it('a reference in a zero-access inbox is a 403: the web app composes there', async () => {
     const sealed = await p.inbox({ mode: 'zero-access' });
     await expectError(

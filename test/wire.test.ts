@@ -40,6 +40,8 @@ const MIRRORS: Record<string, string> = {
   ComposeData: 'crypto.json#/$defs/ComposeData',
   SendRequest: 'send.json#/$defs/SendRequest',
   SendResult: 'send.json#/$defs/SendResult',
+  Identity: 'send.json#/$defs/Identity',
+  IdentityList: 'send.json#/$defs/IdentityList',
   ReauthOperation: 'app.json#/$defs/ReauthOperation',
   Passkey: 'app.json#/$defs/Passkey',
   PasskeyList: 'app.json#/$defs/PasskeyList',

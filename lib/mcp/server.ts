@@ -30,6 +30,7 @@ import type { MailSearch } from '../mail/search.ts';
 import type { MailService } from '../mail/service.ts';
 import { ROOT } from '../paths.ts';
 import type { SendService } from '../send/service.ts';
+import type { Identities } from '../send/identities.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { RequestGate } from './gate.ts';
 import { inboxOfUri, inboxUri, type McpSubscriptions } from './subscriptions.ts';
@@ -50,6 +51,8 @@ export interface McpDeps {
   search: MailSearch;
   sealed: SealedMail;
   send: SendService;
+  /** Display names and signatures send_message composes with (lib/send/identities.ts). */
+  identities: Identities;
   events: EventLog;
   validator: Validator;
   subscriptions: McpSubscriptions;
@@ -113,7 +116,7 @@ export class McpTools {
       ...organizeTools(access, mail),
       ...searchTools(access, search, events),
       ...contentTools(access, sealed, events),
-      ...sendTools(access, send, sealed),
+      ...sendTools(access, send, sealed, deps.identities, events),
       ...eventTools(access, events),
     ];
     this.byName = new Map(this.tools.map((t) => [t.name, t]));

@@ -7,7 +7,11 @@ import type { Readable } from 'node:stream';
 import { simpleParser, type AddressObject, type EmailAddress, type ParsedMail } from 'mailparser';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import type Mail from 'nodemailer/lib/mailer/index.js';
+import type { Access, Principal } from '../auth/access.ts';
+import type { SealedMail } from '../crypto/sealed-mail.ts';
 import type { Inbox } from '../directory/types.ts';
+import type { EventLog } from '../events/log.ts';
+import { CONTENT_RULE, recordContentRead, requireCompatible } from '../mail/content-access.ts';
 import { invalid, unprocessable } from '../errors.ts';
 import { randomId } from '../ids.ts';
 import { checkAttachment, safeFilename, type AttachmentInput } from './attachments.ts';
@@ -38,6 +42,8 @@ export interface ComposeRequest {
   reference?: { message: string; action: ComposeAction; forward?: 'inline' | 'attachment'; quote?: boolean };
   /** false: the identity's signature is left off. */
   signature?: boolean;
+  /** Threading known without reading the original (MCP send_message's inReplyTo); a reference's wins. */
+  thread?: { inReplyTo: string; references: string[] };
 }
 
 /** The message a reference names, as its inbox stores it, read and parsed. */
@@ -57,6 +63,32 @@ export interface Composed {
 
 /** References kept from the original's chain (RFC 5322 3.6.4 leaves trimming to the writer). */
 const MAX_REFERENCES = 20;
+
+/**
+ * The message a reference names. Reading it is a read of content: the caller needs content:read in
+ * the inbox, the inbox must be compatible (zero-access mail is sealed to its users: the web app
+ * composes there), and the read is audited as GET …/source is.
+ */
+export async function referencedOriginal(
+  access: Access,
+  sealed: SealedMail,
+  events: EventLog,
+  p: Principal,
+  inbox: Inbox,
+  msgId: string,
+): Promise<Original> {
+  access.authorize(p, CONTENT_RULE);
+  await access.inboxAccess(p, inbox.id, 'content:read');
+  requireCompatible(inbox);
+  const { body } = await sealed.plaintext(inbox, msgId);
+  try {
+    await recordContentRead(events, inbox, p.actor, msgId, { part: 'source' });
+  } catch (err) {
+    body.destroy();
+    throw err;
+  }
+  return readOriginal(body);
+}
 
 /** Reads and parses the original (up to the 25 MB a message may be: more could not be forwarded either). */
 export async function readOriginal(source: Readable): Promise<Original> {
@@ -169,7 +201,7 @@ export class Composer {
       };
     });
 
-    let threading: { inReplyTo: string; references: string[] } | null = null;
+    let threading: { inReplyTo: string; references: string[] } | null = req.thread ?? null;
     if (o && original && ref) {
       if (o.messageId) {
         const refs = typeof o.references === 'string' ? o.references.split(/\s+/) : (o.references ?? []);
@@ -195,7 +227,7 @@ export class Composer {
             `To: ${person(o.to)}`,
             ...(o.cc ? [`Cc: ${person(o.cc)}`] : []),
           ];
-          if (text !== undefined) text = `${text}\n\n${head.join('\n')}\n\n${o.text ?? ''}`;
+          if (text !== undefined) text = `${text.trimEnd()}\n\n${head.join('\n')}\n\n${o.text ?? ''}`;
           if (html !== undefined)
             html = `${html}\n<div class="postern-forward"><p>${head.map(escapeHtml).join('<br>\n')}</p>\n${typeof o.html === 'string' ? o.html : textAsHtml(o.text ?? '')}</div>`;
           o.attachments.forEach((a, i) => {
@@ -209,7 +241,7 @@ export class Composer {
         }
       } else if (ref.quote !== false) {
         const attribution = `On ${when}, ${person(o.from) || 'someone'} wrote:`;
-        if (text !== undefined) text = `${text}\n\n${attribution}\n${quoteText(o.text ?? '')}\n`;
+        if (text !== undefined) text = `${text.trimEnd()}\n\n${attribution}\n${quoteText(o.text ?? '')}\n`;
         if (html !== undefined)
           html = `${html}\n<div class="postern-quote"><p>${escapeHtml(attribution)}</p>\n<blockquote type="cite" style="margin:0 0 0 .8ex;border-left:1px solid #ccc;padding-left:1ex">${typeof o.html === 'string' ? o.html : textAsHtml(o.text ?? '')}</blockquote></div>`;
       }

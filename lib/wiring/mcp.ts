@@ -24,6 +24,7 @@ export function mcpContext(core: Core, events: EventLog, mail: MailContext, send
     search: mail.search,
     sealed: mail.sealed,
     send: send.send,
+    identities: send.identities,
     events,
     validator: core.validator,
     subscriptions,

@@ -1,12 +1,10 @@
 // Extensions of version 1 for writing mail (docs/sending.md, "Compose from JSON", "Identities"):
 // POST /inboxes/{inbox}/messages/compose (a message as fields, composed into MIME and sent like
 // POST /messages), and each inbox address's display name and signature.
-import type { Access, Principal } from '../../auth/access.ts';
+import type { Access } from '../../auth/access.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
-import type { Inbox } from '../../directory/types.ts';
 import type { EventLog } from '../../events/log.ts';
-import { CONTENT_RULE, recordContentRead, requireCompatible } from '../../mail/content-access.ts';
-import { Composer, readOriginal, type ComposeRequest, type Original } from '../../send/compose.ts';
+import { Composer, referencedOriginal, type ComposeRequest } from '../../send/compose.ts';
 import type { Identities, IdentityInput } from '../../send/identities.ts';
 import { draftFingerprint, type SendService } from '../../send/service.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
@@ -24,32 +22,6 @@ const IDENTITY = 'https://postern.dev/schemas/send.json#/$defs/IdentityInput';
 type ComposeBody = Omit<ComposeRequest, 'attachments'> & {
   attachments?: Array<{ filename?: string; contentType?: string; content: string; contentId?: string }>;
 };
-
-/**
- * A reply or forward reads the original, which is a read of content: the token needs content:read
- * in the inbox, the inbox must be compatible (zero-access mail is sealed to its users: the web app
- * composes there), and the read is audited as GET …/source is.
- */
-async function original(
-  access: Access,
-  sealed: SealedMail,
-  events: EventLog,
-  p: Principal,
-  inbox: Inbox,
-  msgId: string,
-): Promise<Original> {
-  access.authorize(p, CONTENT_RULE);
-  await access.inboxAccess(p, inbox.id, 'content:read');
-  requireCompatible(inbox);
-  const { body } = await sealed.plaintext(inbox, msgId);
-  try {
-    await recordContentRead(events, inbox, p.actor, msgId, { part: 'source' });
-  } catch (err) {
-    body.destroy();
-    throw err;
-  }
-  return readOriginal(body);
-}
 
 export interface ComposeRouteDeps {
   access: Access;
@@ -97,7 +69,7 @@ export function composeRoutes({ access, send, identities, sealed, events, valida
         };
         // Who may send as `from` before the original is read.
         send.mayUse(inbox, body.from);
-        const orig = req.reference ? await original(access, sealed, events, p, inbox, req.reference.message) : null;
+        const orig = req.reference ? await referencedOriginal(access, sealed, events, p, inbox, req.reference.message) : null;
         const composed = await composer.compose(inbox, req, orig);
         const answer = await send.send(inbox, p.actor, {
           from: composed.from,
