@@ -262,6 +262,9 @@ export class Composer {
       attachments,
       messageId,
       date,
+      // Base64 rather than quoted-printable for the text and HTML: nodemailer's quoted-printable
+      // encoder costs about twice the CPU of the rest of composing (bench/RESULTS.md, "JSON compose").
+      textEncoding: 'base64',
       ...(threading ? { inReplyTo: threading.inReplyTo, references: threading.references } : {}),
     };
     const node = new MailComposer(options).compile();
