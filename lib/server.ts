@@ -45,6 +45,7 @@ import { keyBackupRoutes } from './http/routes/key-backup.ts';
 import { webAppRoutes } from './http/routes/web-app.ts';
 import { sendRoutes } from './http/routes/send.ts';
 import { draftRoutes } from './http/routes/drafts.ts';
+import { composeRoutes } from './http/routes/compose.ts';
 import type { SentCopies } from './send/outbox.ts';
 import type { SendService } from './send/service.ts';
 import { SealedOpener } from './send/sealed.ts';
@@ -200,6 +201,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new SealedOpener(keys), validator, sendPart.memory),
     draftRoutes(access, sendPart.drafts, validator, sendPart.memory),
+    composeRoutes({ access, send, identities: sendPart.identities, sealed, events: eventLog, validator, gate: sendPart.memory }),
     webhookRoutes({ access, validator, webhooks: webhooks.endpoints }),
     mcpRoutes({
       access,

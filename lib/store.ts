@@ -9,7 +9,7 @@ import type { DirectoryStore } from './directory/ports.ts';
 import type { EventStore } from './events/ports.ts';
 import type { ResealJobs } from './mail/reseal.ts';
 import type { MailIndexStore, WatchLeases, WatchReports } from './mail/types.ts';
-import type { OutboxStore } from './send/ports.ts';
+import type { IdentityStore, OutboxStore } from './send/ports.ts';
 import type { WebhookStore } from './webhooks/ports.ts';
 
 export type StoreEngine = 'sqlite' | 'postgres';
@@ -27,6 +27,8 @@ export interface Store {
   outbox: OutboxStore;
   resealJobs: ResealJobs;
   webhooks: WebhookStore;
+  /** Per inbox address: display name and signature (docs/sending.md, "Identities"). */
+  identities: IdentityStore;
   /**
    * Whether this process serves the reads it keeps now (PostgreSQL: its listening connection heard
    * a heartbeat lately, docs/deployment.md "Kept reads"); null: it keeps none.

@@ -180,6 +180,22 @@ export interface SendRequest {
 /** Both send operations' answer (send.json SendResult). */
 export interface SendResult {
   sent: true;
+  /** An extension of version 1: the Message-ID the message went with. */
+  messageId?: string;
+}
+
+/** An inbox address's display name and signature (send.json Identity; docs/sending.md, "Identities"). */
+export interface Identity {
+  address: string;
+  displayName: string | null;
+  signatureText: string | null;
+  signatureHtml: string | null;
+  updatedAt: number | null;
+}
+
+/** GET /inboxes/{inbox}/identities (send.json IdentityList). */
+export interface IdentityList {
+  identities: Identity[];
 }
 
 /** POST and PUT /inboxes/{inbox}/drafts: a plain draft (drafts.json RawDraft); a sealed one is a SendRequest. */

@@ -59,7 +59,7 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
       to: [to],
     });
     expect(res.status, await res.clone().text()).to.equal(200);
-    expect(await res.json()).to.deep.equal({ sent: true });
+    expect(await res.json()).to.deep.include({ sent: true });
     const [got] = await atSink(to);
     expect(withoutTrace(got!.raw).toString()).to.equal(raw);
     expect(got!.mailFrom).to.equal(inbox.address);
@@ -99,7 +99,7 @@ describe('sending: POST /inboxes/{inbox}/send (sealed, bound to a draft)', funct
     const answers = await Promise.all(Array.from({ length: 20 }, () => post(body)));
     for (const a of answers) {
       expect(a.status, await a.clone().text()).to.equal(200);
-      expect(await a.json()).to.deep.equal({ sent: true });
+      expect(await a.json()).to.deep.include({ sent: true });
     }
     // And once more, long after.
     expect((await post(body)).status).to.equal(200);

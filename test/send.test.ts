@@ -70,7 +70,8 @@ describe('sending: POST /inboxes/{inbox}/messages', function () {
       const raw = message(inbox.address, { To: to, Cc: cc, Bcc: bcc, 'X-Custom': 'kept  as\r\n  folded' });
       const res = await postRaw(s, token, inbox.id, { from: inbox.address, to: [to, cc, bcc], raw });
       expect(res.status, await res.clone().text()).to.equal(200);
-      expect(await res.json()).to.deep.equal({ sent: true });
+      // The Message-ID it went with: an extension of the spec's { sent: true }.
+      expect(await res.json()).to.deep.equal({ sent: true, messageId: /^Message-ID: (<[^>]+>)/m.exec(raw)![1] });
 
       const [got] = await atSink(to);
       expect(got!.mailFrom).to.equal(inbox.address);

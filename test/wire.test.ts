@@ -44,6 +44,8 @@ const MIRRORS: Record<string, string> = {
   Draft: 'drafts.json#/$defs/Draft',
   DraftDetail: 'drafts.json#/$defs/DraftDetail',
   DraftList: 'drafts.json#/$defs/DraftList',
+  Identity: 'send.json#/$defs/Identity',
+  IdentityList: 'send.json#/$defs/IdentityList',
   ReauthOperation: 'app.json#/$defs/ReauthOperation',
   Passkey: 'app.json#/$defs/Passkey',
   PasskeyList: 'app.json#/$defs/PasskeyList',

@@ -31,6 +31,7 @@ const INBOX_TABLES = [
   'epoch_keys',
   'token_inboxes',
   'grants',
+  'inbox_identities',
   'inbox_addresses',
 ];
 

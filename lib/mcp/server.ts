@@ -31,6 +31,7 @@ import type { MailService } from '../mail/service.ts';
 import { ROOT } from '../paths.ts';
 import type { DraftService } from '../send/drafts.ts';
 import type { SendService } from '../send/service.ts';
+import type { Identities } from '../send/identities.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { RequestGate } from './gate.ts';
 import { inboxOfUri, inboxUri, type McpSubscriptions } from './subscriptions.ts';
@@ -54,6 +55,8 @@ export interface McpDeps {
   send: SendService;
   /** Drafts (create_draft and the others); left out, those tools are not offered. */
   drafts?: DraftService;
+  /** Display names and signatures send_message composes with (lib/send/identities.ts). */
+  identities: Identities;
   events: EventLog;
   validator: Validator;
   subscriptions: McpSubscriptions;
@@ -117,7 +120,7 @@ export class McpTools {
       ...organizeTools(access, mail),
       ...searchTools(access, search, events),
       ...contentTools(access, sealed, events),
-      ...sendTools(access, send, sealed),
+      ...sendTools(access, send, sealed, deps.identities, events),
       ...(deps.drafts ? draftTools(access, deps.drafts) : []),
       ...eventTools(access, events),
     ];

@@ -19,7 +19,7 @@ import type { MessageBodies } from '../mail/bodies.ts';
 import type { LiveChange, MailIndexStore } from '../mail/types.ts';
 import type { WarnLog } from '../warn-log.ts';
 import { parseDsn, type Dsn } from './dsn.ts';
-import type { OutboxStore } from './ports.ts';
+import { draftIdOf, type OutboxStore } from './ports.ts';
 import { fromAddress, splitHeader } from './rfc5322.ts';
 
 /** A report is small; anything much larger is not one worth reading whole. */
@@ -144,7 +144,7 @@ export class BounceMatcher {
         recipients: failed.map((r) => r.recipient),
         statuses: failed.map((r) => r.status),
         messageId: entry.messageId,
-        ...(entry.draftId ? { draftId: entry.draftId } : {}),
+        ...(draftIdOf(entry) ? { draftId: draftIdOf(entry)! } : {}),
       },
       dedupeKey,
     });

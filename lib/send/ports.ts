@@ -102,6 +102,17 @@ export interface OutboxEntry {
   createdAt: number;
 }
 
+/**
+ * An Idempotency-Key's place in the outbox: its draft column, beside /send's draft ids (which all
+ * begin `draft_`, so the two never meet). One inbox's keys and drafts share the UNIQUE.
+ */
+export const KEY_PREFIX = 'key:';
+export const idempotencyDraftId = (key: string): string => `${KEY_PREFIX}${key}`;
+
+/** The /send draft an outbox entry was bound to, if it was (not an Idempotency-Key). */
+export const draftIdOf = (entry: Pick<OutboxEntry, 'draftId'>): string | null =>
+  entry.draftId !== null && !entry.draftId.startsWith(KEY_PREFIX) ? entry.draftId : null;
+
 export type Reservation =
   | { ok: true }
   | { ok: false; reason: 'rate'; sent: number }
@@ -199,4 +210,24 @@ export interface CopyQueue {
  */
 export interface MemoryBudget {
   enter(bytes: number): Promise<() => void>;
+}
+
+/** An inbox address's display name and signature (docs/sending.md, "Identities"). */
+export interface Identity {
+  /** One of the inbox's addresses, lower case. */
+  address: string;
+  displayName: string | null;
+  signatureText: string | null;
+  signatureHtml: string | null;
+  /** ms since the epoch; null: never set. */
+  updatedAt: number | null;
+}
+
+export type IdentityInput = Pick<Identity, 'displayName' | 'signatureText' | 'signatureHtml'>;
+
+export interface IdentityStore {
+  /** The identities set for the inbox's addresses (none for an address never set). */
+  list(inboxId: string): Promise<Identity[]>;
+  /** Sets (replaces) the identity of one address of the inbox. */
+  put(inboxId: string, identity: Identity & { updatedAt: number }): Promise<void>;
 }

@@ -10,6 +10,9 @@ import type { EventLog } from '../events/log.ts';
 import type { WarnLog } from '../warn-log.ts';
 import { NO_METRICS, type SendMetrics, type SendOutcome } from '../metrics.ts';
 import {
+  draftIdOf,
+  idempotencyDraftId,
+  KEY_PREFIX,
   RelayOutcomeUnknown,
   RelayRefused,
   type CopyQueue,
@@ -36,7 +39,21 @@ export interface SendRequest {
   raw: Buffer;
   /** /send: the draft the message is bound to, and a hash of the whole request. */
   draft?: { id: string; fingerprint: string };
+  /**
+   * POST /messages and JSON compose: the caller's Idempotency-Key and a hash of the request. Held
+   * by the outbox as a draft is (docs/sending.md, "Exactly once"), so a retry gets the first answer.
+   */
+  idempotency?: { key: string; fingerprint: string };
 }
+
+/** What a send answers: accepted for delivery, and the Message-ID it went with (an extension). */
+export interface SendAnswer {
+  sent: true;
+  messageId: string;
+}
+
+/** An Idempotency-Key as POST /events takes it (docs/api.md, "Limits"): 1 to 255 visible ASCII characters. */
+export const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 
 /** How long a replay waits for the first request of its draft to get the relay's answer. */
 const REPLAY_WAIT_MS = 60_000;
@@ -128,29 +145,40 @@ export class SendService {
    * 422 when it was sent with other content; null when the draft is new (or still on its way,
    * which send() waits for).
    */
-  async priorAnswer(inboxId: string, draftId: string, fingerprint: string): Promise<{ sent: true } | null> {
+  async priorAnswer(inboxId: string, draftId: string, fingerprint: string): Promise<SendAnswer | null> {
     const first = await this.outbox.byDraft(inboxId, draftId);
     if (!first) return null;
     return inFlight(first) ? (this.sameContent(first, fingerprint), null) : this.answerOf(first, fingerprint);
   }
 
+  /** The first answer for an Idempotency-Key already used (as priorAnswer() for a draft). */
+  keyAnswer(inboxId: string, key: string, fingerprint: string): Promise<SendAnswer | null> {
+    return this.priorAnswer(inboxId, idempotencyDraftId(key), fingerprint);
+  }
+
   /** 422 (docs/api.md, "Sending": refused, with the reason) for a draft sent before with other content. */
   private sameContent(first: OutboxEntry, fingerprint: string | null): void {
-    if (first.fingerprint !== fingerprint) throw unprocessable(`draft ${first.draftId} was already sent with other content`);
+    if (first.fingerprint === fingerprint) return;
+    const draft = draftIdOf(first);
+    throw unprocessable(
+      draft
+        ? `draft ${draft} was already sent with other content`
+        : `Idempotency-Key ${first.draftId!.slice(KEY_PREFIX.length)} was already used for another request`,
+    );
   }
 
   /**
    * The answer for a draft whose first send is settled, however often it is asked again: sent,
    * or (its relay's answer lost) a 422 saying the outcome is unknown and it will not go again.
    */
-  private answerOf(first: OutboxEntry, fingerprint: string | null): { sent: true } {
+  private answerOf(first: OutboxEntry, fingerprint: string | null): SendAnswer {
     this.sameContent(first, fingerprint);
     if (first.outcomeUnknown) throw outcomeUnknown();
-    return { sent: true };
+    return { sent: true, messageId: first.messageId };
   }
 
   /** Relays the message and queues its Sent copy; resolves once the relay accepted it. */
-  async send(inbox: Inbox, actor: string, req: SendRequest): Promise<{ sent: true }> {
+  async send(inbox: Inbox, actor: string, req: SendRequest): Promise<SendAnswer> {
     const done = this.copies.sending();
     try {
       return await this.relayAndQueue(inbox, actor, req);
@@ -172,8 +200,7 @@ export class SendService {
 
   /** Who may send as `from` (403) and the recipients (422): the recipients, each once. */
   private envelopeOf(inbox: Inbox, req: { from: string; to: readonly string[] }): string[] {
-    const from = req.from.toLowerCase();
-    if (!inbox.addresses.some((a) => a.toLowerCase() === from)) throw forbidden(`this inbox cannot send as ${req.from}`);
+    this.mayUse(inbox, req.from);
     // Each recipient once, as the client spelled it (a local part may be case-sensitive).
     const once = new Set<string>();
     const to = req.to.filter((a) => !once.has(a.toLowerCase()) && once.add(a.toLowerCase()));
@@ -181,11 +208,17 @@ export class SendService {
     return to;
   }
 
+  /** 403 unless `from` is one of the inbox's addresses. */
+  mayUse(inbox: Inbox, from: string): void {
+    const wanted = from.toLowerCase();
+    if (!inbox.addresses.some((a) => a.toLowerCase() === wanted)) throw forbidden(`this inbox cannot send as ${from}`);
+  }
+
   private rateLimited(): Error {
     return unprocessable(`sending rate limit reached: this inbox may send ${this.limits.perHour} messages per hour`);
   }
 
-  private async relayAndQueue(inbox: Inbox, actor: string, req: SendRequest): Promise<{ sent: true }> {
+  private async relayAndQueue(inbox: Inbox, actor: string, req: SendRequest): Promise<SendAnswer> {
     const from = req.from.toLowerCase();
     // The rate is not read here: the reservation below counts it, atomically, at no extra read.
     const to = this.envelopeOf(inbox, req);
@@ -224,8 +257,8 @@ export class SendService {
       inboxId: inbox.id,
       projectId: inbox.projectId,
       actor,
-      draftId: req.draft?.id ?? null,
-      fingerprint: req.draft?.fingerprint ?? null,
+      draftId: req.draft?.id ?? (req.idempotency ? idempotencyDraftId(req.idempotency.key) : null),
+      fingerprint: req.draft?.fingerprint ?? req.idempotency?.fingerprint ?? null,
       state: 'relaying',
       outcomeUnknown: false,
       mailFrom: from,
@@ -249,7 +282,7 @@ export class SendService {
       const settled = await this.waitForRelay(first.id, deadline);
       if (settled) return this.answerOf(settled, entry.fingerprint);
       // The first attempt was refused (its entry is gone): this one may try, unless time is up.
-      if (Date.now() > deadline) throw unavailable('the first request for this draft is still being relayed; try again');
+      if (Date.now() > deadline) throw unavailable('the first request for this draft or key is still being relayed; try again');
     }
 
     let accepted: RelayAccepted;
@@ -292,7 +325,7 @@ export class SendService {
     await this.outbox.relayed(entry.id, Date.now());
     this.copies.kick();
     await this.recordAccepted(inbox, entry, accepted);
-    return { sent: true };
+    return { sent: true, messageId };
   }
 
   private measured(outcome: SendOutcome, relayStarted: number): void {
@@ -315,7 +348,8 @@ export class SendService {
     // A Message-ID is the natural subject, when it fits the log's subject limit.
     const subject = entry.messageId.length <= 256 ? entry.messageId : undefined;
     const common = { projectId: inbox.projectId, inboxId: inbox.id, actor: entry.actor, ...(subject ? { subject } : {}) };
-    const ids = { messageId: entry.messageId, ...(entry.draftId ? { draftId: entry.draftId } : {}) };
+    const draftId = draftIdOf(entry);
+    const ids = { messageId: entry.messageId, ...(draftId ? { draftId } : {}) };
     try {
       await this.events.record({
         ...common,

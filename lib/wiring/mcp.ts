@@ -25,6 +25,7 @@ export function mcpContext(core: Core, events: EventLog, mail: MailContext, send
     sealed: mail.sealed,
     send: send.send,
     drafts: send.drafts,
+    identities: send.identities,
     events,
     validator: core.validator,
     subscriptions,

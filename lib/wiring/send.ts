@@ -12,6 +12,7 @@ import { BounceMatcher } from '../send/bounces.ts';
 import { ImapDraftFolder } from '../../adapters/imap/drafts.ts';
 import { DraftService } from '../send/drafts.ts';
 import { SealedOpener } from '../send/sealed.ts';
+import { Identities } from '../send/identities.ts';
 import { SentCopies } from '../send/outbox.ts';
 import { SendService } from '../send/service.ts';
 import type { Core } from './core.ts';
@@ -29,6 +30,8 @@ export interface SendContext {
   bounces: BounceMatcher;
   /** One memory budget for the send bodies and the Sent copies being filed. */
   memory: BodyGate;
+  /** Each inbox address's display name and signature, which JSON compose uses (docs/sending.md, "Identities"). */
+  identities: Identities;
   /** What a process that died mid-send left (this one's predecessor, say) is settled first; then the outbox runs. */
   start(): Promise<void>;
   /** The outbox, then the relay. */
@@ -95,6 +98,7 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     relay,
     bounces,
     memory,
+    identities: new Identities(store.identities),
     async start() {
       await sentCopies.recover();
       sentCopies.start();

@@ -73,6 +73,7 @@ const S = {
      ek AS (DELETE FROM epoch_keys WHERE inbox_id = $1),
      ti AS (DELETE FROM token_inboxes WHERE inbox_id = $1),
      g AS (DELETE FROM grants WHERE inbox_id = $1),
+     ii AS (DELETE FROM inbox_identities WHERE inbox_id = $1),
      a AS (DELETE FROM inbox_addresses WHERE inbox_id = $1)
      DELETE FROM inboxes WHERE id = $1`,
   ),

@@ -5,6 +5,7 @@ import { PgChanges } from './changes.ts';
 import { migratePg, openPgPool } from './db.ts';
 import { PgDirectoryStore } from './directory.ts';
 import { PgEventStore } from './events.ts';
+import { PgIdentityStore } from './identities.ts';
 import { PgKeyBackupStore } from './key-backups.ts';
 import { PgKeyStore } from './keys.ts';
 import { PgMailIndex } from './mail-index.ts';
@@ -88,6 +89,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     outbox: new PgOutboxStore(pool),
     resealJobs: new PgResealJobs(pool),
     webhooks: new PgWebhookStore(pool),
+    identities: new PgIdentityStore(pool),
     keptReadsServed: () => (keepMs > 0 ? changes.live : null),
     async health() {
       await pool.query('SELECT 1');

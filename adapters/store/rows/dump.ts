@@ -35,6 +35,14 @@ export const DUMP_TABLES: readonly DumpTable[] = [
   t('members', 'id', { id: 'text', project_id: 'text', email: 'text', created_at: 'int' }),
   t('inboxes', 'id', { id: 'text', project_id: 'text', imap_user: 'text', mode: 'text', created_at: 'int' }),
   t('inbox_addresses', 'address', { address: 'text', inbox_id: 'text', position: 'int' }),
+  t('inbox_identities', 'inbox_id, address', {
+    inbox_id: 'text',
+    address: 'text',
+    display_name: 'text',
+    signature_text: 'text',
+    signature_html: 'text',
+    updated_at: 'int',
+  }),
   t('grants', 'member_id, inbox_id', { member_id: 'text', inbox_id: 'text', role: 'text', created_at: 'int' }),
   t('tokens', 'id', {
     id: 'text',

@@ -193,7 +193,7 @@ export class SqliteDirectoryStore implements DirectoryStore {
         .run(at, id);
       // Its keys go with it: nothing may open its mail through Postern any more, and a sealed
       // private key kept for an inbox that no longer exists is only a liability.
-      for (const table of ['message_keys', 'epoch_keys', 'token_inboxes', 'grants', 'inbox_addresses'])
+      for (const table of ['message_keys', 'epoch_keys', 'token_inboxes', 'grants', 'inbox_identities', 'inbox_addresses'])
         this.db.prepare(`DELETE FROM ${table} WHERE inbox_id = ?`).run(id);
       return this.db.prepare('DELETE FROM inboxes WHERE id = ?').run(id).changes > 0;
     })();

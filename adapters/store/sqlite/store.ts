@@ -4,6 +4,7 @@ import { openDb } from './db.ts';
 import { WalCheckpointer } from './checkpointer.ts';
 import { SqliteDirectoryStore } from './directory.ts';
 import { SqliteEventStore } from './events.ts';
+import { SqliteIdentityStore } from './identities.ts';
 import { SqliteKeyBackupStore } from './key-backups.ts';
 import { SqliteKeyStore } from './keys.ts';
 import { SqliteMailIndex } from './mail-index.ts';
@@ -31,6 +32,7 @@ export function openSqliteStore(file: string): Store {
     outbox: new SqliteOutboxStore(db),
     resealJobs: new SqliteResealJobs(db),
     webhooks: new SqliteWebhookStore(db),
+    identities: new SqliteIdentityStore(db),
     // Every read is the file's.
     keptReadsServed: () => null,
     async health() {

@@ -5,7 +5,7 @@ import type { Access } from '../../auth/access.ts';
 import { invalid, isDomainError, unprocessable } from '../../errors.ts';
 import { HttpError } from '../errors.ts';
 import type { SealedOpener } from '../../send/sealed.ts';
-import { draftFingerprint, MAX_MESSAGE_BYTES, type SendService } from '../../send/service.ts';
+import { draftFingerprint, IDEMPOTENCY_KEY, MAX_MESSAGE_BYTES, type SendService } from '../../send/service.ts';
 import { allow } from '../authenticate.ts';
 import type { BodyGate } from '../body-gate.ts';
 import { readRaw } from '../body.ts';
@@ -73,6 +73,17 @@ export function sendMemoryBytes(bodyBytes: number, copies: { opened: boolean; se
   return bodyBytes + (copies.opened ? message : 0) + (copies.sealed ? 2 * message : 0);
 }
 
+/**
+ * The request's Idempotency-Key (docs/sending.md, "Exactly once"), checked as POST /events checks
+ * it; undefined without one.
+ */
+export function idempotencyKey(ctx: AppContext): string | undefined {
+  if (ctx.headers['idempotency-key'] === undefined) return undefined;
+  const key = ctx.get('idempotency-key');
+  if (!IDEMPOTENCY_KEY.test(key)) throw invalid('Idempotency-Key must be 1 to 255 visible ASCII characters');
+  return key;
+}
+
 /** Runs `work` once the request's memory fits in the budget (lib/http/body-gate.ts). */
 export async function gated<T>(
   gate: BodyGate,
@@ -123,6 +134,7 @@ export function sendRoutes(access: Access, send: SendService, opener: SealedOpen
 
     router.post('/inboxes/:inbox/messages', allow(access, { token: 'send', session: false }), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
+      const key = idempotencyKey(ctx);
       ctx.body = await gated(gate, ctx, { opened: false, sealed: inbox.mode === 'zero-access' }, async () => {
         const { json, fields } = await readSendBody(ctx);
         const body = validator.body<{ from: string; to: string[]; raw: string }>(RAW_SEND, json);
@@ -130,7 +142,13 @@ export function sendRoutes(access: Access, send: SendService, opener: SealedOpen
         // The received text is no longer needed while the message is relayed (33 MB of it, at most).
         body.raw = '';
         fields.clear();
-        return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw });
+        if (key === undefined) return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw });
+        // A key used before answers as the first time, without sending again (docs/sending.md, "Exactly once").
+        const to = [...new Set(body.to.map((a) => a.toLowerCase()))].sort();
+        const fingerprint = draftFingerprint(['messages', body.from.toLowerCase(), ...to, { base64: raw }]);
+        const prior = await send.keyAnswer(inbox.id, key, fingerprint);
+        if (prior) return prior;
+        return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw, idempotency: { key, fingerprint } });
       });
     });
   };

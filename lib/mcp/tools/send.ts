@@ -1,11 +1,14 @@
-// send_message: the twin of POST /inboxes/{inbox}/messages (docs/api.md, "Sending", the plaintext path).
-// The tool writes the RFC 5322 message from a few fields, then hands it to the same SendService,
-// so the same checks (from is the inbox's, recipients) and the same hourly rate apply.
-import MailComposer from 'nodemailer/lib/mail-composer/index.js';
+// send_message: the twin of POST /inboxes/{inbox}/messages/compose (docs/sending.md, "Compose from JSON").
+// The tool composes the message from its fields as that route does (lib/send/compose.ts: the
+// identity's name and signature, a reply or forward by reference), then hands it to the same
+// SendService, so the same checks (from is the inbox's, recipients) and the same hourly rate apply.
 import type { Access, Principal } from '../../auth/access.ts';
 import type { SealedMail } from '../../crypto/sealed-mail.ts';
 import type { Inbox } from '../../directory/types.ts';
-import { forbidden } from '../../errors.ts';
+import { forbidden, invalid } from '../../errors.ts';
+import type { EventLog } from '../../events/log.ts';
+import { Composer, referencedOriginal, type ComposeAction } from '../../send/compose.ts';
+import type { Identities } from '../../send/identities.ts';
 import type { SendService } from '../../send/service.ts';
 import { tool, type Tool } from '../tool.ts';
 
@@ -13,9 +16,14 @@ interface SendArgs {
   inboxId: string;
   from: string;
   to: string[];
-  subject: string;
+  subject?: string;
   text: string;
   inReplyTo?: string;
+  cc?: string[];
+  bcc?: string[];
+  html?: string;
+  signature?: boolean;
+  reference?: { message: string; action: ComposeAction; forward?: 'inline' | 'attachment' };
 }
 
 /** A Message-ID as the index has it, with its angle brackets. */
@@ -35,18 +43,22 @@ async function threading(sealed: SealedMail, inbox: Inbox, msgId: string): Promi
   return { inReplyTo: parent, references: [...grand, parent] };
 }
 
-export function sendTools(access: Access, send: SendService, sealed: SealedMail): Tool[] {
+export function sendTools(access: Access, send: SendService, sealed: SealedMail, identities: Identities, events: EventLog): Tool[] {
+  const composer = new Composer(identities);
   return [
     tool<SendArgs>({
       name: 'send_message',
       title: 'Send a message',
       description:
-        "Sends a plain-text email from one of the inbox's addresses. With inReplyTo (a msg_… id of this inbox) it answers that message, threaded. " +
+        "Sends an email from one of the inbox's addresses, with the address's display name and signature (signature: false leaves it off); cc, bcc and html optional. " +
+        'With inReplyTo (a msg_… id of this inbox) it answers that message, threaded. With reference (needs content:read, compatible inboxes) it replies, replies to all ' +
+        '(recipients computed when to is empty) or forwards that message with its content quoted, inline or attached. ' +
         "Sending is rate-limited per inbox like every send, and recorded in the project's events.",
       rule: { token: 'send', session: false },
       input: 'SendMessageInput',
       async run(p: Principal, args) {
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'send');
+        if (args.reference && args.inReplyTo !== undefined) throw invalid('give inReplyTo or reference, not both');
         let thread: { inReplyTo: string; references: string[] } | null = null;
         if (args.inReplyTo !== undefined) {
           // Reading the parent's headers is a read: the token must be allowed to read the inbox.
@@ -55,18 +67,27 @@ export function sendTools(access: Access, send: SendService, sealed: SealedMail)
           await access.inboxAccess(p, args.inboxId, 'messages:read');
           thread = await threading(sealed, inbox, args.inReplyTo);
         }
-        const raw = await new MailComposer({
-          from: args.from,
-          to: args.to,
-          subject: args.subject,
-          text: args.text,
-          ...(thread ? { inReplyTo: thread.inReplyTo, references: thread.references } : {}),
-        })
-          .compile()
-          .build();
-        const result = await send.send(inbox, p.actor, { from: args.from, to: args.to, raw });
+        send.mayUse(inbox, args.from);
+        const original = args.reference ? await referencedOriginal(access, sealed, events, p, inbox, args.reference.message) : null;
+        const composed = await composer.compose(
+          inbox,
+          {
+            from: args.from,
+            to: args.to,
+            ...(args.cc ? { cc: args.cc } : {}),
+            ...(args.bcc ? { bcc: args.bcc } : {}),
+            ...(args.subject !== undefined ? { subject: args.subject } : {}),
+            text: args.text,
+            ...(args.html !== undefined ? { html: args.html } : {}),
+            ...(args.signature !== undefined ? { signature: args.signature } : {}),
+            ...(args.reference ? { reference: args.reference } : {}),
+            ...(thread ? { thread } : {}),
+          },
+          original,
+        );
+        const result = await send.send(inbox, p.actor, { from: composed.from, to: composed.envelope, raw: composed.raw });
         const threaded = thread ? `, in reply to ${args.inReplyTo}` : '';
-        return { structured: { ...result, ...(thread ? thread : {}) }, text: `Sent to ${args.to.join(', ')}${threaded}.` };
+        return { structured: { ...result, ...(thread ? thread : {}) }, text: `Sent to ${composed.envelope.join(', ')}${threaded}.` };
       },
     }),
   ];
