@@ -5,6 +5,7 @@
 import { conflict, invalid, isDomainError, notFound, unavailable, unprocessable } from '../errors.ts';
 import { guidFromId, idFromGuid } from '../ids.ts';
 import type { Label } from '../../schemas/wire.ts';
+import { compareLabels } from './labels.ts';
 import type { MailMirror } from './mirror.ts';
 import type { LabelChangeAnnouncer, MailService } from './service.ts';
 import type { LabelChange, LabelState, Location, MailIndexStore, MailInbox, MailSource } from './types.ts';
@@ -130,8 +131,14 @@ export class MailFolders {
     const label = this.own(labels, labelId, 'renamed');
     if (label.path === path) return this.answer(inbox, (l) => l.id === labelId, 'label not found');
     this.clash(labels, path);
-    const withdraw = this.announceFolder(inbox.id, 'label.renamed', label.guid, actor);
-    await this.change(withdraw, () => this.folders.rename(inbox, label, path));
+    // The labels under it are renamed with it, by the same hand.
+    const delimiter = await this.delimiter(inbox);
+    const under = delimiter ? labels.filter((l) => l.path.startsWith(label.path + delimiter)) : [];
+    const withdraws = [label, ...under].map((l) => this.announceFolder(inbox.id, 'label.renamed', l.guid, actor));
+    await this.change(
+      () => withdraws.forEach((w) => w()),
+      () => this.folders.rename(inbox, label, path),
+    );
     await this.readBack(inbox);
     return this.answer(inbox, (l) => l.id === labelId, 'label not found');
   }
@@ -186,7 +193,10 @@ export class MailFolders {
       }
       const outside = locations.filter((l) => !bin.has(l.labelGuid));
       if (!confirm && outside.length > 0) {
-        const names = labels.filter((l) => outside.some((o) => o.labelGuid === l.guid)).map((l) => l.path);
+        const names = labels
+          .filter((l) => outside.some((o) => o.labelGuid === l.guid))
+          .sort(compareLabels)
+          .map((l) => l.path);
         throw conflict(
           `the message is in ${names.join(', ')}: deleting forever cannot be undone, so it is allowed from trash or junk only; move it to trash first, or confirm (confirm=true)`,
         );

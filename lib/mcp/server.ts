@@ -28,6 +28,7 @@ import { DEFAULT_RULE } from '../http/authenticate.ts';
 import type { Validator } from '../http/validate.ts';
 import type { MailSearch } from '../mail/search.ts';
 import type { MailService } from '../mail/service.ts';
+import type { MailFolders } from '../mail/folders.ts';
 import { ROOT } from '../paths.ts';
 import type { SendService } from '../send/service.ts';
 import type { WarnLog } from '../warn-log.ts';
@@ -37,6 +38,7 @@ import { MCP_SCHEMA, type Tool, type ToolAnswer } from './tool.ts';
 import { contentTools } from './tools/content.ts';
 import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
+import { folderTools } from './tools/folders.ts';
 import { organizeTools } from './tools/organize.ts';
 import { searchTools } from './tools/search.ts';
 import { sendTools } from './tools/send.ts';
@@ -47,6 +49,8 @@ const CLIENT_MISTAKE = /^(Not Acceptable|Unsupported Media Type|Parse error|Inva
 export interface McpDeps {
   access: Access;
   mail: MailService;
+  /** Labels and deleting forever (lib/mcp/tools/folders.ts). */
+  folders?: MailFolders;
   search: MailSearch;
   sealed: SealedMail;
   send: SendService;
@@ -111,6 +115,7 @@ export class McpTools {
     this.tools = [
       ...mailTools(access, mail, sealed),
       ...organizeTools(access, mail),
+      ...(deps.folders ? folderTools(access, deps.folders) : []),
       ...searchTools(access, search, events),
       ...contentTools(access, sealed, events),
       ...sendTools(access, send, sealed),
