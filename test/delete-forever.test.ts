@@ -6,7 +6,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
-import { ImapFlow } from 'imapflow';
+import type { ImapFlow } from 'imapflow';
 import { seal } from '../lib/mail/seal.ts';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
@@ -30,7 +30,10 @@ describe('deleting a message forever', function () {
   /** An inbox with one message APPENDed by a mail app to each folder of `into` (the same message: COPYs). */
   async function setUp(mode: 'compatible' | 'zero-access', into: string[], options: { role?: string; memberId?: string } = {}) {
     const inbox = await p.inbox({ mode, ...options });
-    const token = await p.token(['messages:read', 'messages:write', 'messages:destroy', 'events:read'], options.memberId ? { memberId: options.memberId } : {});
+    const token = await p.token(
+      ['messages:read', 'messages:write', 'messages:destroy', 'events:read'],
+      options.memberId ? { memberId: options.memberId } : {},
+    );
     const bytes = mode === 'zero-access' ? await seal(SAMPLE, await s.postern.keys.current(inbox.id)) : SAMPLE;
     const app = await mailApp(inbox);
     try {
@@ -40,7 +43,9 @@ describe('deleting a message forever', function () {
     } finally {
       await app.logout();
     }
-    const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
+    const { labels } = await json<{ labels: Array<{ id: string; name: string }> }>(
+      await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+    );
     const label = (name: string) => labels.find((l) => l.name === name)!.id;
     const page = await json<{ messages: Array<{ id: string }> }>(
       await call(`${s.base}/inboxes/${inbox.id}/labels/${label(into[0]!)}/messages`, { token }),
@@ -96,14 +101,20 @@ describe('deleting a message forever', function () {
 
   it('needs messages:destroy, which messages:write does not imply, and a role that allows it (403)', async () => {
     const { inbox, msgId } = await setUp('compatible', ['Trash']);
-    for (const scopes of [['messages:read', 'messages:write'], ['messages:read', 'messages:write', 'flags:write', 'content:read', 'send']]) {
+    for (const scopes of [
+      ['messages:read', 'messages:write'],
+      ['messages:read', 'messages:write', 'flags:write', 'content:read', 'send'],
+    ]) {
       await expectError(await destroy(inbox.id, msgId, await p.token(scopes)), 403, /messages:destroy/);
     }
     const readerId = await p.member();
     const theirs = await setUp('compatible', ['Trash'], { role: 'reader', memberId: readerId });
     await expectError(await destroy(theirs.inbox.id, theirs.msgId, theirs.token), 403, /reader/);
     const readerSession = await p.session({ memberId: readerId });
-    await expectError(await call(`${s.app}/inboxes/${theirs.inbox.id}/messages/${theirs.msgId}`, { method: 'DELETE', session: readerSession }), 403);
+    await expectError(
+      await call(`${s.app}/inboxes/${theirs.inbox.id}/messages/${theirs.msgId}`, { method: 'DELETE', session: readerSession }),
+      403,
+    );
     expect(await count(theirs.inbox, 'Trash')).to.equal(1);
     expect(await count(inbox, 'Trash')).to.equal(1);
     // A member's web session may, as the role allows.
@@ -125,7 +136,9 @@ describe('deleting a message forever', function () {
     const destroyer = await connect(token);
     try {
       const names = async (c: Client) => (await c.listTools()).tools.map((t) => t.name);
-      expect(await names(writer)).to.include.members(['create_label', 'rename_label', 'move_message']).and.not.include('delete_message_forever');
+      expect(await names(writer))
+        .to.include.members(['create_label', 'rename_label', 'move_message'])
+        .and.not.include('delete_message_forever');
       expect(await names(destroyer)).to.include('delete_message_forever');
       const args = { inboxId: inbox.id, messageId: msgId };
       const refused = (await writer.callTool({ name: 'delete_message_forever', arguments: args })) as CallToolResult;

@@ -153,6 +153,7 @@ describe('MCP: /v1/mcp', function () {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
     expect(names).to.deep.equal([
       'archive_message',
+      'create_label',
       'get_attachment',
       'get_message',
       'list_events',
@@ -162,6 +163,7 @@ describe('MCP: /v1/mcp', function () {
       'move_message',
       'publish_event',
       'read_message',
+      'rename_label',
       'search_messages',
       'send_message',
       'set_flags',

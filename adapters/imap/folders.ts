@@ -52,8 +52,13 @@ export class ImapFolders implements FolderSource {
         if (exists(err)) throw conflict(`a label named ${to} already exists`);
         throw unavailable(`the mail server did not rename the label: ${said(err)}`);
       });
-      await client.mailboxSubscribe(to);
-      await client.mailboxUnsubscribe(label.path).catch(() => undefined);
+      // The subscriptions move with the names, the folders under it too (each its own name).
+      const delimiter = client.namespace?.delimiter;
+      const under = delimiter ? (await client.list()).map((b) => b.path).filter((p) => p.startsWith(to + delimiter)) : [];
+      for (const path of [to, ...under]) {
+        await client.mailboxSubscribe(path);
+        await client.mailboxUnsubscribe(label.path + path.slice(to.length)).catch(() => undefined);
+      }
     });
   }
 

@@ -290,10 +290,7 @@ export class IndexSync {
     for (const gone of known.values()) {
       const locations = await this.store.dropLabel(inbox.id, gone.guid);
       if (announce)
-        announce(inbox.id, [
-          ...locations.map((l) => removed(l, gone.uidValidity)),
-          labelChanged('label.deleted', gone.guid, gone.path),
-        ]);
+        announce(inbox.id, [...locations.map((l) => removed(l, gone.uidValidity)), labelChanged('label.deleted', gone.guid, gone.path)]);
     }
     if (!seeded) await this.store.markSeeded(inbox.id, true);
     await unselect(client);

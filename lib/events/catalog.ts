@@ -156,12 +156,16 @@ const BUILTINS: BuiltinSpec[] = [
     labelField('The label whose copy changed.'),
   ]),
   labelType('label.created', 'A label (an IMAP folder) was created in the inbox, through the API or by a mail app.', [
-    { name: 'name', type: 'string', required: true, description: 'Its name: the folder path, with the mail server\'s hierarchy delimiter.' },
+    { name: 'name', type: 'string', required: true, description: "Its name: the folder path, with the mail server's hierarchy delimiter." },
   ]),
-  labelType('label.renamed', 'A label was renamed (its id stays), through the API or by a mail app; renaming a parent renames the labels under it, each its own event.', [
-    { name: 'name', type: 'string', required: true, description: 'Its name now.' },
-    { name: 'previousName', type: 'string', required: true, description: 'Its name before.' },
-  ]),
+  labelType(
+    'label.renamed',
+    'A label was renamed (its id stays), through the API or by a mail app; renaming a parent renames the labels under it, each its own event.',
+    [
+      { name: 'name', type: 'string', required: true, description: 'Its name now.' },
+      { name: 'previousName', type: 'string', required: true, description: 'Its name before.' },
+    ],
+  ),
   labelType('label.deleted', 'A label was deleted, through the API or by a mail app. Its messages left it first (message.removed).', [
     { name: 'name', type: 'string', required: true, description: 'The name it had.' },
   ]),
