@@ -38,8 +38,8 @@ export function folderRoutes(access: Access, folders: MailFolders, validator: Va
 
     router.delete('/inboxes/:inbox/labels/:label', allow(access, ORGANIZE), async (ctx) => {
       const p = ctx.state.principal;
-      const query = validator.query<{ moveTo?: string; removeMessages?: boolean }>(LABEL_DELETE, ctx.query);
       const { inbox } = await access.inboxAccess(p, ctx.params.inbox!, 'messages:write');
+      const query = validator.query<{ moveTo?: string; removeMessages?: boolean }>(LABEL_DELETE, ctx.query);
       // Letting a label's mail go with it destroys that mail: the destroy rule as well.
       if (query.removeMessages) await destroying(p, inbox.id);
       await folders.remove(inbox, ctx.params.label!, query, p.actor);
@@ -48,8 +48,8 @@ export function folderRoutes(access: Access, folders: MailFolders, validator: Va
 
     router.delete('/inboxes/:inbox/messages/:msg', allow(access, DESTROY), async (ctx) => {
       const p = ctx.state.principal;
-      const query = validator.query<{ confirm?: boolean }>(MESSAGE_DESTROY, ctx.query);
       const inbox = await destroying(p, ctx.params.inbox!);
+      const query = validator.query<{ confirm?: boolean }>(MESSAGE_DESTROY, ctx.query);
       await folders.destroy(inbox, ctx.params.msg!, query.confirm === true, p.actor);
       ctx.status = 204;
     });
