@@ -1,5 +1,6 @@
 // Every change the mail index applies is also recorded in the project event log, as the same
-// message.added / message.removed / message.flags the inbox stream carries. A change is recorded
+// message.added / message.removed / message.flags (and label.created / label.renamed /
+// label.deleted: docs/organize.md, "Events") the inbox stream carries. A change is recorded
 // when Postern's index learns of it: at once for an inbox with a live watcher, otherwise at the
 // next read of the inbox. `message.received` (arrival from outside) needs the delivery ingress
 // and is not recorded from here.
