@@ -122,10 +122,14 @@ describe('labels: create, rename, delete (folders)', function () {
   it("records a mail app's CREATE, RENAME and DELETE as the same events, on the log and the inbox stream", async () => {
     const { inbox, token } = await setUp();
     const stream = await openInboxStream(s.base, inbox, token);
+    // A pass after each change, as the watcher's signal asks for one. Not left to the signal:
+    // Dovecot's NOTIFY may not report a RENAME made right after a CREATE (seen on 2.3: no LIST
+    // at all), which the watcher's poll then finds up to 45 s later (docs/organize.md, "Events").
+    const sync = () => s.postern.mailMirror.syncNow({ id: inbox.id, imapUser: inbox.imapUser, addresses: [inbox.address] });
     const app = await mailApp(inbox);
     try {
       await app.mailboxCreate('Phone');
-      await labels(inbox, token); // the read that syncs (no watcher is trusted here)
+      await sync();
       const frame = (type: string, name: string) => (e: { event?: string; data: string }) => {
         const d = JSON.parse(e.data) as { type: string; name: string };
         return d.type === type && d.name === name;
@@ -134,10 +138,10 @@ describe('labels: create, rename, delete (folders)', function () {
       const labelId = (JSON.parse(made.data) as { labelId: string }).labelId;
       expect((await labels(inbox, token)).find((l) => l.id === labelId)?.name).to.equal('Phone');
       await app.mailboxRename('Phone', 'Tablet');
-      await labels(inbox, token);
+      await sync();
       await stream.next(frame('label.renamed', 'Tablet'), 30_000);
       await app.mailboxDelete('Tablet');
-      await labels(inbox, token);
+      await sync();
       await stream.next(frame('label.deleted', 'Tablet'), 30_000);
       const events = await labelEvents(inbox, token, 3);
       expect(events.map((e) => [e.type, e.subject, e.actor, e.data])).to.deep.equal([
