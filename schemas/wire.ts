@@ -124,6 +124,24 @@ export interface MessagePlacement {
   flags: Flag[];
 }
 
+/**
+ * An extension of version 1 (docs/organize.md, "Folders"): a label created, renamed or deleted, on
+ * the inbox stream beside LiveChange (mail.json LabelLiveChange).
+ */
+export interface LabelLiveChange {
+  type: 'label.created' | 'label.renamed' | 'label.deleted';
+  labelId: string;
+  /** The label's name (path) now; for label.deleted, the name it had. */
+  name: string;
+  /** label.renamed only: the name before. */
+  previousName?: string;
+}
+
+/** POST /inboxes/{inbox}/labels (mail.json LabelCreate) and PATCH …/labels/{label} (mail.json LabelRename): extensions of version 1. */
+export interface LabelName {
+  name: string;
+}
+
 /** docs/api.md, "LiveChange": the data of each inbox stream event (mail.json LiveChange). */
 export interface LiveChange {
   type: 'message.added' | 'message.removed' | 'message.flags';

@@ -180,10 +180,18 @@ describe('index sync', function () {
     });
     try {
       const sse = await stream(inbox);
-      await until('1500 announcements', async () => sse.events.length >= 1500, 20_000);
+      await until('1500 announcements', async () => sse.events.length >= 1501, 20_000);
       const upTo = await marker(inbox, sse);
       expect(killed, 'the injected failure happened').to.equal(1);
-      const events = sse.events.slice(0, upTo);
+      // The new label is announced once, before its messages (docs/organize.md, "Events").
+      expect(
+        sse.events
+          .slice(0, upTo)
+          .filter((e) => e.event.startsWith('label.'))
+          .map((e) => e.event),
+      ).to.deep.equal(['label.created']);
+      expect(sse.events[0]!.event).to.equal('label.created');
+      const events = sse.events.slice(1, upTo);
       const ids = events.map((e) => (JSON.parse(e.data) as { msgId: string }).msgId);
       expect(events.every((e) => e.event === 'message.added')).to.equal(true);
       expect(ids).to.have.length(1500);

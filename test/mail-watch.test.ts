@@ -361,14 +361,16 @@ describe('every inbox watched, always', function () {
         await app.mailboxOpen('INBOX');
         took.push(await timed(s, token, inbox.id, 2, () => app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true })));
         took.push(
-          await timed(s, token, inbox.id, 3, async () => {
+          // The new folder is a label.created too (docs/organize.md, "Events").
+          await timed(s, token, inbox.id, 4, async () => {
             await app.mailboxCreate('Projects');
             await append(app, 'Projects', { subject: 'in a new folder' });
           }),
         );
-        took.push(await timed(s, token, inbox.id, 5, () => app.messageMove(String(uid), 'Archive', { uid: true })));
+        took.push(await timed(s, token, inbox.id, 6, () => app.messageMove(String(uid), 'Archive', { uid: true })));
         const log = await events(s, token, inbox.id);
         expect(log.map((e) => e.type)).to.have.members([
+          'label.created',
           'message.added',
           'message.flags',
           'message.added',

@@ -155,6 +155,7 @@ describe('MCP: /v1/mcp', function () {
     expect(names).to.deep.equal([
       'archive_message',
       'create_draft',
+      'create_label',
       'get_attachment',
       'get_message',
       'list_drafts',
@@ -165,6 +166,7 @@ describe('MCP: /v1/mcp', function () {
       'move_message',
       'publish_event',
       'read_message',
+      'rename_label',
       'search_messages',
       'send_draft',
       'send_message',

@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import { idFromGuid } from '../../lib/ids.ts';
 import { fromImapFlags } from '../../lib/mail/flags.ts';
 import { compareLabels } from '../../lib/mail/labels.ts';
-import type { IndexOp, LabelState, LiveChange, Location, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
+import type { IndexOp, LabelChange, LabelState, LiveChange, Location, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
 import {
   FLAG_ITEMS,
   FULL_ITEMS,
@@ -235,6 +235,14 @@ const flagsChanged = (
   at: { labelGuid: l.labelGuid, uidValidity, uid: l.uid, modseq },
 });
 
+const labelChanged = (type: LabelChange['type'], labelGuid: string, name: string, previousName?: string): LabelChange => ({
+  type,
+  labelId: idFromGuid('lbl', labelGuid),
+  name,
+  ...(previousName !== undefined ? { previousName } : {}),
+  at: { labelGuid },
+});
+
 const sameFlags = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((f, i) => f === b[i]);
 
 export interface SyncStats {
@@ -278,14 +286,11 @@ export class IndexSync {
       known.delete(box.guid);
       if (await this.syncLabel(client, inbox, box, state, announce)) stats.labelsSynced++;
     }
-    // Labels deleted on the server: their messages left them.
+    // Labels deleted on the server: their messages left them, then the label went.
     for (const gone of known.values()) {
       const locations = await this.store.dropLabel(inbox.id, gone.guid);
-      if (announce && locations.length > 0)
-        announce(
-          inbox.id,
-          locations.map((l) => removed(l, gone.uidValidity)),
-        );
+      if (announce)
+        announce(inbox.id, [...locations.map((l) => removed(l, gone.uidValidity)), labelChanged('label.deleted', gone.guid, gone.path)]);
     }
     if (!seeded) await this.store.markSeeded(inbox.id, true);
     await unselect(client);
@@ -299,7 +304,14 @@ export class IndexSync {
     state: LabelState | null,
     publish: Publish | null,
   ): Promise<boolean> {
-    const renamed = state !== null && (state.path !== box.path || state.specialUse !== box.specialUse);
+    // Dovecot keeps a mailbox's GUID (and UIDVALIDITY) across a RENAME: same label, new name.
+    if (state !== null && state.path !== box.path) {
+      const previous = state.path;
+      state = { ...state, path: box.path, specialUse: box.specialUse };
+      await this.writer.apply(inbox.id, [], state);
+      publish?.(inbox.id, [labelChanged('label.renamed', box.guid, box.path, previous)]);
+    }
+    const renamed = state !== null && state.specialUse !== box.specialUse;
     // Same UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ: nothing was added, changed or expunged (every
     // expunge raises HIGHESTMODSEQ under CONDSTORE). This is the whole cost of an idle read.
     if (
@@ -324,8 +336,13 @@ export class IndexSync {
     const target = { guid: labelGuid, path: box.path, uidValidity, uidNext: uidNextAtOpen, messages: mailbox.exists };
 
     if (!state) {
-      // A new label in a seeded inbox reports its messages as added: a mail app made it and
-      // filled it. Its progress is saved after each UID range, newest first.
+      // A new label in a seeded inbox: announced once its row is in (nothing filled yet: fillLow
+      // at uidNext), before the messages it holds are reported as added.
+      if (publish) {
+        await this.writer.apply(inbox.id, [], { ...base, uidNext: uidNextAtOpen, highestModseq: modseqAtOpen, fillLow: uidNextAtOpen });
+        publish(inbox.id, [labelChanged('label.created', labelGuid, box.path)]);
+      }
+      // A mail app made it and filled it. Its progress is saved after each UID range, newest first.
       await this.fill(client, inbox, target, batch, { ...base, uidNext: uidNextAtOpen, highestModseq: modseqAtOpen });
     } else if (state.uidValidity !== uidValidity) {
       // A new UIDVALIDITY re-seeds, reporting only what differs by GUID.

@@ -4,7 +4,8 @@
 // messages:write (an extension of version 1: docs/organize.md) files a message into and out of labels. It is
 // granted only when asked for at token creation: no token made before it holds it. drafts:write (an extension
 // too: docs/sending.md, "Drafts") writes drafts without sending them, for an agent that proposes what a person sends.
-export const MAIL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'messages:write', 'drafts:write', 'send'] as const;
+// messages:destroy (also an extension: docs/organize.md, "Delete forever") expunges mail for good; no other scope implies it.
+export const MAIL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'messages:write', 'messages:destroy', 'drafts:write', 'send'] as const;
 export const PROJECT_SCOPES = ['events:write', 'events:read', 'project:read', 'audit:read', 'webhooks:write'] as const;
 export const SCOPES = [...MAIL_SCOPES, ...PROJECT_SCOPES] as const;
 
@@ -18,7 +19,7 @@ export function isScope(value: string): value is Scope {
 /**
  * Roles in an inbox. The contract names `owner` (docs/api.md, "InboxGrant") and leaves the rest open; see docs/access.md.
  * - owner:  everything, and is the inbox's accountable person
- * - member: reads, changes flags, files messages into labels (messages:write), writes drafts, sends
+ * - member: reads, changes flags, files messages into labels (messages:write), deletes forever (messages:destroy), writes drafts, sends
  * - reader: reads only (metadata, and decrypted content through a content:read token)
  */
 export const ROLES = ['owner', 'member', 'reader'] as const;

@@ -94,6 +94,22 @@ function mailType(name: string, description: string, fields: BuiltinField[]): Bu
 
 const labelField = (description: string): BuiltinField => ({ name: 'labelId', type: 'string', pattern: LBL, description });
 
+/**
+ * A label created, renamed or deleted, by the API or a mail app: an extension of version 1
+ * (docs/organize.md, "Events"), recorded by the sync (adapters/imap/sync.ts).
+ */
+function labelType(name: string, description: string, fields: BuiltinField[] = []): BuiltinSpec {
+  return {
+    name,
+    description,
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'experimental',
+    subject: 'the label id (lbl_…)',
+    fields: [{ name: 'labelId', type: 'string', pattern: LBL, required: true, description: 'The label.' }, ...fields],
+  };
+}
+
 const SOURCES: Record<EventClass, string> = {
   mail: '/postern/mail',
   delivery: '/postern/delivery',
@@ -139,6 +155,20 @@ const BUILTINS: BuiltinSpec[] = [
   mailType('message.flags', "A message's flags changed (through the API or a mail app); read state is the seen flag.", [
     { name: 'flags', type: 'string[]', itemEnum: FLAG_ENUM, required: true, description: 'The flags now (Flag values).' },
     labelField('The label whose copy changed.'),
+  ]),
+  labelType('label.created', 'A label (an IMAP folder) was created in the inbox, through the API or by a mail app.', [
+    { name: 'name', type: 'string', required: true, description: "Its name: the folder path, with the mail server's hierarchy delimiter." },
+  ]),
+  labelType(
+    'label.renamed',
+    'A label was renamed (its id stays), through the API or by a mail app; renaming a parent renames the labels under it, each its own event.',
+    [
+      { name: 'name', type: 'string', required: true, description: 'Its name now.' },
+      { name: 'previousName', type: 'string', required: true, description: 'Its name before.' },
+    ],
+  ),
+  labelType('label.deleted', 'A label was deleted, through the API or by a mail app. Its messages left it first (message.removed).', [
+    { name: 'name', type: 'string', required: true, description: 'The name it had.' },
   ]),
   {
     // lib/send/drafts.ts: a draft saved through the API (docs/sending.md, "Drafts").

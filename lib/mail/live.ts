@@ -20,7 +20,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Bus, Unsubscribe } from '../bus.ts';
 import { dedupeKeyOf } from './record-changes.ts';
-import type { LiveChange } from './types.ts';
+import type { LabelChange, LiveChange, MessageChange } from './types.ts';
 import { Listeners } from '../listeners.ts';
 import type { WarnLog } from '../warn-log.ts';
 
@@ -222,7 +222,10 @@ export class MailLiveFeed {
 
 function isChange(value: unknown): value is LiveChange {
   if (typeof value !== 'object' || value === null) return false;
-  const c = value as Partial<LiveChange>;
+  const l = value as Partial<LabelChange>;
+  if (l.type === 'label.created' || l.type === 'label.renamed' || l.type === 'label.deleted')
+    return typeof l.labelId === 'string' && typeof l.name === 'string' && typeof l.at === 'object' && typeof l.at?.labelGuid === 'string';
+  const c = value as Partial<MessageChange>;
   return (
     (c.type === 'message.added' || c.type === 'message.removed' || c.type === 'message.flags') &&
     typeof c.msgId === 'string' &&

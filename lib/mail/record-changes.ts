@@ -1,5 +1,6 @@
 // Every change the mail index applies is also recorded in the project event log, as the same
-// message.added / message.removed / message.flags the inbox stream carries. A change is recorded
+// message.added / message.removed / message.flags (and label.created / label.renamed /
+// label.deleted: docs/organize.md, "Events") the inbox stream carries. A change is recorded
 // when Postern's index learns of it: at once for an inbox with a live watcher, otherwise at the
 // next read of the inbox. `message.received` (arrival from outside) needs the delivery ingress
 // and is not recorded from here.
@@ -20,7 +21,7 @@ import type { DirectoryStore } from '../directory/ports.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
 import type { Flag } from '../../schemas/wire.ts';
-import type { LiveChange } from './types.ts';
+import { isLabelChange, type LabelChange, type LiveChange } from './types.ts';
 import type { WarnLog } from '../warn-log.ts';
 
 /**
@@ -31,6 +32,12 @@ import type { WarnLog } from '../warn-log.ts';
  * without CONDSTORE) there is no safe key: recording a rare duplicate beats dropping a change.
  */
 export function dedupeKeyOf(inboxId: string, change: LiveChange): string | undefined {
+  if (isLabelChange(change)) {
+    // A label's GUID is never reused: it is created once and deleted once. A rename has no such
+    // name (A to B, back, and to B again are three), so it has no key, like a flag change
+    // without MODSEQ (docs/organize.md, "Events").
+    return change.type === 'label.renamed' ? undefined : `${change.type}:${inboxId}:${change.at.labelGuid}`;
+  }
   const { labelGuid, uidValidity, uid, modseq } = change.at;
   const where = `${change.type}:${inboxId}:${labelGuid}:${uidValidity}:${uid}`;
   if (change.type !== 'message.flags') return where;
@@ -38,6 +45,11 @@ export function dedupeKeyOf(inboxId: string, change: LiveChange): string | undef
 }
 
 function dataOf(change: LiveChange): EventData {
+  if (isLabelChange(change)) {
+    const data: EventData = { labelId: change.labelId, name: change.name };
+    if (change.previousName !== undefined) data.previousName = change.previousName;
+    return data;
+  }
   const data: EventData = { msgId: change.msgId };
   if (change.labelId !== undefined) data.labelId = change.labelId;
   if (change.uid !== undefined) data.uid = change.uid;
@@ -85,6 +97,12 @@ class Expectations {
     };
   }
 
+  /** The actor of the oldest live entry under `key`, left in place (it stands for many changes). */
+  peek(key: string): string | undefined {
+    const now = Date.now();
+    return (this.byKey.get(key) ?? []).find((e) => e.until >= now)?.actor;
+  }
+
   /** The actor of the oldest live entry under `key` that `matches`, taken; undefined if none. */
   take(key: string, matches: (e: Expected) => boolean): string | undefined {
     const list = this.byKey.get(key) ?? [];
@@ -98,6 +116,7 @@ class Expectations {
 }
 
 const placeKey = (inboxId: string, type: string, labelGuid: string, msgId: string) => `${inboxId}:${type}:${labelGuid}:${msgId}`;
+const folderKey = (inboxId: string, type: string, key: string) => `${inboxId}:${type}:${key}`;
 
 export class MailChangeRecorder {
   /** Per inbox, the batches still being recorded: batches are recorded in the order applied. */
@@ -140,7 +159,34 @@ export class MailChangeRecorder {
       () => ({ actor, until: Date.now() + EXPECT_MS }),
     );
 
+  /** Many messages about to be added to `added` and removed from `removed` at once (one announcement). */
+  readonly expectMoves = (
+    inboxId: string,
+    msgIds: readonly string[],
+    added: readonly string[],
+    removed: readonly string[],
+    actor: string,
+  ): (() => void) =>
+    this.expected.add(
+      msgIds.flatMap((msgId) => [
+        ...added.map((g) => placeKey(inboxId, 'message.added', g, msgId)),
+        ...removed.map((g) => placeKey(inboxId, 'message.removed', g, msgId)),
+      ]),
+      () => ({ actor, until: Date.now() + EXPECT_MS }),
+    );
+
+  /**
+   * The API is about to create (`key`: the new label's name), rename or delete (`key`: its GUID)
+   * a label; the change is `actor`'s (docs/organize.md, "Events").
+   */
+  readonly expectFolder = (inboxId: string, type: LabelChange['type'], key: string, actor: string): (() => void) =>
+    this.expected.add([folderKey(inboxId, type, key)], () => ({ actor, until: Date.now() + EXPECT_MS }));
+
   private actorOf(inboxId: string, c: LiveChange): string {
+    if (isLabelChange(c)) {
+      const key = folderKey(inboxId, c.type, c.type === 'label.created' ? c.name : c.at.labelGuid);
+      return this.expected.take(key, () => true) ?? SYSTEM_ACTOR;
+    }
     if (c.type === 'message.flags') {
       const flags = c.flags;
       if (!flags) return SYSTEM_ACTOR;
@@ -149,7 +195,12 @@ export class MailChangeRecorder {
         SYSTEM_ACTOR
       );
     }
-    return this.expected.take(placeKey(inboxId, c.type, c.at.labelGuid, c.msgId), () => true) ?? SYSTEM_ACTOR;
+    return (
+      this.expected.take(placeKey(inboxId, c.type, c.at.labelGuid, c.msgId), () => true) ??
+      // The mail a label held when the API deleted it left it by the same hand.
+      (c.type === 'message.removed' ? this.expected.peek(folderKey(inboxId, 'label.deleted', c.at.labelGuid)) : undefined) ??
+      SYSTEM_ACTOR
+    );
   }
 
   constructor(
@@ -182,7 +233,7 @@ export class MailChangeRecorder {
           projectId: inbox.projectId,
           inboxId,
           actor: this.actorOf(inboxId, c),
-          subject: c.msgId,
+          subject: isLabelChange(c) ? c.labelId : c.msgId,
           data: dataOf(c),
           dedupeKey: dedupeKeyOf(inboxId, c),
         }),

@@ -1,7 +1,7 @@
 // The mail domain's shapes and ports. Routes talk to MailService (service.ts); the service talks
 // to the index (MailIndexStore, implemented in adapters/store/sqlite) and to the mail server
 // (MailSource, implemented in adapters/imap). No I/O library is imported here.
-import type { LiveChange as PublicChange, MessageDetail, SpecialUse } from '../../schemas/wire.ts';
+import type { LabelLiveChange as PublicLabelChange, LiveChange as PublicChange, MessageDetail, SpecialUse } from '../../schemas/wire.ts';
 
 /** What the mail side needs to know about an inbox. */
 export interface MailInbox {
@@ -35,11 +35,30 @@ export interface ChangePoint {
  * internal (what the event log keys the change on) and is left out of what clients get
  * (publicChange). `labelId` also rides on message.flags: IMAP flags belong to a message in a label.
  */
-export interface LiveChange extends PublicChange {
+export interface MessageChange extends PublicChange {
   at: ChangePoint;
 }
 
-export function publicChange(change: LiveChange): PublicChange {
+/**
+ * A label created, renamed or deleted, by the API or a mail app (docs/organize.md, "Folders"): an
+ * extension of version 1 (mail.json LabelLiveChange). `at` names the label (its GUID), internal.
+ */
+export interface LabelChange extends PublicLabelChange {
+  at: { labelGuid: string };
+}
+
+/** What the index applied: a message's change, or (an extension) a label's. */
+export type LiveChange = MessageChange | LabelChange;
+
+export function isLabelChange(change: LiveChange): change is LabelChange {
+  return change.type === 'label.created' || change.type === 'label.renamed' || change.type === 'label.deleted';
+}
+
+export function isMessageChange(change: LiveChange): change is MessageChange {
+  return !isLabelChange(change);
+}
+
+export function publicChange(change: LiveChange): PublicChange | PublicLabelChange {
   const { at: _internal, ...rest } = change;
   return rest;
 }

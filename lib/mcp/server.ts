@@ -28,6 +28,7 @@ import { DEFAULT_RULE } from '../http/authenticate.ts';
 import type { Validator } from '../http/validate.ts';
 import type { MailSearch } from '../mail/search.ts';
 import type { MailService } from '../mail/service.ts';
+import type { MailFolders } from '../mail/folders.ts';
 import { ROOT } from '../paths.ts';
 import type { DraftService } from '../send/drafts.ts';
 import type { SendService } from '../send/service.ts';
@@ -40,6 +41,7 @@ import { contentTools } from './tools/content.ts';
 import { draftTools } from './tools/drafts.ts';
 import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
+import { folderTools } from './tools/folders.ts';
 import { organizeTools } from './tools/organize.ts';
 import { searchTools } from './tools/search.ts';
 import { sendTools } from './tools/send.ts';
@@ -50,6 +52,8 @@ const CLIENT_MISTAKE = /^(Not Acceptable|Unsupported Media Type|Parse error|Inva
 export interface McpDeps {
   access: Access;
   mail: MailService;
+  /** Labels and deleting forever (lib/mcp/tools/folders.ts). */
+  folders?: MailFolders;
   search: MailSearch;
   sealed: SealedMail;
   send: SendService;
@@ -118,6 +122,7 @@ export class McpTools {
     this.tools = [
       ...mailTools(access, mail, sealed),
       ...organizeTools(access, mail),
+      ...(deps.folders ? folderTools(access, deps.folders) : []),
       ...searchTools(access, search, events),
       ...contentTools(access, sealed, events),
       ...sendTools(access, send, sealed, deps.identities, events),

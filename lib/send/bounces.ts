@@ -16,7 +16,7 @@ import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import { guidFromId } from '../ids.ts';
 import { KeyedChain } from '../keyed-chain.ts';
 import type { MessageBodies } from '../mail/bodies.ts';
-import type { LiveChange, MailIndexStore } from '../mail/types.ts';
+import { isMessageChange, type LiveChange, type MailIndexStore, type MessageChange } from '../mail/types.ts';
 import type { WarnLog } from '../warn-log.ts';
 import { parseDsn, type Dsn } from './dsn.ts';
 import { draftIdOf, type OutboxStore } from './ports.ts';
@@ -73,7 +73,7 @@ export class BounceMatcher {
 
   /** Told of every batch of changes the index applied (alongside the event recorder). */
   readonly onChanges = (inboxId: string, changes: readonly LiveChange[]): void => {
-    const added = changes.filter((c) => c.type === 'message.added');
+    const added = changes.filter(isMessageChange).filter((c) => c.type === 'message.added');
     if (added.length === 0) return;
     this.chains.run(inboxId, async () => {
       for (const c of added) if (await this.isCandidate(inboxId, c)) await this.match(inboxId, c);
@@ -104,7 +104,7 @@ export class BounceMatcher {
     await this.chains.idle();
   }
 
-  private async isCandidate(inboxId: string, change: LiveChange): Promise<boolean> {
+  private async isCandidate(inboxId: string, change: MessageChange): Promise<boolean> {
     const label = await this.index.label(inboxId, change.at.labelGuid);
     if (!label || label.path.toUpperCase() !== 'INBOX') return false;
     const guid = guidFromId('msg', change.msgId);
@@ -112,7 +112,7 @@ export class BounceMatcher {
     return !!found?.message.fromAddress && SYSTEM_SENDER.test(found.message.fromAddress);
   }
 
-  private async match(inboxId: string, change: LiveChange): Promise<void> {
+  private async match(inboxId: string, change: MessageChange): Promise<void> {
     const inbox = await this.directory.getInbox(inboxId);
     if (!inbox) return;
     const stream = await this.bodies.open(inbox, { labelGuid: change.at.labelGuid, uid: change.at.uid });

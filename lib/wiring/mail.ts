@@ -3,6 +3,7 @@
 // call, the resealer, and the live feed. Then, in mailIngress, the LMTP delivery ingress, built
 // once what it hands delivery reports to exists (docs/architecture.md, "Start and stop").
 import { ImapMessageBodies } from '../../adapters/imap/bodies.ts';
+import { ImapFolders } from '../../adapters/imap/folders.ts';
 import { ImapLoginCheck } from '../../adapters/imap/health.ts';
 import { ImapMessageReplacer } from '../../adapters/imap/replace.ts';
 import { ImapMailSource } from '../../adapters/imap/source.ts';
@@ -17,6 +18,7 @@ import { MailMirror } from '../mail/mirror.ts';
 import { MailChangeRecorder } from '../mail/record-changes.ts';
 import { Resealer } from '../mail/reseal.ts';
 import { MailSearch } from '../mail/search.ts';
+import { MailFolders } from '../mail/folders.ts';
 import { MailService } from '../mail/service.ts';
 import type { LiveChange } from '../mail/types.ts';
 import { WatchAll } from '../mail/watch-all.ts';
@@ -27,6 +29,8 @@ export type ChangesListener = (inboxId: string, changes: readonly LiveChange[]) 
 export interface MailContext {
   /** The mail read API's domain, and the IMAP side behind it (pool, sync, watchers). */
   mail: MailService;
+  /** Labels created, renamed, deleted; messages deleted forever (docs/organize.md). */
+  folders: MailFolders;
   search: MailSearch;
   sealed: SealedMail;
   source: ImapMailSource;
@@ -103,6 +107,16 @@ export function mailContext(core: Core, events: EventLog): MailContext {
     announce: mailChanges.expect,
     announceLabels: mailChanges.expectLabels,
   });
+  const folders = new MailFolders({
+    index: mailIndex,
+    mirror,
+    mail,
+    source,
+    folders: new ImapFolders(source.pool),
+    announceFolder: mailChanges.expectFolder,
+    announceLabels: mailChanges.expectLabels,
+    announceMoves: mailChanges.expectMoves,
+  });
   const watchAll = new WatchAll({
     mode: config.watch.mode,
     reason: config.watch.reason,
@@ -137,6 +151,7 @@ export function mailContext(core: Core, events: EventLog): MailContext {
   };
   return {
     mail,
+    folders,
     search: new MailSearch({ index: mailIndex, mirror, source, bounds: config.search }),
     sealed: new SealedMail({
       mail,
