@@ -91,7 +91,6 @@ export class ImapMailSource implements MailSource {
     const uid = String(change.from.uid);
     let missed = false;
     await this.pool.use(inbox.imapUser, async (client) => {
-      missed = false; // a retry on a fresh connection starts over
       try {
         // Every open checks UIDVALIDITY: a label renumbered meanwhile holds other messages now.
         const open = async (label: LabelState): Promise<boolean> => {
@@ -124,7 +123,10 @@ export class ImapMailSource implements MailSource {
       } finally {
         if (client.usable) await unselect(client).catch(() => undefined);
       }
-    });
+      // Not retried on a fresh connection: a COPY that completed before the connection died
+      // would be made again (a second copy in that label). The caller syncs and the API's retry
+      // plans again from where the message is then (docs/organize.md, "Labels").
+    }, 'interactive', undefined, false);
     return { missed };
   }
 

@@ -38,6 +38,8 @@ import { contentTools } from './tools/content.ts';
 import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
 import { organizeTools } from './tools/organize.ts';
+import { bulkTools } from './tools/bulk.ts';
+import type { MailBulk } from '../mail/bulk.ts';
 import { searchTools } from './tools/search.ts';
 import { sendTools } from './tools/send.ts';
 
@@ -47,6 +49,8 @@ const CLIENT_MISTAKE = /^(Not Acceptable|Unsupported Media Type|Parse error|Inva
 export interface McpDeps {
   access: Access;
   mail: MailService;
+  /** Bulk organizing (lib/mcp/tools/bulk.ts); its tools are offered when given. */
+  bulk?: MailBulk;
   search: MailSearch;
   sealed: SealedMail;
   send: SendService;
@@ -111,6 +115,7 @@ export class McpTools {
     this.tools = [
       ...mailTools(access, mail, sealed),
       ...organizeTools(access, mail),
+      ...(deps.bulk ? bulkTools(access, deps.bulk) : []),
       ...searchTools(access, search, events),
       ...contentTools(access, sealed, events),
       ...sendTools(access, send, sealed),

@@ -21,6 +21,7 @@ export function mcpContext(core: Core, events: EventLog, mail: MailContext, send
   const tools = new McpTools({
     access,
     mail: mail.mail,
+    bulk: mail.bulk,
     search: mail.search,
     sealed: mail.sealed,
     send: send.send,
