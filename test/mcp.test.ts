@@ -153,19 +153,25 @@ describe('MCP: /v1/mcp', function () {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
     expect(names).to.deep.equal([
       'archive_message',
+      'archive_messages',
+      'change_keywords',
       'get_attachment',
       'get_message',
+      'junk_messages',
+      'label_messages',
       'list_events',
       'list_inboxes',
       'list_labels',
       'list_messages',
       'move_message',
+      'move_messages',
       'publish_event',
       'read_message',
       'search_messages',
       'send_message',
       'set_flags',
       'trash_message',
+      'trash_messages',
     ]);
     const readOnly = await connect(s, await p.token(['messages:read']));
     clients.push(readOnly);

@@ -207,7 +207,7 @@ export class MailBulk {
       case 'flags':
       case 'keywords': {
         const add = change.kind === 'flags' ? change.add.map(toImapFlag) : [...change.add];
-        const remove = change.kind === 'flags' ? change.remove.flatMap((f) => imapSpellings(toImapFlag(f))) : [...change.remove];
+        const remove = change.kind === 'flags' ? change.remove.map(toImapFlag) : [...change.remove];
         return (t) => ({ stores: t.locations.map((at) => ({ at, add, remove })), add: [], remove: [] });
       }
       case 'labels': {

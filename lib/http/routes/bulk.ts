@@ -15,6 +15,8 @@ const ORGANIZE = { token: 'messages:write', session: true } as const;
 /** As POST /events has it (docs/api.md, "Events"): 1 to 255 visible ASCII characters. */
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
 
+const CHANGES = ['labels', 'flags', 'keywords', 'move'];
+
 interface BulkBody {
   ids: string[];
   labels?: LabelChange;
@@ -41,6 +43,8 @@ export function bulkRoutes(access: Access, bulk: MailBulk, validator: Validator)
       const ids = (raw as { ids?: unknown } | null)?.ids;
       if (Array.isArray(ids) && ids.length > MAX_BULK)
         throw invalid(`at most ${MAX_BULK} message ids in one call (got ${ids.length}); split the change`);
+      if (raw !== null && typeof raw === 'object' && CHANGES.filter((k) => k in raw).length !== 1)
+        throw invalid('name exactly one change: labels, flags, keywords or move');
       const body = validator.body<BulkBody>(BULK_CHANGE, raw);
       const given = ctx.headers['idempotency-key'] !== undefined;
       const key = ctx.get('idempotency-key');

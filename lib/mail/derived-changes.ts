@@ -1,0 +1,49 @@
+// The state-after changes (docs/organize.md, "Events"): message.labels, every label a message is
+// in after a pass that added it somewhere or removed it from somewhere (JMAP's Email changes carry
+// the state, not the steps), and message.keywords, a message's keywords in a label after they
+// changed. Derived from the same diffs as message.added / removed / flags, so a mail app's change
+// and the API's are the same events.
+import { guidFromId, idFromGuid } from '../ids.ts';
+import { fromImapFlags } from './flags.ts';
+import { compareLabels } from './labels.ts';
+import type { ChangePoint, LiveChange, MailIndexStore } from './types.ts';
+
+/** message.keywords for a flag change whose keywords differ (none when only Flags changed). */
+export function keywordsChange(flagChange: LiveChange, before: readonly string[], after: readonly string[]): LiveChange | null {
+  const was = fromImapFlags(before).keywords;
+  const now = fromImapFlags(after).keywords;
+  const key = (k: readonly string[]) => k.map((x) => x.toLowerCase()).sort().join(' ');
+  if (key(was) === key(now)) return null;
+  return { type: 'message.keywords', msgId: flagChange.msgId, labelId: flagChange.labelId, keywords: now, at: flagChange.at };
+}
+
+/**
+ * Collects the messages a pass added or removed (wrap its publish), then makes one message.labels
+ * each from the index once the pass is done. Keyed on the last addition or removal seen of the
+ * message (`at`): two processes that applied the same change record it once.
+ */
+export class LabelStateCollector {
+  private readonly touched = new Map<string, ChangePoint>();
+
+  see(changes: readonly LiveChange[]): void {
+    for (const c of changes)
+      if (c.type === 'message.added' || c.type === 'message.removed') this.touched.set(c.msgId, { ...c.at, after: c.type });
+  }
+
+  async changes(store: MailIndexStore, inboxId: string): Promise<LiveChange[]> {
+    if (this.touched.size === 0) return [];
+    const labels = (await store.labels(inboxId)).sort(compareLabels);
+    const order = new Map(labels.map((l, i) => [l.guid, i]));
+    const out: LiveChange[] = [];
+    for (const [msgId, at] of this.touched) {
+      const guid = guidFromId('msg', msgId);
+      const found = guid ? await store.message(inboxId, guid) : null;
+      const guids = [...new Set((found?.locations ?? []).map((l) => l.labelGuid))].sort(
+        (a, b) => (order.get(a) ?? Infinity) - (order.get(b) ?? Infinity),
+      );
+      out.push({ type: 'message.labels', msgId, labelIds: guids.map((g) => idFromGuid('lbl', g)), at });
+    }
+    this.touched.clear();
+    return out;
+  }
+}
