@@ -278,6 +278,43 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
     }
   });
 
+  it('never makes a COPY twice when its connection dies after it (the pool does not retry a copy)', async () => {
+    const { inbox, token, label, ids } = await setUp(1);
+    const [msgId] = ids as [string];
+    // The first COPY completes, then its connection dies: a retry on a fresh connection would
+    // copy into Archive again.
+    const copy = ImapFlow.prototype.messageCopy;
+    let cut = 0;
+    ImapFlow.prototype.messageCopy = async function (this: ImapFlow, ...args: Parameters<ImapFlow['messageCopy']>) {
+      const done = await copy.apply(this, args);
+      if (cut++ === 0) this.close();
+      return done;
+    };
+    try {
+      const single = await call(`${s.base}/inboxes/${inbox.id}/messages/${msgId}/labels`, {
+        method: 'POST',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ add: [label('Archive'), label('Drafts')] }),
+      });
+      await expectError(single, 503);
+      expect(cut).to.equal(1);
+      expect(await folder(inbox, 'Archive')).to.have.length(1);
+      // A bulk copy finds the next label unopenable on the dead connection: that message is
+      // planned again after a sync, from where it is now (in Junk already), on a fresh one.
+      cut = 0;
+      expect((await ok(await bulk(inbox.id, token, { ids, labels: { add: [label('Junk'), label('Trash')] } }))).changed).to.equal(1);
+      expect(cut).to.equal(2);
+    } finally {
+      ImapFlow.prototype.messageCopy = copy;
+    }
+    expect(await folder(inbox, 'Junk')).to.have.length(1);
+    expect(await folder(inbox, 'Trash')).to.have.length(1);
+    // Asked again, the change is planned from where the message is now: nothing is copied twice.
+    expect((await ok(await bulk(inbox.id, token, { ids, labels: { add: [label('Archive'), label('Drafts'), label('Junk'), label('Trash')] } }))).changed).to.equal(1);
+    for (const path of ['INBOX', 'Archive', 'Drafts', 'Junk', 'Trash']) expect(await folder(inbox, path), path).to.have.length(1);
+  });
+
   it("records message.labels and message.keywords for the API's bulk change as the caller, and a mail app's as the same events", async () => {
     const { inbox, token, label, ids } = await setUp(2);
     const tokenId = /^svc_(tok_[0-9A-Z]{26})_/.exec(token)![1];
