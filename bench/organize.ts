@@ -75,7 +75,8 @@ async function main(): Promise<void> {
     const ids: string[] = [];
     for (let before: number | undefined; ; ) {
       const page = JSON.parse(
-        (await get(`${base}/inboxes/${inbox.id}/labels/${inboxLabel.id}/messages?limit=100${before ? `&before=${before}` : ''}`, auth)).body,
+        (await get(`${base}/inboxes/${inbox.id}/labels/${inboxLabel.id}/messages?limit=100${before ? `&before=${before}` : ''}`, auth))
+          .body,
       ) as { messages: Array<{ id: string }>; before?: number };
       ids.push(...page.messages.map((m) => m.id));
       if (!page.before) break;
@@ -99,7 +100,8 @@ async function main(): Promise<void> {
       });
       const answer = (await res.json()) as { changed?: number };
       const ms = now() - t;
-      if (res.status !== 200 || answer.changed !== MESSAGES) throw new Error(`bulk move: ${res.status} ${JSON.stringify(answer).slice(0, 300)}`);
+      if (res.status !== 200 || answer.changed !== MESSAGES)
+        throw new Error(`bulk move: ${res.status} ${JSON.stringify(answer).slice(0, 300)}`);
       postern.push(ms);
 
       await settle();
@@ -116,7 +118,10 @@ async function main(): Promise<void> {
       await raw.mailboxClose();
       baseline.push(rawMs);
       // Postern's watcher sees the raw move: the next round starts from an index that has it.
-      await until("the index to have the raw client's move", async () => (await total('INBOX')) === MESSAGES && (await total('Archive')) === 0);
+      await until(
+        "the index to have the raw client's move",
+        async () => (await total('INBOX')) === MESSAGES && (await total('Archive')) === 0,
+      );
       log(`round ${round}: Postern ${f1(ms)} ms, raw UID MOVE ${f1(rawMs)} ms`);
     }
     const load1 = loadavg()[0]!;

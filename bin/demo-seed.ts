@@ -176,7 +176,17 @@ const TOKEN_SETS: Record<string, string[]> = {
   send: ['messages:read', 'send'],
   events: ['events:read', 'events:write', 'project:read'],
   // messages:write: the demo's "all" token organizes mail too (docs/organize.md, "Who may").
-  all: ['messages:read', 'content:read', 'flags:write', 'messages:write', 'send', 'events:read', 'events:write', 'project:read', 'audit:read'],
+  all: [
+    'messages:read',
+    'content:read',
+    'flags:write',
+    'messages:write',
+    'send',
+    'events:read',
+    'events:write',
+    'project:read',
+    'audit:read',
+  ],
 };
 
 export interface SeededProject {

@@ -42,7 +42,11 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
   after(() => s.close());
 
   /** An inbox with `count` corpus messages APPENDed to INBOX by a mail app, and their ids. */
-  async function setUp(count: number, mode: 'compatible' | 'zero-access' = 'compatible', options: { role?: string; memberId?: string } = {}) {
+  async function setUp(
+    count: number,
+    mode: 'compatible' | 'zero-access' = 'compatible',
+    options: { role?: string; memberId?: string } = {},
+  ) {
     const inbox = await p.inbox({ mode, ...options });
     const token = await p.token(
       ['messages:read', 'messages:write', 'flags:write', 'events:read'],
@@ -110,7 +114,13 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
         const [a, b, c, d] = ids as [string, string, string, string];
 
         const moved = await ok(await bulk(inbox.id, token, { ids: [a, b, c, missing(1), missing(2)], move: { to: 'archive' } }));
-        expect(statusOf(moved)).to.deep.equal({ [a]: 'changed', [b]: 'changed', [c]: 'changed', [missing(1)]: 'not_found', [missing(2)]: 'not_found' });
+        expect(statusOf(moved)).to.deep.equal({
+          [a]: 'changed',
+          [b]: 'changed',
+          [c]: 'changed',
+          [missing(1)]: 'not_found',
+          [missing(2)]: 'not_found',
+        });
         expect(moved).to.include({ changed: 3, unchanged: 0, notFound: 2, refused: 0 });
         expect(await folder(inbox, 'Archive')).to.have.length(3);
         expect(await folder(inbox, 'INBOX')).to.have.length(1);
@@ -227,7 +237,10 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
     await expectError(bySession, 403);
     const mcp = await connectMcp(readerToken);
     try {
-      const r = (await mcp.callTool({ name: 'archive_messages', arguments: { inboxId: theirs.id, messageIds: theirIds } })) as CallToolResult;
+      const r = (await mcp.callTool({
+        name: 'archive_messages',
+        arguments: { inboxId: theirs.id, messageIds: theirIds },
+      })) as CallToolResult;
       expect(r.isError).to.equal(true);
       const weak = await connectMcp(await p.token(['messages:read']));
       try {
@@ -254,7 +267,10 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
     const mcp = await connectMcp(token);
     try {
       const call = async (name: string, args: Record<string, unknown>) => {
-        const r = (await mcp.callTool({ name, arguments: { inboxId: inbox.id, messageIds: [...ids, missing(5)], ...args } })) as CallToolResult;
+        const r = (await mcp.callTool({
+          name,
+          arguments: { inboxId: inbox.id, messageIds: [...ids, missing(5)], ...args },
+        })) as CallToolResult;
         const text = (r.content[0] as { text: string }).text;
         expect(r.isError, text).to.not.equal(true);
         return { structured: r.structuredContent as unknown as BulkAnswer, text };
@@ -262,7 +278,9 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
       const archived = await call('archive_messages', {});
       expect(archived.structured).to.include({ changed: 2, notFound: 1 });
       expect(archived.text).to.match(/changed 2, unchanged 0, not found 1, refused 0/);
-      expect(archived.text).to.include('<untrusted-mail-data>').and.include(`${missing(5)}: not_found`);
+      expect(archived.text)
+        .to.include('<untrusted-mail-data>')
+        .and.include(`${missing(5)}: not_found`);
       expect(await folder(inbox, 'Archive')).to.have.length(2);
       expect((await call('label_messages', { add: [label('Drafts')] })).structured.changed).to.equal(2);
       expect((await call('change_keywords', { add: ['$agent'] })).structured.changed).to.equal(2);
@@ -311,7 +329,10 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
     expect(await folder(inbox, 'Junk')).to.have.length(1);
     expect(await folder(inbox, 'Trash')).to.have.length(1);
     // Asked again, the change is planned from where the message is now: nothing is copied twice.
-    expect((await ok(await bulk(inbox.id, token, { ids, labels: { add: [label('Archive'), label('Drafts'), label('Junk'), label('Trash')] } }))).changed).to.equal(1);
+    expect(
+      (await ok(await bulk(inbox.id, token, { ids, labels: { add: [label('Archive'), label('Drafts'), label('Junk'), label('Trash')] } })))
+        .changed,
+    ).to.equal(1);
     for (const path of ['INBOX', 'Archive', 'Drafts', 'Junk', 'Trash']) expect(await folder(inbox, path), path).to.have.length(1);
   });
 
@@ -356,9 +377,11 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
       await app.logout();
     }
     await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }); // the read that syncs
-    const byApp = await until('the mail app\'s message.labels', async () => {
+    const byApp = await until("the mail app's message.labels", async () => {
       const later = (await events(inbox.id, token, ['message.labels', 'message.keywords'], seen)).slice(seen).map(summary);
-      return later.some((e) => e[0] === 'message.labels' && (e[3] as { labelIds: string[] }).labelIds.join() === label('INBOX')) ? later : null;
+      return later.some((e) => e[0] === 'message.labels' && (e[3] as { labelIds: string[] }).labelIds.join() === label('INBOX'))
+        ? later
+        : null;
     });
     for (const [type, id, who, data] of byApp) {
       expect(who).to.equal(SYSTEM_ACTOR);

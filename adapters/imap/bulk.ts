@@ -63,7 +63,8 @@ export class ImapBulkSource implements BulkSource {
         case 'copy':
         case 'move': {
           const to = labelOf(step.to).path;
-          const result = step.op === 'copy' ? await client.messageCopy(range, to, { uid: true }) : await client.messageMove(range, to, { uid: true });
+          const result =
+            step.op === 'copy' ? await client.messageCopy(range, to, { uid: true }) : await client.messageMove(range, to, { uid: true });
           // COPYUID names the UIDs copied; one not in it was not there (gone meanwhile).
           for (const uid of result ? (result.uidMap?.keys() ?? []) : []) done.add(uid);
           break;

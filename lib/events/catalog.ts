@@ -146,10 +146,14 @@ const BUILTINS: BuiltinSpec[] = [
     "A message's labels changed (through the API, a bulk change or a mail app's copy, move or expunge): every label it is in now.",
     [{ name: 'labelIds', type: 'string[]', required: true, description: 'Every label the message is in now (lbl_… ids).' }],
   ),
-  mailType('message.keywords', "A message's custom keywords (IMAP keywords such as $label1) changed in a label, through the API or a mail app.", [
-    { name: 'keywords', type: 'string[]', required: true, description: 'Its keywords in that label now.' },
-    labelField('The label whose copy changed.'),
-  ]),
+  mailType(
+    'message.keywords',
+    "A message's custom keywords (IMAP keywords such as $label1) changed in a label, through the API or a mail app.",
+    [
+      { name: 'keywords', type: 'string[]', required: true, description: 'Its keywords in that label now.' },
+      labelField('The label whose copy changed.'),
+    ],
+  ),
   {
     // Recorded by lib/mail/bulk-journal.ts for each POST …/messages/bulk (and the bulk MCP tools):
     // the call as a whole. Each message's own changes are the message.* events the sync records.
@@ -161,7 +165,13 @@ const BUILTINS: BuiltinSpec[] = [
     status: 'stable',
     subject: 'the Idempotency-Key of the call, when it had one',
     fields: [
-      { name: 'change', type: 'string', enum: ['labels', 'flags', 'keywords', 'move'], required: true, description: 'What kind of change.' },
+      {
+        name: 'change',
+        type: 'string',
+        enum: ['labels', 'flags', 'keywords', 'move'],
+        required: true,
+        description: 'What kind of change.',
+      },
       { name: 'to', type: 'string', description: 'For change = move: where to (inbox, archive, trash, junk or a label id).' },
       { name: 'add', type: 'string[]', description: 'The labels, flags or keywords added.' },
       { name: 'remove', type: 'string[]', description: 'The labels, flags or keywords removed.' },

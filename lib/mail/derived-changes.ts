@@ -12,7 +12,11 @@ import type { ChangePoint, LiveChange, MailIndexStore } from './types.ts';
 export function keywordsChange(flagChange: LiveChange, before: readonly string[], after: readonly string[]): LiveChange | null {
   const was = fromImapFlags(before).keywords;
   const now = fromImapFlags(after).keywords;
-  const key = (k: readonly string[]) => k.map((x) => x.toLowerCase()).sort().join(' ');
+  const key = (k: readonly string[]) =>
+    k
+      .map((x) => x.toLowerCase())
+      .sort()
+      .join(' ');
   if (key(was) === key(now)) return null;
   return { type: 'message.keywords', msgId: flagChange.msgId, labelId: flagChange.labelId, keywords: now, at: flagChange.at };
 }

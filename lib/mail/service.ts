@@ -422,7 +422,9 @@ export class MailService {
 export function checkKeywords(add: readonly string[], remove: readonly string[]): void {
   const flags = [...add, ...remove].filter((k) => fromImapFlags([k]).flags.length > 0);
   if (flags.length > 0)
-    throw invalid(`${flags.join(', ')} ${flags.length > 1 ? 'are flags' : 'is a flag'}, not a custom keyword: use …/flags, or …/move for junk`);
+    throw invalid(
+      `${flags.join(', ')} ${flags.length > 1 ? 'are flags' : 'is a flag'}, not a custom keyword: use …/flags, or …/move for junk`,
+    );
   const both = add.filter((k) => remove.some((r) => r.toLowerCase() === k.toLowerCase()));
   if (both.length > 0) throw invalid(`a keyword cannot be added and removed at once: ${both.join(', ')}`);
 }

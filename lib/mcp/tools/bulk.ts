@@ -47,7 +47,12 @@ export function bulkTools(access: Access, bulk: MailBulk): Tool[] {
       run: (p, args) => run(p, args, { kind: 'move', to: args.to }),
     }),
     moveTool('archive_messages', 'Archive many messages', 'archive', "Moves messages to the inbox's archive folder."),
-    moveTool('trash_messages', 'Move many messages to trash', 'trash', "Moves messages to the inbox's trash folder (not deleted: move_messages with to=inbox brings them back)."),
+    moveTool(
+      'trash_messages',
+      'Move many messages to trash',
+      'trash',
+      "Moves messages to the inbox's trash folder (not deleted: move_messages with to=inbox brings them back).",
+    ),
     moveTool('junk_messages', 'Mark many messages as junk', 'junk', "Moves messages to the inbox's junk folder and marks them junk."),
     tool<BulkArgs & { add?: string[]; remove?: string[] }>({
       name: 'label_messages',
