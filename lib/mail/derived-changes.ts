@@ -23,15 +23,23 @@ export function keywordsChange(flagChange: LiveChange, before: readonly string[]
 
 /**
  * Collects the messages a pass added or removed (wrap its publish), then makes one message.labels
- * each from the index once the pass is done. Keyed on the last addition or removal seen of the
- * message (`at`): two processes that applied the same change record it once.
+ * each from the index once the pass is done: for a message that was in some label before the pass
+ * and is in some label after it. A new arrival (message.added says it) and a message gone from
+ * every label (message.removed says it) get none, so plain delivery and expunge cost no more
+ * events than before. Keyed on the last addition or removal seen of the message (`at`): two
+ * processes that applied the same change record it once.
  */
 export class LabelStateCollector {
-  private readonly touched = new Map<string, ChangePoint>();
+  private readonly touched = new Map<string, { at: ChangePoint; added: Set<string>; removed: Set<string> }>();
 
   see(changes: readonly LiveChange[]): void {
-    for (const c of changes)
-      if (c.type === 'message.added' || c.type === 'message.removed') this.touched.set(c.msgId, { ...c.at, after: c.type });
+    for (const c of changes) {
+      if (c.type !== 'message.added' && c.type !== 'message.removed') continue;
+      let t = this.touched.get(c.msgId);
+      if (!t) this.touched.set(c.msgId, (t = { at: c.at, added: new Set(), removed: new Set() }));
+      t.at = { ...c.at, after: c.type };
+      (c.type === 'message.added' ? t.added : t.removed).add(c.at.labelGuid);
+    }
   }
 
   async changes(store: MailIndexStore, inboxId: string): Promise<LiveChange[]> {
@@ -39,13 +47,14 @@ export class LabelStateCollector {
     const labels = (await store.labels(inboxId)).sort(compareLabels);
     const order = new Map(labels.map((l, i) => [l.guid, i]));
     const out: LiveChange[] = [];
-    for (const [msgId, at] of this.touched) {
+    for (const [msgId, t] of this.touched) {
       const guid = guidFromId('msg', msgId);
       const found = guid ? await store.message(inboxId, guid) : null;
-      const guids = [...new Set((found?.locations ?? []).map((l) => l.labelGuid))].sort(
-        (a, b) => (order.get(a) ?? Infinity) - (order.get(b) ?? Infinity),
-      );
-      out.push({ type: 'message.labels', msgId, labelIds: guids.map((g) => idFromGuid('lbl', g)), at });
+      const after = [...new Set((found?.locations ?? []).map((l) => l.labelGuid))];
+      const before = new Set([...after.filter((g) => !t.added.has(g)), ...t.removed]);
+      if (after.length === 0 || before.size === 0) continue;
+      after.sort((a, b) => (order.get(a) ?? Infinity) - (order.get(b) ?? Infinity));
+      out.push({ type: 'message.labels', msgId, labelIds: after.map((g) => idFromGuid('lbl', g)), at: t.at });
     }
     this.touched.clear();
     return out;
