@@ -21,6 +21,9 @@ export function keywordsChange(flagChange: LiveChange, before: readonly string[]
   return { type: 'message.keywords', msgId: flagChange.msgId, labelId: flagChange.labelId, keywords: now, at: flagChange.at };
 }
 
+/** The most messages one pass derives message.labels for. */
+export const MAX_DERIVED = 5000;
+
 /**
  * Collects the messages a pass added or removed (wrap its publish), then makes one message.labels
  * each from the index once the pass is done: for a message that was in some label before the pass
@@ -43,7 +46,13 @@ export class LabelStateCollector {
   }
 
   async changes(store: MailIndexStore, inboxId: string): Promise<LiveChange[]> {
-    if (this.touched.size === 0) return [];
+    // A pass this big is a mass import or a reconcile of a label, not someone filing mail: one
+    // index read per message would make the pass itself much longer, and message.added and
+    // message.removed already say every change (docs/organize.md, "Events").
+    if (this.touched.size === 0 || this.touched.size > MAX_DERIVED) {
+      this.touched.clear();
+      return [];
+    }
     const labels = (await store.labels(inboxId)).sort(compareLabels);
     const order = new Map(labels.map((l, i) => [l.guid, i]));
     const out: LiveChange[] = [];
