@@ -367,7 +367,8 @@ describe('every inbox watched, always', function () {
           }),
         );
         took.push(await timed(s, token, inbox.id, 5, () => app.messageMove(String(uid), 'Archive', { uid: true })));
-        const log = await events(s, token, inbox.id);
+        // The move's message.labels (docs/organize.md, "Events") is left out: one or two, as the passes met its labels.
+        const log = (await events(s, token, inbox.id)).filter((e) => e.type !== 'message.labels');
         expect(log.map((e) => e.type)).to.have.members([
           'message.added',
           'message.flags',
