@@ -175,7 +175,18 @@ const TOKEN_SETS: Record<string, string[]> = {
   flags: ['messages:read', 'flags:write'],
   send: ['messages:read', 'send'],
   events: ['events:read', 'events:write', 'project:read'],
-  all: ['messages:read', 'content:read', 'flags:write', 'send', 'events:read', 'events:write', 'project:read', 'audit:read'],
+  // messages:write: the demo's "all" token organizes mail too (docs/organize.md, "Who may").
+  all: [
+    'messages:read',
+    'content:read',
+    'flags:write',
+    'messages:write',
+    'send',
+    'events:read',
+    'events:write',
+    'project:read',
+    'audit:read',
+  ],
 };
 
 export interface SeededProject {

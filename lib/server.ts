@@ -31,6 +31,7 @@ import { createHttpServer, drainServer } from './http/connections.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
 import { folderRoutes } from './http/routes/folders.ts';
+import { bulkRoutes } from './http/routes/bulk.ts';
 import { searchRoutes } from './http/routes/search.ts';
 import type { MailMirror } from './mail/mirror.ts';
 import type { MailService } from './mail/service.ts';
@@ -197,6 +198,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     labelRoutes(access, mail),
     messageRoutes(access, mail, validator, sealed, rate),
     folderRoutes(access, mailPart.folders, validator),
+    bulkRoutes(access, mailPart.bulk, validator),
     searchRoutes(access, mailSearch, validator, eventLog, rate),
     keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
     contentRoutes(access, sealed, eventLog, rate),

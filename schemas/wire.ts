@@ -144,12 +144,17 @@ export interface LabelName {
 
 /** docs/api.md, "LiveChange": the data of each inbox stream event (mail.json LiveChange). */
 export interface LiveChange {
-  type: 'message.added' | 'message.removed' | 'message.flags';
+  /** message.labels and message.keywords are extensions of version 1 (docs/organize.md, "Events"). */
+  type: 'message.added' | 'message.removed' | 'message.flags' | 'message.labels' | 'message.keywords';
   msgId: string;
   /** The label a message was added to or removed from; on message.flags too (flags are per label in IMAP). */
   labelId?: string;
   uid?: number;
   flags?: Flag[];
+  /** message.labels: every label the message is in now. */
+  labelIds?: string[];
+  /** message.keywords: its keywords in that label now. */
+  keywords?: string[];
 }
 
 /** docs/api.md, "Epoch keys": one epoch's private key, sealed to the caller's user key. */

@@ -406,7 +406,9 @@ async function smoke(): Promise<void> {
   const seed = JSON.parse(json) as Seed;
   if (!seed.tokens?.['messages:read'] || !seed.enrollmentLink) throw new Error(`demo-seed printed no tokens:\n${seedOut}`);
   log(`demo-seed printed the tokens and the enrollment link (${seed.enrollmentLink})`);
-  const all = seed.tokens['messages:read,content:read,flags:write,send,events:read,events:write,project:read,audit:read']!;
+  // The demo's token with every scope (scripts/demo-seed.ts, TOKEN_SETS.all), messages:write included.
+  const all = seed.tokens['messages:read,content:read,flags:write,messages:write,send,events:read,events:write,project:read,audit:read'];
+  if (!all) throw new Error(`demo-seed printed no token with every scope:\n${seedOut}`);
 
   // An API call with a token.
   const inboxes = await api<{ inboxes: unknown[] }>(PORTS.api1, '/v1/inboxes', seed.tokens['messages:read']);

@@ -18,6 +18,7 @@ const CORPUS_SUITES: Array<{ file: string; grep?: string }> = [
   { file: 'test/search-corpus.test.ts' },
   { file: 'test/organize.test.ts' },
   { file: 'test/compose.test.ts', grep: 'corpus' },
+  { file: 'test/bulk.test.ts' },
 ];
 
 function mochaOn(suite: { file: string; grep?: string }, env: Record<string, string>): Promise<{ code: number; output: string }> {

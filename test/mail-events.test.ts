@@ -252,7 +252,10 @@ describe('mail changes in the event log: two Postern instances on one store', fu
     await sync();
     const mailbox = { id: inbox.id, imapUser: inbox.imapUser, addresses: [inbox.address] };
     await Promise.all([a.postern.mailMirror.syncNow(mailbox), b.mailMirror.syncNow(mailbox)]);
-    const events = await log();
+    const all = await log();
+    // The step-by-step changes; the message.labels a move also records (docs/organize.md,
+    // "Events") depend on how the passes met the two labels, and are left out here.
+    const events = all.filter((e) => e.type !== 'message.labels');
     const msgId = events[0]!.data!.msgId;
     expect(
       events.every((e) => e.data!.msgId === msgId && e.subject === msgId),
@@ -263,7 +266,7 @@ describe('mail changes in the event log: two Postern instances on one store', fu
     const seen = events.map(sig);
     expect([...seen.slice(0, 4), ...seen.slice(4, 6).sort(), ...seen.slice(6)]).to.deep.equal(expected);
     // The inbox's stream has no gaps: nothing was appended and then taken back.
-    const seqs = events.map((e) => Number(e.sequence));
+    const seqs = all.map((e) => Number(e.sequence));
     expect(seqs).to.deep.equal(seqs.map((_, i) => seqs[0]! + i));
   }
 

@@ -154,16 +154,21 @@ describe('MCP: /v1/mcp', function () {
     const names = (await client.listTools()).tools.map((t) => t.name).sort();
     expect(names).to.deep.equal([
       'archive_message',
+      'archive_messages',
+      'change_keywords',
       'create_draft',
       'create_label',
       'get_attachment',
       'get_message',
+      'junk_messages',
+      'label_messages',
       'list_drafts',
       'list_events',
       'list_inboxes',
       'list_labels',
       'list_messages',
       'move_message',
+      'move_messages',
       'publish_event',
       'read_message',
       'rename_label',
@@ -172,6 +177,7 @@ describe('MCP: /v1/mcp', function () {
       'send_message',
       'set_flags',
       'trash_message',
+      'trash_messages',
       'update_draft',
     ]);
     const readOnly = await connect(s, await p.token(['messages:read']));

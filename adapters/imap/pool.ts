@@ -8,7 +8,7 @@
 // - Long work (downloads) runs in the "bulk" lane, which may use all but one connection of an
 //   inbox, so a listing or sync always finds one.
 // - Opening retries with backoff (Dovecot restarting); a task that fails because its connection
-//   died is retried once on a fresh one (every task here is idempotent).
+//   died is retried once on a fresh one (every task here is idempotent but copies, which ask not to be).
 // - Nothing waits forever: a task that finds no connection within `acquireTimeoutMs` answers
 //   503, and dedicated connections (watchers) are refused at the cap.
 // - Dedicated connections never take the last `reservedForReads` of `maxTotal`: however many
@@ -125,12 +125,15 @@ export class ImapPool {
    * `limit.ms` fails with `limit.error()` and its connection is closed (the server may work on
    * its command for minutes and would answer it before any other), not retried: for a command
    * whose cost the caller cannot bound, a first body search indexing a large mailbox.
+   * With `retry` false, a task whose connection died is not run again: for a task that is not
+   * idempotent (a COPY that completed before the connection died would be made twice).
    */
   async use<T>(
     user: string,
     task: (client: ImapFlow) => Promise<T>,
     lane: Lane = 'interactive',
     limit?: { ms: number; error: () => Error },
+    retry = true,
   ): Promise<T> {
     for (let attempt = 0; ; attempt++) {
       const conn = await this.acquire(user, lane);
@@ -157,7 +160,7 @@ export class ImapPool {
         const dead = !conn.client.usable;
         if (dead) this.discard(conn);
         else this.release(conn);
-        if (dead && attempt === 0 && !this.closed) {
+        if (retry && dead && attempt === 0 && !this.closed) {
           this.log.debug({ err, user }, 'imap connection died during a task; retrying on a new one');
           continue;
         }

@@ -90,41 +90,49 @@ export class ImapMailSource implements MailSource {
     const others = change.remove.filter((p) => !(p.labelGuid === from.guid && p.uid === change.from.uid));
     const uid = String(change.from.uid);
     let missed = false;
-    await this.pool.use(inbox.imapUser, async (client) => {
-      missed = false; // a retry on a fresh connection starts over
-      try {
-        // Every open checks UIDVALIDITY: a label renumbered meanwhile holds other messages now.
-        const open = async (label: LabelState): Promise<boolean> => {
-          const opened = await client.mailboxOpen(label.path).catch(() => null);
-          return opened !== null && Number(opened.uidValidity) === label.uidValidity;
-        };
-        if (targets.length > 0) {
-          if (!(await open(from))) return void (missed = true);
-          // With a move, the last target is the MOVE's: the copies before it still have a source.
-          const copies = moving ? targets.slice(0, -1) : targets;
-          for (const t of copies) {
-            const copied = await client.messageCopy(uid, t.path, { uid: true });
-            // No COPYUID for our UID: it is not there (gone meanwhile), and nothing was copied.
-            if (!copied || !copied.uidMap?.has(change.from.uid)) return void (missed = true);
+    await this.pool.use(
+      inbox.imapUser,
+      async (client) => {
+        try {
+          // Every open checks UIDVALIDITY: a label renumbered meanwhile holds other messages now.
+          const open = async (label: LabelState): Promise<boolean> => {
+            const opened = await client.mailboxOpen(label.path).catch(() => null);
+            return opened !== null && Number(opened.uidValidity) === label.uidValidity;
+          };
+          if (targets.length > 0) {
+            if (!(await open(from))) return void (missed = true);
+            // With a move, the last target is the MOVE's: the copies before it still have a source.
+            const copies = moving ? targets.slice(0, -1) : targets;
+            for (const t of copies) {
+              const copied = await client.messageCopy(uid, t.path, { uid: true });
+              // No COPYUID for our UID: it is not there (gone meanwhile), and nothing was copied.
+              if (!copied || !copied.uidMap?.has(change.from.uid)) return void (missed = true);
+            }
+            if (moving) {
+              const moved = await client.messageMove(uid, targets.at(-1)!.path, { uid: true });
+              if (!moved || !moved.uidMap?.has(change.from.uid)) return void (missed = true);
+            }
           }
-          if (moving) {
-            const moved = await client.messageMove(uid, targets.at(-1)!.path, { uid: true });
-            if (!moved || !moved.uidMap?.has(change.from.uid)) return void (missed = true);
+          // Without targets there is no MOVE: every place asked for is expunged, `from` included.
+          for (const place of targets.length > 0 ? others : change.remove) {
+            const label = await pathOf(place.labelGuid);
+            // Gone or renumbered: the message is not there any more, which is what was asked.
+            if (!(await open(label))) continue;
+            // \Deleted, then UID EXPUNGE of that one UID (UIDPLUS): no other message is touched.
+            if (!(await client.messageDelete(String(place.uid), { uid: true })))
+              throw unavailable('the mail server did not remove the message from a label; try again');
           }
+        } finally {
+          if (client.usable) await unselect(client).catch(() => undefined);
         }
-        // Without targets there is no MOVE: every place asked for is expunged, `from` included.
-        for (const place of targets.length > 0 ? others : change.remove) {
-          const label = await pathOf(place.labelGuid);
-          // Gone or renumbered: the message is not there any more, which is what was asked.
-          if (!(await open(label))) continue;
-          // \Deleted, then UID EXPUNGE of that one UID (UIDPLUS): no other message is touched.
-          if (!(await client.messageDelete(String(place.uid), { uid: true })))
-            throw unavailable('the mail server did not remove the message from a label; try again');
-        }
-      } finally {
-        if (client.usable) await unselect(client).catch(() => undefined);
-      }
-    });
+        // Not retried on a fresh connection: a COPY that completed before the connection died
+        // would be made again (a second copy in that label). The caller syncs and the API's retry
+        // plans again from where the message is then (docs/organize.md, "Labels").
+      },
+      'interactive',
+      undefined,
+      false,
+    );
     return { missed };
   }
 

@@ -13,7 +13,8 @@ import type { Logger } from 'pino';
 import { idFromGuid } from '../../lib/ids.ts';
 import { fromImapFlags } from '../../lib/mail/flags.ts';
 import { compareLabels } from '../../lib/mail/labels.ts';
-import type { IndexOp, LabelChange, LabelState, LiveChange, Location, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
+import { keywordsChange, LabelStateCollector } from '../../lib/mail/derived-changes.ts';
+import type { IndexOp, LabelChange, LabelState, LiveChange, Location, MailIndexStore, MailInbox, MessageChange } from '../../lib/mail/types.ts';
 import {
   FLAG_ITEMS,
   FULL_ITEMS,
@@ -142,9 +143,10 @@ class Batch {
     return this.publish !== null;
   }
 
-  async add(op: IndexOp, change: LiveChange | null): Promise<void> {
+  async add(op: IndexOp, change: LiveChange | null, also: LiveChange | null = null): Promise<void> {
     this.ops.push(op);
     if (change && this.publish) this.changes.push({ op: this.ops.length - 1, change });
+    if (also && this.publish) this.changes.push({ op: this.ops.length - 1, change: also });
     if (this.ops.length >= BATCH) await this.flush();
   }
 
@@ -227,7 +229,7 @@ const flagsChanged = (
   uidValidity: number,
   modseq: number,
   flags: string[],
-): LiveChange => ({
+): MessageChange => ({
   type: 'message.flags',
   msgId: idFromGuid('msg', l.msgGuid),
   labelId: idFromGuid('lbl', l.labelGuid),
@@ -273,7 +275,23 @@ export class IndexSync {
   async run(client: ImapFlow, inbox: MailInbox, publish: Publish): Promise<SyncStats> {
     // A first fill (a new inbox, or a lost index) is silent: nothing changed, the index was empty.
     const seeded = await this.store.isSeeded(inbox.id);
-    const announce = seeded ? publish : null;
+    // Each message added or removed somewhere also gets its labels after the pass (message.labels).
+    const placed = new LabelStateCollector();
+    const announce: Publish | null = seeded
+      ? (inboxId, changes) => {
+          placed.see(changes);
+          publish(inboxId, changes);
+        }
+      : null;
+    try {
+      return await this.pass(client, inbox, seeded, announce);
+    } finally {
+      const labelled = await placed.changes(this.store, inbox.id).catch(() => []);
+      if (labelled.length > 0) publish(inbox.id, labelled);
+    }
+  }
+
+  private async pass(client: ImapFlow, inbox: MailInbox, seeded: boolean, announce: Publish | null): Promise<SyncStats> {
     await unselect(client);
     // The first fill takes INBOX first, then the special-use labels: what readers open first.
     const listed = seeded ? await listStatus(client) : (await listStatus(client)).sort(compareLabels);
@@ -424,9 +442,11 @@ export class IndexSync {
     if (!row.flags) return;
     const [known] = await this.store.locations(inboxId, labelGuid, [row.uid]);
     if (!known || sameFlags(known.flags, row.flags)) return;
+    const change = flagsChanged(known, uidValidity, row.modseq, row.flags);
     await batch.add(
       { op: 'flags', labelGuid, uid: row.uid, modseq: row.modseq, flags: row.flags },
-      flagsChanged(known, uidValidity, row.modseq, row.flags),
+      change,
+      keywordsChange(change, known.flags, row.flags),
     );
   }
 

@@ -197,6 +197,49 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'sent', type: 'boolean', required: true, description: 'True when it went because it was sent.' },
     ],
   },
+  // docs/organize.md, "Events": the state after a change, as JMAP's Email changes carry it, so a
+  // consumer need not add up message.added and message.removed (which the sync may see apart).
+  mailType(
+    'message.labels',
+    "A message's labels changed (through the API, a bulk change or a mail app's copy, move or expunge): every label it is in now.",
+    [{ name: 'labelIds', type: 'string[]', required: true, description: 'Every label the message is in now (lbl_… ids).' }],
+  ),
+  mailType(
+    'message.keywords',
+    "A message's custom keywords (IMAP keywords such as $label1) changed in a label, through the API or a mail app.",
+    [
+      { name: 'keywords', type: 'string[]', required: true, description: 'Its keywords in that label now.' },
+      labelField('The label whose copy changed.'),
+    ],
+  ),
+  {
+    // Recorded by lib/mail/bulk-journal.ts for each POST …/messages/bulk (and the bulk MCP tools):
+    // the call as a whole. Each message's own changes are the message.* events the sync records.
+    name: 'message.bulk',
+    description:
+      'One change was applied to many messages of the inbox (POST …/messages/bulk or a bulk MCP tool): which ids it changed, found already so, did not find, or refused.',
+    class: 'mail',
+    visibility: 'inbox',
+    status: 'stable',
+    subject: 'the Idempotency-Key of the call, when it had one',
+    fields: [
+      {
+        name: 'change',
+        type: 'string',
+        enum: ['labels', 'flags', 'keywords', 'move'],
+        required: true,
+        description: 'What kind of change.',
+      },
+      { name: 'to', type: 'string', description: 'For change = move: where to (inbox, archive, trash, junk or a label id).' },
+      { name: 'add', type: 'string[]', description: 'The labels, flags or keywords added.' },
+      { name: 'remove', type: 'string[]', description: 'The labels, flags or keywords removed.' },
+      { name: 'changed', type: 'string[]', required: true, description: 'The messages changed.' },
+      { name: 'unchanged', type: 'string[]', required: true, description: 'The messages already so.' },
+      { name: 'notFound', type: 'string[]', required: true, description: 'The ids not found in the inbox.' },
+      { name: 'refused', type: 'string[]', required: true, description: 'The messages the change was refused for.' },
+      { name: 'errors', type: 'string[]', description: 'Why, for each refused message, in the same order.' },
+    ],
+  },
   {
     name: 'mail.delivery.accepted',
     description: 'The mail relay accepted a message sent from the inbox for delivery.',

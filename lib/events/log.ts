@@ -263,6 +263,17 @@ export class EventLog {
   }
 
   /**
+   * The data of the event record() stored under `dedupeKey` within its 24 hours, if any: a
+   * repeated bulk change answers from it (lib/mail/bulk-journal.ts).
+   */
+  async recordedUnder(projectId: string, dedupeKey: string): Promise<EventData | null> {
+    const prior = await this.store.keyedEvent(projectId, INTERNAL_KEY_PREFIX + dedupeKey, this.now() - IDEMPOTENCY_TTL_MS);
+    if (!prior) return null;
+    const [event] = await this.store.atPositions(projectId, [prior.position]);
+    return event ? ((JSON.parse(event.json) as { data?: EventData }).data ?? {}) : null;
+  }
+
+  /**
    * POST /events: one event of a registered `ext.*` type. 422 for an unregistered type or data
    * that does not match; a valid request with a key used in the last 24 hours is a duplicate.
    * The caller has checked the inbox (404) and the data size (413).

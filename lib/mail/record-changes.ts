@@ -21,7 +21,7 @@ import type { DirectoryStore } from '../directory/ports.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
 import type { Flag } from '../../schemas/wire.ts';
-import { isLabelChange, type LabelChange, type LiveChange } from './types.ts';
+import { isLabelChange, type LabelChange, type LiveChange, type MessageChange } from './types.ts';
 import type { WarnLog } from '../warn-log.ts';
 
 /**
@@ -40,7 +40,9 @@ export function dedupeKeyOf(inboxId: string, change: LiveChange): string | undef
   }
   const { labelGuid, uidValidity, uid, modseq } = change.at;
   const where = `${change.type}:${inboxId}:${labelGuid}:${uidValidity}:${uid}`;
-  if (change.type !== 'message.flags') return where;
+  // The same place has an addition and, later, a removal: each is followed by its own message.labels.
+  if (change.type === 'message.labels') return `${where}:${change.at.after ?? ''}`;
+  if (change.type !== 'message.flags' && change.type !== 'message.keywords') return where;
   return modseq !== undefined && modseq > 0 ? `${where}:${modseq}` : undefined;
 }
 
@@ -54,6 +56,8 @@ function dataOf(change: LiveChange): EventData {
   if (change.labelId !== undefined) data.labelId = change.labelId;
   if (change.uid !== undefined) data.uid = change.uid;
   if (change.flags !== undefined) data.flags = [...change.flags];
+  if (change.labelIds !== undefined) data.labelIds = [...change.labelIds];
+  if (change.keywords !== undefined) data.keywords = [...change.keywords];
   return data;
 }
 
@@ -182,11 +186,36 @@ export class MailChangeRecorder {
   readonly expectFolder = (inboxId: string, type: LabelChange['type'], key: string, actor: string): (() => void) =>
     this.expected.add([folderKey(inboxId, type, key)], () => ({ actor, until: Date.now() + EXPECT_MS }));
 
-  private actorOf(inboxId: string, c: LiveChange): string {
+  /**
+   * Who last added or removed each message (by inbox and message): its message.labels, which the
+   * sync derives after the pass (lib/mail/derived-changes.ts), is theirs. Bounded: the oldest go.
+   */
+  private readonly placedBy = new Map<string, string>();
+
+  private actorOf(inboxId: string, c: LiveChange, batch: ReadonlyMap<LiveChange, string>): string {
     if (isLabelChange(c)) {
       const key = folderKey(inboxId, c.type, c.type === 'label.created' ? c.name : c.at.labelGuid);
       return this.expected.take(key, () => true) ?? SYSTEM_ACTOR;
     }
+    if (c.type === 'message.keywords') {
+      // Derived from the message.flags of the same place and MODSEQ, in the same batch: its actor.
+      for (const [other, actor] of batch)
+        if (other.type === 'message.flags' && other.at.labelGuid === c.at.labelGuid && other.at.uid === c.at.uid) return actor;
+      return SYSTEM_ACTOR;
+    }
+    if (c.type === 'message.labels') return this.placedBy.get(`${inboxId}:${c.msgId}`) ?? SYSTEM_ACTOR;
+    if (c.type === 'message.added' || c.type === 'message.removed') {
+      const actor = this.takeActor(inboxId, c);
+      const key = `${inboxId}:${c.msgId}`;
+      this.placedBy.delete(key);
+      if (this.placedBy.size >= 10_000) this.placedBy.delete(this.placedBy.keys().next().value!);
+      this.placedBy.set(key, actor);
+      return actor;
+    }
+    return this.takeActor(inboxId, c);
+  }
+
+  private takeActor(inboxId: string, c: MessageChange): string {
     if (c.type === 'message.flags') {
       const flags = c.flags;
       if (!flags) return SYSTEM_ACTOR;
@@ -226,13 +255,15 @@ export class MailChangeRecorder {
     if (!inbox) return;
     // Issued together, in order: one commit for the batch, positions in the order applied. A
     // change another process recorded first resolves with null here.
+    const actors = new Map<LiveChange, string>();
+    for (const c of changes) actors.set(c, this.actorOf(inboxId, c, actors));
     await Promise.all(
       changes.map((c) =>
         this.events.record({
           type: c.type,
           projectId: inbox.projectId,
           inboxId,
-          actor: this.actorOf(inboxId, c),
+          actor: actors.get(c)!,
           subject: isLabelChange(c) ? c.labelId : c.msgId,
           data: dataOf(c),
           dedupeKey: dedupeKeyOf(inboxId, c),

@@ -215,13 +215,7 @@ export class MailService {
     remove: readonly string[],
     actor: string,
   ): Promise<{ keywords: string[] }> {
-    const flags = [...add, ...remove].filter((k) => fromImapFlags([k]).flags.length > 0);
-    if (flags.length > 0)
-      throw invalid(
-        `${flags.join(', ')} ${flags.length > 1 ? 'are flags' : 'is a flag'}, not a custom keyword: use …/flags, or …/move for junk`,
-      );
-    const both = add.filter((k) => remove.some((r) => r.toLowerCase() === k.toLowerCase()));
-    if (both.length > 0) throw invalid(`a keyword cannot be added and removed at once: ${both.join(', ')}`);
+    checkKeywords(add, remove);
     const found = await this.storeEverywhere(inbox, msgId, add, remove, actor);
     return { keywords: fromImapFlags(primaryLocation(found.locations, await this.index.labels(inbox.id)).flags).keywords };
   }
@@ -336,19 +330,7 @@ export class MailService {
   async move(inbox: MailInbox, msgId: string, to: string, actor: string): Promise<MessagePlacement> {
     await this.mirror.refresh(inbox);
     const labels = await this.index.labels(inbox.id);
-    let target: LabelState | undefined;
-    if (to === 'inbox') {
-      target = labels.find((l) => l.path.toUpperCase() === 'INBOX');
-      if (!target) throw conflict('this inbox has no INBOX folder');
-    } else if (to === 'archive' || to === 'trash' || to === 'junk') {
-      const use = SPECIAL_TARGETS[to];
-      target = labels.find((l) => l.specialUse === use);
-      if (!target) throw conflict(`this inbox has no ${use} folder to move the message to (the mail server declares none)`);
-    } else {
-      const guid = guidFromId('lbl', to);
-      target = guid ? labels.find((l) => l.guid === guid) : undefined;
-      if (!target) throw unprocessable(`label ${to} does not exist in this inbox`);
-    }
+    const target = moveTarget(labels, to);
     const junk = labels.find((l) => l.specialUse === '\\Junk');
     const found = await this.find(inbox, msgId);
     // Every spelling of the other mark goes (a mail app may have written NonJunk or Junk).
@@ -431,6 +413,39 @@ export class MailService {
     if (!found || !first) throw notFound('message not found');
     return { message: found.message, locations: [first, ...rest] };
   }
+}
+
+/**
+ * docs/organize.md, "Keywords": custom keywords only (no Flag's spelling), none both added and
+ * removed (compared without case, as IMAP does).
+ */
+export function checkKeywords(add: readonly string[], remove: readonly string[]): void {
+  const flags = [...add, ...remove].filter((k) => fromImapFlags([k]).flags.length > 0);
+  if (flags.length > 0)
+    throw invalid(
+      `${flags.join(', ')} ${flags.length > 1 ? 'are flags' : 'is a flag'}, not a custom keyword: use …/flags, or …/move for junk`,
+    );
+  const both = add.filter((k) => remove.some((r) => r.toLowerCase() === k.toLowerCase()));
+  if (both.length > 0) throw invalid(`a keyword cannot be added and removed at once: ${both.join(', ')}`);
+}
+
+/** docs/organize.md, "Move": the label `to` names (inbox, archive, trash, junk or a label id). */
+export function moveTarget(labels: readonly LabelState[], to: string): LabelState {
+  if (to === 'inbox') {
+    const inbox = labels.find((l) => l.path.toUpperCase() === 'INBOX');
+    if (!inbox) throw conflict('this inbox has no INBOX folder');
+    return inbox;
+  }
+  if (to === 'archive' || to === 'trash' || to === 'junk') {
+    const use = SPECIAL_TARGETS[to];
+    const special = labels.find((l) => l.specialUse === use);
+    if (!special) throw conflict(`this inbox has no ${use} folder to move the message to (the mail server declares none)`);
+    return special;
+  }
+  const guid = guidFromId('lbl', to);
+  const label = guid ? labels.find((l) => l.guid === guid) : undefined;
+  if (!label) throw unprocessable(`label ${to} does not exist in this inbox`);
+  return label;
 }
 
 const msgIdOf = (locations: readonly Location[]): string => messageId(locations[0]!.msgGuid);

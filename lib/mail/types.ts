@@ -28,6 +28,8 @@ export interface ChangePoint {
   uid: number;
   /** message.flags only: the message's MODSEQ with these flags. */
   modseq?: number;
+  /** message.labels only: the type of the addition or removal at this point it follows. */
+  after?: 'message.added' | 'message.removed';
 }
 
 /**

@@ -43,6 +43,8 @@ import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
 import { folderTools } from './tools/folders.ts';
 import { organizeTools } from './tools/organize.ts';
+import { bulkTools } from './tools/bulk.ts';
+import type { MailBulk } from '../mail/bulk.ts';
 import { searchTools } from './tools/search.ts';
 import { sendTools } from './tools/send.ts';
 
@@ -54,6 +56,8 @@ export interface McpDeps {
   mail: MailService;
   /** Labels and deleting forever (lib/mcp/tools/folders.ts). */
   folders?: MailFolders;
+  /** Bulk organizing (lib/mcp/tools/bulk.ts); its tools are offered when given. */
+  bulk?: MailBulk;
   search: MailSearch;
   sealed: SealedMail;
   send: SendService;
@@ -123,6 +127,7 @@ export class McpTools {
       ...mailTools(access, mail, sealed),
       ...organizeTools(access, mail),
       ...(deps.folders ? folderTools(access, deps.folders) : []),
+      ...(deps.bulk ? bulkTools(access, deps.bulk) : []),
       ...searchTools(access, search, events),
       ...contentTools(access, sealed, events),
       ...sendTools(access, send, sealed, deps.identities, events),

@@ -2,6 +2,7 @@
 // mirror deciding when to sync, the watchers), the index-backed services the read API and MCP
 // call, the resealer, and the live feed. Then, in mailIngress, the LMTP delivery ingress, built
 // once what it hands delivery reports to exists (docs/architecture.md, "Start and stop").
+import { ImapBulkSource } from '../../adapters/imap/bulk.ts';
 import { ImapMessageBodies } from '../../adapters/imap/bodies.ts';
 import { ImapFolders } from '../../adapters/imap/folders.ts';
 import { ImapLoginCheck } from '../../adapters/imap/health.ts';
@@ -15,6 +16,8 @@ import type { EventLog } from '../events/log.ts';
 import { Ingress, type SealedInboxHook } from '../mail/ingress.ts';
 import { mailChannel, MailLiveFeed } from '../mail/live.ts';
 import { MailMirror } from '../mail/mirror.ts';
+import { MailBulk } from '../mail/bulk.ts';
+import { EventBulkJournal } from '../mail/bulk-journal.ts';
 import { MailChangeRecorder } from '../mail/record-changes.ts';
 import { Resealer } from '../mail/reseal.ts';
 import { MailSearch } from '../mail/search.ts';
@@ -31,6 +34,8 @@ export interface MailContext {
   mail: MailService;
   /** Labels created, renamed, deleted; messages deleted forever (docs/organize.md). */
   folders: MailFolders;
+  /** One change to many messages (docs/organize.md, "Bulk"). */
+  bulk: MailBulk;
   search: MailSearch;
   sealed: SealedMail;
   source: ImapMailSource;
@@ -152,6 +157,14 @@ export function mailContext(core: Core, events: EventLog): MailContext {
   return {
     mail,
     folders,
+    bulk: new MailBulk({
+      index: mailIndex,
+      mirror,
+      source: new ImapBulkSource(source.pool, mailIndex),
+      journal: new EventBulkJournal(events),
+      announce: mailChanges.expect,
+      announceLabels: mailChanges.expectLabels,
+    }),
     search: new MailSearch({ index: mailIndex, mirror, source, bounds: config.search }),
     sealed: new SealedMail({
       mail,

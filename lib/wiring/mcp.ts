@@ -22,6 +22,7 @@ export function mcpContext(core: Core, events: EventLog, mail: MailContext, send
     access,
     mail: mail.mail,
     folders: mail.folders,
+    bulk: mail.bulk,
     search: mail.search,
     sealed: mail.sealed,
     send: send.send,
