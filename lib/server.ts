@@ -31,6 +31,7 @@ import { createHttpServer, drainServer } from './http/connections.ts';
 import { labelRoutes } from './http/routes/labels.ts';
 import { messageRoutes } from './http/routes/messages.ts';
 import { searchRoutes } from './http/routes/search.ts';
+import { threadRoutes } from './http/routes/threads.ts';
 import type { MailMirror } from './mail/mirror.ts';
 import type { MailService } from './mail/service.ts';
 import type { Resealer } from './mail/reseal.ts';
@@ -192,8 +193,9 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       log,
     }),
     labelRoutes(access, mail),
-    messageRoutes(access, mail, validator, sealed, rate),
-    searchRoutes(access, mailSearch, validator, eventLog, rate),
+    messageRoutes(access, mail, validator, sealed, rate, { reads: mailPart.threads, events: eventLog }),
+    searchRoutes(access, mailSearch, validator, eventLog, rate, mailPart.threads),
+    threadRoutes(access, mailPart.threads, validator, eventLog),
     keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
     contentRoutes(access, sealed, eventLog, rate),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),

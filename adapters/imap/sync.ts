@@ -16,7 +16,7 @@ import { compareLabels } from '../../lib/mail/labels.ts';
 import type { IndexOp, LabelState, LiveChange, Location, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
 import {
   FLAG_ITEMS,
-  FULL_ITEMS,
+  fullItems,
   listStatus,
   uidFetch,
   uidSearchAll,
@@ -340,7 +340,7 @@ export class IndexSync {
       if (uidNextAtOpen > state.uidNext) {
         // Flag changes and expunges above are in the same batches, so the old modseq stays until
         // the end: a retry asks for them again and finds nothing new to say.
-        await uidFetch(client, `${state.uidNext}:*`, FULL_ITEMS, async (row) => {
+        await uidFetch(client, `${state.uidNext}:*`, fullItems(client, inbox), async (row) => {
           if (row.uid < state.uidNext) return;
           batch.progress = { ...base, uidNext: row.uid + 1, highestModseq: state.highestModseq };
           await this.newRow(inbox.id, labelGuid, uidValidity, row, batch);
@@ -369,7 +369,7 @@ export class IndexSync {
     const status = await client.status(box.path, { messages: true });
     const serverCount = status && typeof status.messages === 'number' ? status.messages : null;
     if (serverCount !== null && serverCount !== (await this.store.countIn(inbox.id, labelGuid))) {
-      await this.reconcile(client, inbox.id, labelGuid, uidValidity, uidNext, batch);
+      await this.reconcile(client, inbox, labelGuid, uidValidity, uidNext, batch);
     }
     await batch.flush({
       guid: labelGuid,
@@ -467,7 +467,7 @@ export class IndexSync {
       while (next < ranges.length) {
         const i = next++;
         const r = ranges[i]!;
-        await uidFetch(c, `${r.lo}:${r.hi ?? '*'}`, FULL_ITEMS, (row) => onRow(row, into));
+        await uidFetch(c, `${r.lo}:${r.hi ?? '*'}`, fullItems(c, inbox), (row) => onRow(row, into));
         // The rows first, then the progress that vouches for them.
         await into.flush();
         done[i] = true;
@@ -555,7 +555,7 @@ export class IndexSync {
     onRow: (row: FullRow, into: Batch, first: boolean) => Promise<void>,
   ): Promise<void> {
     const fill = (c: ImapFlow, range: string, into: Batch, first = false) =>
-      uidFetch(c, range, FULL_ITEMS, async (row) => {
+      uidFetch(c, range, fullItems(c, inbox), async (row) => {
         if (row.message && row.flags) await onRow(row as FullRow, into, first);
       });
     const parts = box.messages >= 4000 ? Math.max(1, this.parallel) : 1;
@@ -607,12 +607,13 @@ export class IndexSync {
    */
   private async reconcile(
     client: ImapFlow,
-    inboxId: string,
+    inbox: MailInbox,
     labelGuid: string,
     uidValidity: number,
     uidNext: number,
     batch: Batch,
   ): Promise<void> {
+    const inboxId = inbox.id;
     const ranges = await uidSearchAll(client);
     const onServer = (uid: number): boolean => {
       // Binary search: the ranges are ascending and disjoint.
@@ -644,7 +645,7 @@ export class IndexSync {
     const missing: number[] = [];
     for (const [a, b] of ranges) for (let uid = a; uid <= b && uid < uidNext; uid++) if (!indexed.has(uid)) missing.push(uid);
     for (const set of uidSets(missing)) {
-      await uidFetch(client, set, FULL_ITEMS, (row) => this.newRow(inboxId, labelGuid, uidValidity, row, batch));
+      await uidFetch(client, set, fullItems(client, inbox), (row) => this.newRow(inboxId, labelGuid, uidValidity, row, batch));
     }
   }
 }

@@ -17,6 +17,7 @@ import { MailMirror } from '../mail/mirror.ts';
 import { MailChangeRecorder } from '../mail/record-changes.ts';
 import { Resealer } from '../mail/reseal.ts';
 import { MailSearch } from '../mail/search.ts';
+import { ThreadReads } from '../mail/thread-reads.ts';
 import { MailService } from '../mail/service.ts';
 import type { LiveChange } from '../mail/types.ts';
 import { WatchAll } from '../mail/watch-all.ts';
@@ -28,6 +29,8 @@ export interface MailContext {
   /** The mail read API's domain, and the IMAP side behind it (pool, sync, watchers). */
   mail: MailService;
   search: MailSearch;
+  /** Threads and previews (docs/threads.md): a thread, collapsed pages, the backfill. */
+  threads: ThreadReads;
   sealed: SealedMail;
   source: ImapMailSource;
   mirror: MailMirror;
@@ -138,6 +141,7 @@ export function mailContext(core: Core, events: EventLog): MailContext {
   return {
     mail,
     search: new MailSearch({ index: mailIndex, mirror, source, bounds: config.search }),
+    threads: new ThreadReads(mailIndex, mirror, log.child({ part: 'threads' })),
     sealed: new SealedMail({
       mail,
       index: mailIndex,
