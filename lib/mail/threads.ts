@@ -1,7 +1,8 @@
 // Threads (docs/threads.md): which conversation a message belongs to, decided once when the index
 // first holds it, the way JMAP servers do it. Messages are linked by their headers: a message's
-// References and In-Reply-To name its parents, and a message already indexed that names this
-// one's Message-ID is its child (mail arrives out of order). A normalized subject only breaks a
+// References and In-Reply-To name its parents, a message already indexed that names this one's
+// Message-ID is its child (mail arrives out of order), and one naming an ancestor this one names
+// is its sibling, even when that ancestor never reached the inbox (a broken chain). A normalized subject only breaks a
 // tie between threads the headers link. Pure: each store engine gathers the candidates in its
 // write's transaction and writes back what this decides.
 
@@ -81,7 +82,11 @@ export function assignThreads(pending: readonly ThreadInput[], known: readonly T
     const subject = normalizeSubject(p.subject);
     const parent = p.links.at(-1);
     const candidates: Array<{ k: ThreadKnown; direct: boolean }> = [];
-    for (const l of p.links) for (const k of byMessageId.get(l) ?? []) candidates.push({ k, direct: l === parent });
+    for (const l of p.links) {
+      for (const k of byMessageId.get(l) ?? []) candidates.push({ k, direct: l === parent });
+      // Siblings: messages naming the same ancestor, whether it is here or not (a broken chain).
+      for (const k of byLink.get(l) ?? []) candidates.push({ k, direct: false });
+    }
     if (p.messageId) {
       // The same Message-ID (a sent copy and the one received) and the children indexed first.
       for (const k of byMessageId.get(p.messageId) ?? []) candidates.push({ k, direct: false });

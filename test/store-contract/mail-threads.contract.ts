@@ -100,10 +100,12 @@ export function mailThreadsContract(engineName: string, open: () => Promise<Mail
       const d = message({ subject: 'Re: the subject', inReplyTo: `not an id ${a.messageId} (comment)` });
       await index.apply(inbox, [a, b, c, d].map((m, i) => put(m, loc(lbl, i + 1, m.guid))));
       expect(await threadOf(inbox, b)).to.equal(a.guid);
-      // c names only what b names: it joins b through the shared ancestor? No: links are to
-      // messages present; c links to nothing here, so it stands alone until the missing one comes.
-      expect(await threadOf(inbox, c)).to.equal(c.guid);
+      // c names only the missing message, as b does: siblings under an ancestor that never came.
+      expect(await threadOf(inbox, c)).to.equal(a.guid);
       expect(await threadOf(inbox, d)).to.equal(a.guid);
+      const stranger = message({ subject: 'Re: the subject', references: [`<${guid()}@gone.test>`] });
+      await index.apply(inbox, [put(stranger, loc(lbl, 9, stranger.guid))]);
+      expect(await threadOf(inbox, stranger)).to.equal(stranger.guid);
     });
 
     it('a late message linking two threads joins one by subject; neither thread changes its id', async () => {

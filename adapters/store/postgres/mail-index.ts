@@ -513,10 +513,9 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
     });
     if (fresh.length > 0) await c.query(S.putLinks([inboxId, fresh.map((f) => f[0]), fresh.map((f) => f[1])]));
     const ids = [...new Set(inputs.flatMap((p) => [...p.links, ...(p.messageId ? [p.messageId] : [])]))];
-    const own = [...new Set(inputs.flatMap((p) => (p.messageId ? [p.messageId] : [])))];
     const rows = [
       ...(ids.length > 0 ? await rowsOf<ThreadKnownRow>(c, S.threadedById([inboxId, ids])) : []),
-      ...(own.length > 0 ? await rowsOf<ThreadKnownRow>(c, S.threadedByLink([inboxId, own])) : []),
+      ...(ids.length > 0 ? await rowsOf<ThreadKnownRow>(c, S.threadedByLink([inboxId, ids])) : []),
     ];
     const known = rows.map((r) => ({
       guid: r.guid,

@@ -444,10 +444,9 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       return { guid: p.guid, receivedAt: p.received_at, messageId: p.message_id, links, subject: p.subject };
     });
     const ids = [...new Set(inputs.flatMap((p) => [...p.links, ...(p.messageId ? [p.messageId] : [])]))];
-    const own = [...new Set(inputs.flatMap((p) => (p.messageId ? [p.messageId] : [])))];
     const rows = [
       ...(this.s.threadedById!.all(inboxId, JSON.stringify(ids)) as ThreadKnownRow[]),
-      ...(own.length > 0 ? (this.s.threadedByLink!.all(inboxId, JSON.stringify(own)) as ThreadKnownRow[]) : []),
+      ...(this.s.threadedByLink!.all(inboxId, JSON.stringify(ids)) as ThreadKnownRow[]),
     ];
     const known = rows.map((r) => ({
       guid: r.guid,
