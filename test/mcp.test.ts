@@ -155,6 +155,7 @@ describe('MCP: /v1/mcp', function () {
       'archive_message',
       'get_attachment',
       'get_message',
+      'get_thread',
       'list_events',
       'list_inboxes',
       'list_labels',
@@ -172,6 +173,7 @@ describe('MCP: /v1/mcp', function () {
     const listed = await readOnly.listTools();
     expect(listed.tools.map((t) => t.name).sort()).to.deep.equal([
       'get_message',
+      'get_thread',
       'list_inboxes',
       'list_labels',
       'list_messages',

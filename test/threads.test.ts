@@ -10,6 +10,21 @@ import { getPage } from './events-helpers.ts';
 import { mailApp, until } from './mail-fixtures.ts';
 import { storeBackdoor } from './store-backdoor.ts';
 import type { MessageList, MessageSearchPage, MessageSummary, Thread } from '../schemas/wire.ts';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+
+/** An agent's MCP client with this token. */
+async function agent(base: string, token: string): Promise<Client> {
+  const client = new Client({ name: 'postern-test', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  return client;
+}
+
+async function callTool(client: Client, name: string, args: Record<string, unknown>) {
+  const r = (await client.callTool({ name, arguments: args })) as CallToolResult;
+  return { error: r.isError === true, text: (r.content[0] as { text: string }).text, structured: r.structuredContent as Record<string, unknown> };
+}
 
 /** The corpus message with its threading headers replaced by these. */
 function withHeaders(raw: Buffer, h: { messageId: string; subject: string; inReplyTo?: string; references?: string }): Buffer {
@@ -274,5 +289,38 @@ describeWithCorpus('threads and previews', function () {
     } finally {
       await second.close();
     }
+  });
+
+  it('MCP: get_thread, and previews in list_messages under the same scope, audit and fence', async () => {
+    const { inbox, token, reader, inboxLabel, list } = await setUp();
+    await appendAll(inbox, 'compatible', chain('Agent topic', 2));
+    const threadId = (await list()).messages[0]!.threadId!;
+    const plainAgent = await agent(s.base, token);
+    const readerAgent = await agent(s.base, reader);
+    try {
+      const got = await callTool(plainAgent, 'get_thread', { inboxId: inbox.id, threadId });
+      expect(got.error, got.text).to.equal(false);
+      expect((got.structured.messages as MessageSummary[]).map((m) => m.subject)).to.deep.equal(['Agent topic', 'Re: Agent topic .']);
+      expect(got.text).to.contain('<untrusted-mail-data>');
+      expect(got.text).to.contain(`thread: ${threadId}`);
+      expect((await callTool(plainAgent, 'get_thread', { inboxId: inbox.id, threadId: 'thr_00000000000000000000000000' })).text).to.match(/thread not found/);
+      const refused = await callTool(plainAgent, 'list_messages', { inboxId: inbox.id, labelId: inboxLabel, preview: true });
+      expect(refused.error).to.equal(true);
+      expect(refused.text).to.match(/content:read/);
+      const shown = await callTool(readerAgent, 'list_messages', { inboxId: inbox.id, labelId: inboxLabel, preview: true });
+      expect(shown.error, shown.text).to.equal(false);
+      const messages = shown.structured.messages as MessageSummary[];
+      expect(messages.every((m) => typeof m.preview === 'string')).to.equal(true);
+      // The preview is mail text: inside the fence.
+      expect(shown.text.indexOf(`preview: ${messages[0]!.preview}`)).to.be.greaterThan(shown.text.indexOf('<untrusted-mail-data>'));
+      const withPreview = await callTool(readerAgent, 'get_thread', { inboxId: inbox.id, threadId, preview: true });
+      expect((withPreview.structured.messages as MessageSummary[]).every((m) => typeof m.preview === 'string')).to.equal(true);
+    } finally {
+      await plainAgent.close();
+      await readerAgent.close();
+    }
+    const auditor = await p.token(['events:read', 'audit:read']);
+    const page = await getPage(`${s.base}/events?inboxes=${inbox.id}&audit=true&types=access.content.previewed`, { token: auditor });
+    expect(page.events).to.have.length(2);
   });
 });

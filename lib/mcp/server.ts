@@ -39,6 +39,8 @@ import { eventTools } from './tools/events.ts';
 import { mailTools } from './tools/mail.ts';
 import { organizeTools } from './tools/organize.ts';
 import { searchTools } from './tools/search.ts';
+import { threadTools } from './tools/threads.ts';
+import type { ThreadReads } from '../mail/thread-reads.ts';
 import { sendTools } from './tools/send.ts';
 
 /** How the SDK's transport words the errors it answers with a 4xx. */
@@ -51,6 +53,8 @@ export interface McpDeps {
   sealed: SealedMail;
   send: SendService;
   events: EventLog;
+  /** Threads and previews (docs/threads.md): get_thread, and list_messages' previews. */
+  threads?: ThreadReads;
   validator: Validator;
   subscriptions: McpSubscriptions;
   log: WarnLog;
@@ -107,9 +111,10 @@ export class McpTools {
 
   constructor(private readonly deps: McpDeps) {
     this.charge = deps.charge ?? null;
-    const { access, mail, search, sealed, send, events } = deps;
+    const { access, mail, search, sealed, send, events, threads } = deps;
     this.tools = [
-      ...mailTools(access, mail, sealed),
+      ...mailTools(access, mail, sealed, threads ? { reads: threads, events } : undefined),
+      ...(threads ? threadTools(access, threads, events) : []),
       ...organizeTools(access, mail),
       ...searchTools(access, search, events),
       ...contentTools(access, sealed, events),

@@ -22,6 +22,7 @@ export function mcpContext(core: Core, events: EventLog, mail: MailContext, send
     access,
     mail: mail.mail,
     search: mail.search,
+    threads: mail.threads,
     sealed: mail.sealed,
     send: send.send,
     events,
