@@ -17,6 +17,7 @@ const CORPUS_SUITES: Array<{ file: string; grep?: string }> = [
   { file: 'test/ingress.test.ts', grep: 'corpus' },
   { file: 'test/search-corpus.test.ts' },
   { file: 'test/organize.test.ts' },
+  { file: 'test/threads.test.ts' },
 ];
 
 function mochaOn(suite: { file: string; grep?: string }, env: Record<string, string>): Promise<{ code: number; output: string }> {

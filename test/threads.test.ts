@@ -17,13 +17,19 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 /** An agent's MCP client with this token. */
 async function agent(base: string, token: string): Promise<Client> {
   const client = new Client({ name: 'postern-test', version: '1.0.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`${base}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }),
+  );
   return client;
 }
 
 async function callTool(client: Client, name: string, args: Record<string, unknown>) {
   const r = (await client.callTool({ name, arguments: args })) as CallToolResult;
-  return { error: r.isError === true, text: (r.content[0] as { text: string }).text, structured: r.structuredContent as Record<string, unknown> };
+  return {
+    error: r.isError === true,
+    text: (r.content[0] as { text: string }).text,
+    structured: r.structuredContent as Record<string, unknown>,
+  };
 }
 
 /** The corpus message with its threading headers replaced by these. */
@@ -83,7 +89,9 @@ describeWithCorpus('threads and previews', function () {
     const inbox = await p.inbox({ mode });
     const token = await p.token(['messages:read']);
     const reader = await p.token(['messages:read', 'content:read']);
-    const labels = await json<{ labels: Array<{ id: string; name: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }));
+    const labels = await json<{ labels: Array<{ id: string; name: string }> }>(
+      await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }),
+    );
     const inboxLabel = labels.labels.find((l) => l.name === 'INBOX')!.id;
     const list = async (query = '', auth: { token?: string; session?: string } = { token }) => {
       // A web session calls the app's address.
@@ -134,10 +142,16 @@ describeWithCorpus('threads and previews', function () {
       expect(thread.messages.map((x) => x.subject)).to.deep.equal([a!.subject, b!.subject, c!.subject, linkedForward.subject]);
       expect(thread.messages.every((x) => x.uid === 0 && x.threadId === threadOfA)).to.equal(true);
       // The detail says it too.
-      const detail = await json<{ message: MessageSummary }>(await call(`${s.base}/inboxes/${inbox.id}/messages/${thread.messages[0]!.id}`, { token }));
+      const detail = await json<{ message: MessageSummary }>(
+        await call(`${s.base}/inboxes/${inbox.id}/messages/${thread.messages[0]!.id}`, { token }),
+      );
       expect(detail.message.threadId).to.equal(threadOfA);
 
-      await expectError(await call(`${s.base}/inboxes/${inbox.id}/threads/thr_00000000000000000000000000`, { token }), 404, /thread not found/);
+      await expectError(
+        await call(`${s.base}/inboxes/${inbox.id}/threads/thr_00000000000000000000000000`, { token }),
+        404,
+        /thread not found/,
+      );
       await expectError(await call(`${s.base}/inboxes/${inbox.id}/threads/nope`, { token }), 404);
       await expectError(await call(`${s.base}/inboxes/${inbox.id}/threads/${threadOfA}?preview=maybe`, { token }), 400);
     });
@@ -149,7 +163,11 @@ describeWithCorpus('threads and previews', function () {
     const [b1, b2] = chain('Beta launch', 2);
     const gone = `<gone.${tag()}>`;
     // References that name a message never received, with junk between ids, folded.
-    const broken = { messageId: `<br.${tag()}>`, subject: 'Re: Alpha plans (again)', references: `${gone}\r\n junk "text" ${a1!.messageId}` };
+    const broken = {
+      messageId: `<br.${tag()}>`,
+      subject: 'Re: Alpha plans (again)',
+      references: `${gone}\r\n junk "text" ${a1!.messageId}`,
+    };
     const sibling = { messageId: `<sib.${tag()}>`, subject: 'Re: Alpha plans (third)', references: gone };
     await appendAll(inbox, 'compatible', [a1!, b1!, a2!, b2!, broken, sibling]);
     const before = await bySubject();
@@ -160,7 +178,12 @@ describeWithCorpus('threads and previews', function () {
     expect(before.get(sibling.subject)!.threadId, 'siblings under a missing ancestor').to.equal(alpha);
 
     // Replies to Beta, quoting Alpha's Message-ID too.
-    const late = { messageId: `<late.${tag()}>`, subject: 'Re: Beta launch', inReplyTo: b2!.messageId, references: `${a1!.messageId} ${b1!.messageId} ${b2!.messageId}` };
+    const late = {
+      messageId: `<late.${tag()}>`,
+      subject: 'Re: Beta launch',
+      inReplyTo: b2!.messageId,
+      references: `${a1!.messageId} ${b1!.messageId} ${b2!.messageId}`,
+    };
     await appendAll(inbox, 'compatible', [late]);
     const after = await bySubject();
     expect(after.get(late.subject)!.threadId).to.equal(beta);
@@ -196,8 +219,7 @@ describeWithCorpus('threads and previews', function () {
     expect([first, second, third].map((pg) => pg.messages[0]!.subject)).to.deep.equal(collapsed.messages.map((m) => m.subject));
     expect(third.before).to.equal(undefined);
 
-    const search = async (query: string) =>
-      json<MessageSearchPage>(await call(`${s.base}/inboxes/${inbox.id}/search?${query}`, { token }));
+    const search = async (query: string) => json<MessageSearchPage>(await call(`${s.base}/inboxes/${inbox.id}/search?${query}`, { token }));
     const found = await search('subject=roof&collapseThreads=true');
     expect(found.messages.map((m) => m.subject)).to.deep.equal([t1[2]!.subject, t2[1]!.subject, single.subject]);
     expect(found.messages[1]!.thread).to.deep.include({ messages: 2 });
@@ -223,7 +245,11 @@ describeWithCorpus('threads and previews', function () {
     await appendAll(inbox, 'compatible', chain('Garden party', 2));
     const plain = await list();
     expect(plain.messages.every((m) => m.preview === undefined)).to.equal(true);
-    await expectError(await call(`${s.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages?preview=true`, { token }), 403, /content:read/);
+    await expectError(
+      await call(`${s.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages?preview=true`, { token }),
+      403,
+      /content:read/,
+    );
     await expectError(await call(`${s.base}/inboxes/${inbox.id}/search?subject=garden&preview=true`, { token }), 403);
     const withPreviews = await list('preview=true', { token: reader });
     expect(withPreviews.messages).to.have.length(2);
@@ -303,7 +329,9 @@ describeWithCorpus('threads and previews', function () {
       expect((got.structured.messages as MessageSummary[]).map((m) => m.subject)).to.deep.equal(['Agent topic', 'Re: Agent topic .']);
       expect(got.text).to.contain('<untrusted-mail-data>');
       expect(got.text).to.contain(`thread: ${threadId}`);
-      expect((await callTool(plainAgent, 'get_thread', { inboxId: inbox.id, threadId: 'thr_00000000000000000000000000' })).text).to.match(/thread not found/);
+      expect((await callTool(plainAgent, 'get_thread', { inboxId: inbox.id, threadId: 'thr_00000000000000000000000000' })).text).to.match(
+        /thread not found/,
+      );
       const refused = await callTool(plainAgent, 'list_messages', { inboxId: inbox.id, labelId: inboxLabel, preview: true });
       expect(refused.error).to.equal(true);
       expect(refused.text).to.match(/content:read/);

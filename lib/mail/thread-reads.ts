@@ -157,7 +157,10 @@ export async function collapsedSearch(
       } else {
         let top = newest.get(thread);
         if (top === undefined) {
-          top = after === null ? row.message.guid : ((await index.search(inboxId, { ...search, threadGuid: thread }, null, 1))[0]?.message.guid ?? row.message.guid);
+          top =
+            after === null
+              ? row.message.guid
+              : ((await index.search(inboxId, { ...search, threadGuid: thread }, null, 1))[0]?.message.guid ?? row.message.guid);
           newest.set(thread, top);
         }
         if (top === row.message.guid) out.push(row);

@@ -91,7 +91,10 @@ export function mailIndexContract(engineName: string, open: () => Promise<MailIn
 
       const first = await index.page(inbox, inb, null, 3);
       expect(first.map((r) => r.location.uid)).to.deep.equal([7, 6, 5]);
-      expect(first[0]).to.deep.equal({ message: { ...ms[6], threadGuid: ms[6]!.guid }, location: loc(inb, 7, ms[6]!.guid, 16, ['\\Seen']) });
+      expect(first[0]).to.deep.equal({
+        message: { ...ms[6], threadGuid: ms[6]!.guid },
+        location: loc(inb, 7, ms[6]!.guid, 16, ['\\Seen']),
+      });
       expect((await index.page(inbox, inb, 5, 3)).map((r) => r.location.uid)).to.deep.equal([4, 3, 2]);
       expect((await index.page(inbox, inb, 2, 3)).map((r) => r.location.uid)).to.deep.equal([1]);
       expect(await index.page(inbox, guid(), null, 3)).to.deep.equal([]);

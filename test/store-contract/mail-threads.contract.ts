@@ -37,9 +37,20 @@ function message(more: Partial<MessageRecord> = {}): MessageRecord {
 
 /** A reply to `parent`: its References are the parent's and the parent itself. */
 const reply = (parent: MessageRecord, more: Partial<MessageRecord> = {}) =>
-  message({ subject: `Re: ${parent.subject}`, inReplyTo: parent.messageId, references: [...(parent.references ?? []), parent.messageId!], ...more });
+  message({
+    subject: `Re: ${parent.subject}`,
+    inReplyTo: parent.messageId,
+    references: [...(parent.references ?? []), parent.messageId!],
+    ...more,
+  });
 
-const loc = (labelGuid: string, uid: number, msgGuid: string, flags: string[] = []): Location => ({ labelGuid, uid, msgGuid, modseq: 1, flags });
+const loc = (labelGuid: string, uid: number, msgGuid: string, flags: string[] = []): Location => ({
+  labelGuid,
+  uid,
+  msgGuid,
+  modseq: 1,
+  flags,
+});
 const put = (m: MessageRecord, l: Location): IndexOp => ({ op: 'put', message: m, location: l });
 
 export function mailThreadsContract(engineName: string, open: () => Promise<MailThreadsEngine>): void {
@@ -63,7 +74,10 @@ export function mailThreadsContract(engineName: string, open: () => Promise<Mail
       const c = message({ subject: 'Re: the subject', inReplyTo: b.messageId });
       const d = message({ subject: 'RE: [list] the subject', references: [a.messageId!] });
       const other = message({ subject: 'the subject' });
-      await index.apply(inbox, [a, b, c, d, other].map((m, i) => put(m, loc(lbl, i + 1, m.guid))));
+      await index.apply(
+        inbox,
+        [a, b, c, d, other].map((m, i) => put(m, loc(lbl, i + 1, m.guid))),
+      );
       for (const m of [a, b, c, d]) expect(await threadOf(inbox, m)).to.equal(a.guid);
       // The same subject alone links nothing.
       expect(await threadOf(inbox, other)).to.equal(other.guid);
@@ -98,7 +112,10 @@ export function mailThreadsContract(engineName: string, open: () => Promise<Mail
       const b = message({ subject: 'Re: the subject', references: [missing, a.messageId!] });
       const c = message({ subject: 'Re: the subject', references: [missing] });
       const d = message({ subject: 'Re: the subject', inReplyTo: `not an id ${a.messageId} (comment)` });
-      await index.apply(inbox, [a, b, c, d].map((m, i) => put(m, loc(lbl, i + 1, m.guid))));
+      await index.apply(
+        inbox,
+        [a, b, c, d].map((m, i) => put(m, loc(lbl, i + 1, m.guid))),
+      );
       expect(await threadOf(inbox, b)).to.equal(a.guid);
       // c names only the missing message, as b does: siblings under an ancestor that never came.
       expect(await threadOf(inbox, c)).to.equal(a.guid);
@@ -114,7 +131,10 @@ export function mailThreadsContract(engineName: string, open: () => Promise<Mail
       const a = message({ subject: 'alpha' });
       const b = message({ subject: 'beta' });
       const a2 = reply(a);
-      await index.apply(inbox, [a, b, a2].map((m, i) => put(m, loc(lbl, i + 1, m.guid))));
+      await index.apply(
+        inbox,
+        [a, b, a2].map((m, i) => put(m, loc(lbl, i + 1, m.guid))),
+      );
       // Replies to b but names a too (a merged quote): b's subject decides.
       const late = message({ subject: 'Re: beta', inReplyTo: a.messageId, references: [a.messageId!, b.messageId!] });
       await index.apply(inbox, [put(late, loc(lbl, 4, late.guid))]);
@@ -182,7 +202,10 @@ export function mailThreadsContract(engineName: string, open: () => Promise<Mail
       const b = reply(a);
       const c = reply(b);
       const lone = message();
-      await index.apply(inbox, [c, lone, b, a].map((m, i) => put(m, loc(lbl, i + 1, m.guid))));
+      await index.apply(
+        inbox,
+        [c, lone, b, a].map((m, i) => put(m, loc(lbl, i + 1, m.guid))),
+      );
       await engine.unthread(inbox);
       expect(await threadOf(inbox, a)).to.equal(undefined);
       // Reads go on meanwhile: a collapsed page shows unplaced messages one by one.

@@ -294,10 +294,15 @@ const S = {
   ),
   release: stmt('release', 'DELETE FROM mail_watch_leases WHERE inbox_id = ANY($1::text[]) AND holder = $2'),
   dropInbox: Object.fromEntries(
-    ['mail_thread_links', 'mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map((table) => [
-      table,
-      stmt(`dropInbox.${table}`, `DELETE FROM ${table} WHERE inbox_id = $1`),
-    ]),
+    [
+      'mail_thread_links',
+      'mail_staged_locations',
+      'mail_locations',
+      'mail_messages',
+      'mail_labels',
+      'mail_watch_leases',
+      'reseal_jobs',
+    ].map((table) => [table, stmt(`dropInbox.${table}`, `DELETE FROM ${table} WHERE inbox_id = $1`)]),
   ),
 };
 
@@ -783,7 +788,9 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   async threadStats(inboxId: string, threadGuids: readonly string[]): Promise<Map<string, ThreadStats>> {
     if (threadGuids.length === 0) return new Map();
     const rows = await rowsOf<ThreadStatRow>(this.pool, S.threadStats([inboxId, [...new Set(threadGuids)]]));
-    return threadStatsOf(rows.map((r) => ({ threadGuid: r.thread_guid, from: r.from_text, fromAddress: r.from_address, seen: r.seen === true })));
+    return threadStatsOf(
+      rows.map((r) => ({ threadGuid: r.thread_guid, from: r.from_text, fromAddress: r.from_address, seen: r.seen === true })),
+    );
   }
 
   async backfillThreads(inboxId: string, limit: number): Promise<number> {

@@ -231,7 +231,8 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       unthreaded: p(`SELECT guid, received_at, message_id, in_reply_to, subject FROM mail_messages INDEXED BY mail_messages_unthreaded
         WHERE inbox_id = ? AND thread_guid IS NULL ORDER BY received_at LIMIT ?`),
       linksOf: p('SELECT msg_guid, link FROM mail_thread_links WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))'),
-      threadedById: p(`SELECT guid, thread_guid, received_at, message_id, subject, NULL AS link FROM mail_messages INDEXED BY mail_messages_message_id
+      threadedById:
+        p(`SELECT guid, thread_guid, received_at, message_id, subject, NULL AS link FROM mail_messages INDEXED BY mail_messages_message_id
         WHERE inbox_id = ? AND message_id IN (SELECT value FROM json_each(?)) AND thread_guid IS NOT NULL`),
       threadedByLink: p(`SELECT m.guid, m.thread_guid, m.received_at, m.message_id, m.subject, l.link FROM mail_thread_links l
         JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
@@ -399,9 +400,15 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     this.releaseTx = db.transaction((inboxIds: readonly string[], holder: string) => {
       for (const inboxId of inboxIds) this.s.release!.run(inboxId, holder);
     });
-    const dropInbox = ['mail_thread_links', 'mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map(
-      (table) => p(`DELETE FROM ${table} WHERE inbox_id = ?`),
-    );
+    const dropInbox = [
+      'mail_thread_links',
+      'mail_staged_locations',
+      'mail_locations',
+      'mail_messages',
+      'mail_labels',
+      'mail_watch_leases',
+      'reseal_jobs',
+    ].map((table) => p(`DELETE FROM ${table} WHERE inbox_id = ?`));
     // Not a change to what a page shows but its thread ids: the version is bumped all the same.
     this.backfillTx = db.transaction((inboxId: string, limit: number) => {
       this.present(inboxId);
@@ -619,7 +626,12 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     if (threadGuids.length === 0) return new Map();
     const rows = this.s.threadStats!.all(inboxId, JSON.stringify([...new Set(threadGuids)])) as ThreadStatRow[];
     return threadStatsOf(
-      rows.map((r) => ({ threadGuid: r.thread_guid, from: r.from_text, fromAddress: r.from_address, seen: r.seen === 1 || r.seen === true })),
+      rows.map((r) => ({
+        threadGuid: r.thread_guid,
+        from: r.from_text,
+        fromAddress: r.from_address,
+        seen: r.seen === 1 || r.seen === true,
+      })),
     );
   }
 

@@ -41,7 +41,10 @@ export function messageRoutes(
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/labels/:label/messages', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
-      const query = validator.query<{ limit: number; before?: number; collapseThreads?: boolean; preview?: boolean }>(LIST_QUERY, ctx.query);
+      const query = validator.query<{ limit: number; before?: number; collapseThreads?: boolean; preview?: boolean }>(
+        LIST_QUERY,
+        ctx.query,
+      );
       const page = { limit: query.limit, ...(query.before !== undefined ? { before: query.before } : {}) };
       if (!threads || (!query.collapseThreads && !query.preview)) {
         threads?.reads.backfill(inbox.id);
@@ -50,7 +53,9 @@ export function messageRoutes(
       }
       // Checked before anything is read: a caller who may not see previews learns nothing more.
       const record = query.preview ? await previewGate(access, threads.events, ctx.state.principal, inbox, ctx.params.label) : null;
-      const list = query.collapseThreads ? await threads.reads.collapsed(inbox, ctx.params.label!, page) : structuredClone(await mail.messages(inbox, ctx.params.label!, page));
+      const list = query.collapseThreads
+        ? await threads.reads.collapsed(inbox, ctx.params.label!, page)
+        : structuredClone(await mail.messages(inbox, ctx.params.label!, page));
       if (record) await threads.reads.withPreviews(inbox, list.messages, record);
       ctx.body = list;
     });
