@@ -59,7 +59,7 @@ describeWithCorpus('threads and previews', function () {
   const tag = () => `${Date.now().toString(36)}.${Math.random().toString(36).slice(2)}@threads.test`;
 
   before(async () => {
-    s = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0' });
+    s = await startPostern({ POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_INDEX_PREVIEWS: 'true' });
     p = await newProject(s);
   });
   after(() => s.close());

@@ -275,11 +275,11 @@ export const FLAG_ITEMS = ['UID', 'FLAGS', 'MODSEQ'];
 const WITH_PREVIEW: ReadonlyArray<string | ImapCompileNode> = [...FULL_ITEMS, 'PREVIEW'];
 
 /**
- * What a fetch of new rows asks for: the preview only for a compatible inbox (a zero-access
- * inbox's text is not Postern's to keep) on a server that has PREVIEW.
+ * What a fetch of new rows asks for: the preview only when previews are on, for a compatible
+ * inbox (a zero-access inbox's text is not Postern's to keep), on a server that has PREVIEW.
  */
-export function fullItems(client: ImapFlow, inbox: { mode?: string }): ReadonlyArray<string | ImapCompileNode> {
-  return inbox.mode === 'compatible' && client.capabilities.has('PREVIEW') ? WITH_PREVIEW : FULL_ITEMS;
+export function fullItems(client: ImapFlow, inbox: { mode?: string }, previews: boolean): ReadonlyArray<string | ImapCompileNode> {
+  return previews && inbox.mode === 'compatible' && client.capabilities.has('PREVIEW') ? WITH_PREVIEW : FULL_ITEMS;
 }
 
 /** A preview as the index keeps it: whitespace folded, at most PREVIEW_CHARS characters; null when empty. */

@@ -35,6 +35,7 @@ export class ImapMailSource implements MailSource {
       // free right now: a fill waiting for more while it holds one could deadlock at the cap.
       (inbox, task) => this.pool.tryUse(inbox.imapUser, task, 'bulk'),
       Math.min(o.imap.maxPerInbox, 4),
+      o.imap.previews === true,
     );
   }
 

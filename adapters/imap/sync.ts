@@ -257,6 +257,8 @@ export class IndexSync {
     private readonly log: Logger,
     private readonly extra: Extra = () => null,
     private readonly parallel = 1,
+    /** Fetch compatible inboxes' previews (POSTERN_INDEX_PREVIEWS; docs/threads.md, "Previews"). */
+    private readonly previews = false,
   ) {
     this.writer = new IndexWriter(store);
   }
@@ -340,7 +342,7 @@ export class IndexSync {
       if (uidNextAtOpen > state.uidNext) {
         // Flag changes and expunges above are in the same batches, so the old modseq stays until
         // the end: a retry asks for them again and finds nothing new to say.
-        await uidFetch(client, `${state.uidNext}:*`, fullItems(client, inbox), async (row) => {
+        await uidFetch(client, `${state.uidNext}:*`, fullItems(client, inbox, this.previews), async (row) => {
           if (row.uid < state.uidNext) return;
           batch.progress = { ...base, uidNext: row.uid + 1, highestModseq: state.highestModseq };
           await this.newRow(inbox.id, labelGuid, uidValidity, row, batch);
@@ -467,7 +469,7 @@ export class IndexSync {
       while (next < ranges.length) {
         const i = next++;
         const r = ranges[i]!;
-        await uidFetch(c, `${r.lo}:${r.hi ?? '*'}`, fullItems(c, inbox), (row) => onRow(row, into));
+        await uidFetch(c, `${r.lo}:${r.hi ?? '*'}`, fullItems(c, inbox, this.previews), (row) => onRow(row, into));
         // The rows first, then the progress that vouches for them.
         await into.flush();
         done[i] = true;
@@ -555,7 +557,7 @@ export class IndexSync {
     onRow: (row: FullRow, into: Batch, first: boolean) => Promise<void>,
   ): Promise<void> {
     const fill = (c: ImapFlow, range: string, into: Batch, first = false) =>
-      uidFetch(c, range, fullItems(c, inbox), async (row) => {
+      uidFetch(c, range, fullItems(c, inbox, this.previews), async (row) => {
         if (row.message && row.flags) await onRow(row as FullRow, into, first);
       });
     const parts = box.messages >= 4000 ? Math.max(1, this.parallel) : 1;
@@ -645,7 +647,9 @@ export class IndexSync {
     const missing: number[] = [];
     for (const [a, b] of ranges) for (let uid = a; uid <= b && uid < uidNext; uid++) if (!indexed.has(uid)) missing.push(uid);
     for (const set of uidSets(missing)) {
-      await uidFetch(client, set, fullItems(client, inbox), (row) => this.newRow(inboxId, labelGuid, uidValidity, row, batch));
+      await uidFetch(client, set, fullItems(client, inbox, this.previews), (row) =>
+        this.newRow(inboxId, labelGuid, uidValidity, row, batch),
+      );
     }
   }
 }
