@@ -246,21 +246,32 @@ export class IndexSync {
   /** Every index write of the passes goes through it (the rows and the progress vouching for them alike). */
   readonly writer: IndexWriter;
 
-  /**
-   * @param extra runs a task on another connection of the inbox if one is free (a big label is
-   *   filled over several at once: Dovecot parses, and with mail_crypt decrypts, each message it
-   *   has not cached, which is CPU work it can spread over cores)
-   * @param parallel how many connections a fill may use in all
-   */
-  constructor(
-    private readonly store: MailIndexStore,
-    private readonly log: Logger,
-    private readonly extra: Extra = () => null,
-    private readonly parallel = 1,
+  private readonly store: MailIndexStore;
+  private readonly log: Logger;
+  private readonly extra: Extra;
+  private readonly parallel: number;
+  private readonly previews: boolean;
+
+  constructor(o: {
+    store: MailIndexStore;
+    log: Logger;
+    /**
+     * Runs a task on another connection of the inbox if one is free (a big label is filled over
+     * several at once: Dovecot parses, and with mail_crypt decrypts, each message it has not
+     * cached, which is CPU work it can spread over cores).
+     */
+    extra?: Extra;
+    /** How many connections a fill may use in all. */
+    parallel?: number;
     /** Fetch compatible inboxes' previews (POSTERN_INDEX_PREVIEWS; docs/threads.md, "Previews"). */
-    private readonly previews = false,
-  ) {
-    this.writer = new IndexWriter(store);
+    previews?: boolean;
+  }) {
+    this.store = o.store;
+    this.log = o.log;
+    this.extra = o.extra ?? (() => null);
+    this.parallel = o.parallel ?? 1;
+    this.previews = o.previews ?? false;
+    this.writer = new IndexWriter(o.store);
   }
 
   /** One full pass over the inbox on the given connection; `publish` gets each batch applied. */
