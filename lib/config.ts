@@ -55,6 +55,8 @@ export interface Config {
     watchLeaseMs: number;
     /** A body/text search still unanswered after this answers 503; Dovecot goes on indexing. */
     bodySearchTimeoutMs: number;
+    /** Compatible inboxes' previews fetched as mail is indexed (docs/threads.md, "Previews"). */
+    previews?: boolean;
   };
   /** The relay: Postfix's submission service, logged in to as each inbox's user (docs/sending.md). */
   smtp: { host: string; port: number; secure: boolean; maxPerInbox: number; timeoutMs: number };
@@ -262,6 +264,12 @@ export const SETTINGS: readonly Setting[] = [
     default: '20000',
     description:
       'a body or text search Dovecot has not answered within this (it is indexing the mailbox for its first one) answers 503 with Retry-After; Dovecot goes on indexing',
+  },
+  {
+    name: 'POSTERN_INDEX_PREVIEWS',
+    default: 'false',
+    description:
+      "true: the index keeps Dovecot's ~200-character PREVIEW of each compatible inbox's message, fetched as it is indexed (docs/threads.md, \"Previews\"); with Dovecot's fts plugin this also fills the body search index",
   },
   {
     name: 'POSTERN_SEARCH_MAX_WORDS',
@@ -724,6 +732,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       acquireTimeoutMs: int('POSTERN_IMAP_ACQUIRE_TIMEOUT_MS', 1, 600000),
       watchLeaseMs: int('POSTERN_IMAP_WATCH_LEASE_MS', 300, 600000),
       bodySearchTimeoutMs: int('POSTERN_BODY_SEARCH_TIMEOUT_MS', 1, 290000),
+      previews: bool('POSTERN_INDEX_PREVIEWS'),
     },
     smtp: {
       host: get('POSTERN_SMTP_HOST'),

@@ -6,7 +6,7 @@ import { randomFillSync } from 'node:crypto';
 const ALPHABET = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 const DECODE = new Map([...ALPHABET].map((c, i) => [c, i]));
 
-export const ID_PREFIXES = ['prj', 'mem', 'ibx', 'lbl', 'msg', 'tok', 'ses', 'evt', 'sys', 'inv', 'pky', 'whk'] as const;
+export const ID_PREFIXES = ['prj', 'mem', 'ibx', 'lbl', 'msg', 'tok', 'ses', 'evt', 'sys', 'inv', 'pky', 'whk', 'thr'] as const;
 export type IdPrefix = (typeof ID_PREFIXES)[number];
 
 const BODY = /^[0-9A-Z]{26}$/;
@@ -111,11 +111,11 @@ export function newId(prefix: IdPrefix, now = Date.now()): string {
 }
 
 /** A GUID in the hex form Dovecot prints (32 hex digits) → id. */
-export function idFromGuid(prefix: 'lbl' | 'msg', guidHex: string): string {
+export function idFromGuid(prefix: 'lbl' | 'msg' | 'thr', guidHex: string): string {
   return formatId(prefix, Buffer.from(guidHex, 'hex'));
 }
 
 /** id → the hex GUID Dovecot knows, or null. */
-export function guidFromId(prefix: 'lbl' | 'msg', id: unknown): string | null {
+export function guidFromId(prefix: 'lbl' | 'msg' | 'thr', id: unknown): string | null {
   return parseId(prefix, id)?.toString('hex') ?? null;
 }

@@ -33,6 +33,7 @@ import { messageRoutes } from './http/routes/messages.ts';
 import { folderRoutes } from './http/routes/folders.ts';
 import { bulkRoutes } from './http/routes/bulk.ts';
 import { searchRoutes } from './http/routes/search.ts';
+import { threadRoutes } from './http/routes/threads.ts';
 import type { MailMirror } from './mail/mirror.ts';
 import type { MailService } from './mail/service.ts';
 import type { Resealer } from './mail/reseal.ts';
@@ -196,10 +197,11 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       log,
     }),
     labelRoutes(access, mail),
-    messageRoutes(access, mail, validator, sealed, rate),
+    messageRoutes(access, mail, validator, sealed, rate, { reads: mailPart.threads, events: eventLog }),
     folderRoutes(access, mailPart.folders, validator),
     bulkRoutes(access, mailPart.bulk, validator),
-    searchRoutes(access, mailSearch, validator, eventLog, rate),
+    searchRoutes(access, mailSearch, validator, eventLog, rate, mailPart.threads),
+    threadRoutes(access, mailPart.threads, validator, eventLog),
     keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
     contentRoutes(access, sealed, eventLog, rate),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),

@@ -53,6 +53,26 @@ export interface MessageSummary {
   subject?: string;
   keywords?: string[];
   direction?: 'in' | 'out';
+  /** An extension (docs/threads.md): the message's thread (mail.json ThreadId). */
+  threadId?: string;
+  /** An extension: in a collapsed page, the row's thread (mail.json ThreadCounts). */
+  thread?: ThreadCounts;
+  /** An extension (docs/threads.md, "Previews"): asked with preview=true, by a caller that may read content. */
+  preview?: string;
+}
+
+/** docs/threads.md (mail.json ThreadCounts). */
+export interface ThreadCounts {
+  messages: number;
+  unread: number;
+  participants: string[];
+}
+
+/** GET /inboxes/{inbox}/threads/{thread} (mail.json Thread). */
+export interface Thread {
+  id: string;
+  messages: MessageSummary[];
+  more?: boolean;
 }
 
 /** A page of a label's messages, newest first (mail.json MessageList). */

@@ -19,6 +19,7 @@ const CORPUS_SUITES: Array<{ file: string; grep?: string }> = [
   { file: 'test/organize.test.ts' },
   { file: 'test/compose.test.ts', grep: 'corpus' },
   { file: 'test/bulk.test.ts' },
+  { file: 'test/threads.test.ts' },
 ];
 
 function mochaOn(suite: { file: string; grep?: string }, env: Record<string, string>): Promise<{ code: number; output: string }> {

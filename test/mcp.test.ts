@@ -160,6 +160,7 @@ describe('MCP: /v1/mcp', function () {
       'create_label',
       'get_attachment',
       'get_message',
+      'get_thread',
       'junk_messages',
       'label_messages',
       'list_drafts',
@@ -185,6 +186,7 @@ describe('MCP: /v1/mcp', function () {
     const listed = await readOnly.listTools();
     expect(listed.tools.map((t) => t.name).sort()).to.deep.equal([
       'get_message',
+      'get_thread',
       'list_inboxes',
       'list_labels',
       'list_messages',

@@ -24,6 +24,8 @@ const MIRRORS: Record<string, string> = {
   MessageSummary: 'mail.json#/$defs/MessageSummary',
   MessageList: 'mail.json#/$defs/MessageList',
   MessageSearchPage: 'mail.json#/$defs/MessageSearchPage',
+  ThreadCounts: 'mail.json#/$defs/ThreadCounts',
+  Thread: 'mail.json#/$defs/Thread',
   MessageDetail: 'mail.json#/$defs/MessageDetail',
   FlagChange: 'mail.json#/$defs/FlagChange',
   FlagsResponse: 'mail.json#/$defs/FlagsResponse',

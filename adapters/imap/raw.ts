@@ -16,6 +16,7 @@ import type { SpecialUse } from '../../schemas/wire.ts';
 import type { MessageRecord } from '../../lib/mail/types.ts';
 import { isPgpMime } from '../../lib/mail/seal.ts';
 import { hasAttachmentHint } from '../../lib/mail/attachment-hint.ts';
+import { parseMessageIds } from '../../lib/mail/threads.ts';
 import { createHash } from 'node:crypto';
 import { headerValues } from '../../lib/send/rfc5322.ts';
 
@@ -236,15 +237,29 @@ export interface FetchedRow {
 }
 
 /**
- * `BODY.PEEK[HEADER.FIELDS (CONTENT-TYPE)]`: whether a message is PGP/MIME is known at index time
- * (a zero-access inbox's resealer finds what to seal in the index, lib/mail/reseal.ts). Dovecot
+ * `BODY.PEEK[HEADER.FIELDS (CONTENT-TYPE REFERENCES)]`: whether a message is PGP/MIME is known at
+ * index time (a zero-access inbox's resealer finds what to seal in the index, lib/mail/reseal.ts),
+ * and the References its thread needs (ENVELOPE has only In-Reply-To; docs/threads.md). Dovecot
  * parses the header for ENVELOPE anyway, so this costs a few bytes a row.
  */
 const CONTENT_TYPE_ITEM: ImapCompileNode = {
   type: 'ATOM',
   value: 'BODY.PEEK',
-  section: [{ type: 'ATOM', value: 'HEADER.FIELDS' }, [{ type: 'ATOM', value: 'CONTENT-TYPE' }]],
+  section: [
+    { type: 'ATOM', value: 'HEADER.FIELDS' },
+    [
+      { type: 'ATOM', value: 'CONTENT-TYPE' },
+      { type: 'ATOM', value: 'REFERENCES' },
+    ],
+  ],
 };
+
+/** The Message-IDs of a References field in a header block (unfolded; the last field if several). */
+function referencesOf(header: Buffer): string[] {
+  const unfolded = header.toString('latin1').replace(/\r?\n[ \t]+/g, ' ');
+  const found = [...unfolded.matchAll(/^references:(.*)$/gim)].at(-1);
+  return found ? parseMessageIds(found[1]) : [];
+}
 export const FULL_ITEMS: ReadonlyArray<string | ImapCompileNode> = [
   'UID',
   'FLAGS',
@@ -256,6 +271,23 @@ export const FULL_ITEMS: ReadonlyArray<string | ImapCompileNode> = [
   CONTENT_TYPE_ITEM,
 ];
 export const FLAG_ITEMS = ['UID', 'FLAGS', 'MODSEQ'];
+/** FULL_ITEMS and RFC 8970 PREVIEW: Dovecot's own ~200 characters of the text (docs/threads.md, "Previews"). */
+const WITH_PREVIEW: ReadonlyArray<string | ImapCompileNode> = [...FULL_ITEMS, 'PREVIEW'];
+
+/**
+ * What a fetch of new rows asks for: the preview only when previews are on, for a compatible
+ * inbox (a zero-access inbox's text is not Postern's to keep), on a server that has PREVIEW.
+ */
+export function fullItems(client: ImapFlow, inbox: { mode?: string }, previews: boolean): ReadonlyArray<string | ImapCompileNode> {
+  return previews && inbox.mode === 'compatible' && client.capabilities.has('PREVIEW') ? WITH_PREVIEW : FULL_ITEMS;
+}
+
+/** A preview as the index keeps it: whitespace folded, at most PREVIEW_CHARS characters; null when empty. */
+export const PREVIEW_CHARS = 200;
+function previewText(value: string): string | null {
+  const folded = value.replace(/\s+/g, ' ').trim();
+  return folded === '' ? null : [...folded].slice(0, PREVIEW_CHARS).join('');
+}
 
 type Address = { name?: string | undefined; address?: string | undefined };
 
@@ -277,6 +309,8 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
   let envelope: ImapAttributeList | null = null;
   let sealed: boolean | undefined;
   let hasAttachment: boolean | null | undefined;
+  let references: string[] | undefined;
+  let preview: string | null = null;
   for (let i = 0; i + 1 < list.length; i += 2) {
     const key = text(list[i])?.toUpperCase() ?? '';
     const v = list[i + 1];
@@ -306,11 +340,17 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
       case 'ENVELOPE':
         envelope = isList(v) ? v : null;
         break;
-      // BODY[HEADER.FIELDS (CONTENT-TYPE)]: the only body section asked for.
+      // BODY[HEADER.FIELDS (CONTENT-TYPE REFERENCES)]: the only body section asked for.
       case 'BODY': {
         const header = v && !isList(v) && Buffer.isBuffer(v.value) ? v.value : Buffer.from(text(v) ?? '', 'latin1');
         sealed = isPgpMime(header.length > 0 ? header : Buffer.from('\r\n'));
         hasAttachment = hasAttachmentHint(header);
+        references = referencesOf(header);
+        break;
+      }
+      case 'PREVIEW': {
+        const raw = v && !isList(v) && Buffer.isBuffer(v.value) ? v.value.toString('utf8') : (text(v) ?? '');
+        preview = previewText(raw);
         break;
       }
     }
@@ -338,6 +378,9 @@ function parseFetch(response: ImapResponse): FetchedRow | null {
       fromAddress: env.from?.[0]?.address?.toLowerCase() || null,
       ...(sealed === undefined ? {} : { sealed }),
       ...(hasAttachment === undefined ? {} : { hasAttachment }),
+      ...(references && references.length > 0 ? { references } : {}),
+      // A PGP/MIME message's "preview" is its envelope's boilerplate, not its text.
+      ...(preview !== null && sealed !== true ? { preview } : {}),
     };
   }
   return { uid, modseq, flags, message };

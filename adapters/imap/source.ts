@@ -28,14 +28,15 @@ export class ImapMailSource implements MailSource {
 
   constructor(private readonly o: ImapSourceOptions) {
     this.pool = new ImapPool(o.imap, o.log, o.metrics);
-    this.indexSync = new IndexSync(
-      o.store,
-      o.log,
+    this.indexSync = new IndexSync({
+      store: o.store,
+      log: o.log,
       // Bulk lane: a fill never takes the connection a read or a STORE needs. Only a connection
       // free right now: a fill waiting for more while it holds one could deadlock at the cap.
-      (inbox, task) => this.pool.tryUse(inbox.imapUser, task, 'bulk'),
-      Math.min(o.imap.maxPerInbox, 4),
-    );
+      extra: (inbox, task) => this.pool.tryUse(inbox.imapUser, task, 'bulk'),
+      parallel: Math.min(o.imap.maxPerInbox, 4),
+      previews: o.imap.previews === true,
+    });
   }
 
   async sync(inbox: MailInbox, onApplied: (changes: LiveChange[]) => void, options: { background?: boolean } = {}): Promise<void> {

@@ -17,7 +17,7 @@ import { keywordsChange, LabelStateCollector } from '../../lib/mail/derived-chan
 import type { IndexOp, LabelChange, LabelState, LiveChange, Location, MailIndexStore, MailInbox, MessageChange } from '../../lib/mail/types.ts';
 import {
   FLAG_ITEMS,
-  FULL_ITEMS,
+  fullItems,
   listStatus,
   uidFetch,
   uidSearchAll,
@@ -256,19 +256,32 @@ export class IndexSync {
   /** Every index write of the passes goes through it (the rows and the progress vouching for them alike). */
   readonly writer: IndexWriter;
 
-  /**
-   * @param extra runs a task on another connection of the inbox if one is free (a big label is
-   *   filled over several at once: Dovecot parses, and with mail_crypt decrypts, each message it
-   *   has not cached, which is CPU work it can spread over cores)
-   * @param parallel how many connections a fill may use in all
-   */
-  constructor(
-    private readonly store: MailIndexStore,
-    private readonly log: Logger,
-    private readonly extra: Extra = () => null,
-    private readonly parallel = 1,
-  ) {
-    this.writer = new IndexWriter(store);
+  private readonly store: MailIndexStore;
+  private readonly log: Logger;
+  private readonly extra: Extra;
+  private readonly parallel: number;
+  private readonly previews: boolean;
+
+  constructor(o: {
+    store: MailIndexStore;
+    log: Logger;
+    /**
+     * Runs a task on another connection of the inbox if one is free (a big label is filled over
+     * several at once: Dovecot parses, and with mail_crypt decrypts, each message it has not
+     * cached, which is CPU work it can spread over cores).
+     */
+    extra?: Extra;
+    /** How many connections a fill may use in all. */
+    parallel?: number;
+    /** Fetch compatible inboxes' previews (POSTERN_INDEX_PREVIEWS; docs/threads.md, "Previews"). */
+    previews?: boolean;
+  }) {
+    this.store = o.store;
+    this.log = o.log;
+    this.extra = o.extra ?? (() => null);
+    this.parallel = o.parallel ?? 1;
+    this.previews = o.previews ?? false;
+    this.writer = new IndexWriter(o.store);
   }
 
   /** One full pass over the inbox on the given connection; `publish` gets each batch applied. */
@@ -375,7 +388,7 @@ export class IndexSync {
       if (uidNextAtOpen > state.uidNext) {
         // Flag changes and expunges above are in the same batches, so the old modseq stays until
         // the end: a retry asks for them again and finds nothing new to say.
-        await uidFetch(client, `${state.uidNext}:*`, FULL_ITEMS, async (row) => {
+        await uidFetch(client, `${state.uidNext}:*`, fullItems(client, inbox, this.previews), async (row) => {
           if (row.uid < state.uidNext) return;
           batch.progress = { ...base, uidNext: row.uid + 1, highestModseq: state.highestModseq };
           await this.newRow(inbox.id, labelGuid, uidValidity, row, batch);
@@ -404,7 +417,7 @@ export class IndexSync {
     const status = await client.status(box.path, { messages: true });
     const serverCount = status && typeof status.messages === 'number' ? status.messages : null;
     if (serverCount !== null && serverCount !== (await this.store.countIn(inbox.id, labelGuid))) {
-      await this.reconcile(client, inbox.id, labelGuid, uidValidity, uidNext, batch);
+      await this.reconcile(client, inbox, labelGuid, uidValidity, uidNext, batch);
     }
     await batch.flush({
       guid: labelGuid,
@@ -504,7 +517,7 @@ export class IndexSync {
       while (next < ranges.length) {
         const i = next++;
         const r = ranges[i]!;
-        await uidFetch(c, `${r.lo}:${r.hi ?? '*'}`, FULL_ITEMS, (row) => onRow(row, into));
+        await uidFetch(c, `${r.lo}:${r.hi ?? '*'}`, fullItems(c, inbox, this.previews), (row) => onRow(row, into));
         // The rows first, then the progress that vouches for them.
         await into.flush();
         done[i] = true;
@@ -592,7 +605,7 @@ export class IndexSync {
     onRow: (row: FullRow, into: Batch, first: boolean) => Promise<void>,
   ): Promise<void> {
     const fill = (c: ImapFlow, range: string, into: Batch, first = false) =>
-      uidFetch(c, range, FULL_ITEMS, async (row) => {
+      uidFetch(c, range, fullItems(c, inbox, this.previews), async (row) => {
         if (row.message && row.flags) await onRow(row as FullRow, into, first);
       });
     const parts = box.messages >= 4000 ? Math.max(1, this.parallel) : 1;
@@ -644,12 +657,13 @@ export class IndexSync {
    */
   private async reconcile(
     client: ImapFlow,
-    inboxId: string,
+    inbox: MailInbox,
     labelGuid: string,
     uidValidity: number,
     uidNext: number,
     batch: Batch,
   ): Promise<void> {
+    const inboxId = inbox.id;
     const ranges = await uidSearchAll(client);
     const onServer = (uid: number): boolean => {
       // Binary search: the ranges are ascending and disjoint.
@@ -681,7 +695,9 @@ export class IndexSync {
     const missing: number[] = [];
     for (const [a, b] of ranges) for (let uid = a; uid <= b && uid < uidNext; uid++) if (!indexed.has(uid)) missing.push(uid);
     for (const set of uidSets(missing)) {
-      await uidFetch(client, set, FULL_ITEMS, (row) => this.newRow(inboxId, labelGuid, uidValidity, row, batch));
+      await uidFetch(client, set, fullItems(client, inbox, this.previews), (row) =>
+        this.newRow(inboxId, labelGuid, uidValidity, row, batch),
+      );
     }
   }
 }

@@ -310,6 +310,19 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'labelId', type: 'string', pattern: LBL, description: 'The label searched (inLabel); absent: every label.' },
     ],
   },
+  {
+    name: 'access.content.previewed',
+    description:
+      "A page of messages was served with their previews (…?preview=true, or an agent's list_messages): the index's ~200 characters of each message's text. Audit-only; one event per page.",
+    class: 'access',
+    visibility: 'audit',
+    status: 'stable',
+    subject: 'the inbox id (ibx_…)',
+    fields: [
+      { name: 'msgIds', type: 'string[]', required: true, description: 'The messages of the page (msg_…).' },
+      { name: 'labelId', type: 'string', pattern: LBL, description: 'The label listed; absent for a search or a thread.' },
+    ],
+  },
   // Recorded by lib/auth (passkeys.ts, key-change.ts): what widens who can read a member's mail.
   {
     name: 'access.key.set',

@@ -64,3 +64,39 @@ export async function contentSearchGate(
   const data: ContentSearch = { conditions, ...(query.inLabel ? { labelId: query.inLabel } : {}) };
   return () => recordContentSearch(events, inbox, principal.actor, data).then(() => undefined);
 }
+
+/**
+ * Previews (docs/threads.md, "Previews"): a token with content:read, or a web session (whose
+ * web app shows them), on a compatible inbox.
+ */
+export const PREVIEW_RULE = { token: 'content:read', session: true } as const;
+
+/** The audit record of one page of previews served: the messages it named. */
+export function recordPreviews(events: EventLog, inbox: Inbox, actor: string, msgIds: readonly string[], labelId?: string) {
+  return events.record({
+    type: 'access.content.previewed',
+    projectId: inbox.projectId,
+    inboxId: inbox.id,
+    actor,
+    subject: inbox.id,
+    data: { msgIds: [...msgIds], ...(labelId ? { labelId } : {}) },
+  });
+}
+
+/**
+ * What a page with previews needs beyond listing, for HTTP and agents alike: 403 without
+ * content:read (sessions may), or for a zero-access inbox. Resolves with the audit record to
+ * write before the page's previews go out.
+ */
+export async function previewGate(
+  access: Access,
+  events: EventLog,
+  principal: Principal,
+  inbox: Inbox,
+  labelId?: string,
+): Promise<(msgIds: readonly string[]) => Promise<void>> {
+  access.authorize(principal, PREVIEW_RULE);
+  await access.inboxAccess(principal, inbox.id, 'content:read');
+  requireCompatible(inbox);
+  return (msgIds) => recordPreviews(events, inbox, principal.actor, msgIds, labelId).then(() => undefined);
+}

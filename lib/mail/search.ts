@@ -9,6 +9,7 @@ import type { MailMirror } from './mirror.ts';
 import { directionOf, primaryLocation, summarize } from './service.ts';
 import { DEFAULT_SEARCH_BOUNDS, type SearchBounds } from './search-bounds.ts';
 import { searchWords } from './search-words.ts';
+import { collapsedSearch, withThreadCounts } from './thread-reads.ts';
 import type { IndexSearch, MailIndexStore, MailInbox, MailSource, Phrase, SearchAfter, TextField } from './types.ts';
 
 /** The query as the route validated it (schemas/mail.json MessageSearchQuery). */
@@ -29,6 +30,10 @@ export interface SearchQuery {
   hasKeyword?: string;
   notKeyword?: string;
   hasAttachment?: boolean;
+  /** docs/threads.md: one row per thread. */
+  collapseThreads?: boolean;
+  /** docs/threads.md, "Previews": checked and served by the route. */
+  preview?: boolean;
 }
 
 /** What reading content needs beyond listing: checked by the route, which knows the caller. */
@@ -150,7 +155,12 @@ export class MailSearch {
       // The mail server's search can take seconds: labels made meanwhile may hold a match.
       labels = await this.index.labels(inbox.id);
     }
-    const rows = search.guids?.length === 0 ? [] : await this.index.search(inbox.id, search, after, q.limit + 1);
+    const rows =
+      search.guids?.length === 0
+        ? []
+        : q.collapseThreads
+          ? await collapsedSearch(this.index, inbox.id, search, after, q.limit + 1)
+          : await this.index.search(inbox.id, search, after, q.limit + 1);
     const more = rows.length > q.limit;
     const shown = rows.slice(0, q.limit);
     const sent = new Set(labels.filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
@@ -161,6 +171,13 @@ export class MailSearch {
       const at = inLabel ?? primaryLocation([first!, ...rest], labels);
       return summarize(message, at, inLabel ? inLabel.uid : 0, directionOf(inbox, message, locations, sent));
     });
+    if (q.collapseThreads) {
+      await withThreadCounts(
+        this.index,
+        inbox.id,
+        shown.map((r, i) => ({ summary: messages[i]!, message: r.message })),
+      );
+    }
     const last = shown.at(-1);
     return more && last
       ? { messages, cursor: encodeCursor({ receivedAt: last.message.receivedAt, guid: last.message.guid }) }

@@ -481,5 +481,7 @@ export function summarize(m: MessageRecord, at: Location, uid: number, direction
     ...(m.subject !== null ? { subject: m.subject } : {}),
     ...(keywords.length > 0 ? { keywords } : {}),
     direction,
+    // An extension (docs/threads.md): absent until the index has placed the message.
+    ...(m.threadGuid ? { threadId: idFromGuid('thr', m.threadGuid) } : {}),
   };
 }

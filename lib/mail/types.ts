@@ -8,6 +8,8 @@ export interface MailInbox {
   id: string;
   imapUser: string;
   addresses: readonly string[];
+  /** The directory's inbox mode; only a compatible inbox's index keeps previews (docs/threads.md). */
+  mode?: 'compatible' | 'zero-access';
 }
 
 /**
@@ -111,6 +113,28 @@ export interface MessageRecord {
    * or a single non-text part). null: cannot tell (sealed, PGP/MIME); absent: not asked.
    */
   hasAttachment?: boolean | null;
+  /**
+   * The Message-IDs its References header names (lib/mail/threads.ts, parseMessageIds), for its
+   * thread; absent: not fetched. Written only: the index keeps them as thread links.
+   */
+  references?: readonly string[];
+  /**
+   * Its thread: the GUID of the message that founded it (docs/threads.md). Read only: the index
+   * decides it when it first holds the message. Absent: not placed yet (mail indexed before
+   * threads, until the backfill reaches it).
+   */
+  threadGuid?: string;
+  /** About 200 characters of its text (compatible inboxes only, lib/mail/preview.ts); absent: none. */
+  preview?: string;
+}
+
+/** A thread's numbers, for a collapsed listing (docs/threads.md). */
+export interface ThreadStats {
+  messages: number;
+  /** Messages none of whose places has \Seen. */
+  unread: number;
+  /** The From of its messages, oldest first, one per address, at most MAX_PARTICIPANTS. */
+  participants: string[];
 }
 
 /** A message in one label: IMAP flags are per mailbox. */
@@ -168,6 +192,8 @@ export interface IndexSearch {
   hasAttachment?: boolean;
   /** Only these messages (the mail server's answer to a content search). */
   guids?: readonly string[];
+  /** Only this thread's messages (docs/threads.md). */
+  threadGuid?: string;
 }
 
 /** Where a search page ends: the order is receivedAt, then GUID, both descending. */
@@ -268,6 +294,20 @@ export interface MailIndexStore {
   message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null>;
   /** Messages matching `search`, newest first (receivedAt, then GUID), after `after`, at most `limit`. */
   search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]>;
+  /**
+   * docs/threads.md: as `page`, but only the newest place (highest UID) of each thread in the
+   * label; a message not placed in a thread yet stands alone.
+   */
+  threadPage(inboxId: string, labelGuid: string, before: number | null, limit: number): Promise<PageRow[]>;
+  /** A thread's messages, oldest first (receivedAt, then GUID), at most `limit`, each with its places. */
+  thread(inboxId: string, threadGuid: string, limit: number): Promise<SearchRow[]>;
+  /** The numbers of these threads (those with no message left are not in the map). */
+  threadStats(inboxId: string, threadGuids: readonly string[]): Promise<Map<string, ThreadStats>>;
+  /**
+   * Places up to `limit` of the inbox's messages that have no thread yet (indexed before threads
+   * were), oldest first, in one short write; answers how many it placed (fewer than `limit`: done).
+   */
+  backfillThreads(inboxId: string, limit: number): Promise<number>;
 }
 
 /**

@@ -46,6 +46,8 @@ import { organizeTools } from './tools/organize.ts';
 import { bulkTools } from './tools/bulk.ts';
 import type { MailBulk } from '../mail/bulk.ts';
 import { searchTools } from './tools/search.ts';
+import { threadTools } from './tools/threads.ts';
+import type { ThreadReads } from '../mail/thread-reads.ts';
 import { sendTools } from './tools/send.ts';
 
 /** How the SDK's transport words the errors it answers with a 4xx. */
@@ -66,6 +68,8 @@ export interface McpDeps {
   /** Display names and signatures send_message composes with (lib/send/identities.ts). */
   identities: Identities;
   events: EventLog;
+  /** Threads and previews (docs/threads.md): get_thread, and list_messages' previews. */
+  threads?: ThreadReads;
   validator: Validator;
   subscriptions: McpSubscriptions;
   log: WarnLog;
@@ -122,9 +126,10 @@ export class McpTools {
 
   constructor(private readonly deps: McpDeps) {
     this.charge = deps.charge ?? null;
-    const { access, mail, search, sealed, send, events } = deps;
+    const { access, mail, search, sealed, send, events, threads } = deps;
     this.tools = [
-      ...mailTools(access, mail, sealed),
+      ...mailTools(access, mail, sealed, threads ? { reads: threads, events } : undefined),
+      ...(threads ? threadTools(access, threads, events) : []),
       ...organizeTools(access, mail),
       ...(deps.folders ? folderTools(access, deps.folders) : []),
       ...(deps.bulk ? bulkTools(access, deps.bulk) : []),

@@ -22,6 +22,7 @@ import { MailChangeRecorder } from '../mail/record-changes.ts';
 import { Resealer } from '../mail/reseal.ts';
 import { MailSearch } from '../mail/search.ts';
 import { MailFolders } from '../mail/folders.ts';
+import { ThreadReads } from '../mail/thread-reads.ts';
 import { MailService } from '../mail/service.ts';
 import type { LiveChange } from '../mail/types.ts';
 import { WatchAll } from '../mail/watch-all.ts';
@@ -37,6 +38,8 @@ export interface MailContext {
   /** One change to many messages (docs/organize.md, "Bulk"). */
   bulk: MailBulk;
   search: MailSearch;
+  /** Threads and previews (docs/threads.md): a thread, collapsed pages, the backfill. */
+  threads: ThreadReads;
   sealed: SealedMail;
   source: ImapMailSource;
   mirror: MailMirror;
@@ -166,6 +169,7 @@ export function mailContext(core: Core, events: EventLog): MailContext {
       announceLabels: mailChanges.expectLabels,
     }),
     search: new MailSearch({ index: mailIndex, mirror, source, bounds: config.search }),
+    threads: new ThreadReads(mailIndex, mirror, log.child({ part: 'threads' })),
     sealed: new SealedMail({
       mail,
       index: mailIndex,

@@ -24,6 +24,7 @@ export function mcpContext(core: Core, events: EventLog, mail: MailContext, send
     folders: mail.folders,
     bulk: mail.bulk,
     search: mail.search,
+    threads: mail.threads,
     sealed: mail.sealed,
     send: send.send,
     drafts: send.drafts,

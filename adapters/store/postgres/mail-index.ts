@@ -20,12 +20,24 @@ import type {
   SearchAfter,
   SearchRow,
   TextField,
+  ThreadStats,
   WatchLeases,
   WatchReport,
   WatchReports,
 } from '../../../lib/mail/types.ts';
 import { inboxMark, markedWords } from '../../../lib/mail/search-words.ts';
-import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
+import {
+  toLabel,
+  toLocation,
+  toMessage,
+  type LabelRow,
+  type LocationRow,
+  type MessageRow,
+  type ThreadKnownRow,
+  type ThreadPendingRow,
+  type ThreadStatRow,
+} from '../rows/mail-index.ts';
+import { assignThreads, linksOf, pendingLinks, threadStatsOf } from '../../../lib/mail/threads.ts';
 import { notFound, unavailable } from '../../../lib/errors.ts';
 import { KeptReads, type PgChanges } from './changes.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
@@ -46,7 +58,7 @@ const overBudget = (ms: number) =>
 const firstVersion = () => Date.now() * 1000;
 
 const MESSAGE_COLUMNS =
-  'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
+  'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address, m.thread_guid, m.preview';
 const LOCATION_COLUMNS = 'label_guid, uid, msg_guid, modseq, flags';
 /** Where a place's rows are: (label, uid) pairs as two arrays. */
 const PLACES = 'unnest($2::text[], $3::bigint[]) AS t(label_guid, uid)';
@@ -127,13 +139,70 @@ const S = {
   // `sealed` and `has_attachment` are learnt once, and a row from before search gets its vector.
   putMessages: stmt(
     'putMessages',
-    `INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed, has_attachment, search)
-     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::boolean[], $15::boolean[], $16::tsvector[])
+    `INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed, has_attachment, search, preview)
+     SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::boolean[], $15::boolean[], $16::tsvector[], $17::text[])
        AS t(guid) ORDER BY guid
      ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = coalesce(mail_messages.sealed, excluded.sealed),
-       has_attachment = coalesce(mail_messages.has_attachment, excluded.has_attachment), search = coalesce(mail_messages.search, excluded.search)
+       has_attachment = coalesce(mail_messages.has_attachment, excluded.has_attachment), search = coalesce(mail_messages.search, excluded.search),
+       preview = coalesce(mail_messages.preview, excluded.preview)
      WHERE (mail_messages.sealed IS NULL AND excluded.sealed IS NOT NULL) OR (mail_messages.has_attachment IS NULL AND excluded.has_attachment IS NOT NULL)
-       OR mail_messages.search IS NULL`,
+       OR mail_messages.search IS NULL OR (mail_messages.preview IS NULL AND excluded.preview IS NOT NULL)`,
+  ),
+  // Threads (docs/threads.md; lib/mail/threads.ts decides, these gather and write).
+  putLinks: stmt(
+    'putLinks',
+    `INSERT INTO mail_thread_links (inbox_id, link, msg_guid) SELECT DISTINCT $1, * FROM unnest($2::text[], $3::text[]) AS t(link, guid)
+     ORDER BY 2, 3 ON CONFLICT DO NOTHING`,
+  ),
+  pendingIn: stmt(
+    'pendingIn',
+    `SELECT guid, received_at, message_id, in_reply_to, subject FROM mail_messages
+     WHERE inbox_id = $1 AND guid = ANY($2::text[]) AND thread_guid IS NULL`,
+  ),
+  unthreaded: stmt(
+    'unthreaded',
+    `SELECT guid, received_at, message_id, in_reply_to, subject FROM mail_messages
+     WHERE inbox_id = $1 AND thread_guid IS NULL ORDER BY received_at LIMIT $2`,
+  ),
+  linksOf: stmt('linksOf', 'SELECT msg_guid, link FROM mail_thread_links WHERE inbox_id = $1 AND msg_guid = ANY($2::text[])'),
+  threadedById: stmt(
+    'threadedById',
+    `SELECT guid, thread_guid, received_at, message_id, subject, NULL AS link FROM mail_messages
+     WHERE inbox_id = $1 AND message_id = ANY($2::text[]) AND message_id IS NOT NULL AND thread_guid IS NOT NULL`,
+  ),
+  threadedByLink: stmt(
+    'threadedByLink',
+    `SELECT m.guid, m.thread_guid, m.received_at, m.message_id, m.subject, l.link FROM mail_thread_links l
+     JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
+     WHERE l.inbox_id = $1 AND l.link = ANY($2::text[]) AND m.thread_guid IS NOT NULL`,
+  ),
+  setThreads: stmt(
+    'setThreads',
+    `UPDATE mail_messages m SET thread_guid = t.thread FROM unnest($2::text[], $3::text[]) AS t(guid, thread)
+     WHERE m.inbox_id = $1 AND m.guid = t.guid AND m.thread_guid IS NULL`,
+  ),
+  // The newest place of each thread in the label: no place of the same thread above it there.
+  threadPage: stmt(
+    'threadPage',
+    `SELECT l.label_guid, l.uid, l.msg_guid, l.modseq, l.flags, ${MESSAGE_COLUMNS}
+     FROM mail_locations l JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
+     WHERE l.inbox_id = $1 AND l.label_guid = $2 AND l.uid < $3
+       AND (m.thread_guid IS NULL OR NOT EXISTS (SELECT 1 FROM mail_messages m2
+         JOIN mail_locations l2 ON l2.inbox_id = m2.inbox_id AND l2.msg_guid = m2.guid
+         WHERE m2.inbox_id = $1 AND m2.thread_guid = m.thread_guid AND l2.label_guid = $2 AND l2.uid > l.uid))
+     ORDER BY l.uid DESC LIMIT $4`,
+  ),
+  thread: stmt(
+    'thread',
+    `SELECT ${MESSAGE_COLUMNS},
+       (SELECT json_agg(json_build_array(l.label_guid, l.uid, l.modseq, l.flags)) FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid) AS places
+     FROM mail_messages m WHERE m.inbox_id = $1 AND m.thread_guid = $2 ORDER BY m.received_at, m.guid LIMIT $3`,
+  ),
+  threadStats: stmt(
+    'threadStats',
+    `SELECT m.thread_guid, m.from_text, m.from_address,
+       (SELECT bool_or(seen) FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid) AS seen
+     FROM mail_messages m WHERE m.inbox_id = $1 AND m.thread_guid = ANY($2::text[]) ORDER BY m.received_at, m.guid`,
   ),
   unsearchable: stmt(
     'unsearchable',
@@ -225,10 +294,15 @@ const S = {
   ),
   release: stmt('release', 'DELETE FROM mail_watch_leases WHERE inbox_id = ANY($1::text[]) AND holder = $2'),
   dropInbox: Object.fromEntries(
-    ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map((table) => [
-      table,
-      stmt(`dropInbox.${table}`, `DELETE FROM ${table} WHERE inbox_id = $1`),
-    ]),
+    [
+      'mail_thread_links',
+      'mail_staged_locations',
+      'mail_locations',
+      'mail_messages',
+      'mail_labels',
+      'mail_watch_leases',
+      'reseal_jobs',
+    ].map((table) => [table, stmt(`dropInbox.${table}`, `DELETE FROM ${table} WHERE inbox_id = $1`)]),
   ),
 };
 
@@ -309,6 +383,7 @@ export function searchStatement(
   if (q.maxSize !== undefined) where.push(`m.size < ${param(q.maxSize, 'bigint')}`);
   if (q.hasAttachment !== undefined) where.push(`m.has_attachment = ${param(q.hasAttachment, 'boolean')}`);
   if (q.guids !== undefined) where.push(`m.guid = ANY(${param(q.guids, 'text[]')})`);
+  if (q.threadGuid !== undefined) where.push(`m.thread_guid = ${param(q.threadGuid, 'text')}`);
   if (after) {
     const at = param(after.receivedAt, 'bigint');
     where.push(`(m.received_at < ${at} OR (m.received_at = ${at} AND m.guid < ${param(after.guid, 'text')}))`);
@@ -339,14 +414,15 @@ type SearchResultRow = MessageRow & { places: Array<[string, number, number, str
  * and the first `sealed` and `hasAttachment` known.
  */
 function messageArrays(inboxId: string, records: readonly MessageRecord[]): unknown[] {
-  type Merged = MessageRecord & { known: boolean | null; attachment: boolean | null };
+  type Merged = MessageRecord & { known: boolean | null; attachment: boolean | null; text: string | null };
   const byGuid = new Map<string, Merged>();
   for (const m of records) {
     const seen = byGuid.get(m.guid);
-    if (!seen) byGuid.set(m.guid, { ...m, known: m.sealed ?? null, attachment: m.hasAttachment ?? null });
+    if (!seen) byGuid.set(m.guid, { ...m, known: m.sealed ?? null, attachment: m.hasAttachment ?? null, text: m.preview ?? null });
     else {
       if (seen.known === null && m.sealed !== undefined) seen.known = m.sealed;
       if (seen.attachment === null && m.hasAttachment != null) seen.attachment = m.hasAttachment;
+      if (seen.text === null && m.preview) seen.text = m.preview;
     }
   }
   const ms = [...byGuid.values()];
@@ -368,6 +444,7 @@ function messageArrays(inboxId: string, records: readonly MessageRecord[]): unkn
     col((m) => m.known),
     col((m) => m.attachment),
     col((m) => searchVector(inboxId, m)),
+    col((m) => m.text),
   ];
 }
 
@@ -426,6 +503,37 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
     if (row?.removed_at != null) throw removedInbox();
   }
 
+  /** Inside a write's transaction: the threads of messages that have none (lib/mail/threads.ts). */
+  private async placeThreads(c: Queryable, inboxId: string, pending: readonly ThreadPendingRow[]): Promise<void> {
+    if (pending.length === 0) return;
+    const kept = new Map<string, string[]>();
+    for (const r of await rowsOf<{ msg_guid: string; link: string }>(c, S.linksOf([inboxId, pending.map((p) => p.guid)])))
+      kept.set(r.msg_guid, [...(kept.get(r.msg_guid) ?? []), r.link]);
+    const fresh: Array<[string, string]> = [];
+    const inputs = pending.map((p) => {
+      const links = pendingLinks(kept.get(p.guid) ?? [], p.in_reply_to);
+      // Mail indexed before threads: its In-Reply-To becomes a link, for its children to come.
+      for (const link of links) if (!kept.get(p.guid)?.includes(link)) fresh.push([link, p.guid]);
+      return { guid: p.guid, receivedAt: p.received_at, messageId: p.message_id, links, subject: p.subject };
+    });
+    if (fresh.length > 0) await c.query(S.putLinks([inboxId, fresh.map((f) => f[0]), fresh.map((f) => f[1])]));
+    const ids = [...new Set(inputs.flatMap((p) => [...p.links, ...(p.messageId ? [p.messageId] : [])]))];
+    const rows = [
+      ...(ids.length > 0 ? await rowsOf<ThreadKnownRow>(c, S.threadedById([inboxId, ids])) : []),
+      ...(ids.length > 0 ? await rowsOf<ThreadKnownRow>(c, S.threadedByLink([inboxId, ids])) : []),
+    ];
+    const known = rows.map((r) => ({
+      guid: r.guid,
+      threadGuid: r.thread_guid,
+      receivedAt: r.received_at,
+      messageId: r.message_id,
+      subject: r.subject,
+      links: r.link ? [r.link] : [],
+    }));
+    const placed = [...assignThreads(inputs, known)];
+    await c.query(S.setThreads([inboxId, placed.map((p) => p[0]), placed.map((p) => p[1])]));
+  }
+
   private async gc(c: Queryable, inboxId: string, guids: Iterable<string>): Promise<void> {
     const list = [...new Set(guids)];
     if (list.length > 0) await c.query(S.gcMessages([inboxId, list]));
@@ -446,6 +554,13 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
                 puts.map((p) => p.message),
               ),
             ),
+          );
+          const links = puts.flatMap((p) => linksOf(p.message.references, p.message.inReplyTo).map((l) => [l, p.message.guid] as const));
+          if (links.length > 0) await c.query(S.putLinks([inboxId, links.map((l) => l[0]), links.map((l) => l[1])]));
+          await this.placeThreads(
+            c,
+            inboxId,
+            await rowsOf<ThreadPendingRow>(c, S.pendingIn([inboxId, [...new Set(puts.map((p) => p.message.guid))]])),
           );
           const locations = puts.map((p) => p.location);
           if (run.kind === 'stage') {
@@ -651,6 +766,42 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
     // UIDs are 32-bit: 2^32 is above every UID.
     const found = await rowsOf<LocationRow & MessageRow>(this.pool, S.page([inboxId, labelGuid, before ?? 2 ** 32, limit]));
     return found.map((r) => ({ message: toMessage(r), location: toLocation(r) }));
+  }
+
+  async threadPage(inboxId: string, labelGuid: string, before: number | null, limit: number): Promise<PageRow[]> {
+    const found = await rowsOf<LocationRow & MessageRow>(this.pool, S.threadPage([inboxId, labelGuid, before ?? 2 ** 32, limit]));
+    return found.map((r) => ({ message: toMessage(r), location: toLocation(r) }));
+  }
+
+  async thread(inboxId: string, threadGuid: string, limit: number): Promise<SearchRow[]> {
+    const rows = await rowsOf<SearchResultRow>(this.pool, S.thread([inboxId, threadGuid, limit]));
+    return rows
+      .map((r) => ({
+        message: toMessage(r),
+        locations: (r.places ?? []).map(([labelGuid, uid, modseq, flags]) =>
+          toLocation({ label_guid: labelGuid, uid, msg_guid: r.guid, modseq, flags }),
+        ),
+      }))
+      .filter((r) => r.locations.length > 0);
+  }
+
+  async threadStats(inboxId: string, threadGuids: readonly string[]): Promise<Map<string, ThreadStats>> {
+    if (threadGuids.length === 0) return new Map();
+    const rows = await rowsOf<ThreadStatRow>(this.pool, S.threadStats([inboxId, [...new Set(threadGuids)]]));
+    return threadStatsOf(
+      rows.map((r) => ({ threadGuid: r.thread_guid, from: r.from_text, fromAddress: r.from_address, seen: r.seen === true })),
+    );
+  }
+
+  async backfillThreads(inboxId: string, limit: number): Promise<number> {
+    return inTransaction(this.pool, async (c) => {
+      const pending = await rowsOf<ThreadPendingRow>(c, S.unthreaded([inboxId, limit]));
+      if (pending.length === 0) return 0;
+      // Takes the inbox's turn like any index write (and bumps its version: thread ids appear).
+      await this.begin(c, inboxId);
+      await this.placeThreads(c, inboxId, pending);
+      return pending.length;
+    });
   }
 
   async message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null> {

@@ -26,6 +26,8 @@ export interface MessageRow {
   message_id: string | null;
   in_reply_to: string | null;
   from_address: string | null;
+  thread_guid: string | null;
+  preview: string | null;
 }
 
 export interface LocationRow {
@@ -59,7 +61,37 @@ export const toMessage = (r: MessageRow): MessageRecord => ({
   messageId: r.message_id,
   inReplyTo: r.in_reply_to,
   fromAddress: r.from_address,
+  ...(r.thread_guid ? { threadGuid: r.thread_guid } : {}),
+  ...(r.preview ? { preview: r.preview } : {}),
 });
+
+/** A thread candidate's row (lib/mail/threads.ts, ThreadKnown), as both engines read it. */
+export interface ThreadKnownRow {
+  guid: string;
+  thread_guid: string;
+  received_at: number;
+  message_id: string | null;
+  subject: string | null;
+  link: string | null;
+}
+
+/** A message waiting for its thread. */
+export interface ThreadPendingRow {
+  guid: string;
+  received_at: number;
+  message_id: string | null;
+  in_reply_to: string | null;
+  subject: string | null;
+}
+
+/** A row of a thread's messages for its numbers (threadStats), oldest first. */
+export interface ThreadStatRow {
+  thread_guid: string;
+  from_text: string | null;
+  from_address: string | null;
+  /** 1/true: some place of it has \\Seen. */
+  seen: number | boolean | null;
+}
 
 export const toLocation = (r: LocationRow): Location => ({
   labelGuid: r.label_guid,

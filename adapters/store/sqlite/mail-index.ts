@@ -12,6 +12,7 @@ import type {
   PageRow,
   SearchAfter,
   SearchRow,
+  ThreadStats,
   WatchLeases,
   WatchReport,
   WatchReports,
@@ -19,8 +20,19 @@ import type {
 } from '../../../lib/mail/types.ts';
 import { notFound } from '../../../lib/errors.ts';
 import { inboxMark } from '../../../lib/mail/search-words.ts';
+import { assignThreads, linksOf, pendingLinks, threadStatsOf } from '../../../lib/mail/threads.ts';
 import { rowOrNull, type Db } from './db.ts';
-import { toLabel, toLocation, toMessage, type LabelRow, type LocationRow, type MessageRow } from '../rows/mail-index.ts';
+import {
+  toLabel,
+  toLocation,
+  toMessage,
+  type LabelRow,
+  type LocationRow,
+  type MessageRow,
+  type ThreadKnownRow,
+  type ThreadPendingRow,
+  type ThreadStatRow,
+} from '../rows/mail-index.ts';
 
 /** A label's row to write; `fillLow` left out keeps what the row says (a rename, say). */
 const labelParams = (inboxId: string, l: LabelState) => ({
@@ -38,8 +50,8 @@ const labelParams = (inboxId: string, l: LabelState) => ({
 const bit = (b: boolean | null | undefined) => (b == null ? null : b ? 1 : 0);
 
 const messageParams = (inboxId: string, m: MessageRecord) => {
-  const { sealed, hasAttachment, ...rest } = m;
-  return { inboxId, ...rest, sealed: bit(sealed), hasAttachment: bit(hasAttachment) };
+  const { sealed, hasAttachment, references: _links, threadGuid: _thread, preview, ...rest } = m;
+  return { inboxId, ...rest, sealed: bit(sealed), hasAttachment: bit(hasAttachment), preview: preview ?? null };
 };
 
 const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() === '\\seen') ? 1 : 0);
@@ -48,7 +60,7 @@ const isSeen = (flags: readonly string[]) => (flags.some((f) => f.toLowerCase() 
 const removedInbox = () => notFound('inbox not found: it was removed');
 
 const MESSAGE_COLUMNS =
-  'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address';
+  'm.guid, m.size, m.received_at, m.date, m.from_text, m.to_text, m.cc_text, m.reply_to_text, m.subject, m.message_id, m.in_reply_to, m.from_address, m.thread_guid, m.preview';
 
 const FTS_COLUMNS = { from: 'from_text', to: 'to_text', cc: 'cc_text', subject: 'subject' } as const;
 
@@ -92,6 +104,7 @@ export function searchSql(
   if (q.minSize !== undefined) when(where, 'm.size >= @minSize', { minSize: q.minSize });
   if (q.maxSize !== undefined) when(where, 'm.size < @maxSize', { maxSize: q.maxSize });
   if (q.hasAttachment !== undefined) when(where, 'm.has_attachment = @hasAttachment', { hasAttachment: q.hasAttachment ? 1 : 0 });
+  if (q.threadGuid !== undefined) when(where, 'm.thread_guid = @threadGuid', { threadGuid: q.threadGuid });
   // A body search's few matches drive, as the text index's do: walked newest first, the inbox
   // is read to its end when they fill less than a page (150 ms at 100,000 messages, bench:search).
   // Many matches are dense enough for the walk to fill a page early.
@@ -153,6 +166,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
   private readonly releaseTx: (inboxIds: readonly string[], holder: string) => void;
   private readonly dropInboxTx: (inboxId: string) => void;
   private readonly markTx: (inboxId: string, batch: number) => number;
+  private readonly backfillTx: (inboxId: string, limit: number) => number;
 
   constructor(private readonly db: Db) {
     const p = (sql: string) => db.prepare(sql);
@@ -204,10 +218,40 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       // `sealed` and `has_attachment` are learnt once (a row indexed before they were asked for
       // gets them on its next fetch).
       putMessage:
-        p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed, has_attachment)
-        VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress, @sealed, @hasAttachment)
-        ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = coalesce(sealed, excluded.sealed), has_attachment = coalesce(has_attachment, excluded.has_attachment)
-        WHERE (sealed IS NULL AND excluded.sealed IS NOT NULL) OR (has_attachment IS NULL AND excluded.has_attachment IS NOT NULL)`),
+        p(`INSERT INTO mail_messages (inbox_id, guid, size, received_at, date, from_text, to_text, cc_text, reply_to_text, subject, message_id, in_reply_to, from_address, sealed, has_attachment, preview)
+        VALUES (@inboxId, @guid, @size, @receivedAt, @date, @from, @to, @cc, @replyTo, @subject, @messageId, @inReplyTo, @fromAddress, @sealed, @hasAttachment, @preview)
+        ON CONFLICT (inbox_id, guid) DO UPDATE SET sealed = coalesce(sealed, excluded.sealed), has_attachment = coalesce(has_attachment, excluded.has_attachment),
+          preview = coalesce(preview, excluded.preview)
+        WHERE (sealed IS NULL AND excluded.sealed IS NOT NULL) OR (has_attachment IS NULL AND excluded.has_attachment IS NOT NULL)
+          OR (preview IS NULL AND excluded.preview IS NOT NULL)`),
+      // Threads (docs/threads.md; lib/mail/threads.ts decides, these gather and write).
+      putLink: p('INSERT OR IGNORE INTO mail_thread_links (inbox_id, link, msg_guid) VALUES (?, ?, ?)'),
+      pendingIn: p(`SELECT guid, received_at, message_id, in_reply_to, subject FROM mail_messages
+        WHERE inbox_id = ? AND guid IN (SELECT value FROM json_each(?)) AND thread_guid IS NULL`),
+      unthreaded: p(`SELECT guid, received_at, message_id, in_reply_to, subject FROM mail_messages INDEXED BY mail_messages_unthreaded
+        WHERE inbox_id = ? AND thread_guid IS NULL ORDER BY received_at LIMIT ?`),
+      linksOf: p('SELECT msg_guid, link FROM mail_thread_links WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))'),
+      threadedById:
+        p(`SELECT guid, thread_guid, received_at, message_id, subject, NULL AS link FROM mail_messages INDEXED BY mail_messages_message_id
+        WHERE inbox_id = ? AND message_id IN (SELECT value FROM json_each(?)) AND thread_guid IS NOT NULL`),
+      threadedByLink: p(`SELECT m.guid, m.thread_guid, m.received_at, m.message_id, m.subject, l.link FROM mail_thread_links l
+        JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
+        WHERE l.inbox_id = ? AND l.link IN (SELECT value FROM json_each(?)) AND m.thread_guid IS NOT NULL`),
+      setThread: p('UPDATE mail_messages SET thread_guid = ? WHERE inbox_id = ? AND guid = ? AND thread_guid IS NULL'),
+      // The newest place of each thread in the label: no place of the same thread above it there.
+      threadPage: p(`SELECT l.label_guid, l.uid, l.msg_guid, l.modseq, l.flags, ${MESSAGE_COLUMNS}
+        FROM mail_locations l JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
+        WHERE l.inbox_id = @inboxId AND l.label_guid = @labelGuid AND l.uid < @before
+          AND (m.thread_guid IS NULL OR NOT EXISTS (SELECT 1 FROM mail_messages m2 INDEXED BY mail_messages_thread
+            JOIN mail_locations l2 INDEXED BY mail_locations_message ON l2.inbox_id = m2.inbox_id AND l2.msg_guid = m2.guid
+            WHERE m2.inbox_id = @inboxId AND m2.thread_guid = m.thread_guid AND l2.label_guid = @labelGuid AND l2.uid > l.uid))
+        ORDER BY l.uid DESC LIMIT @limit`),
+      thread: p(`SELECT ${MESSAGE_COLUMNS} FROM mail_messages m INDEXED BY mail_messages_thread WHERE m.inbox_id = ? AND m.thread_guid = ?
+        ORDER BY m.received_at, m.guid LIMIT ?`),
+      threadStats: p(`SELECT m.thread_guid, m.from_text, m.from_address,
+          (SELECT max(seen) FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid) AS seen
+        FROM mail_messages m INDEXED BY mail_messages_thread WHERE m.inbox_id = ? AND m.thread_guid IN (SELECT value FROM json_each(?))
+        ORDER BY m.received_at, m.guid`),
       // The same message at the same place with an older MODSEQ (another process fetched it
       // earlier and applied it later) leaves the newer flags in place.
       putLocation: p(`INSERT INTO mail_locations (inbox_id, label_guid, uid, msg_guid, modseq, flags, seen)
@@ -272,14 +316,15 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       this.present(inboxId);
       const orphans = new Set<string>();
       const unapplied: number[] = [];
+      const placed = new Set<string>();
       for (const [i, op] of ops.entries()) {
         if (op.op === 'stage') {
-          this.s.putMessage!.run(messageParams(inboxId, op.message));
+          this.putMessage(inboxId, op.message, placed);
           const l = op.location;
           this.s.putStaged!.run(inboxId, l.labelGuid, l.uid, l.msgGuid, l.modseq, JSON.stringify(l.flags), isSeen(l.flags));
         } else if (op.op === 'put') {
           const m = op.message;
-          this.s.putMessage!.run(messageParams(inboxId, m));
+          this.putMessage(inboxId, m, placed);
           const l = op.location;
           const previous = this.s.locationAt!.get(inboxId, l.labelGuid, l.uid) as string | undefined;
           if (previous !== undefined && previous !== l.msgGuid) orphans.add(previous);
@@ -305,6 +350,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
           orphans.add(guid);
         }
       }
+      if (placed.size > 0) this.placeThreads(inboxId, this.s.pendingIn!.all(inboxId, JSON.stringify([...placed])) as ThreadPendingRow[]);
       for (const guid of orphans) this.s.gcMessage!.run({ inboxId, guid });
       if (label) this.s.putLabel!.run(labelParams(inboxId, label));
       this.bump(inboxId);
@@ -354,9 +400,23 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     this.releaseTx = db.transaction((inboxIds: readonly string[], holder: string) => {
       for (const inboxId of inboxIds) this.s.release!.run(inboxId, holder);
     });
-    const dropInbox = ['mail_staged_locations', 'mail_locations', 'mail_messages', 'mail_labels', 'mail_watch_leases', 'reseal_jobs'].map(
-      (table) => p(`DELETE FROM ${table} WHERE inbox_id = ?`),
-    );
+    const dropInbox = [
+      'mail_thread_links',
+      'mail_staged_locations',
+      'mail_locations',
+      'mail_messages',
+      'mail_labels',
+      'mail_watch_leases',
+      'reseal_jobs',
+    ].map((table) => p(`DELETE FROM ${table} WHERE inbox_id = ?`));
+    // Not a change to what a page shows but its thread ids: the version is bumped all the same.
+    this.backfillTx = db.transaction((inboxId: string, limit: number) => {
+      this.present(inboxId);
+      const pending = this.s.unthreaded!.all(inboxId, limit) as ThreadPendingRow[];
+      this.placeThreads(inboxId, pending);
+      if (pending.length > 0) this.bump(inboxId);
+      return pending.length;
+    });
     // One batch of markRows: the same rows put in the text index and marked as in it.
     this.markTx = db.transaction((inboxId: string, batch: number) => {
       this.s.markIndex!.run({ inboxId, batch });
@@ -369,6 +429,41 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       for (const statement of dropInbox) statement.run(inboxId);
       this.s.tombstone!.run({ inboxId, version: Date.now() * 1000, at: Date.now() });
     });
+  }
+
+  /** Inside apply's transaction: the message, and the ids it links to for its thread. */
+  private putMessage(inboxId: string, m: MessageRecord, placed: Set<string>): void {
+    this.s.putMessage!.run(messageParams(inboxId, m));
+    for (const link of linksOf(m.references, m.inReplyTo)) this.s.putLink!.run(inboxId, link, m.guid);
+    placed.add(m.guid);
+  }
+
+  /** Inside a write's transaction: the threads of messages that have none (lib/mail/threads.ts). */
+  private placeThreads(inboxId: string, pending: readonly ThreadPendingRow[]): void {
+    if (pending.length === 0) return;
+    const kept = new Map<string, string[]>();
+    for (const r of this.s.linksOf!.all(inboxId, JSON.stringify(pending.map((p) => p.guid))) as Array<{ msg_guid: string; link: string }>)
+      kept.set(r.msg_guid, [...(kept.get(r.msg_guid) ?? []), r.link]);
+    const inputs = pending.map((p) => {
+      const links = pendingLinks(kept.get(p.guid) ?? [], p.in_reply_to);
+      // Mail indexed before threads: its In-Reply-To becomes a link, for its children to come.
+      for (const link of links) if (!kept.get(p.guid)?.includes(link)) this.s.putLink!.run(inboxId, link, p.guid);
+      return { guid: p.guid, receivedAt: p.received_at, messageId: p.message_id, links, subject: p.subject };
+    });
+    const ids = [...new Set(inputs.flatMap((p) => [...p.links, ...(p.messageId ? [p.messageId] : [])]))];
+    const rows = [
+      ...(this.s.threadedById!.all(inboxId, JSON.stringify(ids)) as ThreadKnownRow[]),
+      ...(this.s.threadedByLink!.all(inboxId, JSON.stringify(ids)) as ThreadKnownRow[]),
+    ];
+    const known = rows.map((r) => ({
+      guid: r.guid,
+      threadGuid: r.thread_guid,
+      receivedAt: r.received_at,
+      messageId: r.message_id,
+      subject: r.subject,
+      links: r.link ? [r.link] : [],
+    }));
+    for (const [guid, thread] of assignThreads(inputs, known)) this.s.setThread!.run(thread, inboxId, guid);
   }
 
   async claim(inboxIds: readonly string[], holder: string, ttlMs: number): Promise<Set<string>> {
@@ -511,6 +606,37 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     for (const l of places.map(toLocation)) byGuid.set(l.msgGuid, [...(byGuid.get(l.msgGuid) ?? []), l]);
     // A message with no place left (a racing removal) is not a result.
     return rows.map((r) => ({ message: toMessage(r), locations: byGuid.get(r.guid) ?? [] })).filter((r) => r.locations.length > 0);
+  }
+
+  async threadPage(inboxId: string, labelGuid: string, before: number | null, limit: number): Promise<PageRow[]> {
+    const rows = this.s.threadPage!.all({ inboxId, labelGuid, before: before ?? 2 ** 32, limit }) as Array<LocationRow & MessageRow>;
+    return rows.map((r) => ({ message: toMessage(r), location: toLocation(r) }));
+  }
+
+  async thread(inboxId: string, threadGuid: string, limit: number): Promise<SearchRow[]> {
+    const rows = this.s.thread!.all(inboxId, threadGuid, limit) as MessageRow[];
+    if (rows.length === 0) return [];
+    const places = this.s.searchLocations!.all(inboxId, JSON.stringify(rows.map((r) => r.guid))) as LocationRow[];
+    const byGuid = new Map<string, Location[]>();
+    for (const l of places.map(toLocation)) byGuid.set(l.msgGuid, [...(byGuid.get(l.msgGuid) ?? []), l]);
+    return rows.map((r) => ({ message: toMessage(r), locations: byGuid.get(r.guid) ?? [] })).filter((r) => r.locations.length > 0);
+  }
+
+  async threadStats(inboxId: string, threadGuids: readonly string[]): Promise<Map<string, ThreadStats>> {
+    if (threadGuids.length === 0) return new Map();
+    const rows = this.s.threadStats!.all(inboxId, JSON.stringify([...new Set(threadGuids)])) as ThreadStatRow[];
+    return threadStatsOf(
+      rows.map((r) => ({
+        threadGuid: r.thread_guid,
+        from: r.from_text,
+        fromAddress: r.from_address,
+        seen: r.seen === 1 || r.seen === true,
+      })),
+    );
+  }
+
+  async backfillThreads(inboxId: string, limit: number): Promise<number> {
+    return this.backfillTx(inboxId, limit);
   }
 
   async message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null> {

@@ -10,6 +10,9 @@ import { readJson } from '../body.ts';
 import { sendJsonOnce } from '../json-once.ts';
 import type { AppRouter } from '../context.ts';
 import type { Validator } from '../validate.ts';
+import type { ThreadReads } from '../../mail/thread-reads.ts';
+import type { EventLog } from '../../events/log.ts';
+import { previewGate } from '../../mail/content-access.ts';
 
 const LIST_QUERY = 'https://postern.dev/schemas/mail.json#/$defs/MessageListQuery';
 const FLAG_CHANGE = 'https://postern.dev/schemas/mail.json#/$defs/FlagChange';
@@ -26,12 +29,35 @@ function matches(header: string, etag: string): boolean {
   return header.split(',').some((t) => t.trim().replace(/^W\//, '') === bare);
 }
 
-export function messageRoutes(access: Access, mail: MailService, validator: Validator, sealed: SealedMail, rate: CredentialRate) {
+export function messageRoutes(
+  access: Access,
+  mail: MailService,
+  validator: Validator,
+  sealed: SealedMail,
+  rate: CredentialRate,
+  /** Threads and previews (docs/threads.md): collapseThreads and preview on the listing. */
+  threads?: { reads: ThreadReads; events: EventLog },
+) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/labels/:label/messages', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
-      const query = validator.query<{ limit: number; before?: number }>(LIST_QUERY, ctx.query);
-      sendJsonOnce(ctx, await mail.messages(inbox, ctx.params.label!, query));
+      const query = validator.query<{ limit: number; before?: number; collapseThreads?: boolean; preview?: boolean }>(
+        LIST_QUERY,
+        ctx.query,
+      );
+      const page = { limit: query.limit, ...(query.before !== undefined ? { before: query.before } : {}) };
+      if (!threads || (!query.collapseThreads && !query.preview)) {
+        threads?.reads.backfill(inbox.id);
+        sendJsonOnce(ctx, await mail.messages(inbox, ctx.params.label!, page));
+        return;
+      }
+      // Checked before anything is read: a caller who may not see previews learns nothing more.
+      const record = query.preview ? await previewGate(access, threads.events, ctx.state.principal, inbox, ctx.params.label) : null;
+      const list = query.collapseThreads
+        ? await threads.reads.collapsed(inbox, ctx.params.label!, page)
+        : structuredClone(await mail.messages(inbox, ctx.params.label!, page));
+      if (record) await threads.reads.withPreviews(inbox, list.messages, record);
+      ctx.body = list;
     });
 
     router.get('/inboxes/:inbox/messages/:msg', allow(access, DEFAULT_RULE), async (ctx) => {

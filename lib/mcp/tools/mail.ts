@@ -7,12 +7,17 @@ import { invalid } from '../../errors.ts';
 import type { MailService } from '../../mail/service.ts';
 import { DEFAULT_RULE } from '../../http/authenticate.ts';
 import { untrusted, UNTRUSTED_NOTICE } from '../text.ts';
+import type { EventLog } from '../../events/log.ts';
+import { previewGate } from '../../mail/content-access.ts';
+import type { ThreadReads } from '../../mail/thread-reads.ts';
 import { tool, type Tool, type ToolAnswer } from '../tool.ts';
 
 /** One line per message: what the model needs to pick one (sender and subject are untrusted). */
 export function messageLine(m: MessageSummary): string {
   const flags = m.flags.length > 0 ? ` [${m.flags.join(', ')}]` : '';
-  return `${m.id} | ${m.receivedAt} | ${m.direction ?? 'in'} | from: ${m.from ?? ''} | subject: ${m.subject ?? ''}${flags}`;
+  const thread = m.threadId !== undefined ? ` | thread: ${m.threadId}` : '';
+  const preview = m.preview !== undefined ? ` | preview: ${m.preview}` : '';
+  return `${m.id} | ${m.receivedAt} | ${m.direction ?? 'in'} | from: ${m.from ?? ''} | subject: ${m.subject ?? ''}${flags}${thread}${preview}`;
 }
 
 function pageAnswer(page: MessageList): ToolAnswer {
@@ -23,7 +28,13 @@ function pageAnswer(page: MessageList): ToolAnswer {
 
 const pageAnswers = new WeakMap<MessageList, ToolAnswer>();
 
-export function mailTools(access: Access, mail: MailService, sealed: SealedMail): Tool[] {
+export function mailTools(
+  access: Access,
+  mail: MailService,
+  sealed: SealedMail,
+  /** Previews in list_messages (docs/threads.md, "Previews"): the HTTP listing's gate and audit. */
+  threads?: { reads: ThreadReads; events: EventLog },
+): Tool[] {
   return [
     tool<Record<string, never>>({
       name: 'list_inboxes',
@@ -63,19 +74,26 @@ export function mailTools(access: Access, mail: MailService, sealed: SealedMail)
       },
     }),
 
-    tool<{ inboxId: string; labelId: string; limit: number; before?: number }>({
+    tool<{ inboxId: string; labelId: string; limit: number; before?: number; preview?: boolean }>({
       name: 'list_messages',
       title: 'List messages',
       description:
-        'A page of the messages under a label, newest first: id, date, sender, subject, flags. Pass `before` from the answer for older ones.',
+        'A page of the messages under a label, newest first: id, date, sender, subject, flags, thread. Pass `before` from the answer for older ones. ' +
+        '`preview: true` adds about 200 characters of each text: only with the content:read scope, only in compatible inboxes, and each such page is recorded in the audit log.',
       rule: DEFAULT_RULE,
       input: 'ListMessagesInput',
       async run(p, args) {
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:read');
-        const page = await mail.messages(inbox, args.labelId, {
-          limit: args.limit,
-          ...(args.before !== undefined ? { before: args.before } : {}),
-        });
+        const options = { limit: args.limit, ...(args.before !== undefined ? { before: args.before } : {}) };
+        if (args.preview && threads) {
+          const record = await previewGate(access, threads.events, p, inbox, args.labelId);
+          // A copy: the cached page stays without previews.
+          const shown = structuredClone(await mail.messages(inbox, args.labelId, options));
+          await threads.reads.withPreviews(inbox, shown.messages, record);
+          return pageAnswer(shown);
+        }
+        threads?.reads.backfill(inbox.id);
+        const page = await mail.messages(inbox, args.labelId, options);
         // The page is the cache's own object until the inbox changes: so is its answer (json-once.ts).
         let answer = pageAnswers.get(page);
         if (answer === undefined) pageAnswers.set(page, (answer = pageAnswer(page)));

@@ -32,6 +32,7 @@ import mailSearch from './027_mail_search.ts';
 import webhookDeliveryPositions from './028_webhook_delivery_positions.ts';
 import mailSearchMarked from './029_mail_search_marked.ts';
 import webhookDisabledBy from './030_webhook_disabled_by.ts';
+import mailThreads from './031_mail_threads.ts';
 import inboxIdentities from './032_inbox_identities.ts';
 
 export interface Migration {
@@ -68,5 +69,6 @@ export const migrations: Migration[] = [
   { version: 28, name: 'webhook_delivery_positions', sql: webhookDeliveryPositions },
   { version: 29, name: 'mail_search_marked', sql: mailSearchMarked },
   { version: 30, name: 'webhook_disabled_by', sql: webhookDisabledBy },
+  { version: 31, name: 'mail_threads', sql: mailThreads },
   { version: 32, name: 'inbox_identities', sql: inboxIdentities },
 ];
