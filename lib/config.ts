@@ -292,7 +292,7 @@ export const SETTINGS: readonly Setting[] = [
     name: 'POSTERN_SEARCH_TIMEOUT_MS',
     default: String(DEFAULT_SEARCH_BOUNDS.budgetMs),
     description:
-      "PostgreSQL: a message search's statement still running after this is cancelled and answers 503 with Retry-After; SQLite bounds a search by its shape instead (docs/search.md)",
+      "a message search's statement still running after this answers 503 with Retry-After: cancelled on PostgreSQL; on SQLite, where it runs in a worker thread, that worker is abandoned for a fresh one (docs/search.md)",
   },
   {
     name: 'POSTERN_IMAP_WATCH_LEASE_MS',

@@ -22,6 +22,11 @@ export type ErrorKind =
   /** A dependency (the mail server, the store) cannot answer now: try again after `retryAfterSeconds`. */
   | 'unavailable';
 
+// The class's mark, shared by every copy of this module: under the tests' loader a module imported
+// dynamically (adapters/store/open.ts loads the PostgreSQL store so) gets a copy of its own, whose
+// errors instanceof would not know.
+const DOMAIN_ERROR = Symbol.for('postern.DomainError');
+
 export class DomainError extends Error {
   constructor(
     readonly kind: ErrorKind,
@@ -31,6 +36,7 @@ export class DomainError extends Error {
   ) {
     super(message);
     this.name = 'DomainError';
+    Object.defineProperty(this, DOMAIN_ERROR, { value: true });
   }
 }
 
@@ -46,5 +52,5 @@ export const rateLimited = (message: string, retryAfterSeconds: number) => new D
 export const unavailable = (message: string, retryAfterSeconds = 5) => new DomainError('unavailable', message, retryAfterSeconds);
 
 export function isDomainError(err: unknown): err is DomainError {
-  return err instanceof DomainError;
+  return err instanceof DomainError || (err instanceof Error && (err as Error & { [DOMAIN_ERROR]?: true })[DOMAIN_ERROR] === true);
 }

@@ -20,6 +20,8 @@ import {
 } from './harness.ts';
 import { getPage } from './events-helpers.ts';
 import { mailApp, rfc822, until } from './mail-fixtures.ts';
+import { storeBackdoor } from './store-backdoor.ts';
+import { SqliteMailIndex } from '../adapters/store/sqlite/mail-index.ts';
 import type { MessageSearchPage, MessageSummary } from '../schemas/wire.ts';
 
 const PAGE = 'https://postern.dev/schemas/mail.json#/$defs/MessageSearchPage';
@@ -323,6 +325,38 @@ describe('message search', function () {
     const page = await json<MessageSearchPage>(await call(url({ body: 'kumquats' }, s.base, box.id), { token: boxReader }));
     expect(page.messages.map((m) => m.subject)).to.deep.equal(['Unreadable']);
     await expectError(await call(url({ body: 'a\u0000b' }, s.base, box.id), { token: boxReader }), 400, /NUL/);
+  });
+
+  it('a metadata search longer than POSTERN_SEARCH_TIMEOUT_MS is a 503 with Retry-After while the server goes on serving', async () => {
+    const hasty = await startPostern({ ...s.storeEnv, POSTERN_EVENTS_SETTLE_MS: '0', POSTERN_SEARCH_TIMEOUT_MS: '1000' });
+    const backdoor = await storeBackdoor(s.storeEnv);
+    let held = false;
+    try {
+      // The inbox synced and its text index filled first: only the search's own statement is held.
+      expect((await call(url({ subject: 'invoice' }, hasty.base), { token })).status).to.equal(200);
+      const index = hasty.postern.store.mailIndex;
+      if (index instanceof SqliteMailIndex) {
+        // SQLite: the search worker held as a long native call would hold it.
+        index.workers!.stallMs = 10_000;
+      } else {
+        // PostgreSQL: the search's read waits on a lock the test holds.
+        await backdoor.run('BEGIN');
+        await backdoor.run('LOCK TABLE mail_messages IN ACCESS EXCLUSIVE MODE');
+      }
+      held = true;
+      let settled = false;
+      const searching = call(url({ subject: 'invoice' }, hasty.base), { token }).finally(() => (settled = true));
+      // The event loop is free meanwhile: another request is answered before the search is.
+      expect((await fetch(`${hasty.url}/healthz`)).status).to.equal(200);
+      expect(settled, 'the search answered before /healthz').to.equal(false);
+      const res = await searching;
+      expect(res.headers.get('retry-after')).to.match(/^\d+$/);
+      await expectError(res, 503, /took longer than 1000 ms/);
+    } finally {
+      if (held && !(hasty.postern.store.mailIndex instanceof SqliteMailIndex)) await backdoor.run('ROLLBACK');
+      await backdoor.close();
+      await hasty.close();
+    }
   });
 
   it('a first body search longer than POSTERN_BODY_SEARCH_TIMEOUT_MS is a 503 while Dovecot goes on indexing', async () => {

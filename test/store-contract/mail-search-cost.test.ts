@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import { openDb, type Db } from '../../adapters/store/sqlite/db.ts';
 import { SqliteMailIndex, searchSql } from '../../adapters/store/sqlite/mail-index.ts';
+import { SearchWorkers } from '../../adapters/store/sqlite/search-workers.ts';
 import { PgMailIndex, searchStatement } from '../../adapters/store/postgres/mail-index.ts';
 import { isDomainError } from '../../lib/errors.ts';
 import { newId } from '../../lib/ids.ts';
@@ -84,6 +85,48 @@ describe('search cost beside a large other tenant', function () {
     after(() => {
       db?.close();
       rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('a search in a worker finds what the serving connection finds', async () => {
+      const workers = new SearchWorkers(join(dir, 'postern.db'));
+      try {
+        const inWorker = new SqliteMailIndex(db, workers);
+        for (const q of [WORST, { subject: 'alpha' }, { subject: 'al 2999' }, {}]) {
+          const search = { ...query(q), budgetMs: 10_000 };
+          expect(await inWorker.search(other, search, null, 20), JSON.stringify(q)).to.deep.equal(
+            await index.search(other, query(q), null, 20),
+          );
+        }
+      } finally {
+        await workers.close();
+      }
+    });
+
+    it('a search over its time budget is stopped: unavailable, with a time to retry, the event loop free meanwhile', async () => {
+      const workers = new SearchWorkers(join(dir, 'postern.db'), { size: 1, maxAbandoned: 1 });
+      try {
+        const inWorker = new SqliteMailIndex(db, workers);
+        // The worker held as a native call would hold it: longer than the budget.
+        workers.stallMs = 2000;
+        let ticks = 0;
+        const ticker = setInterval(() => ticks++, 5);
+        const started = Date.now();
+        const err = await inWorker.search(other, { ...query({ subject: 'alpha bravo' }), budgetMs: 100 }, null, 100).then(
+          () => null,
+          (e: unknown) => e,
+        );
+        clearInterval(ticker);
+        expect(isDomainError(err) && err.kind, String(err)).to.equal('unavailable');
+        expect(isDomainError(err) && err.retryAfterSeconds).to.be.a('number');
+        expect(Date.now() - started).to.be.below(1500);
+        // The serving thread ran its timers while the worker was held.
+        expect(ticks).to.be.above(3);
+        // A fresh worker serves the next search (the stuck one was terminated).
+        workers.stallMs = 0;
+        expect(await inWorker.search(other, { ...query({ subject: 'alpha' }), budgetMs: 10_000 }, null, 5)).to.have.length(5);
+      } finally {
+        await workers.close();
+      }
     });
 
     it("the caller's MATCH finds nothing in the text index outside the caller's inbox", async () => {

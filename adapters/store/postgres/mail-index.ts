@@ -38,7 +38,8 @@ import {
   type ThreadStatRow,
 } from '../rows/mail-index.ts';
 import { assignThreads, linksOf, pendingLinks, threadStatsOf } from '../../../lib/mail/threads.ts';
-import { notFound, unavailable } from '../../../lib/errors.ts';
+import { notFound } from '../../../lib/errors.ts';
+import { searchOverBudget } from '../../../lib/mail/search-bounds.ts';
 import { KeptReads, type PgChanges } from './changes.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
@@ -49,10 +50,6 @@ const removedInbox = () => notFound('inbox not found: it was removed');
 
 /** SQLSTATE of a statement cancelled, by its statement_timeout here. */
 const QUERY_CANCELED = '57014';
-
-/** A search still running at its budget (IndexSearch.budgetMs): the store's time is what ran out. */
-const overBudget = (ms: number) =>
-  unavailable(`the search took longer than ${ms} ms and was stopped: try again later, or narrow it (longer words, a label, dates)`, 5);
 
 /** A new inbox row's version starts at the clock (microseconds): a rebuilt index never repeats one. */
 const firstVersion = () => Date.now() * 1000;
@@ -824,7 +821,7 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
             await c.query("SELECT set_config('statement_timeout', $1, true)", [String(search.budgetMs)]);
             return (await c.query<SearchResultRow>(statement)).rows;
           }).catch((err: unknown) => {
-            if ((err as { code?: unknown } | null)?.code === QUERY_CANCELED) throw overBudget(search.budgetMs!);
+            if ((err as { code?: unknown } | null)?.code === QUERY_CANCELED) throw searchOverBudget(search.budgetMs!);
             throw err;
           });
     return rows.map((r) => ({

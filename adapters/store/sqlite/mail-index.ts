@@ -22,6 +22,7 @@ import { notFound } from '../../../lib/errors.ts';
 import { inboxMark } from '../../../lib/mail/search-words.ts';
 import { assignThreads, linksOf, pendingLinks, threadStatsOf } from '../../../lib/mail/threads.ts';
 import { rowOrNull, type Db } from './db.ts';
+import type { SearchWorkers } from './search-workers.ts';
 import {
   toLabel,
   toLocation,
@@ -168,7 +169,15 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
   private readonly markTx: (inboxId: string, batch: number) => number;
   private readonly backfillTx: (inboxId: string, limit: number) => number;
 
-  constructor(private readonly db: Db) {
+  /**
+   * `workers` run the searches' statements off the serving thread, within their budget
+   * (search-workers.ts); without them (an in-memory database, which no other connection can
+   * open) a search runs here, bounded by its shape alone.
+   */
+  constructor(
+    private readonly db: Db,
+    readonly workers?: SearchWorkers,
+  ) {
     const p = (sql: string) => db.prepare(sql);
     this.s = {
       seeded: p('SELECT seeded FROM mail_inboxes WHERE inbox_id = ?').pluck(),
@@ -599,7 +608,11 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
   async search(inboxId: string, search: IndexSearch, after: SearchAfter | null, limit: number): Promise<SearchRow[]> {
     if (search.text.length > 0) await this.markRows(inboxId);
     const { sql, params } = searchSql(inboxId, search, after, limit);
-    const rows = this.db.prepare(sql).all(params) as MessageRow[];
+    const rows = (
+      this.workers && search.budgetMs !== undefined
+        ? await this.workers.run(sql, params, search.budgetMs)
+        : this.db.prepare(sql).all(params)
+    ) as MessageRow[];
     if (rows.length === 0) return [];
     const places = this.s.searchLocations!.all(inboxId, JSON.stringify(rows.map((r) => r.guid))) as LocationRow[];
     const byGuid = new Map<string, Location[]>();

@@ -11,6 +11,7 @@ import { SqliteMailIndex } from './mail-index.ts';
 import { SqliteOutboxStore } from './outbox.ts';
 import { SqlitePasskeyStore } from './passkeys.ts';
 import { SqliteResealJobs } from './reseal-jobs.ts';
+import { SearchWorkers } from './search-workers.ts';
 import { SqliteWebhookStore } from './webhooks.ts';
 import type { Store } from '../../../lib/store.ts';
 
@@ -18,6 +19,9 @@ import type { Store } from '../../../lib/store.ts';
 export function openSqliteStore(file: string): Store {
   const db = openDb(file);
   const ping = db.prepare('SELECT 1');
+  // Searches run in worker threads with their own connections to the file; an in-memory
+  // database has no file another connection could open, so its searches run here.
+  const searchWorkers = file === ':memory:' || file === '' ? undefined : new SearchWorkers(file);
   let checkpointer: WalCheckpointer | null = null;
   let closed = false;
   return {
@@ -28,7 +32,7 @@ export function openSqliteStore(file: string): Store {
     keyBackups: new SqliteKeyBackupStore(db),
     passkeys: new SqlitePasskeyStore(db),
     events: new SqliteEventStore(db),
-    mailIndex: new SqliteMailIndex(db),
+    mailIndex: new SqliteMailIndex(db, searchWorkers),
     outbox: new SqliteOutboxStore(db),
     resealJobs: new SqliteResealJobs(db),
     webhooks: new SqliteWebhookStore(db),
@@ -46,7 +50,7 @@ export function openSqliteStore(file: string): Store {
     async close() {
       if (closed) return;
       closed = true;
-      await checkpointer?.stop();
+      await Promise.all([checkpointer?.stop(), searchWorkers?.close()]);
       db.close();
     },
   };
