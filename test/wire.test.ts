@@ -30,6 +30,8 @@ const MIRRORS: Record<string, string> = {
   FlagChange: 'mail.json#/$defs/FlagChange',
   FlagsResponse: 'mail.json#/$defs/FlagsResponse',
   LabelChange: 'mail.json#/$defs/LabelChange',
+  LabelLiveChange: 'mail.json#/$defs/LabelLiveChange',
+  LabelName: 'mail.json#/$defs/LabelName',
   KeywordChange: 'mail.json#/$defs/KeywordChange',
   KeywordsResponse: 'mail.json#/$defs/KeywordsResponse',
   MessageMove: 'mail.json#/$defs/MessageMove',
