@@ -6,7 +6,7 @@
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
-import { newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { call, newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { enrollMember, go, inPage, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
 import { append, mailApp, until } from './mail-fixtures.ts';
 
@@ -202,6 +202,27 @@ describe('web app: dates, labels and words (Chromium, virtual passkeys)', functi
     await page.locator('#label-heading', { hasText: 'Clients' }).waitFor({ timeout: 30_000 });
     await page.locator('#messages li', { hasText: `Nested ${tag}` }).waitFor({ timeout: 30_000 });
     await screenshot(page, 'words-2-labels');
+  });
+
+  it("each inbox's mode in plain words: what the server can and cannot read (GET /inboxes says which, an extension)", async () => {
+    const { page } = device;
+    const zero = await p.inbox({ mode: 'zero-access' });
+    const res = await call(`${s.base}/inboxes`, { token: await p.token(['messages:read']) });
+    const { inboxes } = (await res.json()) as { inboxes: Array<{ inboxId: string; mode?: string }> };
+    expect(inboxes.find((i) => i.inboxId === inbox.id)?.mode).to.equal('compatible');
+    expect(inboxes.find((i) => i.inboxId === zero.id)?.mode).to.equal('zero-access');
+    await go(page, '#');
+    await page.locator(`#inboxes li[data-inbox="${zero.id}"]`).waitFor({ timeout: 30_000 });
+    expect(await page.locator(`#inboxes li[data-inbox="${inbox.id}"]`).innerText()).to.include('Standard');
+    expect(await page.locator(`#inboxes li[data-inbox="${zero.id}"]`).innerText()).to.include('Private');
+    await go(page, `#/inbox/${zero.id}`);
+    await page.locator('#inbox-mode').waitFor({ timeout: 30_000 });
+    expect(await page.locator('#inbox-mode').innerText()).to.match(
+      /^Private inbox\. .*open only in your browser.*Senders, recipients, subjects and dates stay readable/,
+    );
+    await go(page, `#/inbox/${inbox.id}`);
+    await page.locator('#inbox-mode', { hasText: 'Standard inbox.' }).waitFor({ timeout: 30_000 });
+    expect(await page.locator('#inbox-mode').innerText()).to.include('The server can read these messages');
   });
 
   /** Internal words in the screen's visible text, names and titles. */

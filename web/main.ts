@@ -7,6 +7,7 @@ import { dateTexts, timeElement } from './dates.ts';
 import { forgetKey, openKey, setPassphrase, unlockedKey, type AskPassphrase } from './keys.ts';
 import { addPasskey, enroll, signIn, type Unlocking } from './passkey.ts';
 import { matchRoute } from './routes.ts';
+import { modeWords } from './mail/labels.ts';
 import './compose/compose.ts';
 import './activity.ts';
 import { button, h, report, show } from './ui.ts';
@@ -142,7 +143,7 @@ async function home(): Promise<void> {
           'li',
           { 'data-inbox': i.inboxId },
           h('a', { href: `#/inbox/${i.inboxId}` }, i.label ?? i.inboxId),
-          h('span', { class: 'muted' }, i.role),
+          h('span', { class: 'muted' }, [modeWords(i.mode)?.name, i.role].filter(Boolean).join(' · ')),
         ),
       ),
     ),

@@ -6,7 +6,7 @@ import type { InboxList, Label, LabelList, LiveChange, MessageList } from '../..
 import { api } from '../api.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, main, show } from '../ui.ts';
-import { labelDepth, labelIcon, labelName } from './labels.ts';
+import { labelDepth, labelIcon, labelName, modeWords } from './labels.ts';
 import { inboxHash, listKeys, PAGE_SIZE, row, shownSummary, startListing } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 import { searchForm } from './search.ts';
@@ -78,7 +78,9 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   ]);
   const label = labels.find((l) => l.id === wantedLabel) ?? labels[0];
   if (!label) throw new Error('This inbox has no labels yet.');
-  const name = inboxes.find((i) => i.inboxId === inboxId)?.label ?? inboxId;
+  const grant = inboxes.find((i) => i.inboxId === inboxId);
+  const name = grant?.label ?? inboxId;
+  const mode = modeWords(grant?.mode);
   // The tab says how much is unread in this inbox's INBOX (labels[0]: the API lists INBOX first).
   const title = (ls: Label[]) => {
     const unread = (ls.find((l) => l.name.toUpperCase() === 'INBOX') ?? ls[0])?.unread ?? 0;
@@ -170,6 +172,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   show(
     h('p', {}, h('a', { href: '#' }, '← All inboxes')),
     h('h1', {}, name),
+    mode ? h('p', { class: 'muted', id: 'inbox-mode' }, h('strong', {}, `${mode.name} inbox. `), mode.says) : null,
     h(
       'div',
       { class: 'actions' },

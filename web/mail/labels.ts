@@ -2,7 +2,7 @@
 // role whatever the server calls them ("[Gmail]/Sent Mail" is "Sent"), nested folders by their last
 // name, indented one step per level, and a small icon for each. Icons are SVG made with DOM calls:
 // no markup from strings and nothing fetched.
-import type { Label, SpecialUse } from '../../schemas/wire.ts';
+import type { InboxGrant, Label, SpecialUse } from '../../schemas/wire.ts';
 
 /**
  * The hierarchy delimiter. The API gives a label's full IMAP name but not the delimiter; the
@@ -66,4 +66,22 @@ export function labelIcon(l: Pick<Label, 'name' | 'specialUse'>): SVGSVGElement 
     svg.append(path);
   }
   return svg;
+}
+
+/**
+ * The inbox's mode as what the server can and cannot read (docs/encryption.md, "What an operator
+ * can and cannot read"), for a member rather than an engineer; null when the server does not say.
+ */
+export function modeWords(mode: InboxGrant['mode']): { name: string; says: string } | null {
+  if (mode === 'zero-access')
+    return {
+      name: 'Private',
+      says: 'Messages and attachments are stored encrypted and open only in your browser; the server never opens them. Senders, recipients, subjects and dates stay readable to it, to list and search your mail.',
+    };
+  if (mode === 'compatible')
+    return {
+      name: 'Standard',
+      says: 'The server can read these messages, so any mail app and searching message text work with them.',
+    };
+  return null;
 }
