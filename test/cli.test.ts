@@ -136,7 +136,10 @@ describe('staff CLI', function () {
     try {
       const list = async (headers: Record<string, string>, base = server.base) => {
         const res = await fetch(`${base}/inboxes`, { headers });
-        return { status: res.status, body: (await res.json()) as { inboxes?: Array<{ inboxId: string; role: string; mode?: string; label?: string }> } };
+        return {
+          status: res.status,
+          body: (await res.json()) as { inboxes?: Array<{ inboxId: string; role: string; mode?: string; label?: string }> },
+        };
       };
       const bearer = (t: unknown) => ({ authorization: `Bearer ${t as string}` });
       const all = await list(bearer(token.token));
