@@ -19,6 +19,8 @@ export interface InboxGrant {
   inboxId: string;
   role: string;
   label?: string;
+  /** An extension of version 1 (docs/encryption.md). */
+  mode?: 'compatible' | 'zero-access';
 }
 
 /** GET /inboxes (common.json InboxList). */

@@ -63,7 +63,7 @@ describe('web app: the open message stays live; sealing; keyboard and 320 px (Ch
       const uid = await append(app, 'INBOX', { subject, body: 'Watch my flags.' });
       const row = await listed(page, subject);
       // Said to a screen reader as a count, not by reading the list over.
-      await page.locator('#new-mail', { hasText: /^\d+ new messages? in INBOX since you opened it\.$/ }).waitFor();
+      await page.locator('#new-mail', { hasText: /^\d+ new messages? in Inbox since you opened it\.$/ }).waitFor();
       expect(await liveRegionProblems(page)).to.deep.equal([]);
       await row.locator('a').click();
       await page.locator('#message-text', { hasText: 'Watch my flags.' }).waitFor({ timeout: 60_000 });

@@ -78,8 +78,8 @@ describe('web app (Chromium, virtual passkeys)', function () {
     const first = await fingerprint(a.page);
     expect(first).to.match(/^[0-9a-f]{40,64}$/);
     expect(await a.page.locator('#key-status').textContent())
-      .to.include('Unlocks with: prf')
-      .and.include('Public key: registered.');
+      .to.include('It unlocks with this passkey (and its synced copies).')
+      .and.include('Your public key (what others encrypt mail to you with): published.');
     await a.page.locator(`#inboxes li[data-inbox="${inbox.id}"]`).waitFor();
     expect(a.page.url()).to.not.include('#enroll');
     await screenshot(a.page, '2-home');
@@ -109,7 +109,7 @@ describe('web app (Chromium, virtual passkeys)', function () {
     // A passphrase too, for devices whose passkey gives no PRF output.
     await a.page.fill('#new-passphrase', PASSPHRASE);
     await a.page.click('#passphrase-form button');
-    await a.page.getByText('Unlocks with: prf, passphrase').waitFor({ timeout: 60_000 });
+    await a.page.getByText('It unlocks with this passkey (and its synced copies) or your passphrase.').waitFor({ timeout: 60_000 });
 
     // Another device with a copy of the passkey. Chromium's virtual authenticator does not copy a
     // credential's PRF secret (DevTools' Credential has no field for it: the copy answers without
@@ -146,7 +146,9 @@ describe('web app (Chromium, virtual passkeys)', function () {
     await a.page.goto(link);
     await a.page.click('#enroll');
     const first = await fingerprint(a.page);
-    expect(await a.page.locator('#key-status').textContent()).to.include('Public key: registered.');
+    expect(await a.page.locator('#key-status').textContent()).to.include(
+      'Your public key (what others encrypt mail to you with): published.',
+    );
     // Set right after the enrollment ceremony: no second one.
     expect(asked).to.include('PUT /api/v1/me/key').and.not.include('POST /api/v1/me/reauth/options');
     const keyEvents = async () => {
@@ -176,7 +178,9 @@ describe('web app (Chromium, virtual passkeys)', function () {
     await a.page.click('#sign-in');
     const second = await fingerprint(a.page);
     expect(second).to.not.equal(first);
-    expect(await a.page.locator('#key-status').textContent()).to.include('Public key: registered.');
+    expect(await a.page.locator('#key-status').textContent()).to.include(
+      'Your public key (what others encrypt mail to you with): published.',
+    );
     expect(asked.filter((r) => r !== 'GET /api/v1/me/key-backup' && r !== 'PUT /api/v1/me/key-backup')).to.deep.equal([
       'POST /api/v1/auth/sign-in/options',
       'POST /api/v1/auth/sign-in',
@@ -239,8 +243,8 @@ describe('web app (Chromium, virtual passkeys)', function () {
     await a.page.click('#passphrase-submit');
     const first = await fingerprint(a.page);
     expect(await a.page.locator('#key-status').textContent())
-      .to.include('Unlocks with: passphrase')
-      .and.include('Public key: registered.');
+      .to.include('It unlocks with your passphrase.')
+      .and.include('Your public key (what others encrypt mail to you with): published.');
     await a.page.locator(`#inboxes li[data-inbox="${inbox.id}"]`).waitFor();
     expect(await inPage(a.page, 'document.documentElement.scrollWidth <= window.innerWidth')).to.equal(true);
     await screenshot(a.page, '6-home-phone');

@@ -136,14 +136,17 @@ describe('staff CLI', function () {
     try {
       const list = async (headers: Record<string, string>, base = server.base) => {
         const res = await fetch(`${base}/inboxes`, { headers });
-        return { status: res.status, body: (await res.json()) as { inboxes?: Array<{ inboxId: string; role: string; label?: string }> } };
+        return {
+          status: res.status,
+          body: (await res.json()) as { inboxes?: Array<{ inboxId: string; role: string; mode?: string; label?: string }> },
+        };
       };
       const bearer = (t: unknown) => ({ authorization: `Bearer ${t as string}` });
       const all = await list(bearer(token.token));
       expect(all.status).to.equal(200);
       expect(all.body.inboxes).to.deep.equal([
-        { inboxId: inbox.id, role: 'owner', label: user },
-        { inboxId: vault, role: 'reader', label: vaultAddress },
+        { inboxId: inbox.id, role: 'owner', mode: 'compatible', label: user },
+        { inboxId: vault, role: 'reader', mode: 'zero-access', label: vaultAddress },
       ]);
       expect((await list(bearer(narrowed.token))).body.inboxes!.map((i) => i.inboxId)).to.deep.equal([vault]);
       expect((await list({ 'x-svc-token': session.token as string }, server.app)).status).to.equal(200);

@@ -4,6 +4,7 @@
 // those. Events carry ids and metadata only (never message content), so holding them is cheap.
 import type { InboxList } from '../schemas/wire.ts';
 import { api } from './api.ts';
+import { timeElement } from './dates.ts';
 import { messageHash } from './mail/list.ts';
 import { addRoute, navigate } from './routes.ts';
 import { button, h, show, type Child } from './ui.ts';
@@ -39,6 +40,22 @@ async function newestEvents(inboxIds: string[]): Promise<LogEvent[]> {
   return kept.reverse();
 }
 
+/** The built-in types in words; a project's own `ext.*` types keep the names it gave them. */
+const TYPE_WORDS: Record<string, string> = {
+  'message.received': 'Received',
+  'message.added': 'Added',
+  'message.removed': 'Removed',
+  'message.flags': 'Marked',
+  'mail.delivery.accepted': 'Sent',
+  'mail.delivery.failed': 'Not delivered',
+  'access.content.read': 'Opened',
+  'access.content.searched': 'Searched',
+  'access.key.set': 'Key changed',
+};
+
+/** The flags as the message screen names them. */
+const FLAG_WORDS: Record<string, string> = { seen: 'read', not_junk: 'not junk' };
+
 /** One line saying what happened, from the fields the built-in types carry (lib/events/catalog.ts). */
 export function summary(e: LogEvent): string {
   const d = e.data ?? {};
@@ -54,8 +71,14 @@ export function summary(e: LogEvent): string {
       return 'Added to a label';
     case 'message.removed':
       return 'Removed from a label';
+    case 'access.content.read':
+      return 'A message was opened';
+    case 'access.content.searched':
+      return 'The inbox was searched';
+    case 'access.key.set':
+      return 'A member set a new encryption key';
     case 'message.flags':
-      return `Flags now: ${Array.isArray(d.flags) ? (d.flags as unknown[]).join(', ') || 'none' : '?'}`;
+      return `Now: ${Array.isArray(d.flags) ? (d.flags as unknown[]).map((f) => FLAG_WORDS[String(f)] ?? String(f)).join(', ') || 'unread, no marks' : '?'}`;
     default:
       return (
         e.subject ??
@@ -97,13 +120,8 @@ async function activityPage(): Promise<void> {
           h(
             'li',
             { 'data-type': e.type, 'data-event': e.id },
-            h('span', {}, h('strong', {}, e.type), ' ', summary(e), ...messageLink(e)),
-            h(
-              'span',
-              { class: 'muted' },
-              `${names.get(e.containerid ?? '') ?? e.containerid ?? 'project'} · `,
-              h('time', { datetime: e.time }, new Date(e.time).toLocaleString()),
-            ),
+            h('span', {}, h('strong', {}, TYPE_WORDS[e.type] ?? e.type), ' ', summary(e), ...messageLink(e)),
+            h('span', { class: 'muted' }, `${names.get(e.containerid ?? '') ?? e.containerid ?? 'project'} · `, timeElement(e.time)),
           ),
         ),
     );

@@ -128,11 +128,11 @@ async function registerPublicKey(publicKey: string, fingerprint: string): Promis
   try {
     const r = await putPublicKey(publicKey);
     return r.fingerprint?.toLowerCase() === fingerprint.toLowerCase()
-      ? 'registered'
-      : 'registered, but the server reports another fingerprint';
+      ? 'published'
+      : 'published, but the server reports another fingerprint';
   } catch (err) {
-    if (err instanceof ApiError && (err.status === 404 || err.status === 405)) return 'not registered: this server has no PUT /me/key yet';
-    return `not registered: ${(err as Error).message}`;
+    if (err instanceof ApiError && (err.status === 404 || err.status === 405)) return 'not published: this server cannot keep it yet';
+    return `not published: ${(err as Error).message}`;
   }
 }
 
@@ -196,7 +196,7 @@ export async function openKey(email: string, unlocking: Unlocking, ask: AskPassp
   const unlocked = {
     fingerprint: envelope.fingerprint,
     privateKey: dec.decode(key),
-    publicKeyStatus: 'registered earlier',
+    publicKeyStatus: 'published earlier',
     methods: envelope.wraps.map((w) => w.kind),
   };
   current = { envelope, version, dataKey, unlocked };

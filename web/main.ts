@@ -3,9 +3,11 @@
 // (web/routes.ts) and are imported here for that side effect.
 import type { InboxList, PasskeyList, SessionList, SignedIn } from '../schemas/wire.ts';
 import { api, ApiError, currentSession, forgetSession, keepSession, SIGNED_OUT } from './api.ts';
+import { dateTexts, timeElement } from './dates.ts';
 import { forgetKey, openKey, setPassphrase, unlockedKey, type AskPassphrase } from './keys.ts';
 import { addPasskey, enroll, signIn, type Unlocking } from './passkey.ts';
 import { matchRoute } from './routes.ts';
+import { modeWords } from './mail/labels.ts';
 import './compose/compose.ts';
 import './activity.ts';
 import { button, h, report, show } from './ui.ts';
@@ -106,6 +108,14 @@ async function afterSignIn(signedIn: SignedIn, unlocking: Unlocking): Promise<vo
   await home();
 }
 
+/** What opens the key, in plain words (the app's names for them are no words for people). */
+function unlocksWith(methods: string[]): string {
+  const words = methods.map((m) =>
+    m === 'prf' ? 'this passkey (and its synced copies)' : m === 'passphrase' ? 'your passphrase' : 'another way',
+  );
+  return `It unlocks with ${words.join(' or ')}.`;
+}
+
 async function home(): Promise<void> {
   const session = currentSession();
   if (!session) return signInPage();
@@ -133,7 +143,7 @@ async function home(): Promise<void> {
           'li',
           { 'data-inbox': i.inboxId },
           h('a', { href: `#/inbox/${i.inboxId}` }, i.label ?? i.inboxId),
-          h('span', { class: 'muted' }, i.role),
+          h('span', { class: 'muted' }, [modeWords(i.mode)?.name, i.role].filter(Boolean).join(' · ')),
         ),
       ),
     ),
@@ -145,7 +155,7 @@ async function home(): Promise<void> {
           { id: 'key-status' },
           'Unlocked. Fingerprint ',
           h('code', { id: 'key-fingerprint' }, key.fingerprint),
-          `. Unlocks with: ${key.methods.join(', ')}. Public key: ${key.publicKeyStatus}.`,
+          `. ${unlocksWith(key.methods)} Your public key (what others encrypt mail to you with): ${key.publicKeyStatus}.`,
         )
       : h('p', { id: 'key-status' }, 'Locked: sign out and sign in again to unlock it on this device.'),
     key && !key.methods.includes('passphrase')
@@ -198,7 +208,7 @@ async function home(): Promise<void> {
         h(
           'li',
           {},
-          h('span', {}, s.current ? 'This session' : `Since ${new Date(s.createdAt).toLocaleString()}`),
+          h('span', {}, ...(s.current ? ['This session'] : ['Since ', timeElement(s.createdAt)])),
           s.current
             ? null
             : button(
@@ -207,7 +217,7 @@ async function home(): Promise<void> {
                   await api('DELETE', `/auth/sessions/${s.id}`);
                   await home();
                 },
-                { class: 'secondary', 'aria-label': `End session started ${s.createdAt}` },
+                { class: 'secondary', 'aria-label': `End the session started ${dateTexts(s.createdAt)?.full ?? s.createdAt}` },
               ),
         ),
       ),
@@ -250,6 +260,8 @@ function inviteOf(hash: string): string | null {
 }
 
 function route(): void {
+  // The inbox screen counts unread mail in the tab's title; the message screen keeps its inbox's.
+  if (!location.hash.startsWith('#/inbox/')) document.title = 'Postern';
   const invite = inviteOf(location.hash);
   if (invite) return enrollPage(invite);
   const screen = currentSession() ? matchRoute(location.hash) : null;

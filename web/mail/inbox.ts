@@ -6,6 +6,7 @@ import type { InboxList, Label, LabelList, LiveChange, MessageList } from '../..
 import { api } from '../api.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, main, show } from '../ui.ts';
+import { labelDepth, labelIcon, labelName, modeWords } from './labels.ts';
 import { inboxHash, listKeys, PAGE_SIZE, row, shownSummary, startListing } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 import { searchForm } from './search.ts';
@@ -17,18 +18,22 @@ function labelNav(inboxId: string, labels: Label[], current: string): HTMLElemen
     h(
       'ul',
       { class: 'labels', id: 'labels' },
-      ...labels.map((l) =>
-        h(
+      ...labels.map((l) => {
+        const li = h(
           'li',
-          {},
+          { 'data-depth': String(labelDepth(l)) },
           h(
             'a',
             { href: inboxHash(inboxId, l.id), 'data-label': l.id, ...(l.id === current ? { 'aria-current': 'page' } : {}) },
-            h('span', { class: 'name' }, l.name),
+            labelIcon(l),
+            h('span', { class: 'name' }, labelName(l)),
             unreadCount(l),
           ),
-        ),
-      ),
+        );
+        // Nested folders step in; through the CSSOM, which the CSP allows (a style attribute it does not).
+        li.style.paddingInlineStart = `${labelDepth(l) * 1.25}em`;
+        return li;
+      }),
     ),
   );
 }
@@ -50,7 +55,7 @@ function updateLabelNav(nav: HTMLElement, inboxId: string, labels: Label[], curr
   const links = Array.from(nav.querySelectorAll<HTMLAnchorElement>('a[data-label]'));
   const same =
     links.length === labels.length &&
-    labels.every((l, i) => links[i]!.dataset.label === l.id && links[i]!.querySelector('.name')?.textContent === l.name);
+    labels.every((l, i) => links[i]!.dataset.label === l.id && links[i]!.querySelector('.name')?.textContent === labelName(l));
   if (same) {
     labels.forEach((l, i) => links[i]!.querySelector('.count')!.replaceWith(unreadCount(l)));
     return nav;
@@ -73,12 +78,20 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   ]);
   const label = labels.find((l) => l.id === wantedLabel) ?? labels[0];
   if (!label) throw new Error('This inbox has no labels yet.');
-  const name = inboxes.find((i) => i.inboxId === inboxId)?.label ?? inboxId;
+  const grant = inboxes.find((i) => i.inboxId === inboxId);
+  const name = grant?.label ?? inboxId;
+  const mode = modeWords(grant?.mode);
+  // The tab says how much is unread in this inbox's INBOX (labels[0]: the API lists INBOX first).
+  const title = (ls: Label[]) => {
+    const unread = (ls.find((l) => l.name.toUpperCase() === 'INBOX') ?? ls[0])?.unread ?? 0;
+    document.title = `${unread > 0 ? `(${unread}) ` : ''}${name} · Postern`;
+  };
+  title(labels);
 
   const list = h('ul', {
     class: 'list messages',
     id: 'messages',
-    'aria-label': `Messages in ${label.name}`,
+    'aria-label': `Messages in ${labelName(label)}`,
     'aria-describedby': 'messages-hint',
   });
   listKeys(list);
@@ -114,6 +127,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
       const fresh = await api<LabelList>('GET', `/inboxes/${inboxId}/labels`).catch(() => null);
       if (!fresh || location.hash !== hash) return;
       nav = updateLabelNav(nav, inboxId, fresh.labels, label.id);
+      title(fresh.labels);
     }, 150);
   };
 
@@ -132,7 +146,8 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
         list.insertBefore(row(inboxId, m), below ?? null);
         arrived++;
       }
-      if (arrived > had) arrivals.textContent = `${arrived} new message${arrived === 1 ? '' : 's'} in ${label.name} since you opened it.`;
+      if (arrived > had)
+        arrivals.textContent = `${arrived} new message${arrived === 1 ? '' : 's'} in ${labelName(label)} since you opened it.`;
       empty();
     }, 100);
   };
@@ -157,6 +172,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   show(
     h('p', {}, h('a', { href: '#' }, '← All inboxes')),
     h('h1', {}, name),
+    mode ? h('p', { class: 'muted', id: 'inbox-mode' }, h('strong', {}, `${mode.name} inbox. `), mode.says) : null,
     h(
       'div',
       { class: 'actions' },
@@ -165,7 +181,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     ),
     searchForm(inboxId, labels, ''),
     nav,
-    h('h2', { id: 'label-heading' }, label.name),
+    h('h2', { id: 'label-heading' }, labelName(label)),
     status,
     arrivals,
     h('p', { id: 'messages-hint', class: 'sr-only' }, 'Arrow keys move between messages; Enter opens one.'),
@@ -173,7 +189,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     more,
   );
   // Rows keep what the list gave (their summary) so a flag change can redraw them.
-  startListing(inboxId, label.id, { hash, name: label.name }, true);
+  startListing(inboxId, label.id, { hash, name: labelName(label) }, true);
   await loadPage(true);
 
   // The member may have left while the first page loaded.

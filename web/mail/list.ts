@@ -2,6 +2,7 @@
 // the arrow keys between rows, and what was listed last (the message screen's way back, and the
 // listing sealing.ts starts from).
 import type { MessageSummary } from '../../schemas/wire.ts';
+import { timeElement } from '../dates.ts';
 import { h } from '../ui.ts';
 
 export const PAGE_SIZE = 50;
@@ -9,11 +10,6 @@ export const PAGE_SIZE = 50;
 export const inboxHash = (inboxId: string, labelId?: string) => `#/inbox/${inboxId}${labelId ? `/label/${labelId}` : ''}`;
 export const messageHash = (inboxId: string, msgId: string) => `#/inbox/${inboxId}/message/${msgId}`;
 export const searchHash = (inboxId: string, query: string) => `#/inbox/${inboxId}/search/${encodeURIComponent(query)}`;
-
-const when = (iso: string) => {
-  const d = new Date(iso);
-  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
-};
 
 /** What each row shows, by message id, so a row can be redrawn with new flags. */
 const summaries = new Map<string, MessageSummary>();
@@ -59,7 +55,7 @@ export function row(inboxId: string, m: MessageSummary): HTMLLIElement {
       { href: messageHash(inboxId, m.id) },
       h('span', { class: 'from' }, m.from ?? '(no sender)'),
       h('span', { class: 'subject' }, m.subject ?? '(no subject)'),
-      h('time', { datetime: m.receivedAt, class: 'muted' }, when(m.date ?? m.receivedAt)),
+      timeElement(m.date ?? m.receivedAt, { class: 'muted' }),
       h(
         'span',
         { class: 'marks' },

@@ -8,6 +8,7 @@
 import PostalMime, { type Address, type Attachment } from 'postal-mime';
 import type { Flag, FlagChange, FlagsResponse, MessageDetail, WebFlag } from '../../schemas/wire.ts';
 import { api, ApiError, SIGNED_OUT } from '../api.ts';
+import { timeElement } from '../dates.ts';
 import { addRoute } from '../routes.ts';
 import { button, h, report, show } from '../ui.ts';
 import { backFromMessage } from './list.ts';
@@ -226,7 +227,7 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
       email.cc ? h('dt', {}, 'Cc') : null,
       email.cc ? h('dd', {}, addresses(email.cc)) : null,
       h('dt', {}, 'Date'),
-      h('dd', {}, new Date(email.date ?? detail.message.receivedAt).toLocaleString()),
+      h('dd', { id: 'message-date' }, timeElement(email.date ?? detail.message.receivedAt)),
     ),
     h(
       'div',

@@ -57,7 +57,7 @@ export async function openMessage(inboxId: string, msgId: string, detail?: Messa
   // A message sealed to an epoch newer than the cached keys: the inbox rotated since.
   if (!keys.has(d.keyEpoch)) keys = await epochKeys(inboxId, true);
   const epochKey = keys.get(d.keyEpoch);
-  if (!epochKey) throw new Error(`No key for epoch ${d.keyEpoch} of this inbox.`);
+  if (!epochKey) throw new Error('This message is encrypted with a key of this inbox that you have not been given.');
   const raw = new Uint8Array(await rawResponse.arrayBuffer());
   const message = await readMessage({ binaryMessage: concatBytes([fromBase64(d.wrappedDek), raw]) });
   const { data } = await decrypt({ message, decryptionKeys: epochKey, format: 'binary' });

@@ -6,6 +6,7 @@
 import type { InboxList, Label, LabelList, MessageSearchPage } from '../../schemas/wire.ts';
 import { api, ApiError } from '../api.ts';
 import { addRoute, navigate } from '../routes.ts';
+import { labelName } from './labels.ts';
 import { button, h, main, show } from '../ui.ts';
 import { backFromSearch, listKeys, PAGE_SIZE, row, searchHash, startListing } from './list.ts';
 import { parseSearch, SearchSyntaxError, type SearchTerms } from './search-query.ts';
@@ -19,7 +20,9 @@ function conditionsOf(text: string, labels: Label[]): URLSearchParams {
   const q = new URLSearchParams(terms.conditions);
   if (terms.label !== undefined) {
     const wanted = terms.label.toLowerCase();
-    const label = labels.find((l) => l.name.toLowerCase() === wanted) ?? labels.find((l) => l.id === terms.label);
+    const label =
+      labels.find((l) => l.name.toLowerCase() === wanted || labelName(l).toLowerCase() === wanted) ??
+      labels.find((l) => l.id === terms.label);
     if (!label) throw new SearchSyntaxError(`This inbox has no label "${terms.label}".`);
     q.set('inLabel', label.id);
   }

@@ -11,6 +11,8 @@ export function inboxRoutes(access: Access) {
         inboxes: granted.map(({ inbox, role }) => ({
           inboxId: inbox.id,
           role,
+          // An extension of version 1: the web app states the inbox's mode in words (docs/app.md, "Labels").
+          mode: inbox.mode,
           ...(inbox.addresses[0] ? { label: inbox.addresses[0] } : {}),
         })),
       };
