@@ -14,7 +14,16 @@ import { idFromGuid } from '../../lib/ids.ts';
 import { fromImapFlags } from '../../lib/mail/flags.ts';
 import { compareLabels } from '../../lib/mail/labels.ts';
 import { keywordsChange, LabelStateCollector } from '../../lib/mail/derived-changes.ts';
-import type { IndexOp, LabelChange, LabelState, LiveChange, Location, MailIndexStore, MailInbox, MessageChange } from '../../lib/mail/types.ts';
+import type {
+  IndexOp,
+  LabelChange,
+  LabelState,
+  LiveChange,
+  Location,
+  MailIndexStore,
+  MailInbox,
+  MessageChange,
+} from '../../lib/mail/types.ts';
 import {
   FLAG_ITEMS,
   fullItems,

@@ -5,7 +5,15 @@
 // granted only when asked for at token creation: no token made before it holds it. drafts:write (an extension
 // too: docs/sending.md, "Drafts") writes drafts without sending them, for an agent that proposes what a person sends.
 // messages:destroy (also an extension: docs/organize.md, "Delete forever") expunges mail for good; no other scope implies it.
-export const MAIL_SCOPES = ['messages:read', 'content:read', 'flags:write', 'messages:write', 'messages:destroy', 'drafts:write', 'send'] as const;
+export const MAIL_SCOPES = [
+  'messages:read',
+  'content:read',
+  'flags:write',
+  'messages:write',
+  'messages:destroy',
+  'drafts:write',
+  'send',
+] as const;
 export const PROJECT_SCOPES = ['events:write', 'events:read', 'project:read', 'audit:read', 'webhooks:write'] as const;
 export const SCOPES = [...MAIL_SCOPES, ...PROJECT_SCOPES] as const;
 
