@@ -35,6 +35,7 @@ module.exports = {
     'test/sse-parser.test.ts',
     'test/wal-checkpointer.test.ts',
     'test/webhook-client.test.ts',
+    'test/webhook-dispatcher-parts.test.ts',
     'test/webhook-signature.test.ts',
     'test/wire.test.ts',
   ],

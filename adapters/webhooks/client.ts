@@ -9,7 +9,7 @@
 import { BlockList, isIP } from 'node:net';
 import { buildConnector, Pool, type Dispatcher } from 'undici';
 import type { Cidr } from '../../lib/config.ts';
-import type { Poster } from '../../lib/webhooks/dispatcher.ts';
+import type { Poster } from '../../lib/webhooks/ports.ts';
 import { remembered } from '../../lib/remembered.ts';
 import { WebhookDns } from './dns.ts';
 
@@ -580,7 +580,7 @@ function causeOf(err: unknown): NodeJS.ErrnoException {
 }
 
 /**
- * The dispatcher's way to reach receivers (lib/webhooks/dispatcher.ts Poster): postWebhook with
+ * The dispatcher's way to reach receivers (lib/webhooks/ports.ts Poster): postWebhook with
  * the service's settings, a refusal or a failure to connect being an answer, not a throw.
  */
 export function webhookPoster(settings: {

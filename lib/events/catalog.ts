@@ -374,7 +374,7 @@ const BUILTINS: BuiltinSpec[] = [
       },
     ],
   },
-  // Recorded by the webhook dispatcher (lib/webhooks/dispatcher.ts) when it stops sending to an endpoint.
+  // Recorded by the webhook dispatcher (lib/webhooks/disabling.ts) when it stops sending to an endpoint.
   {
     name: 'webhook.endpoint.disabled',
     description:

@@ -16,8 +16,7 @@ import { parseTypes } from '../events/query.ts';
 import { isId, newId } from '../ids.ts';
 import { deliveryHeaders, webhookBody, webhookSecret } from './signature.ts';
 import type { Cursors } from '../events/cursor.ts';
-import type { Poster } from './dispatcher.ts';
-import type { DeliveryRecord, WebhookEndpointRecord, WebhookStore } from './ports.ts';
+import type { DeliveryRecord, Poster, WebhookEndpointRecord, WebhookStore } from './ports.ts';
 
 /** Standard Webhooks' recommended key size (it allows 24 to 64 bytes). */
 const SECRET_BYTES = 32;

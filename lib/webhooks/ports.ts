@@ -167,3 +167,20 @@ export interface WebhookStore {
   /** When the longest-due pending delivery of an enabled endpoint was due; null: none pending (the metrics' queue age). */
   oldestDue(): Promise<number | null>;
 }
+
+/** What one POST to a receiver came to (adapters/webhooks/client.ts postWebhook, bound to its settings). */
+export type PostResult =
+  | { ok: true; status: number; retryAfterSeconds: number | null; ms: number }
+  /** `cancelled`: abandoned through the signal (shutting down), which says nothing of the receiver. */
+  | { ok: false; error: string; ms: number; cancelled?: boolean };
+/**
+ * How the dispatcher and test sends reach a receiver (adapters/webhooks/client.ts webhookPoster).
+ * `project`: whose attempt it is (its share of DNS lookups, adapters/webhooks/dns.ts).
+ */
+export type Poster = (
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  signal?: AbortSignal,
+  project?: string,
+) => Promise<PostResult>;
