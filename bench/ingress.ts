@@ -17,7 +17,7 @@ import nodemailer from 'nodemailer';
 import * as openpgp from 'openpgp';
 import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
-import { seal } from '../lib/mail/seal.ts';
+import { seal } from '../lib/mail/sealing.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
 import { spawnPostern, stopProcess } from '../test/processes.ts';

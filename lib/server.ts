@@ -36,7 +36,7 @@ import { searchRoutes } from './http/routes/search.ts';
 import { threadRoutes } from './http/routes/threads.ts';
 import type { MailMirror } from './mail/mirror.ts';
 import type { MailService } from './mail/service.ts';
-import type { Resealer } from './mail/reseal.ts';
+import type { Resealer } from './mail/resealing.ts';
 import type { LmtpIngress } from '../adapters/smtp/lmtp-ingress.ts';
 import type { WatchAll } from './mail/watch-all.ts';
 import type { HintListener } from '../adapters/push/hint-listener.ts';
@@ -51,7 +51,7 @@ import { draftRoutes } from './http/routes/drafts.ts';
 import { composeRoutes } from './http/routes/compose.ts';
 import type { SentCopies } from './send/outbox.ts';
 import type { SendService } from './send/service.ts';
-import { SealedOpener } from './send/sealed.ts';
+import { DraftOpener } from './send/draft-opening.ts';
 import type { BounceMatcher } from './send/bounces.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
 import type { Metrics } from './metrics.ts';
@@ -205,7 +205,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
     contentRoutes(access, sealed, eventLog, rate),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
-    sendRoutes(access, send, new SealedOpener(keys), validator, sendPart.memory),
+    sendRoutes(access, send, new DraftOpener(keys), validator, sendPart.memory),
     draftRoutes(access, sendPart.drafts, validator, sendPart.memory),
     composeRoutes({ access, send, identities: sendPart.identities, sealed, events: eventLog, validator, gate: sendPart.memory }),
     webhookRoutes({ access, validator, webhooks: webhooks.endpoints }),

@@ -7,7 +7,7 @@ import type { KeyBackupStore } from './crypto/ports.ts';
 import type { EpochKeyStore, MemberKeyStore, MessageKeyStore } from './crypto/ports.ts';
 import type { DirectoryStore } from './directory/ports.ts';
 import type { EventStore } from './events/ports.ts';
-import type { ResealJobs } from './mail/reseal.ts';
+import type { ResealJobs } from './mail/resealing.ts';
 import type { MailIndexStore, WatchLeases, WatchReports } from './mail/types.ts';
 import type { IdentityStore, OutboxStore } from './send/ports.ts';
 import type { WebhookStore } from './webhooks/ports.ts';

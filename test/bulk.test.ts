@@ -10,7 +10,7 @@ import { expect } from 'chai';
 import { ImapFlow } from 'imapflow';
 import { idFromGuid } from '../lib/ids.ts';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
-import { seal } from '../lib/mail/seal.ts';
+import { seal } from '../lib/mail/sealing.ts';
 import { corpusFiles, describeWithCorpus } from './corpus-files.ts';
 import type { WireEvent } from './events-helpers.ts';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';

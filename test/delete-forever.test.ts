@@ -7,7 +7,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import type { ImapFlow } from 'imapflow';
-import { seal } from '../lib/mail/seal.ts';
+import { seal } from '../lib/mail/sealing.ts';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { mailApp, until } from './mail-fixtures.ts';
 import type { WireEvent } from './events-helpers.ts';

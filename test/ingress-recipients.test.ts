@@ -14,7 +14,7 @@ import { ConfigError, loadConfig } from '../lib/config.ts';
 import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { newId } from '../lib/ids.ts';
 import { dovecotUser, Ingress } from '../lib/mail/ingress.ts';
-import { sealedEpoch } from '../lib/mail/seal.ts';
+import { sealedEpoch } from '../lib/mail/sealing.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import {
   mailEnv,

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import nodemailer from 'nodemailer';
 import * as openpgp from 'openpgp';
-import { sealedEpoch } from '../lib/mail/seal.ts';
+import { sealedEpoch } from '../lib/mail/sealing.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import { call, envVars, mailEnv, newProject, startPostern, unique, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';

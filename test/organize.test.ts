@@ -2,7 +2,7 @@
 // against the real Dovecot, in compatible and zero-access inboxes; who may; the events a change
 // records, and that a mail app's MOVE records the same ones.
 import { expect } from 'chai';
-import { seal } from '../lib/mail/seal.ts';
+import { seal } from '../lib/mail/sealing.ts';
 import { SYSTEM_ACTOR } from '../lib/events/log.ts';
 import {
   call,

@@ -16,8 +16,8 @@ import { openStore } from '../adapters/store/open.ts';
 import { loadConfig } from '../lib/config.ts';
 import { ImapMessageReplacer } from '../adapters/imap/replace.ts';
 import { ROOT } from '../lib/paths.ts';
-import { LEASE_MS, Resealer, SWEEP_MS, type MessageReplacer } from '../lib/mail/reseal.ts';
-import { seal, sealedEpoch } from '../lib/mail/seal.ts';
+import { LEASE_MS, Resealer, SWEEP_MS, type MessageReplacer } from '../lib/mail/resealing.ts';
+import { seal, sealedEpoch } from '../lib/mail/sealing.ts';
 import { addUser } from '../scripts/mailenv.ts';
 import {
   call,

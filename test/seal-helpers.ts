@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import * as openpgp from 'openpgp';
-import type { SealKey } from '../lib/mail/seal.ts';
+import type { SealKey } from '../lib/mail/sealing.ts';
 
 export interface TestEpochKey {
   sealKey: SealKey;

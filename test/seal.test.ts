@@ -3,7 +3,7 @@
 // headers in clear.
 import { expect } from 'chai';
 import { simpleParser } from 'mailparser';
-import { clearHeaders, isPgpMime, seal, sealedEpoch } from '../lib/mail/seal.ts';
+import { clearHeaders, isPgpMime, seal, sealedEpoch } from '../lib/mail/sealing.ts';
 import { corpusFiles, itWithCorpus } from './corpus-files.ts';
 import { gpgDecrypt, openSealed, testEpochKey, type TestEpochKey } from './seal-helpers.ts';
 

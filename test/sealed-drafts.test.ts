@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import * as openpgp from 'openpgp';
-import { splitPkesk } from '../lib/crypto/sealed-mail.ts';
+import { splitPkesk } from '../lib/crypto/mail-opening.ts';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestServer } from './harness.ts';
 import { atSink, rcpt } from './send-fixtures.ts';
 

@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import type { SinkMessage } from '../scripts/mailenv.ts';
 import type { CloudEvent } from '../lib/events/types.ts';
 import * as openpgp from 'openpgp';
-import { splitPkesk } from '../lib/crypto/sealed-mail.ts';
+import { splitPkesk } from '../lib/crypto/mail-opening.ts';
 import { call, mailEnv, type TestServer } from './harness.ts';
 import { until } from './mail-fixtures.ts';
 import { postfixLog } from './ingress-helpers.ts';

@@ -3,7 +3,7 @@
 // two threads, collapsed listing and search, GET …/threads/{thread}, zero-access inboxes, the
 // backfill of an inbox indexed before threads, and previews only for content readers, audited.
 import { expect } from 'chai';
-import { seal } from '../lib/mail/seal.ts';
+import { seal } from '../lib/mail/sealing.ts';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { corpusFiles, describeWithCorpus } from './corpus-files.ts';
 import { getPage } from './events-helpers.ts';

@@ -14,7 +14,7 @@ import { normalizeImapFlags } from '../../lib/mail/flags.ts';
 import { specialUseOf } from '../../lib/mail/labels.ts';
 import type { SpecialUse } from '../../schemas/wire.ts';
 import type { MessageRecord } from '../../lib/mail/types.ts';
-import { isPgpMime } from '../../lib/mail/seal.ts';
+import { isPgpMime } from '../../lib/mail/sealing.ts';
 import { hasAttachmentHint } from '../../lib/mail/attachment-hint.ts';
 import { parseMessageIds } from '../../lib/mail/threads.ts';
 import { createHash } from 'node:crypto';
@@ -238,7 +238,7 @@ export interface FetchedRow {
 
 /**
  * `BODY.PEEK[HEADER.FIELDS (CONTENT-TYPE REFERENCES)]`: whether a message is PGP/MIME is known at
- * index time (a zero-access inbox's resealer finds what to seal in the index, lib/mail/reseal.ts),
+ * index time (a zero-access inbox's resealer finds what to seal in the index, lib/mail/resealing.ts),
  * and the References its thread needs (ENVELOPE has only In-Reply-To; docs/threads.md). Dovecot
  * parses the header for ENVELOPE anyway, so this costs a few bytes a row.
  */

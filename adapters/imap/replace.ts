@@ -1,10 +1,10 @@
-// MessageReplacer over IMAP (lib/mail/reseal.ts): one session on a label, and for each message
+// MessageReplacer over IMAP (lib/mail/resealing.ts): one session on a label, and for each message
 // asked: fetch its source, APPEND its replacement with the same flags and INTERNALDATE, then UID
 // EXPUNGE the original. On its own pool connection, like every other command; the sync sees both
 // changes as a mail app's would.
 import type { ImapFlow } from 'imapflow';
-import type { MessageReplacer, ReplaceOne } from '../../lib/mail/reseal.ts';
-import { SEALED_HEADER } from '../../lib/mail/seal.ts';
+import type { MessageReplacer, ReplaceOne } from '../../lib/mail/resealing.ts';
+import { SEALED_HEADER } from '../../lib/mail/sealing.ts';
 import type { MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
 import type { ImapPool } from './pool.ts';
 import { uidsWithHeader, unselect } from './raw.ts';
@@ -12,7 +12,7 @@ import { uidsWithHeader, unselect } from './raw.ts';
 const DAY_MS = 86_400_000;
 
 /**
- * The sealed copies of `of` (a source hash, lib/mail/seal.ts) already in the selected label: an
+ * The sealed copies of `of` (a source hash, lib/mail/sealing.ts) already in the selected label: an
  * earlier attempt appended one after the original (a higher UID) with its INTERNALDATE (the same
  * day, give or take the server's time zone).
  */

@@ -1,6 +1,6 @@
 // Whether a message carries attachments, told from its top-level Content-Type alone (the one
 // header the index sync already fetches): search's `hasAttachment` (docs/search.md).
-import { isPgpMime } from './seal.ts';
+import { isPgpMime } from './sealing.ts';
 
 /**
  * multipart/mixed (a body with files beside it) or a single part that is not text or a

@@ -1,6 +1,6 @@
 // Delivery from outside: what the LMTP ingress (adapters/smtp/lmtp-ingress.ts) does with each
 // message Postfix hands it. Each recipient is looked up in the directory: a zero-access inbox
-// gets the message sealed to its current epoch key (lib/mail/seal.ts), a compatible inbox gets
+// gets the message sealed to its current epoch key (lib/mail/sealing.ts), a compatible inbox gets
 // it as it came, and an address Postern does not know passes through untouched. A recipient is
 // resolved as Dovecot will resolve it (dovecotUser): a detail, another case or the bare IMAP user
 // name of a zero-access inbox is that inbox's mail, and is sealed. Every copy goes
@@ -17,7 +17,7 @@ import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
 import type { EventData } from '../events/types.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { EpochKeys } from '../crypto/epoch-keys.ts';
-import { clearHeaders, seal } from './seal.ts';
+import { clearHeaders, seal } from './sealing.ts';
 
 export interface Envelope {
   /** MAIL FROM; empty for a bounce. */

@@ -14,7 +14,7 @@ export interface MailInbox {
 
 /**
  * What the index knows of a message: docs/api.md, "Message detail", but `keyEpoch` and `wrappedDek`, which
- * lib/crypto/sealed-mail.ts adds (they come from the key store, not from IMAP).
+ * lib/crypto/mail-opening.ts adds (they come from the key store, not from IMAP).
  */
 export type IndexedDetail = Omit<MessageDetail, 'keyEpoch' | 'wrappedDek'>;
 
@@ -105,7 +105,7 @@ export interface MessageRecord {
   fromAddress: string | null;
   /**
    * PGP/MIME (RFC 3156 multipart/encrypted: sealed by Postern or by its sender), so no plaintext,
-   * from its Content-Type at index time; absent when the sync did not ask (lib/mail/reseal.ts).
+   * from its Content-Type at index time; absent when the sync did not ask (lib/mail/resealing.ts).
    */
   sealed?: boolean;
   /**

@@ -21,7 +21,7 @@ import {
   type ListToolsResult,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { Access, Principal } from '../auth/access.ts';
-import type { SealedMail } from '../crypto/sealed-mail.ts';
+import type { MailOpening } from '../crypto/mail-opening.ts';
 import { isDomainError, notFound, type DomainError } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
 import { DEFAULT_RULE } from '../http/authenticate.ts';
@@ -61,7 +61,7 @@ export interface McpDeps {
   /** Bulk organizing (lib/mcp/tools/bulk.ts); its tools are offered when given. */
   bulk?: MailBulk;
   search: MailSearch;
-  sealed: SealedMail;
+  sealed: MailOpening;
   send: SendService;
   /** Drafts (create_draft and the others); left out, those tools are not offered. */
   drafts?: DraftService;

@@ -8,7 +8,7 @@ import { simpleParser, type AddressObject, type EmailAddress, type ParsedMail } 
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import type Mail from 'nodemailer/lib/mailer/index.js';
 import type { Access, Principal } from '../auth/access.ts';
-import type { SealedMail } from '../crypto/sealed-mail.ts';
+import type { MailOpening } from '../crypto/mail-opening.ts';
 import type { Inbox } from '../directory/types.ts';
 import type { EventLog } from '../events/log.ts';
 import { CONTENT_RULE, recordContentRead, requireCompatible } from '../mail/content-access.ts';
@@ -71,7 +71,7 @@ const MAX_REFERENCES = 20;
  */
 export async function referencedOriginal(
   access: Access,
-  sealed: SealedMail,
+  sealed: MailOpening,
   events: EventLog,
   p: Principal,
   inbox: Inbox,

@@ -9,7 +9,7 @@
 import { createHash } from 'node:crypto';
 import * as openpgp from 'openpgp';
 import { dearmor } from '../crypto/armor.ts';
-import { splitPkesk } from '../crypto/sealed-mail.ts';
+import { splitPkesk } from '../crypto/mail-opening.ts';
 import type { Inbox } from '../directory/types.ts';
 import { conflict, forbidden, invalid, notFound, unavailable, unprocessable } from '../errors.ts';
 import type { EventLog } from '../events/log.ts';
@@ -20,7 +20,7 @@ import type { MailInbox } from '../mail/types.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { MemoryBudget, OutboxStore } from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
-import type { SealedOpener } from './sealed.ts';
+import type { DraftOpener } from './draft-opening.ts';
 import { draftFingerprint, MAX_MESSAGE_BYTES, MAX_RECIPIENTS, type SendService } from './service.ts';
 
 export const DRAFT_ID = /^draft_[A-Za-z0-9_-]{16,64}$/;
@@ -138,7 +138,7 @@ export interface DraftServiceOptions {
   folder: DraftFolder;
   send: SendService;
   /** Opens a sealed draft at its send, as /send opens its body. */
-  opener: SealedOpener;
+  opener: DraftOpener;
   outbox: OutboxStore;
   events: EventLog;
   log: WarnLog;
@@ -151,7 +151,7 @@ export class DraftService {
   private readonly tails = new Map<string, Promise<unknown>>();
   private readonly folder: DraftFolder;
   private readonly send: SendService;
-  private readonly opener: SealedOpener;
+  private readonly opener: DraftOpener;
   private readonly outbox: OutboxStore;
   private readonly events: EventLog;
   private readonly log: WarnLog;

@@ -11,7 +11,7 @@ import { ImapMailSource } from '../../adapters/imap/source.ts';
 import { HintListener } from '../../adapters/push/hint-listener.ts';
 import { DovecotLmtp } from '../../adapters/smtp/dovecot-lmtp.ts';
 import { LmtpIngress } from '../../adapters/smtp/lmtp-ingress.ts';
-import { SealedMail } from '../crypto/sealed-mail.ts';
+import { MailOpening } from '../crypto/mail-opening.ts';
 import type { EventLog } from '../events/log.ts';
 import { Ingress, type SealedInboxHook } from '../mail/ingress.ts';
 import { mailChannel, MailLiveFeed } from '../mail/live.ts';
@@ -19,7 +19,7 @@ import { MailMirror } from '../mail/mirror.ts';
 import { MailBulk } from '../mail/bulk.ts';
 import { EventBulkJournal } from '../mail/bulk-journal.ts';
 import { MailChangeRecorder } from '../mail/record-changes.ts';
-import { Resealer } from '../mail/reseal.ts';
+import { Resealer } from '../mail/resealing.ts';
 import { MailSearch } from '../mail/search.ts';
 import { MailFolders } from '../mail/folders.ts';
 import { ThreadReads } from '../mail/thread-reads.ts';
@@ -40,7 +40,7 @@ export interface MailContext {
   search: MailSearch;
   /** Threads and previews (docs/threads.md): a thread, collapsed pages, the backfill. */
   threads: ThreadReads;
-  sealed: SealedMail;
+  sealed: MailOpening;
   source: ImapMailSource;
   mirror: MailMirror;
   live: MailLiveFeed;
@@ -92,7 +92,7 @@ export function mailContext(core: Core, events: EventLog): MailContext {
     fillWaitMs: config.watch.fillWaitMs,
     metrics: core.recorders.sync,
   });
-  // Plaintext a mail app appends to a zero-access inbox is sealed in place (lib/mail/reseal.ts):
+  // Plaintext a mail app appends to a zero-access inbox is sealed in place (lib/mail/resealing.ts):
   // a durable job, every unsealed message found by sweeps and at start. A round that replaced
   // messages asks for a sync, so the index drops the originals.
   const resealer = new Resealer({
@@ -170,7 +170,7 @@ export function mailContext(core: Core, events: EventLog): MailContext {
     }),
     search: new MailSearch({ index: mailIndex, mirror, source, bounds: config.search }),
     threads: new ThreadReads(mailIndex, mirror, log.child({ part: 'threads' })),
-    sealed: new SealedMail({
+    sealed: new MailOpening({
       mail,
       index: mailIndex,
       bodies: new ImapMessageBodies(source.pool, mailIndex),

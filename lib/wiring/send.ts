@@ -7,11 +7,11 @@ import { SmtpRelay } from '../../adapters/smtp/relay.ts';
 import type { EventLog } from '../events/log.ts';
 import { BodyGate } from '../http/body-gate.ts';
 import { SEND_MEMORY_BUDGET } from '../http/routes/send.ts';
-import { seal } from '../mail/seal.ts';
+import { seal } from '../mail/sealing.ts';
 import { BounceMatcher } from '../send/bounces.ts';
 import { ImapDraftFolder } from '../../adapters/imap/drafts.ts';
 import { DraftService } from '../send/drafts.ts';
-import { SealedOpener } from '../send/sealed.ts';
+import { DraftOpener } from '../send/draft-opening.ts';
 import { Identities } from '../send/identities.ts';
 import { SentCopies } from '../send/outbox.ts';
 import { SendService } from '../send/service.ts';
@@ -85,7 +85,7 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
   const drafts = new DraftService({
     folder: new ImapDraftFolder(mail.source.pool),
     send,
-    opener: new SealedOpener(keys),
+    opener: new DraftOpener(keys),
     outbox,
     events,
     log: log.child({ part: 'drafts' }),

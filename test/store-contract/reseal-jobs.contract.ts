@@ -1,9 +1,9 @@
-// The ResealJobs contract (lib/mail/reseal.ts): what every engine guarantees, run the same way
+// The ResealJobs contract (lib/mail/resealing.ts): what every engine guarantees, run the same way
 // against each (reseal-jobs.test.ts). What is left to seal is read from the index, so the engine
 // gives its mail index too, to put messages where the jobs find them.
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
-import type { ResealJobs, ResealPlace } from '../../lib/mail/reseal.ts';
+import type { ResealJobs, ResealPlace } from '../../lib/mail/resealing.ts';
 import type { MailIndexStore, MessageRecord } from '../../lib/mail/types.ts';
 import { newId } from '../../lib/ids.ts';
 

@@ -1,5 +1,5 @@
 // Compose, reply and forward: `#/compose/<ibx>`, `#/compose/<ibx>/reply/<msg>`,
-// `#/compose/<ibx>/forward/<msg>`. The message is built (mime.ts) and sealed (seal.ts) in this
+// `#/compose/<ibx>/forward/<msg>`. The message is built (mime.ts) and sealed (sealing.ts) in this
 // browser and sent with POST /send: the server opens it only to relay it. A draft keeps its
 // draftId and its sealed body while its content is unchanged, so "Try again" after a lost
 // answer or a 503 can never send it twice (the server answers a known draft with its first answer).
@@ -10,7 +10,7 @@ import { openMessage, messageDetail } from '../mail/open.ts';
 import { addRoute } from '../routes.ts';
 import { h, report, show } from '../ui.ts';
 import { buildMessage, newMessageId, parseAddressList, type Mailbox, type OutgoingAttachment } from './mime.ts';
-import { newDraftId, sealForSend } from './seal.ts';
+import { newDraftId, sealForSend } from './sealing.ts';
 
 type Mode = 'new' | 'reply' | 'forward';
 

@@ -14,7 +14,7 @@ import { button, h, report, show } from '../ui.ts';
 import { backFromMessage } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 import { messageDetail, openMessage } from './open.ts';
-import { awaitSealing } from './sealing.ts';
+import { awaitResealing } from './resealing.ts';
 import { applyStyles, prepareHtml, type PreparedHtml } from './html.ts';
 
 /**
@@ -88,7 +88,7 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
   } catch (err) {
     if (location.hash !== hash) return;
     // Plaintext a mail app appended to a zero-access inbox: Postern seals it in a moment.
-    if (err instanceof ApiError && err.status === 422) return awaitSealing(inboxId, msgId, hash, back, err.message);
+    if (err instanceof ApiError && err.status === 422) return awaitResealing(inboxId, msgId, hash, back, err.message);
     if (err instanceof ApiError && err.status === 404) return gone();
     throw err;
   }

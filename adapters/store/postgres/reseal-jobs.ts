@@ -1,11 +1,11 @@
-// ResealJobs on PostgreSQL (lib/mail/reseal.ts), the SQLite adapter's semantics
+// ResealJobs on PostgreSQL (lib/mail/resealing.ts), the SQLite adapter's semantics
 // (adapters/store/sqlite/reseal-jobs.ts): what is left to seal is read from the index (messages
 // whose `sealed` is not true, at their places); a job row exists once a process has worked on a
 // place, and its conditional upsert decides between processes. That upsert is one statement: a
 // second claimer of the same place waits for the first's row lock, then re-checks the condition
 // against the row as the first left it, so a lease has one holder on any number of instances.
 import type { Pool } from 'pg';
-import type { ResealJobs, ResealPlace, SealingStatus } from '../../../lib/mail/reseal.ts';
+import type { ResealJobs, ResealPlace, SealingStatus } from '../../../lib/mail/resealing.ts';
 import { changed, rowsOf, statements } from './sql.ts';
 
 interface PlaceRow {

@@ -1,7 +1,7 @@
-// ResealJobs on SQLite (lib/mail/reseal.ts). What is left to seal is read from the index (the
+// ResealJobs on SQLite (lib/mail/resealing.ts). What is left to seal is read from the index (the
 // messages whose `sealed` is not 1, at their places); a job row exists once a process has worked
 // on a place, and its conditional upsert decides between processes.
-import type { ResealJobs, ResealPlace, SealingStatus } from '../../../lib/mail/reseal.ts';
+import type { ResealJobs, ResealPlace, SealingStatus } from '../../../lib/mail/resealing.ts';
 import type { Db } from './db.ts';
 
 interface PlaceRow {

@@ -2,7 +2,7 @@
 // POST /inboxes/{inbox}/messages/compose (a message as fields, composed into MIME and sent like
 // POST /messages), and each inbox address's display name and signature.
 import type { Access } from '../../auth/access.ts';
-import type { SealedMail } from '../../crypto/sealed-mail.ts';
+import type { MailOpening } from '../../crypto/mail-opening.ts';
 import type { EventLog } from '../../events/log.ts';
 import { Composer, referencedOriginal, type ComposeRequest } from '../../send/compose.ts';
 import type { Identities, IdentityInput } from '../../send/identities.ts';
@@ -27,7 +27,7 @@ export interface ComposeRouteDeps {
   access: Access;
   send: SendService;
   identities: Identities;
-  sealed: SealedMail;
+  sealed: MailOpening;
   events: EventLog;
   validator: Validator;
   gate: BodyGate;

@@ -1,7 +1,7 @@
 // Decrypted content (docs/api.md, "Content"): tokens with content:read, compatible inboxes only. Each read is
 // recorded as `access.content.read` before any byte goes out, and nothing here is ever cached.
 import type { Access } from '../../auth/access.ts';
-import type { SealedMail } from '../../crypto/sealed-mail.ts';
+import type { MailOpening } from '../../crypto/mail-opening.ts';
 import type { Inbox } from '../../directory/types.ts';
 import { notFound, unprocessable } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
@@ -15,7 +15,7 @@ const RULE = CONTENT_RULE;
 /** A MIME type as a header may carry it; anything else is served as opaque bytes. */
 const MIME_TYPE = /^[A-Za-z0-9][\w!#$&^.+-]*\/[A-Za-z0-9][\w!#$&^.+-]*$/;
 
-export function contentRoutes(access: Access, sealed: SealedMail, events: EventLog, rate: CredentialRate) {
+export function contentRoutes(access: Access, sealed: MailOpening, events: EventLog, rate: CredentialRate) {
   async function compatibleInbox(ctx: AppContext): Promise<Inbox> {
     const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'content:read');
     requireCompatible(inbox);

@@ -3,7 +3,7 @@ import type { Access } from '../../auth/access.ts';
 import { invalid } from '../../errors.ts';
 import type { FlagChange, KeywordChange, LabelChange, MessageMove } from '../../../schemas/wire.ts';
 import type { MailService } from '../../mail/service.ts';
-import type { SealedMail } from '../../crypto/sealed-mail.ts';
+import type { MailOpening } from '../../crypto/mail-opening.ts';
 import type { CredentialRate } from '../../rate.ts';
 import { allow, DEFAULT_RULE, expensive } from '../authenticate.ts';
 import { readJson } from '../body.ts';
@@ -33,7 +33,7 @@ export function messageRoutes(
   access: Access,
   mail: MailService,
   validator: Validator,
-  sealed: SealedMail,
+  sealed: MailOpening,
   rate: CredentialRate,
   /** Threads and previews (docs/threads.md): collapseThreads and preview on the listing. */
   threads?: { reads: ThreadReads; events: EventLog },

@@ -4,7 +4,7 @@ import type { SendRequest } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
 import { invalid, isDomainError, unprocessable } from '../../errors.ts';
 import { HttpError } from '../errors.ts';
-import type { SealedOpener } from '../../send/sealed.ts';
+import type { DraftOpener } from '../../send/draft-opening.ts';
 import { draftFingerprint, IDEMPOTENCY_KEY, MAX_MESSAGE_BYTES, type SendService } from '../../send/service.ts';
 import { allow } from '../authenticate.ts';
 import type { BodyGate } from '../body-gate.ts';
@@ -101,7 +101,7 @@ export async function gated<T>(
   }
 }
 
-export function sendRoutes(access: Access, send: SendService, opener: SealedOpener, validator: Validator, gate: BodyGate) {
+export function sendRoutes(access: Access, send: SendService, opener: DraftOpener, validator: Validator, gate: BodyGate) {
   return (router: AppRouter): void => {
     router.post('/inboxes/:inbox/send', allow(access, { token: 'send', session: true }), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');

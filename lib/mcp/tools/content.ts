@@ -4,7 +4,7 @@
 // is capped, and all of it is fenced as untrusted data.
 import type { Readable } from 'node:stream';
 import type { Access } from '../../auth/access.ts';
-import type { SealedMail } from '../../crypto/sealed-mail.ts';
+import type { MailOpening } from '../../crypto/mail-opening.ts';
 import { notFound, unprocessable } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
 import { CONTENT_RULE, recordContentRead, requireCompatible } from '../../mail/content-access.ts';
@@ -37,7 +37,7 @@ async function upTo(content: Readable, max: number): Promise<Buffer | null> {
   return Buffer.concat(chunks);
 }
 
-export function contentTools(access: Access, sealed: SealedMail, events: EventLog): Tool[] {
+export function contentTools(access: Access, sealed: MailOpening, events: EventLog): Tool[] {
   return [
     tool<{ inboxId: string; messageId: string; maxChars: number }>({
       name: 'read_message',

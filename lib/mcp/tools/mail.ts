@@ -2,7 +2,7 @@
 // (GET /inboxes), list_labels, list_messages, get_message and set_flags.
 import type { FlagChange, MessageList, MessageSummary } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
-import type { SealedMail } from '../../crypto/sealed-mail.ts';
+import type { MailOpening } from '../../crypto/mail-opening.ts';
 import { invalid } from '../../errors.ts';
 import type { MailService } from '../../mail/service.ts';
 import { DEFAULT_RULE } from '../../http/authenticate.ts';
@@ -31,7 +31,7 @@ const pageAnswers = new WeakMap<MessageList, ToolAnswer>();
 export function mailTools(
   access: Access,
   mail: MailService,
-  sealed: SealedMail,
+  sealed: MailOpening,
   /** Previews in list_messages (docs/threads.md, "Previews"): the HTTP listing's gate and audit. */
   threads?: { reads: ThreadReads; events: EventLog },
 ): Tool[] {

@@ -3,7 +3,7 @@
 // identity's name and signature, a reply or forward by reference), then hands it to the same
 // SendService, so the same checks (from is the inbox's, recipients) and the same hourly rate apply.
 import type { Access, Principal } from '../../auth/access.ts';
-import type { SealedMail } from '../../crypto/sealed-mail.ts';
+import type { MailOpening } from '../../crypto/mail-opening.ts';
 import type { Inbox } from '../../directory/types.ts';
 import { forbidden, invalid } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
@@ -35,7 +35,7 @@ const bracketed = (id: string) => (id.startsWith('<') ? id : `<${id}>`);
  * chain is the parent's In-Reply-To and the parent: what the RFC asks when the parent has no
  * References, and the two links threading needs when it has.
  */
-async function threading(sealed: SealedMail, inbox: Inbox, msgId: string): Promise<{ inReplyTo: string; references: string[] } | null> {
+async function threading(sealed: MailOpening, inbox: Inbox, msgId: string): Promise<{ inReplyTo: string; references: string[] } | null> {
   const { detail } = await sealed.detail(inbox, msgId);
   if (!detail.messageId) return null;
   const parent = bracketed(detail.messageId.trim());
@@ -43,7 +43,7 @@ async function threading(sealed: SealedMail, inbox: Inbox, msgId: string): Promi
   return { inReplyTo: parent, references: [...grand, parent] };
 }
 
-export function sendTools(access: Access, send: SendService, sealed: SealedMail, identities: Identities, events: EventLog): Tool[] {
+export function sendTools(access: Access, send: SendService, sealed: MailOpening, identities: Identities, events: EventLog): Tool[] {
   const composer = new Composer(identities);
   return [
     tool<SendArgs>({

@@ -1,4 +1,4 @@
-// The delivery ingress and re-sealing (lib/mail/ingress.ts, lib/mail/reseal.ts).
+// The delivery ingress and re-sealing (lib/mail/ingress.ts, lib/mail/resealing.ts).
 export default `
 -- The ingress finds an inbox by the address mail arrives for, whatever its case (the local part
 -- is case-sensitive by rule, but no mail server treats it so).

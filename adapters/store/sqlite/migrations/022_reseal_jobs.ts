@@ -1,4 +1,4 @@
-// Durable sealing of zero-access inboxes (lib/mail/reseal.ts): the index knows which messages
+// Durable sealing of zero-access inboxes (lib/mail/resealing.ts): the index knows which messages
 // hold no plaintext, and each place of one that does is a job with a lease, retried until done.
 export default `
 -- 1: PGP/MIME (sealed by Postern or its sender: no plaintext), 0: plaintext, NULL: not known

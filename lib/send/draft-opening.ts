@@ -7,14 +7,14 @@ import * as openpgp from 'openpgp';
 import { UnknownEpochError, type EpochKeys } from '../crypto/epoch-keys.ts';
 import { invalid, unprocessable } from '../errors.ts';
 
-export interface Sealed {
+export interface SealedDraft {
   draftId: string;
   epoch: number;
   wrappedDek: Buffer;
   ciphertext: Buffer;
 }
 
-export class SealedOpener {
+export class DraftOpener {
   constructor(private readonly keys: EpochKeys) {}
 
   /**
@@ -23,7 +23,7 @@ export class SealedOpener {
    * bzip2 opens to 25 MB the send memory budget never counted). Uncompressed, the opened
    * message is never larger than its ciphertext.
    */
-  async open(inboxId: string, sealed: Sealed): Promise<Buffer> {
+  async open(inboxId: string, sealed: SealedDraft): Promise<Buffer> {
     let key: openpgp.PrivateKey;
     try {
       key = await this.keys.privateKey(inboxId, sealed.epoch);

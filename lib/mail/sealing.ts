@@ -67,7 +67,7 @@ export function clearHeaders(raw: Uint8Array): string {
 /**
  * Seals `raw` to `key`: RFC 3156 multipart/encrypted whose encrypted part opens (OpenPGP, armored)
  * to exactly `raw`. The result is CRLF throughout. `of`, the message GUID of the plaintext it
- * replaces (lib/mail/reseal.ts), goes in the marker header, so a retry finds this copy.
+ * replaces (lib/mail/resealing.ts), goes in the marker header, so a retry finds this copy.
  */
 export async function seal(raw: Uint8Array, key: SealKey, options: { of?: string } = {}): Promise<Buffer> {
   const message = await openpgp.createMessage({ binary: raw, format: 'binary' });

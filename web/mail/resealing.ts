@@ -1,5 +1,5 @@
 // Plaintext that a mail app APPENDs to a zero-access inbox is sealed by Postern shortly after
-// (lib/mail/reseal.ts): the sealed copy replaces it under a new message id, with the same date,
+// (lib/mail/resealing.ts): the sealed copy replaces it under a new message id, with the same date,
 // flags and headers. Until then the API refuses its content (422). Instead of that error, the
 // message screen says the message is being secured and, once the inbox stream shows the change,
 // finds the sealed copy in the label's listing and opens it in place.
@@ -10,7 +10,7 @@ import { inboxHash, listedMessage, messageHash, PAGE_SIZE } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 
 /** How long to wait for the sealed copy before showing the server's refusal after all. */
-export const SEALING_WAIT_MS = 60_000;
+export const RESEALING_WAIT_MS = 60_000;
 
 const page = (inboxId: string, labelId: string) =>
   api<MessageList>('GET', `/inboxes/${inboxId}/labels/${labelId}/messages?limit=${PAGE_SIZE}`);
@@ -31,7 +31,7 @@ async function findListed(inboxId: string, msgId: string): Promise<{ summary: Me
 const sameMessage = (a: MessageSummary, b: MessageSummary) =>
   a.id !== b.id && a.receivedAt === b.receivedAt && a.subject === b.subject && a.from === b.from && a.date === b.date;
 
-export async function awaitSealing(inboxId: string, msgId: string, hash: string, back: HTMLElement, refusal: string): Promise<void> {
+export async function awaitResealing(inboxId: string, msgId: string, hash: string, back: HTMLElement, refusal: string): Promise<void> {
   const status = h(
     'p',
     { class: 'notice', id: 'sealing', role: 'status' },
@@ -81,5 +81,5 @@ export async function awaitSealing(inboxId: string, msgId: string, hash: string,
     status.className = 'error';
     status.setAttribute('role', 'alert');
     status.textContent = `This message could not be opened: ${refusal}`;
-  }, SEALING_WAIT_MS);
+  }, RESEALING_WAIT_MS);
 }

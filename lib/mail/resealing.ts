@@ -20,7 +20,7 @@ import type { DirectoryStore } from '../directory/ports.ts';
 import { KeyedChain } from '../keyed-chain.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { InboxKeys } from './ingress.ts';
-import { isPgpMime, seal } from './seal.ts';
+import { isPgpMime, seal } from './sealing.ts';
 import type { LiveChange, MailInbox } from './types.ts';
 
 /** What became of one message a replacer was asked to replace. */

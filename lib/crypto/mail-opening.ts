@@ -21,7 +21,7 @@ import { openpgpBytes } from './armor.ts';
 /** More than this before the encrypted-data packet is not a PKESK list (each is ~100 bytes). */
 const MAX_PKESK_BYTES = 64 * 1024;
 
-export interface SealedMailOptions {
+export interface MailOpeningOptions {
   mail: MailService;
   index: MailIndexStore;
   bodies: MessageBodies;
@@ -30,7 +30,7 @@ export interface SealedMailOptions {
   now?: () => number;
 }
 
-export class SealedMail {
+export class MailOpening {
   private readonly mail: MailService;
   private readonly index: MailIndexStore;
   private readonly bodies: MessageBodies;
@@ -38,7 +38,7 @@ export class SealedMail {
   private readonly messageKeys: MessageKeyStore;
   private readonly now: () => number;
 
-  constructor(o: SealedMailOptions) {
+  constructor(o: MailOpeningOptions) {
     this.mail = o.mail;
     this.index = o.index;
     this.bodies = o.bodies;
