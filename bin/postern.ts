@@ -132,7 +132,7 @@ async function admin(args: string[]): Promise<unknown> {
     throw new UsageError(`${command} cannot be undone: add --yes to do it`);
   }
   const { openStaff } = await import('./staff.ts');
-  const { admin, userKeys, store, config, passkeys, events, close } = await openStaff(loadConfig());
+  const { admin, memberKeys, store, config, passkeys, events, close } = await openStaff(loadConfig());
   const { directory, mailIndex: index, resealJobs: sealing } = store;
   try {
     switch (command) {
@@ -194,7 +194,7 @@ async function admin(args: string[]): Promise<unknown> {
         const v = flags(tail, { member: { type: 'string' }, 'public-key-file': { type: 'string' } });
         const memberId = required(v, 'member');
         const file = required(v, 'public-key-file');
-        return await setKeyByStaff({ directory, userKeys, events }, memberId, () => {
+        return await setKeyByStaff({ directory, memberKeys, events }, memberId, () => {
           try {
             return readFileSync(file);
           } catch (err) {

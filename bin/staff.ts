@@ -6,7 +6,7 @@
 import type { Config } from '../lib/config.ts';
 import { EpochKeyring } from '../lib/crypto/epoch-keys.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
-import type { UserKeys } from '../lib/crypto/user-keys.ts';
+import type { MemberKeys } from '../lib/crypto/member-keys.ts';
 import type { Admin } from '../lib/directory/admin.ts';
 import type { MailUsers } from '../lib/directory/ports.ts';
 import type { EventLog } from '../lib/events/log.ts';
@@ -19,7 +19,7 @@ import { openStore } from '../adapters/store/open.ts';
 
 export interface Staff {
   admin: Admin;
-  userKeys: UserKeys;
+  memberKeys: MemberKeys;
   store: Store;
   config: Config;
   /** Built on first use (member invite, the demo's seed). */
@@ -45,7 +45,7 @@ export async function openStaff(config: Config): Promise<Staff> {
   };
   // What staff commands record goes to the store; a running server's readers find it there.
   const { events } = eventsContext({ config, store, bus: new MemoryBus() });
-  const { admin, userKeys } = authContext({
+  const { admin, memberKeys } = authContext({
     config,
     store,
     keys,
@@ -58,7 +58,7 @@ export async function openStaff(config: Config): Promise<Staff> {
   let passkeys: Promise<Passkeys> | null = null;
   return {
     admin,
-    userKeys,
+    memberKeys,
     store,
     config,
     passkeys: () => (passkeys ??= import('../lib/wiring/passkeys.ts').then(({ openPasskeys }) => openPasskeys(config, store, events))),

@@ -180,7 +180,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     onInboxAdded: (inbox) => watchAll.added(inbox),
     onInboxRemoved: (id) => watchAll.removed(id),
   });
-  const { admin, userKeys } = authPart;
+  const { admin, memberKeys } = authPart;
   const webhooks = webhooksContext(core, eventLog);
   const passkeys = openPasskeys(config, store, eventLog);
   const mcp = mcpContext(core, eventLog, mailPart, sendPart);
@@ -202,7 +202,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     bulkRoutes(access, mailPart.bulk, validator),
     searchRoutes(access, mailSearch, validator, eventLog, rate, mailPart.threads),
     threadRoutes(access, mailPart.threads, validator, eventLog),
-    keyRoutes(access, keys, userKeys, new MemberKeyChange(passkeys, userKeys, eventLog), validator),
+    keyRoutes(access, keys, memberKeys, new MemberKeyChange(passkeys, memberKeys, eventLog), validator),
     contentRoutes(access, sealed, eventLog, rate),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new DraftOpener(keys), validator, sendPart.memory),

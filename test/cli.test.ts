@@ -10,7 +10,7 @@ import { ROOT } from '../lib/paths.ts';
 import { openStore } from '../adapters/store/open.ts';
 import { loadConfig } from '../lib/config.ts';
 import type { Store } from '../lib/store.ts';
-import { userKeyPair } from './crypto-fixtures.ts';
+import { memberKeyPair } from './crypto-fixtures.ts';
 import { envVars, mailEnv, newStore, unique, type TestStore } from './harness.ts';
 import { runPostern, spawnListening, stopProcess, type PosternRun } from './processes.ts';
 
@@ -171,7 +171,7 @@ describe('staff CLI', function () {
   it("member set-key records access.key.set as staff, once per change, like a member's own change", async () => {
     const project = (await ok('admin', 'project', 'create', '--name', 'keys')).id as string;
     const member = (await ok('admin', 'member', 'add', '--project', project, '--email', `${unique('k')}@example.org`)).id as string;
-    const [first, second] = [(await userKeyPair()).armoredPublic, (await userKeyPair()).armoredPublic];
+    const [first, second] = [(await memberKeyPair()).armoredPublic, (await memberKeyPair()).armoredPublic];
     writeFileSync(join(dir, 'first.asc'), first);
     writeFileSync(join(dir, 'second.asc'), second);
     const a = await ok('admin', 'member', 'set-key', '--member', member, '--public-key-file', join(dir, 'first.asc'));

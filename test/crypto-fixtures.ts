@@ -2,7 +2,7 @@
 import * as openpgp from 'openpgp';
 import { call, json, type TestServer } from './harness.ts';
 
-export async function userKeyPair(): Promise<{ privateKey: openpgp.PrivateKey; armoredPublic: string }> {
+export async function memberKeyPair(): Promise<{ privateKey: openpgp.PrivateKey; armoredPublic: string }> {
   const { privateKey, publicKey } = await openpgp.generateKey({
     type: 'ecc',
     curve: 'ed25519Legacy',

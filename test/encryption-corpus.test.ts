@@ -6,7 +6,7 @@ import { ImapFlow } from 'imapflow';
 import { epochKeys, openMessage, type Session } from '../docs/examples/open-message.ts';
 import { corpusFiles, describeWithCorpus } from './corpus-files.ts';
 import { call, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
-import { putKey, userKeyPair } from './crypto-fixtures.ts';
+import { putKey, memberKeyPair } from './crypto-fixtures.ts';
 
 describeWithCorpus('the real-world corpus, encrypted and decrypted', function () {
   this.timeout(600_000);
@@ -21,10 +21,10 @@ describeWithCorpus('the real-world corpus, encrypted and decrypted', function ()
     const p = await newProject(s);
     const inbox = await p.inbox();
     const token = await p.token(['messages:read', 'content:read']);
-    const user = await userKeyPair();
+    const user = await memberKeyPair();
     const session = await p.session();
     expect((await putKey(s, session, user.armoredPublic)).status).to.equal(200);
-    const app: Session = { baseUrl: s.base, headers: { authorization: `Bearer ${token}` }, userKey: user.privateKey };
+    const app: Session = { baseUrl: s.base, headers: { authorization: `Bearer ${token}` }, memberKey: user.privateKey };
 
     const imap = new ImapFlow({
       host: mailEnv().imap.host,

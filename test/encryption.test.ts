@@ -21,7 +21,7 @@ import {
 } from './harness.ts';
 import { spawnPostern, stopProcess } from './processes.ts';
 import { append, deliver, mailApp } from './mail-fixtures.ts';
-import { inboxMessages, putKey, userKeyPair } from './crypto-fixtures.ts';
+import { inboxMessages, putKey, memberKeyPair } from './crypto-fixtures.ts';
 import { untilDelivered } from './ingress-helpers.ts';
 import { onStore } from './store-backdoor.ts';
 
@@ -79,20 +79,20 @@ describe('encryption at rest', function () {
   this.timeout(120_000);
   let s: TestServer;
   let p: TestProject;
-  let user: Awaited<ReturnType<typeof userKeyPair>>;
+  let user: Awaited<ReturnType<typeof memberKeyPair>>;
   let session: string;
   let token: string;
 
   before(async () => {
     s = await startPostern();
     p = await newProject(s);
-    user = await userKeyPair();
+    user = await memberKeyPair();
     session = await p.session();
     token = await p.token(['messages:read', 'send']);
   });
   after(() => s?.close());
 
-  const app = (): Session => ({ baseUrl: s.app, headers: { 'x-svc-token': session }, userKey: user.privateKey });
+  const app = (): Session => ({ baseUrl: s.app, headers: { 'x-svc-token': session }, memberKey: user.privateKey });
 
   describe('user keys', () => {
     it('GET /keys is 409 until the member sets a key, then seals every epoch to it', async () => {
@@ -100,18 +100,18 @@ describe('encryption at rest', function () {
       const inbox = await q.inbox();
       const ses = await q.session();
       await expectError(await call(`${s.app}/inboxes/${inbox.id}/keys`, { session: ses }), 409, /encryption key/);
-      const mine = await userKeyPair();
+      const mine = await memberKeyPair();
       const set = await putKey(s, ses, mine.armoredPublic);
       expect(set.status, await set.clone().text()).to.equal(200);
       const { fingerprint } = await json<{ fingerprint: string }>(set);
       expect(fingerprint).to.equal(mine.privateKey.getFingerprint().toUpperCase());
-      const keys = await epochKeys({ baseUrl: s.app, headers: { 'x-svc-token': ses }, userKey: mine.privateKey }, inbox.id);
+      const keys = await epochKeys({ baseUrl: s.app, headers: { 'x-svc-token': ses }, memberKey: mine.privateKey }, inbox.id);
       expect([...keys.keys()]).to.deep.equal([1]);
       expect(keys.get(1)!.getFingerprint().toUpperCase()).to.equal((await s.postern.keys.current(inbox.id)).fingerprint);
     });
 
     it('PUT /me/key takes armored or base64 binary keys, and refuses tokens, junk, private keys and keys that cannot encrypt', async () => {
-      const mine = await userKeyPair();
+      const mine = await memberKeyPair();
       const binary = Buffer.from(mine.privateKey.toPublic().write()).toString('base64');
       // A member of its own: replacing a key needs a passkey's confirmation (test/passkeys.test.ts).
       const session = await p.session({ memberId: await p.member() });
@@ -227,7 +227,7 @@ describe('encryption at rest', function () {
       const box = await q.inbox();
       const ses = await q.session();
       const tok = await q.token(['messages:read']);
-      const mine = await userKeyPair();
+      const mine = await memberKeyPair();
       expect((await putKey(s, ses, mine.armoredPublic)).status).to.equal(200);
       const client = await mailApp(box);
       try {
@@ -242,7 +242,7 @@ describe('encryption at rest', function () {
           await call(`${s.base}/inboxes/${box.id}/messages/${fresh!.id}`, { token: tok }),
         );
         expect(freshDetail.keyEpoch).to.equal(2);
-        const sess: Session = { baseUrl: s.app, headers: { 'x-svc-token': ses }, userKey: mine.privateKey };
+        const sess: Session = { baseUrl: s.app, headers: { 'x-svc-token': ses }, memberKey: mine.privateKey };
         const keys = await epochKeys(sess, box.id);
         expect([...keys.keys()]).to.deep.equal([1, 2]);
         expect(Buffer.from(await openMessage(sess, box.id, old!.id, keys)).equals(await imapBytes(client, old!.uid))).to.equal(true);

@@ -2,7 +2,7 @@
 // made to misbehave: every ceremony failure is a clear 4xx, never a 500, and never a session.
 import { expect } from 'chai';
 import { Passkeys } from '../lib/auth/passkeys.ts';
-import { userKeyPair } from './crypto-fixtures.ts';
+import { memberKeyPair } from './crypto-fixtures.ts';
 import { call, expectError, json, newProject, startPostern, type TestProject, type TestServer } from './harness.ts';
 import { SoftPasskey } from './webauthn-authenticator.ts';
 
@@ -407,7 +407,7 @@ describe('re-authentication: replacing the key (PUT /me/key) and adding a passke
     });
   const storedKey = async (memberId: string) => (await s.postern.store.keys.getMemberKey(memberId))?.fingerprint;
   const newKey = async () => {
-    const { armoredPublic, privateKey } = await userKeyPair();
+    const { armoredPublic, privateKey } = await memberKeyPair();
     return { armored: armoredPublic, fingerprint: privateKey.getFingerprint().toUpperCase() };
   };
 

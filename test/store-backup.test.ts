@@ -15,7 +15,7 @@ import { openDb } from '../adapters/store/sqlite/db.ts';
 import { DUMP_LEFT_OUT, DUMP_TABLES } from '../adapters/store/rows/dump.ts';
 import { backupStore } from '../adapters/store/portable.ts';
 import { postgresBinDir } from '../scripts/mailenv/services/postgres.ts';
-import { inboxMessages, putKey, userKeyPair } from './crypto-fixtures.ts';
+import { inboxMessages, putKey, memberKeyPair } from './crypto-fixtures.ts';
 import { register } from './events-helpers.ts';
 import { call, envVars, json, mailEnv, newProject, startPostern, type TestServer } from './harness.ts';
 import { append, mailApp } from './mail-fixtures.ts';
@@ -35,7 +35,7 @@ interface Seeded {
   msgId: string;
   token: string;
   session: string;
-  userKey: Awaited<ReturnType<typeof userKeyPair>>['privateKey'];
+  memberKey: Awaited<ReturnType<typeof memberKeyPair>>['privateKey'];
   idempotencyKey: string;
   keyedEventId: string;
 }
@@ -76,7 +76,7 @@ async function seed(s: TestServer): Promise<Seeded> {
   const inbox = await p.inbox();
   const token = await p.token(['messages:read', 'events:write', 'events:read', 'project:read']);
   const session = await p.session();
-  const user = await userKeyPair();
+  const user = await memberKeyPair();
   expect((await putKey(s, session, user.armoredPublic)).status).to.equal(200);
   const backup = await call(`${s.app}/me/key-backup`, {
     method: 'PUT',
@@ -106,7 +106,7 @@ async function seed(s: TestServer): Promise<Seeded> {
     msgId: m!.id,
     token,
     session,
-    userKey: user.privateKey,
+    memberKey: user.privateKey,
     idempotencyKey,
     keyedEventId: keyed.body.id,
   };
@@ -138,7 +138,7 @@ async function observe(url: string, x: Seeded): Promise<Observed> {
   const cursors: string[] = [];
   for (const n of [1, 2, 3]) cursors.push((await page(base, x.token, `limit=${n}`)).cursor);
   const resumed = (await page(base, x.token, `limit=100&after=${cursors[1]}`)).events.map((e) => e.id);
-  const session = { baseUrl: app, headers: { 'x-svc-token': x.session }, userKey: x.userKey };
+  const session = { baseUrl: app, headers: { 'x-svc-token': x.session }, memberKey: x.memberKey };
   const keys = await epochKeys(session, x.inboxId);
   const detail = await json<{ wrappedDek: string }>(await call(`${base}/inboxes/${x.inboxId}/messages/${x.msgId}`, { token: x.token }));
   const opened = Buffer.from(await openMessage(session, x.inboxId, x.msgId, keys)).toString('base64');

@@ -11,7 +11,7 @@ export interface Session {
   baseUrl: string;
   headers: Record<string, string>;
   /** The member's own private key (what PUT /me/key holds the public half of). */
-  userKey: openpgp.PrivateKey;
+  memberKey: openpgp.PrivateKey;
 }
 
 async function get(s: Session, path: string): Promise<Response> {
@@ -28,7 +28,7 @@ export async function epochKeys(s: Session, inboxId: string): Promise<Map<number
   const out = new Map<number, openpgp.PrivateKey>();
   for (const { epoch, wrapped } of epochs) {
     const message = await openpgp.readMessage({ binaryMessage: fromBase64(wrapped) });
-    const { data } = await openpgp.decrypt({ message, decryptionKeys: s.userKey, format: 'binary' });
+    const { data } = await openpgp.decrypt({ message, decryptionKeys: s.memberKey, format: 'binary' });
     out.set(epoch, await openpgp.readPrivateKey({ binaryKey: data as Uint8Array }));
   }
   return out;

@@ -4,7 +4,7 @@
 // Staff set a member's key without one (`postern admin member set-key`: setKeyByStaff), logged the same way.
 import type { UserKeySet } from '../../schemas/wire.ts';
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
-import { readUserKey, type UserKeys } from '../crypto/user-keys.ts';
+import { readMemberKey, type MemberKeys } from '../crypto/member-keys.ts';
 import type { DirectoryStore } from '../directory/ports.ts';
 import { notFound } from '../errors.ts';
 import { SYSTEM_ACTOR, type EventLog } from '../events/log.ts';
@@ -15,19 +15,19 @@ import type { Passkeys } from './passkeys.ts';
 export class MemberKeyChange {
   constructor(
     private readonly passkeys: Passkeys,
-    private readonly userKeys: UserKeys,
+    private readonly memberKeys: MemberKeys,
     private readonly events: EventLog,
   ) {}
 
   /** Sets the session's member's key; `reauth` answers a 'replace-key' challenge (403 when needed and missing). */
   async set(session: Principal, bytes: Uint8Array, reauth: AuthenticationResponseJSON | undefined): Promise<UserKeySet> {
     // The key is checked before the challenge is spent: a typo does not cost a ceremony.
-    const fingerprint = (await readUserKey(bytes)).getFingerprint().toUpperCase();
-    const previous = await this.userKeys.fingerprint(session.memberId);
+    const fingerprint = (await readMemberKey(bytes)).getFingerprint().toUpperCase();
+    const previous = await this.memberKeys.fingerprint(session.memberId);
     // The same key again changes nothing anyone can read.
     if (previous === fingerprint) return { fingerprint };
     const proof = await this.passkeys.authorizeKeyChange(session.memberId, session.credentialId, previous === null, reauth);
-    const set = await this.userKeys.set(session.memberId, bytes);
+    const set = await this.memberKeys.set(session.memberId, bytes);
     await this.events.record({
       type: 'access.key.set',
       projectId: session.projectId,
@@ -50,7 +50,7 @@ export class MemberKeyChange {
  * like a member's own change, since it widens who can read the member's mail.
  */
 export async function setKeyByStaff(
-  o: { directory: DirectoryStore; userKeys: UserKeys; events: EventLog },
+  o: { directory: DirectoryStore; memberKeys: MemberKeys; events: EventLog },
   memberId: string,
   /** The key's bytes, read once the member is known to exist. */
   readKey: () => Uint8Array,
@@ -58,8 +58,8 @@ export async function setKeyByStaff(
   const member = isId('mem', memberId) ? await o.directory.getMember(memberId) : null;
   if (!member) throw notFound(`no member ${memberId}`);
   const bytes = readKey();
-  const previous = await o.userKeys.fingerprint(memberId);
-  const set = await o.userKeys.set(memberId, bytes);
+  const previous = await o.memberKeys.fingerprint(memberId);
+  const set = await o.memberKeys.set(memberId, bytes);
   if (set.fingerprint !== previous) {
     await o.events.record({
       type: 'access.key.set',

@@ -27,7 +27,7 @@ export interface EpochKeyStore {
   sample(): Promise<EpochKeyRecord | null>;
 }
 
-/** A member's OpenPGP public key (their "user key", set up in the web app). */
+/** A member's OpenPGP public key (their member key, set up in the web app). */
 export interface MemberKeyRecord {
   memberId: string;
   publicKey: Uint8Array;

@@ -5,7 +5,7 @@
 import type { Config } from '../config.ts';
 import type { EpochKeyring } from '../crypto/epoch-keys.ts';
 import { KeyBackups } from '../crypto/key-backups.ts';
-import { UserKeys } from '../crypto/user-keys.ts';
+import { MemberKeys } from '../crypto/member-keys.ts';
 import { Admin, type AdminOptions } from '../directory/admin.ts';
 import type { MailUsers } from '../directory/ports.ts';
 import type { Store } from '../store.ts';
@@ -23,7 +23,7 @@ export interface AuthContextOptions {
 
 export interface AuthContext {
   admin: Admin;
-  userKeys: UserKeys;
+  memberKeys: MemberKeys;
   keyBackups: KeyBackups;
 }
 
@@ -36,5 +36,5 @@ export function authContext(o: AuthContextOptions): AuthContext {
     onInboxRemoved: o.onInboxRemoved,
     ...(o.mailUsers ? { mailUsers: o.mailUsers } : {}),
   });
-  return { admin, userKeys: new UserKeys(o.store.keys, o.keys), keyBackups: new KeyBackups(o.store.keyBackups) };
+  return { admin, memberKeys: new MemberKeys(o.store.keys, o.keys), keyBackups: new KeyBackups(o.store.keyBackups) };
 }

@@ -1,10 +1,10 @@
-// Keys (`/keys`, `/compose`: docs/api.md, "Inboxes", "Sending") and the member's own user key (`PUT /me/key`, web app).
+// Keys (`/keys`, `/compose`: docs/api.md, "Inboxes", "Sending") and the member's own key (`PUT /me/key`, web app).
 import type { AuthenticationResponseJSON } from '@simplewebauthn/server';
 import type { ComposeData, EpochKeyList, UserKey } from '../../../schemas/wire.ts';
 import type { Access } from '../../auth/access.ts';
 import type { MemberKeyChange } from '../../auth/key-change.ts';
 import type { EpochKeys } from '../../crypto/epoch-keys.ts';
-import type { UserKeys } from '../../crypto/user-keys.ts';
+import type { MemberKeys } from '../../crypto/member-keys.ts';
 import { invalid, forbidden } from '../../errors.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import { readJson } from '../body.ts';
@@ -14,11 +14,11 @@ import type { Validator } from '../validate.ts';
 /** The key and, to replace one, the passkey's answer to a 'replace-key' challenge. */
 const SET_KEY = 'https://postern.dev/schemas/app.json#/$defs/SetKeyRequest';
 
-export function keyRoutes(access: Access, epochs: EpochKeys, userKeys: UserKeys, keyChange: MemberKeyChange, validator: Validator) {
+export function keyRoutes(access: Access, epochs: EpochKeys, memberKeys: MemberKeys, keyChange: MemberKeyChange, validator: Validator) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/keys', allow(access, DEFAULT_RULE), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'messages:read');
-      const body: EpochKeyList = { epochs: await userKeys.sealedEpochs(ctx.state.principal.memberId, inbox.id) };
+      const body: EpochKeyList = { epochs: await memberKeys.sealedEpochs(ctx.state.principal.memberId, inbox.id) };
       ctx.body = body;
     });
 
