@@ -234,12 +234,12 @@ interface Change {
 
 /** Message ids by `inbox|label|uid`: the seeded messages' from the API, the others' from their message.added. */
 const msgIds = new Map<string, string>();
-const placeKey = (inboxId: string, labelId: string, uid: number) => `${inboxId}|${labelId}|${uid}`;
+const locationKey = (inboxId: string, labelId: string, uid: number) => `${inboxId}|${labelId}|${uid}`;
 
 /** How an event is found among the arrivals: `type|inbox|label|uid` for additions, `type|inbox|label|msgId` otherwise. */
 function arrivalKey(e: Expected): string | undefined {
   if (e.type === 'message.added') return `${e.type}|${e.inboxId}|${e.labelId}|${e.uid}`;
-  const msgId = msgIds.get(placeKey(e.inboxId, e.labelId, e.uid));
+  const msgId = msgIds.get(locationKey(e.inboxId, e.labelId, e.uid));
   return msgId === undefined ? undefined : `${e.type}|${e.inboxId}|${e.labelId}|${msgId}`;
 }
 
@@ -252,7 +252,7 @@ interface WireEvent {
 function eventKey(e: WireEvent): string {
   const d = e.data ?? {};
   if (e.type === 'message.added' && d.labelId && d.uid !== undefined && d.msgId)
-    msgIds.set(placeKey(e.containerid ?? '', d.labelId, d.uid), d.msgId);
+    msgIds.set(locationKey(e.containerid ?? '', d.labelId, d.uid), d.msgId);
   return `${e.type}|${e.containerid ?? ''}|${d.labelId}|${e.type === 'message.added' ? d.uid : d.msgId}`;
 }
 
@@ -395,7 +395,7 @@ async function watchRun(
             `${base}/inboxes/${inbox.id}/labels/${labelId}/messages?limit=100`,
             auth,
           );
-          for (const m of page.messages) msgIds.set(placeKey(inbox.id, labelId, m.uid), m.id);
+          for (const m of page.messages) msgIds.set(locationKey(inbox.id, labelId, m.uid), m.id);
         }
       });
     }

@@ -3,7 +3,7 @@
 // sync, when to trust the index and who watches are lib/mail/mirror.ts's decisions.
 import type { Logger } from 'pino';
 import type { ImapMetrics } from '../../lib/metrics.ts';
-import type { LabelState, LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, Place } from '../../lib/mail/types.ts';
+import type { LabelState, LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, LocationKey } from '../../lib/mail/types.ts';
 import { unavailable } from '../../lib/errors.ts';
 import { ImapPool, type ImapSettings } from './pool.ts';
 import { uidFetch, unselect } from './raw.ts';
@@ -47,10 +47,10 @@ export class ImapMailSource implements MailSource {
     );
   }
 
-  async storeFlags(inbox: MailInbox, at: readonly Place[], add: string[], remove: string[]): Promise<{ missed: Place[] }> {
+  async storeFlags(inbox: MailInbox, at: readonly LocationKey[], add: string[], remove: string[]): Promise<{ missed: LocationKey[] }> {
     const byLabel = new Map<string, number[]>();
     for (const { labelGuid, uid } of at) byLabel.set(labelGuid, [...(byLabel.get(labelGuid) ?? []), uid]);
-    const missed: Place[] = [];
+    const missed: LocationKey[] = [];
     await this.pool.use(inbox.imapUser, async (client) => {
       missed.length = 0; // a retry on a fresh connection starts over
       for (const [labelGuid, uids] of byLabel) {
@@ -79,7 +79,10 @@ export class ImapMailSource implements MailSource {
     return { missed };
   }
 
-  async relabel(inbox: MailInbox, change: { from: Place; add: readonly string[]; remove: readonly Place[] }): Promise<{ missed: boolean }> {
+  async relabel(
+    inbox: MailInbox,
+    change: { from: LocationKey; add: readonly string[]; remove: readonly LocationKey[] },
+  ): Promise<{ missed: boolean }> {
     const pathOf = async (labelGuid: string): Promise<LabelState> => {
       const label = await this.o.store.label(inbox.id, labelGuid);
       if (!label) throw unavailable('a label changed on the mail server meanwhile; try again');

@@ -119,7 +119,7 @@ class Expectations {
   }
 }
 
-const placeKey = (inboxId: string, type: string, labelGuid: string, msgId: string) => `${inboxId}:${type}:${labelGuid}:${msgId}`;
+const locationKey = (inboxId: string, type: string, labelGuid: string, msgId: string) => `${inboxId}:${type}:${labelGuid}:${msgId}`;
 const folderKey = (inboxId: string, type: string, key: string) => `${inboxId}:${type}:${key}`;
 
 export class MailChangeRecorder {
@@ -157,8 +157,8 @@ export class MailChangeRecorder {
   ): (() => void) =>
     this.expected.add(
       [
-        ...added.map((g) => placeKey(inboxId, 'message.added', g, msgId)),
-        ...removed.map((g) => placeKey(inboxId, 'message.removed', g, msgId)),
+        ...added.map((g) => locationKey(inboxId, 'message.added', g, msgId)),
+        ...removed.map((g) => locationKey(inboxId, 'message.removed', g, msgId)),
       ],
       () => ({ actor, until: Date.now() + EXPECT_MS }),
     );
@@ -173,8 +173,8 @@ export class MailChangeRecorder {
   ): (() => void) =>
     this.expected.add(
       msgIds.flatMap((msgId) => [
-        ...added.map((g) => placeKey(inboxId, 'message.added', g, msgId)),
-        ...removed.map((g) => placeKey(inboxId, 'message.removed', g, msgId)),
+        ...added.map((g) => locationKey(inboxId, 'message.added', g, msgId)),
+        ...removed.map((g) => locationKey(inboxId, 'message.removed', g, msgId)),
       ]),
       () => ({ actor, until: Date.now() + EXPECT_MS }),
     );
@@ -225,7 +225,7 @@ export class MailChangeRecorder {
       );
     }
     return (
-      this.expected.take(placeKey(inboxId, c.type, c.at.labelGuid, c.msgId), () => true) ??
+      this.expected.take(locationKey(inboxId, c.type, c.at.labelGuid, c.msgId), () => true) ??
       // The mail a label held when the API deleted it left it by the same hand.
       (c.type === 'message.removed' ? this.expected.peek(folderKey(inboxId, 'label.deleted', c.at.labelGuid)) : undefined) ??
       SYSTEM_ACTOR

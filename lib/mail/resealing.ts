@@ -44,8 +44,8 @@ export interface MessageReplacer {
   replace(inbox: MailInbox, label: { labelGuid: string; uidValidity: number }, work: (one: ReplaceOne) => Promise<void>): Promise<boolean>;
 }
 
-/** A place of a message the index does not know to be sealed. */
-export interface ResealPlace {
+/** A location of a message the index does not know to be sealed: its LocationKey, the label's UIDVALIDITY, and the message. */
+export interface ResealLocation {
   labelGuid: string;
   uidValidity: number;
   uid: number;
@@ -64,15 +64,15 @@ export interface SealingStatus {
 /** The jobs in the store, shared by every process. */
 export interface ResealJobs {
   /** Up to `limit` places of the inbox's unsealed messages that are not done, not held by another, not backing off. */
-  due(inboxId: string, holder: string, now: number, limit: number): Promise<ResealPlace[]>;
+  due(inboxId: string, holder: string, now: number, limit: number): Promise<ResealLocation[]>;
   /** Takes the place until `now + leaseMs` unless another holds it or it is done: the attempts so far, this one included; null if not taken. */
-  claim(inboxId: string, place: ResealPlace, holder: string, now: number, leaseMs: number): Promise<number | null>;
+  claim(inboxId: string, place: ResealLocation, holder: string, now: number, leaseMs: number): Promise<number | null>;
   /** Extends this holder's lease to `until`: false when another process has taken the place meanwhile. */
-  renew(inboxId: string, place: ResealPlace, holder: string, until: number): Promise<boolean>;
+  renew(inboxId: string, place: ResealLocation, holder: string, until: number): Promise<boolean>;
   /** The place holds no plaintext any more (replaced, found sealed, or gone). */
-  done(inboxId: string, place: ResealPlace, holder: string, now: number): Promise<void>;
+  done(inboxId: string, place: ResealLocation, holder: string, now: number): Promise<void>;
   /** The attempt failed: the lease is given back and the place waits until `retryAt`. */
-  failed(inboxId: string, place: ResealPlace, holder: string, retryAt: number, error: string): Promise<void>;
+  failed(inboxId: string, place: ResealLocation, holder: string, retryAt: number, error: string): Promise<void>;
   /** The message was found to be PGP/MIME (indexed before the index asked). */
   markSealed(inboxId: string, msgGuid: string): Promise<void>;
   /** Forgets jobs done before `before`. */
@@ -263,8 +263,8 @@ export class Resealer {
 }
 
 /** Places grouped by label (one IMAP session each), in the order given. */
-function byLabel(places: readonly ResealPlace[]): ResealPlace[][] {
-  const groups = new Map<string, ResealPlace[]>();
+function byLabel(places: readonly ResealLocation[]): ResealLocation[][] {
+  const groups = new Map<string, ResealLocation[]>();
   for (const p of places) {
     const key = `${p.labelGuid}:${p.uidValidity}`;
     let g = groups.get(key);

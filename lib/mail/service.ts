@@ -15,7 +15,7 @@ import type {
   MailIndexStore,
   MailInbox,
   MailSource,
-  Place,
+  LocationKey,
   MessageRecord,
   Unwatch,
 } from './types.ts';
@@ -57,7 +57,7 @@ class DerivedCache<T> {
 }
 
 /** Returns a function that withdraws the announcement (the change did not happen). */
-export type FlagChangeAnnouncer = (inboxId: string, at: readonly Place[], flags: readonly Flag[], actor: string) => () => void;
+export type FlagChangeAnnouncer = (inboxId: string, at: readonly LocationKey[], flags: readonly Flag[], actor: string) => () => void;
 
 /**
  * Returns a function that withdraws the announcement. The message is about to be added to the
@@ -262,7 +262,7 @@ export class MailService {
     add: readonly string[],
     remove: readonly string[],
     actor: string,
-  ): Promise<Place[]> {
+  ): Promise<LocationKey[]> {
     const withdraw = new Map<string, () => void>();
     const places = locations.map((l) => ({ labelGuid: l.labelGuid, uid: l.uid }));
     const removing = new Set(remove.map((f) => f.toLowerCase()));
@@ -279,7 +279,7 @@ export class MailService {
         this.announce(inbox.id, [{ labelGuid: l.labelGuid, uid: l.uid }], fromImapFlags(now).flags, actor),
       );
     }
-    let missed: Place[];
+    let missed: LocationKey[];
     try {
       ({ missed } = await this.source.storeFlags(inbox, places, [...add], [...remove]));
     } catch (err) {

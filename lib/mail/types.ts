@@ -137,7 +137,7 @@ export interface ThreadStats {
   participants: string[];
 }
 
-/** A message in one label: IMAP flags are per mailbox. */
+/** A location: a message in one label (its LocationKey) as the index keeps it; IMAP flags are per mailbox. docs/architecture.md, "Names". */
 export interface Location {
   labelGuid: string;
   uid: number;
@@ -357,8 +357,8 @@ export interface WatchLeases {
 
 export type Unwatch = () => Promise<void>;
 
-/** A place of a message in IMAP: a label and its UID there. */
-export interface Place {
+/** What names a location (a message in one label) in IMAP: the label and the UID there. */
+export interface LocationKey {
   labelGuid: string;
   uid: number;
 }
@@ -402,14 +402,17 @@ export interface MailSource {
    * STORE found no message (moved or expunged meanwhile, a no-op in IMAP): the change did not
    * happen there.
    */
-  storeFlags(inbox: MailInbox, at: readonly Place[], add: string[], remove: string[]): Promise<{ missed: Place[] }>;
+  storeFlags(inbox: MailInbox, at: readonly LocationKey[], add: string[], remove: string[]): Promise<{ missed: LocationKey[] }>;
   /**
    * Files one message into labels and out of them (docs/organize.md): a COPY from `from` to each
    * label of `add`, then an expunge of each place of `remove` (a MOVE from `from` when it is one of
    * them). Copies go first, so the message is never in no label. Resolves `missed` when the message
    * was not at `from` (moved or expunged meanwhile): nothing was copied or moved then.
    */
-  relabel(inbox: MailInbox, change: { from: Place; add: readonly string[]; remove: readonly Place[] }): Promise<{ missed: boolean }>;
+  relabel(
+    inbox: MailInbox,
+    change: { from: LocationKey; add: readonly string[]; remove: readonly LocationKey[] },
+  ): Promise<{ missed: boolean }>;
   /**
    * IMAP SEARCH BODY / TEXT in each of these labels: the UIDs that match, per label GUID. A label
    * gone or renumbered on the server meanwhile answers nothing.

@@ -3,7 +3,7 @@
 // gives its mail index too, to put messages where the jobs find them.
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
-import type { ResealJobs, ResealPlace } from '../../lib/mail/resealing.ts';
+import type { ResealJobs, ResealLocation } from '../../lib/mail/resealing.ts';
 import type { MailIndexStore, MessageRecord } from '../../lib/mail/types.ts';
 import { newId } from '../../lib/ids.ts';
 
@@ -81,7 +81,7 @@ export function resealJobsContract(engineName: string, open: () => Promise<Resea
           highestModseq: 1,
         },
       );
-      const at = (labelGuid: string, uidValidity: number, uid: number, msgGuid: string): ResealPlace => ({
+      const at = (labelGuid: string, uidValidity: number, uid: number, msgGuid: string): ResealLocation => ({
         labelGuid,
         uidValidity,
         uid,
@@ -95,7 +95,7 @@ export function resealJobsContract(engineName: string, open: () => Promise<Resea
         sealed,
       };
     }
-    const sorted = (ps: ResealPlace[]) => [...ps].sort((a, b) => a.labelGuid.localeCompare(b.labelGuid) || a.uid - b.uid);
+    const sorted = (ps: ResealLocation[]) => [...ps].sort((a, b) => a.labelGuid.localeCompare(b.labelGuid) || a.uid - b.uid);
 
     it("finds every place of the inbox's messages not known to be sealed, up to the limit", async () => {
       const { id, places } = await inbox();

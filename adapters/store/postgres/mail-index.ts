@@ -455,7 +455,7 @@ const locationArrays = (inboxId: string, ls: readonly Location[]): unknown[] => 
   ls.map((l) => isSeen(l.flags)),
 ];
 
-const placeKey = (labelGuid: string, uid: number) => `${labelGuid}\n${uid}`;
+const locationKey = (labelGuid: string, uid: number) => `${labelGuid}\n${uid}`;
 
 type Run = { kind: IndexOp['op']; ops: Array<[number, IndexOp]> };
 
@@ -464,7 +464,8 @@ function runsOf(ops: readonly IndexOp[]): Run[] {
   const runs: Run[] = [];
   let places = new Set<string>();
   for (const [i, op] of ops.entries()) {
-    const key = op.op === 'put' || op.op === 'stage' ? placeKey(op.location.labelGuid, op.location.uid) : placeKey(op.labelGuid, op.uid);
+    const key =
+      op.op === 'put' || op.op === 'stage' ? locationKey(op.location.labelGuid, op.location.uid) : locationKey(op.labelGuid, op.uid);
     const last = runs[runs.length - 1];
     if (!last || last.kind !== op.op || places.has(key)) {
       runs.push({ kind: op.op, ops: [] });
@@ -568,8 +569,8 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
             c,
             S.locationsAt([inboxId, locations.map((l) => l.labelGuid), locations.map((l) => l.uid)]),
           );
-          const next = new Map(locations.map((l) => [placeKey(l.labelGuid, l.uid), l.msgGuid]));
-          for (const p of previous) if (next.get(placeKey(p.label_guid, p.uid)) !== p.msg_guid) orphans.add(p.msg_guid);
+          const next = new Map(locations.map((l) => [locationKey(l.labelGuid, l.uid), l.msgGuid]));
+          for (const p of previous) if (next.get(locationKey(p.label_guid, p.uid)) !== p.msg_guid) orphans.add(p.msg_guid);
           await c.query(S.putLocations(locationArrays(inboxId, locations)));
         } else if (run.kind === 'flags') {
           const fs = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'flags' }>);
@@ -585,19 +586,19 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
             ]),
           );
           // The index already holds a newer state (or the message left the label meanwhile).
-          const applied = new Set(done.map((d) => placeKey(d.label_guid, d.uid)));
+          const applied = new Set(done.map((d) => locationKey(d.label_guid, d.uid)));
           for (const [i, f] of run.ops as Array<[number, Extract<IndexOp, { op: 'flags' }>]>)
-            if (!applied.has(placeKey(f.labelGuid, f.uid))) unapplied.push(i);
+            if (!applied.has(locationKey(f.labelGuid, f.uid))) unapplied.push(i);
         } else {
           const rs = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'remove' }>);
           const gone = await rowsOf<{ label_guid: string; uid: number; msg_guid: string }>(
             c,
             S.removeLocations([inboxId, rs.map((r) => r.labelGuid), rs.map((r) => r.uid)]),
           );
-          const removed = new Set(gone.map((g) => placeKey(g.label_guid, g.uid)));
+          const removed = new Set(gone.map((g) => locationKey(g.label_guid, g.uid)));
           for (const g of gone) orphans.add(g.msg_guid);
           for (const [i, r] of run.ops as Array<[number, Extract<IndexOp, { op: 'remove' }>]>)
-            if (!removed.has(placeKey(r.labelGuid, r.uid))) unapplied.push(i);
+            if (!removed.has(locationKey(r.labelGuid, r.uid))) unapplied.push(i);
         }
       }
       await this.gc(c, inboxId, orphans);

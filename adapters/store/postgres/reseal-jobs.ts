@@ -5,10 +5,10 @@
 // second claimer of the same place waits for the first's row lock, then re-checks the condition
 // against the row as the first left it, so a lease has one holder on any number of instances.
 import type { Pool } from 'pg';
-import type { ResealJobs, ResealPlace, SealingStatus } from '../../../lib/mail/resealing.ts';
+import type { ResealJobs, ResealLocation, SealingStatus } from '../../../lib/mail/resealing.ts';
 import { changed, rowsOf, statements } from './sql.ts';
 
-interface PlaceRow {
+interface ResealLocationRow {
   label_guid: string;
   uid_validity: number;
   uid: number;
@@ -56,31 +56,31 @@ const S = {
   ),
 };
 
-const key = (inboxId: string, p: ResealPlace) => [inboxId, p.labelGuid, p.uidValidity, p.uid];
+const key = (inboxId: string, p: ResealLocation) => [inboxId, p.labelGuid, p.uidValidity, p.uid];
 
 export class PgResealJobs implements ResealJobs {
   /** `pool` from openPgPool (db.ts): BIGINT columns come back as numbers. */
   constructor(private readonly pool: Pool) {}
 
-  async due(inboxId: string, holder: string, now: number, limit: number): Promise<ResealPlace[]> {
-    const found = await rowsOf<PlaceRow>(this.pool, S.due([inboxId, holder, now, limit]));
+  async due(inboxId: string, holder: string, now: number, limit: number): Promise<ResealLocation[]> {
+    const found = await rowsOf<ResealLocationRow>(this.pool, S.due([inboxId, holder, now, limit]));
     return found.map((r) => ({ labelGuid: r.label_guid, uidValidity: r.uid_validity, uid: r.uid, msgGuid: r.msg_guid }));
   }
 
-  async claim(inboxId: string, p: ResealPlace, holder: string, now: number, leaseMs: number): Promise<number | null> {
+  async claim(inboxId: string, p: ResealLocation, holder: string, now: number, leaseMs: number): Promise<number | null> {
     const [row] = await rowsOf<{ attempts: number }>(this.pool, S.claim([...key(inboxId, p), holder, now + leaseMs, now]));
     return row ? row.attempts : null;
   }
 
-  async renew(inboxId: string, p: ResealPlace, holder: string, until: number): Promise<boolean> {
+  async renew(inboxId: string, p: ResealLocation, holder: string, until: number): Promise<boolean> {
     return (await changed(this.pool, S.renew([...key(inboxId, p), holder, until]))) === 1;
   }
 
-  async done(inboxId: string, p: ResealPlace, holder: string, now: number): Promise<void> {
+  async done(inboxId: string, p: ResealLocation, holder: string, now: number): Promise<void> {
     await this.pool.query(S.done([...key(inboxId, p), holder, now]));
   }
 
-  async failed(inboxId: string, p: ResealPlace, holder: string, retryAt: number, error: string): Promise<void> {
+  async failed(inboxId: string, p: ResealLocation, holder: string, retryAt: number, error: string): Promise<void> {
     await this.pool.query(S.failed([...key(inboxId, p), holder, retryAt, error.slice(0, 500)]));
   }
 

@@ -1,10 +1,10 @@
 // ResealJobs on SQLite (lib/mail/resealing.ts). What is left to seal is read from the index (the
 // messages whose `sealed` is not 1, at their places); a job row exists once a process has worked
 // on a place, and its conditional upsert decides between processes.
-import type { ResealJobs, ResealPlace, SealingStatus } from '../../../lib/mail/resealing.ts';
+import type { ResealJobs, ResealLocation, SealingStatus } from '../../../lib/mail/resealing.ts';
 import type { Db } from './db.ts';
 
-interface PlaceRow {
+interface ResealLocationRow {
   label_guid: string;
   uid_validity: number;
   uid: number;
@@ -56,12 +56,12 @@ export class SqliteResealJobs implements ResealJobs {
     };
   }
 
-  async due(inboxId: string, holder: string, now: number, limit: number): Promise<ResealPlace[]> {
-    const rows = this.q.due.all({ inboxId, holder, now, limit }) as PlaceRow[];
+  async due(inboxId: string, holder: string, now: number, limit: number): Promise<ResealLocation[]> {
+    const rows = this.q.due.all({ inboxId, holder, now, limit }) as ResealLocationRow[];
     return rows.map((r) => ({ labelGuid: r.label_guid, uidValidity: r.uid_validity, uid: r.uid, msgGuid: r.msg_guid }));
   }
 
-  async claim(inboxId: string, p: ResealPlace, holder: string, now: number, leaseMs: number): Promise<number | null> {
+  async claim(inboxId: string, p: ResealLocation, holder: string, now: number, leaseMs: number): Promise<number | null> {
     const row = this.q.claim.get({
       inboxId,
       labelGuid: p.labelGuid,
@@ -74,15 +74,15 @@ export class SqliteResealJobs implements ResealJobs {
     return row ? row.attempts : null;
   }
 
-  async renew(inboxId: string, p: ResealPlace, holder: string, until: number): Promise<boolean> {
+  async renew(inboxId: string, p: ResealLocation, holder: string, until: number): Promise<boolean> {
     return this.q.renew.run({ inboxId, labelGuid: p.labelGuid, uidValidity: p.uidValidity, uid: p.uid, holder, until }).changes === 1;
   }
 
-  async done(inboxId: string, p: ResealPlace, holder: string, now: number): Promise<void> {
+  async done(inboxId: string, p: ResealLocation, holder: string, now: number): Promise<void> {
     this.q.done.run({ inboxId, labelGuid: p.labelGuid, uidValidity: p.uidValidity, uid: p.uid, holder, now });
   }
 
-  async failed(inboxId: string, p: ResealPlace, holder: string, retryAt: number, error: string): Promise<void> {
+  async failed(inboxId: string, p: ResealLocation, holder: string, retryAt: number, error: string): Promise<void> {
     this.q.failed.run({
       inboxId,
       labelGuid: p.labelGuid,
