@@ -159,6 +159,14 @@ export const DUMP_TABLES: readonly DumpTable[] = [
     from_address: 'text',
     sealed: 'bool',
     has_attachment: 'bool',
+    thread_guid: 'text',
+    preview: 'text',
+  }),
+  // After mail_messages: PostgreSQL's links name their message (migration 015).
+  t('mail_thread_links', 'inbox_id, link, msg_guid', {
+    inbox_id: 'text',
+    link: 'text',
+    msg_guid: 'text',
   }),
   t('mail_locations', 'inbox_id, label_guid, uid', {
     inbox_id: 'text',
