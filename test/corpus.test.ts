@@ -9,6 +9,7 @@ import nodemailer from 'nodemailer';
 import { corpusFiles, describeWithCorpus, type CorpusFile } from './corpus-files.ts';
 import { call, mailEnv, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { untilDelivered } from './ingress-helpers.ts';
+import { until } from './mail-fixtures.ts';
 
 interface Summary {
   id: string;
@@ -38,7 +39,16 @@ async function listAll(s: TestServer, token: string, inboxId: string, labelId: s
 }
 
 async function inboxLabel(s: TestServer, token: string, inboxId: string): Promise<string> {
-  const res = await call(`${s.base}/inboxes/${inboxId}/labels`, { token });
+  // The first read may meet the inbox's first indexing still under way (377 messages on a busy
+  // host): a 503 with Retry-After, which a client retries, as this does until the index answers.
+  const res = await until(
+    'the inbox indexed',
+    async () => {
+      const r = await call(`${s.base}/inboxes/${inboxId}/labels`, { token });
+      return r.status === 503 ? null : r;
+    },
+    120_000,
+  );
   expect(res.status, await res.clone().text()).to.equal(200);
   const { labels } = (await res.json()) as { labels: Array<{ id: string; name: string; total: number }> };
   return labels.find((l) => l.name === 'INBOX')!.id;
