@@ -140,9 +140,11 @@ describe('inbox stream: two Postern instances on one store and Redis', function 
       `message.removed ${labels.INBOX} ""`,
       `message.added ${labels.INBOX} ${last}`,
     ]);
-    // A applied the changes, and B's own syncs found nothing left: B's subscriber heard of them through Redis.
-    expect(appliedIn(appliedByA, inbox)).to.deep.equal(['message.added', 'message.flags', 'message.removed']);
-    expect(appliedIn(appliedByB, inbox)).to.deep.equal(['message.added']);
+    // Each change was applied once, by A or B (on a busy host B's watcher may be first to one of
+    // A's), and B applied the marker: what B's subscriber heard of A's came through Redis.
+    const applied = [...appliedIn(appliedByA, inbox), ...appliedIn(appliedByB, inbox)].sort();
+    expect(applied).to.deep.equal(['message.added', 'message.added', 'message.flags', 'message.removed']);
+    expect(appliedIn(appliedByB, inbox)).to.include('message.added');
   });
 
   it('with both applying the same changes (the race forced), subscribers on each see every change once', async () => {
