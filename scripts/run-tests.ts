@@ -10,7 +10,8 @@
 //   node --import tsx scripts/run-tests.ts [--jobs N] [--store sqlite|postgres|both] [--no-container] [--no-checks] [FILE…]
 //
 // Files start longest first, by the durations of this machine's last run (kept beside the mail
-// environment, not in the repository), or by size before there is one. Each file's output is
+// environment), else by those of a reference run kept in test/durations.json (a fresh clone has no
+// run of its own, and the container test, longest of all, must not start last), else by size. Each file's output is
 // printed whole when it ends; the last line is the plain count CI reads.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -77,14 +78,21 @@ function passFiles(store: Store, only: string[]): string[] {
 }
 
 const durationsFile = (envDir: string) => join(envDir, 'test-durations.json');
+/** A full run's durations on a two-core machine, for a checkout that has none of its own yet. */
+const referenceDurationsFile = join(ROOT, 'test', 'durations.json');
 
-function readDurations(envDir: string): Record<string, number> {
-  if (!existsSync(durationsFile(envDir))) return {};
+function readJsonDurations(file: string): Record<string, number> {
+  if (!existsSync(file)) return {};
   try {
-    return JSON.parse(readFileSync(durationsFile(envDir), 'utf8')) as Record<string, number>;
+    return JSON.parse(readFileSync(file, 'utf8')) as Record<string, number>;
   } catch {
     return {};
   }
+}
+
+/** This machine's last durations, over the reference run's for entries it has not run yet. */
+function readDurations(envDir: string): Record<string, number> {
+  return { ...readJsonDurations(referenceDurationsFile), ...readJsonDurations(durationsFile(envDir)) };
 }
 
 /** Expected milliseconds: the last run's, or a guess from the file's size (about 40 ms a byte... of waiting). */
