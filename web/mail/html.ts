@@ -132,6 +132,8 @@ export function prepareHtml(html: string, parts: Attachment[], showRemote: boole
       } else img.removeAttribute('src');
     } else if (REMOTE.test(src)) remoteImages++;
   }
+  // A <picture>'s dark-mode source would not suit the frame's light surface either.
+  for (const el of Array.from(doc.querySelectorAll('source[media]'))) el.setAttribute('media', lightScheme(el.getAttribute('media')!));
   for (const el of Array.from(doc.querySelectorAll('img[srcset], source[srcset]')))
     if (/(?:https?:)?\/\//i.test(el.getAttribute('srcset')!)) remoteImages++;
   for (const el of Array.from(doc.querySelectorAll('[background]'))) if (REMOTE.test(el.getAttribute('background')!)) remoteImages++;
@@ -180,6 +182,24 @@ function inlineSheet(doc: Document, inline: string[]): string {
   return text;
 }
 
+/**
+ * The frame's own first sheet, before the message's (which may override it): a light surface
+ * whatever the app's scheme (docs/app.md, "Dark mode"), and no vertical scrollbar of its own,
+ * since fitToContent() makes the frame as tall as its content. Wide content still scrolls sideways.
+ */
+const SURFACE = ':root { color-scheme: light; background: #fff; color: #000; overflow-y: hidden; }';
+
+/**
+ * The frame's `prefers-color-scheme` follows the system's, not its light surface, so a message's
+ * own dark-mode rules would apply on it (white text on white). Its queries are answered as on a
+ * light screen instead, by features every screen answers the same way (`grid` is 0 on a bitmap
+ * screen), so `not` and `and` still read right.
+ */
+export const lightScheme = (css: string): string =>
+  css.replace(/prefers-color-scheme\s*:\s*(dark|light)\b/gi, (_, scheme: string) =>
+    scheme.toLowerCase() === 'dark' ? 'grid: 1' : 'grid: 0',
+  );
+
 /** Applies the message's styles to the frame's document once it has loaded (see the top of this file). */
 export function applyStyles(frame: HTMLIFrameElement, styles: PreparedHtml['styles']): void {
   const doc = frame.contentDocument;
@@ -187,7 +207,7 @@ export function applyStyles(frame: HTMLIFrameElement, styles: PreparedHtml['styl
   if (!doc || !view) return;
   const sheets: CSSStyleSheet[] = [];
   // Inline styles last: of equal weight, the later sheet wins.
-  for (const text of [...styles.sheets, inlineSheet(doc, styles.inline)]) {
+  for (const text of [SURFACE, ...styles.sheets.map(lightScheme), inlineSheet(doc, styles.inline)]) {
     // A constructed sheet ignores @import: nothing is fetched for it.
     const sheet = new view.CSSStyleSheet();
     try {
@@ -198,4 +218,38 @@ export function applyStyles(frame: HTMLIFrameElement, styles: PreparedHtml['styl
     sheets.push(sheet);
   }
   doc.adoptedStyleSheets = sheets;
+}
+
+/** The highest a frame is made: content that grows with its frame (`min-height: 100vh`) stops here. */
+const MAX_HEIGHT = 30_000;
+const watching = new WeakMap<HTMLIFrameElement, ResizeObserver>();
+
+/**
+ * Makes the frame as tall as its loaded document's content, and keeps it so as the content's
+ * size changes (images arriving, the width changing). The app measures the frame's document
+ * from outside, which allow-same-origin already lets it do for the styles (nothing runs in the
+ * frame); the height is set through the CSSOM, which the CSP allows. Sets `data-sized` once
+ * measured. Called on each load: a new document replaces the old one's observer.
+ */
+export function fitToContent(frame: HTMLIFrameElement): void {
+  watching.get(frame)?.disconnect();
+  const doc = frame.contentDocument;
+  const root = doc?.documentElement;
+  const view = doc?.defaultView;
+  if (!doc || !root || !view) return;
+  const measure = () => {
+    // The content's own height (it shrinks when the content does), or more when something
+    // overflows it (a message whose html is `height: 100%`); plus a sideways scrollbar's height.
+    const content = Math.ceil(root.getBoundingClientRect().height);
+    const overflow = root.scrollHeight > root.clientHeight ? root.scrollHeight : 0;
+    const scrollbar = Math.max(0, view.innerHeight - root.clientHeight);
+    const height = Math.min(MAX_HEIGHT, Math.max(content, overflow) + scrollbar);
+    if (frame.style.height !== `${height}px`) frame.style.height = `${height}px`;
+    frame.dataset.sized = 'true';
+  };
+  const observer = new ResizeObserver(measure);
+  observer.observe(root);
+  if (doc.body) observer.observe(doc.body);
+  watching.set(frame, observer);
+  measure();
 }

@@ -15,7 +15,7 @@ import { backFromMessage } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 import { messageDetail, openMessage } from './open.ts';
 import { awaitResealing } from './resealing.ts';
-import { applyStyles, prepareHtml, type PreparedHtml } from './html.ts';
+import { applyStyles, fitToContent, prepareHtml, type PreparedHtml } from './html.ts';
 
 /**
  * The object URLs of the message on screen (its decrypted attachments). A blob: URL resolves
@@ -185,10 +185,12 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
     frame.addEventListener('load', () => {
       if (shown) applyStyles(frame, shown.styles);
       frame.dataset.styled = 'true';
+      fitToContent(frame);
     });
     const render = (remote: boolean) => {
       shown = prepareHtml(email.html!, email.attachments, remote);
       delete frame.dataset.styled;
+      delete frame.dataset.sized;
       frame.srcdoc = shown.srcdoc;
       return shown;
     };
