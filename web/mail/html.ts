@@ -220,7 +220,7 @@ export function applyStyles(frame: HTMLIFrameElement, styles: PreparedHtml['styl
   doc.adoptedStyleSheets = sheets;
 }
 
-/** The highest a frame is made: content that grows with its frame (`min-height: 100vh`) stops here. */
+/** The highest a frame is made, whatever its content says. */
 const MAX_HEIGHT = 30_000;
 const watching = new WeakMap<HTMLIFrameElement, ResizeObserver>();
 
@@ -237,14 +237,34 @@ export function fitToContent(frame: HTMLIFrameElement): void {
   const root = doc?.documentElement;
   const view = doc?.defaultView;
   if (!doc || !root || !view) return;
-  const measure = () => {
-    // The content's own height (it shrinks when the content does), or more when something
-    // overflows it (a message whose html is `height: 100%`); plus a sideways scrollbar's height.
+  // The frame's own border counts too: its height is the border box's (style.css).
+  const setHeight = (inner: number) => {
+    const height = `${Math.min(MAX_HEIGHT, inner + frame.offsetHeight - frame.clientHeight)}px`;
+    if (frame.style.height !== height) frame.style.height = height;
+  };
+  // The content's own height (it shrinks when the content does), or more when something overflows
+  // it (a message whose html is `height: 100%`); plus a sideways scrollbar's height. Reading it
+  // lays the frame out again if its size changed.
+  const needed = () => {
     const content = Math.ceil(root.getBoundingClientRect().height);
     const overflow = root.scrollHeight > root.clientHeight ? root.scrollHeight : 0;
-    const scrollbar = Math.max(0, view.innerHeight - root.clientHeight);
-    const height = Math.min(MAX_HEIGHT, Math.max(content, overflow) + scrollbar);
-    if (frame.style.height !== `${height}px`) frame.style.height = `${height}px`;
+    return Math.max(content, overflow) + Math.max(0, view.innerHeight - root.clientHeight);
+  };
+  // Content sized by its frame (`min-height: 100vh`) would outgrow every height given to it; a
+  // frame 100 px taller is tried, and if the content grows with it the frame gets most of the
+  // app's window (a page designed for one screen gets one) and no more.
+  const followsFrame = (inner: number, height: number) => {
+    const was = frame.style.height;
+    setHeight(inner + 100);
+    const grew = needed() - height >= 99;
+    frame.style.height = was;
+    return grew;
+  };
+  const measure = () => {
+    const inner = view.innerHeight;
+    const height = needed();
+    if (height <= inner || !followsFrame(inner, height)) setHeight(height);
+    else setHeight(Math.max(inner, Math.round(window.innerHeight * 0.7)));
     frame.dataset.sized = 'true';
   };
   const observer = new ResizeObserver(measure);
