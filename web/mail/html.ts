@@ -9,8 +9,9 @@
 // elements, so they are taken out here and applied by the app through CSSOM (constructed style
 // sheets, the style attributes as rules of one of them), which CSP does not govern; the frame's
 // own policy still refuses any remote url() in them until images are allowed. For that the frame
-// has allow-same-origin, so the app can reach its document. NEVER add allow-scripts beside it:
-// the HTML standard's warning is that the two together let the content remove its own sandbox.
+// has allow-same-origin, so the app can reach its document (and measure it: fitToContent). NEVER
+// add allow-scripts beside it: the HTML standard's warning is that the two together let the
+// content remove its own sandbox.
 import type { Attachment } from 'postal-mime';
 
 const REMOTE = /^\s*(?:https?:)?\/\//i;
@@ -184,8 +185,9 @@ function inlineSheet(doc: Document, inline: string[]): string {
 
 /**
  * The frame's own first sheet, before the message's (which may override it): a light surface
- * whatever the app's scheme (docs/app.md, "Dark mode"), and no vertical scrollbar of its own,
- * since fitToContent() makes the frame as tall as its content. Wide content still scrolls sideways.
+ * whatever the app's scheme (docs/app.md, "Accessibility, dark mode and HTML mail"), and no
+ * vertical scrollbar of its own, since fitToContent() makes the frame as tall as its content.
+ * Wide content still scrolls sideways.
  */
 const SURFACE = ':root { color-scheme: light; background: #fff; color: #000; overflow-y: hidden; }';
 
