@@ -140,7 +140,31 @@ describe('web app: accessibility, dark mode, the HTML frame (Chromium, axe-core)
     return found;
   };
 
-  it('every screen, light and dark, desktop and 360 px: 0 axe violations (WCAG 2.2 AA)', async () => {
+  /**
+   * Tabs through the first stops of the screen, light and dark, and names those whose focus is not
+   * drawn (axe does not check it; WCAG 2.4.7): an outline of at least 2 px.
+   */
+  const unseenFocus = async (page: Page, screen: string, stops = 12): Promise<string[]> => {
+    const found: string[] = [];
+    for (const colorScheme of ['light', 'dark'] as const) {
+      await page.emulateMedia({ colorScheme });
+      await inPage(page, `document.querySelector('h1').focus()`);
+      for (let i = 0; i < stops; i++) {
+        await page.keyboard.press('Tab');
+        const focus = await inPage<{ what: string; outline: string; width: number }>(
+          page,
+          `(() => { const el = document.activeElement; const st = getComputedStyle(el); return { what: el.id || el.tagName + ' ' + (el.textContent || '').trim().slice(0, 30), outline: st.outlineStyle, width: parseFloat(st.outlineWidth) }; })()`,
+        );
+        // The body: Tab went past the last stop, out of the page.
+        if (focus.what.startsWith('BODY')) continue;
+        if (focus.outline === 'none' || focus.width < 2) found.push(`${screen} (${colorScheme}): focus not drawn on ${focus.what}`);
+      }
+    }
+    await page.emulateMedia({ colorScheme: 'light' });
+    return found;
+  };
+
+  it('every screen, light and dark, desktop and 360 px: 0 axe violations (WCAG 2.2 AA), focus drawn', async () => {
     const found: string[] = [];
     // Signed out: the sign-in screen.
     const fresh = await device({ prf: false });
@@ -161,12 +185,14 @@ describe('web app: accessibility, dark mode, the HTML frame (Chromium, axe-core)
     await a.page.click('#passphrase-submit');
     await a.page.locator('#key-fingerprint').waitFor({ timeout: 90_000 });
     found.push(...(await audit(a.page, 'home')));
+    found.push(...(await unseenFocus(a.page, 'home')));
 
     const page = a.page;
     await go(page, `#/inbox/${inbox.id}`);
     await page.locator('#messages li', { hasText: subject }).waitFor({ timeout: 30_000 });
     await page.locator('#live-status[data-live]').waitFor({ timeout: 30_000 });
     found.push(...(await audit(page, 'inbox')));
+    found.push(...(await unseenFocus(page, 'inbox', 20)));
 
     await page.locator('#messages li', { hasText: subject }).locator('a').click();
     await page.locator('#message-subject', { hasText: subject }).waitFor({ timeout: 60_000 });
@@ -176,6 +202,7 @@ describe('web app: accessibility, dark mode, the HTML frame (Chromium, axe-core)
     await go(page, `#/compose/${inbox.id}`);
     await page.locator('#compose-send').waitFor({ timeout: 30_000 });
     found.push(...(await audit(page, 'compose')));
+    found.push(...(await unseenFocus(page, 'compose')));
 
     await go(page, `#/inbox/${inbox.id}/search/${encodeURIComponent('from:bob')}`);
     await page.locator('#search-status[data-found]').waitFor({ timeout: 30_000 });
