@@ -184,12 +184,12 @@ function inlineSheet(doc: Document, inline: string[]): string {
 }
 
 /**
- * The frame's own first sheet, before the message's (which may override it): a light surface
- * whatever the app's scheme (docs/app.md, "Accessibility, dark mode and HTML mail"), and no
- * vertical scrollbar of its own, since fitToContent() makes the frame as tall as its content.
- * Wide content still scrolls sideways.
+ * The frame's own first sheet, before the message's (which may override its colours, not its
+ * scheme: form controls stay light): a light surface whatever the app's scheme (docs/app.md,
+ * "Accessibility, dark mode and HTML mail"), and no vertical scrollbar of its own, since
+ * fitToContent() makes the frame as tall as its content. Wide content still scrolls sideways.
  */
-const SURFACE = ':root { color-scheme: light; background: #fff; color: #000; overflow-y: hidden; }';
+const SURFACE = ':root { color-scheme: light !important; background: #fff; color: #000; overflow-y: hidden; }';
 
 /**
  * The frame's `prefers-color-scheme` follows the system's, not its light surface, so a message's
