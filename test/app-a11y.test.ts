@@ -164,6 +164,17 @@ describe('web app: accessibility, dark mode, the HTML frame (Chromium, axe-core)
     return found;
   };
 
+  /** The message frame's height, what it holds (its root's box) and what it would scroll to. */
+  const frameSizes = (page: Page) =>
+    page.locator('#message-html').evaluate((el) => {
+      const f = el as unknown as {
+        clientHeight: number;
+        contentDocument: { documentElement: { scrollHeight: number; getBoundingClientRect(): { height: number } } };
+      };
+      const root = f.contentDocument.documentElement;
+      return { frame: f.clientHeight, content: Math.ceil(root.getBoundingClientRect().height), scroll: root.scrollHeight };
+    });
+
   it('every screen, light and dark, desktop and 360 px: 0 axe violations (WCAG 2.2 AA), focus drawn', async () => {
     const found: string[] = [];
     // Signed out: the sign-in screen.
@@ -230,11 +241,8 @@ describe('web app: accessibility, dark mode, the HTML frame (Chromium, axe-core)
     // is not taller than what it holds.
     const fitted = async () => {
       await page.locator('#message-html[data-styled][data-sized]').waitFor();
-      const sizes = await page.locator('#message-html').evaluate((el) => {
-        const f = el as unknown as { clientHeight: number; contentDocument: { documentElement: { scrollHeight: number } } };
-        return { frame: f.clientHeight, content: f.contentDocument.documentElement.scrollHeight };
-      });
-      expect(sizes.frame, JSON.stringify(sizes)).to.equal(sizes.content);
+      const sizes = await frameSizes(page);
+      expect(sizes.frame, JSON.stringify(sizes)).to.equal(sizes.content).and.to.equal(sizes.scroll);
       return sizes.frame;
     };
     expect(await fitted()).to.be.greaterThan(800);
@@ -271,10 +279,7 @@ describe('web app: accessibility, dark mode, the HTML frame (Chromium, axe-core)
     // Narrower: the text wraps into more lines and the frame follows.
     await page.setViewportSize({ width: 360, height: 800 });
     await until('the frame taller at 360 px', async () => {
-      const sizes = await page.locator('#message-html').evaluate((el) => {
-        const f = el as unknown as { clientHeight: number; contentDocument: { documentElement: { scrollHeight: number } } };
-        return { frame: f.clientHeight, content: f.contentDocument.documentElement.scrollHeight };
-      });
+      const sizes = await frameSizes(page);
       return sizes.frame > desktop && sizes.frame === sizes.content;
     });
     expect(await inPage(page, 'document.documentElement.scrollWidth <= window.innerWidth')).to.equal(true);
