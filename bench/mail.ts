@@ -2,7 +2,9 @@
 //   1. A 50-message page of a 10,000-message label: Postern over HTTP vs the raw imapflow FETCH
 //      of the same page (latency medians, ratio); and requests/s at 64 concurrent connections.
 //   2. Message detail with If-None-Match (304): requests/s at 64 concurrent connections.
-//   3. A change by a mail app in a non-INBOX label → SSE event: p50/p99 over 200 changes.
+//   3. A change by a mail app in a non-INBOX label → SSE event: p50/p99 over 200 changes, with
+//      Dovecot's push hints (as docker/compose.yaml deploys); the floor, in the same run: when a
+//      plain NOTIFY client (what the stream's watcher is without hints) hears of the same changes.
 //   4. 200 messages delivered to INBOX through Postfix SMTP, one every 100 ms → SSE events:
 //      p50/p99, none missing (and the same with IMAP APPEND, without Postfix's queue).
 //   5. Initial index of a 50,000-message inbox: time and peak RSS (in a process of its own).
@@ -12,6 +14,7 @@
 //   npm run bench:mail -- --write      # also replaces the mail section of bench/RESULTS.md
 //   npm run bench:mail -- --quick      # smaller numbers, for a smoke run
 //   npm run bench:mail -- --only=read,live,index   # some parts only (1-2, 3-4, 5)
+//   npm run bench:mail -- --no-hints   # Postern without Dovecot's push hints: streams hear NOTIFY only
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -26,10 +29,12 @@ import { writeResults } from './results.ts';
 import { spawnPostern } from '../test/processes.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
+import { atom, onUnsolicited, rawCommand } from '../adapters/imap/raw.ts';
 import { agent, benchServerEnv, cpuSeconds, f0, f1, get, log, median, now, pct, seed, sleep, sse } from './common.ts';
 
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');
+const HINTS = !args.has('--no-hints');
 const BIG = QUICK ? 2000 : 10_000;
 const HUGE = QUICK ? 5000 : 50_000;
 const CHANGES = QUICK ? 40 : 200;
@@ -74,6 +79,9 @@ async function main(): Promise<void> {
     // Watchers only for streamed inboxes, as these rows have always measured: with every inbox
     // watched, a read trusts the index while a bulk import is still reaching the watcher.
     POSTERN_WATCH: 'off',
+    // Dovecot's push hints, as deployed (docker/compose.yaml): with POSTERN_WATCH=off they reach
+    // the streamed inboxes only (docs/watch.md).
+    ...(HINTS ? { POSTERN_HINT_LISTEN: env.hints.listen, POSTERN_HINT_SECRET: env.hints.secret } : {}),
     // bench:store runs this with the store on PostgreSQL (an empty database of its own).
     ...(process.env.POSTERN_BENCH_DATABASE_URL ? { POSTERN_DATABASE_URL: process.env.POSTERN_BENCH_DATABASE_URL } : {}),
   });
@@ -209,20 +217,50 @@ async function main(): Promise<void> {
         const c = JSON.parse(data) as { msgId: string; labelId?: string };
         arrivals.set(c.msgId, [...(arrivals.get(c.msgId) ?? []), { event, at, labelId: c.labelId }]);
       });
+      // The floor: a plain NOTIFY client of the same user (the stream's watcher without hints),
+      // each change timed to the first `* STATUS` after it.
+      const notifier = new ImapFlow({
+        host: env.imap.host,
+        port: env.imap.port,
+        secure: false,
+        auth: { user: live.user, pass: live.password },
+        logger: false,
+        disableAutoIdle: true,
+      });
+      await notifier.connect();
+      const statusAt: number[] = [];
+      onUnsolicited(notifier, 'STATUS', () => void statusAt.push(now()));
+      await notifier.mailboxOpen('INBOX', { readOnly: true });
+      await rawCommand(notifier, 'NOTIFY', [
+        atom('SET'),
+        atom('STATUS'),
+        [atom('PERSONAL'), [atom('MessageNew'), atom('MessageExpunge'), atom('FlagChange')]],
+      ]);
+      notifier.idle().catch(() => undefined);
       await sleep(500);
       await app.mailboxOpen('Archive');
       const changedAt = new Map<string, number>();
+      const notifyLat: number[] = [];
       for (const uid of archUids) {
         await app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
         changedAt.set(msgByUid.get(uid)!, now());
         await sleep(250);
       }
       await sleep(3000);
+      for (const at0 of changedAt.values()) {
+        const heard = statusAt.find((at) => at >= at0);
+        if (heard !== undefined) notifyLat.push(heard - at0);
+      }
+      await notifier.logout().catch(() => notifier.close());
+      results.notifyP50 = median(notifyLat);
+      results.notifyP99 = pct(notifyLat, 0.99);
       const flagLat = [...changedAt].map(([id, at0]) => (arrivals.get(id)?.find((a) => a.event === 'message.flags')?.at ?? NaN) - at0);
       results.flagP50 = median(flagLat.filter(Number.isFinite));
       results.flagP99 = pct(flagLat.filter(Number.isFinite), 0.99);
       results.flagMissing = flagLat.filter((x) => !Number.isFinite(x)).length;
-      log(`non-INBOX change → SSE: p50 ${f0(results.flagP50)} ms, p99 ${f0(results.flagP99)} ms, missing ${results.flagMissing}`);
+      log(
+        `non-INBOX change → SSE: p50 ${f0(results.flagP50)} ms, p99 ${f0(results.flagP99)} ms, missing ${results.flagMissing}; NOTIFY client p50 ${f0(results.notifyP50)} ms, p99 ${f0(results.notifyP99)} ms`,
+      );
 
       // 4. Deliveries to INBOX, one every 100 ms: through Postfix, then by APPEND.
       const transport = nodemailer.createTransport({
@@ -330,14 +368,14 @@ async function main(): Promise<void> {
     const md = `## Mail read API (issue 4)
 
 Machine: ${cpus().length} × ${cpu}, ${f0(totalmem() / 2 ** 30)} GB RAM, Node ${process.version}, Dovecot 2.3.19 (sdbox, mail_crypt), loopback.
-Command: \`npm run bench:mail${QUICK ? ' -- --quick' : ''}\`, ${new Date().toISOString().slice(0, 10)}. Postern runs as its own process; the load generator shares the machine's ${cpus().length} cores with it and with Dovecot.
+Command: \`npm run bench:mail${QUICK || !HINTS ? ` --${QUICK ? ' --quick' : ''}${HINTS ? '' : ' --no-hints'}` : ''}\`, ${new Date().toISOString().slice(0, 10)}. Postern runs as its own process; the load generator shares the machine's ${cpus().length} cores with it and with Dovecot.
 
 | Benchmark | Postern | Baseline, same run | Ratio | Target |
 |---|---|---|---|---|
 | 50-message page of a ${f0(BIG)}-message label, 1 client | median ${f1(r('pageHttp'))} ms (p99 ${f1(r('pageHttpP99'))}) over HTTP | raw imapflow UID FETCH of the same 50 (mailbox already selected): median ${f1(r('pageImap'))} ms (p99 ${f1(r('pageImapP99'))}) | ${(r('pageHttp') / r('pageImap')).toFixed(2)} | < 1 |
 | Same page, 64 concurrent connections | ${f0(r('pageRps'))} requests/s, p99 ${f1(r('pageP99'))} ms, ${r('pageBad')} errors; server ${f1(r('pageCores'))} cores | — | — | ≥ 2,000/s |
 | Message detail with If-None-Match (304), 64 concurrent | ${f0(r('nmRps'))} requests/s, p99 ${f1(r('nmP99'))} ms, ${r('nmBad')} errors; server ${f1(r('nmCores'))} cores | — | — | ≥ 5,000/s |
-| Mail app sets a flag in Archive (non-INBOX) → SSE, ${CHANGES} changes 250 ms apart | p50 ${f0(r('flagP50'))} ms, p99 ${f0(r('flagP99'))} ms, ${r('flagMissing')} missing | closest peer: checks such folders every 15 min | — | p99 < 1.5 s |
+| Mail app sets a flag in Archive (non-INBOX) → SSE, ${CHANGES} changes 250 ms apart, Dovecot's push hints ${HINTS ? 'on' : 'off'} | p50 ${f0(r('flagP50'))} ms, p99 ${f0(r('flagP99'))} ms, ${r('flagMissing')} missing | a plain NOTIFY client hears of the same changes (the stream's watcher without hints): p50 ${f0(r('notifyP50'))} ms, p99 ${f0(r('notifyP99'))} ms; closest peer: checks such folders every 15 min | p50 ×${(r('flagP50') / r('notifyP50')).toFixed(2)} | p50 ≤ 300 ms, p99 ≤ 500 ms |
 | ${CHANGES} deliveries to INBOX through Postfix SMTP, one per 100 ms → SSE (from SMTP accept) | p50 ${f0(r('smtpP50'))} ms, p99 ${f0(r('smtpP99'))} ms, ${r('smtpMissing')} missing | closest peer: 16 s each back to back | — | p99 < 1 s |
 | ${CHANGES} IMAP APPENDs to INBOX, one per 100 ms → SSE (from APPEND OK) | p50 ${f0(r('appendP50'))} ms, p99 ${f0(r('appendP99'))} ms, ${r('appendMissing')} missing | — | — | p99 < 1 s |
 | Initial index of a ${f0(r('indexMessages'))}-message inbox (two folders, mail_crypt, cold Dovecot cache) | ${f1(r('indexMs') / 1000)} s, peak RSS ${f0(r('indexRss'))} MB (${f0(r('indexBaseRss'))} MB before) | again from an empty index, Dovecot cache warm: ${f1(r('indexAgainMs') / 1000)} s | — | bounded memory |

@@ -257,3 +257,55 @@ describe('inbox change stream', function () {
     }
   });
 });
+
+describe('inbox change stream with push hints and POSTERN_WATCH=off', function () {
+  this.timeout(60_000);
+  let s: TestServer;
+  let p: TestProject;
+  let token: string;
+
+  before(async () => {
+    const { hints } = mailEnv();
+    s = await startPostern({ POSTERN_WATCH: 'off', POSTERN_HINT_LISTEN: hints.listen, POSTERN_HINT_SECRET: hints.secret });
+    p = await newProject(s);
+    token = await p.token(['messages:read']);
+  });
+  after(async () => {
+    await s?.close();
+  });
+
+  it("a plain IMAP client's flag change in a folder other than INBOX reaches the stream through the hint; an unstreamed inbox's hint runs no pass", async () => {
+    const streamed = await p.inbox();
+    const other = await p.inbox();
+    const app = await mailApp(streamed);
+    const otherApp = await mailApp(other);
+    const abort = new AbortController();
+    const res = await call(`${s.base}/inboxes/${streamed.id}/events`, {
+      token,
+      headers: { accept: 'text/event-stream' },
+      signal: abort.signal,
+    });
+    expect(res.status).to.equal(200);
+    const sse = new SseReader(res, abort);
+    try {
+      const uid = await append(app, 'Archive', { subject: 'to be flagged' });
+      const added = parse((await sse.next((e) => e.event === 'message.added')).data);
+      // Dovecot answers a command only after its push script's POST was answered, and the
+      // listener answers once the hint is taken or passed over: both are decided below.
+      await append(otherApp, 'Archive', { subject: 'nobody streams this inbox' });
+      await app.mailboxOpen('Archive');
+      const hintsBefore = s.postern.watchAll.stats.hints;
+      await app.messageFlagsAdd(String(uid), ['\\Flagged'], { uid: true });
+      const flagged = parse((await sse.next((e) => e.event === 'message.flags')).data);
+      expect(flagged).to.include({ msgId: added.msgId });
+      expect(flagged.flags).to.deep.equal(['flagged']);
+      expect(s.postern.watchAll.stats.hints).to.be.greaterThan(hintsBefore);
+      expect(s.postern.mailMirror.activity(streamed.id).hintedAt).to.be.greaterThan(0);
+      expect(s.postern.mailMirror.activity(other.id).hintedAt).to.equal(0);
+    } finally {
+      await sse.close();
+      await app.logout();
+      await otherApp.logout();
+    }
+  });
+});

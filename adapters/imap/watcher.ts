@@ -1,10 +1,11 @@
 // The watcher of one inbox (docs/mail.md, "The watcher and the stream"): its own IMAP connection that only listens. INBOX is
-// EXAMINEd so its changes arrive at once (EXISTS / FETCH / VANISHED under IDLE); NOTIFY (RFC
-// 5465) reports every other folder as `* STATUS` (Dovecot coalesces them, ~0.5 s) and folder
+// EXAMINEd so its changes arrive unasked (EXISTS / FETCH / VANISHED under IDLE); NOTIFY (RFC
+// 5465) reports every other folder as `* STATUS` and folder
 // creation, deletion and renames as `* LIST`. The watcher does not interpret any of it: each
 // signal asks for a sync, and the sync's diffs are the live changes. A poll every `pollMs` and
 // every reconnect ask for one too, so a lost signal or a dropped connection delays a change but
-// never loses it.
+// never loses it. Dovecot sends each of these 500 ms after the change, whatever the folder:
+// push hints, where configured, are what make a stream fast (docs/mail.md).
 //
 // A Dovecot without NOTIFY (it needs `mailbox_list_index = yes`) is detected once, at the first
 // connection: the watcher then keeps IDLE on INBOX and asks for a pass (one LIST-STATUS when

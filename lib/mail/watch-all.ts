@@ -150,14 +150,26 @@ export class WatchAll {
     }
   }
 
-  /** A push hint: the IMAP user's mail changed. False when no inbox has that user (not ours). */
+  /**
+   * A push hint: the IMAP user's mail changed. False when no inbox has that user (not ours).
+   * With POSTERN_WATCH=off only an inbox streamed here takes it: its stream gets a change in any
+   * folder within a pass, where its watcher's NOTIFY comes 500 ms late (docs/mail.md, "The
+   * watcher and the stream").
+   */
   async hint(imapUser: string): Promise<boolean> {
-    if (this.closed || this.o.mode === 'off') return true;
+    if (this.closed) return true;
     const inbox = await this.o.catalog.getInboxByImapUser(imapUser);
     if (!inbox) {
       this.stats.unknownHints++;
       this.metrics.hint('unknown_user');
       return false;
+    }
+    if (this.o.mode === 'off') {
+      if (this.o.mirror.watching(inbox.id).listeners === 0) return true;
+      this.stats.hints++;
+      this.metrics.hint('taken');
+      void this.o.mirror.hint(inbox);
+      return true;
     }
     this.stats.hints++;
     this.metrics.hint('taken');
