@@ -68,6 +68,8 @@ function frame(buf: Buffer): { status: number; length: number } | null {
   if (end < 0) return null;
   const head = buf.toString('latin1', 0, end);
   const status = Number(head.slice(9, 12));
+  // These never have a body (RFC 9110, 6.4.1): a 304 carries no Content-Length.
+  if (status === 204 || status === 304) return { status, length: end + 4 };
   const m = /\r\ncontent-length:\s*(\d+)/i.exec(head);
   if (m) return { status, length: end + 4 + Number(m[1]) };
   if (/\r\ntransfer-encoding:\s*chunked/i.test(head)) {
