@@ -13,6 +13,7 @@ import {
   type SessionRow,
   type TokenRow,
 } from '../rows/directory.ts';
+import { KeptRows } from './kept-rows.ts';
 import { MEMBER_ERASE, PROJECT_ERASE, sqliteText, tally, type EraseStep } from '../erase.ts';
 
 const INBOX_SELECT = `SELECT i.id, i.project_id, i.imap_user, i.mode, i.created_at,
@@ -32,8 +33,11 @@ const TOKEN_SELECT = `SELECT t.*, CASE WHEN EXISTS (SELECT 1 FROM token_inboxes 
 
 export class SqliteDirectoryStore implements DirectoryStore {
   private readonly q;
+  /** The token, grant and inbox every request reads; every write below that may change one drops them. */
+  private readonly kept: KeptRows;
 
   constructor(private readonly db: Db) {
+    this.kept = new KeptRows(db);
     this.q = {
       insertProject: db.prepare('INSERT INTO projects (id, name, created_at) VALUES (?, ?, ?)'),
       getProject: db.prepare('SELECT id, name, created_at AS createdAt FROM projects WHERE id = ?'),
@@ -108,7 +112,11 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async deleteProject(id: string, at: number): Promise<ProjectErased | null> {
-    return this.erase().project(id, at);
+    try {
+      return this.erase().project(id, at);
+    } finally {
+      this.kept.drop();
+    }
   }
 
   async listMembers(projectId: string): Promise<Member[]> {
@@ -116,7 +124,11 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async deleteMember(id: string): Promise<boolean> {
-    return this.erase().member(id);
+    try {
+      return this.erase().member(id);
+    } finally {
+      this.kept.drop();
+    }
   }
 
   async listTokens(filter: CredentialFilter): Promise<TokenRecord[]> {
@@ -169,11 +181,18 @@ export class SqliteDirectoryStore implements DirectoryStore {
         }
       });
     });
-    insert();
+    try {
+      insert();
+    } finally {
+      this.kept.drop();
+    }
   }
 
   async getInbox(id: string): Promise<Inbox | null> {
-    return rowOrNull(this.q.getInbox.get(id), toInbox);
+    return rowOrNull(
+      this.kept.get(`inbox ${id}`, () => this.q.getInbox.get(id)),
+      toInbox,
+    );
   }
 
   async findInboxByAddress(address: string): Promise<Inbox | null> {
@@ -185,6 +204,14 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async deleteInbox(id: string, at: number): Promise<boolean> {
+    try {
+      return this.deleteInboxRows(id, at);
+    } finally {
+      this.kept.drop();
+    }
+  }
+
+  private deleteInboxRows(id: string, at: number): boolean {
     return this.db.transaction(() => {
       this.db
         .prepare(`UPDATE tokens SET revoked_at = ? WHERE revoked_at IS NULL
@@ -213,15 +240,24 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async putGrant(g: Grant): Promise<void> {
-    this.q.putGrant.run(g.memberId, g.inboxId, g.role, g.createdAt);
+    try {
+      this.q.putGrant.run(g.memberId, g.inboxId, g.role, g.createdAt);
+    } finally {
+      this.kept.drop();
+    }
   }
 
   async deleteGrant(memberId: string, inboxId: string): Promise<boolean> {
-    return this.q.deleteGrant.run(memberId, inboxId).changes > 0;
+    try {
+      return this.q.deleteGrant.run(memberId, inboxId).changes > 0;
+    } finally {
+      this.kept.drop();
+    }
   }
 
   async getGrant(memberId: string, inboxId: string): Promise<Grant | null> {
-    return (this.q.getGrant.get(memberId, inboxId) as Grant | undefined) ?? null;
+    const row = this.kept.get(`grant ${memberId} ${inboxId}`, () => this.q.getGrant.get(memberId, inboxId)) as Grant | undefined;
+    return row === undefined ? null : { ...row };
   }
 
   async listGrants(memberId: string): Promise<Array<{ grant: Grant; inbox: Inbox }>> {
@@ -233,18 +269,29 @@ export class SqliteDirectoryStore implements DirectoryStore {
   }
 
   async createToken(t: TokenRecord): Promise<void> {
-    this.db.transaction(() => {
-      this.q.insertToken.run(t.id, t.projectId, t.memberId, t.scopes.join(' '), t.secretHash, t.createdAt, t.expiresAt, t.revokedAt);
-      for (const inboxId of t.inboxes ?? []) this.q.insertTokenInbox.run(t.id, inboxId);
-    })();
+    try {
+      this.db.transaction(() => {
+        this.q.insertToken.run(t.id, t.projectId, t.memberId, t.scopes.join(' '), t.secretHash, t.createdAt, t.expiresAt, t.revokedAt);
+        for (const inboxId of t.inboxes ?? []) this.q.insertTokenInbox.run(t.id, inboxId);
+      })();
+    } finally {
+      this.kept.drop();
+    }
   }
 
   async getToken(id: string): Promise<TokenRecord | null> {
-    return rowOrNull(this.q.getToken.get(id), toToken);
+    return rowOrNull(
+      this.kept.get(`token ${id}`, () => this.q.getToken.get(id)),
+      toToken,
+    );
   }
 
   async revokeToken(id: string, at: number): Promise<boolean> {
-    return this.q.revokeToken.run(at, id).changes > 0;
+    try {
+      return this.q.revokeToken.run(at, id).changes > 0;
+    } finally {
+      this.kept.drop();
+    }
   }
 
   async createSession(s: SessionRecord): Promise<void> {
