@@ -32,6 +32,7 @@ module.exports = {
     'test/relay-pool.test.ts',
     'test/seal.test.ts',
     'test/send-parsing.test.ts',
+    'test/sqlite-kept-rows.test.ts',
     'test/sse-parser.test.ts',
     'test/wal-checkpointer.test.ts',
     'test/webhook-client.test.ts',
