@@ -234,7 +234,7 @@ export async function howToUnlock(): Promise<{ passkey: boolean; passphrase: boo
  * Unlocks the key again in a tab whose session survived (a reload, a tab opened from this one):
  * one passkey prompt for the PRF output of a passkey the key is wrapped for, or the passphrase
  * when none is (or `usePassphrase`). The key itself was never stored in the browser
- * (docs/app.md, "A reload").
+ * (docs/app.md, "A reload: one passkey prompt, never a sign-out").
  */
 export async function unlockAgain(ask: AskPassphrase, usePassphrase = false): Promise<UnlockedKey> {
   const found = await stored();

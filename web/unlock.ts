@@ -3,7 +3,7 @@
 // screen opens it again with one passkey prompt (the PRF output of a passkey the key is wrapped
 // for), or the passphrase where no passkey can, before the screen asked for is shown; never a
 // sign-out. "Not now" goes on with the key locked (a Standard inbox needs no key); the home screen
-// then offers to unlock. docs/app.md, "A reload: one passkey prompt".
+// then offers to unlock. docs/app.md, "A reload: one passkey prompt, never a sign-out".
 import { currentSession, SIGNED_OUT } from './api.ts';
 import { howToUnlock, unlockAgain, unlockedKey, type AskPassphrase } from './keys.ts';
 import { cancelPrompt } from './passkey.ts';
