@@ -7,7 +7,20 @@ import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { call, expectError, newProject, type TestProject, type TestServer } from './harness.ts';
 import { addInbox, post, register } from './events-helpers.ts';
-import { copyPasskeys, go, inPage, keyFingerprint, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
+import {
+  copyPasskeys,
+  enrollMember,
+  go,
+  inPage,
+  keyFingerprint,
+  launchChromium,
+  newDevice,
+  screenshot,
+  startAppServer,
+  type Device,
+} from './browser.ts';
+
+const PASSPHRASE = 'correct horse battery staple';
 
 describe('web app: keys, devices and sessions (Chromium, virtual passkeys)', function () {
   this.timeout(180_000);
@@ -92,6 +105,21 @@ describe('web app: keys, devices and sessions (Chromium, virtual passkeys)', fun
     expect(await keyFingerprint(a.page)).to.equal(fingerprint);
     expect(await assertions(a)).to.equal(cancelled + 1);
     await screenshot(a.page, 'keys-1-back-after-reload');
+  });
+
+  it('a reload where no passkey can unlock asks for the passphrase, with no passkey prompt', async () => {
+    const member = await p.member();
+    const d = await device({ prf: false });
+    const fingerprint = await enrollMember(d, (await s.postern.passkeys.invite(member)).link, PASSPHRASE);
+    const session = await sessionOf(d.page);
+    const before = await assertions(d);
+    await d.page.reload();
+    await d.page.getByRole('heading', { name: 'Unlock your key' }).waitFor({ timeout: 60_000 });
+    await d.page.fill('#passphrase', PASSPHRASE);
+    await d.page.click('#passphrase-submit');
+    expect(await keyFingerprint(d.page)).to.equal(fingerprint);
+    expect(await assertions(d)).to.equal(before);
+    expect(await sessionOf(d.page)).to.equal(session);
   });
 
   it('"Add a passkey" on an unlocked device wraps the key for it at once: it then unlocks alone', async () => {
