@@ -18,6 +18,7 @@ module.exports = {
     'test/config.test.ts',
     'test/corpus-ci.test.ts',
     'test/demo.test.ts',
+    'test/device-name.test.ts',
     'test/doc-citations.test.ts',
     'test/dovecot-lmtp.test.ts',
     'test/event-schemas.test.ts',

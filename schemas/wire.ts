@@ -318,6 +318,10 @@ export interface Session {
   passkeyId: string | null;
   createdAt: string;
   expiresAt: string;
+  /** The browser and system it was opened on ("Chrome on Linux"); null when not known. */
+  device: string | null;
+  /** The last request made with it, to the minute; null for none yet. */
+  lastUsedAt: string | null;
   current: boolean;
 }
 

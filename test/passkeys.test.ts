@@ -291,6 +291,33 @@ describe('passkeys: enrollment, sign-in, sessions', () => {
     expect((await call(`${s.app}/inboxes`, { session: signedIn.session })).status).to.equal(200);
   });
 
+  it("names each session's device from the User-Agent it signed in with, and its last use", async () => {
+    const member = await p.member();
+    const { key, signedIn } = await enrolled(member);
+    const iphone =
+      'Mozilla/5.0 (iPhone; CPU iPhone OS 17_4 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.4 Mobile/15E148 Safari/604.1';
+    const res = await call(`${s.app}/auth/sign-in`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'user-agent': iphone },
+      body: JSON.stringify({ response: key.signIn(await signInOptions()) }),
+    });
+    expect(res.status, await res.clone().text()).to.equal(200);
+    const phone = (await json<SignedIn>(res)).session;
+    expect((await call(`${s.app}/inboxes`, { session: phone })).status).to.equal(200);
+    const { sessions } = await json<{
+      sessions: Array<{ id: string; current: boolean; device: string | null; createdAt: string; lastUsedAt: string | null }>;
+    }>(await call(`${s.app}/auth/sessions`, { session: signedIn.session }));
+    s.postern.validator.body('https://postern.dev/schemas/app.json#/$defs/SessionList', { sessions });
+    const other = sessions.find((x) => !x.current)!;
+    expect(other.device).to.equal('Safari on iPhone');
+    expect(Date.parse(other.lastUsedAt!)).to.be.at.least(Date.parse(other.createdAt));
+    // Node's fetch says "node": nothing a person would recognise, so no name rather than a wrong one.
+    expect(sessions.find((x) => x.current)!.device).to.equal(null);
+    // Only the short name is kept, never the header.
+    const raw = JSON.stringify(await s.postern.store.passkeys.listLiveSessions(member, Date.now()));
+    expect(raw).to.not.include('AppleWebKit');
+  });
+
   it('management endpoints need a session', async () => {
     await expectError(await call(`${s.app}/auth/passkeys`), 401);
     await expectError(await call(`${s.app}/auth/sessions`), 401);

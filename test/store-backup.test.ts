@@ -368,7 +368,10 @@ describe('store backup, restore and moving between engines', function () {
       'event_types',
       'event_idempotency',
     ]) {
-      expect(moved.get(table), table).to.deep.equal(first.get(table));
+      // A session's last use moves when it is used: serving from PostgreSQL used it.
+      const unused = (lines: string[] | undefined) =>
+        table === 'sessions' ? lines?.map((l) => l.replace(/"last_used_at":(?:\d+|null)/, '"last_used_at":"(used)"')) : lines;
+      expect(unused(moved.get(table)), table).to.deep.equal(unused(first.get(table)));
     }
     expect(moved.get('events')!.slice(0, -1)).to.deep.equal(first.get('events'));
   });

@@ -1,18 +1,15 @@
 // `#/events`: the project event log for the member's inboxes, newest first, a page at a time.
-// GET /events reads oldest first (docs/api.md, "Events") and a web session must name its inboxes, so the
-// screen walks the log forward from the start, keeps the newest KEEP events, and pages through
-// those. Events carry ids and metadata only (never message content), so holding them is cheap.
+// Pages are read backwards from the newest event (GET /events?order=desc, then `before` the last
+// page's cursor: docs/events.md, "Reading backwards"), so a visit reads one page, not the log;
+// pages already read are kept for Newer. A web session must name its inboxes (spec 4.6).
 import type { InboxList } from '../schemas/wire.ts';
 import { api } from './api.ts';
 import { timeElement } from './dates.ts';
 import { messageHash } from './mail/list.ts';
 import { addRoute, navigate } from './routes.ts';
-import { button, h, show, type Child } from './ui.ts';
+import { button, h, report, show, type Child } from './ui.ts';
 
-/** How many of the newest events the screen keeps; older ones are not shown. */
-const KEEP = 2000;
 const PAGE = 50;
-const READ = 500;
 
 interface LogEvent {
   id: string;
@@ -23,21 +20,31 @@ interface LogEvent {
   data?: Record<string, unknown>;
 }
 
-async function newestEvents(inboxIds: string[]): Promise<LogEvent[]> {
-  const kept: LogEvent[] = [];
-  let after: string | undefined;
-  // A page that returns nothing and does not move the cursor is the end of the log; a sparse
-  // filter can return an empty page that still moves it (docs/events.md), so that is not the end.
-  for (;;) {
-    const q = new URLSearchParams({ inboxes: inboxIds.join(','), limit: String(READ) });
-    if (after) q.set('after', after);
+interface OlderPage {
+  events: LogEvent[];
+  /** For the next, older page's `before`. */
+  cursor: string | null;
+  /** The start of the log was reached: nothing older. */
+  end: boolean;
+}
+
+/**
+ * Up to PAGE events older than `before` (null: from the newest), newest first. A sparse stretch
+ * of the log can answer with fewer, even none, while its cursor moves on: read on until the page
+ * is full or the log's start (an empty page whose cursor did not move).
+ */
+async function olderEvents(inboxIds: string[], before: string | null): Promise<OlderPage> {
+  const events: LogEvent[] = [];
+  let cursor = before;
+  while (events.length < PAGE) {
+    const q = new URLSearchParams({ inboxes: inboxIds.join(','), limit: String(PAGE - events.length), order: 'desc' });
+    if (cursor) q.set('before', cursor);
     const page = await api<{ events: LogEvent[]; cursor: string }>('GET', `/events?${q}`);
-    kept.push(...page.events);
-    if (kept.length > KEEP) kept.splice(0, kept.length - KEEP);
-    if (page.events.length === 0 && page.cursor === after) break;
-    after = page.cursor;
+    events.push(...page.events);
+    if (page.events.length === 0 && page.cursor === cursor) return { events, cursor, end: true };
+    cursor = page.cursor;
   }
-  return kept.reverse();
+  return { events, cursor, end: false };
 }
 
 /** The built-in types in words; a project's own `ext.*` types keep the names it gave them. */
@@ -101,7 +108,9 @@ async function activityPage(): Promise<void> {
   show(h('h1', {}, 'Activity'), h('p', { class: 'muted' }, 'Loading…'));
   const { inboxes } = await api<InboxList>('GET', '/inboxes');
   const names = new Map(inboxes.map((i) => [i.inboxId, i.label ?? i.inboxId]));
-  const events = inboxes.length ? await newestEvents(inboxes.map((i) => i.inboxId)) : [];
+  const ids = inboxes.map((i) => i.inboxId);
+  // Pages read so far, newest first; Newer shows a kept one again, Older reads the next.
+  const pages: OlderPage[] = [ids.length ? await olderEvents(ids, null) : { events: [], cursor: null, end: true }];
   let at = 0;
   const list = h('ul', { class: 'list', id: 'events' });
   // A status message: paging with Newer and Older says where it is now.
@@ -109,27 +118,52 @@ async function activityPage(): Promise<void> {
   // Plain buttons: render() decides whether they are enabled, which button() would undo.
   const newer = h('button', { type: 'button', class: 'secondary', id: 'events-newer' }, 'Newer');
   const older = h('button', { type: 'button', class: 'secondary', id: 'events-older' }, 'Older');
-  newer.addEventListener('click', () => render(at - PAGE));
-  older.addEventListener('click', () => render(at + PAGE));
-  function render(start: number): void {
-    at = Math.max(0, Math.min(start, Math.max(0, events.length - PAGE)));
+  newer.addEventListener('click', () => render(at - 1));
+  older.addEventListener('click', () => {
+    void (async () => {
+      // Disabling the focused button would drop focus to the page: Newer takes it at the end.
+      const hadFocus = document.activeElement === older;
+      older.disabled = true;
+      try {
+        if (at + 1 >= pages.length) {
+          const last = pages[pages.length - 1]!;
+          const next = await olderEvents(ids, last.cursor);
+          // Nothing older after all (the last page was exactly full): stay, and say so.
+          if (next.events.length === 0) {
+            last.end = true;
+            return render(at);
+          }
+          pages.push(next);
+        }
+        render(at + 1);
+      } catch (err) {
+        report(err);
+        render(at);
+      } finally {
+        if (hadFocus && older.disabled) newer.focus();
+        else if (hadFocus) older.focus();
+      }
+    })();
+  });
+  function render(index: number): void {
+    at = Math.max(0, Math.min(index, pages.length - 1));
+    const page = pages[at]!;
     list.replaceChildren(
-      ...events
-        .slice(at, at + PAGE)
-        .map((e) =>
-          h(
-            'li',
-            { 'data-type': e.type, 'data-event': e.id },
-            h('span', {}, h('strong', {}, TYPE_WORDS[e.type] ?? e.type), ' ', summary(e), ...messageLink(e)),
-            h('span', { class: 'muted' }, `${names.get(e.containerid ?? '') ?? e.containerid ?? 'project'} · `, timeElement(e.time)),
-          ),
+      ...page.events.map((e) =>
+        h(
+          'li',
+          { 'data-type': e.type, 'data-event': e.id },
+          h('span', {}, h('strong', {}, TYPE_WORDS[e.type] ?? e.type), ' ', summary(e), ...messageLink(e)),
+          h('span', { class: 'muted' }, `${names.get(e.containerid ?? '') ?? e.containerid ?? 'project'} · `, timeElement(e.time)),
         ),
+      ),
     );
-    position.textContent = events.length
-      ? `${at + 1}–${Math.min(at + PAGE, events.length)} of ${events.length}${events.length === KEEP ? ' (the newest kept)' : ''}`
+    const first = at * PAGE + 1;
+    position.textContent = page.events.length
+      ? `Events ${first}–${first + page.events.length - 1}, newest first${page.end ? ' (the oldest)' : ''}`
       : 'No events yet.';
     newer.disabled = at === 0;
-    older.disabled = at + PAGE >= events.length;
+    older.disabled = page.end;
   }
   show(
     h('h1', {}, 'Activity'),

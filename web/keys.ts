@@ -7,7 +7,7 @@ import { scryptAsync } from '@noble/hashes/scrypt.js';
 import { generateKey, readKey } from 'openpgp';
 import type { KeyBackup, UserKeySet } from '../schemas/wire.ts';
 import { api, ApiError, SIGNED_OUT } from './api.ts';
-import { confirmWithPasskey, type Unlocking } from './passkey.ts';
+import { confirmWithPasskey, unlockingWith, type Unlocking } from './passkey.ts';
 
 /** scrypt at OWASP's recommended minimum (N=2^17, r=8, p=1: 128 MiB, about a second). */
 export const SCRYPT = { N: 2 ** 17, r: 8, p: 1 } as const;
@@ -165,14 +165,31 @@ export async function openKey(email: string, unlocking: Unlocking, ask: AskPassp
       : await passphraseWrap(await ask('create'), dataKey);
     const envelope: Envelope = { v: 1, fingerprint, key: { iv: b64u(iv.buffer), data: b64u(data) }, wraps: [wrap] };
     const version = await save(envelope, 0);
-    const unlocked = { fingerprint, privateKey, publicKeyStatus: await registerPublicKey(publicKey, fingerprint), methods: [wrap.kind] };
+    const unlocked = {
+      fingerprint,
+      privateKey,
+      publicKeyStatus: await registerPublicKey(publicKey, fingerprint),
+      methods: methodsOf([wrap]),
+    };
     current = { envelope, version, dataKey, unlocked };
     return unlocked;
   }
+  return unlockStored(found, unlocking, ask);
+}
+
+/** The unlock methods in use, each kind once (several passkeys are still "passkeys"). */
+const methodsOf = (wraps: Wrap[]): Array<Wrap['kind']> => [...new Set(wraps.map((w) => w.kind))];
+
+/** Opens the stored key with this passkey's PRF output (when it has a wrapping), else the passphrase. */
+async function unlockStored(
+  found: { envelope: Envelope; version: number },
+  unlocking: Unlocking | null,
+  ask: AskPassphrase,
+): Promise<UnlockedKey> {
   let { envelope, version } = found;
   let dataKey: Uint8Array | null = null;
-  const own = envelope.wraps.find((w) => w.kind === 'prf' && w.credentialId === unlocking.credentialId);
-  if (unlocking.prf && own) dataKey = await unwrapWith(await prfKey(unlocking.prf), own);
+  const own = unlocking && envelope.wraps.find((w) => w.kind === 'prf' && w.credentialId === unlocking.credentialId);
+  if (unlocking?.prf && own) dataKey = await unwrapWith(await prfKey(unlocking.prf), own);
   const byPassphrase = envelope.wraps.find((w): w is Extract<Wrap, { kind: 'passphrase' }> => w.kind === 'passphrase');
   let error: string | undefined;
   while (!dataKey && byPassphrase) {
@@ -184,7 +201,7 @@ export async function openKey(email: string, unlocking: Unlocking, ask: AskPassp
     throw new Error(
       'This passkey cannot unlock your key on this device and no passphrase is set: sign in with the passkey you enrolled first, then add a passphrase.',
     );
-  if (unlocking.prf && !own) {
+  if (unlocking?.prf && !own) {
     envelope = { ...envelope, wraps: [...envelope.wraps, await prfWrap({ ...unlocking, prf: unlocking.prf }, dataKey)] };
     version = await save(envelope, version);
   }
@@ -197,10 +214,64 @@ export async function openKey(email: string, unlocking: Unlocking, ask: AskPassp
     fingerprint: envelope.fingerprint,
     privateKey: dec.decode(key),
     publicKeyStatus: 'published earlier',
-    methods: envelope.wraps.map((w) => w.kind),
+    methods: methodsOf(envelope.wraps),
   };
   current = { envelope, version, dataKey, unlocked };
   return unlocked;
+}
+
+/** What can unlock the stored key again (a passkey prompt, the passphrase); null when there is no key. */
+export async function howToUnlock(): Promise<{ passkey: boolean; passphrase: boolean } | null> {
+  const found = await stored();
+  if (!found) return null;
+  return {
+    passkey: found.envelope.wraps.some((w) => w.kind === 'prf'),
+    passphrase: found.envelope.wraps.some((w) => w.kind === 'passphrase'),
+  };
+}
+
+/**
+ * Unlocks the key again in a tab whose session survived (a reload, a tab opened from this one):
+ * one passkey prompt for the PRF output of a passkey the key is wrapped for, or the passphrase
+ * when none is (or `usePassphrase`). The key itself was never stored in the browser
+ * (docs/app.md, "A reload: one passkey prompt, never a sign-out").
+ */
+export async function unlockAgain(ask: AskPassphrase, usePassphrase = false): Promise<UnlockedKey> {
+  const found = await stored();
+  if (!found) throw new Error('You have no encryption key yet: sign out and sign in again to make one.');
+  const ids = found.envelope.wraps.flatMap((w) => (w.kind === 'prf' ? [w.credentialId] : []));
+  const unlocking = ids.length && !usePassphrase ? await unlockingWith(ids) : null;
+  if (unlocking && !unlocking.prf && !found.envelope.wraps.some((w) => w.kind === 'passphrase'))
+    throw new Error('This passkey cannot unlock your key on this device: sign out and sign in with the passkey you enrolled first.');
+  return unlockStored(found, unlocking, ask);
+}
+
+/**
+ * A passkey just added on this device, while the key is unlocked here: its PRF output wraps the
+ * data key at once, so it unlocks without the passphrase from now on. False when it gave no PRF
+ * output (the passphrase stays its way in) or the key is locked here.
+ */
+export async function addUnlockingPasskey(unlocking: Unlocking): Promise<boolean> {
+  if (!current || !unlocking.prf) return false;
+  const wrap = await prfWrap({ ...unlocking, prf: unlocking.prf }, current.dataKey);
+  const withWrap = (e: Envelope): Envelope => ({
+    ...e,
+    wraps: [...e.wraps.filter((w) => !(w.kind === 'prf' && w.credentialId === unlocking.credentialId)), wrap],
+  });
+  let envelope = withWrap(current.envelope);
+  try {
+    current.version = await save(envelope, current.version);
+  } catch (err) {
+    // Another device wrote its own unlock method meanwhile: add ours to what it wrote.
+    if (!(err instanceof ApiError && err.status === 409)) throw err;
+    const found = await stored();
+    if (!found || found.envelope.fingerprint !== current.envelope.fingerprint) throw err;
+    envelope = withWrap(found.envelope);
+    current.version = await save(envelope, found.version);
+  }
+  current.envelope = envelope;
+  current.unlocked = { ...current.unlocked, methods: methodsOf(envelope.wraps) };
+  return true;
 }
 
 /** Adds (or replaces) the passphrase that unlocks the key where no passkey PRF is available. */
@@ -210,6 +281,6 @@ export async function setPassphrase(passphrase: string): Promise<UnlockedKey> {
   const envelope = { ...current.envelope, wraps };
   current.version = await save(envelope, current.version);
   current.envelope = envelope;
-  current.unlocked = { ...current.unlocked, methods: wraps.map((w) => w.kind) };
+  current.unlocked = { ...current.unlocked, methods: methodsOf(wraps) };
   return current.unlocked;
 }

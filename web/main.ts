@@ -3,9 +3,10 @@
 // (web/routes.ts) and are imported here for that side effect.
 import type { InboxList, PasskeyList, SessionList, SignedIn } from '../schemas/wire.ts';
 import { api, ApiError, currentSession, forgetSession, keepSession, SIGNED_OUT } from './api.ts';
-import { dateTexts, timeElement } from './dates.ts';
+import { devicesSections } from './devices.ts';
 import { forgetKey, openKey, setPassphrase, unlockedKey, type AskPassphrase } from './keys.ts';
-import { addPasskey, enroll, signIn, type Unlocking } from './passkey.ts';
+import { enroll, signIn, type Unlocking } from './passkey.ts';
+import { needsUnlock, unlockPage, unlockRoute } from './unlock.ts';
 import { matchRoute } from './routes.ts';
 import { modeWords } from './mail/labels.ts';
 import './compose/compose.ts';
@@ -157,7 +158,7 @@ async function home(): Promise<void> {
           h('code', { id: 'key-fingerprint' }, key.fingerprint),
           `. ${unlocksWith(key.methods)} Your public key (what others encrypt mail to you with): ${key.publicKeyStatus}.`,
         )
-      : h('p', { id: 'key-status' }, 'Locked: sign out and sign in again to unlock it on this device.'),
+      : h('p', { id: 'key-status' }, 'Locked on this page. ', h('a', { href: '#/unlock', id: 'unlock-link' }, 'Unlock it')),
     key && !key.methods.includes('passphrase')
       ? h(
           'form',
@@ -167,61 +168,7 @@ async function home(): Promise<void> {
           h('button', { type: 'submit' }, 'Add passphrase'),
         )
       : null,
-    h('h2', {}, 'Passkeys'),
-    h(
-      'ul',
-      { class: 'list', id: 'passkeys' },
-      ...passkeys.passkeys.map((p) =>
-        h(
-          'li',
-          {},
-          h('span', {}, p.name, p.disabled ? ' (disabled: possible clone)' : ''),
-          button(
-            'Remove',
-            async () => {
-              if (!confirm(`Remove the passkey "${p.name}"? The sessions it opened end too.`)) return;
-              await api('DELETE', `/auth/passkeys/${p.id}`);
-              await home();
-            },
-            { class: 'secondary', 'aria-label': `Remove passkey ${p.name}` },
-          ),
-        ),
-      ),
-    ),
-    h(
-      'div',
-      { class: 'actions' },
-      button(
-        'Add a passkey',
-        async () => {
-          await addPasskey('Another passkey');
-          await home();
-        },
-        { class: 'secondary', id: 'add-passkey' },
-      ),
-    ),
-    h('h2', {}, 'Sessions'),
-    h(
-      'ul',
-      { class: 'list', id: 'sessions' },
-      ...sessions.sessions.map((s) =>
-        h(
-          'li',
-          {},
-          h('span', {}, ...(s.current ? ['This session'] : ['Since ', timeElement(s.createdAt)])),
-          s.current
-            ? null
-            : button(
-                'End',
-                async () => {
-                  await api('DELETE', `/auth/sessions/${s.id}`);
-                  await home();
-                },
-                { class: 'secondary', 'aria-label': `End the session started ${dateTexts(s.createdAt)?.full ?? s.createdAt}` },
-              ),
-        ),
-      ),
-    ),
+    ...devicesSections(passkeys, sessions, home),
     h(
       'div',
       { class: 'actions' },
@@ -264,6 +211,8 @@ function route(): void {
   if (!location.hash.startsWith('#/inbox/')) document.title = 'Postern';
   const invite = inviteOf(location.hash);
   if (invite) return enrollPage(invite);
+  // A reload keeps the session but not the key: one passkey prompt, then the screen asked for.
+  if (needsUnlock() && location.hash !== '#/unlock') return void unlockPage(askPassphrase, route).catch(report);
   const screen = currentSession() ? matchRoute(location.hash) : null;
   if (screen) {
     void Promise.resolve(screen.handler(screen.match)).catch(report);
@@ -272,6 +221,7 @@ function route(): void {
   void home().catch(report);
 }
 
+unlockRoute(askPassphrase);
 window.addEventListener('hashchange', route);
 // The session ended (here or refused by the server): whatever screen was up, with its decrypted
 // mail, goes; the sign-in page replaces it. Not the enrollment page: an old session expiring

@@ -2,7 +2,7 @@
 // for its PRF output (WebAuthn's prf extension) on one fixed salt: when the authenticator offers
 // it, that output unlocks the member's key (keys.ts). It is removed from the response before the
 // response goes to the server, which refuses any response carrying it.
-import { bufferToBase64URLString, startAuthentication, startRegistration } from '@simplewebauthn/browser';
+import { bufferToBase64URLString, startAuthentication, startRegistration, WebAuthnAbortService } from '@simplewebauthn/browser';
 import type {
   AuthenticationResponseJSON,
   PublicKeyCredentialCreationOptionsJSON,
@@ -92,6 +92,26 @@ export async function addPasskey(name: string): Promise<Unlocking> {
     credentialId: response.id,
     prf: prf ?? (prfEnabled ? await prfAfterRegistration(response.id, response.response.transports) : null),
   };
+}
+
+/**
+ * The PRF output of one of these passkeys, for unlocking the key again in a tab that still holds
+ * its session (a reload): one prompt, nothing sent. Only the passkeys the key is wrapped for are
+ * offered, so the one chosen can unlock it.
+ */
+export async function unlockingWith(credentialIds: string[]): Promise<Unlocking> {
+  const optionsJSON = withPrf<PublicKeyCredentialRequestOptionsJSON>({
+    challenge: bufferToBase64URLString(crypto.getRandomValues(new Uint8Array(32)).buffer),
+    allowCredentials: credentialIds.map((id) => ({ id, type: 'public-key' as const })),
+    userVerification: 'required',
+  });
+  const response = await startAuthentication({ optionsJSON });
+  return { credentialId: response.id, prf: takePrf(response) };
+}
+
+/** Withdraws the passkey prompt in progress, if any (the member chose to go on without it). */
+export function cancelPrompt(): void {
+  WebAuthnAbortService.cancelCeremony();
 }
 
 /** Signs in with a discoverable passkey: no account name is asked. */

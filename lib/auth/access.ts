@@ -40,7 +40,15 @@ function tokenPrincipal(token: TokenRecord): Principal {
   };
 }
 
+/** How often a session's last use is written: the member's list shows it to the minute. */
+const SESSION_USE_EVERY_MS = 60_000;
+/** Sessions whose last write this process remembers; past this, it starts over (a write each). */
+const SESSION_USE_KEPT = 10_000;
+
 export class Access {
+  /** When this process last wrote each session's last use. */
+  private readonly sessionUse = new Map<string, number>();
+
   constructor(
     private readonly store: DirectoryStore,
     private readonly now: () => number = Date.now,
@@ -81,6 +89,7 @@ export class Access {
     if (session.expiresAt <= this.now()) throw unauthenticated('session expired');
     const member = await this.store.getMember(session.memberId);
     if (!member) throw unauthenticated('invalid session token');
+    await this.noteSessionUse(session.id);
     return {
       kind: 'session',
       credentialId: session.id,
@@ -90,6 +99,16 @@ export class Access {
       scopes: new Set(),
       inboxes: null,
     };
+  }
+
+  /** Writes the session's last use at most once a minute (per process): not a write per request. */
+  private async noteSessionUse(id: string): Promise<void> {
+    const now = this.now();
+    const last = this.sessionUse.get(id);
+    if (last !== undefined && now - last < SESSION_USE_EVERY_MS) return;
+    if (this.sessionUse.size >= SESSION_USE_KEPT) this.sessionUse.clear();
+    this.sessionUse.set(id, now);
+    await this.store.touchSession(id, now);
   }
 
   /** 403 unless the caller's kind of credential and scopes allow the operation. */

@@ -122,7 +122,12 @@ export class Passkeys {
   }
 
   /** Registers the passkey, uses up the invite and signs the member in. */
-  async enroll(invite: string, response: RegistrationResponseJSON, name: string | undefined): Promise<SignedIn & { passkey: Passkey }> {
+  async enroll(
+    invite: string,
+    response: RegistrationResponseJSON,
+    name: string | undefined,
+    device: string | null = null,
+  ): Promise<SignedIn & { passkey: Passkey }> {
     const { record, member } = await this.openInvite(invite);
     const challenge = await this.take(response.response.clientDataJSON, 'enroll', invalid);
     if (challenge.inviteId !== record.id) throw invalid('this challenge was issued for another invite');
@@ -134,7 +139,7 @@ export class Passkeys {
       throw gone('this invite has already been used');
     }
     await this.recordAdded(member, passkey, { via: 'invite' });
-    const session = await this.openSession(member, passkey.id);
+    const session = await this.openSession(member, passkey.id, device);
     return { ...session, passkey: passkeyView(passkey) };
   }
 
@@ -250,11 +255,11 @@ export class Passkeys {
     return options;
   }
 
-  async signIn(response: AuthenticationResponseJSON): Promise<SignedIn> {
+  async signIn(response: AuthenticationResponseJSON, device: string | null = null): Promise<SignedIn> {
     // Taken first: a challenge is spent by any answer, so a failed attempt cannot be retried.
     const challenge = await this.take(response.response.clientDataJSON, 'sign-in', unauthenticated);
     const { passkey, member } = await this.verifyAssertion(response, challenge.challenge, 'sign-in', unauthenticated);
-    return this.openSession(member, passkey.id);
+    return this.openSession(member, passkey.id, device);
   }
 
   /**
@@ -331,6 +336,8 @@ export class Passkeys {
       passkeyId: s.passkeyId,
       createdAt: iso(s.createdAt),
       expiresAt: iso(s.expiresAt),
+      device: s.device,
+      lastUsedAt: s.lastUsedAt === null ? null : iso(s.lastUsedAt),
       current: s.id === currentSessionId,
     }));
   }
@@ -463,7 +470,7 @@ export class Passkeys {
     return { record, member };
   }
 
-  private async openSession(member: Member, passkeyId: string): Promise<SignedIn> {
+  private async openSession(member: Member, passkeyId: string, device: string | null): Promise<SignedIn> {
     const now = this.now();
     const minted = mintSession();
     const expiresAt = now + this.options.sessionTtlSeconds * 1000;
@@ -475,6 +482,8 @@ export class Passkeys {
       createdAt: now,
       expiresAt,
       revokedAt: null,
+      device,
+      lastUsedAt: now,
     });
     return { session: minted.credential, expiresAt: iso(expiresAt), memberId: member.id, email: member.email, passkeyId };
   }

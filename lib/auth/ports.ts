@@ -50,6 +50,10 @@ export interface MemberSession {
   createdAt: number;
   expiresAt: number;
   revokedAt: number | null;
+  /** The device it was opened on, named from its User-Agent ("Chrome on Linux"); null when unknown. */
+  device: string | null;
+  /** When a request last used it (to the minute: lib/auth/access.ts); null before the first. */
+  lastUsedAt: number | null;
 }
 
 export interface PasskeyStore {

@@ -69,6 +69,8 @@ export interface DirectoryStore {
   listSessions(filter: CredentialFilter): Promise<SessionRecord[]>;
   /** True when a session not yet ended was ended now (an expired one too: it stays ended). */
   revokeSession(id: string, at: number): Promise<boolean>;
+  /** Records a request made with the session at `at` (never moving its last use back). */
+  touchSession(id: string, at: number): Promise<void>;
 }
 
 /** Whose credentials a list covers. */

@@ -468,6 +468,26 @@ export class EventLog {
     return { events, cursor: (this.codec ?? (await this.cursors())).encode(filter.projectId, scannedTo) };
   }
 
+  /**
+   * One page read newest first, below `before` (null: from the newest settled event); the cursor
+   * is the lowest of the project's positions looked at, for the next (older) page's `before`.
+   */
+  async pageBack(filter: EventFilter, before: number | null, limit: number): Promise<Page> {
+    this.metrics.read('page');
+    const { events, scannedTo } = await this.store.readBack({
+      projectId: filter.projectId,
+      before,
+      limit,
+      recordedBefore: this.now() - this.options.settleMs,
+      inboxes: filter.inboxes,
+      allowedInboxes: filter.allowedInboxes,
+      visibilities: filter.visibilities,
+      types: filter.types,
+      maxScan: MAX_SCAN,
+    });
+    return { events, cursor: (this.codec ?? (await this.cursors())).encode(filter.projectId, scannedTo) };
+  }
+
   /** Events for a live stream's backfill: no settle delay, since live streams may repeat. */
   async backfill(filter: EventFilter, after: number, limit: number): Promise<ReadResult> {
     this.metrics.read('backfill');

@@ -57,6 +57,12 @@ export interface ReadQuery {
   maxScan: number;
 }
 
+/** One page read backwards: the newest events first, below a position (docs/events.md, "Reading backwards"). */
+export interface ReadBackQuery extends Omit<ReadQuery, 'after'> {
+  /** Only positions below this one; null: from the newest (settled) event. */
+  before: number | null;
+}
+
 export interface ReadResult {
   events: StoredEvent[];
   /**
@@ -86,6 +92,11 @@ export interface EventStore {
   cursorSecret(): Promise<Uint8Array>;
   append(req: AppendRequest): Promise<AppendResult>;
   read(q: ReadQuery): Promise<ReadResult>;
+  /**
+   * The same read newest first: `events` in descending position, `scannedTo` the lowest of the
+   * project's (or named inboxes') rows looked at, or `before` (0 when null) when none was.
+   */
+  readBack(q: ReadBackQuery): Promise<ReadResult>;
   /** Every project's events after a position, in order: heals gaps in the live feed. */
   readAll(after: number, limit: number): Promise<StoredEvent[]>;
   /** The last position written (0 for an empty log). */

@@ -12,6 +12,10 @@ const MAX_INBOX_FILTER = 100;
 /** GET /events query parameters, as validated by schemas/events.json#/$defs/EventsQuery. */
 export interface EventsQuery {
   after?: string;
+  /** Newest first, below this cursor or event id (docs/events.md, "Reading backwards"). */
+  before?: string;
+  /** `desc`: newest first (from the newest event when `before` is not given). */
+  order?: 'asc' | 'desc';
   types?: string;
   inboxes?: string;
   audit?: boolean;
@@ -93,14 +97,20 @@ export async function filterFor(access: Access, p: Principal, q: EventsQuery): P
   return { projectId: p.projectId, inboxes: named, allowedInboxes: allowed, visibilities, types, redactActor: session };
 }
 
-/** Where a read starts: after a cursor, or after an event id, of the caller's project; null when none was given. */
-export async function startPosition(events: EventLog, p: Principal, raw: string | undefined, cursors: Cursors): Promise<number | null> {
+/** Where a read starts: after (or `before`) a cursor or an event id of the caller's project; null when none was given. */
+export async function startPosition(
+  events: EventLog,
+  p: Principal,
+  raw: string | undefined,
+  cursors: Cursors,
+  param: 'after' | 'before' = 'after',
+): Promise<number | null> {
   if (raw === undefined || raw === '') return null;
   const position = cursors.decode(p.projectId, raw);
   if (position !== null) return position;
   if (isId('evt', raw)) {
     const found = await events.positionOf(p.projectId, raw);
-    if (found === null) throw invalid('after names an event that is not in this project');
+    if (found === null) throw invalid(`${param} names an event that is not in this project`);
     return found;
   }
   // Old cursors carried the global position in clear: honouring them would let anyone probe it.
@@ -110,5 +120,9 @@ export async function startPosition(events: EventLog, p: Principal, raw: string 
     );
   }
   // Another project's cursor gets the same answer as garbage: it tells nothing.
-  throw invalid('after (or Last-Event-ID) must be a cursor of this project from this API, or an event id');
+  throw invalid(
+    param === 'after'
+      ? 'after (or Last-Event-ID) must be a cursor of this project from this API, or an event id'
+      : 'before must be a cursor of this project from this API, or an event id',
+  );
 }

@@ -523,6 +523,8 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
         createdAt: 1,
         expiresAt: future,
         revokedAt: null,
+        device: null,
+        lastUsedAt: null,
         secretHash: Buffer.from('h'),
       });
       const opened = session(k.id);
@@ -546,6 +548,8 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
         createdAt,
         expiresAt,
         revokedAt,
+        device: 'Firefox on Linux' as string | null,
+        lastUsedAt: null as number | null,
       });
       const old = session(10, now + 1000);
       const fresh = session(20, now + 1000);
@@ -564,6 +568,27 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
       expect(await p.endSession(expired.id, now)).to.equal(false);
       expect(await p.endSession(revoked.id, now)).to.equal(false);
       expect(await p.listLiveSessions(s.memberId, now)).to.deep.equal([old]);
+    });
+
+    it("keeps a session's device and moves its last use forward only", async () => {
+      const s = await seed(engine.directory);
+      const opened = {
+        id: newId('ses'),
+        memberId: s.memberId,
+        passkeyId: null,
+        createdAt: 10,
+        expiresAt: Date.now() + 3_600_000,
+        revokedAt: null,
+        device: 'Safari on iPhone',
+        lastUsedAt: 10,
+      };
+      await p.createSession({ ...opened, secretHash: Buffer.from('h') });
+      await engine.directory.touchSession(opened.id, 500);
+      expect(await p.getSession(opened.id)).to.deep.equal({ ...opened, lastUsedAt: 500 });
+      // An older write arriving late (another instance) does not move it back.
+      await engine.directory.touchSession(opened.id, 200);
+      await engine.directory.touchSession(newId('ses'), 900);
+      expect((await p.listLiveSessions(s.memberId, 0)).map((x) => [x.device, x.lastUsedAt])).to.deep.equal([['Safari on iPhone', 500]]);
     });
 
     it('hands a challenge out once, as stored (a re-auth one with its operation)', async () => {

@@ -297,6 +297,48 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
       expect(named).to.deep.equal({ events: [inInbox], scannedTo: inInbox.position, complete: true });
     });
 
+    it("reads backwards: newest first, each page below the last one's cursor, only the project's rows scanned", async () => {
+      const projectId = await engine.newProject();
+      const other = await engine.newProject();
+      const mine: StoredEvent[] = [];
+      for (let i = 0; i < 5; i++) {
+        mine.push(await append({ projectId, type: i === 1 ? 'ext.test.wanted' : 'ext.test.noise' }));
+        await append({ projectId: other, type: 'ext.test.wanted' });
+      }
+      const q = { ...readBackQuery(projectId), limit: 2 };
+      const first = await store.readBack(q);
+      expect(first).to.deep.equal({ events: [mine[4], mine[3]], scannedTo: mine[3]!.position, complete: false });
+      const second = await store.readBack({ ...q, before: first.scannedTo });
+      expect(second).to.deep.equal({ events: [mine[2], mine[1]], scannedTo: mine[1]!.position, complete: false });
+      const third = await store.readBack({ ...q, before: second.scannedTo });
+      expect(third).to.deep.equal({ events: [mine[0]], scannedTo: mine[0]!.position, complete: true });
+      // The start of the log: the cursor stays put.
+      expect(await store.readBack({ ...q, before: third.scannedTo })).to.deep.equal({
+        events: [],
+        scannedTo: mine[0]!.position,
+        complete: true,
+      });
+      // A sparse filter: at most maxScan of the project's rows, the cursor on the lowest looked at.
+      const sparse = { ...q, types: ['ext.test.wanted'], maxScan: 2 };
+      expect(await store.readBack(sparse)).to.deep.equal({ events: [], scannedTo: mine[3]!.position, complete: false });
+      expect(await store.readBack({ ...sparse, before: mine[3]!.position })).to.deep.equal({
+        events: [mine[1]],
+        scannedTo: mine[1]!.position,
+        complete: false,
+      });
+      // The settle horizon bounds the first page too.
+      const later = await append({ projectId, now: mine[4]!.recordedAt + 1_000 });
+      expect((await store.readBack({ ...q, recordedBefore: mine[4]!.recordedAt + 1 })).events[0]).to.deep.equal(mine[4]);
+      expect((await store.readBack({ ...q, recordedBefore: later.recordedAt })).events[0]).to.deep.equal(later);
+      // Named inboxes scan only their own rows; another project's position as `before` reads the same.
+      const inbox = newId('ibx');
+      const inInbox = await append({ projectId, inboxId: inbox, visibility: 'inbox', stream: inbox });
+      await append({ projectId, type: 'ext.test.noise' });
+      const named = await store.readBack({ ...q, inboxes: [inbox], allowedInboxes: [inbox], maxScan: 2 });
+      expect(named).to.deep.equal({ events: [inInbox], scannedTo: inInbox.position, complete: true });
+      expect((await store.readBack({ ...q, projectId: await engine.newProject() })).events).to.deep.equal([]);
+    });
+
     it('reads only events recorded at or before the settle horizon', async () => {
       const projectId = await engine.newProject();
       const before = await store.lastPosition();
@@ -361,6 +403,11 @@ export function eventStoreContract(engineName: string, open: () => Promise<Event
 }
 
 /** A read of everything of the project after a position, no settle bound. */
+function readBackQuery(projectId: string) {
+  const { after, ...rest } = readQuery(projectId, 0);
+  return { ...rest, before: after === 0 ? null : after };
+}
+
 function readQuery(projectId: string, after: number) {
   return {
     projectId,

@@ -116,6 +116,7 @@ const S = {
      WHERE m.project_id = $1 AND ($2::text IS NULL OR s.member_id = $2) ORDER BY s.id`,
   ),
   revokeSession: stmt('revokeSession', 'UPDATE sessions SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL'),
+  touchSession: stmt('touchSession', 'UPDATE sessions SET last_used_at = $1 WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $1)'),
   listProjects: stmt('listProjects', 'SELECT id, name, created_at AS "createdAt" FROM projects ORDER BY id'),
   listMembers: stmt(
     'listMembers',
@@ -308,6 +309,10 @@ export class PgDirectoryStore implements DirectoryStore {
 
   async revokeSession(id: string, at: number): Promise<boolean> {
     return (await changed(this.pool, S.revokeSession([at, id]))) > 0;
+  }
+
+  async touchSession(id: string, at: number): Promise<void> {
+    await this.pool.query(S.touchSession([at, id]));
   }
 
   async listTokens(filter: CredentialFilter): Promise<TokenRecord[]> {

@@ -33,6 +33,7 @@ import {
   type AppendRequest,
   type AppendResult,
   type EventStore,
+  type ReadBackQuery,
   type ReadQuery,
   type ReadResult,
   type StoredEventType,
@@ -76,6 +77,24 @@ const readShapes = (named: boolean) => ({
   ),
 });
 
+/**
+ * readBack's statements: the same bounded scan walking down from $2 (exclusive), at most $3 of
+ * the rows; the filters keep their numbers ($4 to $8), $9 the page.
+ */
+const readBackShapes = (named: boolean) => {
+  const scanBack = (cols: string, inboxes: string) =>
+    `SELECT ${cols} FROM events WHERE project_id = $1 ${named ? `AND inbox_id = ANY(${inboxes}::text[])` : ''}
+       AND position < $2 ORDER BY position DESC LIMIT $3`;
+  return {
+    rows: stmt(
+      `rowsBack.${named}`,
+      `SELECT ${COLUMNS} FROM (${scanBack(COLUMNS, '$5')}) s WHERE ${named ? '' : `${inboxFilter(false)} AND`} ${FILTERS}
+         ORDER BY position DESC LIMIT $9`,
+    ),
+    scanned: stmt(`scannedBack.${named}`, `SELECT MIN(position) AS last, COUNT(*)::int AS n FROM (${scanBack('position', '$4')}) s`),
+  };
+};
+
 const S = {
   // A batch of appends in one statement (migration 007): arrays of one element per append.
   appendEvents: stmt(
@@ -115,6 +134,8 @@ const S = {
   purge: stmt('purge', 'DELETE FROM event_idempotency WHERE created_at < $1'),
   named: readShapes(true),
   all: readShapes(false),
+  namedBack: readBackShapes(true),
+  allBack: readBackShapes(false),
 };
 
 /** Lost a race for a row another transaction inserted first: roll back and retry. */
@@ -377,6 +398,28 @@ export class PgEventStore implements EventStore {
       shape.scanned([q.projectId, q.after, upTo, ...(q.inboxes ? [q.inboxes] : []), q.maxScan]),
     );
     return { events: rows.map(toEvent), scannedTo: seen?.last ?? q.after, complete: (seen?.n ?? 0) < q.maxScan };
+  }
+
+  async readBack(q: ReadBackQuery): Promise<ReadResult> {
+    const upTo =
+      q.recordedBefore !== null
+        ? ((await this.rows<{ position: number }>(S.horizon([q.recordedBefore])))[0]?.position ?? 0)
+        : await this.lastPosition();
+    const below = q.before === null ? upTo + 1 : Math.min(q.before, upTo + 1);
+    const from = q.before ?? 0;
+    if (below <= 1) return { events: [], scannedTo: from, complete: true };
+    const exact = q.types ? q.types.filter((t) => !t.endsWith('*')) : [];
+    const prefixes = q.types ? q.types.filter((t) => t.endsWith('*')).map((t) => t.slice(0, -1)) : [];
+    const vis = q.visibilities.filter((v) => VISIBILITY_SET.has(v));
+    const shape = q.inboxes ? S.namedBack : S.allBack;
+    const rows = await this.rows<EventRow>(
+      shape.rows([q.projectId, below, q.maxScan, vis, q.inboxes ?? q.allowedInboxes, q.types !== null, exact, prefixes, q.limit]),
+    );
+    if (rows.length === q.limit) return { events: rows.map(toEvent), scannedTo: rows[rows.length - 1]!.position, complete: false };
+    const [seen] = await this.rows<{ last: number | null; n: number }>(
+      shape.scanned([q.projectId, below, q.maxScan, ...(q.inboxes ? [q.inboxes] : [])]),
+    );
+    return { events: rows.map(toEvent), scannedTo: seen?.last ?? from, complete: (seen?.n ?? 0) < q.maxScan };
   }
 
   async readAll(after: number, limit: number): Promise<StoredEvent[]> {

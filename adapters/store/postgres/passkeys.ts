@@ -12,7 +12,7 @@ const toPasskey = (r: PasskeyRow): PasskeyRecord => passkeyOf(r, r.backed_up);
 const PASSKEY_COLUMNS =
   'id, member_id, credential_id, public_key, counter, transports, name, backed_up, created_at, last_used_at, disabled_at';
 const SESSION_COLUMNS =
-  'id, member_id AS "memberId", passkey_id AS "passkeyId", created_at AS "createdAt", expires_at AS "expiresAt", revoked_at AS "revokedAt"';
+  'id, member_id AS "memberId", passkey_id AS "passkeyId", created_at AS "createdAt", expires_at AS "expiresAt", revoked_at AS "revokedAt", device, last_used_at AS "lastUsedAt"';
 
 /**
  * Taken by every putChallenge for its transaction: the count and the insert must not interleave
@@ -58,7 +58,7 @@ const S = {
   ),
   insertSession: stmt(
     'insertSession',
-    'INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at, passkey_id) VALUES ($1, $2, $3, $4, $5, $6, $7)',
+    'INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at, passkey_id, device, last_used_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)',
   ),
   liveSessions: stmt(
     'liveSessions',
@@ -150,7 +150,9 @@ export class PgPasskeyStore implements PasskeyStore {
   }
 
   async createSession(s: MemberSession & { secretHash: Buffer }): Promise<void> {
-    await this.pool.query(S.insertSession([s.id, s.memberId, s.secretHash, s.createdAt, s.expiresAt, s.revokedAt, s.passkeyId]));
+    await this.pool.query(
+      S.insertSession([s.id, s.memberId, s.secretHash, s.createdAt, s.expiresAt, s.revokedAt, s.passkeyId, s.device, s.lastUsedAt]),
+    );
   }
 
   async listLiveSessions(memberId: string, now: number): Promise<MemberSession[]> {

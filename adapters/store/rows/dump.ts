@@ -63,6 +63,8 @@ export const DUMP_TABLES: readonly DumpTable[] = [
     expires_at: 'int',
     revoked_at: 'int',
     passkey_id: 'text',
+    device: 'text',
+    last_used_at: 'int',
   }),
   t('passkey_invites', 'id', { id: 'text', member_id: 'text', secret_hash: 'bytes', created_at: 'int', expires_at: 'int', used_at: 'int' }),
   t('passkeys', 'id', {

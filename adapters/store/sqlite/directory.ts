@@ -75,6 +75,7 @@ export class SqliteDirectoryStore implements DirectoryStore {
       listSessions: db.prepare(`SELECT s.* FROM sessions s JOIN members m ON m.id = s.member_id
         WHERE m.project_id = @projectId AND (@memberId IS NULL OR s.member_id = @memberId) ORDER BY s.id`),
       revokeSession: db.prepare('UPDATE sessions SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL'),
+      touchSession: db.prepare('UPDATE sessions SET last_used_at = ? WHERE id = ? AND (last_used_at IS NULL OR last_used_at < ?)'),
       listProjects: db.prepare('SELECT id, name, created_at AS createdAt FROM projects ORDER BY id'),
       listMembers: db.prepare(
         'SELECT id, project_id AS projectId, email, created_at AS createdAt FROM members WHERE project_id = ? ORDER BY id',
@@ -141,6 +142,10 @@ export class SqliteDirectoryStore implements DirectoryStore {
 
   async revokeSession(id: string, at: number): Promise<boolean> {
     return this.q.revokeSession.run(at, id).changes > 0;
+  }
+
+  async touchSession(id: string, at: number): Promise<void> {
+    this.q.touchSession.run(at, id, at);
   }
 
   async createProject(p: Project): Promise<void> {

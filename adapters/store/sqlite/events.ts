@@ -10,6 +10,7 @@ import {
   type AppendRequest,
   type AppendResult,
   type EventStore,
+  type ReadBackQuery,
   type ReadQuery,
   type ReadResult,
   type StoredEventType,
@@ -172,6 +173,7 @@ export class SqliteEventStore implements EventStore {
       q.types !== null,
       exact.length,
       globs.length,
+      false,
     );
     const filters = [...(q.inboxes ?? q.allowedInboxes), ...exact, ...globs, q.limit];
     // Fast path, the plain query: within maxScan positions there are at most maxScan of the
@@ -189,6 +191,30 @@ export class SqliteEventStore implements EventStore {
     return { events: rows.map(toEvent), scannedTo: seen.last ?? q.after, complete: seen.n < q.maxScan };
   }
 
+  async readBack(q: ReadBackQuery): Promise<ReadResult> {
+    const upTo = q.recordedBefore !== null ? (this.s.horizon.get(q.recordedBefore)?.position ?? 0) : (this.s.last.get()?.position ?? 0);
+    const below = q.before === null ? upTo + 1 : Math.min(q.before, upTo + 1);
+    const from = q.before ?? 0;
+    if (below <= 1) return { events: [], scannedTo: from, complete: true };
+    const exact = q.types ? q.types.filter((t) => !t.endsWith('*')) : [];
+    const globs = q.types ? q.types.filter((t) => t.endsWith('*')) : [];
+    const shape = this.readShape(
+      q.visibilities,
+      q.inboxes?.length ?? null,
+      q.allowedInboxes.length,
+      q.types !== null,
+      exact.length,
+      globs.length,
+      true,
+    );
+    // The same bounded scan as read(), walking the index downwards from `below`.
+    const scan = q.inboxes ? [...q.inboxes.flatMap((inbox) => [inbox, q.projectId, below]), q.maxScan] : [q.projectId, below, q.maxScan];
+    const rows = shape.rows.all(...scan, ...(q.inboxes === null ? q.allowedInboxes : []), ...exact, ...globs, q.limit);
+    if (rows.length === q.limit) return { events: rows.map(toEvent), scannedTo: rows[rows.length - 1]!.position, complete: false };
+    const seen = shape.scanned.get(...scan)!;
+    return { events: rows.map(toEvent), scannedTo: seen.last ?? from, complete: seen.n < q.maxScan };
+  }
+
   /**
    * The SELECTs for one shape of filter, prepared once: lists become placeholders (never JSON
    * unpacked per row), visibilities are literals from the closed enum. The inner scan walks an
@@ -203,9 +229,13 @@ export class SqliteEventStore implements EventStore {
     typed: boolean,
     exact: number,
     globs: number,
+    /** Newest first, below a position (readBack) rather than after one. */
+    desc: boolean,
   ): ReadShape {
     const vis = visibilities.filter((v) => VISIBILITY_SET.has(v));
-    const key = `${vis.join(',')}|${named}|${allowed}|${typed}|${exact}|${globs}`;
+    const key = `${vis.join(',')}|${named}|${allowed}|${typed}|${exact}|${globs}|${desc}`;
+    const order = desc ? 'ORDER BY position DESC' : 'ORDER BY position';
+    const range = desc ? 'position < ?' : 'position > ? AND position <= ?';
     let shape = this.reads.get(key);
     if (!shape) {
       const marks = (n: number) => Array.from({ length: n }, () => '?').join(', ');
@@ -213,9 +243,9 @@ export class SqliteEventStore implements EventStore {
       // each, merged by SQLite as it goes (a compound ORDER BY), never sorted whole.
       const scan = (cols: string) =>
         named === null
-          ? `SELECT ${cols} FROM events WHERE project_id = ? AND position > ? AND position <= ? ORDER BY position LIMIT ?`
-          : `${Array.from({ length: named }, () => `SELECT ${cols} FROM events WHERE inbox_id = ? AND project_id = ? AND position > ? AND position <= ?`).join(' UNION ALL ')}
-            ORDER BY position LIMIT ?`;
+          ? `SELECT ${cols} FROM events WHERE project_id = ? AND ${range} ${order} LIMIT ?`
+          : `${Array.from({ length: named }, () => `SELECT ${cols} FROM events WHERE inbox_id = ? AND project_id = ? AND ${range}`).join(' UNION ALL ')}
+            ${order} LIMIT ?`;
       const visCond = `visibility IN (${vis.length ? vis.map((v) => `'${v}'`).join(', ') : "''"})`;
       const inboxCond =
         named !== null
@@ -231,8 +261,9 @@ export class SqliteEventStore implements EventStore {
         direct: this.db.prepare(`SELECT ${COLUMNS} FROM events
           WHERE project_id = ? AND position > ? AND position <= ? AND ${[visCond, inboxCond, ...typeConds].join(' AND ')}
           ORDER BY position LIMIT ?`),
-        rows: this.db.prepare(`SELECT ${COLUMNS} FROM (${scan(COLUMNS)}) WHERE ${conds.join(' AND ')} ORDER BY position LIMIT ?`),
-        scanned: this.db.prepare(`SELECT MAX(position) AS last, COUNT(*) AS n FROM (${scan('position')})`),
+        rows: this.db.prepare(`SELECT ${COLUMNS} FROM (${scan(COLUMNS)}) WHERE ${conds.join(' AND ')} ${order} LIMIT ?`),
+        // `last`: the furthest row the scan looked at, in its direction.
+        scanned: this.db.prepare(`SELECT ${desc ? 'MIN' : 'MAX'}(position) AS last, COUNT(*) AS n FROM (${scan('position')})`),
       };
       // Bounded: shapes vary with the number of inboxes; the oldest shape goes first.
       if (this.reads.size >= 256) this.reads.delete(this.reads.keys().next().value!);

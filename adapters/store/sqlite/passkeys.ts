@@ -9,7 +9,7 @@ type PasskeyRow = EnginePasskeyRow<number>;
 const toPasskey = (r: PasskeyRow): PasskeyRecord => passkeyOf(r, r.backed_up === 1);
 
 const SESSION_COLUMNS =
-  'id, member_id AS memberId, passkey_id AS passkeyId, created_at AS createdAt, expires_at AS expiresAt, revoked_at AS revokedAt';
+  'id, member_id AS memberId, passkey_id AS passkeyId, created_at AS createdAt, expires_at AS expiresAt, revoked_at AS revokedAt, device, last_used_at AS lastUsedAt';
 
 export class SqlitePasskeyStore implements PasskeyStore {
   private readonly q;
@@ -42,7 +42,7 @@ export class SqlitePasskeyStore implements PasskeyStore {
       deletePasskey: db.prepare('DELETE FROM passkeys WHERE id = ?'),
       endPasskeySessions: db.prepare('UPDATE sessions SET revoked_at = ? WHERE passkey_id = ? AND revoked_at IS NULL'),
       insertSession: db.prepare(
-        'INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at, passkey_id) VALUES (?, ?, ?, ?, ?, ?, ?)',
+        'INSERT INTO sessions (id, member_id, secret_hash, created_at, expires_at, revoked_at, passkey_id, device, last_used_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
       ),
       liveSessions: db.prepare(`SELECT ${SESSION_COLUMNS} FROM sessions
         WHERE member_id = ? AND revoked_at IS NULL AND expires_at > ? ORDER BY created_at DESC, id DESC`),
@@ -130,7 +130,7 @@ export class SqlitePasskeyStore implements PasskeyStore {
   }
 
   async createSession(s: MemberSession & { secretHash: Buffer }): Promise<void> {
-    this.q.insertSession.run(s.id, s.memberId, s.secretHash, s.createdAt, s.expiresAt, s.revokedAt, s.passkeyId);
+    this.q.insertSession.run(s.id, s.memberId, s.secretHash, s.createdAt, s.expiresAt, s.revokedAt, s.passkeyId, s.device, s.lastUsedAt);
   }
 
   async listLiveSessions(memberId: string, now: number): Promise<MemberSession[]> {

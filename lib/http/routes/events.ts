@@ -80,8 +80,9 @@ const reach = (f: EventFilter): string => `${f.visibilities.join(',')}|${f.allow
 export function eventRoutes(o: EventRouteOptions) {
   const { access, events, validator } = o;
 
-  function page(ctx: AppContext, filter: EventFilter, after: number, limit: number) {
-    return events.page(filter, after, limit).then(({ events: rows, cursor }) => {
+  /** A page oldest first after `after`, or newest first below `before` (`back`). */
+  function page(ctx: AppContext, filter: EventFilter, after: number, limit: number, back?: { before: number | null }) {
+    return (back ? events.pageBack(filter, back.before, limit) : events.page(filter, after, limit)).then(({ events: rows, cursor }) => {
       // The stored JSON is served as is: no parse and re-serialize per event.
       const items = rows.map((e) => (filter.redactActor ? redactActor(e.json) : e.json));
       ctx.type = 'application/json';
@@ -228,6 +229,15 @@ export function eventRoutes(o: EventRouteOptions) {
       const q = validator.query<EventsQuery>(`${SCHEMA}#/$defs/EventsQuery`, ctx.query);
       const filter = await filterFor(access, p, q);
       const cursors = await events.cursors();
+      // Reading backwards (docs/events.md, "Reading backwards"): an extension of version 1.
+      if (q.order === 'desc' || q.before !== undefined) {
+        if (q.order === 'asc') throw invalid('before reads newest first: leave out order=asc');
+        if (q.after !== undefined) throw invalid('after and before cannot be combined: after reads oldest first, before newest first');
+        if (wantsStream(ctx)) throw invalid('a live stream reads forwards: order=desc and before are for paged reads');
+        const before = await startPosition(events, p, q.before, cursors, 'before');
+        await page(ctx, filter, 0, q.limit, { before });
+        return;
+      }
       if (wantsStream(ctx)) {
         // EventSource resends the original URL on reconnect, so Last-Event-ID wins over `after`.
         const resume = ctx.get('last-event-id') || q.after;

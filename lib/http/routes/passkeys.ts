@@ -2,6 +2,7 @@
 // own endpoints under {app_url} (not in the contract's table, docs/api.md, "Endpoints summary"). The ceremonies are public (the
 // passkey is the credential); everything else needs the session.
 import type { Access } from '../../auth/access.ts';
+import { deviceName } from '../../auth/device-name.ts';
 import type { Passkeys } from '../../auth/passkeys.ts';
 import type { ReauthOperation } from '../../auth/ports.ts';
 import type { AuthenticationResponseJSON, RegistrationResponseJSON } from '@simplewebauthn/server';
@@ -41,14 +42,14 @@ export function passkeyRoutes(deps: {
     router.post('/auth/enroll', ceremony, async (ctx) => {
       const req = await body<{ invite: string; name?: string; response: RegistrationResponseJSON }>(ctx, 'EnrollRequest');
       ctx.status = 201;
-      ctx.body = await passkeys.enroll(req.invite, req.response, req.name);
+      ctx.body = await passkeys.enroll(req.invite, req.response, req.name, deviceName(ctx.get('user-agent')));
     });
     router.post('/auth/sign-in/options', ceremony, async (ctx) => {
       ctx.body = { publicKey: await passkeys.signInOptions() };
     });
     router.post('/auth/sign-in', ceremony, async (ctx) => {
       const req = await body<{ response: AuthenticationResponseJSON }>(ctx, 'SignInRequest');
-      ctx.body = await passkeys.signIn(req.response);
+      ctx.body = await passkeys.signIn(req.response, deviceName(ctx.get('user-agent')));
     });
     router.post('/auth/sign-out', session, async (ctx) => {
       await passkeys.endSession(me(ctx), ctx.state.principal.credentialId);

@@ -34,6 +34,7 @@ import mailSearchMarked from './029_mail_search_marked.ts';
 import webhookDisabledBy from './030_webhook_disabled_by.ts';
 import mailThreads from './031_mail_threads.ts';
 import inboxIdentities from './032_inbox_identities.ts';
+import sessionDevices from './034_session_devices.ts';
 
 export interface Migration {
   version: number;
@@ -71,4 +72,5 @@ export const migrations: Migration[] = [
   { version: 30, name: 'webhook_disabled_by', sql: webhookDisabledBy },
   { version: 31, name: 'mail_threads', sql: mailThreads },
   { version: 32, name: 'inbox_identities', sql: inboxIdentities },
+  { version: 34, name: 'session_devices', sql: sessionDevices },
 ];

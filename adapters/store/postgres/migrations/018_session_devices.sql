@@ -1,0 +1,4 @@
+-- What the member's list of sessions shows (docs/app.md, "Sessions and devices"): the device a
+-- session was opened on, as a short name made from its User-Agent ("Chrome on Linux", never the
+-- header itself), and when it was last used (written at most once a minute per session).
+ALTER TABLE sessions ADD COLUMN device TEXT, ADD COLUMN last_used_at BIGINT;
