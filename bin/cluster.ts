@@ -6,7 +6,7 @@
 import cluster, { type Worker } from 'node:cluster';
 import { relayClusterBus } from '../adapters/bus/cluster.ts';
 import { listenMetrics, type MetricsServer } from '../lib/http/metrics-server.ts';
-import { clusterMetrics } from '../lib/metrics.ts';
+import { clusterMetrics } from '../lib/prometheus.ts';
 import { untilSignal } from './signals.ts';
 
 /** What a worker tells the primary once it listens. */

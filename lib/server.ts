@@ -54,7 +54,7 @@ import type { SendService } from './send/service.ts';
 import { DraftOpener } from './send/draft-opening.ts';
 import type { BounceMatcher } from './send/bounces.ts';
 import { webhookRoutes } from './http/routes/webhooks.ts';
-import type { Metrics } from './metrics.ts';
+import type { Metrics } from './prometheus.ts';
 import { listenMetrics, type MetricsServer } from './http/metrics-server.ts';
 import { mcpRoutes } from './http/routes/mcp.ts';
 import type { McpTools } from './mcp/server.ts';

@@ -14,7 +14,8 @@ import { MasterKey } from '../crypto/master-key.ts';
 import { StreamGuard } from '../http/stream-guard.ts';
 import { StreamQuota } from '../http/stream-quota.ts';
 import { Validator } from '../http/validate.ts';
-import { Metrics, NO_METRICS, type Recorders } from '../metrics.ts';
+import { NO_METRICS, type Recorders } from '../metrics.ts';
+import { Metrics } from '../prometheus.ts';
 import { CredentialRate } from '../rate.ts';
 import type { Store } from '../store.ts';
 
