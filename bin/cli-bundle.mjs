@@ -4,10 +4,13 @@
 // built from differs (modification time or size) from when it was built: an edited source never
 // runs stale. Plain JavaScript, because it runs before anything is compiled.
 // docs/operations.md, "The postern command".
+//
+//   node bin/cli-bundle.mjs        (npm run build:cli) builds it now unless it is current; npm test
+//                                  and the test setup do, so no test spawns a build of its own
 import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative, sep } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const ENTRY = 'bin/postern.ts';
@@ -131,4 +134,16 @@ function removeOldBuilds(current) {
   for (const [i, d] of others.entries()) {
     if (i >= KEEP_NEWEST && Date.now() - d.mtimeMs > KEEP_MS) rmSync(d.path, { recursive: true, force: true });
   }
+}
+
+/** The current bundle's entry, built first unless it is current. */
+export async function ensureBundle() {
+  return freshBundle() ?? (await buildBundle());
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const started = Date.now();
+  const fresh = freshBundle();
+  const entry = fresh ?? (await buildBundle());
+  process.stdout.write(`${JSON.stringify({ bundle: relative(ROOT, entry), built: fresh === null, ms: Date.now() - started })}\n`);
 }

@@ -18,6 +18,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSy
 import { createRequire } from 'node:module';
 import { join, relative } from 'node:path';
 import { ROOT } from '../lib/paths.ts';
+import { ensureBundle } from '../bin/cli-bundle.mjs';
 import { down, portsFree, up } from './mailenv.ts';
 
 type Store = 'sqlite' | 'postgres';
@@ -165,6 +166,9 @@ async function main(): Promise<number> {
   if (checks) entries.push({ name: 'typecheck', kind: 'script', script: 'typecheck' }, { name: 'lint', kind: 'script', script: 'lint' });
   entries.sort((a, b) => expected(b, durations) - expected(a, durations));
 
+  // What bin/postern and the tests' `postern serve` run, built from the sources once here rather
+  // than by the first process of each lane at once (docs/operations.md, "The postern command").
+  await ensureBundle();
   const lanes = await laneEnvironments(Math.min(jobs, entries.length));
   // Interrupted: the files running are stopped, then every lane's environment.
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {

@@ -13,8 +13,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const postFresh = (url: string, token: string, body: unknown, headers: Record<string, string> = {}) =>
   callFresh('POST', url, token, body, headers);
 
-/** The primary's workers (not the helper processes the TypeScript loader starts). */
-const workerPids = (primary: number): number[] => childPids(primary, 'postern.ts serve');
+/** The primary's workers, forked running what the primary runs (bin/launch.mjs). */
+const workerPids = (primary: number): number[] => childPids(primary, 'launch.mjs serve');
 
 describe('postern serve with POSTERN_WORKERS=2 (no Redis)', function () {
   this.timeout(60_000);

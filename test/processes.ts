@@ -84,12 +84,12 @@ export function runPostern(args: readonly string[], env: Record<string, string>)
 }
 
 /**
- * `postern serve` from the sources, optionally with extra node flags (a profiler, say), in its
- * own working directory `cwd` (a machine of its own: a relative POSTERN_DB would land there).
+ * `postern serve` as bin/postern runs it (the bundle of the current sources, bin/launch.mjs),
+ * optionally with extra node flags (a profiler, say: it names the bundle's chunks and functions),
+ * in its own working directory `cwd` (a machine of its own: a relative POSTERN_DB would land there).
  */
 export function spawnPostern(env: Record<string, string>, nodeArgs: string[] = [], cwd?: string): Promise<Listening> {
-  const loader = join(ROOT, 'node_modules/tsx/dist/loader.mjs');
-  return spawnListening(process.execPath, [...nodeArgs, '--import', loader, join(ROOT, 'bin/postern.ts'), 'serve'], env, 30_000, cwd);
+  return spawnListening(process.execPath, [...nodeArgs, join(ROOT, 'bin/launch.mjs'), 'serve'], env, 30_000, cwd);
 }
 
 export async function stopProcess(child: ChildProcess): Promise<void> {

@@ -5,9 +5,11 @@
 //
 // Several runs may share one environment (a developer running two test files at once): each
 // registers itself in the environment's directory, and only the last one out stops what a test
-// run started, so no run pulls Dovecot from under another.
+// run started, so no run pulls Dovecot from under another. It also makes the bundle that every
+// `postern` a test spawns runs (bin/cli-bundle.mjs) current first.
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ensureBundle } from '../bin/cli-bundle.mjs';
 import { down, portsFree, status, up, type MailEnv, type MailEnvOptions } from '../scripts/mailenv.ts';
 import { failIfStillAliveAfter } from './open-handles.ts';
 import { alive } from './processes.ts';
@@ -34,6 +36,8 @@ async function chooseOptions(): Promise<MailEnvOptions> {
 }
 
 export async function mochaGlobalSetup(): Promise<void> {
+  // Before the first test spawns `postern` (a few ms when current; npm test built it once).
+  await ensureBundle();
   options = await chooseOptions();
   const env: MailEnv & { startedNow: string[] } = await up(options);
   envDir = env.dir;
