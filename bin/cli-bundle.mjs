@@ -72,7 +72,7 @@ const ownUrls = (outdir) => ({
  * process ever reads a half-written file.
  */
 export async function buildBundle() {
-  const { build } = await import('esbuild');
+  const { build, stop } = await import('esbuild');
   const started = Date.now();
   mkdirSync(OUT_DIR, { recursive: true });
   const tmp = mkdtempSync(join(OUT_DIR, '.build-'));
@@ -99,6 +99,9 @@ export async function buildBundle() {
   } catch (err) {
     rmSync(tmp, { recursive: true, force: true });
     throw err;
+  } finally {
+    // esbuild's service process would otherwise live as long as the command (a `serve`, say).
+    await stop();
   }
   const hash = createHash('sha256');
   for (const name of readdirSync(tmp).sort()) hash.update(name).update(readFileSync(join(tmp, name)));
