@@ -41,13 +41,17 @@ function copySources(): string {
   return dir;
 }
 
-function run(dir: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
+function runFile(file: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
   return new Promise((resolve) => {
-    execFile(join(dir, 'bin', 'postern'), args, { env: { ...process.env, ...env } }, (err, stdout, stderr) => {
+    execFile(file, args, { env: { ...process.env, ...env } }, (err, stdout, stderr) => {
       resolve({ code: err ? Number((err as { code?: number }).code ?? -1) : 0, stdout, stderr });
     });
   });
 }
+
+/** The copy's bin/postern. */
+const run = (dir: string, args: string[], env: Record<string, string> = {}): Promise<Run> =>
+  runFile(join(dir, 'bin', 'postern'), args, env);
 
 const stampOf = (dir: string) =>
   JSON.parse(readFileSync(join(dir, 'dist', 'cli', 'current.json'), 'utf8')) as { build: string; inputs: Record<string, string> };
@@ -78,6 +82,12 @@ describe('bin/postern runs its bundle', function () {
     const { build } = stampOf(dir);
     // Each built the same bundle: one build stays, no half-written one is left behind.
     expect(readdirSync(join(dir, 'dist', 'cli')).sort()).to.deep.equal([build, 'current.json']);
+  });
+
+  it('is built ahead by `npm run build:cli`, which has nothing to do while it is current', async () => {
+    const ahead = await runFile(process.execPath, [join(dir, 'bin', 'cli-bundle.mjs')]);
+    expect(ahead.code, ahead.stderr).to.equal(0);
+    expect(JSON.parse(ahead.stdout)).to.deep.include({ bundle: `dist/cli/${stampOf(dir).build}/postern.mjs`, built: false });
   });
 
   it('answers a staff command without tsx, on the configured store', async () => {

@@ -772,7 +772,7 @@ describe('MCP: /v1/mcp', function () {
     const bridged = new Client({ name: 'desktop', version: '1.0.0' });
     const transport = new StdioClientTransport({
       command: process.execPath,
-      args: ['--import', 'tsx', 'bin/postern.ts', 'mcp', '--url', s.base],
+      args: ['bin/launch.mjs', 'mcp', '--url', s.base],
       env: { ...(process.env as Record<string, string>), POSTERN_TOKEN: await p.token(['messages:read']) },
       cwd: ROOT,
       stderr: 'pipe',
@@ -791,7 +791,7 @@ describe('MCP: /v1/mcp', function () {
     const bridged = new Client({ name: 'desktop', version: '1.0.0' });
     const transport = new StdioClientTransport({
       command: process.execPath,
-      args: ['--import', 'tsx', 'bin/postern.ts', 'mcp', '--url', `${s.base}/mcp`, '--token', 'svc_not_a_token'],
+      args: ['bin/launch.mjs', 'mcp', '--url', `${s.base}/mcp`, '--token', 'svc_not_a_token'],
       cwd: ROOT,
       stderr: 'pipe',
     });
