@@ -177,6 +177,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
       'div',
       { class: 'actions' },
       h('a', { class: 'button', href: `#/compose/${inboxId}`, id: 'compose' }, 'Compose'),
+      h('a', { class: 'button secondary', href: `#/compose/${inboxId}/drafts`, id: 'drafts' }, 'Drafts'),
       h('a', { class: 'button secondary', href: '#/events', id: 'activity' }, 'Activity'),
     ),
     searchForm(inboxId, labels, ''),

@@ -235,6 +235,7 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
       'div',
       { class: 'actions' },
       h('a', { class: 'button', href: `#/compose/${inboxId}/reply/${msgId}`, id: 'reply' }, 'Reply'),
+      h('a', { class: 'button secondary', href: `#/compose/${inboxId}/reply-all/${msgId}`, id: 'reply-all' }, 'Reply all'),
       h('a', { class: 'button secondary', href: `#/compose/${inboxId}/forward/${msgId}`, id: 'forward' }, 'Forward'),
     ),
     toggles,

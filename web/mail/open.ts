@@ -63,3 +63,17 @@ export async function openMessage(inboxId: string, msgId: string, detail?: Messa
   const { data } = await decrypt({ message, decryptionKeys: epochKey, format: 'binary' });
   return data;
 }
+
+/**
+ * A message the member sealed to the inbox's epoch key `epoch` (a zero-access draft, docs/sending.md,
+ * "Drafts"), opened in this browser: the same packets as a stored message, in two fields.
+ */
+export async function openSealed(inboxId: string, sealed: { epoch: number; wrappedDek: string; ciphertext: string }): Promise<Uint8Array> {
+  let keys = await epochKeys(inboxId, false);
+  if (!keys.has(sealed.epoch)) keys = await epochKeys(inboxId, true);
+  const epochKey = keys.get(sealed.epoch);
+  if (!epochKey) throw new Error('This draft is encrypted with a key of this inbox that you have not been given.');
+  const message = await readMessage({ binaryMessage: concatBytes([fromBase64(sealed.wrappedDek), fromBase64(sealed.ciphertext)]) });
+  const { data } = await decrypt({ message, decryptionKeys: epochKey, format: 'binary' });
+  return data;
+}
