@@ -1,7 +1,7 @@
 // The web app's writing side in real Chromium: compose (non-ASCII subject, an attachment) sealed
 // in the browser and sent with /send to another inbox, a retry after a lost answer that sends
 // once, reply (threading headers, \Answered on the original over IMAP), forward (the original
-// attached whole), and the activity screen.
+// quoted inline; more in test/app-drafts.test.ts), and the activity screen.
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
@@ -186,7 +186,7 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
     }
   });
 
-  it('forwards: the original attached whole as message/rfc822', async () => {
+  it('forwards: the original quoted inline under a "Forwarded message" block', async () => {
     const app = await mailApp(a);
     const subject = `Forward me ${unique('f')}`;
     try {
@@ -209,22 +209,24 @@ describe('web app: compose, reply, forward, activity (Chromium)', function () {
     const original = await arrived(a, subject);
     const { page } = device;
     await go(page, `#/compose/${a.id}/forward/${original.id}`);
-    await page.locator('#compose-forwarded').waitFor({ timeout: 60_000 });
+    await page.locator('#compose-subject').waitFor({ timeout: 60_000 });
+    await until('the forward form', async () => (await page.locator('#compose-subject').inputValue()) !== '');
     expect(await page.locator('#compose-subject').inputValue()).to.equal(`Fwd: ${subject}`);
     await page.fill('#compose-to', b.address);
     // Keyboard: Enter in a one-line box does not send (a send would mark the status at once,
     // within the key press); Ctrl+Enter does.
     await page.locator('#compose-subject').press('Enter');
     expect(await page.locator('#compose-status').getAttribute('data-state')).to.equal(null);
-    await page.fill('#compose-body', 'See below.');
+    await page.locator('#compose-body').press('Control+Home');
+    await page.keyboard.type('See below.');
     await page.locator('#compose-body').press('Control+Enter');
     await sentDraft(page);
     const fwd = await arrived(b, `Fwd: ${subject}`);
     const c = await content(b, fwd.id);
-    expect(c.attachments.map((x) => x.contentType)).to.include('message/rfc822');
-    expect(await source(b, fwd.id))
-      .to.include('The original body.')
-      .and.include(`Subject: ${subject}`);
+    expect(c.text)
+      .to.match(/^See below\./)
+      .and.include('---------- Forwarded message ---------');
+    expect(c.text).to.include(`Subject: ${subject}`).and.include('The original body.');
   });
 
   // mail.delivery.accepted has project visibility: docs/api.md, "Events" shows it only with project:read, which a
