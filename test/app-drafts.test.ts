@@ -239,8 +239,11 @@ describe('web app: reply all, forward inline, suggestions, signature, drafts (Ch
       const subject = `Draft ${mode} ${unique('d')}`;
       const attachment = randomBytes(4000);
       let page = device.page;
+      // From another screen: the previous test may have left this very address showing its sent form.
+      await go(page, `#/compose/${inbox.id}/drafts`);
+      await page.locator('#drafts, #drafts-empty').first().waitFor({ timeout: 60_000 });
       await go(page, `#/compose/${inbox.id}`);
-      await page.locator('#compose-to').waitFor({ timeout: 60_000 });
+      await page.locator('#compose-to:enabled').waitFor({ timeout: 60_000 });
       await page.fill('#compose-to', `Bee <${b.address}>`);
       await page.fill('#compose-subject', subject);
       await page.locator('#compose-body').press('Control+Home');
