@@ -63,7 +63,7 @@ export interface Config {
   /** What one message search may ask of the store's text index (docs/search.md, "What a search may cost"). */
   search: SearchBounds;
   /** Postern's own sending limit per inbox, before the relay's. */
-  send: { perHour: number; copyYieldMs: number };
+  send: { perHour: number; copyYieldMs: number; horizonMs: number };
   /** The LMTP delivery ingress (Postfix → Postern → Dovecot); `listen` null: off. */
   ingress: {
     listen: { host: string; port: number } | null;
@@ -348,6 +348,11 @@ export const SETTINGS: readonly Setting[] = [
     name: 'POSTERN_SEND_RATE_PER_HOUR',
     default: '300',
     description: 'messages one inbox may send per hour (both send operations); over it: 422',
+  },
+  {
+    name: 'POSTERN_SEND_HORIZON',
+    default: '30d',
+    description: 'how far ahead a send may be scheduled (sendAt; docs/sending.md, "Send later"); further: 422',
   },
   {
     name: 'POSTERN_SENT_COPY_YIELD_MS',
@@ -748,7 +753,11 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       // Under the pool's statement timeout (30 s) and its wait for a connection (10 s).
       budgetMs: int('POSTERN_SEARCH_TIMEOUT_MS', 10, 10000),
     },
-    send: { perHour: int('POSTERN_SEND_RATE_PER_HOUR', 1, 10_000_000), copyYieldMs: int('POSTERN_SENT_COPY_YIELD_MS', 0, 3_600_000) },
+    send: {
+      perHour: int('POSTERN_SEND_RATE_PER_HOUR', 1, 10_000_000),
+      copyYieldMs: int('POSTERN_SENT_COPY_YIELD_MS', 0, 3_600_000),
+      horizonMs: duration('POSTERN_SEND_HORIZON'),
+    },
     ingress: {
       listen: get('POSTERN_LMTP_PORT') === '' ? null : { host: get('POSTERN_LMTP_HOST'), port: int('POSTERN_LMTP_PORT', 0, 65535) },
       dovecot: { host: get('POSTERN_DOVECOT_LMTP_HOST'), port: int('POSTERN_DOVECOT_LMTP_PORT', 1, 65535) },

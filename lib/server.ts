@@ -49,6 +49,8 @@ import { webAppRoutes } from './http/routes/web-app.ts';
 import { sendRoutes } from './http/routes/send.ts';
 import { draftRoutes } from './http/routes/drafts.ts';
 import { composeRoutes } from './http/routes/compose.ts';
+import { outboxRoutes } from './http/routes/outbox.ts';
+import type { ScheduledSends } from './send/scheduled.ts';
 import type { SentCopies } from './send/outbox.ts';
 import type { SendService } from './send/service.ts';
 import { DraftOpener } from './send/draft-opening.ts';
@@ -89,6 +91,8 @@ export interface Postern {
   /** Sending (both operations) and the outbox filing Sent copies. */
   send: SendService;
   sentCopies: SentCopies;
+  /** Sends waiting for their time or undo hold (docs/sending.md, "Send later"). */
+  scheduled: ScheduledSends;
   /** Each inbox's epoch keys (lib/crypto): what the read, ingress and send paths seal to and open with. */
   keys: EpochKeyring;
   /**
@@ -206,7 +210,8 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     contentRoutes(access, sealed, eventLog, rate),
     inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
     sendRoutes(access, send, new DraftOpener(keys), validator, sendPart.memory),
-    draftRoutes(access, sendPart.drafts, validator, sendPart.memory),
+    draftRoutes(access, sendPart.drafts, validator, sendPart.memory, send),
+    outboxRoutes(access, sendPart.scheduled, validator),
     composeRoutes({ access, send, identities: sendPart.identities, sealed, events: eventLog, validator, gate: sendPart.memory }),
     webhookRoutes({ access, validator, webhooks: webhooks.endpoints }),
     mcpRoutes({
@@ -279,6 +284,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
     mailMirror,
     send,
     sentCopies,
+    scheduled: sendPart.scheduled,
     keys,
     lmtp: ingress.lmtp,
     resealer: mailPart.resealer,

@@ -30,6 +30,9 @@ function entry(n: number, now = Date.now()): OutboxEntry {
     attempts: 0,
     claims: 0,
     nextAttemptAt: now,
+    sendAt: null,
+    holdUntil: null,
+    failure: null,
     createdAt: now,
   };
 }

@@ -71,6 +71,7 @@ export const PROJECT_ERASE: readonly EraseStep[] = [
   },
   ...INBOX_TABLES.map((table) => ({ sql: `DELETE FROM ${table} WHERE inbox_id IN (${INBOXES})` })),
   { sql: `DELETE FROM mail_outbox_copies WHERE id IN (SELECT id FROM mail_outbox WHERE project_id = $1)` },
+  { sql: `DELETE FROM mail_outbox_sealed WHERE id IN (SELECT id FROM mail_outbox WHERE project_id = $1)` },
   { sql: 'DELETE FROM mail_outbox WHERE project_id = $1' },
   { sql: `DELETE FROM webhook_deliveries WHERE project_id = $1 OR endpoint_id IN (${PROJECT_ENDPOINTS})` },
   { sql: 'DELETE FROM webhook_endpoints WHERE project_id = $1', counts: 'webhooks' },

@@ -278,6 +278,48 @@ const BUILTINS: BuiltinSpec[] = [
       { name: 'draftId', type: 'string' },
     ],
   },
+  // lib/send/scheduled.ts: a send waiting in the outbox for its time or undo hold, and what became
+  // of it (docs/sending.md, "The outbox"); sent or refused, it is mail.delivery.accepted or .failed.
+  ...(
+    [
+      ['mail.outbox.scheduled', 'A send was stored to go later: at its send time, or once its undo hold passed.'],
+      ['mail.outbox.rescheduled', "A waiting send's time was moved."],
+      ['mail.outbox.cancelled', 'A waiting send was taken back before it went; its message is back in Drafts.'],
+      ['mail.outbox.sending', 'A waiting send came due and is being relayed.'],
+      ['mail.outbox.unknown', "A waiting send was relayed whole but the relay's answer was lost: most likely sent, never sent again."],
+    ] as const
+  ).map(
+    ([name, description]): BuiltinSpec => ({
+      name,
+      description,
+      class: 'delivery',
+      visibility: 'project',
+      status: 'stable',
+      subject: 'the Message-ID header of the message',
+      fields: [
+        {
+          name: 'outboxId',
+          type: 'string',
+          pattern: '^[0-9a-f]{32}$',
+          required: true,
+          description: 'The send in the outbox (GET …/outbox).',
+        },
+        { name: 'messageId', type: 'string', required: true, description: 'The Message-ID header.' },
+        ...(name === 'mail.outbox.scheduled' || name === 'mail.outbox.rescheduled'
+          ? [{ name: 'sendAt', type: 'string', required: true, description: 'When it goes (RFC 3339).' } as const]
+          : []),
+        ...(name === 'mail.outbox.scheduled'
+          ? [{ name: 'holdUntil', type: 'string', description: 'Until when it can be taken back (RFC 3339).' } as const]
+          : []),
+        ...(name === 'mail.outbox.cancelled'
+          ? [{ name: 'draftId', type: 'string', pattern: DRAFT, required: true, description: 'The draft it became.' } as const]
+          : []),
+        ...(name === 'mail.outbox.unknown'
+          ? [{ name: 'reason', type: 'string', required: true, description: 'What happened to the connection.' } as const]
+          : []),
+      ],
+    }),
+  ),
   {
     name: 'access.content.read',
     description: 'Decrypted content of a message was read through /content, /source or /attachments/{n}. Audit-only.',

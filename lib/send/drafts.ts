@@ -21,7 +21,18 @@ import type { WarnLog } from '../warn-log.ts';
 import type { MemoryBudget, OutboxStore } from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
 import type { DraftOpener } from './draft-opening.ts';
-import { draftFingerprint, MAX_MESSAGE_BYTES, MAX_RECIPIENTS, type SendService } from './service.ts';
+import {
+  draftFingerprint,
+  isScheduled,
+  MAX_MESSAGE_BYTES,
+  MAX_RECIPIENTS,
+  type SendRequest,
+  type SendResult,
+  type SendService,
+} from './service.ts';
+
+/** A send time or undo hold for a draft's send (docs/sending.md, "Send later"). */
+type Schedule = SendRequest['schedule'];
 
 export const DRAFT_ID = /^draft_[A-Za-z0-9_-]{16,64}$/;
 /** The fields Postern writes on a draft, and strips from what a client gives and from what it sends. */
@@ -220,9 +231,11 @@ export class DraftService {
 
   /**
    * Sends the draft as /send or /messages would (the draft id is the outbox's: a retry never
-   * sends it twice), then removes it from Drafts once its Sent copy is filed.
+   * sends it twice), then removes it from Drafts once its Sent copy is filed. Scheduled (a send
+   * time or an undo hold), it leaves Drafts at once: the outbox holds it, and cancelling it there
+   * puts it back under the same id.
    */
-  async sendDraft(inbox: Inbox, actor: string, id: string): Promise<{ sent: true }> {
+  async sendDraft(inbox: Inbox, actor: string, id: string, schedule?: Schedule): Promise<SendResult> {
     return this.exclusive(inbox.id, id, async () => {
       const found = (await this.byId(inbox)).get(id);
       if (!found) {
@@ -237,22 +250,25 @@ export class DraftService {
       // from it (sealed), and a zero-access inbox's Sent copy sealed (the joined message and the sealed bytes).
       const size = found.draft.size;
       const release = await this.memory?.enter(size + (found.draft.sealed ? size : 0) + (inbox.mode === 'zero-access' ? 2 * size : 0));
-      let result: { sent: true };
+      let result: SendResult;
       try {
         const source = await this.folder.source(inbox, { uid: found.uids.at(-1)!, uidValidity: found.uidValidity });
         if (!source) throw notFound('draft not found');
         result = found.draft.sealed
-          ? await this.sendSealed(inbox, actor, id, source)
-          : await this.sendRaw(inbox, actor, id, source, found.draft.to);
+          ? await this.sendSealed(inbox, actor, id, source, schedule)
+          : await this.sendRaw(inbox, actor, id, source, found.draft.to, schedule);
       } finally {
         release?.();
       }
-      await this.removeOnceFiled(inbox, actor, id, found);
+      if (isScheduled(result)) {
+        await this.folder.remove(inbox, found);
+        await this.record(inbox, actor, 'draft.removed', id, { draftId: id, sent: true });
+      } else await this.removeOnceFiled(inbox, actor, id, found);
       return result;
     });
   }
 
-  private async sendSealed(inbox: Inbox, actor: string, id: string, source: Buffer): Promise<{ sent: true }> {
+  private async sendSealed(inbox: Inbox, actor: string, id: string, source: Buffer, schedule: Schedule): Promise<SendResult> {
     const head = splitHeader(source).head;
     const epoch = epochOf(head);
     const from = fromAddress(head);
@@ -271,11 +287,12 @@ export class DraftService {
     if (prior) return prior;
     await this.send.admit(inbox, { from, to });
     const raw = await this.opener.open(inbox.id, { draftId: id, epoch, wrappedDek, ciphertext });
-    return this.send.send(inbox, actor, { from, to, raw, draft: { id, fingerprint } });
+    const sealed = schedule ? { sealed: { draftId: id, epoch, wrappedDek, ciphertext } } : {};
+    return this.send.send(inbox, actor, { from, to, raw, draft: { id, fingerprint }, ...(schedule ? { schedule } : {}), ...sealed });
   }
 
   /** `to`: the draft's To, Cc and Bcc addresses, as the mail server read them (its envelope). */
-  private async sendRaw(inbox: Inbox, actor: string, id: string, source: Buffer, to: string[]): Promise<{ sent: true }> {
+  private async sendRaw(inbox: Inbox, actor: string, id: string, source: Buffer, to: string[], schedule: Schedule): Promise<SendResult> {
     const raw = this.outgoing(source);
     const { head } = splitHeader(raw);
     const from = fromAddress(head);
@@ -283,7 +300,7 @@ export class DraftService {
     const fingerprint = draftFingerprint(['raw', createHash('sha256').update(raw).digest('hex'), from, ...[...to].sort()]);
     const prior = await this.send.priorAnswer(inbox.id, id, fingerprint);
     if (prior) return prior;
-    return this.send.send(inbox, actor, { from, to, raw, draft: { id, fingerprint } });
+    return this.send.send(inbox, actor, { from, to, raw, draft: { id, fingerprint }, ...(schedule ? { schedule } : {}) });
   }
 
   /** The draft as it is sent and shown: without the fields Postern keeps on it. */

@@ -68,9 +68,11 @@ export interface Relay {
 /**
  * `relaying`: reserved, no byte of the message written yet; `sending`: its bytes may have been
  * written, the relay's answer not yet known; `filing`: accepted (or its outcome unknown), the Sent
- * copy waiting; `filed`.
+ * copy waiting; `filed`. A send with a send time or an undo hold (docs/sending.md, "Send later")
+ * is `scheduled` until it is due, then claimed into `relaying`; taken back it is `cancelled`, and
+ * refused by the relay (or never relayable) it is `failed` with the reason.
  */
-export type OutboxState = 'relaying' | 'sending' | 'filing' | 'filed';
+export type OutboxState = 'scheduled' | 'relaying' | 'sending' | 'filing' | 'filed' | 'cancelled' | 'failed';
 
 /** One send: reserved before relaying, its Sent copy kept until Dovecot took it. */
 export interface OutboxEntry {
@@ -100,6 +102,29 @@ export interface OutboxEntry {
   /** ms since the epoch. */
   nextAttemptAt: number;
   createdAt: number;
+  /** A scheduled send: when it goes (ms since the epoch); null for one sent at once. */
+  sendAt: number | null;
+  /** A scheduled send's undo hold: it can be taken back until then; null without one. */
+  holdUntil: number | null;
+  /** `failed`: why. */
+  failure: string | null;
+}
+
+/** A /send body kept sealed until its send time (docs/sending.md, "Send later"): opened only then. */
+export interface SealedSend {
+  /** The draft id the ciphertext's literal data is bound to. */
+  draftId: string;
+  epoch: number;
+  wrappedDek: Buffer;
+  ciphertext: Buffer;
+}
+
+/** What a scheduled send needs at its time beyond the Sent copy: its envelope, and a sealed body. */
+export interface ScheduledParts {
+  /** The envelope recipients (RCPT TO). */
+  envelope: string[];
+  /** A sealed send's body; null: the relayed message is the Sent copy without its Bcc field. */
+  sealed: SealedSend | null;
 }
 
 /**
@@ -125,7 +150,13 @@ export interface OutboxStore {
    * stores the entry in state `relaying` with the Sent copy's bytes (in pieces, joined as they
    * are stored).
    */
-  reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation>;
+  reserve(
+    entry: OutboxEntry,
+    copy: readonly Buffer[],
+    rate: { since: number; max: number },
+    /** A scheduled send (entry.sendAt set): stored in state `scheduled`, due at entry.nextAttemptAt. */
+    scheduled?: ScheduledParts,
+  ): Promise<Reservation>;
   /** The inbox's sends since `since`, as reserve() counts them (exact up to `max`); a read, for checking early. */
   sentSince(inboxId: string, since: number, max: number): Promise<number>;
   get(id: string): Promise<OutboxEntry | null>;
@@ -166,6 +197,40 @@ export interface OutboxStore {
    * draft replays, bounces).
    */
   filed(ids: readonly string[], now: number): Promise<void>;
+
+  // Scheduled sends (docs/sending.md, "Send later").
+  /** When the earliest `scheduled` entry is due (ms since the epoch); null when none waits. */
+  nextScheduled(): Promise<number | null>;
+  /** `scheduled` entries due by `now`, earliest first, at most `limit`. */
+  dueScheduled(now: number, limit: number): Promise<OutboxEntry[]>;
+  /**
+   * Takes a due `scheduled` entry for sending (`scheduled` → `relaying`, owned by this process,
+   * so a process that dies holding it is recovered). True when this caller got it.
+   */
+  claimScheduled(id: string, now: number): Promise<boolean>;
+  /** A scheduled entry's envelope and sealed body (null once it is relayed or gone). */
+  scheduledParts(id: string): Promise<ScheduledParts | null>;
+  /** A claimed scheduled send the relay could not take now: `scheduled` again, due at `at`, its attempt counted. */
+  retryScheduled(id: string, at: number): Promise<void>;
+  /**
+   * A claimed scheduled send that will never go: `failed` with the reason, its bytes dropped,
+   * its draft id freed and its rate count given back.
+   */
+  failScheduled(id: string, reason: string): Promise<void>;
+  /**
+   * Takes back a `scheduled` entry before it is claimed: `cancelled`, its draft id freed and its
+   * rate count given back; its bytes stay until forget(). True when it was cancelled by this call.
+   */
+  cancel(id: string): Promise<boolean>;
+  /** Moves a `scheduled` entry's send time (due at the later of it and its hold); false unless still scheduled. */
+  reschedule(id: string, sendAt: number): Promise<boolean>;
+  /** Drops a cancelled or relayed scheduled entry's kept bytes (its Sent copy, unless filing, and sealed body). */
+  forget(id: string): Promise<void>;
+  /**
+   * The inbox's entries, newest first, at most `limit`: only those not settled yet (scheduled,
+   * relaying, sending) when `pending`, otherwise every one.
+   */
+  list(inboxId: string, pending: boolean, limit: number): Promise<OutboxEntry[]>;
 }
 
 /** One Sent copy to file. */

@@ -20,8 +20,10 @@ import {
   type OutboxStore,
   type Relay,
   type RelayAccepted,
+  type SealedSend,
 } from './ports.ts';
 import { fromAddress, headerValues, lineEnding, splitHeader, withoutField } from './rfc5322.ts';
+import { scheduleOf } from './scheduled.ts';
 
 /** docs/api.md, "Limits": both send operations. */
 export const MAX_RECIPIENTS = 100;
@@ -30,6 +32,8 @@ export const MAX_MESSAGE_BYTES = 25 * 1024 * 1024;
 export interface SendLimits {
   /** Messages one inbox may send per hour (Postern's own rate; Postfix policy may add more). */
   perHour: number;
+  /** How far ahead a send may be scheduled (POSTERN_SEND_HORIZON); 30 days when not given. */
+  horizonMs?: number;
 }
 
 export interface SendRequest {
@@ -44,6 +48,42 @@ export interface SendRequest {
    * by the outbox as a draft is (docs/sending.md, "Exactly once"), so a retry gets the first answer.
    */
   idempotency?: { key: string; fingerprint: string };
+  /**
+   * Send later or with an undo hold (docs/sending.md, "Send later"): it waits in the outbox until
+   * the later of the two (ms since the epoch), and can be taken back until then.
+   */
+  schedule?: { sendAt: number; holdUntil: number | null };
+  /** /send: its sealed body, kept as it came while it waits (opened again at its time). */
+  sealed?: SealedSend;
+}
+
+/** What a scheduled send answers (202): it waits in the outbox (docs/sending.md, "Send later"). */
+export interface ScheduledAnswer {
+  sent: false;
+  outboxId: string;
+  messageId: string;
+  state: 'held' | 'scheduled';
+  /** RFC 3339. */
+  sendAt: string;
+  holdUntil: string | null;
+}
+
+/** Either answer of a send. */
+export type SendResult = SendAnswer | ScheduledAnswer;
+
+/** Whether a send's answer is a scheduled one (the routes answer it with 202). */
+export const isScheduled = (a: SendResult): a is ScheduledAnswer => a.sent === false;
+
+/** A scheduled entry's answer and how the outbox lists it. */
+export function scheduledAnswer(e: OutboxEntry, now = Date.now()): ScheduledAnswer {
+  return {
+    sent: false,
+    outboxId: e.id,
+    messageId: e.messageId,
+    state: e.holdUntil !== null && e.holdUntil > now ? 'held' : 'scheduled',
+    sendAt: new Date(e.sendAt ?? e.nextAttemptAt).toISOString(),
+    holdUntil: e.holdUntil === null ? null : new Date(e.holdUntil).toISOString(),
+  };
 }
 
 /** What a send answers: accepted for delivery, and the Message-ID it went with (an extension). */
@@ -90,6 +130,40 @@ export function draftFingerprint(parts: ReadonlyArray<string | Base64Part>): str
   return h.digest('hex');
 }
 
+/**
+ * The message as relayed (Bcc removed) and as its Sent copy keeps it, with a Message-ID and a
+ * Date added when it has none (`messageId` when given: a scheduled send opened again keeps its
+ * own). Both are pieces of `raw`, never a second whole copy of it.
+ */
+export function outgoing(
+  raw: Buffer,
+  from: string,
+  messageId?: string,
+  /** `from` as the client spelled it, for the error. */
+  spelled = from,
+): { messageId: string; relayed: Buffer[]; plainCopy: Buffer[] } {
+  const { head, body } = splitHeader(raw);
+  const author = fromAddress(head);
+  if (author === null) throw invalid('the message needs one From header with one address');
+  if (author !== from) throw invalid(`from (${spelled}) does not match the message's From header (${author})`);
+  // A message without them gets a Message-ID (the outbox, the event and bounces refer to it)
+  // and a Date, as a mail app would add them.
+  let id = headerValues(head, 'message-id')[0] ?? '';
+  const added: string[] = [];
+  const nl = lineEnding(head);
+  if (!id) {
+    id = messageId ?? `<${randomId(16).toString('hex')}@${from.split('@')[1]}>`;
+    added.push(`Message-ID: ${id}${nl}`);
+  }
+  if (headerValues(head, 'date').length === 0) added.push(`Date: ${rfc5322Date(new Date())}${nl}`);
+  const prefix = Buffer.from(added.join(''), 'utf8');
+  // Bcc recipients are in the envelope; the header goes to nobody, but stays in the sender's copy.
+  const relayedHead = withoutField(head, 'bcc');
+  const relayed = added.length === 0 && relayedHead === head ? [raw] : [prefix, relayedHead, body];
+  const plainCopy = added.length > 0 ? [prefix, head, body] : [raw];
+  return { messageId: id, relayed, plainCopy };
+}
+
 /** Its relay has not answered yet (nothing written, or written and waiting for the reply). */
 const inFlight = (e: OutboxEntry) => e.state === 'relaying' || e.state === 'sending';
 
@@ -117,6 +191,8 @@ export interface SendServiceOptions {
   sealCopy: (inboxId: string, raw: Buffer) => Promise<Buffer>;
   /** Sends by outcome and the relay's latency (lib/metrics.ts). */
   metrics?: SendMetrics;
+  /** Told of each scheduled send stored, with when it is due (lib/send/scheduled.ts arms its timer). */
+  onScheduled?: (dueAt: number) => void;
 }
 
 export class SendService {
@@ -128,8 +204,11 @@ export class SendService {
   private readonly log: WarnLog;
   private readonly sealCopy: (inboxId: string, raw: Buffer) => Promise<Buffer>;
   private readonly metrics: SendMetrics;
+  /** Set by the scheduled sends' runner once it exists (it needs this service first). */
+  onScheduled: (dueAt: number) => void;
 
   constructor(o: SendServiceOptions) {
+    this.onScheduled = o.onScheduled ?? (() => {});
     this.relay = o.relay;
     this.outbox = o.outbox;
     this.events = o.events;
@@ -145,14 +224,14 @@ export class SendService {
    * 422 when it was sent with other content; null when the draft is new (or still on its way,
    * which send() waits for).
    */
-  async priorAnswer(inboxId: string, draftId: string, fingerprint: string): Promise<SendAnswer | null> {
+  async priorAnswer(inboxId: string, draftId: string, fingerprint: string): Promise<SendResult | null> {
     const first = await this.outbox.byDraft(inboxId, draftId);
     if (!first) return null;
     return inFlight(first) ? (this.sameContent(first, fingerprint), null) : this.answerOf(first, fingerprint);
   }
 
   /** The first answer for an Idempotency-Key already used (as priorAnswer() for a draft). */
-  keyAnswer(inboxId: string, key: string, fingerprint: string): Promise<SendAnswer | null> {
+  keyAnswer(inboxId: string, key: string, fingerprint: string): Promise<SendResult | null> {
     return this.priorAnswer(inboxId, idempotencyDraftId(key), fingerprint);
   }
 
@@ -171,14 +250,15 @@ export class SendService {
    * The answer for a draft whose first send is settled, however often it is asked again: sent,
    * or (its relay's answer lost) a 422 saying the outcome is unknown and it will not go again.
    */
-  private answerOf(first: OutboxEntry, fingerprint: string | null): SendAnswer {
+  private answerOf(first: OutboxEntry, fingerprint: string | null): SendResult {
     this.sameContent(first, fingerprint);
+    if (first.state === 'scheduled') return scheduledAnswer(first);
     if (first.outcomeUnknown) throw outcomeUnknown();
     return { sent: true, messageId: first.messageId };
   }
 
   /** Relays the message and queues its Sent copy; resolves once the relay accepted it. */
-  async send(inbox: Inbox, actor: string, req: SendRequest): Promise<SendAnswer> {
+  async send(inbox: Inbox, actor: string, req: SendRequest): Promise<SendResult> {
     const done = this.copies.sending();
     try {
       return await this.relayAndQueue(inbox, actor, req);
@@ -208,6 +288,14 @@ export class SendService {
     return to;
   }
 
+  /**
+   * The schedule of a send with a send time (RFC 3339) or an undo hold (seconds), checked
+   * against the horizon (lib/send/scheduled.ts); undefined when it goes at once.
+   */
+  scheduleOf(sendAt: string | undefined, holdSeconds: number | undefined): SendRequest['schedule'] {
+    return scheduleOf(sendAt, holdSeconds, this.limits.horizonMs ?? 30 * 86_400_000);
+  }
+
   /** 403 unless `from` is one of the inbox's addresses. */
   mayUse(inbox: Inbox, from: string): void {
     const wanted = from.toLowerCase();
@@ -218,33 +306,16 @@ export class SendService {
     return unprocessable(`sending rate limit reached: this inbox may send ${this.limits.perHour} messages per hour`);
   }
 
-  private async relayAndQueue(inbox: Inbox, actor: string, req: SendRequest): Promise<SendAnswer> {
+  private async relayAndQueue(inbox: Inbox, actor: string, req: SendRequest): Promise<SendResult> {
     const from = req.from.toLowerCase();
     // The rate is not read here: the reservation below counts it, atomically, at no extra read.
     const to = this.envelopeOf(inbox, req);
     if (req.raw.length > MAX_MESSAGE_BYTES) throw unprocessable(`the message is over the ${MAX_MESSAGE_BYTES} byte limit`);
 
-    const { head, body } = splitHeader(req.raw);
-    const author = fromAddress(head);
-    if (author === null) throw invalid('the message needs one From header with one address');
-    if (author !== from) throw invalid(`from (${req.from}) does not match the message's From header (${author})`);
-
-    // A message without them gets a Message-ID (the outbox, the event and bounces refer to it)
-    // and a Date, as a mail app would add them.
-    let messageId = headerValues(head, 'message-id')[0] ?? '';
-    const added: string[] = [];
-    const nl = lineEnding(head);
-    if (!messageId) {
-      messageId = `<${randomId(16).toString('hex')}@${from.split('@')[1]}>`;
-      added.push(`Message-ID: ${messageId}${nl}`);
+    const { messageId, relayed, plainCopy } = outgoing(req.raw, from, undefined, req.from);
+    if (req.schedule && inbox.mode === 'zero-access' && !req.sealed) {
+      throw unprocessable("a zero-access inbox's scheduled sends wait sealed: send them with POST /send or a sealed draft");
     }
-    if (headerValues(head, 'date').length === 0) added.push(`Date: ${rfc5322Date(new Date())}${nl}`);
-    const prefix = Buffer.from(added.join(''), 'utf8');
-    // Bcc recipients are in `to`; the header goes to nobody, but stays in the sender's copy.
-    // Both are pieces of the bytes given, never a second whole copy of the message.
-    const relayedHead = withoutField(head, 'bcc');
-    const relayed = added.length === 0 && relayedHead === head ? [req.raw] : [prefix, relayedHead, body];
-    const plainCopy = added.length > 0 ? [prefix, head, body] : [req.raw];
     // No plaintext of a zero-access inbox's message rests anywhere, the outbox included.
     const copy =
       inbox.mode === 'zero-access'
@@ -259,7 +330,7 @@ export class SendService {
       actor,
       draftId: req.draft?.id ?? (req.idempotency ? idempotencyDraftId(req.idempotency.key) : null),
       fingerprint: req.draft?.fingerprint ?? req.idempotency?.fingerprint ?? null,
-      state: 'relaying',
+      state: req.schedule ? 'scheduled' : 'relaying',
       outcomeUnknown: false,
       mailFrom: from,
       recipients: to.length,
@@ -267,12 +338,17 @@ export class SendService {
       size: relayed.reduce((n, piece) => n + piece.length, 0),
       attempts: 0,
       claims: 0,
-      nextAttemptAt: now,
+      nextAttemptAt: req.schedule ? Math.max(req.schedule.sendAt, req.schedule.holdUntil ?? 0) : now,
       createdAt: now,
+      sendAt: req.schedule?.sendAt ?? null,
+      holdUntil: req.schedule?.holdUntil ?? null,
+      failure: null,
     };
+    const scheduled = req.schedule ? { envelope: to, sealed: req.sealed ?? null } : undefined;
     const deadline = now + REPLAY_WAIT_MS;
     for (;;) {
-      const reservation = await this.outbox.reserve(entry, copy, { since: Date.now() - HOUR_MS, max: this.limits.perHour });
+      const rate = { since: Date.now() - HOUR_MS, max: this.limits.perHour };
+      const reservation = await this.outbox.reserve(entry, copy, rate, scheduled);
       if (reservation.ok) break;
       if (reservation.reason === 'rate') throw this.rateLimited();
       // The draft was sent (or is being sent) already: never twice.
@@ -283,6 +359,14 @@ export class SendService {
       if (settled) return this.answerOf(settled, entry.fingerprint);
       // The first attempt was refused (its entry is gone): this one may try, unless time is up.
       if (Date.now() > deadline) throw unavailable('the first request for this draft or key is still being relayed; try again');
+    }
+    if (scheduled) {
+      this.onScheduled(entry.nextAttemptAt);
+      await this.recordOutbox(entry, 'mail.outbox.scheduled', {
+        sendAt: new Date(entry.sendAt!).toISOString(),
+        ...(entry.holdUntil !== null ? { holdUntil: new Date(entry.holdUntil).toISOString() } : {}),
+      });
+      return scheduledAnswer(entry);
     }
 
     let accepted: RelayAccepted;
@@ -326,6 +410,70 @@ export class SendService {
     this.copies.kick();
     await this.recordAccepted(inbox, entry, accepted);
     return { sent: true, messageId };
+  }
+
+  /**
+   * Relays a scheduled send claimed by lib/send/scheduled.ts (its entry `relaying`): as a send
+   * made now, except that a refusal leaves the entry to the caller (retried or failed, never
+   * dropped) and a lost reply is recorded and answered `unknown` rather than thrown.
+   */
+  async relayScheduled(inbox: Inbox, entry: OutboxEntry, to: readonly string[], raw: Buffer): Promise<'sent' | 'unknown'> {
+    const done = this.copies.sending();
+    const relayStarted = performance.now();
+    try {
+      // A sealed send's message is opened again: the Message-ID it was scheduled with is kept.
+      const { relayed } = outgoing(raw, entry.mailFrom, entry.messageId);
+      const accepted = await this.relay.send({
+        user: inbox.imapUser,
+        from: entry.mailFrom,
+        to,
+        raw: relayed,
+        envid: entry.id,
+        writing: () => this.outbox.sending(entry.id),
+      });
+      this.measured('accepted', relayStarted);
+      await this.outbox.relayed(entry.id, Date.now());
+      this.copies.kick();
+      await this.recordAccepted(inbox, entry, accepted);
+      return 'sent';
+    } catch (err) {
+      this.measured(
+        err instanceof RelayOutcomeUnknown ? 'unknown' : err instanceof RelayRefused ? (err.permanent ? 'refused' : 'deferred') : 'error',
+        relayStarted,
+      );
+      if (!(err instanceof RelayOutcomeUnknown)) throw err;
+      await this.outbox.outcomeUnknown(entry.id, Date.now());
+      this.copies.kick();
+      this.log.warn(
+        { outbox: entry.id, messageId: entry.messageId, reason: err.reason },
+        "the relay's answer to a scheduled message was lost",
+      );
+      await this.recordOutbox(entry, 'mail.outbox.unknown', { reason: err.reason });
+      return 'unknown';
+    } finally {
+      done();
+    }
+  }
+
+  /** An outbox state change in the project's events (docs/sending.md, "The outbox"); a lost one is only logged. */
+  async recordOutbox(
+    entry: OutboxEntry,
+    type: 'mail.outbox.scheduled' | 'mail.outbox.rescheduled' | 'mail.outbox.cancelled' | 'mail.outbox.sending' | 'mail.outbox.unknown',
+    more: Record<string, string>,
+  ): Promise<void> {
+    const subject = entry.messageId.length <= 256 ? entry.messageId : undefined;
+    try {
+      await this.events.record({
+        projectId: entry.projectId,
+        inboxId: entry.inboxId,
+        actor: entry.actor,
+        ...(subject ? { subject } : {}),
+        type,
+        data: { outboxId: entry.id, messageId: entry.messageId, ...more },
+      });
+    } catch (err) {
+      this.log.warn({ err, outbox: entry.id }, 'could not record the outbox event');
+    }
   }
 
   private measured(outcome: SendOutcome, relayStarted: number): void {

@@ -14,6 +14,7 @@ import { DraftService } from '../send/drafts.ts';
 import { DraftOpener } from '../send/draft-opening.ts';
 import { Identities } from '../send/identities.ts';
 import { SentCopies } from '../send/outbox.ts';
+import { ScheduledSends } from '../send/scheduled.ts';
 import { SendService } from '../send/service.ts';
 import type { Core } from './core.ts';
 import type { MailContext } from './mail.ts';
@@ -30,6 +31,8 @@ export interface SendContext {
   bounces: BounceMatcher;
   /** One memory budget for the send bodies and the Sent copies being filed. */
   memory: BodyGate;
+  /** Sends waiting for their time or undo hold: their timer, cancel and reschedule (docs/sending.md, "Send later"). */
+  scheduled: ScheduledSends;
   /** Each inbox address's display name and signature, which JSON compose uses (docs/sending.md, "Identities"). */
   identities: Identities;
   /** What a process that died mid-send left (this one's predecessor, say) is settled first; then the outbox runs. */
@@ -91,9 +94,21 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     log: log.child({ part: 'drafts' }),
     memory,
   });
+  const scheduled = new ScheduledSends({
+    outbox,
+    directory,
+    send,
+    drafts,
+    opener: new DraftOpener(keys),
+    events,
+    log: log.child({ part: 'scheduled' }),
+    horizonMs: config.send.horizonMs,
+  });
+  send.onScheduled = scheduled.wake;
   return {
     send,
     drafts,
+    scheduled,
     sentCopies,
     relay,
     bounces,
@@ -102,8 +117,10 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     async start() {
       await sentCopies.recover();
       sentCopies.start();
+      scheduled.start();
     },
     async stop() {
+      await scheduled.stop();
       await sentCopies.stop();
       await relay.close();
     },

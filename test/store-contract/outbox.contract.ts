@@ -36,6 +36,9 @@ function entry(inboxId: string, at = Date.now(), more: Partial<OutboxEntry> = {}
     attempts: 0,
     claims: 0,
     nextAttemptAt: at,
+    sendAt: null,
+    holdUntil: null,
+    failure: null,
     createdAt: at,
     ...more,
   };

@@ -1,5 +1,5 @@
 // OutboxStore on PostgreSQL (tables of 003_mail.sql: mail_outbox, mail_outbox_copies,
-// mail_outbox_owners, mail_send_minutes), with the SQLite adapter's semantics. SQLite serializes
+// mail_outbox_owners, mail_send_minutes; scheduled sends, 017), with the SQLite adapter's semantics. SQLite serializes
 // every write, so its reservation reads the rate and the draft and then writes; here several
 // instances reserve at once, so a reservation first takes a transaction-scoped advisory lock on
 // its inbox: reservations of one inbox run one after another (the count they read is the count
@@ -7,14 +7,24 @@
 // constraint is the backstop: a draft is never stored twice whatever the locks.
 import { randomBytes } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
-import type { OutboxEntry, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
+import type { OutboxEntry, OutboxStore, Reservation, ScheduledParts } from '../../../lib/send/ports.ts';
 // Which process runs is the host's to say, not the engine's: one module for both engines.
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
-import { entryOf, FORGET_OWNER_MS, MINUTE_MS, OTHER_HOST_STALE_MS, PART_BYTES, type OutboxRow } from '../rows/outbox.ts';
+import {
+  entryOf,
+  FORGET_OWNER_MS,
+  MINUTE_MS,
+  OTHER_HOST_STALE_MS,
+  PART_BYTES,
+  scheduledPartsOf,
+  sealedColumn,
+  type OutboxRow,
+  type ScheduledRow,
+} from '../rows/outbox.ts';
 import { changed, inTransaction, rowsOf, statements, type Queryable } from './sql.ts';
 
 const COLUMNS =
-  'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
+  'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at, send_at, hold_until, failure';
 
 /** Recoveries by several instances at once take turns (any constant, the same everywhere). */
 const RECOVER_LOCK = '7342914530152170023';
@@ -46,8 +56,47 @@ const S = {
   backlog: stmt('backlog', `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = $1 AND state <> 'filed' ORDER BY created_at, id LIMIT $2`),
   insert: stmt(
     'insert',
-    `INSERT INTO mail_outbox (${COLUMNS}, owner)
-     VALUES ($1, $2, $3, $4, $5, $6, 'relaying', NULL, $7, $8, $9, $10, 0, 0, $11, $12, $13)`,
+    `INSERT INTO mail_outbox (${COLUMNS}, owner, envelope, sealed)
+     VALUES ($1, $2, $3, $4, $5, $6, $14, NULL, $7, $8, $9, $10, 0, 0, $11, $12, $15, $16, NULL, $13, $17, $18)`,
+  ),
+  insertSealed: stmt('insertSealed', 'INSERT INTO mail_outbox_sealed (id, part, bytes) VALUES ($1, $2, $3)'),
+  sealedParts: stmt('sealedParts', 'SELECT bytes FROM mail_outbox_sealed WHERE id = $1 ORDER BY part'),
+  dropSealed: stmt('dropSealed', 'DELETE FROM mail_outbox_sealed WHERE id = $1'),
+  // Scheduled sends (017), by mail_outbox_due (state, next_attempt_at).
+  nextScheduled: stmt('nextScheduled', "SELECT min(next_attempt_at) AS at FROM mail_outbox WHERE state = 'scheduled'"),
+  dueScheduled: stmt(
+    'dueScheduled',
+    `SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'scheduled' AND next_attempt_at <= $1 ORDER BY next_attempt_at, created_at LIMIT $2`,
+  ),
+  claimScheduled: stmt(
+    'claimScheduled',
+    "UPDATE mail_outbox SET state = 'relaying', owner = $1 WHERE id = $2 AND state = 'scheduled' AND next_attempt_at <= $3",
+  ),
+  scheduledRow: stmt('scheduledRow', 'SELECT envelope, sealed FROM mail_outbox WHERE id = $1 AND envelope IS NOT NULL'),
+  retryScheduled: stmt(
+    'retryScheduled',
+    "UPDATE mail_outbox SET state = 'scheduled', attempts = attempts + 1, next_attempt_at = $1 WHERE id = $2 AND state = 'relaying'",
+  ),
+  // A scheduled send that will never go frees its draft id and gives back its rate count.
+  settleUnsent: stmt(
+    'settleUnsent',
+    'UPDATE mail_outbox SET state = $1, failure = $2, draft_id = NULL WHERE id = $3 AND state = $4 RETURNING inbox_id, created_at',
+  ),
+  reschedule: stmt(
+    'reschedule',
+    "UPDATE mail_outbox SET send_at = $1, next_attempt_at = greatest($1, coalesce(hold_until, 0)) WHERE id = $2 AND state = 'scheduled'",
+  ),
+  forgetEnvelope: stmt('forgetEnvelope', 'UPDATE mail_outbox SET envelope = NULL, sealed = NULL WHERE id = $1'),
+  stateOf: stmt('stateOf', 'SELECT state FROM mail_outbox WHERE id = $1'),
+  listPending: stmt(
+    'listPending',
+    `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = $1 AND state IN ('scheduled', 'relaying', 'sending') ORDER BY created_at DESC, id LIMIT $2`,
+  ),
+  listAll: stmt('listAll', `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = $1 ORDER BY created_at DESC, id LIMIT $2`),
+  // A dead process's claimed scheduled send that never left waits again, due at once.
+  requeue: stmt(
+    'requeue',
+    "UPDATE mail_outbox SET state = 'scheduled', next_attempt_at = $1 WHERE owner = $2 AND state = 'relaying' AND send_at IS NOT NULL",
   ),
   insertPart: stmt('insertPart', 'INSERT INTO mail_outbox_copies (id, part, bytes) VALUES ($1, $2, $3)'),
   parts: stmt('parts', 'SELECT bytes FROM mail_outbox_copies WHERE id = $1 ORDER BY part'),
@@ -78,7 +127,11 @@ const S = {
     'INSERT INTO mail_outbox_owners (id, host, pid, pid_start, seen_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at',
   ),
   recoverLock: stmt('recoverLock', 'SELECT pg_advisory_xact_lock($1::bigint)'),
-  owners: stmt('owners', "SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed'"),
+  // Cancelled and failed rows are settled too; scheduled ones have nothing of a process's to settle.
+  owners: stmt(
+    'owners',
+    "SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed' AND state NOT IN ('cancelled', 'failed', 'scheduled')",
+  ),
   ownerOf: stmt('ownerOf', 'SELECT host, pid, pid_start, seen_at FROM mail_outbox_owners WHERE id = $1'),
   forgetOwner: stmt('forgetOwner', 'DELETE FROM mail_outbox_owners WHERE id = $1'),
   forgetOwners: stmt('forgetOwners', 'DELETE FROM mail_outbox_owners WHERE seen_at < $1'),
@@ -125,7 +178,12 @@ export class PgOutboxStore implements OutboxStore {
     return sent + (start?.n ?? 0);
   }
 
-  async reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {
+  async reserve(
+    entry: OutboxEntry,
+    copy: readonly Buffer[],
+    rate: { since: number; max: number },
+    scheduled?: ScheduledParts,
+  ): Promise<Reservation> {
     await this.register();
     return inTransaction(this.pool, async (c) => {
       // Taken first: whoever held it has committed, so what follows sees its reservation.
@@ -152,8 +210,17 @@ export class PgOutboxStore implements OutboxStore {
           e.nextAttemptAt,
           e.createdAt,
           this.owner,
+          scheduled ? 'scheduled' : 'relaying',
+          e.sendAt,
+          e.holdUntil,
+          scheduled ? JSON.stringify(scheduled.envelope) : null,
+          sealedColumn(scheduled?.sealed ?? null),
         ]),
       );
+      if (scheduled?.sealed) {
+        let at = 0;
+        for (const bytes of parts([scheduled.sealed.ciphertext])) await c.query(S.insertSealed([e.id, at++, bytes]));
+      }
       await c.query(S.countSend([e.inboxId, Math.floor(e.createdAt / MINUTE_MS)]));
       // Minutes the window has left behind.
       await c.query(S.forgetMinutes([e.inboxId, Math.floor(rate.since / MINUTE_MS)]));
@@ -228,7 +295,9 @@ export class PgOutboxStore implements OutboxStore {
           // Before owners and `sending` were recorded, a `relaying` row may have been written.
           settled.unknown += await changed(c, S.mayBeSent([now, null, 'relaying']));
         } else {
-          // Nothing of a `relaying` row was written: it goes, as a refused send does.
+          // A scheduled send it had claimed waits again; any other `relaying` row had nothing
+          // written: it goes, as a refused send does.
+          settled.reclaimed += await changed(c, S.requeue([now, owner]));
           for (const { id } of await rowsOf<{ id: string }>(c, S.unsent([owner]))) settled.dropped += await this.dropOne(c, id);
           await c.query(S.forgetOwner([owner]));
         }
@@ -269,5 +338,79 @@ export class PgOutboxStore implements OutboxStore {
       await c.query(S.filed([now, ids]));
       await c.query(S.dropCopy([ids]));
     });
+  }
+
+  async nextScheduled(): Promise<number | null> {
+    const [r] = await rowsOf<{ at: number | string | null }>(this.pool, S.nextScheduled([]));
+    return r?.at === null || r?.at === undefined ? null : Number(r.at);
+  }
+
+  async dueScheduled(now: number, limit: number): Promise<OutboxEntry[]> {
+    return (await rowsOf<OutboxRow>(this.pool, S.dueScheduled([now, limit]))).map(entryOf);
+  }
+
+  async claimScheduled(id: string, now: number): Promise<boolean> {
+    await this.register();
+    return (await changed(this.pool, S.claimScheduled([this.owner, id, now]))) === 1;
+  }
+
+  async scheduledParts(id: string): Promise<ScheduledParts | null> {
+    // One transaction: the parts read belong to the row read.
+    return inTransaction(this.pool, async (c) => {
+      const [row] = await rowsOf<ScheduledRow>(c, S.scheduledRow([id]));
+      if (!row) return null;
+      const parts = row.sealed === null ? [] : await rowsOf<{ bytes: Buffer }>(c, S.sealedParts([id]));
+      return scheduledPartsOf(row, Buffer.concat(parts.map((p) => p.bytes)));
+    });
+  }
+
+  async retryScheduled(id: string, at: number): Promise<void> {
+    await this.pool.query(S.retryScheduled([at, id]));
+  }
+
+  /** A scheduled send that never went: its state and reason, and its rate count given back. */
+  private async settleUnsent(
+    id: string,
+    state: 'cancelled' | 'failed',
+    reason: string | null,
+    from: 'scheduled' | 'relaying',
+  ): Promise<boolean> {
+    return inTransaction(this.pool, async (c) => {
+      const [settled] = await rowsOf<{ inbox_id: string; created_at: number }>(c, S.settleUnsent([state, reason, id, from]));
+      if (!settled) return false;
+      await c.query(S.uncountSend([settled.inbox_id, Math.floor(settled.created_at / MINUTE_MS)]));
+      // A cancelled one keeps its bytes for the draft it becomes (forget()).
+      if (state === 'failed') await this.forgetOne(c, id, true);
+      return true;
+    });
+  }
+
+  private async forgetOne(c: Queryable, id: string, copyToo: boolean): Promise<void> {
+    await c.query(S.forgetEnvelope([id]));
+    await c.query(S.dropSealed([id]));
+    if (copyToo) await c.query(S.dropCopy([[id]]));
+  }
+
+  async failScheduled(id: string, reason: string): Promise<void> {
+    await this.settleUnsent(id, 'failed', reason, 'relaying');
+  }
+
+  cancel(id: string): Promise<boolean> {
+    return this.settleUnsent(id, 'cancelled', null, 'scheduled');
+  }
+
+  async reschedule(id: string, sendAt: number): Promise<boolean> {
+    return (await changed(this.pool, S.reschedule([sendAt, id]))) === 1;
+  }
+
+  async forget(id: string): Promise<void> {
+    await inTransaction(this.pool, async (c) => {
+      const [row] = await rowsOf<{ state: string }>(c, S.stateOf([id]));
+      await this.forgetOne(c, id, row?.state === 'cancelled' || row?.state === 'failed');
+    });
+  }
+
+  async list(inboxId: string, pending: boolean, limit: number): Promise<OutboxEntry[]> {
+    return (await rowsOf<OutboxRow>(this.pool, (pending ? S.listPending : S.listAll)([inboxId, limit]))).map(entryOf);
   }
 }

@@ -1,7 +1,7 @@
 // The outbox's rows as both engines return them (same tables and columns; PostgreSQL's BIGINT
 // columns come back as numbers, postgres/db.ts), their mapping to the domain's records, and the
 // limits both adapters must agree on.
-import type { OutboxEntry, OutboxState } from '../../../lib/send/ports.ts';
+import type { OutboxEntry, OutboxState, ScheduledParts, SealedSend } from '../../../lib/send/ports.ts';
 
 export interface OutboxRow {
   id: string;
@@ -20,7 +20,38 @@ export interface OutboxRow {
   claims: number;
   next_attempt_at: number;
   created_at: number;
+  send_at: number | null;
+  hold_until: number | null;
+  failure: string | null;
 }
+
+/** A scheduled row's envelope and sealed body as stored (migration 33). */
+export interface ScheduledRow {
+  envelope: string | null;
+  sealed: string | null;
+}
+
+/** The sealed column: the small fields of a SealedSend (its ciphertext is in mail_outbox_sealed). */
+export interface SealedColumn {
+  draftId: string;
+  epoch: number;
+  wrappedDek: string;
+}
+
+export const sealedColumn = (s: SealedSend | null): string | null =>
+  s ? JSON.stringify({ draftId: s.draftId, epoch: s.epoch, wrappedDek: s.wrappedDek.toString('base64') } satisfies SealedColumn) : null;
+
+/** A stored envelope and sealed column back as ScheduledParts, with the ciphertext read apart. */
+export function scheduledPartsOf(row: ScheduledRow, ciphertext: Buffer): ScheduledParts {
+  const sealed = row.sealed === null ? null : (JSON.parse(row.sealed) as SealedColumn);
+  return {
+    envelope: row.envelope === null ? [] : (JSON.parse(row.envelope) as string[]),
+    sealed: sealed && { draftId: sealed.draftId, epoch: sealed.epoch, wrappedDek: Buffer.from(sealed.wrappedDek, 'base64'), ciphertext },
+  };
+}
+
+/** Entries a scheduled send may be cancelled or rescheduled in, and those listed as pending. */
+export const PENDING_STATES = ['scheduled', 'relaying', 'sending'] as const;
 
 export const MINUTE_MS = 60_000;
 /**
@@ -50,4 +81,7 @@ export const entryOf = (r: OutboxRow): OutboxEntry => ({
   claims: r.claims,
   nextAttemptAt: r.next_attempt_at,
   createdAt: r.created_at,
+  sendAt: r.send_at,
+  holdUntil: r.hold_until,
+  failure: r.failure,
 });

@@ -1,15 +1,25 @@
 // OutboxStore on SQLite (table mail_outbox, migration 11; the copies in mail_outbox_copies, 19;
 // the sending rate's per-minute counts in mail_send_minutes, 21; outcomes, owners and the
-// processes they name, 23).
+// processes they name, 23; scheduled sends and their sealed bodies, 33).
 import { randomBytes } from 'node:crypto';
-import type { OutboxEntry, OutboxStore, Reservation } from '../../../lib/send/ports.ts';
+import type { OutboxEntry, OutboxStore, Reservation, ScheduledParts } from '../../../lib/send/ports.ts';
 import type { Db } from './db.ts';
 import { groupCommitOf, type GroupCommit } from './group-commit.ts';
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
-import { entryOf, FORGET_OWNER_MS, MINUTE_MS, OTHER_HOST_STALE_MS, PART_BYTES, type OutboxRow } from '../rows/outbox.ts';
+import {
+  entryOf,
+  FORGET_OWNER_MS,
+  MINUTE_MS,
+  OTHER_HOST_STALE_MS,
+  PART_BYTES,
+  scheduledPartsOf,
+  sealedColumn,
+  type OutboxRow,
+  type ScheduledRow,
+} from '../rows/outbox.ts';
 
 const COLUMNS =
-  'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at';
+  'id, inbox_id, project_id, actor, draft_id, fingerprint, state, outcome, mail_from, recipients, message_id, size, attempts, claims, next_attempt_at, created_at, send_at, hold_until, failure';
 
 /**
  * The copy's pieces cut into parts of PART_BYTES (the last one shorter; one empty part for an
@@ -50,6 +60,9 @@ export class SqliteOutboxStore implements OutboxStore {
   private readonly filedTx;
   private readonly readCopy;
   private readonly recoverTx;
+  private readonly readScheduled;
+  private readonly settleTx;
+  private readonly forgetTx;
   /** This process as the rows it reserves and claims name it (registered on its first write). */
   private readonly owner = randomBytes(12).toString('hex');
   private readonly self: ProcessIdentity = thisProcess();
@@ -78,7 +91,40 @@ export class SqliteOutboxStore implements OutboxStore {
         `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND state <> 'filed' ORDER BY created_at, id LIMIT ?`,
       ),
       insert: db.prepare(
-        `INSERT INTO mail_outbox (${COLUMNS}, owner) VALUES (@id, @inboxId, @projectId, @actor, @draftId, @fingerprint, 'relaying', NULL, @mailFrom, @recipients, @messageId, @size, 0, 0, @nextAttemptAt, @createdAt, @owner)`,
+        `INSERT INTO mail_outbox (${COLUMNS}, owner, envelope, sealed) VALUES (@id, @inboxId, @projectId, @actor, @draftId, @fingerprint, @state, NULL, @mailFrom, @recipients, @messageId, @size, 0, 0, @nextAttemptAt, @createdAt, @sendAt, @holdUntil, NULL, @owner, @envelope, @sealed)`,
+      ),
+      insertSealed: db.prepare<[string, number, Buffer]>('INSERT INTO mail_outbox_sealed (id, part, bytes) VALUES (?, ?, ?)'),
+      sealedParts: db.prepare<[string], Buffer>('SELECT bytes FROM mail_outbox_sealed WHERE id = ? ORDER BY part').pluck(),
+      dropSealed: db.prepare<[string]>('DELETE FROM mail_outbox_sealed WHERE id = ?'),
+      // Scheduled sends (migration 33), by mail_outbox_due (state, next_attempt_at).
+      nextScheduled: db.prepare<[], number | null>("SELECT min(next_attempt_at) FROM mail_outbox WHERE state = 'scheduled'").pluck(),
+      dueScheduled: db.prepare<[number, number], OutboxRow>(
+        `SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'scheduled' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`,
+      ),
+      claimScheduled: db.prepare<[string, string, number]>(
+        "UPDATE mail_outbox SET state = 'relaying', owner = ? WHERE id = ? AND state = 'scheduled' AND next_attempt_at <= ?",
+      ),
+      scheduledRow: db.prepare<[string], ScheduledRow>('SELECT envelope, sealed FROM mail_outbox WHERE id = ? AND envelope IS NOT NULL'),
+      retryScheduled: db.prepare<[number, string]>(
+        "UPDATE mail_outbox SET state = 'scheduled', attempts = attempts + 1, next_attempt_at = ? WHERE id = ? AND state = 'relaying'",
+      ),
+      // A scheduled send that will never go frees its draft id and gives back its rate count.
+      settleUnsent: db.prepare<[string, string | null, string, string], { inbox_id: string; created_at: number }>(
+        'UPDATE mail_outbox SET state = ?, failure = ?, draft_id = NULL WHERE id = ? AND state = ? RETURNING inbox_id, created_at',
+      ),
+      reschedule: db.prepare<[number, number, string]>(
+        "UPDATE mail_outbox SET send_at = ?, next_attempt_at = max(?, coalesce(hold_until, 0)) WHERE id = ? AND state = 'scheduled'",
+      ),
+      forgetEnvelope: db.prepare<[string]>('UPDATE mail_outbox SET envelope = NULL, sealed = NULL WHERE id = ?'),
+      listPending: db.prepare<[string, number], OutboxRow>(
+        `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND state IN ('scheduled', 'relaying', 'sending') ORDER BY created_at DESC, id LIMIT ?`,
+      ),
+      listAll: db.prepare<[string, number], OutboxRow>(
+        `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? ORDER BY created_at DESC, id LIMIT ?`,
+      ),
+      // A dead process's claimed scheduled send that never left waits again, due at once.
+      requeue: db.prepare<[number, string]>(
+        "UPDATE mail_outbox SET state = 'scheduled', next_attempt_at = ? WHERE owner = ? AND state = 'relaying' AND send_at IS NOT NULL",
       ),
       insertPart: db.prepare<[string, number, Buffer]>('INSERT INTO mail_outbox_copies (id, part, bytes) VALUES (?, ?, ?)'),
       // length() of a blob is read from its header, without loading the value.
@@ -111,7 +157,12 @@ export class SqliteOutboxStore implements OutboxStore {
       seen: db.prepare<[string, string, number, string, number]>(
         'INSERT INTO mail_outbox_owners (id, host, pid, pid_start, seen_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET seen_at = excluded.seen_at',
       ),
-      owners: db.prepare<[], string | null>("SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed'").pluck(),
+      // Cancelled and failed rows are settled too (by mail_outbox_unsettled, whose condition this repeats).
+      owners: db
+        .prepare<[], string | null>(
+          "SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed' AND state NOT IN ('cancelled', 'failed', 'scheduled')",
+        )
+        .pluck(),
       ownerOf: db.prepare<[string], { host: string; pid: number; pid_start: string; seen_at: number }>(
         'SELECT host, pid, pid_start, seen_at FROM mail_outbox_owners WHERE id = ?',
       ),
@@ -146,7 +197,9 @@ export class SqliteOutboxStore implements OutboxStore {
           // Before owners and `sending` were recorded, a `relaying` row may have been written.
           settled.unknown += this.q.mayBeSent.run(now, null, 'relaying').changes;
         } else {
-          // Nothing of a `relaying` row was written: it goes, as a refused send does.
+          // A scheduled send it had claimed waits again; any other `relaying` row had nothing
+          // written: it goes, as a refused send does.
+          settled.reclaimed += this.q.requeue.run(now, owner).changes;
           for (const id of this.q.unsent.all(owner)) settled.dropped += this.dropOne(id);
           this.q.forgetOwner.run(owner);
         }
@@ -157,6 +210,24 @@ export class SqliteOutboxStore implements OutboxStore {
       this.q.forgetOwners.run(now - FORGET_OWNER_MS);
       return settled;
     });
+    this.readScheduled = db.transaction((id: string): ScheduledParts | null => {
+      const row = this.q.scheduledRow.get(id);
+      if (!row) return null;
+      return scheduledPartsOf(row, row.sealed === null ? Buffer.alloc(0) : Buffer.concat(this.q.sealedParts.all(id)));
+    });
+    // A scheduled send that never went: its state and reason, its rate count given back, and (failed)
+    // its bytes dropped; a cancelled one keeps them for the draft it becomes (forget()).
+    this.settleTx = db.transaction((id: string, state: 'cancelled' | 'failed', reason: string | null, from: 'scheduled' | 'relaying') => {
+      const settled = this.q.settleUnsent.get(state, reason, id, from);
+      if (!settled) return false;
+      this.q.uncountSend.run(settled.inbox_id, Math.floor(settled.created_at / MINUTE_MS));
+      if (state === 'failed') this.forgetOne(id, true);
+      return true;
+    });
+    this.forgetTx = db.transaction((id: string) => {
+      const row = this.q.get.get(id);
+      this.forgetOne(id, row?.state === 'cancelled' || row?.state === 'failed');
+    });
     // A batch filed together is marked together: one commit.
     this.filedTx = db.transaction((ids: readonly string[], now: number) => {
       for (const id of ids) {
@@ -164,6 +235,13 @@ export class SqliteOutboxStore implements OutboxStore {
         this.q.dropCopy.run(id);
       }
     });
+  }
+
+  /** Drops a scheduled entry's envelope and sealed body, and its Sent copy when it will not be filed. */
+  private forgetOne(id: string, copyToo: boolean): void {
+    this.q.forgetEnvelope.run(id);
+    this.q.dropSealed.run(id);
+    if (copyToo) this.q.dropCopy.run(id);
   }
 
   /** Deletes an entry not (or not yet) relayed, with its copy; 1 when there was one. */
@@ -198,7 +276,7 @@ export class SqliteOutboxStore implements OutboxStore {
    * check see every other process's reservations, so concurrent requests cannot both slip under
    * the limit or both claim a draft.
    */
-  private reserveOne(entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number): Reservation {
+  private reserveOne(entry: OutboxEntry, copy: readonly Buffer[], since: number, max: number, scheduled?: ScheduledParts): Reservation {
     if (entry.draftId !== null) {
       const existing = this.q.byDraft.get(entry.inboxId, entry.draftId);
       if (existing) return { ok: false, reason: 'draft', existing: entryOf(existing) };
@@ -206,7 +284,17 @@ export class SqliteOutboxStore implements OutboxStore {
     const first = Math.floor(since / MINUTE_MS);
     const sent = this.countSince(entry.inboxId, since, max);
     if (sent >= max) return { ok: false, reason: 'rate', sent };
-    this.q.insert.run({ ...entry, owner: this.owner });
+    this.q.insert.run({
+      ...entry,
+      state: scheduled ? 'scheduled' : 'relaying',
+      owner: this.owner,
+      envelope: scheduled ? JSON.stringify(scheduled.envelope) : null,
+      sealed: sealedColumn(scheduled?.sealed ?? null),
+    });
+    if (scheduled?.sealed) {
+      let at = 0;
+      for (const bytes of parts([scheduled.sealed.ciphertext])) this.q.insertSealed.run(entry.id, at++, bytes);
+    }
     this.q.countSend.run(entry.inboxId, Math.floor(entry.createdAt / MINUTE_MS));
     // Minutes the window has left behind (an index seek when there are none).
     this.q.forgetMinutes.run(entry.inboxId, first);
@@ -226,9 +314,14 @@ export class SqliteOutboxStore implements OutboxStore {
     return this.countSince(inboxId, since, max);
   }
 
-  reserve(entry: OutboxEntry, copy: readonly Buffer[], rate: { since: number; max: number }): Promise<Reservation> {
+  reserve(
+    entry: OutboxEntry,
+    copy: readonly Buffer[],
+    rate: { since: number; max: number },
+    scheduled?: ScheduledParts,
+  ): Promise<Reservation> {
     this.register();
-    return this.commits.run(() => this.reserveOne(entry, copy, rate.since, rate.max));
+    return this.commits.run(() => this.reserveOne(entry, copy, rate.since, rate.max, scheduled));
   }
 
   async get(id: string): Promise<OutboxEntry | null> {
@@ -293,5 +386,46 @@ export class SqliteOutboxStore implements OutboxStore {
 
   async filed(ids: readonly string[], now: number): Promise<void> {
     this.filedTx.immediate(ids, now);
+  }
+
+  async nextScheduled(): Promise<number | null> {
+    return this.q.nextScheduled.get() ?? null;
+  }
+
+  async dueScheduled(now: number, limit: number): Promise<OutboxEntry[]> {
+    return this.q.dueScheduled.all(now, limit).map(entryOf);
+  }
+
+  claimScheduled(id: string, now: number): Promise<boolean> {
+    this.register();
+    return this.commits.run(() => this.q.claimScheduled.run(this.owner, id, now).changes === 1);
+  }
+
+  async scheduledParts(id: string): Promise<ScheduledParts | null> {
+    return this.readScheduled(id);
+  }
+
+  async retryScheduled(id: string, at: number): Promise<void> {
+    this.q.retryScheduled.run(at, id);
+  }
+
+  async failScheduled(id: string, reason: string): Promise<void> {
+    this.settleTx.immediate(id, 'failed', reason, 'relaying');
+  }
+
+  async cancel(id: string): Promise<boolean> {
+    return this.settleTx.immediate(id, 'cancelled', null, 'scheduled');
+  }
+
+  async reschedule(id: string, sendAt: number): Promise<boolean> {
+    return this.q.reschedule.run(sendAt, sendAt, id).changes === 1;
+  }
+
+  async forget(id: string): Promise<void> {
+    this.forgetTx.immediate(id);
+  }
+
+  async list(inboxId: string, pending: boolean, limit: number): Promise<OutboxEntry[]> {
+    return (pending ? this.q.listPending : this.q.listAll).all(inboxId, limit).map(entryOf);
   }
 }

@@ -13,7 +13,7 @@ import { readJson } from '../body.ts';
 import type { AppRouter } from '../context.ts';
 import type { LongField } from '../send-body.ts';
 import type { Validator } from '../validate.ts';
-import { base64Bytes, gated, idempotencyKey, readSendBody } from './send.ts';
+import { answer, base64Bytes, gated, idempotencyKey, readSendBody } from './send.ts';
 
 const COMPOSE = 'https://postern.dev/schemas/send.json#/$defs/ComposeRequest';
 const IDENTITY = 'https://postern.dev/schemas/send.json#/$defs/IdentityInput';
@@ -21,6 +21,9 @@ const IDENTITY = 'https://postern.dev/schemas/send.json#/$defs/IdentityInput';
 /** The request as the schema checked it: attachments' content still base64 (or a long field's key). */
 type ComposeBody = Omit<ComposeRequest, 'attachments'> & {
   attachments?: Array<{ filename?: string; contentType?: string; content: string; contentId?: string }>;
+  /** docs/sending.md, "Send later". */
+  sendAt?: string;
+  holdSeconds?: number;
 };
 
 export interface ComposeRouteDeps {
@@ -45,9 +48,10 @@ export function composeRoutes({ access, send, identities, sealed, events, valida
       const { inbox } = await access.inboxAccess(p, ctx.params.inbox!, 'send');
       const key = idempotencyKey(ctx);
       // The body and the message composed from it, about as large again.
-      ctx.body = await gated(gate, ctx, { opened: true, sealed: inbox.mode === 'zero-access' }, async () => {
+      const result = await gated(gate, ctx, { opened: true, sealed: inbox.mode === 'zero-access' }, async () => {
         const { json, fields } = await readSendBody(ctx);
-        const body = validator.body<ComposeBody>(COMPOSE, json);
+        const { sendAt, holdSeconds, ...body } = validator.body<ComposeBody>(COMPOSE, json);
+        const schedule = send.scheduleOf(sendAt, holdSeconds);
         // The whole request names the message: the same key with another request is a 422.
         const fingerprint = key
           ? draftFingerprint(['compose', JSON.stringify(json), ...[...fields.values()].map((f) => ({ base64: f.bytes }))])
@@ -71,14 +75,16 @@ export function composeRoutes({ access, send, identities, sealed, events, valida
         send.mayUse(inbox, body.from);
         const orig = req.reference ? await referencedOriginal(access, sealed, events, p, inbox, req.reference.message) : null;
         const composed = await composer.compose(inbox, req, orig);
-        const answer = await send.send(inbox, p.actor, {
+        const sent = await send.send(inbox, p.actor, {
           from: composed.from,
           to: composed.envelope,
           raw: composed.raw,
           ...(key ? { idempotency: { key, fingerprint } } : {}),
+          ...(schedule ? { schedule } : {}),
         });
-        return { ...answer, date: composed.date.toISOString() };
+        return { ...sent, date: composed.date.toISOString() };
       });
+      ctx.body = answer(ctx, result);
     });
 
     router.get('/inboxes/:inbox/identities', allow(access, DEFAULT_RULE), async (ctx) => {

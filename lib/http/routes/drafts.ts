@@ -6,11 +6,12 @@ import type { Access, Principal } from '../../auth/access.ts';
 import { forbidden, invalid } from '../../errors.ts';
 import type { Inbox } from '../../directory/types.ts';
 import type { DraftContent, DraftService } from '../../send/drafts.ts';
+import type { SendService } from '../../send/service.ts';
 import { allow } from '../authenticate.ts';
 import type { BodyGate } from '../body-gate.ts';
 import type { AppContext, AppRouter } from '../context.ts';
 import type { Validator } from '../validate.ts';
-import { base64Bytes, gated, readSendBody } from './send.ts';
+import { answer, base64Bytes, gated, querySchedule, readSendBody } from './send.ts';
 
 const DRAFT_REQUEST = 'https://postern.dev/schemas/drafts.json#/$defs/DraftRequest';
 const WRITE = { token: 'drafts:write', session: true } as const;
@@ -47,7 +48,7 @@ async function content(ctx: AppContext, validator: Validator): Promise<{ content
   };
 }
 
-export function draftRoutes(access: Access, drafts: DraftService, validator: Validator, gate: BodyGate) {
+export function draftRoutes(access: Access, drafts: DraftService, validator: Validator, gate: BodyGate, send: SendService) {
   return (router: AppRouter): void => {
     router.get('/inboxes/:inbox/drafts', allow(access, READ), async (ctx) => {
       const inbox = await readableInbox(access, ctx.state.principal, ctx.params.inbox!);
@@ -87,7 +88,8 @@ export function draftRoutes(access: Access, drafts: DraftService, validator: Val
 
     router.post('/inboxes/:inbox/drafts/:draft/send', allow(access, { token: 'send', session: true }), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
-      ctx.body = await drafts.sendDraft(inbox, ctx.state.principal.actor, ctx.params.draft!);
+      const schedule = querySchedule(ctx, send);
+      ctx.body = answer(ctx, await drafts.sendDraft(inbox, ctx.state.principal.actor, ctx.params.draft!, schedule));
     });
   };
 }

@@ -5,7 +5,15 @@ import type { Access } from '../../auth/access.ts';
 import { invalid, isDomainError, unprocessable } from '../../errors.ts';
 import { HttpError } from '../errors.ts';
 import type { DraftOpener } from '../../send/draft-opening.ts';
-import { draftFingerprint, IDEMPOTENCY_KEY, MAX_MESSAGE_BYTES, type SendService } from '../../send/service.ts';
+import {
+  draftFingerprint,
+  IDEMPOTENCY_KEY,
+  isScheduled,
+  MAX_MESSAGE_BYTES,
+  type SendRequest as SendOrder,
+  type SendResult,
+  type SendService,
+} from '../../send/service.ts';
 import { allow } from '../authenticate.ts';
 import type { BodyGate } from '../body-gate.ts';
 import { readRaw } from '../body.ts';
@@ -84,6 +92,27 @@ export function idempotencyKey(ctx: AppContext): string | undefined {
   return key;
 }
 
+/**
+ * The send time and undo hold a raw or sealed send (or a draft's) carries in its query
+ * (docs/sending.md, "Send later"): `sendAt` (RFC 3339) and `holdSeconds` (0 to 30).
+ */
+export function querySchedule(ctx: AppContext, send: SendService): SendOrder['schedule'] {
+  const one = (name: string): string | undefined => {
+    const v = ctx.query[name];
+    if (Array.isArray(v)) throw invalid(`${name} may be given once`);
+    return v;
+  };
+  const hold = one('holdSeconds');
+  if (hold !== undefined && !/^\d{1,2}$/.test(hold)) throw invalid('holdSeconds must be an integer from 0 to 30');
+  return send.scheduleOf(one('sendAt'), hold === undefined ? undefined : Number(hold));
+}
+
+/** A send's answer: 200 when it went, 202 when it waits in the outbox. */
+export function answer<T extends SendResult>(ctx: AppContext, result: T): T {
+  if (isScheduled(result)) ctx.status = 202;
+  return result;
+}
+
 /** Runs `work` once the request's memory fits in the budget (lib/http/body-gate.ts). */
 export async function gated<T>(
   gate: BodyGate,
@@ -105,7 +134,8 @@ export function sendRoutes(access: Access, send: SendService, opener: DraftOpene
   return (router: AppRouter): void => {
     router.post('/inboxes/:inbox/send', allow(access, { token: 'send', session: true }), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
-      ctx.body = await gated(gate, ctx, { opened: true, sealed: inbox.mode === 'zero-access' }, async () => {
+      const schedule = querySchedule(ctx, send);
+      const result = await gated(gate, ctx, { opened: true, sealed: inbox.mode === 'zero-access' }, async () => {
         const { json, fields } = await readSendBody(ctx);
         const body = validator.body<SendRequest>(SEALED_SEND, json);
         const wrappedDek = fields.get(body.wrappedDek)?.bytes ?? base64Bytes('wrappedDek', body.wrappedDek);
@@ -127,29 +157,47 @@ export function sendRoutes(access: Access, send: SendService, opener: DraftOpene
         if (prior) return prior;
         // Who may send, the recipients and the rate first: opening is the costly part.
         await send.admit(inbox, body);
-        const raw = await opener.open(inbox.id, { draftId: body.draftId, epoch: body.epoch, wrappedDek, ciphertext });
-        return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw, draft: { id: body.draftId, fingerprint } });
+        const sealed = { draftId: body.draftId, epoch: body.epoch, wrappedDek, ciphertext };
+        const raw = await opener.open(inbox.id, sealed);
+        // Scheduled, it waits sealed, as it came: opened again at its time.
+        return send.send(inbox, ctx.state.principal.actor, {
+          from: body.from,
+          to: body.to,
+          raw,
+          draft: { id: body.draftId, fingerprint },
+          ...(schedule ? { schedule, sealed } : {}),
+        });
       });
+      ctx.body = answer(ctx, result);
     });
 
     router.post('/inboxes/:inbox/messages', allow(access, { token: 'send', session: false }), async (ctx) => {
       const { inbox } = await access.inboxAccess(ctx.state.principal, ctx.params.inbox!, 'send');
       const key = idempotencyKey(ctx);
-      ctx.body = await gated(gate, ctx, { opened: false, sealed: inbox.mode === 'zero-access' }, async () => {
+      const schedule = querySchedule(ctx, send);
+      const later = schedule ? { schedule } : {};
+      const result = await gated(gate, ctx, { opened: false, sealed: inbox.mode === 'zero-access' }, async () => {
         const { json, fields } = await readSendBody(ctx);
         const body = validator.body<{ from: string; to: string[]; raw: string }>(RAW_SEND, json);
         const raw = fields.get(body.raw)?.bytes ?? base64Bytes('raw', body.raw);
         // The received text is no longer needed while the message is relayed (33 MB of it, at most).
         body.raw = '';
         fields.clear();
-        if (key === undefined) return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw });
+        if (key === undefined) return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw, ...later });
         // A key used before answers as the first time, without sending again (docs/sending.md, "Exactly once").
         const to = [...new Set(body.to.map((a) => a.toLowerCase()))].sort();
         const fingerprint = draftFingerprint(['messages', body.from.toLowerCase(), ...to, { base64: raw }]);
         const prior = await send.keyAnswer(inbox.id, key, fingerprint);
         if (prior) return prior;
-        return send.send(inbox, ctx.state.principal.actor, { from: body.from, to: body.to, raw, idempotency: { key, fingerprint } });
+        return send.send(inbox, ctx.state.principal.actor, {
+          from: body.from,
+          to: body.to,
+          raw,
+          idempotency: { key, fingerprint },
+          ...later,
+        });
       });
+      ctx.body = answer(ctx, result);
     });
   };
 }

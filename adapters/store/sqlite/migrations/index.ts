@@ -34,6 +34,7 @@ import mailSearchMarked from './029_mail_search_marked.ts';
 import webhookDisabledBy from './030_webhook_disabled_by.ts';
 import mailThreads from './031_mail_threads.ts';
 import inboxIdentities from './032_inbox_identities.ts';
+import mailOutboxSchedule from './033_mail_outbox_schedule.ts';
 import sessionDevices from './034_session_devices.ts';
 
 export interface Migration {
@@ -72,5 +73,6 @@ export const migrations: Migration[] = [
   { version: 30, name: 'webhook_disabled_by', sql: webhookDisabledBy },
   { version: 31, name: 'mail_threads', sql: mailThreads },
   { version: 32, name: 'inbox_identities', sql: inboxIdentities },
+  { version: 33, name: 'mail_outbox_schedule', sql: mailOutboxSchedule },
   { version: 34, name: 'session_devices', sql: sessionDevices },
 ];
