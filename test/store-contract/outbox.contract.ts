@@ -286,6 +286,97 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       expect(await live.recover(now + 3)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0 });
     });
 
+    describe('scheduled sends (docs/sending.md, "Send later")', () => {
+      const sealed = {
+        draftId: 'draft_contract-sealed-1',
+        epoch: 3,
+        wrappedDek: Buffer.from('dek'),
+        ciphertext: randomBytes(1.5 * 1024 * 1024),
+      };
+      const later = (inbox: string, sendAt: number, more: Partial<OutboxEntry> = {}) =>
+        entry(inbox, Date.now(), { state: 'scheduled', sendAt, nextAttemptAt: sendAt, ...more });
+
+      it('stores a scheduled send with its envelope and sealed body, due at its time, claimed by one process', async () => {
+        const inbox = newId('ibx');
+        const now = Date.now();
+        const e = later(inbox, now + 1000, { draftId: 'draft_contract-1', holdUntil: now + 500 });
+        expect(await store.reserve(e, copyOf(e), RATE, { envelope: ['a@x.test', 'b@x.test'], sealed })).to.deep.equal({ ok: true });
+        expect(await store.get(e.id)).to.deep.equal(e);
+        expect(await store.nextScheduled()).to.be.at.most(now + 1000);
+        const parts = await store.scheduledParts(e.id);
+        expect(parts?.envelope).to.deep.equal(['a@x.test', 'b@x.test']);
+        expect(parts?.sealed?.ciphertext.equals(sealed.ciphertext)).to.equal(true);
+        expect(parts?.sealed).to.deep.include({ draftId: sealed.draftId, epoch: 3 });
+        expect((await store.dueScheduled(now + 999, 100_000)).map((x) => x.id)).to.not.include(e.id);
+        expect((await store.dueScheduled(now + 1000, 100_000)).map((x) => x.id)).to.include(e.id);
+        expect(await store.list(inbox, true, 10)).to.deep.equal([e]);
+        // Of several processes, one claims it; then it can no longer be cancelled or rescheduled.
+        const stores = Array.from({ length: 4 }, () => engine.newStore());
+        const won = await Promise.all(stores.map((s) => s.claimScheduled(e.id, now + 1000)));
+        expect(won.filter(Boolean)).to.have.length(1);
+        expect(await store.cancel(e.id)).to.equal(false);
+        expect(await store.reschedule(e.id, now)).to.equal(false);
+        expect((await store.get(e.id))?.state).to.equal('relaying');
+        await store.relayed(e.id, now + 1001);
+        await store.forget(e.id);
+        expect(await store.scheduledParts(e.id)).to.equal(null);
+        // The Sent copy stays for filing.
+        expect(await store.copy(e.id)).to.not.equal(null);
+        expect(await store.list(inbox, true, 10)).to.deep.equal([]);
+        expect((await store.list(inbox, false, 10)).map((x) => x.state)).to.deep.equal(['filing']);
+      });
+
+      it('cancels and reschedules only while it waits; a cancel or failure frees its draft and its rate count', async () => {
+        const inbox = newId('ibx');
+        const now = Date.now();
+        const e = later(inbox, now + 60_000, { draftId: 'draft_contract-2', holdUntil: now + 90_000 });
+        await store.reserve(e, copyOf(e), RATE, { envelope: ['a@x.test'], sealed: null });
+        expect(await store.sentSince(inbox, now - HOUR, 100)).to.equal(1);
+        // Rescheduled earlier than its hold: due when the hold ends.
+        expect(await store.reschedule(e.id, now + 1000)).to.equal(true);
+        expect(await store.get(e.id)).to.deep.include({ sendAt: now + 1000, nextAttemptAt: now + 90_000 });
+        expect(await store.cancel(e.id)).to.equal(true);
+        expect(await store.cancel(e.id)).to.equal(false);
+        expect(await store.get(e.id)).to.deep.include({ state: 'cancelled', draftId: null });
+        expect(await store.byDraft(inbox, 'draft_contract-2')).to.equal(null);
+        expect(await store.sentSince(inbox, now - HOUR, 100)).to.equal(0);
+        // Its bytes stay for the draft it becomes, until forgotten.
+        expect(await store.scheduledParts(e.id)).to.deep.include({ sealed: null });
+        expect(await store.copy(e.id)).to.not.equal(null);
+        await store.forget(e.id);
+        expect(await store.copy(e.id)).to.equal(null);
+        expect(await store.scheduledParts(e.id)).to.equal(null);
+
+        const f = later(inbox, now, { draftId: 'draft_contract-3' });
+        await store.reserve(f, copyOf(f), RATE, { envelope: ['a@x.test'], sealed });
+        expect(await store.claimScheduled(f.id, now)).to.equal(true);
+        await store.retryScheduled(f.id, now + 5000);
+        expect(await store.get(f.id)).to.deep.include({ state: 'scheduled', attempts: 1, nextAttemptAt: now + 5000 });
+        expect(await store.claimScheduled(f.id, now + 4999)).to.equal(false);
+        expect(await store.claimScheduled(f.id, now + 5000)).to.equal(true);
+        await store.failScheduled(f.id, 'refused');
+        expect(await store.get(f.id)).to.deep.include({ state: 'failed', failure: 'refused', draftId: null });
+        expect(await store.copy(f.id)).to.equal(null);
+        expect(await store.scheduledParts(f.id)).to.equal(null);
+        expect(await store.sentSince(inbox, now - HOUR, 100)).to.equal(0);
+      });
+
+      it("puts a dead process's claimed scheduled send back to wait, due at once; its waiting ones stay", async () => {
+        const inbox = newId('ibx');
+        const dead = engine.newStore();
+        const live = engine.newStore();
+        const now = Date.now();
+        const [claimed, waiting] = [now - 10, now + 600_000].map((at) => later(inbox, at)) as [OutboxEntry, OutboxEntry];
+        for (const e of [claimed, waiting]) await dead.reserve(e, copyOf(e), RATE, { envelope: ['a@x.test'], sealed: null });
+        expect(await dead.claimScheduled(claimed.id, now)).to.equal(true);
+        await engine.killOwnerOf(claimed.id);
+        expect(await live.recover(now + 1)).to.deep.include({ dropped: 0, unknown: 0 });
+        expect(await live.get(claimed.id)).to.deep.include({ state: 'scheduled', nextAttemptAt: now + 1 });
+        expect(await live.get(waiting.id)).to.deep.include({ state: 'scheduled', nextAttemptAt: now + 600_000 });
+        expect(await live.claimScheduled(claimed.id, now + 1)).to.equal(true);
+      });
+    });
+
     it('takes rows from before owners were recorded for outcome unknown', async () => {
       const e = entry(newId('ibx'));
       const s = engine.newStore();
