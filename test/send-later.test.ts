@@ -4,6 +4,9 @@
 // a draft's send leaves Drafts and comes back on cancel, the outbox lists each state with its
 // events, and bad input is a 4xx.
 import { randomBytes } from 'node:crypto';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { expect } from 'chai';
 import type { Draft } from '../schemas/wire.ts';
 import { call, expectError, json, newProject, startPostern, type TestInbox, type TestProject, type TestServer } from './harness.ts';
@@ -220,6 +223,52 @@ describe('send later and undo: scheduled sends in the outbox', function () {
     expect(plain.status).to.not.equal(202);
     const scheduledPlain = await later(box, 'holdSeconds=5', rcpt(), 'plain later');
     await expectError(scheduledPlain, 422, /wait sealed/);
+  });
+
+  it('sends later from MCP: send_message and send_draft take send_at', async () => {
+    const client = new Client({ name: 'send-later-test', version: '1.0.0' });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${s.base}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }),
+    );
+    try {
+      const to = rcpt('mcp');
+      const sendAt = at(2000);
+      const r = (await client.callTool({
+        name: 'send_message',
+        arguments: { inboxId: inbox.id, from: inbox.address, to: [to], subject: 'from an agent, later', text: 'Later.', send_at: sendAt },
+      })) as CallToolResult;
+      expect(r.isError, JSON.stringify(r.content)).to.not.equal(true);
+      const structured = r.structuredContent as unknown as Scheduled;
+      expect(structured).to.include({ sent: false, state: 'scheduled' });
+      expect((r.content[0] as { text: string }).text).to.match(/^Scheduled for /);
+      const [arrived] = await atSink(to);
+      expect(Date.parse(arrived!.receivedAt)).to.be.at.least(Date.parse(sendAt));
+
+      const dto = rcpt('mcp-draft');
+      const created = await json<Draft>(
+        await call(`${s.base}/inboxes/${inbox.id}/drafts`, {
+          method: 'POST',
+          token,
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ raw: Buffer.from(message(inbox.address, dto, 'agent draft later')).toString('base64') }),
+        }),
+      );
+      const d = (await client.callTool({
+        name: 'send_draft',
+        arguments: { inboxId: inbox.id, draftId: created.id, send_at: at(3_600_000) },
+      })) as CallToolResult;
+      const waiting = d.structuredContent as unknown as Scheduled;
+      expect(waiting.state).to.equal('scheduled');
+      expect((await view(inbox, waiting.outboxId)).draftId).to.equal(created.id);
+      const bad = (await client.callTool({
+        name: 'send_draft',
+        arguments: { inboxId: inbox.id, draftId: created.id, send_at: 'soon' },
+      })) as CallToolResult;
+      expect(bad.isError).to.equal(true);
+      expect((await cancel(inbox, waiting.outboxId)).status).to.equal(200);
+    } finally {
+      await client.close();
+    }
   });
 
   it('answers bad send times and holds with 4xx, and a past send time sends at once', async () => {

@@ -178,6 +178,11 @@ export class DraftService {
     this.memory = o.memory ?? null;
   }
 
+  /** A draft's send time or hold, checked as any send's (docs/sending.md, "Send later"). */
+  scheduleOf(sendAt: string | undefined, holdSeconds: number | undefined): Schedule {
+    return this.send.scheduleOf(sendAt, holdSeconds);
+  }
+
   async list(inbox: Inbox): Promise<Draft[]> {
     return [...(await this.byId(inbox)).values()]
       .map((f) => f.draft)

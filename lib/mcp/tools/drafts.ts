@@ -6,6 +6,7 @@ import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import type { Access, Principal } from '../../auth/access.ts';
 import type { Draft } from '../../../schemas/wire.ts';
 import type { DraftService } from '../../send/drafts.ts';
+import { isScheduled } from '../../send/service.ts';
 import { tool, type Tool } from '../tool.ts';
 import { untrusted } from '../text.ts';
 
@@ -74,18 +75,21 @@ export function draftTools(access: Access, drafts: DraftService): Tool[] {
         return { structured: { drafts: list }, text };
       },
     }),
-    tool<{ inboxId: string; draftId: string }>({
+    tool<{ inboxId: string; draftId: string; send_at?: string }>({
       name: 'send_draft',
       title: 'Send a draft',
       description:
         'Sends the draft, once (a retry answers as the first time), and removes it from Drafts once its copy is filed in Sent. ' +
-        'Rate-limited per inbox like every send.',
+        'Rate-limited per inbox like every send. With send_at it leaves Drafts and waits in the outbox until then (cancelled there, it comes back).',
       rule: { token: 'send', session: true },
       input: 'SendDraftInput',
       async run(p: Principal, args) {
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'send');
-        const result = await drafts.sendDraft(inbox, p.actor, args.draftId);
-        return { structured: { ...result, draftId: args.draftId }, text: `Sent draft ${args.draftId}.` };
+        const result = await drafts.sendDraft(inbox, p.actor, args.draftId, drafts.scheduleOf(args.send_at, undefined));
+        const text = isScheduled(result)
+          ? `Scheduled draft ${args.draftId} for ${result.sendAt} (outbox ${result.outboxId}).`
+          : `Sent draft ${args.draftId}.`;
+        return { structured: { ...result, draftId: args.draftId }, text };
       },
     }),
   ];

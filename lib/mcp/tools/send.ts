@@ -9,7 +9,7 @@ import { forbidden, invalid } from '../../errors.ts';
 import type { EventLog } from '../../events/log.ts';
 import { Composer, referencedOriginal, type ComposeAction } from '../../send/compose.ts';
 import type { Identities } from '../../send/identities.ts';
-import type { SendService } from '../../send/service.ts';
+import { isScheduled, type SendService } from '../../send/service.ts';
 import { tool, type Tool } from '../tool.ts';
 
 interface SendArgs {
@@ -24,6 +24,8 @@ interface SendArgs {
   html?: string;
   signature?: boolean;
   reference?: { message: string; action: ComposeAction; forward?: 'inline' | 'attachment' };
+  /** docs/sending.md, "Send later". */
+  send_at?: string;
 }
 
 /** A Message-ID as the index has it, with its angle brackets. */
@@ -53,7 +55,8 @@ export function sendTools(access: Access, send: SendService, sealed: MailOpening
         "Sends an email from one of the inbox's addresses, with the address's display name and signature (signature: false leaves it off); cc, bcc and html optional. " +
         'With inReplyTo (a msg_… id of this inbox) it answers that message, threaded. With reference (needs content:read, compatible inboxes) it replies, replies to all ' +
         '(recipients computed when to is empty) or forwards that message with its content quoted, inline or attached. ' +
-        "Sending is rate-limited per inbox like every send, and recorded in the project's events.",
+        "Sending is rate-limited per inbox like every send, and recorded in the project's events. " +
+        'With send_at it waits in the outbox until then (cancel or reschedule it there) and the answer gives its outboxId.',
       rule: { token: 'send', session: false },
       input: 'SendMessageInput',
       async run(p: Principal, args) {
@@ -68,6 +71,7 @@ export function sendTools(access: Access, send: SendService, sealed: MailOpening
           thread = await threading(sealed, inbox, args.inReplyTo);
         }
         send.mayUse(inbox, args.from);
+        const schedule = send.scheduleOf(args.send_at, undefined);
         const original = args.reference ? await referencedOriginal(access, sealed, events, p, inbox, args.reference.message) : null;
         const composed = await composer.compose(
           inbox,
@@ -85,9 +89,17 @@ export function sendTools(access: Access, send: SendService, sealed: MailOpening
           },
           original,
         );
-        const result = await send.send(inbox, p.actor, { from: composed.from, to: composed.envelope, raw: composed.raw });
+        const result = await send.send(inbox, p.actor, {
+          from: composed.from,
+          to: composed.envelope,
+          raw: composed.raw,
+          ...(schedule ? { schedule } : {}),
+        });
         const threaded = thread ? `, in reply to ${args.inReplyTo}` : '';
-        return { structured: { ...result, ...(thread ? thread : {}) }, text: `Sent to ${composed.envelope.join(', ')}${threaded}.` };
+        const said = isScheduled(result)
+          ? `Scheduled for ${result.sendAt} to ${composed.envelope.join(', ')}${threaded} (outbox ${result.outboxId}).`
+          : `Sent to ${composed.envelope.join(', ')}${threaded}.`;
+        return { structured: { ...result, ...(thread ? thread : {}) }, text: said };
       },
     }),
   ];
