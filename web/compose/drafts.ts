@@ -1,4 +1,4 @@
-// Drafts kept on the server while the member writes (docs/app.md, "Drafts"; the endpoints:
+// Drafts kept on the server while the member writes (docs/app.md, "Compose, reply, forward, drafts"; the endpoints:
 // docs/sending.md, "Drafts"). A compatible inbox's draft is the message itself, so the member's
 // mail apps show it in Drafts; a zero-access inbox's is sealed in this browser to the inbox's
 // epoch key exactly as for /send, its literal data named after the draft's id (the server stores
