@@ -248,7 +248,7 @@ export function runBench(main: () => Promise<void>): void {
  * A bench drives one token far past what a client would (thousands of requests a second, every
  * search back to back): with the per-credential budgets on, it would measure the 429s.
  */
-export const NO_RATE_LIMITS = { POSTERN_RATE_REQUESTS: '0', POSTERN_RATE_EXPENSIVE: '0' };
+export const NO_RATE_LIMITS = { POSTERN_RATE_REQUESTS: '0', POSTERN_RATE_EXPENSIVE: '0', POSTERN_RATE_PER_TURN: '0' };
 
 /** The settings every bench's Postern starts from: a free port, a store in `dir`, the mail env, a fresh master key, quiet logs, no request budgets. */
 export function benchServerEnv(env: MailEnv, dir: string, extra: Record<string, string> = {}): Record<string, string> {

@@ -527,6 +527,12 @@ export const SETTINGS: readonly Setting[] = [
       "a request refused by POSTERN_RATE_REQUESTS or POSTERN_RATE_EXPENSIVE gets its 429 after this long (at most its Retry-After), so a client asking again at once cannot spend the process's time on refusals; 0 = at once",
   },
   {
+    name: 'POSTERN_RATE_PER_TURN',
+    default: '4',
+    description:
+      "requests of one token or session a process starts in one turn of its event loop; more start in the next turns, each caller's share in turn, so one caller's many connections cannot make every turn long and hold up everyone else's requests and new connections; 0 = no limit",
+  },
+  {
     name: 'POSTERN_MCP_BATCH_MAX',
     default: '20',
     description: 'JSON-RPC messages one POST /v1/mcp batch may hold (at most 100), a larger batch is refused with 400',
@@ -802,6 +808,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       requests: { perSecond: decimal('POSTERN_RATE_REQUESTS', 1_000_000), burst: int('POSTERN_RATE_BURST', 1, 1_000_000) },
       expensive: { perSecond: decimal('POSTERN_RATE_EXPENSIVE', 1_000_000), burst: int('POSTERN_RATE_EXPENSIVE_BURST', 1, 1_000_000) },
       refusalDelayMs: int('POSTERN_RATE_REFUSAL_DELAY_MS', 0, 60_000),
+      perTurn: int('POSTERN_RATE_PER_TURN', 0, 100_000),
     },
     mcp: {
       // The SDK's own cap is 100: a batch it would refuse anyway is no bound to offer.

@@ -90,6 +90,8 @@ export interface CredentialLimits {
   expensive: Budget;
   /** POSTERN_RATE_REFUSAL_DELAY_MS: a refusal is answered after this long (at most its Retry-After); 0: at once. */
   refusalDelayMs?: number;
+  /** POSTERN_RATE_PER_TURN: requests of one credential started per turn of the event loop; 0: no limit. */
+  perTurn?: number;
 }
 
 /** Refusals held at once in a process, at most; past it they are answered at once (each holds a socket already counted per address). */
@@ -106,6 +108,7 @@ export class CredentialRate {
   private readonly expensiveCalls: RateBuckets;
   private readonly refusalDelayMs: number;
   private heldNow = 0;
+  private readonly shares: TurnShares;
 
   constructor(
     limits: CredentialLimits,
@@ -115,6 +118,17 @@ export class CredentialRate {
     this.requests = new RateBuckets(limits.requests, options);
     this.expensiveCalls = new RateBuckets(limits.expensive, options);
     this.refusalDelayMs = limits.refusalDelayMs ?? 0;
+    this.shares = new TurnShares(limits.perTurn ?? 0);
+  }
+
+  /** Starts `work` in `p`'s share of this turn of the event loop, or of a later one (POSTERN_RATE_PER_TURN; TurnShares). */
+  inShare<T>(p: Principal, work: () => Promise<T>): Promise<T> {
+    return this.shares.run(p.credentialId, work);
+  }
+
+  /** Requests started in a later turn than the one they arrived in, since the start. */
+  get deferred(): number {
+    return this.shares.deferred;
   }
 
   /**
@@ -182,5 +196,60 @@ export class Turns {
       if (next) setImmediate(next);
       else if (--k.running === 0) this.keys.delete(key);
     }
+  }
+}
+
+/**
+ * At most `perTurn` pieces of work per key started in one turn of the event loop; the rest wait,
+ * in order, for later turns, where each key with work waiting starts its share in turn. Node
+ * accepts one new connection per turn of its event loop (libuv), and reads every socket that has
+ * data in the same turn: a caller whose many keep-alive connections each bring a request makes
+ * each turn as long as all its requests' synchronous work (on SQLite, nearly all of it), so every
+ * other caller's requests, and every new connection, waited turns of hundreds of milliseconds
+ * (bench/RESULTS.md, "Session 17"). A cap on requests at once (Turns) does not bound that: work
+ * that never awaits real I/O has ended before the next request is read. Here a turn holds a
+ * bounded share of each caller's work, and the next turn comes soon after.
+ */
+export class TurnShares {
+  private readonly started = new Map<string, number>();
+  private readonly waiting = new Map<string, Array<() => void>>();
+  private turnAhead = false;
+  /** Work started in a later turn than the one it was asked for in (the metrics' count). */
+  deferred = 0;
+
+  constructor(private readonly perTurn: number) {}
+
+  run<T>(key: string, work: () => Promise<T>): Promise<T> {
+    if (this.perTurn === 0) return work();
+    const n = this.started.get(key) ?? 0;
+    if (n < this.perTurn && !this.waiting.has(key)) {
+      this.started.set(key, n + 1);
+      this.nextTurn();
+      return work();
+    }
+    this.deferred++;
+    return new Promise<T>((resolve, reject) => {
+      let queue = this.waiting.get(key);
+      if (!queue) this.waiting.set(key, (queue = []));
+      queue.push(() => work().then(resolve, reject));
+      this.nextTurn();
+    });
+  }
+
+  /** The next turn (setImmediate: after this turn's sockets are read) starts a share of each key's waiting work. */
+  private nextTurn(): void {
+    if (this.turnAhead) return;
+    this.turnAhead = true;
+    setImmediate(() => {
+      this.turnAhead = false;
+      this.started.clear();
+      for (const [key, queue] of this.waiting) {
+        const now = queue.splice(0, this.perTurn);
+        if (queue.length === 0) this.waiting.delete(key);
+        this.started.set(key, now.length);
+        for (const start of now) start();
+      }
+      if (this.started.size > 0) this.nextTurn();
+    });
   }
 }

@@ -91,8 +91,11 @@ describe('configuration', () => {
       requests: { perSecond: 100, burst: 200 },
       expensive: { perSecond: 10, burst: 40 },
       refusalDelayMs: 1000,
+      // A credential's share of each turn of the event loop: 4 requests started, the rest in later turns.
+      perTurn: 4,
     });
     expect(loadConfig({ ...PASSWORD, POSTERN_RATE_REFUSAL_DELAY_MS: '0' }).rate.refusalDelayMs).to.equal(0);
+    expect(loadConfig({ ...PASSWORD, POSTERN_RATE_PER_TURN: '0' }).rate.perTurn).to.equal(0);
     expect(loadConfig({ ...PASSWORD, POSTERN_RATE_EXPENSIVE: '0.5', POSTERN_RATE_REQUESTS: '0' }).rate).to.deep.include({
       requests: { perSecond: 0, burst: 200 },
       expensive: { perSecond: 0.5, burst: 40 },

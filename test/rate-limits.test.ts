@@ -2,12 +2,13 @@
 // on their own (a clock of the test's), then over HTTP: a token's or session's general budget
 // (POSTERN_RATE_REQUESTS/_BURST) and its expensive one (POSTERN_RATE_EXPENSIVE/_BURST) for
 // searches, whole messages and MCP tool calls, each 429 with Retry-After, and the refusals counted.
+import { connect, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { expect } from 'chai';
 import type { Principal } from '../lib/auth/access.ts';
 import { isDomainError } from '../lib/errors.ts';
 import type { RateKind } from '../lib/metrics.ts';
-import { CredentialRate, RateBuckets, Turns } from '../lib/rate.ts';
+import { CredentialRate, RateBuckets, TurnShares, Turns } from '../lib/rate.ts';
 import { call, expectError, json, newProject, startPostern, type TestServer } from './harness.ts';
 
 const principal = (credentialId: string): Principal => ({
@@ -142,6 +143,37 @@ describe('request budgets: the token buckets', () => {
     started = performance.now();
     await long.refused(refusal);
     expect(performance.now() - started, 'Retry-After: 1 s').to.be.within(990, 3000);
+  });
+
+  it('TurnShares: at most `perTurn` of a key started per turn of the event loop, even work that never awaits; the rest in order in later turns', async () => {
+    const shares = new TurnShares(2);
+    const log: string[] = [];
+    // Synchronous work, as a request on SQLite mostly is: a cap on work at once (Turns) never engages.
+    const work = (name: string) => () => {
+      log.push(name);
+      return Promise.resolve(name);
+    };
+    const runs = ['a1', 'a2', 'a3', 'a4', 'a5'].map((n) => shares.run('a', work(n)));
+    const other = shares.run('b', work('b1'));
+    expect(log, 'two of a in this turn; b has its own share').to.deep.equal(['a1', 'a2', 'b1']);
+    expect(shares.deferred).to.equal(3);
+    // The next turn (after the sockets with data are read: setImmediate) starts a's next share, no more.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(log.slice(3)).to.deep.equal(['a3', 'a4']);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(log.slice(5)).to.deep.equal(['a5']);
+    expect(await Promise.all([...runs, other])).to.deep.equal(['a1', 'a2', 'a3', 'a4', 'a5', 'b1']);
+    // A key with work waiting starts nothing ahead of it in its turn: order is kept.
+    const kept: string[] = [];
+    const first = ['x1', 'x2', 'x3'].map((n) => shares.run('x', () => Promise.resolve(kept.push(n))));
+    await new Promise((resolve) => setImmediate(resolve));
+    await Promise.all([...first, shares.run('x', () => Promise.resolve(kept.push('x4')))]);
+    expect(kept).to.deep.equal(['x1', 'x2', 'x3', 'x4']);
+    // 0: no limit.
+    const off = new TurnShares(0);
+    const all: string[] = [];
+    for (const n of ['1', '2', '3']) void off.run('a', () => Promise.resolve(all.push(n)));
+    expect(all).to.have.length(3);
   });
 
   it('Turns: at most `max` per key at once, the rest in order, handed on at a later turn of the event loop', async () => {
@@ -312,5 +344,62 @@ describe('request budgets over HTTP: searches, whole messages and MCP tool calls
 
     expect(await refusals('expensive')).to.equal(before.expensive + 3);
     expect(await refusals('request')).to.equal(before.request);
+  });
+});
+
+/** A keep-alive connection to `base`'s host that sends raw requests and records when each answer's head arrives. */
+async function rawConnection(
+  base: string,
+  token: string,
+  answered: string[],
+  name: string,
+): Promise<{ send: (path: string) => void; socket: Socket }> {
+  const u = new URL(base);
+  const socket = connect(Number(u.port), u.hostname);
+  await new Promise((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+  let seen = '';
+  socket.on('data', (d: Buffer) => {
+    seen += d.toString('latin1');
+    // One answer each (a short JSON body): counted by its status line.
+    for (let i = seen.indexOf('HTTP/1.1 '); i >= 0; i = seen.indexOf('HTTP/1.1 ')) {
+      answered.push(name);
+      seen = seen.slice(i + 9);
+    }
+  });
+  return {
+    socket,
+    send: (path) => socket.write(`GET ${u.pathname}${path} HTTP/1.1\r\nHost: ${u.host}\r\nAuthorization: Bearer ${token}\r\n\r\n`),
+  };
+}
+
+describe("request shares over HTTP: one token's many connections and another token's request", function () {
+  this.timeout(60_000);
+
+  it("answers another token's request in the turn it arrives, not after all of one token's requests read in the same turn", async () => {
+    const s = await startPostern({ POSTERN_RATE_PER_TURN: '2' });
+    const sockets: Socket[] = [];
+    try {
+      const p = await newProject(s);
+      const many = await p.token(['messages:read']);
+      const one = await p.token(['messages:read']);
+      const answered: string[] = [];
+      const a = await Promise.all(Array.from({ length: 40 }, (_, i) => rawConnection(s.base, many, answered, `a${i}`)));
+      const b = await rawConnection(s.base, one, answered, 'b');
+      sockets.push(...a.map((c) => c.socket), b.socket);
+      // Each connection answered once first, so every socket is open, accepted and idle.
+      for (const c of [...a, b]) c.send('/inboxes');
+      while (answered.length < 41) await sleep(10);
+      answered.length = 0;
+      // All in one go: the server reads them in one turn, the other token's last.
+      for (const c of a) c.send('/inboxes');
+      b.send('/inboxes');
+      while (answered.length < 41) await sleep(10);
+      const before = answered.indexOf('b');
+      // Before the shares, the 40 of one token were worked through first (before = 40).
+      expect(before, `answers of the many-connection token before the other's: ${answered.join(' ')}`).to.be.at.most(10);
+    } finally {
+      for (const c of sockets) c.destroy();
+      await s.close();
+    }
   });
 });

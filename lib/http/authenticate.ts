@@ -15,7 +15,8 @@ export function authenticate(access: Access, surface: Surface, rate: CredentialR
     ctx.state.surface = surface;
     ctx.state.principal = await authenticateAs(access, surface, presentedCredential(ctx, surface));
     await charged(rate, () => rate.request(ctx.state.principal));
-    await next();
+    // Started in the credential's share of this turn of the event loop, or of a later one.
+    await rate.inShare(ctx.state.principal, next);
   };
 }
 
