@@ -179,10 +179,13 @@ const S = {
      WHERE m.inbox_id = $1 AND m.guid = t.guid AND m.thread_guid IS NULL`,
   ),
   // The newest place of each thread in the label: no place of the same thread above it there.
+  // Walked down the label's key a place at a time until the page is full: as a plain join the
+  // planner hashed every message of the inbox and tested every place below `before` (0.5 s a
+  // page at 10,000 messages); the lateral lookup (OFFSET 0 keeps it one) cannot be hashed.
   threadPage: stmt(
     'threadPage',
     `SELECT l.label_guid, l.uid, l.msg_guid, l.modseq, l.flags, ${MESSAGE_COLUMNS}
-     FROM mail_locations l JOIN mail_messages m ON m.inbox_id = l.inbox_id AND m.guid = l.msg_guid
+     FROM mail_locations l CROSS JOIN LATERAL (SELECT * FROM mail_messages m WHERE m.inbox_id = l.inbox_id AND m.guid = l.msg_guid OFFSET 0) m
      WHERE l.inbox_id = $1 AND l.label_guid = $2 AND l.uid < $3
        AND (m.thread_guid IS NULL OR NOT EXISTS (SELECT 1 FROM mail_messages m2
          JOIN mail_locations l2 ON l2.inbox_id = m2.inbox_id AND l2.msg_guid = m2.guid

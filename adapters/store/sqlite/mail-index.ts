@@ -257,8 +257,10 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
         ORDER BY l.uid DESC LIMIT @limit`),
       thread: p(`SELECT ${MESSAGE_COLUMNS} FROM mail_messages m INDEXED BY mail_messages_thread WHERE m.inbox_id = ? AND m.thread_guid = ?
         ORDER BY m.received_at, m.guid LIMIT ?`),
+      // Each message's places looked up by message: without the hint the planner walks every place
+      // of the inbox for each message (0.6 s a page of 50 threads at 10,000 messages).
       threadStats: p(`SELECT m.thread_guid, m.from_text, m.from_address,
-          (SELECT max(seen) FROM mail_locations l WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid) AS seen
+          (SELECT max(seen) FROM mail_locations l INDEXED BY mail_locations_message WHERE l.inbox_id = m.inbox_id AND l.msg_guid = m.guid) AS seen
         FROM mail_messages m INDEXED BY mail_messages_thread WHERE m.inbox_id = ? AND m.thread_guid IN (SELECT value FROM json_each(?))
         ORDER BY m.received_at, m.guid`),
       // The same message at the same place with an older MODSEQ (another process fetched it
