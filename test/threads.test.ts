@@ -287,12 +287,15 @@ describeWithCorpus('threads and previews', function () {
     const { inbox, bySubject } = await setUp();
     const [a, b, c] = chain('Budget review', 3);
     const other = { messageId: `<o.${tag()}>`, subject: 'Unrelated' };
-    await appendAll(inbox, 'compatible', [a!, b!, other, c!]);
+    // Its parent named in References only (no In-Reply-To): the backfill fetches them.
+    const referencesOnly = { messageId: `<r.${tag()}>`, subject: 'Budget review, the figures', references: a!.messageId };
+    await appendAll(inbox, 'compatible', [a!, b!, other, c!, referencesOnly]);
     const threaded = await bySubject();
-    // As an index from before threads: no thread ids, no links kept (so only In-Reply-To counts).
+    expect(threaded.get(referencesOnly.subject)!.threadId).to.equal(threaded.get('Budget review')!.threadId);
+    // As an index from before threads: no thread ids, no links kept (its References never fetched).
     const door = await storeBackdoor(s.storeEnv);
     try {
-      expect(await door.run('UPDATE mail_messages SET thread_guid = NULL WHERE inbox_id = ?', inbox.id)).to.equal(4);
+      expect(await door.run('UPDATE mail_messages SET thread_guid = NULL WHERE inbox_id = ?', inbox.id)).to.equal(5);
       await door.run('DELETE FROM mail_thread_links WHERE inbox_id = ?', inbox.id);
     } finally {
       await door.close();
@@ -311,6 +314,7 @@ describeWithCorpus('threads and previews', function () {
       });
       const ids = new Map(after.map((m) => [m.subject!, m.threadId]));
       for (const [subject, m] of threaded) expect(ids.get(subject), subject).to.equal(m.threadId);
+      expect(ids.get(referencesOnly.subject)).to.equal(label.threadId);
       expect(label.threadId).to.not.equal(threaded.get('Unrelated')!.threadId);
     } finally {
       await second.close();

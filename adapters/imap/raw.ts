@@ -271,6 +271,8 @@ export const FULL_ITEMS: ReadonlyArray<string | ImapCompileNode> = [
   CONTENT_TYPE_ITEM,
 ];
 export const FLAG_ITEMS = ['UID', 'FLAGS', 'MODSEQ'];
+/** What the threads backfill asks of mail indexed before the index kept References (docs/threads.md). */
+export const REFERENCES_ITEMS: ReadonlyArray<string | ImapCompileNode> = ['UID', 'X-GUID', CONTENT_TYPE_ITEM];
 /** FULL_ITEMS and RFC 8970 PREVIEW: Dovecot's own ~200 characters of the text (docs/threads.md, "Previews"). */
 const WITH_PREVIEW: ReadonlyArray<string | ImapCompileNode> = [...FULL_ITEMS, 'PREVIEW'];
 

@@ -6,7 +6,7 @@ import type { ImapMetrics } from '../../lib/metrics.ts';
 import type { LabelState, LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, LocationKey } from '../../lib/mail/types.ts';
 import { unavailable } from '../../lib/errors.ts';
 import { ImapPool, type ImapSettings } from './pool.ts';
-import { uidFetch, unselect } from './raw.ts';
+import { REFERENCES_ITEMS, uidFetch, uidSets, unselect } from './raw.ts';
 import { IndexSync } from './sync.ts';
 import { Watcher } from './watcher.ts';
 
@@ -174,6 +174,38 @@ export class ImapMailSource implements MailSource {
       },
       'interactive',
       { ms: this.o.imap.bodySearchTimeoutMs, error: late },
+    );
+    return found;
+  }
+
+  async references(
+    inbox: MailInbox,
+    labels: readonly LabelState[],
+    at: ReadonlyArray<LocationKey & { msgGuid: string }>,
+  ): Promise<Map<string, string[]>> {
+    const found = new Map<string, string[]>();
+    await this.pool.use(
+      inbox.imapUser,
+      async (client) => {
+        found.clear(); // a retry on a fresh connection starts over
+        try {
+          for (const label of labels) {
+            const here = new Map(at.filter((p) => p.labelGuid === label.guid).map((p) => [p.uid, p.msgGuid]));
+            if (here.size === 0) continue;
+            const opened = await client.mailboxOpen(label.path, { readOnly: true }).catch(() => null);
+            // Gone, or another mailbox by that name now: the index will learn it on its next sync.
+            if (!opened || Number(opened.uidValidity) !== label.uidValidity) continue;
+            for (const set of uidSets(here.keys())) {
+              await uidFetch(client, set, REFERENCES_ITEMS, (row) => {
+                if (row.message && here.get(row.uid) === row.message.guid) found.set(row.message.guid, [...(row.message.references ?? [])]);
+              });
+            }
+          }
+        } finally {
+          if (client.usable) await unselect(client).catch(() => undefined);
+        }
+      },
+      'bulk',
     );
     return found;
   }

@@ -8,7 +8,7 @@ import { guidFromId, idFromGuid } from '../ids.ts';
 import type { MessageList, MessageSummary, Thread } from '../../schemas/wire.ts';
 import type { MailMirror } from './mirror.ts';
 import { directionOf, primaryLocation, summarize } from './service.ts';
-import type { IndexSearch, MailIndexStore, MailInbox, MessageRecord, SearchAfter, SearchRow } from './types.ts';
+import type { IndexSearch, MailIndexStore, MailInbox, MailSource, MessageRecord, SearchAfter, SearchRow } from './types.ts';
 
 /** A thread lists at most this many messages (its oldest). */
 export const THREAD_MAX = 1000;
@@ -26,20 +26,29 @@ export class ThreadReads {
   constructor(
     private readonly index: MailIndexStore,
     private readonly mirror: MailMirror,
+    private readonly source: Pick<MailSource, 'references'>,
     private readonly log: { warn(obj: object, msg: string): void },
   ) {}
 
   /**
    * Places the inbox's mail indexed before threads, in the background (never awaited by a read):
-   * a batch per write, the oldest first, until none is left. Called on every read that shows
-   * thread ids; once done, a set lookup.
+   * a batch per write, the oldest first, until none is left, each batch's References fetched
+   * from the mail server first (the index never kept them; the live path links by them too).
+   * Called on every read that shows thread ids; once done, a set lookup.
    */
-  backfill(inboxId: string): void {
+  backfill(inbox: MailInbox): void {
+    const inboxId = inbox.id;
     if (this.placed.has(inboxId) || this.running.has(inboxId)) return;
     const run = (async () => {
       for (;;) {
-        const n = await this.index.backfillThreads(inboxId, BACKFILL_BATCH);
-        if (n < BACKFILL_BATCH) break;
+        const batch = await this.index.unthreaded(inboxId, BACKFILL_BATCH);
+        if (batch.length === 0) break;
+        const at = batch.flatMap((m) => (m.place ? [{ ...m.place, msgGuid: m.guid }] : []));
+        const fetched =
+          at.length > 0 ? await this.source.references(inbox, await this.index.labels(inboxId), at) : new Map<string, string[]>();
+        // A message the server no longer has where the index says (moved meanwhile) goes with what the index knows.
+        await this.index.backfillThreads(inboxId, new Map(batch.map((m) => [m.guid, fetched.get(m.guid) ?? []])));
+        if (batch.length < BACKFILL_BATCH) break;
         await new Promise((resolve) => setImmediate(resolve));
       }
       if (this.placed.size >= 100_000) this.placed.clear();
@@ -60,7 +69,7 @@ export class ThreadReads {
     const guid = guidFromId('thr', threadId);
     if (!guid) throw notFound('thread not found');
     await this.mirror.refresh(inbox);
-    this.backfill(inbox.id);
+    this.backfill(inbox);
     const rows = await this.index.thread(inbox.id, guid, THREAD_MAX + 1);
     if (rows.length === 0) throw notFound('thread not found');
     const labels = await this.index.labels(inbox.id);
@@ -79,7 +88,7 @@ export class ThreadReads {
     await this.mirror.refresh(inbox);
     const labels = await this.index.labels(inbox.id);
     if (!labels.some((l) => l.guid === guid)) throw notFound('label not found');
-    this.backfill(inbox.id);
+    this.backfill(inbox);
     const rows = await this.index.threadPage(inbox.id, guid, options.before ?? null, options.limit + 1);
     const shown = rows.slice(0, options.limit);
     const sent = new Set(labels.filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));

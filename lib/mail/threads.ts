@@ -115,12 +115,12 @@ export const MAX_PARTICIPANTS = 10;
 
 /**
  * The links of a message waiting for its thread: those the index kept from its References (and
- * In-Reply-To) when it was put, then its In-Reply-To (the nearest parent) last. Mail indexed
- * before threads has only its In-Reply-To: its References were never fetched.
+ * In-Reply-To) when it was put, then the References fetched for it now (mail indexed before
+ * threads: the index kept neither), then its In-Reply-To (the nearest parent) last, as linksOf.
  */
-export function pendingLinks(kept: readonly string[], inReplyTo: string | null): string[] {
+export function pendingLinks(kept: readonly string[], inReplyTo: string | null, references: readonly string[] = []): string[] {
   const own = parseMessageIds(inReplyTo);
-  return [...new Set([...kept.filter((l) => !own.includes(l)), ...own])].slice(-MAX_LINKS);
+  return [...new Set([...kept, ...references].filter((l) => !own.includes(l))), ...own].slice(-MAX_LINKS);
 }
 
 /** The numbers of threads from their messages' rows, oldest first. */

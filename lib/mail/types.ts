@@ -304,10 +304,16 @@ export interface MailIndexStore {
   /** The numbers of these threads (those with no message left are not in the map). */
   threadStats(inboxId: string, threadGuids: readonly string[]): Promise<Map<string, ThreadStats>>;
   /**
-   * Places up to `limit` of the inbox's messages that have no thread yet (indexed before threads
-   * were), oldest first, in one short write; answers how many it placed (fewer than `limit`: done).
+   * Up to `limit` of the inbox's messages that have no thread yet (indexed before threads were),
+   * oldest first, each with one of its places (null: only a refill being staged holds it).
    */
-  backfillThreads(inboxId: string, limit: number): Promise<number>;
+  unthreaded(inboxId: string, limit: number): Promise<Array<{ guid: string; place: LocationKey | null }>>;
+  /**
+   * Places these messages (those of them still without a thread) in one short write, their
+   * References fetched from the mail server (GUID → Message-IDs) kept as links first, as the live
+   * path keeps them; answers how many it placed.
+   */
+  backfillThreads(inboxId: string, references: ReadonlyMap<string, readonly string[]>): Promise<number>;
 }
 
 /**
@@ -418,6 +424,16 @@ export interface MailSource {
    * gone or renumbered on the server meanwhile answers nothing.
    */
   searchContent(inbox: MailInbox, labels: readonly LabelState[], terms: { body?: string; text?: string }): Promise<Map<string, number[]>>;
+  /**
+   * The References of the messages at these places (GUID → Message-IDs, none: an empty list), for
+   * mail indexed before the index kept them (docs/threads.md). A place whose label is gone or
+   * renumbered, or whose UID holds another message now, answers nothing.
+   */
+  references(
+    inbox: MailInbox,
+    labels: readonly LabelState[],
+    at: ReadonlyArray<LocationKey & { msgGuid: string }>,
+  ): Promise<Map<string, string[]>>;
   /** Starts listening to the inbox: `onSignal` whenever something may have changed. */
   watch(inbox: MailInbox, onSignal: () => void): MailWatcher;
   close(): Promise<void>;

@@ -169,7 +169,7 @@ export function mailContext(core: Core, events: EventLog): MailContext {
       announceLabels: mailChanges.expectLabels,
     }),
     search: new MailSearch({ index: mailIndex, mirror, source, bounds: config.search }),
-    threads: new ThreadReads(mailIndex, mirror, log.child({ part: 'threads' })),
+    threads: new ThreadReads(mailIndex, mirror, source, log.child({ part: 'threads' })),
     sealed: new MailOpening({
       mail,
       index: mailIndex,

@@ -195,27 +195,45 @@ export function mailThreadsContract(engineName: string, open: () => Promise<Mail
       expect(await threadOf(inbox, r)).to.equal(r.guid);
     });
 
-    it('backfills mail indexed before threads, oldest first, a batch per call, by In-Reply-To', async () => {
+    it('backfills mail indexed before threads, oldest first, a batch per call, by References fetched and In-Reply-To', async () => {
       const inbox = newId('ibx');
       const lbl = guid();
       const a = message();
       const b = reply(a);
       const c = reply(b);
       const lone = message();
+      // Its parent named only in References (no In-Reply-To), as some mail apps send.
+      const e = message({ subject: 'Re: the subject', references: [a.messageId!] });
       await index.apply(
         inbox,
-        [c, lone, b, a].map((m, i) => put(m, loc(lbl, i + 1, m.guid))),
+        [c, lone, b, a, e].map((m, i) => put(m, loc(lbl, i + 1, m.guid))),
       );
       await engine.unthread(inbox);
       expect(await threadOf(inbox, a)).to.equal(undefined);
       // Reads go on meanwhile: a collapsed page shows unplaced messages one by one.
-      expect(await index.threadPage(inbox, lbl, null, 10)).to.have.length(4);
-      expect(await index.backfillThreads(inbox, 2)).to.equal(2);
+      expect(await index.threadPage(inbox, lbl, null, 10)).to.have.length(5);
+      // What the backfill asks the mail server for: each message's place, oldest first.
+      const first = await index.unthreaded(inbox, 2);
+      expect(first).to.deep.equal([
+        { guid: a.guid, place: { labelGuid: lbl, uid: 4 } },
+        { guid: b.guid, place: { labelGuid: lbl, uid: 3 } },
+      ]);
+      // The References the server answers for each (here: what each was indexed with).
+      const fetched = (ms: Array<{ guid: string }>) =>
+        new Map(ms.map(({ guid: g }) => [g, [a, b, c, lone, e].find((m) => m.guid === g)!.references ?? []]));
+      expect(await index.backfillThreads(inbox, fetched(first))).to.equal(2);
       expect(await threadOf(inbox, a)).to.equal(a.guid);
       expect(await threadOf(inbox, c)).to.equal(undefined);
-      expect(await index.backfillThreads(inbox, 2)).to.equal(2);
-      expect(await index.backfillThreads(inbox, 2)).to.equal(0);
-      for (const m of [a, b, c]) expect(await threadOf(inbox, m)).to.equal(a.guid);
+      // Placed already: nothing to do.
+      expect(await index.backfillThreads(inbox, fetched(first))).to.equal(0);
+      const second = await index.unthreaded(inbox, 2);
+      expect(second.map((m) => m.guid)).to.deep.equal([c.guid, lone.guid]);
+      expect(await index.backfillThreads(inbox, fetched(second))).to.equal(2);
+      const third = await index.unthreaded(inbox, 2);
+      expect(third.map((m) => m.guid)).to.deep.equal([e.guid]);
+      expect(await index.backfillThreads(inbox, fetched(third))).to.equal(1);
+      expect(await index.unthreaded(inbox, 2)).to.deep.equal([]);
+      for (const m of [a, b, c, e]) expect(await threadOf(inbox, m), m.subject!).to.equal(a.guid);
       expect(await threadOf(inbox, lone)).to.equal(lone.guid);
       // A reply to an old message, indexed now, finds it by the link the backfill kept.
       const d = message({ subject: 'Re: the subject', references: [c.messageId!] });

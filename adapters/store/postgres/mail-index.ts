@@ -14,6 +14,7 @@ import type {
   IndexStatus,
   LabelState,
   Location,
+  LocationKey,
   MailIndexStore,
   MessageRecord,
   PageRow,
@@ -36,6 +37,7 @@ import {
   type ThreadKnownRow,
   type ThreadPendingRow,
   type ThreadStatRow,
+  unthreadedOf,
 } from '../rows/mail-index.ts';
 import { assignThreads, linksOf, pendingLinks, threadStatsOf } from '../../../lib/mail/threads.ts';
 import { notFound } from '../../../lib/errors.ts';
@@ -158,8 +160,10 @@ const S = {
   ),
   unthreaded: stmt(
     'unthreaded',
-    `SELECT guid, received_at, message_id, in_reply_to, subject FROM mail_messages
-     WHERE inbox_id = $1 AND thread_guid IS NULL ORDER BY received_at LIMIT $2`,
+    `SELECT m.guid, l.label_guid, l.uid FROM (SELECT guid, received_at FROM mail_messages
+       WHERE inbox_id = $1 AND thread_guid IS NULL ORDER BY received_at, guid LIMIT $2) m
+     LEFT JOIN mail_locations l ON l.inbox_id = $1 AND l.msg_guid = m.guid
+     ORDER BY m.received_at, m.guid`,
   ),
   linksOf: stmt('linksOf', 'SELECT msg_guid, link FROM mail_thread_links WHERE inbox_id = $1 AND msg_guid = ANY($2::text[])'),
   threadedById: stmt(
@@ -505,15 +509,20 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
   }
 
   /** Inside a write's transaction: the threads of messages that have none (lib/mail/threads.ts). */
-  private async placeThreads(c: Queryable, inboxId: string, pending: readonly ThreadPendingRow[]): Promise<void> {
+  private async placeThreads(
+    c: Queryable,
+    inboxId: string,
+    pending: readonly ThreadPendingRow[],
+    references?: ReadonlyMap<string, readonly string[]>,
+  ): Promise<void> {
     if (pending.length === 0) return;
     const kept = new Map<string, string[]>();
     for (const r of await rowsOf<{ msg_guid: string; link: string }>(c, S.linksOf([inboxId, pending.map((p) => p.guid)])))
       kept.set(r.msg_guid, [...(kept.get(r.msg_guid) ?? []), r.link]);
     const fresh: Array<[string, string]> = [];
     const inputs = pending.map((p) => {
-      const links = pendingLinks(kept.get(p.guid) ?? [], p.in_reply_to);
-      // Mail indexed before threads: its In-Reply-To becomes a link, for its children to come.
+      const links = pendingLinks(kept.get(p.guid) ?? [], p.in_reply_to, references?.get(p.guid));
+      // Mail indexed before threads: its References and In-Reply-To become links, for its children to come.
       for (const link of links) if (!kept.get(p.guid)?.includes(link)) fresh.push([link, p.guid]);
       return { guid: p.guid, receivedAt: p.received_at, messageId: p.message_id, links, subject: p.subject };
     });
@@ -794,13 +803,19 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
     );
   }
 
-  async backfillThreads(inboxId: string, limit: number): Promise<number> {
+  async unthreaded(inboxId: string, limit: number): Promise<Array<{ guid: string; place: LocationKey | null }>> {
+    return unthreadedOf(
+      await rowsOf<{ guid: string; label_guid: string | null; uid: number | string | null }>(this.pool, S.unthreaded([inboxId, limit])),
+    );
+  }
+
+  async backfillThreads(inboxId: string, references: ReadonlyMap<string, readonly string[]>): Promise<number> {
+    if (references.size === 0) return 0;
     return inTransaction(this.pool, async (c) => {
-      const pending = await rowsOf<ThreadPendingRow>(c, S.unthreaded([inboxId, limit]));
-      if (pending.length === 0) return 0;
       // Takes the inbox's turn like any index write (and bumps its version: thread ids appear).
       await this.begin(c, inboxId);
-      await this.placeThreads(c, inboxId, pending);
+      const pending = await rowsOf<ThreadPendingRow>(c, S.pendingIn([inboxId, [...references.keys()]]));
+      await this.placeThreads(c, inboxId, pending, references);
       return pending.length;
     });
   }

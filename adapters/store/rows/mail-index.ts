@@ -1,7 +1,7 @@
 // The mail index's rows as both engines return them (same tables and columns; PostgreSQL's
 // BIGINT columns come back as numbers, postgres/db.ts), and their mapping to the domain's records.
 import type { SpecialUse } from '../../../schemas/wire.ts';
-import type { LabelState, Location, MessageRecord } from '../../../lib/mail/types.ts';
+import type { LabelState, Location, LocationKey, MessageRecord } from '../../../lib/mail/types.ts';
 
 export interface LabelRow {
   guid: string;
@@ -100,3 +100,15 @@ export const toLocation = (r: LocationRow): Location => ({
   modseq: r.modseq,
   flags: JSON.parse(r.flags) as string[],
 });
+
+/** The backfill's messages, one place each (the first met; none: only a staged refill holds it). */
+export function unthreadedOf(
+  rows: ReadonlyArray<{ guid: string; label_guid: string | null; uid: number | string | null }>,
+): Array<{ guid: string; place: LocationKey | null }> {
+  const out = new Map<string, LocationKey | null>();
+  for (const r of rows) {
+    if (out.get(r.guid)) continue;
+    out.set(r.guid, r.label_guid !== null && r.uid !== null ? { labelGuid: r.label_guid, uid: Number(r.uid) } : null);
+  }
+  return [...out].map(([guid, place]) => ({ guid, place }));
+}

@@ -7,6 +7,7 @@ import type {
   IndexStatus,
   LabelState,
   Location,
+  LocationKey,
   MailIndexStore,
   MessageRecord,
   PageRow,
@@ -33,6 +34,7 @@ import {
   type ThreadKnownRow,
   type ThreadPendingRow,
   type ThreadStatRow,
+  unthreadedOf,
 } from '../rows/mail-index.ts';
 
 /** A label's row to write; `fillLow` left out keeps what the row says (a rename, say). */
@@ -167,7 +169,7 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
   private readonly releaseTx: (inboxIds: readonly string[], holder: string) => void;
   private readonly dropInboxTx: (inboxId: string) => void;
   private readonly markTx: (inboxId: string, batch: number) => number;
-  private readonly backfillTx: (inboxId: string, limit: number) => number;
+  private readonly backfillTx: (inboxId: string, references: ReadonlyMap<string, readonly string[]>) => number;
 
   /**
    * `workers` run the searches' statements off the serving thread, within their budget
@@ -237,8 +239,11 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       putLink: p('INSERT OR IGNORE INTO mail_thread_links (inbox_id, link, msg_guid) VALUES (?, ?, ?)'),
       pendingIn: p(`SELECT guid, received_at, message_id, in_reply_to, subject FROM mail_messages
         WHERE inbox_id = ? AND guid IN (SELECT value FROM json_each(?)) AND thread_guid IS NULL`),
-      unthreaded: p(`SELECT guid, received_at, message_id, in_reply_to, subject FROM mail_messages INDEXED BY mail_messages_unthreaded
-        WHERE inbox_id = ? AND thread_guid IS NULL ORDER BY received_at LIMIT ?`),
+      unthreaded:
+        p(`SELECT m.guid, l.label_guid, l.uid FROM (SELECT guid, received_at FROM mail_messages INDEXED BY mail_messages_unthreaded
+          WHERE inbox_id = @inboxId AND thread_guid IS NULL ORDER BY received_at, guid LIMIT @limit) m
+        LEFT JOIN mail_locations l INDEXED BY mail_locations_message ON l.inbox_id = @inboxId AND l.msg_guid = m.guid
+        ORDER BY m.received_at, m.guid`),
       linksOf: p('SELECT msg_guid, link FROM mail_thread_links WHERE inbox_id = ? AND msg_guid IN (SELECT value FROM json_each(?))'),
       threadedById:
         p(`SELECT guid, thread_guid, received_at, message_id, subject, NULL AS link FROM mail_messages INDEXED BY mail_messages_message_id
@@ -421,10 +426,10 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
       'reseal_jobs',
     ].map((table) => p(`DELETE FROM ${table} WHERE inbox_id = ?`));
     // Not a change to what a page shows but its thread ids: the version is bumped all the same.
-    this.backfillTx = db.transaction((inboxId: string, limit: number) => {
+    this.backfillTx = db.transaction((inboxId: string, references: ReadonlyMap<string, readonly string[]>) => {
       this.present(inboxId);
-      const pending = this.s.unthreaded!.all(inboxId, limit) as ThreadPendingRow[];
-      this.placeThreads(inboxId, pending);
+      const pending = this.s.pendingIn!.all(inboxId, JSON.stringify([...references.keys()])) as ThreadPendingRow[];
+      this.placeThreads(inboxId, pending, references);
       if (pending.length > 0) this.bump(inboxId);
       return pending.length;
     });
@@ -450,14 +455,14 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
   }
 
   /** Inside a write's transaction: the threads of messages that have none (lib/mail/threads.ts). */
-  private placeThreads(inboxId: string, pending: readonly ThreadPendingRow[]): void {
+  private placeThreads(inboxId: string, pending: readonly ThreadPendingRow[], references?: ReadonlyMap<string, readonly string[]>): void {
     if (pending.length === 0) return;
     const kept = new Map<string, string[]>();
     for (const r of this.s.linksOf!.all(inboxId, JSON.stringify(pending.map((p) => p.guid))) as Array<{ msg_guid: string; link: string }>)
       kept.set(r.msg_guid, [...(kept.get(r.msg_guid) ?? []), r.link]);
     const inputs = pending.map((p) => {
-      const links = pendingLinks(kept.get(p.guid) ?? [], p.in_reply_to);
-      // Mail indexed before threads: its In-Reply-To becomes a link, for its children to come.
+      const links = pendingLinks(kept.get(p.guid) ?? [], p.in_reply_to, references?.get(p.guid));
+      // Mail indexed before threads: its References and In-Reply-To become links, for its children to come.
       for (const link of links) if (!kept.get(p.guid)?.includes(link)) this.s.putLink!.run(inboxId, link, p.guid);
       return { guid: p.guid, receivedAt: p.received_at, messageId: p.message_id, links, subject: p.subject };
     });
@@ -650,8 +655,14 @@ export class SqliteMailIndex implements MailIndexStore, WatchLeases, WatchReport
     );
   }
 
-  async backfillThreads(inboxId: string, limit: number): Promise<number> {
-    return this.backfillTx(inboxId, limit);
+  async unthreaded(inboxId: string, limit: number): Promise<Array<{ guid: string; place: LocationKey | null }>> {
+    const rows = this.s.unthreaded!.all({ inboxId, limit }) as Array<{ guid: string; label_guid: string | null; uid: number | null }>;
+    return unthreadedOf(rows);
+  }
+
+  async backfillThreads(inboxId: string, references: ReadonlyMap<string, readonly string[]>): Promise<number> {
+    if (references.size === 0) return 0;
+    return this.backfillTx(inboxId, references);
   }
 
   async message(inboxId: string, msgGuid: string): Promise<{ message: MessageRecord; locations: Location[] } | null> {

@@ -47,7 +47,7 @@ export function messageRoutes(
       );
       const page = { limit: query.limit, ...(query.before !== undefined ? { before: query.before } : {}) };
       if (!threads || (!query.collapseThreads && !query.preview)) {
-        threads?.reads.backfill(inbox.id);
+        threads?.reads.backfill(inbox);
         sendJsonOnce(ctx, await mail.messages(inbox, ctx.params.label!, page));
         return;
       }

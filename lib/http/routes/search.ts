@@ -30,7 +30,7 @@ export function searchRoutes(
       const query = validator.query<SearchQuery>(SEARCH_QUERY, ctx.query);
       const recordRead = await contentSearchGate(access, events, principal, inbox, query);
       const recordPreviews = query.preview && threads ? await previewGate(access, events, principal, inbox) : null;
-      threads?.backfill(inbox.id);
+      threads?.backfill(inbox);
       const page = await search.search(inbox, query, recordRead);
       if (recordPreviews) await threads!.withPreviews(inbox, page.messages, recordPreviews);
       ctx.body = page;

@@ -92,7 +92,7 @@ export function mailTools(
           await threads.reads.withPreviews(inbox, shown.messages, record);
           return pageAnswer(shown);
         }
-        threads?.reads.backfill(inbox.id);
+        threads?.reads.backfill(inbox);
         const page = await mail.messages(inbox, args.labelId, options);
         // The page is the cache's own object until the inbox changes: so is its answer (json-once.ts).
         let answer = pageAnswers.get(page);
