@@ -304,6 +304,71 @@ describe('labels: create, rename, delete (folders)', function () {
     }
   });
 
+  it('MCP: delete_label, as DELETE …/labels/{label}: a choice for mail it holds; removeMessages needs messages:destroy', async () => {
+    const { inbox, token } = await setUp();
+    const hold = await created(await send('POST', `/inboxes/${inbox.id}/labels`, token, { name: 'AgentHold' }));
+    const gone = await created(await send('POST', `/inboxes/${inbox.id}/labels`, token, { name: 'AgentGone' }));
+    const app = await mailApp(inbox);
+    try {
+      await app.append('AgentHold', SAMPLE, []);
+      await app.append('AgentGone', SAMPLE, []);
+    } finally {
+      await app.logout();
+    }
+    const destroyer = await p.token(['messages:read', 'messages:write', 'messages:destroy']);
+    const connect = async (bearer: string) => {
+      const client = new Client({ name: 'postern-test', version: '1.0.0' });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL(`${s.base}/mcp`), { requestInit: { headers: { Authorization: `Bearer ${bearer}` } } }),
+      );
+      return client;
+    };
+    const writer = await connect(token);
+    const full = await connect(destroyer);
+    try {
+      const del = async (client: Client, args: Record<string, unknown>) =>
+        (await client.callTool({ name: 'delete_label', arguments: { inboxId: inbox.id, ...args } })) as CallToolResult;
+      const text = (r: CallToolResult) => (r.content[0] as { text: string }).text;
+      await until('the labels indexed with their mail', async () => {
+        const all = await labels(inbox, token);
+        return all.find((l) => l.id === hold.id)?.total === 1 && all.find((l) => l.id === gone.id)?.total === 1 ? true : null;
+      });
+      const unchosen = await del(writer, { labelId: hold.id });
+      expect(unchosen.isError).to.equal(true);
+      expect(text(unchosen)).to.match(/holds 1 message/);
+      const both = await del(writer, { labelId: hold.id, moveTo: 'archive', removeMessages: true });
+      expect(both.isError).to.equal(true);
+      const refused = await del(writer, { labelId: gone.id, removeMessages: true });
+      expect(refused.isError).to.equal(true);
+      expect(text(refused)).to.match(/messages:destroy/);
+      expect((await folders(inbox)).all).to.include('AgentGone');
+
+      const moved = await del(writer, { labelId: hold.id, moveTo: 'archive' });
+      expect(moved.isError ?? false, text(moved)).to.equal(false);
+      expect(moved.structuredContent).to.deep.equal({ deleted: hold.id });
+      const removed = await del(full, { labelId: gone.id, removeMessages: true });
+      expect(removed.isError ?? false, text(removed)).to.equal(false);
+      const after = await labels(inbox, token);
+      expect(after.map((l) => l.name))
+        .to.not.include('AgentHold')
+        .and.not.include('AgentGone');
+      expect(after.find((l) => l.name === 'Archive')).to.include({ total: 1 });
+      expect((await folders(inbox)).all)
+        .to.not.include('AgentHold')
+        .and.not.include('AgentGone');
+    } finally {
+      await writer.close();
+      await full.close();
+    }
+    // Without messages:write the tool is not offered at all.
+    const reader = await connect(await p.token(['messages:read']));
+    try {
+      expect((await reader.listTools()).tools.map((t) => t.name)).to.not.include('delete_label');
+    } finally {
+      await reader.close();
+    }
+  });
+
   it('needs messages:write and a role that allows it (403); a member session may', async () => {
     const { inbox, token } = await setUp();
     const label = await created(await send('POST', `/inboxes/${inbox.id}/labels`, token, { name: 'Mine' }));

@@ -158,6 +158,7 @@ describe('MCP: /v1/mcp', function () {
       'change_keywords',
       'create_draft',
       'create_label',
+      'delete_label',
       'get_attachment',
       'get_message',
       'get_thread',

@@ -1,6 +1,7 @@
-// Labels and deleting forever for agents (docs/organize.md, "MCP"): create_label and
-// rename_label, the twins of POST …/labels and PATCH …/labels/{label}; delete_message_forever,
-// the twin of DELETE …/messages/{msg}, listed only for a token that carries messages:destroy.
+// Labels and deleting forever for agents (docs/organize.md, "MCP"): create_label, rename_label
+// and delete_label, the twins of POST …/labels, PATCH and DELETE …/labels/{label};
+// delete_message_forever, the twin of DELETE …/messages/{msg}, listed only for a token that
+// carries messages:destroy.
 import type { Label } from '../../../schemas/wire.ts';
 import type { Access, AccessRule } from '../../auth/access.ts';
 import type { MailFolders } from '../../mail/folders.ts';
@@ -43,6 +44,29 @@ export function folderTools(access: Access, folders: MailFolders): Tool[] {
       async run(p, args) {
         const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:write');
         return labelAnswer(await folders.rename(inbox, args.labelId, args.name, p.actor), 'Renamed label');
+      },
+    }),
+    // Listed like its HTTP twin's rule (messages:write): deleting an empty label or moving its
+    // mail out destroys nothing. removeMessages does, and is refused without messages:destroy.
+    tool<{ inboxId: string; labelId: string; moveTo?: string; removeMessages?: boolean }>({
+      name: 'delete_label',
+      title: 'Delete a label',
+      description:
+        'Deletes a label (a folder). One that still holds mail needs a choice: moveTo (inbox, archive, trash, junk or a label id) moves its mail there first; removeMessages=true deletes its mail with it, for good (messages also in other labels stay there; needs the messages:destroy scope). INBOX, the special folders and labels with labels under them cannot be deleted.',
+      rule: ORGANIZE,
+      input: 'DeleteLabelInput',
+      async run(p, args) {
+        const { inbox } = await access.inboxAccess(p, args.inboxId, 'messages:write');
+        if (args.removeMessages) {
+          access.authorize(p, DESTROY);
+          await access.inboxAccess(p, args.inboxId, 'messages:destroy');
+        }
+        const choice = {
+          ...(args.moveTo !== undefined ? { moveTo: args.moveTo } : {}),
+          ...(args.removeMessages !== undefined ? { removeMessages: args.removeMessages } : {}),
+        };
+        await folders.remove(inbox, args.labelId, choice, p.actor);
+        return { structured: { deleted: args.labelId }, text: `Label ${args.labelId} was deleted.` };
       },
     }),
     tool<{ inboxId: string; messageId: string; confirm?: boolean }>({
