@@ -73,7 +73,7 @@ export class KeyHandovers {
     }
     // Every device that gains the key is in the project log, as every passkey added is.
     await this.events.record({
-      type: 'access.key.handed-over',
+      type: 'access.device.approved',
       projectId: caller.projectId,
       actor: caller.memberId,
       subject: caller.memberId,

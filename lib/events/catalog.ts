@@ -419,7 +419,7 @@ const BUILTINS: BuiltinSpec[] = [
   },
   // Recorded by lib/crypto/key-handovers.ts.
   {
-    name: 'access.key.handed-over',
+    name: 'access.device.approved',
     description:
       "A signed-in device approved a new device of the same member and handed it the member's key, sealed to the new device (docs/app.md, \"A new device\"): the server relayed only ciphertext.",
     class: 'access',
