@@ -65,7 +65,9 @@ describe('handing the key to a new device (/me/key-handovers)', () => {
     expect(listed.handovers.map((h) => [h.id, h.mine])).to.deep.equal([[request.id, false]]);
     expect((await get<{ handovers: Handover[] }>('/me/key-handovers', fresh)).handovers).to.deep.equal([]);
     // Both screens show the same code: each makes it from the key the request carries.
-    expect(await shortCode(listed.handovers[0]!.requesterKey)).to.equal(await shortCode(mine.publicKey)).and.match(/^\d{3} \d{3}$/);
+    expect(await shortCode(listed.handovers[0]!.requesterKey))
+      .to.equal(await shortCode(mine.publicKey))
+      .and.match(/^\d{3} \d{3}$/);
 
     // A device cannot approve its own request.
     const secret = new TextEncoder().encode('-----BEGIN PGP PRIVATE KEY BLOCK----- (the member key)');

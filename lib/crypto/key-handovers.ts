@@ -66,7 +66,8 @@ export class KeyHandovers {
   /** A signed-in device hands the key over, sealed to the request's public key. */
   async approve(caller: HandoverCaller, id: string, approverKey: string, sealed: string): Promise<Wire.KeyHandover> {
     const h = await this.found(caller, id);
-    if (h.requesterSession === caller.sessionId) throw conflict('a device cannot approve its own request: approve it on another signed-in device');
+    if (h.requesterSession === caller.sessionId)
+      throw conflict('a device cannot approve its own request: approve it on another signed-in device');
     if (h.sealed !== null) throw conflict('this request was already approved');
     if (!(await this.store.approve(caller.memberId, id, approverKey, sealed, this.now()))) {
       throw conflict('this request was approved or expired meanwhile');

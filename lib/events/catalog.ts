@@ -421,7 +421,7 @@ const BUILTINS: BuiltinSpec[] = [
   {
     name: 'access.device.approved',
     description:
-      "A signed-in device approved a new device of the same member and handed it the member's key, sealed to the new device (docs/app.md, \"A new device\"): the server relayed only ciphertext.",
+      'A signed-in device approved a new device of the same member and handed it the member\'s key, sealed to the new device (docs/app.md, "A new device"): the server relayed only ciphertext.',
     class: 'access',
     visibility: 'project',
     status: 'stable',
@@ -429,7 +429,11 @@ const BUILTINS: BuiltinSpec[] = [
     fields: [
       { name: 'memberId', type: 'string', pattern: MEM, required: true, description: 'Whose key.' },
       { name: 'handoverId', type: 'string', pattern: KHO, required: true, description: 'The request the new device made (kho_…).' },
-      { name: 'device', type: 'string', description: "The new device's browser and system, as its User-Agent named them; absent when not known." },
+      {
+        name: 'device',
+        type: 'string',
+        description: "The new device's browser and system, as its User-Agent named them; absent when not known.",
+      },
     ],
   },
   // Recorded by the webhook dispatcher (lib/webhooks/disabling.ts) when it stops sending to an endpoint.
