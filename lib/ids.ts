@@ -6,7 +6,7 @@ import { randomFillSync } from 'node:crypto';
 const ALPHABET = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 const DECODE = new Map([...ALPHABET].map((c, i) => [c, i]));
 
-export const ID_PREFIXES = ['prj', 'mem', 'ibx', 'lbl', 'msg', 'tok', 'ses', 'evt', 'sys', 'inv', 'pky', 'whk', 'thr'] as const;
+export const ID_PREFIXES = ['prj', 'mem', 'ibx', 'lbl', 'msg', 'tok', 'ses', 'evt', 'sys', 'inv', 'pky', 'whk', 'thr', 'kho'] as const;
 export type IdPrefix = (typeof ID_PREFIXES)[number];
 
 const BODY = /^[0-9A-Z]{26}$/;

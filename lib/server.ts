@@ -45,6 +45,8 @@ import type { Passkeys } from './auth/passkeys.ts';
 import { MemberKeyChange } from './auth/key-change.ts';
 import { passkeyRoutes } from './http/routes/passkeys.ts';
 import { keyBackupRoutes } from './http/routes/key-backup.ts';
+import { keyHandoverRoutes } from './http/routes/key-handovers.ts';
+import { KeyHandovers } from './crypto/key-handovers.ts';
 import { webAppRoutes } from './http/routes/web-app.ts';
 import { sendRoutes } from './http/routes/send.ts';
 import { draftRoutes } from './http/routes/drafts.ts';
@@ -228,6 +230,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const appRoutes = [
     passkeyRoutes({ access, passkeys, validator, ceremoniesPerMinute: config.app.ceremoniesPerMinute, rate, metrics: recorders.rate }),
     keyBackupRoutes({ access, backups: authPart.keyBackups, validator, rate }),
+    keyHandoverRoutes({ access, handovers: new KeyHandovers(store.keyHandovers, eventLog), validator, rate }),
   ];
   const openApi = buildOpenApi(validator.schemas);
   const readiness = new Readiness(

@@ -3,7 +3,7 @@
 // health check, its own background upkeep and one close. lib/server.ts builds Postern from it;
 // nothing outside adapters/store/ knows which engine it is beyond the name.
 import type { PasskeyStore } from './auth/ports.ts';
-import type { KeyBackupStore } from './crypto/ports.ts';
+import type { KeyBackupStore, KeyHandoverStore } from './crypto/ports.ts';
 import type { EpochKeyStore, MemberKeyStore, MessageKeyStore } from './crypto/ports.ts';
 import type { DirectoryStore } from './directory/ports.ts';
 import type { EventStore } from './events/ports.ts';
@@ -21,6 +21,8 @@ export interface Store {
   directory: DirectoryStore;
   keys: EpochKeyStore & MemberKeyStore & MessageKeyStore;
   keyBackups: KeyBackupStore;
+  /** A new device's key, handed over sealed by a signed-in one (docs/app.md, "A new device"). */
+  keyHandovers: KeyHandoverStore;
   passkeys: PasskeyStore;
   events: EventStore;
   mailIndex: MailIndexStore & WatchLeases & WatchReports;

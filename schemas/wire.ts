@@ -343,6 +343,35 @@ export interface KeyBackupWrite {
   replaces: number;
 }
 
+/** POST /me/key-handovers (app.json KeyHandoverRequest). */
+export interface KeyHandoverRequest {
+  publicKey: string;
+}
+
+/** POST /me/key-handovers/{id}/approve (app.json KeyHandoverApproval). */
+export interface KeyHandoverApproval {
+  publicKey: string;
+  sealed: string;
+}
+
+/** A new device's request for the member's key (app.json KeyHandover). */
+export interface KeyHandover {
+  id: string;
+  status: 'pending' | 'approved';
+  device: string | null;
+  mine: boolean;
+  requesterKey: string;
+  approverKey?: string;
+  sealed?: string;
+  createdAt: string;
+  expiresAt: string;
+}
+
+/** GET /me/key-handovers (app.json KeyHandoverList). */
+export interface KeyHandoverList {
+  handovers: KeyHandover[];
+}
+
 /** POST /webhooks (webhooks.json NewWebhook). */
 export interface NewWebhook {
   url: string;

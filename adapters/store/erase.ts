@@ -47,6 +47,7 @@ const memberRows = (members: string): EraseStep[] => [
   { sql: `DELETE FROM passkeys WHERE member_id IN (${members})` },
   { sql: `DELETE FROM member_keys WHERE member_id IN (${members})` },
   { sql: `DELETE FROM member_key_blobs WHERE member_id IN (${members})` },
+  { sql: `DELETE FROM key_handovers WHERE member_id IN (${members})` },
 ];
 
 /** A token's webhooks act with its authority: they go with it, their deliveries first. */

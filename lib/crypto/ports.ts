@@ -69,3 +69,37 @@ export interface KeyBackupStore {
   /** Writes when the stored version is `replaces` (0: none stored yet); the new version, or null. */
   put(memberId: string, blob: string, replaces: number, at: number): Promise<number | null>;
 }
+
+/**
+ * A new device asking a signed-in one for the member's key (lib/crypto/key-handovers.ts): public
+ * keys and ciphertext only, nothing the server can open.
+ */
+export interface KeyHandover {
+  /** kho_… */
+  id: string;
+  memberId: string;
+  /** The session of the new device that asked (ses_…): it alone may cancel as the asker. */
+  requesterSession: string;
+  /** The new device's name, from its User-Agent ("Chrome on Linux"); null when unknown. */
+  device: string | null;
+  /** The new device's ephemeral P-256 public key (base64url, raw point). */
+  requesterKey: string;
+  /** Set together on approval: the approving device's ephemeral public key and the sealed key. */
+  approverKey: string | null;
+  sealed: string | null;
+  createdAt: number;
+  expiresAt: number;
+}
+
+export interface KeyHandoverStore {
+  /** Removes every expired hand-over, then adds `h` unless its member has `limit` left; false then. */
+  create(h: KeyHandover, now: number, limit: number): Promise<boolean>;
+  /** The member's hand-over when it has not expired at `now`. */
+  get(memberId: string, id: string, now: number): Promise<KeyHandover | null>;
+  /** The member's hand-overs not yet approved nor expired, oldest first. */
+  listPending(memberId: string, now: number): Promise<KeyHandover[]>;
+  /** Sets both fields on a pending, unexpired hand-over; false when there is none such. */
+  approve(memberId: string, id: string, approverKey: string, sealed: string, now: number): Promise<boolean>;
+  /** Removes it; false when there was none. */
+  remove(memberId: string, id: string): Promise<boolean>;
+}

@@ -76,6 +76,7 @@ const MSG = '^msg_[0-9A-Z]{26}$';
 const LBL = '^lbl_[0-9A-Z]{26}$';
 const MEM = '^mem_[0-9A-Z]{26}$';
 const PKY = '^pky_[0-9A-Z]{26}$';
+const KHO = '^kho_[0-9A-Z]{26}$';
 const WHK = '^whk_[0-9A-Z]{26}$';
 const DRAFT = '^draft_[A-Za-z0-9_-]{16,64}$';
 const FINGERPRINT = '^[0-9A-F]{40,64}$';
@@ -413,6 +414,25 @@ const BUILTINS: BuiltinSpec[] = [
         type: 'string',
         pattern: PKY,
         description: 'For via = session: the passkey whose fresh assertion confirmed it.',
+      },
+    ],
+  },
+  // Recorded by lib/crypto/key-handovers.ts.
+  {
+    name: 'access.device.approved',
+    description:
+      'A signed-in device approved a new device of the same member and handed it the member\'s key, sealed to the new device (docs/app.md, "A new device"): the server relayed only ciphertext.',
+    class: 'access',
+    visibility: 'project',
+    status: 'stable',
+    subject: 'the member id (mem_…)',
+    fields: [
+      { name: 'memberId', type: 'string', pattern: MEM, required: true, description: 'Whose key.' },
+      { name: 'handoverId', type: 'string', pattern: KHO, required: true, description: 'The request the new device made (kho_…).' },
+      {
+        name: 'device',
+        type: 'string',
+        description: "The new device's browser and system, as its User-Agent named them; absent when not known.",
       },
     ],
   },

@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { expect } from 'chai';
 import type { ChallengeRecord, PasskeyRecord, PasskeyStore } from '../../lib/auth/ports.ts';
-import type { KeyBackupStore } from '../../lib/crypto/ports.ts';
+import type { KeyBackupStore, KeyHandover, KeyHandoverStore } from '../../lib/crypto/ports.ts';
 import type { EpochKeyRecord, EpochKeyStore, MemberKeyStore, MessageKeyStore } from '../../lib/crypto/ports.ts';
 import { DuplicateError, type DirectoryStore } from '../../lib/directory/ports.ts';
 import type { Inbox, TokenRecord } from '../../lib/directory/types.ts';
@@ -15,6 +15,7 @@ export interface DirectoryEngine {
   directory: DirectoryStore;
   keys: EpochKeyStore & MemberKeyStore & MessageKeyStore;
   keyBackups: KeyBackupStore;
+  keyHandovers: KeyHandoverStore;
   passkeys: PasskeyStore;
   close(): Promise<void>;
 }
@@ -623,6 +624,73 @@ export function passkeysContract(engineName: string, open: () => Promise<Directo
         Array.from({ length: 12 }, () => p.putChallenge(challenge({ expiresAt: evenLater + 1000 }), evenLater, 4)),
       );
       expect(racing.filter(Boolean)).to.have.length(4);
+    });
+  });
+}
+
+export function keyHandoversContract(engineName: string, open: () => Promise<DirectoryEngine>): void {
+  describe(`KeyHandoverStore contract: ${engineName}`, function () {
+    let engine: DirectoryEngine;
+    let h: KeyHandoverStore;
+
+    before(async function () {
+      engine = await open();
+      h = engine.keyHandovers;
+    });
+    after(async () => {
+      await engine?.close();
+    });
+
+    const handover = (memberId: string, over: Partial<KeyHandover> = {}): KeyHandover => ({
+      id: newId('kho'),
+      memberId,
+      requesterSession: newId('ses'),
+      device: 'Chrome on Linux',
+      requesterKey: `B${'a'.repeat(86)}`,
+      approverKey: null,
+      sealed: null,
+      createdAt: 1000,
+      expiresAt: 2000,
+      ...over,
+    });
+
+    it('keeps a request until it expires, and hands the sealed key over once', async () => {
+      const s = await seed(engine.directory);
+      const other = await seed(engine.directory);
+      const a = handover(s.memberId);
+      expect(await h.create(a, 1000, 5)).to.equal(true);
+      expect(await h.get(s.memberId, a.id, 1500)).to.deep.equal(a);
+      expect(await h.get(other.memberId, a.id, 1500), 'another member').to.equal(null);
+      expect(await h.get(s.memberId, a.id, 2000), 'expired').to.equal(null);
+      expect(await h.listPending(s.memberId, 1500)).to.deep.equal([a]);
+      expect(await h.approve(other.memberId, a.id, 'K', 'S', 1500), 'another member').to.equal(false);
+      expect(await h.approve(s.memberId, a.id, 'K', 'S', 2000), 'expired').to.equal(false);
+      expect(await h.approve(s.memberId, a.id, 'K', 'S', 1500)).to.equal(true);
+      expect(await h.approve(s.memberId, a.id, 'K2', 'S2', 1500), 'twice').to.equal(false);
+      expect(await h.get(s.memberId, a.id, 1500)).to.deep.equal({ ...a, approverKey: 'K', sealed: 'S' });
+      expect(await h.listPending(s.memberId, 1500), 'approved is not pending').to.deep.equal([]);
+      expect(await h.remove(other.memberId, a.id)).to.equal(false);
+      expect(await h.remove(s.memberId, a.id)).to.equal(true);
+      expect(await h.remove(s.memberId, a.id)).to.equal(false);
+      expect(await h.get(s.memberId, a.id, 1500)).to.equal(null);
+    });
+
+    it('bounds the requests a member has at once, counting none expired', async () => {
+      const s = await seed(engine.directory);
+      const other = await seed(engine.directory);
+      const first = handover(s.memberId, { createdAt: 1000, expiresAt: 2000 });
+      expect(await h.create(first, 1000, 2)).to.equal(true);
+      expect(await h.create(handover(s.memberId, { createdAt: 1001, expiresAt: 3000 }), 1001, 2)).to.equal(true);
+      expect(await h.create(handover(s.memberId), 1002, 2)).to.equal(false);
+      expect(await h.create(handover(other.memberId), 1002, 2), 'another member counts apart').to.equal(true);
+      // Once the first expired, a create prunes it and is taken.
+      const later = handover(s.memberId, { createdAt: 2000, expiresAt: 4000 });
+      expect(await h.create(later, 2000, 2)).to.equal(true);
+      expect((await h.listPending(s.memberId, 2000)).map((x) => x.createdAt)).to.deep.equal([1001, 2000]);
+      // Racing creates of one member: the limit holds.
+      const racer = await seed(engine.directory);
+      const results = await Promise.all([1, 2, 3, 4, 5, 6].map(() => h.create(handover(racer.memberId), 1000, 3)));
+      expect(results.filter(Boolean)).to.have.length(3);
     });
   });
 }

@@ -7,6 +7,7 @@ import { PgDirectoryStore } from './directory.ts';
 import { PgEventStore } from './events.ts';
 import { PgIdentityStore } from './identities.ts';
 import { PgKeyBackupStore } from './key-backups.ts';
+import { PgKeyHandoverStore } from './key-handovers.ts';
 import { PgKeyStore } from './keys.ts';
 import { PgMailIndex } from './mail-index.ts';
 import { PgOutboxStore } from './outbox.ts';
@@ -83,6 +84,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     directory: new PgDirectoryStore(pool, changes, keepMs),
     keys: new PgKeyStore(pool),
     keyBackups: new PgKeyBackupStore(pool),
+    keyHandovers: new PgKeyHandoverStore(pool),
     passkeys: new PgPasskeyStore(pool),
     events: new PgEventStore(pool, changes, keepMs),
     mailIndex: new PgMailIndex(pool, changes, keepMs),

@@ -98,6 +98,17 @@ export const DUMP_TABLES: readonly DumpTable[] = [
   }),
   t('member_keys', 'member_id', { member_id: 'text', public_key: 'bytes', fingerprint: 'text', updated_at: 'int' }),
   t('member_key_blobs', 'member_id', { member_id: 'text', blob: 'text', version: 'int', updated_at: 'int' }),
+  t('key_handovers', 'id', {
+    id: 'text',
+    member_id: 'text',
+    requester_session: 'text',
+    device: 'text',
+    requester_key: 'text',
+    approver_key: 'text',
+    sealed: 'text',
+    created_at: 'int',
+    expires_at: 'int',
+  }),
   t('message_keys', 'inbox_id, msg_guid', { inbox_id: 'text', msg_guid: 'text', epoch: 'int', wrapped_dek: 'bytes', created_at: 'int' }),
   t('event_types', 'project_id, name, version', {
     project_id: 'text',

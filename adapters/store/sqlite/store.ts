@@ -6,6 +6,7 @@ import { SqliteDirectoryStore } from './directory.ts';
 import { SqliteEventStore } from './events.ts';
 import { SqliteIdentityStore } from './identities.ts';
 import { SqliteKeyBackupStore } from './key-backups.ts';
+import { SqliteKeyHandoverStore } from './key-handovers.ts';
 import { SqliteKeyStore } from './keys.ts';
 import { SqliteMailIndex } from './mail-index.ts';
 import { SqliteOutboxStore } from './outbox.ts';
@@ -30,6 +31,7 @@ export function openSqliteStore(file: string): Store {
     directory: new SqliteDirectoryStore(db),
     keys: new SqliteKeyStore(db),
     keyBackups: new SqliteKeyBackupStore(db),
+    keyHandovers: new SqliteKeyHandoverStore(db),
     passkeys: new SqlitePasskeyStore(db),
     events: new SqliteEventStore(db),
     mailIndex: new SqliteMailIndex(db, searchWorkers),

@@ -36,6 +36,7 @@ import mailThreads from './031_mail_threads.ts';
 import inboxIdentities from './032_inbox_identities.ts';
 import mailOutboxSchedule from './033_mail_outbox_schedule.ts';
 import sessionDevices from './034_session_devices.ts';
+import keyHandovers from './035_key_handovers.ts';
 
 export interface Migration {
   version: number;
@@ -75,4 +76,5 @@ export const migrations: Migration[] = [
   { version: 32, name: 'inbox_identities', sql: inboxIdentities },
   { version: 33, name: 'mail_outbox_schedule', sql: mailOutboxSchedule },
   { version: 34, name: 'session_devices', sql: sessionDevices },
+  { version: 35, name: 'key_handovers', sql: keyHandovers },
 ];
