@@ -127,15 +127,20 @@ export function listKeys(list: HTMLElement): void {
     e.preventDefault();
     moveTabStop(list, links[Math.max(0, Math.min(links.length - 1, to))]);
   });
+  // Where Tab enters: the row last used, except that a member last at the top stays at the top as
+  // new mail arrives above (and one who has not been in the list yet enters at the top too).
+  let atTop = true;
   list.addEventListener('focusin', (e) => {
     const link = e.target instanceof HTMLAnchorElement && rowOf(e.target) ? e.target : null;
-    if (link) moveTabStop(list, link, false);
+    if (!link) return;
+    atTop = link === rowLinks(list)[0];
+    moveTabStop(list, link, false);
   });
   const keepOne = () => {
-    if (!list.querySelector('li.message > a[tabindex="0"]')) {
-      const first = rowLinks(list)[0];
-      if (first) first.tabIndex = 0;
-    }
+    const first = rowLinks(list)[0];
+    if (!first) return;
+    const stop = list.querySelector('li.message > a[tabindex="0"]');
+    if (!stop || (atTop && !list.contains(document.activeElement))) moveTabStop(list, first, false);
   };
   new MutationObserver(keepOne).observe(list, { childList: true });
 }
