@@ -320,4 +320,58 @@ describe('web app: panes, actions and keyboard (Chromium)', function () {
     await page.keyboard.press('j');
     expect(await focusedRow(page)).to.equal(`${tag} 1`);
   });
+  it('conversations: grouped by thread, one row each; a thread opens with read messages collapsed and the newest unread expanded', async () => {
+    const { page } = device;
+    const tag = `Thread ${randomBytes(3).toString('hex')}`;
+    const inbox = await p.inbox();
+    const app = await mailApp(inbox);
+    const raw = (n: number, parent?: string) =>
+      [
+        'From: Ann <ann@example.org>',
+        'To: someone@postern.test',
+        `Subject: ${n === 1 ? '' : 'Re: '}${tag}`,
+        `Date: ${new Date(Date.now() - (10 - n) * 60_000).toUTCString()}`,
+        `Message-ID: <${tag.replace(' ', '.')}.${n}@example.org>`,
+        ...(parent ? [`In-Reply-To: ${parent}`, `References: ${parent}`] : []),
+        '',
+        `Part ${n} of the conversation.`,
+        '',
+      ].join('\r\n');
+    try {
+      await app.append('INBOX', raw(1), ['\\Seen']);
+      await app.append('INBOX', raw(2, `<${tag.replace(' ', '.')}.1@example.org>`), ['\\Seen']);
+      await app.append('INBOX', raw(3, `<${tag.replace(' ', '.')}.2@example.org>`));
+      await append(app, 'INBOX', { subject: `${tag} alone` });
+    } finally {
+      await app.logout();
+    }
+    await openInbox(page, inbox, 4);
+    await page.check('#group-threads');
+    try {
+      await until('grouped', async () => (await page.locator('#messages li.message').count()) === 2, 30_000);
+      await page.locator('#messages li.message .thread-count', { hasText: '(3)' }).waitFor();
+      await page
+        .locator('#messages li.message', { has: page.locator('.thread-count') })
+        .locator('a')
+        .click();
+      await page.locator('#thread-subject', { hasText: tag }).waitFor({ timeout: 60_000 });
+      expect(await page.locator('#thread li.thread-message').count()).to.equal(3);
+      expect(
+        await page
+          .locator('#thread li.thread-message')
+          .evaluateAll((els) => els.map((e) => (e as unknown as { dataset: { expanded: string } }).dataset.expanded)),
+      ).to.deep.equal(['false', 'false', 'true']);
+      await page.locator('#thread .thread-body:not([hidden]) pre', { hasText: 'Part 3 of the conversation.' }).waitFor({ timeout: 60_000 });
+      expect(await page.locator('#thread .thread-body[hidden]').count()).to.equal(2);
+      await screenshot(page, 'panes-6-conversation');
+      // A read one expands on demand.
+      await page.locator('#thread li.thread-message').first().locator('button.thread-toggle').click();
+      await page.locator('#thread pre', { hasText: 'Part 1 of the conversation.' }).waitFor({ timeout: 60_000 });
+      expect(
+        await page.locator('#thread li.thread-message').first().locator('button.thread-toggle').getAttribute('aria-expanded'),
+      ).to.equal('true');
+    } finally {
+      await inPage(page, "localStorage.removeItem('postern.conversations')");
+    }
+  });
 });

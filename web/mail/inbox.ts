@@ -15,6 +15,7 @@ import { subscribe } from './live.ts';
 import { closeReader, mountPanes, panesFor, type ListControl } from './panes.ts';
 import { searchForm } from './search.ts';
 import { helpButton } from './shortcuts.ts';
+import { groupByThread, groupedByThread } from './thread.ts';
 import { offer } from './undo.ts';
 
 /** The inbox signed-in members land in next time (docs/app.md, "Panes"): an id, nothing secret. */
@@ -156,6 +157,16 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     button('Clear selection', () => setSelection([]), { class: 'secondary', id: 'bulk-clear' }),
   );
   const selectAll = h('input', { type: 'checkbox', id: 'select-all' });
+  // Grouped by conversation: one row per thread (its newest message here), which opens the thread.
+  const grouped = groupedByThread();
+  const conversations = h('input', { type: 'checkbox', id: 'group-threads', ...(grouped ? { checked: '' } : {}) });
+  conversations.addEventListener('change', () => {
+    groupByThread(conversations.checked);
+    panes.open = undefined;
+    void inboxScreen(inboxId, wantedLabel).catch(report);
+  });
+  const listQuery = (extra: Record<string, string> = {}) =>
+    new URLSearchParams({ limit: String(PAGE_SIZE), ...(grouped ? { collapseThreads: 'true' } : {}), ...extra });
   const drawSelection = () => {
     const hadFocus = toolbar.contains(document.activeElement);
     for (const li of list.querySelectorAll<HTMLLIElement>('li.message')) {
@@ -307,8 +318,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   };
 
   const loadPage = async (fresh: boolean) => {
-    const q = new URLSearchParams({ limit: String(PAGE_SIZE) });
-    if (!fresh && before !== undefined) q.set('before', String(before));
+    const q = listQuery(!fresh && before !== undefined ? { before: String(before) } : {});
     const page = await api<MessageList>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?${q}`);
     if (fresh) list.replaceChildren();
     for (const m of page.messages) if (!rowEl(m.id)) list.append(draw(m));
@@ -342,11 +352,13 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
   const refreshTop = () => {
     clearTimeout(topTimer);
     topTimer = window.setTimeout(async () => {
-      const page = await api<MessageList>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?limit=${PAGE_SIZE}`).catch(() => null);
+      const page = await api<MessageList>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?${listQuery()}`).catch(() => null);
       if (!page || !alive()) return;
       const had = arrived;
       for (const m of page.messages) {
         if (rowEl(m.id)) continue;
+        // A conversation's new message takes the place of its row.
+        if (grouped && m.threadId) list.querySelector(`li.message[data-thread="${m.threadId}"]`)?.remove();
         insertByUid(draw(m));
         arrived++;
       }
@@ -432,6 +444,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
         { class: 'list-head' },
         h('label', { class: 'select-all' }, selectAll, h('span', { class: 'sr-only' }, 'Select all shown')),
         heading,
+        h('label', { class: 'check conversations' }, conversations, 'Conversations'),
       ),
       status,
       arrivals,

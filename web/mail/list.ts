@@ -9,6 +9,7 @@ export const PAGE_SIZE = 50;
 
 export const inboxHash = (inboxId: string, labelId?: string) => `#/inbox/${inboxId}${labelId ? `/label/${labelId}` : ''}`;
 export const messageHash = (inboxId: string, msgId: string) => `#/inbox/${inboxId}/message/${msgId}`;
+export const threadHash = (inboxId: string, threadId: string) => `#/inbox/${inboxId}/thread/${threadId}`;
 export const searchHash = (inboxId: string, query: string) => `#/inbox/${inboxId}/search/${encodeURIComponent(query)}`;
 
 /** What each row shows, by message id, so a row can be redrawn with new flags. */
@@ -51,10 +52,17 @@ export function row(inboxId: string, m: MessageSummary, options: { selectable?: 
   summaries.set(m.id, m);
   const unread = !m.flags.includes('seen');
   const flagged = m.flags.includes('flagged');
+  // A row standing for a conversation of several (the list grouped by thread) opens the conversation.
   const count = m.thread && m.thread.messages > 1 ? m.thread.messages : 0;
+  const href = count && m.threadId ? threadHash(inboxId, m.threadId) : messageHash(inboxId, m.id);
   const li = h(
     'li',
-    { 'data-msg': m.id, 'data-uid': String(m.uid), class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}` },
+    {
+      'data-msg': m.id,
+      'data-uid': String(m.uid),
+      ...(m.threadId ? { 'data-thread': m.threadId } : {}),
+      class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}`,
+    },
     options.selectable
       ? h('input', {
           type: 'checkbox',
@@ -66,8 +74,15 @@ export function row(inboxId: string, m: MessageSummary, options: { selectable?: 
       : null,
     h(
       'a',
-      { href: messageHash(inboxId, m.id), tabindex: '-1' },
-      h('span', { class: 'from' }, m.from ?? '(no sender)', count ? h('span', { class: 'thread-count' }, ` (${count})`) : null),
+      { href, tabindex: '-1' },
+      h(
+        'span',
+        { class: 'from' },
+        m.from ?? '(no sender)',
+        count
+          ? h('span', { class: 'thread-count' }, ` (${count})`, h('span', { class: 'sr-only' }, ' messages in this conversation'))
+          : null,
+      ),
       h('span', { class: 'subject' }, m.subject ?? '(no subject)'),
       timeElement(m.date ?? m.receivedAt, { class: 'muted' }),
       h(

@@ -5,7 +5,7 @@
 // and stay. The setting is kept in this browser (localStorage): it is no secret.
 import { h, report } from '../ui.ts';
 import { matchRoute, navigate } from '../routes.ts';
-import { messageHash, shownSummary } from './list.ts';
+import { shownSummary } from './list.ts';
 import { shownPanes, type Panes } from './panes.ts';
 import { undoLast } from './undo.ts';
 
@@ -96,6 +96,9 @@ function messageOpen(p: Panes | null): string | undefined {
   return id;
 }
 
+/** Where a row of the list leads: its message, or its conversation when the list is grouped. */
+const rowHref = (id: string) => document.querySelector(`#messages li.message[data-msg="${id}"] > a`)?.getAttribute('href');
+
 const inboxOf = () => /^#\/inbox\/(ibx_[0-9A-Z]{26})/.exec(location.hash)?.[1] ?? shownPanes()?.inboxId;
 
 function reply(inboxId: string, msgId: string, how: 'reply' | 'reply-all' | 'forward'): void {
@@ -122,7 +125,8 @@ function onKey(e: KeyboardEvent): void {
         // The next (or previous) message in the list; none past either end.
         const step = key === 'j' ? 1 : -1;
         const next = p.control.neighbour(open, step);
-        if (next && p.control.neighbour(next, step === 1 ? -1 : 1) === open) navigate(messageHash(inboxId, next));
+        const href = next && p.control.neighbour(next, step === 1 ? -1 : 1) === open ? rowHref(next) : null;
+        if (href) navigate(href);
         return true;
       }
       if (key === 'u') return click('back');
@@ -146,10 +150,11 @@ function onKey(e: KeyboardEvent): void {
       j: () => c.step(1),
       k: () => c.step(-1),
       o: () => {
-        const id = c.focused();
-        if (id) navigate(messageHash(p.inboxId, id));
+        const href = c.focused() && rowHref(c.focused()!);
+        if (href) navigate(href);
       },
       x: () => c.toggleSelect(),
+      u: () => void click('back'),
       e: () => void c.act('archive', targets).catch(report),
       '#': () => void c.act('trash', targets).catch(report),
       '!': () => void c.act(junk, targets).catch(report),
