@@ -9,7 +9,7 @@ import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { enrollMember, go, inPage, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
-import { append, mailApp, until } from './mail-fixtures.ts';
+import { append, importMessages, mailApp, until } from './mail-fixtures.ts';
 import { labelIds, listLabel } from './send-fixtures.ts';
 
 describe('web app: panes, actions and keyboard (Chromium)', function () {
@@ -373,5 +373,59 @@ describe('web app: panes, actions and keyboard (Chromium)', function () {
     } finally {
       await inPage(page, "localStorage.removeItem('postern.conversations')");
     }
+  });
+  it('a label of 10,000 messages: at most 300 rows in the page; scrolling loads older pages and brings the newest back', async () => {
+    const { page } = device;
+    const TOTAL = 10_000;
+    const inbox = await p.inbox();
+    await importMessages(inbox.imapUser, 'Big', TOTAL);
+    // The index takes a while over 10,000 messages: the inbox screen is read again until it lists the label.
+    await until(
+      'the label listed',
+      async () => {
+        await go(page, `#/inbox/${inbox.id}/label/lbl_00000000000000000000000000`);
+        await go(page, `#/inbox/${inbox.id}`);
+        return page
+          .locator('#labels a', { hasText: 'Big' })
+          .waitFor({ timeout: 5000 })
+          .then(
+            () => true,
+            () => false,
+          );
+      },
+      180_000,
+    );
+    await page.locator('#labels a', { hasText: 'Big' }).click();
+    await page.locator('#label-heading', { hasText: 'Big' }).waitFor({ timeout: 30_000 });
+    await page.locator('#messages li.message').first().waitFor({ timeout: 120_000 });
+    expect(await page.locator('#labels a[aria-current="page"] .count').getAttribute('data-unread')).to.equal(String(TOTAL));
+    const rows = () => page.locator('#messages li.message').count();
+    const last = () => page.locator('#messages li.message .subject').last().textContent();
+    // Scrolled to the end again and again: older pages come in (700 rows and more); the DOM keeps at most 300.
+    const lastNumber = async () => Number((await last())!.replace('imported ', ''));
+    let most = 0;
+    for (let i = 0; i < 40 && (await lastNumber()) > TOTAL - 701; i++) {
+      const before = await last();
+      await inPage(page, `document.querySelector('.pane-list').scrollTop = 1e9`);
+      await until('an older page', async () => (await last()) !== before, 30_000);
+      most = Math.max(most, await rows());
+    }
+    expect(await lastNumber()).to.be.at.most(TOTAL - 701);
+    expect(most).to.be.at.most(300);
+    expect(await rows()).to.be.at.most(300);
+    expect(await page.locator('#messages li.message', { hasText: new RegExp(`^imported ${TOTAL - 1}$`) }).count()).to.equal(0);
+    expect(await inPage<number>(page, `document.getElementById('rows-above').getBoundingClientRect().height`)).to.be.above(1000);
+    await screenshot(page, 'panes-7-large-label');
+    // Back to the top: the newest rows are back, still at most 300.
+    for (
+      let i = 0;
+      i < 40 && (await page.locator('#messages li.message .subject').first().textContent()) !== `imported ${TOTAL - 1}`;
+      i++
+    ) {
+      await inPage(page, `document.querySelector('.pane-list').scrollTop = 0`);
+      await page.waitForTimeout(100);
+    }
+    expect(await page.locator('#messages li.message .subject').first().textContent()).to.equal(`imported ${TOTAL - 1}`);
+    expect(await rows()).to.be.at.most(300);
   });
 });

@@ -83,6 +83,9 @@ function updateLabelNav(nav: HTMLElement, inboxId: string, labels: Label[], curr
 /** A removal the list itself undid a moment ago is its own change's echo, not news (ids → until). */
 const SHIELD_MS = 15_000;
 
+/** The most rows the list holds in the DOM, however long the label (docs/app.md, "Large labels"). */
+const MAX_ROWS = 300;
+
 async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Promise<void> {
   const hash = location.hash;
   // Back from a message opened from this list: the list is as it was; only the reading pane closes.
@@ -317,14 +320,121 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     refreshCounts();
   };
 
+  // The window (docs/app.md, "Large labels"): at most MAX_ROWS rows in the DOM. Rows scrolled far
+  // past go into `above` or `below` (their summaries, newest first) and a spacer of their measured
+  // height keeps the scroll where it was; they come back as the spacer nears the view. Older
+  // pages load as the end of the list nears it.
+  const topSpacer = h('div', { class: 'spacer', id: 'rows-above', 'aria-hidden': 'true' });
+  const bottomSpacer = h('div', { class: 'spacer', id: 'rows-below', 'aria-hidden': 'true' });
+  const above: MessageSummary[] = [];
+  const below: MessageSummary[] = [];
+  let aboveHeight = 0;
+  let belowHeight = 0;
+  const setSpacers = () => {
+    if (above.length === 0) aboveHeight = 0;
+    if (below.length === 0) belowHeight = 0;
+    topSpacer.style.height = `${Math.max(0, aboveHeight)}px`;
+    bottomSpacer.style.height = `${Math.max(0, belowHeight)}px`;
+  };
+  const domRows = () => Array.from(list.querySelectorAll<HTMLLIElement>('li.message'));
+  const outOfWindow = (id: string) => above.some((m) => m.id === id) || below.some((m) => m.id === id);
+  /** Takes rows off one end while there are more than MAX_ROWS (never the row focus is on). */
+  const trim = (end: 'top' | 'bottom') => {
+    const rows = domRows();
+    const excess = rows.length - MAX_ROWS;
+    if (excess <= 0) return;
+    const taken = end === 'top' ? rows.slice(0, excess) : rows.slice(rows.length - excess).reverse();
+    const gone: MessageSummary[] = [];
+    for (const li of taken) {
+      if (li.contains(document.activeElement)) break;
+      const summary = shownSummary(li.dataset.msg!);
+      if (!summary) break;
+      const height = li.getBoundingClientRect().height;
+      li.remove();
+      gone.push(summary);
+      if (end === 'top') aboveHeight += height;
+      else belowHeight += height;
+    }
+    if (end === 'top') above.push(...gone);
+    else below.unshift(...gone.reverse());
+    setSpacers();
+  };
+  /** Brings back up to a page of rows at one end of the window. */
+  const bringBack = (end: 'top' | 'bottom') => {
+    const back = end === 'top' ? above.splice(Math.max(0, above.length - PAGE_SIZE)) : below.splice(0, PAGE_SIZE);
+    if (back.length === 0) return;
+    const rows = back.map(draw);
+    if (end === 'top') list.prepend(...rows);
+    else list.append(...rows);
+    const height = rows.reduce((sum, li) => sum + li.getBoundingClientRect().height, 0);
+    if (end === 'top') aboveHeight -= height;
+    else belowHeight -= height;
+    setSpacers();
+    trim(end === 'top' ? 'bottom' : 'top');
+    drawSelection();
+  };
+  let loading = false;
+  /** The next older rows: those the window let go first, else the next page. Resolves with the first new row. */
+  const loadOlder = async (): Promise<string | undefined> => {
+    if (loading) return undefined;
+    loading = true;
+    try {
+      const last = domRows().length;
+      if (below.length > 0) bringBack('bottom');
+      else if (before !== undefined) await loadPage(false);
+      const first = domRows()[last]?.dataset.msg;
+      trim('top');
+      return first;
+    } finally {
+      loading = false;
+    }
+  };
+  // Near the view (a screen ahead): the spacer above brings rows back, the end loads older ones.
+  // Watching again after each step asks once more whether the edge is still near.
+  const near = new IntersectionObserver(
+    (entries) => {
+      for (const e of entries) {
+        if (!e.isIntersecting || !alive()) continue;
+        if (e.target === topSpacer && above.length > 0) {
+          bringBack('top');
+          near.unobserve(topSpacer);
+          near.observe(topSpacer);
+        } else if (e.target === more && (below.length > 0 || before !== undefined)) {
+          void loadOlder().then(() => {
+            near.unobserve(more);
+            near.observe(more);
+          }, report);
+        }
+      }
+    },
+    { rootMargin: '600px 0px' },
+  );
+
   const loadPage = async (fresh: boolean) => {
     const q = listQuery(!fresh && before !== undefined ? { before: String(before) } : {});
     const page = await api<MessageList>('GET', `/inboxes/${inboxId}/labels/${label.id}/messages?${q}`);
-    if (fresh) list.replaceChildren();
-    for (const m of page.messages) if (!rowEl(m.id)) list.append(draw(m));
+    if (fresh) {
+      list.replaceChildren();
+      above.length = 0;
+      below.length = 0;
+      setSpacers();
+    }
+    for (const m of page.messages) if (!rowEl(m.id) && !outOfWindow(m.id)) list.append(draw(m));
     before = page.before;
     more.replaceChildren(
-      ...(before !== undefined ? [button('Older messages', () => loadPage(false), { class: 'secondary', id: 'older' })] : []),
+      ...(before !== undefined || below.length > 0
+        ? [
+            button(
+              'Older messages',
+              async () => {
+                // The button goes with the last page: focus goes to the first row it brought.
+                const first = await loadOlder();
+                if (!more.querySelector('#older')) focusRow(first);
+              },
+              { class: 'secondary', id: 'older' },
+            ),
+          ]
+        : []),
     );
     empty();
     drawSelection();
@@ -356,11 +466,18 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
       if (!page || !alive()) return;
       const had = arrived;
       for (const m of page.messages) {
-        if (rowEl(m.id)) continue;
+        if (rowEl(m.id) || outOfWindow(m.id)) continue;
         // A conversation's new message takes the place of its row.
         if (grouped && m.threadId) list.querySelector(`li.message[data-thread="${m.threadId}"]`)?.remove();
-        insertByUid(draw(m));
         arrived++;
+        // Scrolled far down a long list: the new row waits above the window, its place held.
+        if (above.length > 0) {
+          above.unshift(m);
+          aboveHeight += list.getBoundingClientRect().height / Math.max(1, domRows().length);
+          setSpacers();
+          continue;
+        }
+        insertByUid(draw(m));
       }
       if (arrived > had)
         arrivals.textContent = `${arrived} new message${arrived === 1 ? '' : 's'} in ${labelName(label)} since you opened it.`;
@@ -375,6 +492,10 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
       // One listing per burst, whatever its size (a mail app moving a thousand messages here).
       refreshTop();
     } else if (change.type === 'message.removed' && change.labelId === label.id) {
+      for (const kept of [above, below]) {
+        const at = kept.findIndex((m) => m.id === change.msgId);
+        if (at >= 0) kept.splice(at, 1);
+      }
       // The echo of a change this list undid: the message is back (the undo's own add follows).
       if ((shield.get(change.msgId) ?? 0) > Date.now()) return refreshCounts();
       if (existing) {
@@ -454,7 +575,9 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
         'Arrow keys move between messages; Enter opens one; Space or x selects it. Press ? for every shortcut.',
       ),
       toolbar,
+      topSpacer,
       list,
+      bottomSpacer,
       more,
     ],
     control,
@@ -466,6 +589,8 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
 
   // The member may have left while the first page loaded.
   if (!alive() || panes.root !== root) return;
+  near.observe(topSpacer);
+  near.observe(more);
   // The inbox's stream, shared with the message screen (live.ts): kept while the panes are shown,
   // the reading pane's messages included, so the list stays live under an open message.
   const unsubscribe = subscribe(inboxId, {
@@ -497,6 +622,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     stop();
   };
   const stop = () => {
+    near.disconnect();
     window.removeEventListener('hashchange', leave);
     unsubscribe();
   };
