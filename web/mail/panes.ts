@@ -48,7 +48,7 @@ export interface Panes {
 
 let current: Panes | null = null;
 
-/** The breakpoint of style.css's three-pane layout. */
+/** The breakpoint of style.css's layout of panes side by side. */
 export const wide = () => window.matchMedia('(min-width: 56rem)').matches;
 
 /** The layout: the three panes as `show()` takes them, and the state the message screen finds. */
