@@ -5,12 +5,16 @@
 // a keyboard-only triage of 20 messages with focus never lost; the shortcuts' help and the setting
 // that turns them off; sign-in landing in the last inbox used. Mail is seeded with IMAP APPEND.
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { enrollMember, go, inPage, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
 import { append, importMessages, mailApp, until } from './mail-fixtures.ts';
 import { labelIds, listLabel } from './send-fixtures.ts';
+
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
 describe('web app: panes, actions and keyboard (Chromium)', function () {
   this.timeout(240_000);
@@ -427,5 +431,56 @@ describe('web app: panes, actions and keyboard (Chromium)', function () {
     }
     expect(await page.locator('#messages li.message .subject').first().textContent()).to.equal(`imported ${TOTAL - 1}`);
     expect(await rows()).to.be.at.most(300);
+  });
+  it('axe (WCAG 2.2 AA), light and dark, wide and 360 px: the selection toolbar, the Undo bar, the shortcuts help, a conversation', async () => {
+    const { page } = device;
+    const tag = `Axe ${randomBytes(3).toString('hex')}`;
+    const inbox = await seeded(4, tag);
+    await openInbox(page, inbox, 4);
+    const audit = async (screen: string): Promise<string[]> => {
+      if (!(await inPage<boolean>(page, 'typeof window.axe === "object"'))) await page.evaluate(`${AXE_SOURCE}\n;undefined`);
+      const found: string[] = [];
+      for (const width of [1280, 360])
+        for (const colorScheme of ['light', 'dark'] as const) {
+          await page.setViewportSize({ width, height: 800 });
+          await page.emulateMedia({ colorScheme });
+          const violations = await inPage<Array<{ id: string; nodes: Array<{ target: string[] }> }>>(
+            page,
+            `axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa'] }, iframes: false, resultTypes: ['violations'] }).then((r) => r.violations.map((v) => ({ id: v.id, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
+          );
+          for (const v of violations)
+            found.push(`${screen} (${width}px, ${colorScheme}): ${v.id} ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
+        }
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await page.emulateMedia({ colorScheme: 'light' });
+      return found;
+    };
+    const found: string[] = [];
+    await page
+      .locator('#messages li.message', { hasText: `${tag} 4` })
+      .locator('input.select')
+      .check();
+    await page
+      .locator('#messages li.message', { hasText: `${tag} 3` })
+      .locator('input.select')
+      .check();
+    found.push(...(await audit('selection')));
+    await page.click('#bulk-archive');
+    await page.locator('#undo').waitFor();
+    found.push(...(await audit('undo')));
+    await page.click('#shortcuts');
+    await page.locator('#shortcuts-help[open]').waitFor();
+    found.push(...(await audit('shortcuts help')));
+    await page.click('#shortcuts-close');
+    await page.check('#group-threads');
+    try {
+      await until('grouped', async () => (await page.locator('#messages li.message').count()) === 2, 30_000);
+      await page.locator('#messages li.message > a').first().click();
+      await page.locator('#thread-subject, #message-subject').first().waitFor({ timeout: 60_000 });
+      found.push(...(await audit('conversation')));
+    } finally {
+      await inPage(page, "localStorage.removeItem('postern.conversations')");
+    }
+    expect(found).to.deep.equal([]);
   });
 });

@@ -71,7 +71,10 @@ async function threadScreen(inboxId: string, threadId: string): Promise<void> {
   display(back, h('h1', {}, 'Opening the conversation…'));
   const thread = await api<Thread>('GET', `/inboxes/${inboxId}/threads/${threadId}`);
   if (location.hash !== hash) return;
-  const messages = thread.messages;
+  // Oldest first by the date each was written: mail appended in one second (a mail app's sync)
+  // has one receivedAt, which the API breaks by id.
+  const when = (m: MessageSummary) => Date.parse(m.date ?? m.receivedAt) || Date.parse(m.receivedAt) || 0;
+  const messages = [...thread.messages].sort((a, b) => when(a) - when(b));
   const newestUnread = [...messages].reverse().find((m) => !m.flags.includes('seen'));
   const expanded = (newestUnread ?? messages[messages.length - 1])?.id;
   display(
