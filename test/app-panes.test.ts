@@ -320,6 +320,8 @@ describe('web app: panes, actions and keyboard (Chromium)', function () {
     await page.click('#shortcuts');
     await page.check('#shortcuts-on');
     await page.click('#shortcuts-close');
+    // Closed, the dialog gives focus back to the button that opened it.
+    await until('focus back on the button', () => inPage<boolean>(page, "document.activeElement?.id === 'shortcuts'"));
     await inPage(page, "document.querySelectorAll('#messages li.message > a')[1].focus()");
     await page.keyboard.press('j');
     expect(await focusedRow(page)).to.equal(`${tag} 1`);
