@@ -147,6 +147,41 @@ export interface MessagePlacement {
 }
 
 /**
+ * POST /inboxes/{inbox}/messages/bulk (mail.json BulkChange), an extension of version 1:
+ * docs/organize.md, "Bulk". `ids` and exactly one of the four changes.
+ */
+export interface BulkChange {
+  ids: string[];
+  labels?: LabelChange;
+  flags?: BulkFlagChange;
+  keywords?: KeywordChange;
+  move?: MessageMove;
+}
+
+/** A bulk call's flags to add and remove, as POST …/flags takes them. */
+export interface BulkFlagChange {
+  add?: WebFlag[];
+  remove?: WebFlag[];
+}
+
+/** What a bulk change did to one id. */
+export interface BulkOutcome {
+  id: string;
+  status: 'changed' | 'unchanged' | 'not_found' | 'refused';
+  error?: string;
+}
+
+/** Its answer, per id (mail.json BulkResult). */
+export interface BulkResult {
+  results: BulkOutcome[];
+  changed: number;
+  unchanged: number;
+  notFound: number;
+  refused: number;
+  replayed?: boolean;
+}
+
+/**
  * An extension of version 1 (docs/organize.md, "Folders"): a label created, renamed or deleted, on
  * the inbox stream beside LiveChange (mail.json LabelLiveChange).
  */

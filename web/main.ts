@@ -7,13 +7,14 @@ import { devicesSections } from './devices.ts';
 import { forgetKey, openKey, setPassphrase, unlockedKey, type AskPassphrase } from './keys.ts';
 import { enroll, signIn, type Unlocking } from './passkey.ts';
 import { needsUnlock, unlockPage, unlockRoute } from './unlock.ts';
-import { matchRoute } from './routes.ts';
+import { matchRoute, navigate } from './routes.ts';
 import { modeWords } from './mail/labels.ts';
+import { inboxHash } from './mail/list.ts';
 import './compose/compose.ts';
 import './activity.ts';
 import { button, h, report, show } from './ui.ts';
 // Screens that register their own routes.
-import './mail/inbox.ts';
+import { LAST_INBOX } from './mail/inbox.ts';
 import './mail/message.ts';
 import './mail/search.ts';
 
@@ -106,6 +107,10 @@ async function afterSignIn(signedIn: SignedIn, unlocking: Unlocking): Promise<vo
     report(err);
     return;
   }
+  // Sign-in lands in the inbox used last on this browser, when it is still the member's.
+  const last = localStorage.getItem(LAST_INBOX);
+  const { inboxes } = last ? await api<InboxList>('GET', '/inboxes') : { inboxes: [] };
+  if (last && inboxes.some((i) => i.inboxId === last)) return navigate(inboxHash(last));
   await home();
 }
 

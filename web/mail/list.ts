@@ -9,6 +9,7 @@ export const PAGE_SIZE = 50;
 
 export const inboxHash = (inboxId: string, labelId?: string) => `#/inbox/${inboxId}${labelId ? `/label/${labelId}` : ''}`;
 export const messageHash = (inboxId: string, msgId: string) => `#/inbox/${inboxId}/message/${msgId}`;
+export const threadHash = (inboxId: string, threadId: string) => `#/inbox/${inboxId}/thread/${threadId}`;
 export const searchHash = (inboxId: string, query: string) => `#/inbox/${inboxId}/search/${encodeURIComponent(query)}`;
 
 /** What each row shows, by message id, so a row can be redrawn with new flags. */
@@ -42,18 +43,46 @@ export function listedMessage(msgId: string): { summary: MessageSummary; labelId
 /** The row as last drawn. */
 export const shownSummary = (msgId: string) => summaries.get(msgId);
 
-/** A message's row: a link to it, with its marks spelled out for screen readers. */
-export function row(inboxId: string, m: MessageSummary): HTMLLIElement {
+/**
+ * A message's row: a link to it, with its marks spelled out for screen readers; `selectable` adds
+ * a checkbox for multi-select (out of the Tab order: the list is one tab stop, `x` or Space on a
+ * row selects it, and a selected row says so to screen readers).
+ */
+export function row(inboxId: string, m: MessageSummary, options: { selectable?: boolean; selected?: boolean } = {}): HTMLLIElement {
   summaries.set(m.id, m);
   const unread = !m.flags.includes('seen');
   const flagged = m.flags.includes('flagged');
+  // A row standing for a conversation of several (the list grouped by thread) opens the conversation.
+  const count = m.thread && m.thread.messages > 1 ? m.thread.messages : 0;
+  const href = count && m.threadId ? threadHash(inboxId, m.threadId) : messageHash(inboxId, m.id);
   const li = h(
     'li',
-    { 'data-msg': m.id, 'data-uid': String(m.uid), class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}` },
+    {
+      'data-msg': m.id,
+      'data-uid': String(m.uid),
+      ...(m.threadId ? { 'data-thread': m.threadId } : {}),
+      class: `message${unread ? ' unread' : ''}${flagged ? ' flagged' : ''}`,
+    },
+    options.selectable
+      ? h('input', {
+          type: 'checkbox',
+          class: 'select',
+          tabindex: '-1',
+          'aria-label': `Select: ${m.subject ?? '(no subject)'}`,
+          ...(options.selected ? { checked: '' } : {}),
+        })
+      : null,
     h(
       'a',
-      { href: messageHash(inboxId, m.id) },
-      h('span', { class: 'from' }, m.from ?? '(no sender)'),
+      { href, tabindex: '-1' },
+      h(
+        'span',
+        { class: 'from' },
+        m.from ?? '(no sender)',
+        count
+          ? h('span', { class: 'thread-count' }, ` (${count})`, h('span', { class: 'sr-only' }, ' messages in this conversation'))
+          : null,
+      ),
       h('span', { class: 'subject' }, m.subject ?? '(no subject)'),
       timeElement(m.date ?? m.receivedAt, { class: 'muted' }),
       h(
@@ -64,26 +93,69 @@ export function row(inboxId: string, m: MessageSummary): HTMLLIElement {
         m.flags.includes('answered')
           ? h('span', { class: 'mark-answered', title: 'Answered' }, '↩', h('span', { class: 'sr-only' }, ' answered'))
           : null,
+        h('span', { class: 'sr-only mark-selected' }, options.selected ? ' selected' : ''),
       ),
     ),
   );
+  if (options.selected) li.classList.add('selected');
   return li;
 }
 
+/** The rows' links, in order. */
+export const rowLinks = (list: HTMLElement) => Array.from(list.querySelectorAll<HTMLAnchorElement>('li.message > a'));
+
+/** The row holding `el`, if any. */
+export const rowOf = (el: Element | null): HTMLLIElement | null => el?.closest<HTMLLIElement>('li.message') ?? null;
+
+/** The list's one tab stop: the row focus was last on, else the first. */
+export function tabStop(list: HTMLElement): HTMLAnchorElement | null {
+  return list.querySelector<HTMLAnchorElement>('li.message > a[tabindex="0"]') ?? rowLinks(list)[0] ?? null;
+}
+
+/** Makes `link` the list's tab stop (and focuses it, unless `focus` is false). */
+export function moveTabStop(list: HTMLElement, link: HTMLAnchorElement | null | undefined, focus = true): void {
+  if (!link) return;
+  for (const a of list.querySelectorAll<HTMLAnchorElement>('li.message > a[tabindex="0"]')) if (a !== link) a.tabIndex = -1;
+  link.tabIndex = 0;
+  if (focus) {
+    link.focus();
+    // The list pane scrolls; the row comes into view without jumping the page.
+    link.scrollIntoView({ block: 'nearest' });
+  }
+}
+
 /**
- * Arrow keys (and Home, End) move between the rows' links, as in a mail app's list; Tab still
- * walks every link, so nothing depends on knowing the keys.
+ * The list is one tab stop (a roving tabindex): Tab enters on the row last used, the arrow keys
+ * (and Home, End) move between rows, as in a mail app's list. Rows come and go with live changes
+ * and actions; there is always exactly one row Tab reaches.
  */
 export function listKeys(list: HTMLElement): void {
+  list.dataset.oneTabStop = 'true';
   list.addEventListener('keydown', (e) => {
     if (e.altKey || e.ctrlKey || e.metaKey || e.shiftKey) return;
-    const links = Array.from(list.querySelectorAll<HTMLAnchorElement>('li.message > a'));
+    const links = rowLinks(list);
     const at = links.findIndex((a) => a === document.activeElement);
     if (at < 0) return;
     const to =
       e.key === 'ArrowDown' ? at + 1 : e.key === 'ArrowUp' ? at - 1 : e.key === 'Home' ? 0 : e.key === 'End' ? links.length - 1 : null;
     if (to === null) return;
     e.preventDefault();
-    links[Math.max(0, Math.min(links.length - 1, to))]?.focus();
+    moveTabStop(list, links[Math.max(0, Math.min(links.length - 1, to))]);
   });
+  // Where Tab enters: the row last used, except that a member last at the top stays at the top as
+  // new mail arrives above (and one who has not been in the list yet enters at the top too).
+  let atTop = true;
+  list.addEventListener('focusin', (e) => {
+    const link = e.target instanceof HTMLAnchorElement && rowOf(e.target) ? e.target : null;
+    if (!link) return;
+    atTop = link === rowLinks(list)[0];
+    moveTabStop(list, link, false);
+  });
+  const keepOne = () => {
+    const first = rowLinks(list)[0];
+    if (!first) return;
+    const stop = list.querySelector('li.message > a[tabindex="0"]');
+    if (!stop || (atTop && !list.contains(document.activeElement))) moveTabStop(list, first, false);
+  };
+  new MutationObserver(keepOne).observe(list, { childList: true });
 }

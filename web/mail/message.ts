@@ -6,12 +6,16 @@
 // message is removed; plaintext a mail app put in a zero-access inbox waits here for its sealed
 // copy (sealing.ts).
 import PostalMime, { type Address, type Attachment } from 'postal-mime';
-import type { Flag, FlagChange, FlagsResponse, MessageDetail, WebFlag } from '../../schemas/wire.ts';
+import type { Flag, FlagChange, FlagsResponse, LabelList, MessageDetail, WebFlag } from '../../schemas/wire.ts';
 import { api, ApiError, SIGNED_OUT } from '../api.ts';
 import { timeElement } from '../dates.ts';
-import { addRoute } from '../routes.ts';
-import { button, h, report, show } from '../ui.ts';
-import { backFromMessage } from './list.ts';
+import { addRoute, navigate } from '../routes.ts';
+import { button, h, report, show, type Child } from '../ui.ts';
+import { ActionRefused, applyChange, plan, type Action, type Plan } from './actions.ts';
+import { labelName } from './labels.ts';
+import { backFromMessage, listedMessage } from './list.ts';
+import { panesFor, showInReader, type Panes } from './panes.ts';
+import { offer } from './undo.ts';
 import { subscribeWhileOn } from './live.ts';
 import { messageDetail, openMessage } from './open.ts';
 import { awaitResealing } from './resealing.ts';
@@ -75,20 +79,82 @@ function removedNotice(): HTMLElement {
   );
 }
 
+/**
+ * Archive, delete, junk, unread and move for the message shown (actions.ts). In the reading pane
+ * the list does them (at once, with Undo) and the pane closes onto the next row; shown on its own,
+ * the change is made here and the screen goes back to the list, with Undo offered there too.
+ */
+function messageActions(inboxId: string, msgId: string, panes: Panes | null, backHash: string): HTMLElement {
+  const run = async (action: Action, target?: string) => {
+    if (panes) {
+      const next = action === 'unread' ? msgId : panes.control.neighbour(msgId, 1);
+      const done = panes.control.act(action, [msgId], target);
+      panes.returnTo = next;
+      navigate(panes.listHash);
+      return done;
+    }
+    const { labels } = await api<LabelList>('GET', `/inboxes/${inboxId}/labels`);
+    const listed = listedMessage(msgId)?.labelId;
+    const label = labels.find((l) => l.id === listed) ?? labels[0]!;
+    let p: Plan;
+    try {
+      p = plan(action, label, labels, target);
+    } catch (err) {
+      if (err instanceof ActionRefused) return offer(err.message);
+      throw err;
+    }
+    await applyChange(inboxId, [msgId], p.change);
+    const undo = p.undo;
+    offer(p.done(1), undo ? () => applyChange(inboxId, [msgId], undo).then(() => undefined) : undefined);
+    navigate(backHash);
+  };
+  const labels = panes?.control.labels() ?? [];
+  const junk = panes?.control.label().specialUse === '\\Junk' ? 'not-junk' : 'junk';
+  const moveTo = h(
+    'select',
+    { id: 'msg-move-to', 'aria-label': 'Move this message to' },
+    h('option', { value: '' }, 'Move to…'),
+    ...(panes?.control.moveTargets() ?? []).map((l) => h('option', { value: l.id }, l.name)),
+  );
+  return h(
+    'div',
+    { class: 'actions', id: 'message-actions', role: 'group', 'aria-label': 'This message' },
+    button('Archive', () => run('archive'), { class: 'secondary', id: 'msg-archive' }),
+    button('Delete', () => run('trash'), { class: 'secondary', id: 'msg-trash' }),
+    button(junk === 'junk' ? 'Junk' : 'Not junk', () => run(junk), { class: 'secondary', id: 'msg-junk' }),
+    button('Mark unread', () => run('unread'), { class: 'secondary', id: 'msg-unread' }),
+    labels.length > 0
+      ? h(
+          'span',
+          { class: 'move' },
+          moveTo,
+          button('Move', () => run('move', moveTo.value), { class: 'secondary', id: 'msg-move' }),
+        )
+      : null,
+  );
+}
+
+/** Where a screen of the message goes: the list's reading pane when it is up, else the page. */
+function screenOf(inboxId: string, msgId: string): { panes: Panes | null; display: (...children: Child[]) => void } {
+  const panes = panesFor(inboxId);
+  return { panes, display: panes ? (...children) => showInReader(panes, msgId, ...children) : show };
+}
+
 async function messageScreen(inboxId: string, msgId: string): Promise<void> {
   revokeObjectUrls();
-  const from = backFromMessage(inboxId);
+  const { panes, display } = screenOf(inboxId, msgId);
+  const from = panes ? { hash: panes.listHash, name: labelName(panes.control.label()) } : backFromMessage(inboxId);
   const back = h('p', {}, h('a', { href: from.hash, id: 'back' }, `← Back to ${from.name}`));
-  show(back, h('h1', {}, 'Opening the message…'), h('p', { class: 'muted' }, 'Decrypting it in this browser.'));
+  display(back, h('h1', {}, 'Opening the message…'), h('p', { class: 'muted' }, 'Decrypting it in this browser.'));
   const hash = location.hash;
-  const gone = () => show(back, h('h1', {}, 'Message removed'), removedNotice());
+  const gone = () => display(back, h('h1', {}, 'Message removed'), removedNotice());
   let detail: MessageDetail;
   try {
     detail = await messageDetail(inboxId, msgId);
   } catch (err) {
     if (location.hash !== hash) return;
     // Plaintext a mail app appended to a zero-access inbox: Postern seals it in a moment.
-    if (err instanceof ApiError && err.status === 422) return awaitResealing(inboxId, msgId, hash, back, err.message);
+    if (err instanceof ApiError && err.status === 422) return awaitResealing(inboxId, msgId, hash, back, err.message, display);
     if (err instanceof ApiError && err.status === 404) return gone();
     throw err;
   }
@@ -138,7 +204,6 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
   }
   const email = await PostalMime.parse(raw);
   if (location.hash !== hash) return;
-  objectUrlsHash = hash;
   objectUrlsHash = hash;
 
   const setFlags = async (change: FlagChange) => {
@@ -216,7 +281,7 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
     body.append(h('pre', { class: 'text', id: 'message-text' }, email.text ?? ''));
   }
 
-  show(
+  display(
     back,
     h('h1', { id: 'message-subject' }, email.subject ?? detail.message.subject ?? '(no subject)'),
     h(
@@ -238,6 +303,7 @@ async function messageScreen(inboxId: string, msgId: string): Promise<void> {
       h('a', { class: 'button secondary', href: `#/compose/${inboxId}/reply-all/${msgId}`, id: 'reply-all' }, 'Reply all'),
       h('a', { class: 'button secondary', href: `#/compose/${inboxId}/forward/${msgId}`, id: 'forward' }, 'Forward'),
     ),
+    messageActions(inboxId, msgId, panes, from.hash),
     toggles,
     body,
     attachments.length > 0 ? h('h2', {}, 'Attachments') : null,

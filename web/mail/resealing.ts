@@ -5,7 +5,7 @@
 // finds the sealed copy in the label's listing and opens it in place.
 import type { LabelList, MessageList, MessageSummary } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
-import { h, show } from '../ui.ts';
+import { h, type Child } from '../ui.ts';
 import { inboxHash, listedMessage, messageHash, PAGE_SIZE } from './list.ts';
 import { subscribeWhileOn } from './live.ts';
 
@@ -31,16 +31,24 @@ async function findListed(inboxId: string, msgId: string): Promise<{ summary: Me
 const sameMessage = (a: MessageSummary, b: MessageSummary) =>
   a.id !== b.id && a.receivedAt === b.receivedAt && a.subject === b.subject && a.from === b.from && a.date === b.date;
 
-export async function awaitResealing(inboxId: string, msgId: string, hash: string, back: HTMLElement, refusal: string): Promise<void> {
+export async function awaitResealing(
+  inboxId: string,
+  msgId: string,
+  hash: string,
+  back: HTMLElement,
+  refusal: string,
+  display: (...children: Child[]) => void,
+): Promise<void> {
   const status = h(
     'p',
     { class: 'notice', id: 'sealing', role: 'status' },
     'This message is being secured (encrypted for this inbox). It will open in a moment.',
   );
-  show(back, h('h1', {}, 'Securing the message…'), status);
+  const heading = h('h1', {}, 'Securing the message…');
+  display(back, heading, status);
   const listed = await findListed(inboxId, msgId).catch(() => undefined);
   if (location.hash !== hash) return;
-  if (listed?.summary.subject) document.querySelector('main h1')!.textContent = listed.summary.subject;
+  if (listed?.summary.subject) heading.textContent = listed.summary.subject;
 
   let done = false;
   let timer: number | undefined;
