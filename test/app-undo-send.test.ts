@@ -20,12 +20,14 @@ describe('web app: undo send and send later (Chromium)', function () {
   let browser: Browser;
   let device: Device;
   let a: TestInbox;
+  let z: TestInbox;
   let token: string;
 
   before(async () => {
     ({ s } = await startAppServer({ POSTERN_EVENTS_SETTLE_MS: '100' }));
     p = await newProject(s);
     a = await p.inbox();
+    z = await p.inbox({ mode: 'zero-access' });
     token = await p.token(['messages:read', 'send']);
     browser = await launchChromium();
     device = await newDevice(browser, { prf: true });
@@ -41,11 +43,11 @@ describe('web app: undo send and send later (Chromium)', function () {
 
   const outbox = async (all: boolean) =>
     (await json<{ sends: OutboxRow[] }>(await call(`${s.base}/inboxes/${a.id}/outbox${all ? '?state=all' : ''}`, { token }))).sends;
-  const write = async (page: Page, to: string, subject: string, text: string) => {
+  const write = async (page: Page, to: string, subject: string, text: string, inbox: TestInbox = a) => {
     // Through the drafts list: setting the hash the page already has would not open a new form.
-    await go(page, `#/compose/${a.id}/drafts`);
+    await go(page, `#/compose/${inbox.id}/drafts`);
     await page.locator('#drafts, #drafts-empty').first().waitFor({ timeout: 60_000 });
-    await go(page, `#/compose/${a.id}`);
+    await go(page, `#/compose/${inbox.id}`);
     await page.locator('#compose-to:enabled').waitFor({ timeout: 60_000 });
     await page.fill('#compose-to', to);
     await page.fill('#compose-subject', subject);
@@ -116,5 +118,17 @@ describe('web app: undo send and send later (Chromium)', function () {
     expect(arrived).to.not.equal(undefined);
     await page.locator('#compose-status[data-state="sent"]').waitFor({ timeout: 30_000 });
     expect((await outbox(true)).find((r) => r.id === outboxId)?.state).to.equal('sent');
+  });
+
+  it('Undo in a zero-access inbox: the sealed send comes back as a sealed draft, opened in the browser', async () => {
+    const { page } = device;
+    const subject = `Sealed undo ${unique('z')}`;
+    await write(page, rcpt('sealed'), subject, 'Only this browser reads this.\n', z);
+    await page.click('#compose-send');
+    await waitingAs(page, 'held');
+    await page.click('#compose-undo');
+    await page.waitForURL(/#\/compose\/ibx_[0-9A-Z]{26}\/draft\/draft_/, { timeout: 30_000 });
+    await until('the sealed draft back in the form', async () => (await page.locator('#compose-subject').inputValue()) === subject);
+    expect(await page.locator('#compose-body').inputValue()).to.include('Only this browser reads this.');
   });
 });
