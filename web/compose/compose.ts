@@ -4,9 +4,11 @@
 // opens it only to relay it. A send keeps its draftId and its sealed body while the content is
 // unchanged, so "Try again" after a lost answer or a 503 can never send it twice (the server
 // answers a known draft with its first answer). While the member writes, the message is also
-// kept on the server as a draft (drafts.ts), removed once it is sent (docs/app.md, "Compose").
+// kept on the server as a draft (drafts.ts), removed once it is sent. Every send waits on the
+// server for an undo hold, or until its send time (outbox.ts), so it can be taken back as a
+// draft; closing the tab meanwhile still sends it (docs/app.md, "Compose").
 import PostalMime, { type Address, type Email } from 'postal-mime';
-import type { ComposeData, IdentityList, InboxList, SendRequest, SendResult } from '../../schemas/wire.ts';
+import type { ComposeData, IdentityList, InboxList, SendRequest } from '../../schemas/wire.ts';
 import { api, ApiError } from '../api.ts';
 import { openMessage, messageDetail } from '../mail/open.ts';
 import { addRoute } from '../routes.ts';
@@ -14,6 +16,7 @@ import { h, report, show } from '../ui.ts';
 import { attachSuggestions, seenAddresses } from './addresses.ts';
 import { draftOrigin, DraftsUnavailable, loadDraft, SAVE_AFTER_MS, ServerDraft } from './drafts.ts';
 import { buildMessage, newMessageId, parseAddressList, type Mailbox, type OutgoingAttachment } from './mime.ts';
+import { cancelSend, outboxSend, sendSealed, UNDO_SECONDS, waitsUntil, type QueuedSend } from './outbox.ts';
 import { newDraftId, sealForSend } from './sealing.ts';
 
 type Mode = 'new' | 'reply' | 'reply-all' | 'forward' | 'draft';
@@ -274,13 +277,16 @@ async function composePage(inboxId: string, mode: Mode, id?: string): Promise<vo
   });
   listAttachments();
 
-  const status = h('p', { id: 'compose-status', role: 'status' });
+  const status = h('p', { id: 'compose-status', role: 'status', 'aria-live': 'polite' });
   // Not announced: a save every few seconds would interrupt a screen reader while typing.
   const draftStatus = h('p', { id: 'compose-draft-status', class: 'muted' });
   // Not a submit button: Enter in the To or Subject box must not send a half-written message.
   // Ctrl+Enter (or Cmd+Enter) in the form sends, as in most mail clients.
   const sendButton = h('button', { type: 'button', id: 'compose-send', 'aria-keyshortcuts': 'Control+Enter' }, 'Send');
   const discardButton = h('button', { type: 'button', id: 'compose-discard', class: 'secondary' }, 'Discard');
+  const sendAtBox = h('input', { id: 'compose-send-at', name: 'sendAt', type: 'datetime-local' });
+  const sendLaterButton = h('button', { type: 'button', id: 'compose-send-later', class: 'secondary' }, 'Send later');
+  const undoButton = h('button', { type: 'button', id: 'compose-undo', class: 'secondary' }, 'Undo');
   const form = h(
     'form',
     { id: 'compose-form' },
@@ -297,6 +303,7 @@ async function composePage(inboxId: string, mode: Mode, id?: string): Promise<vo
     files,
     fileList,
     h('div', { class: 'actions' }, sendButton, discardButton, h('a', { href: `#/inbox/${inboxId}`, class: 'secondary' }, 'Close')),
+    h('div', { class: 'actions' }, h('label', { for: 'compose-send-at' }, 'Send later, at'), sendAtBox, sendLaterButton),
     status,
     draftStatus,
   );
@@ -409,9 +416,81 @@ async function composePage(inboxId: string, mode: Mode, id?: string): Promise<vo
       sendButton.click();
     }
   });
-  sendButton.addEventListener('click', () => {
+  sendButton.addEventListener('click', () => send());
+  sendLaterButton.addEventListener('click', () => {
+    const at = sendAtBox.value ? new Date(sendAtBox.value) : null;
+    if (!at || Number.isNaN(at.getTime())) {
+      status.textContent = 'Choose the day and time to send it.';
+      sendAtBox.focus();
+      return;
+    }
+    send(at);
+  });
+
+  const recipientsText = (n: number) => `${n} recipient${n === 1 ? '' : 's'}`;
+  /** The send went (or its wait ended): the page says so, and a reply marks its original. */
+  const done = async (draftId: string, recipients: number) => {
+    status.textContent = `Sent to ${recipientsText(recipients)}.`;
+    status.dataset.sent = draftId;
+    status.dataset.state = 'sent';
+    if (pre.answers) {
+      // The reply went; marking the original is a separate step that may fail on its own.
+      await api('POST', `/inboxes/${inboxId}/messages/${pre.answers}/flags`, { add: ['answered'] }).catch((err: unknown) => {
+        status.textContent += ` The original could not be marked answered: ${(err as Error).message}`;
+      });
+    }
+  };
+  /** A send waiting in the outbox: Undo until its hold or send time ends, then its outcome. */
+  const waiting = (q: QueuedSend, draftId: string, recipients: number) => {
+    const until = waitsUntil(q);
+    const at = new Date(until).toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
+    status.dataset.state = q.state;
+    status.dataset.outbox = q.outboxId;
+    status.replaceChildren(q.state === 'scheduled' ? `Scheduled for ${at}. ` : 'Sending… ', undoButton);
+    undoButton.disabled = false;
+    undoButton.focus();
+    const settle = async () => {
+      undoButton.disabled = true;
+      try {
+        const row = await outboxSend(inboxId, q.outboxId);
+        if (row.state === 'failed') {
+          status.textContent = `Not sent: ${row.reason ?? 'the mail server refused it'}.`;
+          status.dataset.state = 'failed';
+        } else if (row.state !== 'cancelled') await done(draftId, recipients);
+      } catch (err) {
+        // The send is on the server either way; only its outcome is unknown here.
+        status.textContent = `Sent to ${recipientsText(recipients)} (its outcome could not be read: ${(err as Error).message}).`;
+      }
+    };
+    // setTimeout holds at most 2^31-1 ms (about 24.8 days): a send later than that keeps its line.
+    const delay = until - Date.now();
+    const timer = delay < 2 ** 31 - 1 ? setTimeout(() => void settle(), delay + 500) : undefined;
+    undoButton.onclick = () => {
+      undoButton.disabled = true;
+      clearTimeout(timer);
+      void (async () => {
+        try {
+          const back = await cancelSend(inboxId, q.outboxId);
+          if (pre.answers) draftOrigin.set(back, pre.answers);
+          status.textContent = 'Not sent: it is a draft again.';
+          status.dataset.state = 'cancelled';
+          location.hash = `#/compose/${inboxId}/draft/${back}`;
+        } catch (err) {
+          status.textContent =
+            err instanceof ApiError && err.status === 409
+              ? 'Too late to undo: it is already on its way.'
+              : `Could not undo: ${(err as Error).message.replace(/\.$/, '')}.`;
+          report(err);
+          void settle();
+        }
+      })();
+    };
+  };
+
+  function send(sendAt?: Date): void {
     if (sent || sendButton.disabled) return;
     sendButton.disabled = true;
+    sendLaterButton.disabled = true;
     status.dataset.state = 'sending';
     // No draft save while sending: a save after the send would put the sent message back in Drafts.
     holding = true;
@@ -437,14 +516,13 @@ async function composePage(inboxId: string, mode: Mode, id?: string): Promise<vo
           };
         }
         status.textContent = 'Sending…';
-        // The one place a message leaves: a server-side hold (undo send, send later) goes here.
-        await api<SendResult>('POST', `/inboxes/${inboxId}/send`, draft.body);
+        // The one place a message leaves: it waits on the server for its undo hold or send time.
+        const result = await sendSealed(inboxId, draft.body, sendAt ? { sendAt } : { holdSeconds: UNDO_SECONDS });
         sent = true;
-        status.textContent = `Sent to ${recipients.length} recipient${recipients.length === 1 ? '' : 's'}.`;
-        status.dataset.sent = draft.body.draftId;
-        status.dataset.state = 'sent';
         for (const el of form.querySelectorAll('input, select, textarea')) (el as HTMLInputElement).disabled = true;
         discardButton.disabled = true;
+        if (result.sent) await done(draft.body.draftId, recipients.length);
+        else waiting(result, draft.body.draftId, recipients.length);
         // Sent: its draft goes (a failure leaves it in Drafts, where the member can delete it).
         await serverDraft.remove().then(
           () => {
@@ -455,12 +533,6 @@ async function composePage(inboxId: string, mode: Mode, id?: string): Promise<vo
           },
         );
         draftOrigin.forget(serverDraft.id);
-        if (pre.answers) {
-          // The reply went; marking the original is a separate step that may fail on its own.
-          await api('POST', `/inboxes/${inboxId}/messages/${pre.answers}/flags`, { add: ['answered'] }).catch((err: unknown) => {
-            status.textContent += ` The original could not be marked answered: ${(err as Error).message}`;
-          });
-        }
       } catch (err) {
         // A 503 or a lost connection (fetch's TypeError) may be retried as it is; other refusals need a change first.
         const retry =
@@ -472,13 +544,14 @@ async function composePage(inboxId: string, mode: Mode, id?: string): Promise<vo
         report(err);
       } finally {
         sendButton.disabled = sent;
+        sendLaterButton.disabled = sent;
         if (!sent) {
           holding = false;
           if (dirty) changed();
         }
       }
     })();
-  });
+  }
 
   const titles: Record<Mode, string> = {
     new: 'New message',
