@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
-import { newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
+import { call, newProject, type TestInbox, type TestProject, type TestServer } from './harness.ts';
 import { enrollMember, go, inPage, launchChromium, newDevice, screenshot, startAppServer, type Device } from './browser.ts';
 import { append, importMessages, mailApp, until } from './mail-fixtures.ts';
 import { labelIds, listLabel } from './send-fixtures.ts';
@@ -354,6 +354,20 @@ describe('web app: panes, actions and keyboard (Chromium)', function () {
     } finally {
       await app.logout();
     }
+    // The index links the three as it places them: first the API's own collapsed list says so.
+    const inboxLabel = (await labelIds(s, token, inbox.id)).INBOX!;
+    let collapsed: Array<{ subject?: string; threadId?: string }> = [];
+    await until(
+      'the API lists one row for the thread',
+      async () => {
+        const res = await call(`${s.base}/inboxes/${inbox.id}/labels/${inboxLabel}/messages?limit=100&collapseThreads=true`, { token });
+        collapsed = ((await res.json()) as { messages: typeof collapsed }).messages;
+        return collapsed.length === 2;
+      },
+      60_000,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}: ${JSON.stringify(collapsed.map((m) => [m.subject, m.threadId]))}`);
+    });
     await openInbox(page, inbox, 4);
     await page.check('#group-threads');
     try {
