@@ -2,7 +2,8 @@
 // PRF): device 1 is enrolled and unlocked; device 2 signs in with a copy of the passkey that gives
 // no PRF output (as Chromium copies it) and no passphrase is set, so only device 1 can hand it the
 // key. Both screens show the same code, device 1 approves after a passkey confirmation, and device
-// 2 has the key without a passphrase typed, and opens a zero-access message with it. docs/app.md, "A new device: approved from a signed-in one".
+// 2 has the key without a passphrase typed, and opens a zero-access message with it. docs/app.md,
+// "A new device: approved from a signed-in one".
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { expect } from 'chai';
