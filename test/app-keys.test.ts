@@ -190,11 +190,12 @@ describe('web app: keys, devices and sessions (Chromium, virtual passkeys)', fun
     const a = await device({ prf: true });
     await enroll(a, member);
     // A second device signs in with a copy of the passkey (no PRF on a copy, no passphrase set:
-    // its key stays locked, its session is good).
+    // only another device could hand it the key, "Not now" goes on locked; its session is good).
     const b = await device({ prf: true });
     await copyPasskeys(a, b);
     await b.page.goto(`${origin}/app/`);
     await b.page.click('#sign-in');
+    await b.page.click('#handover-later', { timeout: 60_000 });
     await b.page.locator('#sessions li').first().waitFor({ timeout: 60_000 });
     const sessionB = await sessionOf(b.page);
 

@@ -189,6 +189,8 @@ describe('web app (Chromium, virtual passkeys)', function () {
       'PUT /api/v1/me/key',
       'GET /api/v1/auth/passkeys',
       'GET /api/v1/auth/sessions',
+      // Devices asking for the key, listed while it is unlocked here (docs/app.md, "A new device").
+      'GET /api/v1/me/key-handovers',
     ]);
     const events = await keyEvents();
     expect(events.map((d) => [d.confirmedBy, d.fingerprint?.toLowerCase(), d.previousFingerprint?.toLowerCase()])).to.deep.equal([

@@ -32,8 +32,12 @@ export interface UnlockedKey {
   methods: Array<Wrap['kind']>;
 }
 
-/** Asks the member for a passphrase: to choose one (`create`) or to unlock (`unlock`, with the last error). */
-export type AskPassphrase = (mode: 'create' | 'unlock', error?: string) => Promise<string>;
+/**
+ * Asks the member for a passphrase: to choose one (`create`) or to unlock (`unlock`, with the last
+ * error); `device` when there is none and only a signed-in device can hand the key over. Rejects
+ * with KeyHandedOver when another device handed the key over instead (adoptKey).
+ */
+export type AskPassphrase = (mode: 'create' | 'unlock' | 'device', error?: string) => Promise<string>;
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -192,15 +196,15 @@ async function unlockStored(
   if (unlocking?.prf && own) dataKey = await unwrapWith(await prfKey(unlocking.prf), own);
   const byPassphrase = envelope.wraps.find((w): w is Extract<Wrap, { kind: 'passphrase' }> => w.kind === 'passphrase');
   let error: string | undefined;
+  asking = unlocking;
   while (!dataKey && byPassphrase) {
     const passphrase = await ask('unlock', error);
     dataKey = await unwrapWith(await passphraseKey(passphrase, bytes(byPassphrase.salt), byPassphrase), byPassphrase);
     error = 'That passphrase does not unlock your key.';
   }
-  if (!dataKey)
-    throw new Error(
-      'This passkey cannot unlock your key on this device and no passphrase is set: sign in with the passkey you enrolled first, then add a passphrase.',
-    );
+  // No passphrase either: only a signed-in device can hand the key over (this rejects).
+  if (!dataKey) await ask('device');
+  if (!dataKey) throw new Error('This passkey cannot unlock your key on this device.');
   if (unlocking?.prf && !own) {
     envelope = { ...envelope, wraps: [...envelope.wraps, await prfWrap({ ...unlocking, prf: unlocking.prf }, dataKey)] };
     version = await save(envelope, version);
@@ -241,8 +245,6 @@ export async function unlockAgain(ask: AskPassphrase, usePassphrase = false): Pr
   if (!found) throw new Error('You have no encryption key yet: sign out and sign in again to make one.');
   const ids = found.envelope.wraps.flatMap((w) => (w.kind === 'prf' ? [w.credentialId] : []));
   const unlocking = ids.length && !usePassphrase ? await unlockingWith(ids) : null;
-  if (unlocking && !unlocking.prf && !found.envelope.wraps.some((w) => w.kind === 'passphrase'))
-    throw new Error('This passkey cannot unlock your key on this device: sign out and sign in with the passkey you enrolled first.');
   return unlockStored(found, unlocking, ask);
 }
 
@@ -272,6 +274,44 @@ export async function addUnlockingPasskey(unlocking: Unlocking): Promise<boolean
   current.envelope = envelope;
   current.unlocked = { ...current.unlocked, methods: methodsOf(envelope.wraps) };
   return true;
+}
+
+/** Thrown in place of a passphrase when the key came from another device (adoptKey) instead. */
+export class KeyHandedOver extends Error {}
+
+/** The passkey that signed in while the passphrase is asked for: the key received is wrapped for it. */
+let asking: Unlocking | null = null;
+
+/** What a signed-in device seals to a new one: a copy of the data key, or null when the key is locked here. */
+export const handoverSecret = (): Uint8Array | null => (current ? current.dataKey.slice() : null);
+
+/**
+ * On a new device: the data key another device sealed to it (web/handover.ts) opens the stored
+ * key here; AES-GCM refuses a wrong one, and the key opened must be the one the backup names.
+ * Wrapped at once for the passkey that signed in, when it gives PRF output (as "Add a passkey").
+ */
+export async function adoptKey(dataKey: Uint8Array): Promise<UnlockedKey> {
+  const found = await stored();
+  if (!found) throw new Error('You have no encryption key yet: sign out and sign in again to make one.');
+  const { envelope, version } = found;
+  const key = await crypto.subtle.decrypt(
+    { name: 'AES-GCM', iv: bytes(envelope.key.iv) as BufferSource },
+    await aesKey(dataKey, ['decrypt']),
+    bytes(envelope.key.data),
+  );
+  const privateKey = dec.decode(key);
+  if ((await readKey({ armoredKey: privateKey })).getFingerprint().toLowerCase() !== envelope.fingerprint.toLowerCase())
+    throw new Error('The key from the other device is not your key: refuse the request there.');
+  const unlocked = {
+    fingerprint: envelope.fingerprint,
+    privateKey,
+    publicKeyStatus: 'published earlier',
+    methods: methodsOf(envelope.wraps),
+  };
+  current = { envelope, version, dataKey, unlocked };
+  if (asking) await addUnlockingPasskey(asking);
+  asking = null;
+  return current.unlocked;
 }
 
 /** Adds (or replaces) the passphrase that unlocks the key where no passkey PRF is available. */

@@ -4,7 +4,8 @@
 import type { InboxList, PasskeyList, SessionList, SignedIn } from '../schemas/wire.ts';
 import { api, ApiError, currentSession, forgetSession, keepSession, SIGNED_OUT } from './api.ts';
 import { devicesSections } from './devices.ts';
-import { forgetKey, openKey, setPassphrase, unlockedKey, type AskPassphrase } from './keys.ts';
+import { forgetKey, KeyHandedOver, openKey, setPassphrase, unlockedKey, type AskPassphrase } from './keys.ts';
+import { handoverSection, receiveKeyPage } from './handover-screens.ts';
 import { enroll, signIn, type Unlocking } from './passkey.ts';
 import { needsUnlock, unlockPage, unlockRoute } from './unlock.ts';
 import { matchRoute, navigate } from './routes.ts';
@@ -61,9 +62,13 @@ function signInPage(): void {
   );
 }
 
-/** A passphrase form that settles once the member submits it. */
+/**
+ * A passphrase form that settles once the member submits it; when unlocking, or when only another
+ * device can (`device`), also the way to get the key from a signed-in device (handover-screens.ts),
+ * which rejects with KeyHandedOver once the key is open.
+ */
 const askPassphrase: AskPassphrase = (mode, error) =>
-  new Promise((resolve) => {
+  new Promise((resolve, reject) => {
     const input = h('input', {
       id: 'passphrase',
       type: 'password',
@@ -71,18 +76,52 @@ const askPassphrase: AskPassphrase = (mode, error) =>
       minlength: mode === 'create' ? '12' : '1',
       required: '',
     });
-    const form = h(
-      'form',
-      {},
-      h('label', { for: 'passphrase' }, mode === 'create' ? 'Choose a passphrase (12 characters or more)' : 'Passphrase'),
-      input,
-      h('button', { type: 'submit', id: 'passphrase-submit' }, mode === 'create' ? 'Protect my key' : 'Unlock'),
-    );
-    form.addEventListener('submit', (e) => {
+    const form =
+      mode === 'device'
+        ? null
+        : h(
+            'form',
+            {},
+            h('label', { for: 'passphrase' }, mode === 'create' ? 'Choose a passphrase (12 characters or more)' : 'Passphrase'),
+            input,
+            h('button', { type: 'submit', id: 'passphrase-submit' }, mode === 'create' ? 'Protect my key' : 'Unlock'),
+          );
+    form?.addEventListener('submit', (e) => {
       e.preventDefault();
       show(h('h1', {}, 'Working on your key…'), h('p', { class: 'muted' }, 'Deriving the key from your passphrase takes a second or two.'));
       resolve(input.value);
     });
+    const again = (problem?: string) => resolve(askPassphrase(mode, problem ?? error));
+    const fromDevice =
+      mode === 'create'
+        ? null
+        : h(
+            'div',
+            { class: 'actions' },
+            button(
+              'Approve from another device',
+              async () => {
+                let gaveUp = false;
+                try {
+                  await receiveKeyPage(() => {
+                    gaveUp = true;
+                    again();
+                  });
+                } catch (err) {
+                  if (!gaveUp) again(err instanceof Error ? err.message : String(err));
+                  return;
+                }
+                if (!gaveUp) reject(new KeyHandedOver());
+              },
+              { class: mode === 'device' ? '' : 'secondary', id: 'handover-start' },
+            ),
+            mode === 'device'
+              ? button('Not now', () => reject(new Error('Your encrypted mail stays locked on this device.')), {
+                  class: 'secondary',
+                  id: 'handover-later',
+                })
+              : null,
+          );
     show(
       h('h1', {}, mode === 'create' ? 'Protect your key' : 'Unlock your key'),
       h(
@@ -90,10 +129,13 @@ const askPassphrase: AskPassphrase = (mode, error) =>
         {},
         mode === 'create'
           ? 'This passkey cannot protect your encryption key by itself on this device. Choose a passphrase: the server never sees it, and nobody can recover it for you.'
-          : 'Enter the passphrase you chose to unlock your encryption key on this device.',
+          : mode === 'device'
+            ? 'This passkey cannot unlock your encryption key on this device. Approve this device from one where your encrypted mail is open.'
+            : 'Enter the passphrase you chose to unlock your encryption key on this device, or approve this device from one where your encrypted mail is open.',
       ),
       error ? h('p', { class: 'error', role: 'alert' }, error) : null,
       form,
+      fromDevice,
     );
   });
 
@@ -104,6 +146,7 @@ async function afterSignIn(signedIn: SignedIn, unlocking: Unlocking): Promise<vo
     await openKey(signedIn.email, unlocking, askPassphrase);
   } catch (err) {
     await home();
+    if (err instanceof KeyHandedOver) return;
     report(err);
     return;
   }
@@ -137,6 +180,7 @@ async function home(): Promise<void> {
     throw err;
   }
   const key = unlockedKey();
+  const handovers = await handoverSection(home);
   const passphrase = h('input', { id: 'new-passphrase', type: 'password', autocomplete: 'new-password', minlength: '12' });
   show(
     h('h1', {}, 'Your inboxes'),
@@ -173,6 +217,7 @@ async function home(): Promise<void> {
           h('button', { type: 'submit' }, 'Add passphrase'),
         )
       : null,
+    ...handovers,
     ...devicesSections(passkeys, sessions, home),
     h(
       'div',

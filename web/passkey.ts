@@ -109,6 +109,19 @@ export async function unlockingWith(credentialIds: string[]): Promise<Unlocking>
   return { credentialId: response.id, prf: takePrf(response) };
 }
 
+/**
+ * A passkey confirmation checked by this page alone (user verification, nothing sent): for what
+ * only this page holds, the unlocked key (docs/app.md, "A new device").
+ */
+export async function confirmHere(): Promise<void> {
+  await startAuthentication({
+    optionsJSON: {
+      challenge: bufferToBase64URLString(crypto.getRandomValues(new Uint8Array(32)).buffer),
+      userVerification: 'required',
+    },
+  });
+}
+
 /** Withdraws the passkey prompt in progress, if any (the member chose to go on without it). */
 export function cancelPrompt(): void {
   WebAuthnAbortService.cancelCeremony();

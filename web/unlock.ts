@@ -5,7 +5,7 @@
 // sign-out. "Not now" goes on with the key locked (a Standard inbox needs no key); the home screen
 // then offers to unlock. docs/app.md, "A reload: one passkey prompt, never a sign-out".
 import { currentSession, SIGNED_OUT } from './api.ts';
-import { howToUnlock, unlockAgain, unlockedKey, type AskPassphrase } from './keys.ts';
+import { howToUnlock, KeyHandedOver, unlockAgain, unlockedKey, type AskPassphrase } from './keys.ts';
 import { cancelPrompt } from './passkey.ts';
 import { addRoute, navigate } from './routes.ts';
 import { button, h, report, show } from './ui.ts';
@@ -36,6 +36,11 @@ export async function unlockPage(ask: AskPassphrase, then: () => void): Promise<
       await unlockAgain(ask, usePassphrase);
     } catch (err) {
       if (done) return;
+      // The passphrase screen's "Approve from another device" unlocked it instead.
+      if (err instanceof KeyHandedOver) {
+        done = true;
+        return then();
+      }
       screen();
       report(err);
       return;
