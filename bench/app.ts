@@ -25,8 +25,8 @@ import { WEB_APP_DIR } from '../lib/http/routes/web-app.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, posternEnv, up } from '../scripts/mailenv.ts';
 import { buildApp } from '../scripts/build-app.ts';
-import { enrollMember, go, launchChromium, newDevice } from '../test/browser.ts';
-import { freePort } from '../test/processes.ts';
+import { enrollMember, go, launchChromium, newDevice } from '../test/helpers/browser.ts';
+import { freePort } from '../test/helpers/processes.ts';
 import { log, median, NO_RATE_LIMITS, runBench } from './common.ts';
 import { writeResults } from './results.ts';
 

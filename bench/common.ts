@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { MasterKey } from '../lib/crypto/master-key.ts';
 import type { Cursors } from '../lib/events/cursor.ts';
 import { posternEnv, type MailEnv } from '../scripts/mailenv.ts';
-import { childPids } from '../test/processes.ts';
+import { childPids } from '../test/helpers/processes.ts';
 
 const run = promisify(execFile);
 

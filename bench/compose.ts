@@ -16,7 +16,7 @@ import Database from 'better-sqlite3';
 import MailComposer from 'nodemailer/lib/mail-composer/index.js';
 import { Pool } from 'undici';
 import { up, type MailEnv } from '../scripts/mailenv.ts';
-import { spawnPostern, stopProcess } from '../test/processes.ts';
+import { spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 import { benchServerEnv, cpuMs, f0, f1, log, median, postfixQueued, runBench, settle } from './common.ts';
 import { writeResults } from './results.ts';
 import { postPooled, sendingInbox } from './sending.ts';

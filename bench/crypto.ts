@@ -23,7 +23,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
-import { spawnPostern } from '../test/processes.ts';
+import { spawnPostern } from '../test/helpers/processes.ts';
 import { benchServerEnv, f0, f1, log, median } from './common.ts';
 import { writeResults } from './results.ts';
 

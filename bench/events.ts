@@ -24,10 +24,10 @@ import { MasterKey } from '../lib/crypto/master-key.ts';
 import type { Cursors } from '../lib/events/cursor.ts';
 import { ROOT } from '../lib/paths.ts';
 import { cpuSeconds, NO_RATE_LIMITS, pageRate, f0, f1, log, median, pct, rssMb, sleep } from './common.ts';
-import { minimalDomain, sqlitePorts } from '../test/minimal-domain.ts';
+import { minimalDomain, sqlitePorts } from '../test/helpers/minimal-domain.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
-import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '../test/processes.ts';
+import { childPids, freePort, spawnListening, spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 
 const args = new Set(process.argv.slice(2));
 const QUICK = args.has('--quick');

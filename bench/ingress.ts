@@ -20,7 +20,7 @@ import { loadConfig } from '../lib/config.ts';
 import { seal } from '../lib/mail/sealing.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
-import { spawnPostern, stopProcess } from '../test/processes.ts';
+import { spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 import { benchServerEnv, f1, log, median, runBench } from './common.ts';
 import { writeResults } from './results.ts';
 

@@ -26,7 +26,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
 import { writeResults } from './results.ts';
-import { spawnPostern } from '../test/processes.ts';
+import { spawnPostern } from '../test/helpers/processes.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
 import { atom, onUnsolicited, rawCommand } from '../adapters/imap/raw.ts';

@@ -16,7 +16,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
-import { freePort, spawnPostern, stopProcess } from '../test/processes.ts';
+import { freePort, spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 import { benchServerEnv, cpuSeconds, f0, f1, get, log, machine, median, pct, runBench, seed, settle, sleep } from './common.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';

@@ -21,7 +21,7 @@ import { pino } from 'pino';
 import { loadConfig } from '../lib/config.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
-import { spawnPostern } from '../test/processes.ts';
+import { spawnPostern } from '../test/helpers/processes.ts';
 import { benchServerEnv, f0, f1, get, log, machine, median, now, runBench, seed, settle, sleep } from './common.ts';
 import { writeResults } from './results.ts';
 

@@ -38,7 +38,7 @@ import { indexSearch, type SearchQuery } from '../lib/mail/search.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
-import { spawnPostern } from '../test/processes.ts';
+import { spawnPostern } from '../test/helpers/processes.ts';
 import { agent, benchServerEnv, cpuMs, f0, f1, get, log, machine, median, now, pct, runBench, seed, sleep, type Answer } from './common.ts';
 import { writeResults } from './results.ts';
 

@@ -15,7 +15,7 @@ import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Pool } from 'undici';
 import { up, type MailEnv } from '../scripts/mailenv.ts';
-import { spawnPostern, stopProcess } from '../test/processes.ts';
+import { spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 import { benchServerEnv, f0, f1, log, pct, runBench, sleep } from './common.ts';
 import { writeResults } from './results.ts';
 import { benchMessage, postPooled, sendingInbox } from './sending.ts';

@@ -9,7 +9,7 @@ import { Agent } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { up } from '../scripts/mailenv.ts';
-import { spawnPostern, stopProcess } from '../test/processes.ts';
+import { spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 import { benchServerEnv, cpuTimes, log, runBench } from './common.ts';
 import { benchMessage, postJson, sendingInbox } from './sending.ts';
 

@@ -20,7 +20,7 @@ import Database from 'better-sqlite3';
 import { ImapFlow } from 'imapflow';
 import nodemailer from 'nodemailer';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
-import { spawnPostern, stopProcess } from '../test/processes.ts';
+import { spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 import { benchServerEnv, cpuMs, f0, f1, log, machineTicks, median, postfixQueued, rssMb, runBench, settle, treeCpuMs } from './common.ts';
 import { Pool } from 'undici';
 import { benchMessage, postJson, postPooled, sendingInbox } from './sending.ts';

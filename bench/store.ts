@@ -31,9 +31,9 @@ import { ROOT } from '../lib/paths.ts';
 import type { StoreEngine } from '../lib/store.ts';
 import { up } from '../scripts/mailenv.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
-import { childPids, spawnPostern, stopProcess } from '../test/processes.ts';
+import { childPids, spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 import { cpuSeconds, f0, f1, getJson, log, machine, median, NO_RATE_LIMITS, pageRate, pct, runBench } from './common.ts';
-import { minimalDomain } from '../test/minimal-domain.ts';
+import { minimalDomain } from '../test/helpers/minimal-domain.ts';
 import { closedLoop } from './load.ts';
 import { writeResults } from './results.ts';
 

@@ -43,7 +43,7 @@ import { pino } from 'pino';
 import { loadConfig, SETTINGS } from '../lib/config.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up } from '../scripts/mailenv.ts';
-import { spawnPostern } from '../test/processes.ts';
+import { spawnPostern } from '../test/helpers/processes.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { benchServerEnv, f0, f1, listenLoopback, log, machine, median, now, pct, runBench, seed, sleep } from './common.ts';
 import { closedLoop, type LoadResult, type Request } from './load.ts';

@@ -30,7 +30,7 @@ import { loadConfig } from '../lib/config.ts';
 import { ROOT } from '../lib/paths.ts';
 import { openPostern } from '../lib/server.ts';
 import { addUser, up, type MailEnv } from '../scripts/mailenv.ts';
-import { spawnPostern, type Listening } from '../test/processes.ts';
+import { spawnPostern, type Listening } from '../test/helpers/processes.ts';
 import {
   agent,
   benchServerEnv,

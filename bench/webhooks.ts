@@ -23,12 +23,12 @@ import { join } from 'node:path';
 import { openStore } from '../adapters/store/open.ts';
 import { loadConfig } from '../lib/config.ts';
 import { MasterKey } from '../lib/crypto/master-key.ts';
-import { spawnPostern, stopProcess } from '../test/processes.ts';
+import { spawnPostern, stopProcess } from '../test/helpers/processes.ts';
 import { emptyDatabase } from '../test/store-contract/postgres.ts';
 import { up } from '../scripts/mailenv.ts';
 import { layout } from '../scripts/mailenv/layout.ts';
 import { cpuSeconds, f0, f1, listenLoopback, log, machine, median, NO_RATE_LIMITS, pct, runBench, sleep } from './common.ts';
-import { minimalDomain } from '../test/minimal-domain.ts';
+import { minimalDomain } from '../test/helpers/minimal-domain.ts';
 import { writeResults } from './results.ts';
 
 const args = new Set(process.argv.slice(2));

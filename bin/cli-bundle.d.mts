@@ -1,5 +1,5 @@
 // The types of bin/cli-bundle.mjs (plain JavaScript, since it runs before anything is compiled),
-// for the TypeScript that builds the bundle ahead: scripts/run-tests.ts, test/setup.ts, bench/cli.ts.
+// for the TypeScript that builds the bundle ahead: scripts/run-tests.ts, test/helpers/setup.ts, bench/cli.ts.
 
 /** Where the builds and the stamp naming the current one live: dist/cli/. */
 export const OUT_DIR: string;

@@ -2,7 +2,7 @@
 // the JSON Schemas beside this file, which the server validates against and the OpenAPI document
 // is built from). Types only, and no imports: lib/ and web/ both `import type` from here, so the
 // contract is written once and nothing of the server reaches the browser bundle.
-// test/wire.test.ts checks each interface's keys (required and optional) and enums against its
+// test/http/wire.test.ts checks each interface's keys (required and optional) and enums against its
 // schema, so the two cannot drift apart.
 
 /** docs/api.md, "Flag and WebFlag" (common.json Flag). */

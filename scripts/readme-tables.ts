@@ -1,7 +1,7 @@
 // The README's settings table and staff CLI list, generated from what the code says: the SETTINGS
 // table (lib/config.ts) and the usage text `postern help` prints (bin/postern.ts). `npm run readme`
 // rewrites them between their marker comments; `npm run readme -- --check` (and
-// test/readme.test.ts) fails when the README differs from what this would write.
+// test/repository/readme.test.ts) fails when the README differs from what this would write.
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -103,7 +103,7 @@ const server = new SMTPServer({
     const local = address.address.split('@')[0]?.toLowerCase() ?? '';
     if (local.startsWith('reject-')) return callback(smtpError(550, `5.1.1 <${address.address}> rejected by the sink (reject- test hook)`));
     if (local.startsWith('defer-')) {
-      // Each attempt logged: the witness that the relay retried (test/mailenv.test.ts).
+      // Each attempt logged: the witness that the relay retried (test/cli/mailenv.test.ts).
       log(`deferred <${address.address}> with 451`);
       return callback(smtpError(451, `4.3.0 <${address.address}> deferred by the sink (defer- test hook)`));
     }

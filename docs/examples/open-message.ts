@@ -3,7 +3,7 @@
 //   2. GET /inboxes/{inbox}/messages/{msg}  → keyEpoch and wrappedDek (PKESK packets)
 //   3. GET /inboxes/{inbox}/messages/{msg}/raw → the encrypted-data packet
 // readMessage(wrappedDek ‖ raw), decrypted with the epoch key, is the RFC 5322 message.
-// test/encryption.test.ts runs this file against a real server.
+// test/crypto/encryption.test.ts runs this file against a real server.
 import * as openpgp from 'openpgp';
 
 export interface Session {

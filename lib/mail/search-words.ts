@@ -2,7 +2,7 @@
 // text indexes are built from it (each word marked with its inbox, inboxMark).
 //
 // SQLite's unicode61 tokenizer (categories L* N* Co, remove_diacritics 2) is the reference, rule
-// for rule (test/search-words.test.ts compares them): a word is a run of letters, digits and
+// for rule (test/search/search-words.test.ts compares them): a word is a run of letters, digits and
 // private-use characters; a Latin letter with diacritics is its base letter (only Latin: a Greek
 // ΐ stays ΐ); the combining diacritics below are dropped inside a word, any other mark separates
 // words; case is folded one character at a time (no final sigma).

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { openDb } from '../../adapters/store/sqlite/db.ts';
 import { SqliteEventStore } from '../../adapters/store/sqlite/events.ts';
 import { PgEventStore } from '../../adapters/store/postgres/events.ts';
-import { minimalDomain, sqlitePorts } from '../minimal-domain.ts';
+import { minimalDomain, sqlitePorts } from '../helpers/minimal-domain.ts';
 import { eventStoreContract } from './event-store.contract.ts';
 import { freshDatabase } from './postgres.ts';
 

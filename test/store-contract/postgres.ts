@@ -6,7 +6,7 @@ import { migratePg, openPgPool } from '../../adapters/store/postgres/db.ts';
 import { PgDirectoryStore } from '../../adapters/store/postgres/directory.ts';
 import { newId } from '../../lib/ids.ts';
 
-/** The server the suite may create databases on: the override, or the environment test/setup.ts started. */
+/** The server the suite may create databases on: the override, or the environment test/helpers/setup.ts started. */
 export function testDatabaseUrl(): string {
   const override = process.env.POSTERN_TEST_DATABASE_URL;
   if (override) return override;

@@ -1,7 +1,7 @@
 // The search box's language, turned into GET /inboxes/{inbox}/search's conditions (docs/search.md).
 // Only what the API answers for a web session: metadata. Bodies are not searchable here (a
 // zero-access inbox's are ciphertext to the server, and sessions may not search content at all),
-// so plain words search the subject, and the box says so. No DOM here: test/search-query.test.ts
+// so plain words search the subject, and the box says so. No DOM here: test/search/search-query.test.ts
 // runs it in Node.
 
 export class SearchSyntaxError extends Error {}

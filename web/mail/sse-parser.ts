@@ -1,5 +1,5 @@
 // The event-stream format (HTML standard, "Server-sent events", parsing an event stream), for
-// streams read with fetch. No DOM here: the Node tests run it as it is (test/sse-parser.test.ts).
+// streams read with fetch. No DOM here: the Node tests run it as it is (test/http/sse-parser.test.ts).
 export interface SseMessage {
   event: string;
   data: string;

@@ -287,7 +287,7 @@ const FORMER_COLUMNS: Readonly<Record<string, readonly string[]>> = { webhook_de
 
 /**
  * The tables an export leaves out, and why: each engine keeps its own, or a new store makes them
- * afresh. Every other table of either engine must be in DUMP_TABLES (test/store-backup.test.ts).
+ * afresh. Every other table of either engine must be in DUMP_TABLES (test/store/store-backup.test.ts).
  */
 export const DUMP_LEFT_OUT: Readonly<Record<string, string>> = {
   schema_migrations: "each engine's own migrations",

@@ -15,7 +15,7 @@ export const dovecot: Service<'dovecot'> = {
     { pkg: 'dovecot-lmtpd', files: ['/usr/lib/dovecot/lmtp'] },
     // Body search from a full-text index (docs/search.md, "Body and text").
     { pkg: 'dovecot-fts-xapian', files: ['/usr/lib/dovecot/modules/lib21_fts_xapian_plugin.so'] },
-    // ss(8): test/dovecot-lmtp.test.ts watches the ingress's LMTP connections to Dovecot.
+    // ss(8): test/mail/dovecot-lmtp.test.ts watches the ingress's LMTP connections to Dovecot.
     { pkg: 'iproute2', files: ['/usr/bin/ss'] },
   ],
 
