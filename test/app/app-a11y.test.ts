@@ -4,8 +4,6 @@
 // sized to its content, on a light surface in dark mode, with its remote image not fetched until
 // "Show images". axe comes from node_modules (never the network) and is evaluated through
 // DevTools, which the app's CSP does not govern; the CSP watch still sees no violation.
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { expect } from 'chai';
@@ -13,20 +11,11 @@ import type { Browser, Page } from 'playwright-core';
 import { newProject, type TestInbox, type TestProject, type TestServer } from '../helpers/harness.ts';
 import { go, inPage, launchChromium, newDevice, screenshot, startAppServer, type Device } from '../helpers/browser.ts';
 import { mailApp, rfc822, until } from '../helpers/mail-fixtures.ts';
+import { axeViolations } from '../helpers/axe.ts';
 
 const PASSPHRASE = 'correct horse battery staple';
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-/** WCAG 2.0, 2.1 and 2.2, levels A and AA, as axe tags its rules. */
-const WCAG_AA = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa'];
 /** A 1×1 PNG. */
 const PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
-
-interface AxeViolation {
-  id: string;
-  impact: string | null;
-  help: string;
-  nodes: Array<{ target: string[]; failureSummary?: string }>;
-}
 
 /** An HTML message: many paragraphs (taller than a screen), its own colours, one remote image. */
 function htmlMessage(subject: string, imageUrl: string, body?: string): string {
@@ -117,28 +106,13 @@ describe('web app: accessibility, dark mode, the HTML frame (Chromium, axe-core)
    * violations of each, described for the failure message. The message's own HTML (a sandboxed
    * frame without scripts, the sender's content) is not the app's to answer for: iframes: false.
    */
-  const audit = async (page: Page, screen: string): Promise<string[]> => {
-    if (!(await inPage<boolean>(page, 'typeof window.axe === "object"'))) await page.evaluate(`${AXE_SOURCE}\n;undefined`);
-    const found: string[] = [];
-    for (const width of [1024, 360])
-      for (const colorScheme of ['light', 'dark'] as const) {
-        await page.setViewportSize({ width, height: 800 });
-        await page.emulateMedia({ colorScheme });
-        const violations = await inPage<AxeViolation[]>(
-          page,
-          `axe.run(document, { runOnly: { type: 'tag', values: ${JSON.stringify(WCAG_AA)} }, iframes: false, resultTypes: ['violations'] }).then((r) => r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => ({ target: n.target, failureSummary: n.failureSummary })) })))`,
-        );
-        for (const v of violations)
-          found.push(
-            `${screen} (${width}px, ${colorScheme}): ${v.id} — ${v.help}\n${v.nodes.map((n) => `    ${n.target.join(' ')}: ${n.failureSummary ?? ''}`).join('\n')}`,
-          );
-        if (width === 360) await screenshot(page, `a11y-${screen}-phone-${colorScheme}`);
-        else await screenshot(page, `a11y-${screen}-${colorScheme}`);
-      }
-    await page.setViewportSize({ width: 1024, height: 800 });
-    await page.emulateMedia({ colorScheme: 'light' });
-    return found;
-  };
+  const audit = (page: Page, screen: string): Promise<string[]> =>
+    axeViolations(page, screen, {
+      widths: [1024, 360],
+      restoreWidth: 1024,
+      after: (width, colorScheme) =>
+        screenshot(page, width === 360 ? `a11y-${screen}-phone-${colorScheme}` : `a11y-${screen}-${colorScheme}`),
+    });
 
   /**
    * Tabs through the first stops of the screen, light and dark, and names those whose focus is not

@@ -4,10 +4,8 @@
 // key. Both screens show the same code, device 1 approves after a passkey confirmation, and device
 // 2 has the key without a passphrase typed, and opens a zero-access message with it. docs/app.md,
 // "A new device: approved from a signed-in one".
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { expect } from 'chai';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { randomBytes } from 'node:crypto';
 import nodemailer from 'nodemailer';
 import { call, mailEnv, newProject, type TestProject, type TestServer } from '../helpers/harness.ts';
@@ -24,26 +22,7 @@ import {
   startAppServer,
   type Device,
 } from '../helpers/browser.ts';
-
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-/** WCAG 2.0, 2.1 and 2.2, levels A and AA, as axe tags its rules (as test/app/app-a11y.test.ts runs them). */
-const WCAG_AA = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa'];
-
-/** axe's WCAG 2.2 AA violations on the page as it is, light and dark: their rule ids (as test/app/app-keys.test.ts). */
-async function axeViolations(page: Page): Promise<string[]> {
-  if (!(await inPage<boolean>(page, 'typeof window.axe === "object"'))) await page.evaluate(`${AXE_SOURCE}\n;undefined`);
-  const found: string[] = [];
-  for (const colorScheme of ['light', 'dark'] as const) {
-    await page.emulateMedia({ colorScheme });
-    const ids = await inPage<string[]>(
-      page,
-      `axe.run(document, { runOnly: { type: 'tag', values: ${JSON.stringify(WCAG_AA)} }, resultTypes: ['violations'] }).then((r) => r.violations.map((v) => v.id))`,
-    );
-    found.push(...ids.map((id) => `${colorScheme}: ${id}`));
-  }
-  await page.emulateMedia({ colorScheme: 'light' });
-  return found;
-}
+import { axeViolations } from '../helpers/axe.ts';
 
 describe('web app: approving a new device (Chromium, virtual passkeys)', function () {
   this.timeout(240_000);
@@ -105,11 +84,11 @@ describe('web app: approving a new device (Chromium, virtual passkeys)', functio
     // The copy gives no PRF output and there is no passphrase: only another device can help.
     await b.page.locator('#handover-start').waitFor({ timeout: 60_000 });
     expect(await b.page.locator('#passphrase').count()).to.equal(0);
-    expect(await axeViolations(b.page), 'the unlock screen with no passphrase').to.deep.equal([]);
+    expect(await axeViolations(b.page, 'the unlock screen with no passphrase'), 'the unlock screen with no passphrase').to.deep.equal([]);
     await b.page.click('#handover-start');
     const code = (await b.page.locator('#handover-code').textContent())!;
     expect(code).to.match(/^\d{3} \d{3}$/);
-    expect(await axeViolations(b.page), 'the waiting screen').to.deep.equal([]);
+    expect(await axeViolations(b.page, 'the waiting screen'), 'the waiting screen').to.deep.equal([]);
     await screenshot(b.page, 'handover-1-waiting');
 
     // Device 1's home screen lists the request with the same code (drawn again to see it).
@@ -120,7 +99,7 @@ describe('web app: approving a new device (Chromium, virtual passkeys)', functio
     const row = a.page.locator('#handovers li');
     await row.waitFor({ timeout: 60_000 });
     expect(await row.locator('.handover-code').textContent()).to.equal(code);
-    expect(await axeViolations(a.page), 'the home screen with a request').to.deep.equal([]);
+    expect(await axeViolations(a.page, 'the home screen with a request'), 'the home screen with a request').to.deep.equal([]);
     await screenshot(a.page, 'handover-2-approve');
     await row.getByRole('button', { name: /^Approve/ }).click();
     await a.page.locator('#handovers').waitFor({ state: 'detached', timeout: 60_000 });

@@ -3,8 +3,6 @@
 // on an unlocked device wraps the key for the new passkey at once (it then unlocks alone); the
 // sessions are listed by device and last use and one can be ended; the Activity screen pages from
 // the newest event without reading the log. docs/app.md.
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { call, expectError, newProject, type TestProject, type TestServer } from '../helpers/harness.ts';
@@ -21,27 +19,9 @@ import {
   startAppServer,
   type Device,
 } from '../helpers/browser.ts';
+import { axeViolations } from '../helpers/axe.ts';
 
 const PASSPHRASE = 'correct horse battery staple';
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
-/** WCAG 2.0, 2.1 and 2.2, levels A and AA, as axe tags its rules (as test/app/app-a11y.test.ts runs them). */
-const WCAG_AA = ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa'];
-
-/** axe's WCAG 2.2 AA violations on the page as it is, light and dark: their rule ids. */
-async function axeViolations(page: Page): Promise<string[]> {
-  if (!(await inPage<boolean>(page, 'typeof window.axe === "object"'))) await page.evaluate(`${AXE_SOURCE}\n;undefined`);
-  const found: string[] = [];
-  for (const colorScheme of ['light', 'dark'] as const) {
-    await page.emulateMedia({ colorScheme });
-    const ids = await inPage<string[]>(
-      page,
-      `axe.run(document, { runOnly: { type: 'tag', values: ${JSON.stringify(WCAG_AA)} }, resultTypes: ['violations'] }).then((r) => r.violations.map((v) => v.id))`,
-    );
-    found.push(...ids.map((id) => `${colorScheme}: ${id}`));
-  }
-  await page.emulateMedia({ colorScheme: 'light' });
-  return found;
-}
 
 describe('web app: keys, devices and sessions (Chromium, virtual passkeys)', function () {
   this.timeout(180_000);
@@ -119,7 +99,7 @@ describe('web app: keys, devices and sessions (Chromium, virtual passkeys)', fun
     await a.page.reload();
     await a.page.getByRole('heading', { name: 'Welcome back' }).waitFor({ timeout: 60_000 });
     await a.page.locator('#unlock-later').waitFor();
-    expect(await axeViolations(a.page), 'the unlock screen').to.deep.equal([]);
+    expect(await axeViolations(a.page, 'the unlock screen'), 'the unlock screen').to.deep.equal([]);
     await screenshot(a.page, 'keys-0-welcome-back');
     await a.page.locator('#unlock-later').click();
     await a.page.locator('#unlock-link').waitFor({ timeout: 60_000 });
@@ -202,7 +182,7 @@ describe('web app: keys, devices and sessions (Chromium, virtual passkeys)', fun
     await go(a.page, '#/events');
     await go(a.page, '#');
     await a.page.locator('#sessions li').nth(1).waitFor({ timeout: 60_000 });
-    expect(await axeViolations(a.page), 'the home screen with its sessions').to.deep.equal([]);
+    expect(await axeViolations(a.page, 'the home screen with its sessions'), 'the home screen with its sessions').to.deep.equal([]);
     const rows = a.page.locator('#sessions li');
     expect(await rows.count()).to.equal(2);
     const texts = await rows.allInnerTexts();

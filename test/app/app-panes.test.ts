@@ -5,16 +5,13 @@
 // a keyboard-only triage of 20 messages with focus never lost; the shortcuts' help and the setting
 // that turns them off; sign-in landing in the last inbox used. Mail is seeded with IMAP APPEND.
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { expect } from 'chai';
 import type { Browser, Page } from 'playwright-core';
 import { call, newProject, type TestInbox, type TestProject, type TestServer } from '../helpers/harness.ts';
 import { enrollMember, go, inPage, launchChromium, newDevice, screenshot, startAppServer, type Device } from '../helpers/browser.ts';
 import { append, importMessages, mailApp, until } from '../helpers/mail-fixtures.ts';
+import { axeViolations } from '../helpers/axe.ts';
 import { labelIds, listLabel } from '../helpers/send-fixtures.ts';
-
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
 describe('web app: panes, actions and keyboard (Chromium)', function () {
   this.timeout(240_000);
@@ -467,24 +464,7 @@ describe('web app: panes, actions and keyboard (Chromium)', function () {
     const tag = `Axe ${randomBytes(3).toString('hex')}`;
     const inbox = await seeded(4, tag);
     await openInbox(page, inbox, 4);
-    const audit = async (screen: string): Promise<string[]> => {
-      if (!(await inPage<boolean>(page, 'typeof window.axe === "object"'))) await page.evaluate(`${AXE_SOURCE}\n;undefined`);
-      const found: string[] = [];
-      for (const width of [1280, 360])
-        for (const colorScheme of ['light', 'dark'] as const) {
-          await page.setViewportSize({ width, height: 800 });
-          await page.emulateMedia({ colorScheme });
-          const violations = await inPage<Array<{ id: string; nodes: Array<{ target: string[] }> }>>(
-            page,
-            `axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa'] }, iframes: false, resultTypes: ['violations'] }).then((r) => r.violations.map((v) => ({ id: v.id, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
-          );
-          for (const v of violations)
-            found.push(`${screen} (${width}px, ${colorScheme}): ${v.id} ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
-        }
-      await page.setViewportSize({ width: 1280, height: 800 });
-      await page.emulateMedia({ colorScheme: 'light' });
-      return found;
-    };
+    const audit = (screen: string): Promise<string[]> => axeViolations(page, screen, { widths: [1280, 360], restoreWidth: 1280 });
     const found: string[] = [];
     await page
       .locator('#messages li.message', { hasText: `${tag} 4` })
