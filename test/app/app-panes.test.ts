@@ -343,16 +343,23 @@ describe('web app: panes, actions and keyboard (Chromium)', function () {
         `Part ${n} of the conversation.`,
         '',
       ].join('\r\n');
+    const inboxLabel = (await labelIds(s, token, inbox.id)).INBOX!;
+    // One at a time, each indexed before the next: the conversation as its messages come, one by
+    // one (this test is the app's grouping; the index's own linking is test/mail/threads.test.ts).
+    const indexed = (n: number) =>
+      until(`${n} indexed`, async () => (await listLabel(s, token, inbox.id, inboxLabel)).length === n, 60_000);
     try {
       await app.append('INBOX', raw(1), ['\\Seen']);
+      await indexed(1);
       await app.append('INBOX', raw(2, `<${tag.replace(' ', '.')}.1@example.org>`), ['\\Seen']);
+      await indexed(2);
       await app.append('INBOX', raw(3, `<${tag.replace(' ', '.')}.2@example.org>`));
+      await indexed(3);
       await append(app, 'INBOX', { subject: `${tag} alone` });
     } finally {
       await app.logout();
     }
     // The index links the three as it places them: first the API's own collapsed list says so.
-    const inboxLabel = (await labelIds(s, token, inbox.id)).INBOX!;
     let collapsed: Array<{ subject?: string; threadId?: string }> = [];
     await until(
       'the API lists one row for the thread',
