@@ -170,9 +170,12 @@ async function main(): Promise<number> {
   // than by the first process of each lane at once (docs/operations.md, "The postern command").
   await ensureBundle();
   const lanes = await laneEnvironments(Math.min(jobs, entries.length));
-  // Interrupted: the files running are stopped, then every lane's environment.
+  // Interrupted: no file starts any more, the files running are stopped, then every lane's
+  // environment (a lane that started its next file meanwhile would bring its environment back).
+  let stopping = false;
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
+      stopping = true;
       process.stdout.write(`\n${signal}: stopping the files running and the lanes' environments\n`);
       for (const child of children) child.kill('SIGTERM');
       void Promise.all(lanes.map((lane) => down(lane))).finally(() => process.exit(130));
@@ -188,7 +191,7 @@ async function main(): Promise<number> {
   const outcomes: Outcome[] = [];
   let next = 0;
   const worker = async (lane: Lane) => {
-    while (next < entries.length) {
+    while (next < entries.length && !stopping) {
       const entry = entries[next++]!;
       const outcome = await run(entry, lane);
       outcomes.push(outcome);
