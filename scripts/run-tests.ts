@@ -215,10 +215,29 @@ async function main(): Promise<number> {
   const failedFiles = outcomes.filter((o) => o.code !== 0).map((o) => o.entry.name);
   const slowest = [...outcomes].sort((a, b) => b.ms - a.ms).slice(0, 8);
   process.stdout.write(`\nSlowest: ${slowest.map((o) => `${o.entry.name} ${(o.ms / 1000).toFixed(0)} s`).join(', ')}\n`);
-  if (failedFiles.length > 0) process.stdout.write(`Failed: ${failedFiles.join(', ')}\n`);
+  if (failedFiles.length > 0) {
+    // Repeated at the end, where a log cut to its tail (as CI reports show it) still has the cause.
+    for (const o of outcomes.filter((x) => x.code !== 0)) process.stdout.write(`\n--- ${o.entry.name}\n${failureSummary(o.output)}\n`);
+    process.stdout.write(`Failed: ${failedFiles.join(', ')}\n`);
+  }
   process.stdout.write(`${entries.length} files in ${((Date.now() - started) / 1000).toFixed(0)} s with ${jobs} at a time\n`);
   process.stdout.write(`tests: ${sum('passed')} passed, ${sum('failed')} failed, ${sum('skipped')} skipped\n`);
   return failedFiles.length > 0 ? 1 : 0;
+}
+
+/** Mocha's list of failures (from "N failing" on), at most 40 lines; else the output's last lines. */
+function failureSummary(output: string): string {
+  const lines = output.split('\n');
+  const from = lines.findIndex((l) => /^\s*\d+ failing/.test(l));
+  const picked = from >= 0 ? lines.slice(from) : lines.slice(-20);
+  return picked
+    .filter((l) => !/^\s+at /.test(l) || /test\//.test(l))
+    .join('\n')
+    .replace(/\n{3,}/g, '\n\n')
+    .split('\n')
+    .slice(0, 40)
+    .join('\n')
+    .trimEnd();
 }
 
 process.exitCode = await main();
