@@ -40,19 +40,5 @@ module.exports = {
     'test/webhooks/webhook-dispatcher-parts.test.ts',
     'test/webhooks/webhook-signature.test.ts',
     'test/http/wire.test.ts',
-    // The web app's own behaviour in Chromium (layout, keyboard, compose, accessibility): every
-    // endpoint these drive runs on both engines in the HTTP suites. The pass keeps the browser
-    // suites whose state lives in the store: sign-in and sessions (app.test.ts), passkeys and
-    // keys (app-keys), hand-over (app-handover) and the live stream (app-live).
-    'test/app/app-a11y.test.ts',
-    'test/app/app-compose.test.ts',
-    'test/app/app-drafts.test.ts',
-    'test/app/app-mail.test.ts',
-    'test/app/app-panes.test.ts',
-    'test/app/app-privacy.test.ts',
-    'test/app/app-search.test.ts',
-    'test/app/app-security.test.ts',
-    'test/app/app-undo-send.test.ts',
-    'test/app/app-words.test.ts',
   ],
 };
