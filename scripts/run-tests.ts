@@ -20,6 +20,7 @@ import { join, relative } from 'node:path';
 import { ROOT } from '../lib/paths.ts';
 import { ensureBundle } from '../bin/cli-bundle.mjs';
 import { down, portsFree, up } from './mailenv.ts';
+import { buildTestBundle, type TestBundle } from './test-bundle.ts';
 
 type Store = 'sqlite' | 'postgres';
 /** A lane's own mail environment. */
@@ -128,12 +129,26 @@ async function laneEnvironments(count: number): Promise<Lane[]> {
 
 const children = new Set<ChildProcess>();
 
-function run(entry: Entry, lane: Lane): Promise<Outcome> {
+/** What .mocharc.json sets besides loading tsx and the setup, which the bundle replaces. */
+const MOCHA_OPTIONS = (() => {
+  const config = JSON.parse(readFileSync(join(ROOT, '.mocharc.json'), 'utf8')) as { timeout: number; slow: number };
+  return ['--no-config', '--timeout', String(config.timeout), '--slow', String(config.slow)];
+})();
+
+function run(entry: Entry, lane: Lane, bundle: TestBundle): Promise<Outcome> {
   const started = Date.now();
   const args =
     entry.kind === 'script'
       ? ['run', '--silent', entry.script]
-      : [join(ROOT, 'node_modules/mocha/bin/mocha.js'), '--config', join(ROOT, '.mocharc.json'), entry.file];
+      : [
+          // Stack traces name the TypeScript sources.
+          '--enable-source-maps',
+          join(ROOT, 'node_modules/mocha/bin/mocha.js'),
+          ...MOCHA_OPTIONS,
+          '--require',
+          bundle.setup,
+          bundle.files.get(entry.file)!,
+        ];
   const env: NodeJS.ProcessEnv = { ...process.env, POSTERN_ENV_DIR: lane.dir, POSTERN_ENV_BASE_PORT: String(lane.basePort) };
   delete env.POSTERN_TEST_ENV;
   if (entry.kind === 'mocha' && entry.store === 'postgres') env.POSTERN_TEST_STORE = 'postgres';
@@ -169,6 +184,8 @@ async function main(): Promise<number> {
   // What bin/postern and the tests' `postern serve` run, built from the sources once here rather
   // than by the first process of each lane at once (docs/operations.md, "The postern command").
   await ensureBundle();
+  // The test files as JavaScript, built once for both passes (scripts/test-bundle.ts).
+  const bundle = await buildTestBundle([...new Set(entries.flatMap((e) => (e.kind === 'mocha' ? [e.file] : [])))], 'test/helpers/setup.ts');
   const lanes = await laneEnvironments(Math.min(jobs, entries.length));
   // Interrupted: no file starts any more, the files running are stopped, then every lane's
   // environment (a lane that started its next file meanwhile would bring its environment back).
@@ -193,7 +210,7 @@ async function main(): Promise<number> {
   const worker = async (lane: Lane) => {
     while (next < entries.length && !stopping) {
       const entry = entries[next++]!;
-      const outcome = await run(entry, lane);
+      const outcome = await run(entry, lane, bundle);
       outcomes.push(outcome);
       const verdict = outcome.code === 0 ? 'ok' : `FAILED (exit ${outcome.code})`;
       process.stdout.write(
@@ -209,6 +226,7 @@ async function main(): Promise<number> {
     for (const o of outcomes) kept[o.entry.name] = o.ms;
     writeFileSync(durationsFile(envDir), JSON.stringify(kept, null, 1));
     await Promise.all(lanes.map((lane) => down(lane)));
+    bundle.remove();
   }
 
   const sum = (k: 'passed' | 'failed' | 'skipped') => outcomes.reduce((s, o) => s + o[k], 0);
