@@ -9,7 +9,6 @@ import type { Server } from 'node:http';
 import { pino, type Logger } from 'pino';
 import type { EpochKeyring } from './crypto/epoch-keys.ts';
 import { keyRoutes } from './http/routes/keys.ts';
-import { contentRoutes } from './http/routes/content.ts';
 import { MasterKey } from './crypto/master-key.ts';
 import type { Bus } from './bus.ts';
 import type { EventLog } from './events/log.ts';
@@ -25,15 +24,7 @@ import { apiReferenceRoutes } from './http/api-reference.ts';
 import { buildOpenApi, openApiRoutes } from './http/openapi.ts';
 import { healthRoutes } from './http/routes/health.ts';
 import { Readiness } from './health.ts';
-import { inboxRoutes } from './http/routes/inboxes.ts';
-import { inboxEventRoutes } from './http/routes/inbox-events.ts';
 import { createHttpServer, drainServer } from './http/connections.ts';
-import { labelRoutes } from './http/routes/labels.ts';
-import { messageRoutes } from './http/routes/messages.ts';
-import { folderRoutes } from './http/routes/folders.ts';
-import { bulkRoutes } from './http/routes/bulk.ts';
-import { searchRoutes } from './http/routes/search.ts';
-import { threadRoutes } from './http/routes/threads.ts';
 import type { MailMirror } from './mail/mirror.ts';
 import type { MailService } from './mail/service.ts';
 import type { Resealer } from './mail/resealing.ts';
@@ -48,19 +39,12 @@ import { keyBackupRoutes } from './http/routes/key-backup.ts';
 import { keyHandoverRoutes } from './http/routes/key-handovers.ts';
 import { KeyHandovers } from './crypto/key-handovers.ts';
 import { webAppRoutes } from './http/routes/web-app.ts';
-import { sendRoutes } from './http/routes/send.ts';
-import { draftRoutes } from './http/routes/drafts.ts';
-import { composeRoutes } from './http/routes/compose.ts';
-import { outboxRoutes } from './http/routes/outbox.ts';
 import type { ScheduledSends } from './send/scheduled.ts';
 import type { SentCopies } from './send/outbox.ts';
 import type { SendService } from './send/service.ts';
-import { DraftOpener } from './send/draft-opening.ts';
 import type { BounceMatcher } from './send/bounces.ts';
-import { webhookRoutes } from './http/routes/webhooks.ts';
 import type { Metrics } from './prometheus.ts';
 import { listenMetrics, type MetricsServer } from './http/metrics-server.ts';
-import { mcpRoutes } from './http/routes/mcp.ts';
 import type { McpTools } from './mcp/server.ts';
 import type { McpSubscriptions } from './mcp/subscriptions.ts';
 import { authContext } from './wiring/auth.ts';
@@ -174,7 +158,7 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   });
   const eventLog = eventsPart.events;
   const mailPart = mailContext(core, eventLog);
-  const { mail, search: mailSearch, sealed, source: mailSource, mirror: mailMirror, watchAll } = mailPart;
+  const { mail, source: mailSource, mirror: mailMirror, watchAll } = mailPart;
   const sendPart = sendContext(core, eventLog, mailPart);
   const { send, sentCopies, relay, bounces } = sendPart;
   const ingress = mailIngress(core, eventLog, (inboxId, from, raw) => bounces.ingressReport(inboxId, from, raw));
@@ -190,8 +174,10 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
   const webhooks = webhooksContext(core, eventLog);
   const passkeys = openPasskeys(config, store, eventLog);
   const mcp = mcpContext(core, eventLog, mailPart, sendPart);
+  // Each context serves its own routes; the events and auth contexts are shared with the staff
+  // commands (bin/staff.ts), which must not load the HTTP layer, so theirs are mounted here.
   const routes = [
-    inboxRoutes(access),
+    ...mailPart.routes,
     eventRoutes({
       access,
       events: eventLog,
@@ -202,29 +188,10 @@ export function createPostern(config: Config, store: Store, log: Logger = pino({
       quota: streamQuota,
       log,
     }),
-    labelRoutes(access, mail),
-    messageRoutes(access, mail, validator, sealed, rate, { reads: mailPart.threads, events: eventLog }),
-    folderRoutes(access, mailPart.folders, validator),
-    bulkRoutes(access, mailPart.bulk, validator),
-    searchRoutes(access, mailSearch, validator, eventLog, rate, mailPart.threads),
-    threadRoutes(access, mailPart.threads, validator, eventLog),
     keyRoutes(access, keys, memberKeys, new MemberKeyChange(passkeys, memberKeys, eventLog), validator),
-    contentRoutes(access, sealed, eventLog, rate),
-    inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
-    sendRoutes(access, send, new DraftOpener(keys), validator, sendPart.memory),
-    draftRoutes(access, sendPart.drafts, validator, sendPart.memory, send),
-    outboxRoutes(access, sendPart.scheduled, validator),
-    composeRoutes({ access, send, identities: sendPart.identities, sealed, events: eventLog, validator, gate: sendPart.memory }),
-    webhookRoutes({ access, validator, webhooks: webhooks.endpoints }),
-    mcpRoutes({
-      access,
-      mcp: mcp.tools,
-      subscriptions: mcp.subscriptions,
-      stream: config.stream,
-      guard: streamGuard,
-      quota: streamQuota,
-      limits: config.mcp,
-    }),
+    ...sendPart.routes,
+    ...webhooks.routes,
+    ...mcp.routes,
   ];
   // The web app's own endpoints: on {app_url} only, each with its own authentication.
   const appRoutes = [

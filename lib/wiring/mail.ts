@@ -26,6 +26,16 @@ import { ThreadReads } from '../mail/thread-reads.ts';
 import { MailService } from '../mail/service.ts';
 import type { LiveChange } from '../mail/types.ts';
 import { WatchAll } from '../mail/watch-all.ts';
+import type { RouteModule } from '../http/app.ts';
+import { bulkRoutes } from '../http/routes/bulk.ts';
+import { contentRoutes } from '../http/routes/content.ts';
+import { folderRoutes } from '../http/routes/folders.ts';
+import { inboxEventRoutes } from '../http/routes/inbox-events.ts';
+import { inboxRoutes } from '../http/routes/inboxes.ts';
+import { labelRoutes } from '../http/routes/labels.ts';
+import { messageRoutes } from '../http/routes/messages.ts';
+import { searchRoutes } from '../http/routes/search.ts';
+import { threadRoutes } from '../http/routes/threads.ts';
 import type { Core } from './core.ts';
 
 export type ChangesListener = (inboxId: string, changes: readonly LiveChange[]) => void;
@@ -52,6 +62,8 @@ export interface MailContext {
   hintListener: HintListener | null;
   /** Logs in as some inbox's IMAP user: what GET /readyz asks of IMAP. */
   imapCheck: ImapLoginCheck;
+  /** Inboxes, labels, messages, folders, bulk changes, search, threads, content and the inbox stream. */
+  routes: RouteModule[];
   /** Adds a listener told of every change the index applies (after the event log and the resealer). */
   onChanges(listener: ChangesListener): void;
   /** The live feed: before anything publishes to it. */
@@ -157,26 +169,42 @@ export function mailContext(core: Core, events: EventLog): MailContext {
     const users = (await directory.listInboxes()).map((i) => i.imapUser).filter((u) => u !== not);
     return users.length === 0 ? null : users[Math.floor(Math.random() * users.length)]!;
   };
+  const bulk = new MailBulk({
+    index: mailIndex,
+    mirror,
+    source: new ImapBulkSource(source.pool, mailIndex),
+    journal: new EventBulkJournal(events),
+    announce: mailChanges.expect,
+    announceLabels: mailChanges.expectLabels,
+  });
+  const search = new MailSearch({ index: mailIndex, mirror, source, bounds: config.search });
+  const threads = new ThreadReads(mailIndex, mirror, source, log.child({ part: 'threads' }));
+  const sealed = new MailOpening({
+    mail,
+    index: mailIndex,
+    bodies: new ImapMessageBodies(source.pool, mailIndex),
+    keys,
+    messageKeys: store.keys,
+  });
+  const { access, validator, rate, streamGuard, streamQuota } = core;
   return {
     mail,
     folders,
-    bulk: new MailBulk({
-      index: mailIndex,
-      mirror,
-      source: new ImapBulkSource(source.pool, mailIndex),
-      journal: new EventBulkJournal(events),
-      announce: mailChanges.expect,
-      announceLabels: mailChanges.expectLabels,
-    }),
-    search: new MailSearch({ index: mailIndex, mirror, source, bounds: config.search }),
-    threads: new ThreadReads(mailIndex, mirror, source, log.child({ part: 'threads' })),
-    sealed: new MailOpening({
-      mail,
-      index: mailIndex,
-      bodies: new ImapMessageBodies(source.pool, mailIndex),
-      keys,
-      messageKeys: store.keys,
-    }),
+    bulk,
+    search,
+    threads,
+    sealed,
+    routes: [
+      inboxRoutes(access),
+      labelRoutes(access, mail),
+      messageRoutes(access, mail, validator, sealed, rate, { reads: threads, events }),
+      folderRoutes(access, folders, validator),
+      bulkRoutes(access, bulk, validator),
+      searchRoutes(access, search, validator, events, rate, threads),
+      threadRoutes(access, threads, validator, events),
+      contentRoutes(access, sealed, events, rate),
+      inboxEventRoutes(access, mail, config.stream, streamGuard, streamQuota),
+    ],
     source,
     mirror,
     live,

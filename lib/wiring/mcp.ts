@@ -1,6 +1,8 @@
 // The MCP context: the tools (twins of HTTP operations, calling the same domain services) and the
 // resource subscriptions heard over the bus (docs/mcp.md).
 import type { EventLog } from '../events/log.ts';
+import type { RouteModule } from '../http/app.ts';
+import { mcpRoutes } from '../http/routes/mcp.ts';
 import { McpTools } from '../mcp/server.ts';
 import { McpSubscriptions } from '../mcp/subscriptions.ts';
 import type { Core } from './core.ts';
@@ -11,6 +13,8 @@ export interface McpContext {
   /** McpTools.charge is where a limit on calls plugs in. */
   tools: McpTools;
   subscriptions: McpSubscriptions;
+  /** `{base_url}/mcp` over Streamable HTTP (docs/mcp.md). */
+  routes: RouteModule[];
   start(): Promise<void>;
   stop(): Promise<void>;
 }
@@ -39,6 +43,17 @@ export function mcpContext(core: Core, events: EventLog, mail: MailContext, send
   return {
     tools,
     subscriptions,
+    routes: [
+      mcpRoutes({
+        access,
+        mcp: tools,
+        subscriptions,
+        stream: core.config.stream,
+        guard: core.streamGuard,
+        quota: core.streamQuota,
+        limits: core.config.mcp,
+      }),
+    ],
     start: () => subscriptions.start(),
     stop: () => subscriptions.close(),
   };

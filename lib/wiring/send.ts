@@ -6,7 +6,11 @@ import { ImapSentFiler } from '../../adapters/imap/sent.ts';
 import { SmtpRelay } from '../../adapters/smtp/relay.ts';
 import type { EventLog } from '../events/log.ts';
 import { BodyGate } from '../http/body-gate.ts';
-import { SEND_MEMORY_BUDGET } from '../http/routes/send.ts';
+import type { RouteModule } from '../http/app.ts';
+import { composeRoutes } from '../http/routes/compose.ts';
+import { draftRoutes } from '../http/routes/drafts.ts';
+import { outboxRoutes } from '../http/routes/outbox.ts';
+import { SEND_MEMORY_BUDGET, sendRoutes } from '../http/routes/send.ts';
 import { seal } from '../mail/sealing.ts';
 import { BounceMatcher } from '../send/bounces.ts';
 import { ImapDraftFolder } from '../../adapters/imap/drafts.ts';
@@ -35,6 +39,8 @@ export interface SendContext {
   scheduled: ScheduledSends;
   /** Each inbox address's display name and signature, which JSON compose uses (docs/sending.md, "Identities"). */
   identities: Identities;
+  /** Both send operations, drafts, the outbox and JSON compose. */
+  routes: RouteModule[];
   /** What a process that died mid-send left (this one's predecessor, say) is settled first; then the outbox runs. */
   start(): Promise<void>;
   /** The outbox, then the relay. */
@@ -94,17 +100,19 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     log: log.child({ part: 'drafts' }),
     memory,
   });
+  const opener = new DraftOpener(keys);
   const scheduled = new ScheduledSends({
     outbox,
     directory,
     send,
     drafts,
-    opener: new DraftOpener(keys),
+    opener,
     events,
     log: log.child({ part: 'scheduled' }),
     horizonMs: config.send.horizonMs,
   });
   send.onScheduled = scheduled.wake;
+  const identities = new Identities(store.identities);
   return {
     send,
     drafts,
@@ -113,7 +121,13 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     relay,
     bounces,
     memory,
-    identities: new Identities(store.identities),
+    identities,
+    routes: [
+      sendRoutes(core.access, send, opener, core.validator, memory),
+      draftRoutes(core.access, drafts, core.validator, memory, send),
+      outboxRoutes(core.access, scheduled, core.validator),
+      composeRoutes({ access: core.access, send, identities, sealed: mail.sealed, events, validator: core.validator, gate: memory }),
+    ],
     async start() {
       await sentCopies.recover();
       sentCopies.start();

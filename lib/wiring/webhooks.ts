@@ -5,11 +5,15 @@ import { WebhookDns } from '../../adapters/webhooks/dns.ts';
 import type { EventLog } from '../events/log.ts';
 import { WebhookDispatcher } from '../webhooks/dispatcher.ts';
 import { WebhookEndpoints } from '../webhooks/endpoints.ts';
+import type { RouteModule } from '../http/app.ts';
+import { webhookRoutes } from '../http/routes/webhooks.ts';
 import type { Core } from './core.ts';
 
 export interface WebhooksContext {
   endpoints: WebhookEndpoints;
   dispatcher: WebhookDispatcher;
+  /** Endpoints managed through the API. */
+  routes: RouteModule[];
   start(): Promise<void>;
   /** The dispatcher, then its connections and resolver. */
   stop(): Promise<void>;
@@ -63,6 +67,7 @@ export function webhooksContext(core: Core, events: EventLog): WebhooksContext {
   return {
     endpoints,
     dispatcher,
+    routes: [webhookRoutes({ access, validator: core.validator, webhooks: endpoints })],
     start: () => dispatcher.start(),
     async stop() {
       await dispatcher.close();
