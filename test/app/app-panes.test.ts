@@ -282,15 +282,23 @@ describe('web app: panes, actions and keyboard (Chromium)', function () {
     const trashed = plan.filter((k) => k === '#').length;
     await until('archived', async () => (await subjects(inbox.id, 'Archive')).length === archived, 30_000);
     await until('trashed', async () => (await subjects(inbox.id, 'Trash')).length === trashed, 30_000);
-    // The index sees a move's copy in one folder and its expunge in the other as two changes.
+    // The index sees a move's copy in one folder and its expunge in the other as two changes, and
+    // the flags the app sent after the moves may land after them: wait for the whole outcome.
     const ids = await labelIds(s, token, inbox.id);
     let left = await listLabel(s, token, inbox.id, ids.INBOX!);
+    const settled = () => left.length === 20 - archived - trashed && left.every((m) => m.flags.includes('flagged'));
     await until(
-      'the rest left in the inbox',
-      async () => (left = await listLabel(s, token, inbox.id, ids.INBOX!)).length === 20 - archived - trashed,
-      30_000,
-    );
-    expect(left.every((m) => m.flags.includes('flagged'))).to.equal(true);
+      'the rest left in the inbox, each flagged',
+      async () => {
+        left = await listLabel(s, token, inbox.id, ids.INBOX!);
+        return settled();
+      },
+      60_000,
+    ).catch(() => undefined);
+    expect(
+      left.map((m) => `${m.subject}: ${m.flags.includes('flagged') ? 'flagged' : 'not flagged'}`),
+      'what is left in the inbox, each flagged',
+    ).to.have.members(plan.flatMap((k, i) => (k === 's' ? [`${tag} ${20 - i}: flagged`] : [])));
 
     // z undoes the last archive: the row is back and focused.
     const before = await focusedRow(page);
