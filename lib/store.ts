@@ -8,7 +8,7 @@ import type { EpochKeyStore, MemberKeyStore, MessageKeyStore } from './crypto/po
 import type { DirectoryStore } from './directory/ports.ts';
 import type { EventStore } from './events/ports.ts';
 import type { ResealJobs } from './mail/resealing.ts';
-import type { MailIndexStore, WatchLeases, WatchReports } from './mail/types.ts';
+import type { MailIndexStore, WatchLeases, WatchReports } from './mail/ports.ts';
 import type { IdentityStore, OutboxStore } from './send/ports.ts';
 import type { WebhookStore } from './webhooks/ports.ts';
 

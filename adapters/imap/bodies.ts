@@ -5,7 +5,8 @@
 import { PassThrough, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { MessageBodies } from '../../lib/mail/bodies.ts';
-import type { MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
+import type { MailInbox } from '../../lib/mail/types.ts';
+import type { MailIndexStore } from '../../lib/mail/ports.ts';
 import type { ImapPool } from './pool.ts';
 import { unselect } from './raw.ts';
 

@@ -4,7 +4,8 @@
 import type { ImapFlow } from 'imapflow';
 import { unavailable } from '../../lib/errors.ts';
 import type { BulkSource, BulkStep } from '../../lib/mail/bulk.ts';
-import type { LabelState, MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
+import type { LabelState, MailInbox } from '../../lib/mail/types.ts';
+import type { MailIndexStore } from '../../lib/mail/ports.ts';
 import type { ImapPool } from './pool.ts';
 import { uidFetch, uidSets, unselect } from './raw.ts';
 

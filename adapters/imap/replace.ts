@@ -5,7 +5,8 @@
 import type { ImapFlow } from 'imapflow';
 import type { MessageReplacer, ReplaceOne } from '../../lib/mail/resealing.ts';
 import { SEALED_HEADER } from '../../lib/mail/sealing.ts';
-import type { MailIndexStore, MailInbox } from '../../lib/mail/types.ts';
+import type { MailInbox } from '../../lib/mail/types.ts';
+import type { MailIndexStore } from '../../lib/mail/ports.ts';
 import type { ImapPool } from './pool.ts';
 import { uidsWithHeader, unselect } from './raw.ts';
 

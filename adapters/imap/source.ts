@@ -3,7 +3,8 @@
 // sync, when to trust the index and who watches are lib/mail/mirror.ts's decisions.
 import type { Logger } from 'pino';
 import type { ImapMetrics } from '../../lib/metrics.ts';
-import type { LabelState, LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, LocationKey } from '../../lib/mail/types.ts';
+import type { LabelState, LiveChange, MailInbox, LocationKey } from '../../lib/mail/types.ts';
+import type { MailIndexStore, MailSource, MailWatcher } from '../../lib/mail/ports.ts';
 import { unavailable } from '../../lib/errors.ts';
 import { ImapPool, type ImapSettings } from './pool.ts';
 import { REFERENCES_ITEMS, uidFetch, uidSets, unselect } from './raw.ts';

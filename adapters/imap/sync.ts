@@ -14,16 +14,8 @@ import { idFromGuid } from '../../lib/ids.ts';
 import { fromImapFlags } from '../../lib/mail/flags.ts';
 import { compareLabels } from '../../lib/mail/labels.ts';
 import { keywordsChange, LabelStateCollector } from '../../lib/mail/derived-changes.ts';
-import type {
-  IndexOp,
-  LabelChange,
-  LabelState,
-  LiveChange,
-  Location,
-  MailIndexStore,
-  MailInbox,
-  MessageChange,
-} from '../../lib/mail/types.ts';
+import type { IndexOp, LabelChange, LabelState, LiveChange, Location, MailInbox, MessageChange } from '../../lib/mail/types.ts';
+import type { MailIndexStore } from '../../lib/mail/ports.ts';
 import {
   FLAG_ITEMS,
   fullItems,

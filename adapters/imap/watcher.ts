@@ -13,7 +13,7 @@
 // for themselves (docs/mail.md). Without this it would reconnect every few seconds forever.
 import type { ImapFlow } from 'imapflow';
 import type { Logger } from 'pino';
-import type { MailWatcher } from '../../lib/mail/types.ts';
+import type { MailWatcher } from '../../lib/mail/ports.ts';
 import { PoolBusyError } from './pool.ts';
 import { atom, onUnsolicited, rawCommand } from './raw.ts';
 

@@ -8,7 +8,8 @@ import type { Flag } from '../../schemas/wire.ts';
 import { fromImapFlags, imapSpellings, toImapFlag } from './flags.ts';
 import type { MailMirror } from './mirror.ts';
 import { checkKeywords, moveTarget, type FlagChangeAnnouncer, type LabelChangeAnnouncer } from './service.ts';
-import type { LabelState, Location, MailIndexStore, MailInbox } from './types.ts';
+import type { LabelState, Location, MailInbox } from './types.ts';
+import type { MailIndexStore } from './ports.ts';
 
 /** At most this many message ids in one call: over it, a 400 before anything is done. */
 export const MAX_BULK = 1000;

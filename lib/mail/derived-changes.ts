@@ -6,7 +6,8 @@
 import { guidFromId, idFromGuid } from '../ids.ts';
 import { fromImapFlags } from './flags.ts';
 import { compareLabels } from './labels.ts';
-import type { ChangePoint, LiveChange, MailIndexStore, MessageChange } from './types.ts';
+import type { ChangePoint, LiveChange, MessageChange } from './types.ts';
+import type { MailIndexStore } from './ports.ts';
 
 /** message.keywords for a flag change whose keywords differ (none when only Flags changed). */
 export function keywordsChange(flagChange: MessageChange, before: readonly string[], after: readonly string[]): LiveChange | null {

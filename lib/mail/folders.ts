@@ -8,7 +8,8 @@ import type { Label } from '../../schemas/wire.ts';
 import { compareLabels } from './labels.ts';
 import type { MailMirror } from './mirror.ts';
 import type { LabelChangeAnnouncer, MailService } from './service.ts';
-import type { LabelChange, LabelState, Location, MailIndexStore, MailInbox, MailSource } from './types.ts';
+import type { LabelChange, LabelState, Location, MailInbox } from './types.ts';
+import type { MailIndexStore, MailSource } from './ports.ts';
 
 /** The mail server's folders (adapters/imap/folders.ts). */
 export interface FolderSource {

@@ -19,7 +19,8 @@ import { isDomainError, notFound, unavailable } from '../errors.ts';
 import type { WarnLog } from '../warn-log.ts';
 import { NO_METRICS, type SyncMetrics } from '../metrics.ts';
 import type { MailLiveFeed } from './live.ts';
-import type { LiveChange, MailIndexStore, MailInbox, MailSource, MailWatcher, Unwatch, WatchLeases } from './types.ts';
+import type { LiveChange, MailInbox } from './types.ts';
+import type { MailIndexStore, MailSource, MailWatcher, Unwatch, WatchLeases } from './ports.ts';
 
 export interface MirrorLog extends WarnLog {
   info(obj: object, msg: string): void;

@@ -10,7 +10,8 @@ import { directionOf, primaryLocation, summarize } from './service.ts';
 import { DEFAULT_SEARCH_BOUNDS, type SearchBounds } from './search-bounds.ts';
 import { searchWords } from './search-words.ts';
 import { collapsedSearch, withThreadCounts } from './thread-reads.ts';
-import type { IndexSearch, MailIndexStore, MailInbox, MailSource, Phrase, SearchAfter, TextField } from './types.ts';
+import type { IndexSearch, MailInbox, Phrase, SearchAfter, TextField } from './types.ts';
+import type { MailIndexStore, MailSource } from './ports.ts';
 
 /** The query as the route validated it (schemas/mail.json MessageSearchQuery). */
 export interface SearchQuery {

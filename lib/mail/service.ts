@@ -7,18 +7,8 @@ import { guidFromId, idFromGuid } from '../ids.ts';
 import type { Flag, Label, MessageList, MessagePlacement, MessageSummary } from '../../schemas/wire.ts';
 import { fromImapFlags, imapSpellings, toImapFlag } from './flags.ts';
 import { compareLabels } from './labels.ts';
-import type {
-  IndexedDetail,
-  LabelState,
-  LiveChange,
-  Location,
-  MailIndexStore,
-  MailInbox,
-  MailSource,
-  LocationKey,
-  MessageRecord,
-  Unwatch,
-} from './types.ts';
+import type { IndexedDetail, LabelState, LiveChange, Location, MailInbox, LocationKey, MessageRecord } from './types.ts';
+import type { MailIndexStore, MailSource, Unwatch } from './ports.ts';
 
 // Encoding a GUID as an id is BigInt arithmetic; a page repeats the same few thousand often.
 const ids = new Map<string, string>();

@@ -8,7 +8,8 @@ import { guidFromId, idFromGuid } from '../ids.ts';
 import type { MessageList, MessageSummary, Thread } from '../../schemas/wire.ts';
 import type { MailMirror } from './mirror.ts';
 import { directionOf, primaryLocation, summarize } from './service.ts';
-import type { IndexSearch, MailIndexStore, MailInbox, MailSource, MessageRecord, SearchAfter, SearchRow } from './types.ts';
+import type { IndexSearch, MailInbox, MessageRecord, SearchAfter, SearchRow } from './types.ts';
+import type { MailIndexStore, MailSource } from './ports.ts';
 
 /** A thread lists at most this many messages (its oldest). */
 export const THREAD_MAX = 1000;

@@ -22,7 +22,8 @@
 import type { WarnLog } from '../warn-log.ts';
 import { NO_METRICS, type WatchMetrics } from '../metrics.ts';
 import type { MailMirror } from './mirror.ts';
-import type { MailInbox, Unwatch, WatchLeases, WatchReport, WatchReports } from './types.ts';
+import type { MailInbox } from './types.ts';
+import type { Unwatch, WatchLeases, WatchReport, WatchReports } from './ports.ts';
 
 export type WatchMode = 'push' | 'notify' | 'off';
 

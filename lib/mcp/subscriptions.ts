@@ -11,7 +11,7 @@ import type { Bus, Unsubscribe } from '../bus.ts';
 import { isDomainError, unprocessable } from '../errors.ts';
 import type { Standing } from '../http/stream-guard.ts';
 import type { MailService } from '../mail/service.ts';
-import type { Unwatch } from '../mail/types.ts';
+import type { Unwatch } from '../mail/ports.ts';
 import type { WarnLog } from '../warn-log.ts';
 
 const CHANNEL = 'mcp.subscriptions';

@@ -3,7 +3,8 @@
 // from test/mail/mail-sync.test.ts so the two run side by side in the suite's lanes.
 import { expect } from 'chai';
 import { uidSets } from '../../adapters/imap/raw.ts';
-import type { MailInbox, MailIndexStore } from '../../lib/mail/types.ts';
+import type { MailInbox } from '../../lib/mail/types.ts';
+import type { MailIndexStore } from '../../lib/mail/ports.ts';
 import { call, newProject, startPostern, type TestProject, type TestServer } from '../helpers/harness.ts';
 import { importMessages, json, mailApp, until } from '../helpers/mail-fixtures.ts';
 

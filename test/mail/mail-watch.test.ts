@@ -32,7 +32,8 @@ import { idFromGuid } from '../../lib/ids.ts';
 import { descendingRanges } from '../../adapters/imap/sync.ts';
 import { PoolBusyError } from '../../adapters/imap/pool.ts';
 import { addUser } from '../../scripts/mailenv.ts';
-import type { MailInbox, WatchReport } from '../../lib/mail/types.ts';
+import type { MailInbox } from '../../lib/mail/types.ts';
+import type { WatchReport } from '../../lib/mail/ports.ts';
 
 /** `postern admin …` on a store (a server's storeEnv): exit code and its one line of JSON. */
 function cli(storeEnv: Record<string, string>, ...args: string[]): Promise<{ code: number; out: Record<string, unknown> }> {

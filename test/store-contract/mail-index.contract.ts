@@ -4,16 +4,8 @@
 // its own (index rows name no directory row).
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
-import type {
-  IndexOp,
-  LabelState,
-  Location,
-  MailIndexStore,
-  MessageRecord,
-  WatchLeases,
-  WatchReport,
-  WatchReports,
-} from '../../lib/mail/types.ts';
+import type { IndexOp, LabelState, Location, MessageRecord } from '../../lib/mail/types.ts';
+import type { MailIndexStore, WatchLeases, WatchReport, WatchReports } from '../../lib/mail/ports.ts';
 import { newId } from '../../lib/ids.ts';
 
 export type MailIndex = MailIndexStore & WatchLeases & WatchReports;

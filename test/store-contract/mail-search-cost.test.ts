@@ -15,7 +15,8 @@ import { PgMailIndex, searchStatement } from '../../adapters/store/postgres/mail
 import { isDomainError } from '../../lib/errors.ts';
 import { newId } from '../../lib/ids.ts';
 import { indexSearch, type SearchQuery } from '../../lib/mail/search.ts';
-import type { IndexOp, MailIndexStore, MessageRecord } from '../../lib/mail/types.ts';
+import type { IndexOp, MessageRecord } from '../../lib/mail/types.ts';
+import type { MailIndexStore } from '../../lib/mail/ports.ts';
 import { freshDatabase, type FreshDatabase } from './postgres.ts';
 
 const guid = () => randomBytes(16).toString('hex');

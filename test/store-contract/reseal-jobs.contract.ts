@@ -4,7 +4,8 @@
 import { randomBytes } from 'node:crypto';
 import { expect } from 'chai';
 import type { ResealJobs, ResealLocation } from '../../lib/mail/resealing.ts';
-import type { MailIndexStore, MessageRecord } from '../../lib/mail/types.ts';
+import type { MessageRecord } from '../../lib/mail/types.ts';
+import type { MailIndexStore } from '../../lib/mail/ports.ts';
 import { newId } from '../../lib/ids.ts';
 
 export interface ResealEngine {

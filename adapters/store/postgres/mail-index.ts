@@ -15,17 +15,14 @@ import type {
   LabelState,
   Location,
   LocationKey,
-  MailIndexStore,
   MessageRecord,
   PageRow,
   SearchAfter,
   SearchRow,
   TextField,
   ThreadStats,
-  WatchLeases,
-  WatchReport,
-  WatchReports,
 } from '../../../lib/mail/types.ts';
+import type { MailIndexStore, WatchLeases, WatchReport, WatchReports } from '../../../lib/mail/ports.ts';
 import { inboxMark, markedWords } from '../../../lib/mail/search-words.ts';
 import {
   toLabel,

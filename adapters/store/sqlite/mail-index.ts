@@ -8,17 +8,13 @@ import type {
   LabelState,
   Location,
   LocationKey,
-  MailIndexStore,
   MessageRecord,
   PageRow,
   SearchAfter,
   SearchRow,
   ThreadStats,
-  WatchLeases,
-  WatchReport,
-  WatchReports,
-  WriteSizing,
 } from '../../../lib/mail/types.ts';
+import type { MailIndexStore, WatchLeases, WatchReport, WatchReports, WriteSizing } from '../../../lib/mail/ports.ts';
 import { notFound } from '../../../lib/errors.ts';
 import { inboxMark } from '../../../lib/mail/search-words.ts';
 import { assignThreads, linksOf, pendingLinks, threadStatsOf } from '../../../lib/mail/threads.ts';

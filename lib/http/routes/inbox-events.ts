@@ -2,7 +2,8 @@
 import type { Access } from '../../auth/access.ts';
 import type { Config } from '../../config.ts';
 import type { MailService } from '../../mail/service.ts';
-import { publicChange, type LiveChange, type Unwatch } from '../../mail/types.ts';
+import { publicChange, type LiveChange } from '../../mail/types.ts';
+import { type Unwatch } from '../../mail/ports.ts';
 import { allow, DEFAULT_RULE } from '../authenticate.ts';
 import type { AppRouter } from '../context.ts';
 import { framer, SseStream } from '../sse.ts';
