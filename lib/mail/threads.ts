@@ -61,53 +61,122 @@ export function normalizeSubject(subject: string | null): string {
 }
 
 /**
- * The thread of each pending message (GUID → thread GUID). Pending messages are placed oldest
- * first, each seeing those placed before it. A message the headers link to no thread founds its
- * own: the thread's GUID is the founder's. Linked to one thread, it joins it. Linked to several
- * (a late message that replies into two threads, say), threads are never merged (an id once
- * given does not change): it joins one, the first by (its subject matches the linked message's,
- * the link is its In-Reply-To parent, the linked message is older, the thread GUID).
+ * The thread of each pending message (GUID → thread GUID): the messages of one write placed
+ * together, so the order they come in does not matter. A message the headers link to a thread
+ * already given (`known`) joins it; then, a step at a time, a message linked to one placed in
+ * the step before joins that one's thread, so a conversation the write holds whole goes where
+ * its nearest link to the known threads leads (a reply placed before its parent, linked to the
+ * grandparent through the parent alone, joins it all the same). Messages linked to no thread,
+ * given or placed, found one: the oldest of them (then the lowest GUID), whose thread the others
+ * it links to, directly or not, join. Threads are never merged (an id once given does not
+ * change): a message linked to several joins one, the first by (its subject matches the linked
+ * message's, the link is its In-Reply-To parent, the linked message is older, the thread GUID).
  */
 export function assignThreads(pending: readonly ThreadInput[], known: readonly ThreadKnown[]): Map<string, string> {
+  // Placed messages, given or now: by their Message-ID and by each id they link to.
   const byMessageId = new Map<string, ThreadKnown[]>();
   const byLink = new Map<string, ThreadKnown[]>();
   const add = (k: ThreadKnown) => {
-    if (k.messageId) byMessageId.set(k.messageId, [...(byMessageId.get(k.messageId) ?? []), k]);
-    for (const l of k.links) byLink.set(l, [...(byLink.get(l) ?? []), k]);
+    if (k.messageId) push(byMessageId, k.messageId, k);
+    for (const l of k.links) push(byLink, l, k);
   };
   for (const k of known) add(k);
-  const out = new Map<string, string>();
+  // The pending ones the same way, to find those a message just placed links to.
+  const waitingById = new Map<string, ThreadInput[]>();
+  const waitingByLink = new Map<string, ThreadInput[]>();
+  for (const p of pending) {
+    if (p.messageId) push(waitingById, p.messageId, p);
+    for (const l of p.links) push(waitingByLink, l, p);
+  }
   const order = [...pending].sort((a, b) => a.receivedAt - b.receivedAt || (a.guid < b.guid ? -1 : a.guid > b.guid ? 1 : 0));
-  for (const p of order) {
+  const rank = new Map(order.map((p, i) => [p.guid, i]));
+  const out = new Map<string, string>();
+
+  /** The thread a pending message joins among the placed ones it links to; null when none. */
+  const threadFor = (p: ThreadInput): string | null => {
     const subject = normalizeSubject(p.subject);
     const parent = p.links.at(-1);
-    const candidates: Array<{ k: ThreadKnown; direct: boolean }> = [];
+    let best: Candidate | null = null;
+    const consider = (k: ThreadKnown, direct: boolean) => {
+      if (k.guid === p.guid) return;
+      const c = { k, same: normalizeSubject(k.subject) === subject, direct };
+      if (best === null || before(c, best)) best = c;
+    };
     for (const l of p.links) {
-      for (const k of byMessageId.get(l) ?? []) candidates.push({ k, direct: l === parent });
+      for (const k of byMessageId.get(l) ?? []) consider(k, l === parent);
       // Siblings: messages naming the same ancestor, whether it is here or not (a broken chain).
-      for (const k of byLink.get(l) ?? []) candidates.push({ k, direct: false });
+      for (const k of byLink.get(l) ?? []) consider(k, false);
     }
     if (p.messageId) {
-      // The same Message-ID (a sent copy and the one received) and the children indexed first.
-      for (const k of byMessageId.get(p.messageId) ?? []) candidates.push({ k, direct: false });
-      for (const k of byLink.get(p.messageId) ?? []) candidates.push({ k, direct: false });
+      // The same Message-ID (a sent copy and the one received) and the children placed first.
+      for (const k of byMessageId.get(p.messageId) ?? []) consider(k, false);
+      for (const k of byLink.get(p.messageId) ?? []) consider(k, false);
     }
-    let thread = p.guid;
-    const best = candidates
-      .filter((c) => c.k.guid !== p.guid)
-      .map((c) => ({ ...c, same: normalizeSubject(c.k.subject) === subject }))
-      .sort(
-        (a, b) =>
-          Number(b.same) - Number(a.same) ||
-          Number(b.direct) - Number(a.direct) ||
-          a.k.receivedAt - b.k.receivedAt ||
-          (a.k.threadGuid < b.k.threadGuid ? -1 : a.k.threadGuid > b.k.threadGuid ? 1 : 0),
-      )[0];
-    if (best) thread = best.k.threadGuid;
-    out.set(p.guid, thread);
-    add({ guid: p.guid, threadGuid: thread, receivedAt: p.receivedAt, messageId: p.messageId, links: p.links, subject: p.subject });
+    return best === null ? null : (best as Candidate).k.threadGuid;
+  };
+
+  // The pending messages that link to one placed: its parents, children, siblings and copies
+  // (one lookup of each id it has or names, in both maps). Each id is looked up once: after that,
+  // all the messages it links are placed or about to be.
+  const looked = new Set<string>();
+  const linkedTo = (m: ThreadInput, into: Set<ThreadInput>) => {
+    for (const id of m.messageId ? [m.messageId, ...m.links] : m.links) {
+      if (looked.has(id)) continue;
+      looked.add(id);
+      for (const q of [...(waitingById.get(id) ?? []), ...(waitingByLink.get(id) ?? [])]) if (!out.has(q.guid)) into.add(q);
+    }
+  };
+
+  // First step: those linked to a thread already given.
+  let placed: Array<[ThreadInput, string]> = [];
+  for (const p of order) {
+    const thread = threadFor(p);
+    if (thread !== null) placed.push([p, thread]);
+  }
+  for (let oldest = 0; ; ) {
+    if (placed.length === 0) {
+      // Nothing left links to a placed message: the oldest left founds a thread.
+      while (oldest < order.length && out.has(order[oldest]!.guid)) oldest++;
+      if (oldest === order.length) break;
+      placed = [[order[oldest]!, order[oldest]!.guid]];
+    }
+    for (const [p, thread] of placed) {
+      out.set(p.guid, thread);
+      add({ guid: p.guid, threadGuid: thread, receivedAt: p.receivedAt, messageId: p.messageId, links: p.links, subject: p.subject });
+    }
+    const next = new Set<ThreadInput>();
+    for (const [p] of placed) linkedTo(p, next);
+    // The next step, each decided by what was placed before it, then all of them placed at once.
+    placed = [...next]
+      .filter((q) => !out.has(q.guid))
+      .sort((a, b) => rank.get(a.guid)! - rank.get(b.guid)!)
+      .map((q) => [q, threadFor(q) ?? q.guid]);
   }
   return out;
+}
+
+interface Candidate {
+  k: ThreadKnown;
+  /** Its normalized subject is the pending message's. */
+  same: boolean;
+  /** It is the pending message's In-Reply-To parent. */
+  direct: boolean;
+}
+
+/** Whether `a` wins over `b`: the subject matches, the parent, the older, the lower thread GUID. */
+function before(a: Candidate, b: Candidate): boolean {
+  return (
+    (Number(b.same) - Number(a.same) ||
+      Number(b.direct) - Number(a.direct) ||
+      a.k.receivedAt - b.k.receivedAt ||
+      (a.k.threadGuid < b.k.threadGuid ? -1 : a.k.threadGuid > b.k.threadGuid ? 1 : 0)) < 0
+  );
+}
+
+function push<T>(map: Map<string, T[]>, key: string, value: T): void {
+  const list = map.get(key);
+  if (list) list.push(value);
+  else map.set(key, [value]);
 }
 
 /** A collapsed row names at most this many participants. */

@@ -1,22 +1,26 @@
 // Threads and previews (docs/threads.md) against the real Dovecot, over corpus messages whose
-// threading headers each test sets: replies, forwards, broken References, a late message joining
-// two threads, collapsed listing and search, GET …/threads/{thread}, zero-access inboxes, the
-// backfill of an inbox indexed before threads, and previews only for content readers, audited.
+// threading headers each test sets: replies, forwards, broken References, conversations appended
+// back to back (placed in any order), a late message joining two threads, collapsed listing and
+// search, GET …/threads/{thread}, zero-access inboxes, the backfill of an inbox indexed before
+// threads, and previews only for content readers, audited.
 import { expect } from 'chai';
 import { seal } from '../../lib/mail/sealing.ts';
 import {
   call,
   expectError,
   json,
+  mailEnv,
   newProject,
   startPostern,
   type TestInbox,
   type TestProject,
   type TestServer,
+  unique,
 } from '../helpers/harness.ts';
 import { corpusFiles, describeWithCorpus } from '../helpers/corpus-files.ts';
 import { getPage } from '../helpers/events-helpers.ts';
 import { mailApp, until } from '../helpers/mail-fixtures.ts';
+import { addUser } from '../../scripts/mailenv.ts';
 import { storeBackdoor } from '../helpers/store-backdoor.ts';
 import type { MessageList, MessageSearchPage, MessageSummary, Thread } from '../../schemas/wire.ts';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -94,8 +98,8 @@ describeWithCorpus('threads and previews', function () {
     }
   }
 
-  async function setUp(mode: 'compatible' | 'zero-access' = 'compatible') {
-    const inbox = await p.inbox({ mode });
+  async function setUp(mode: 'compatible' | 'zero-access' = 'compatible', given?: TestInbox) {
+    const inbox = given ?? (await p.inbox({ mode }));
     const token = await p.token(['messages:read']);
     const reader = await p.token(['messages:read', 'content:read']);
     const labels = await json<{ labels: Array<{ id: string; name: string }> }>(
@@ -197,6 +201,88 @@ describeWithCorpus('threads and previews', function () {
     const after = await bySubject();
     expect(after.get(late.subject)!.threadId).to.equal(beta);
     for (const [subject, m] of before) expect(after.get(subject)!.threadId, subject).to.equal(m.threadId);
+  });
+
+  /**
+   * Conversations of three whose replies each name only their parent (In-Reply-To and a
+   * References cut short, as some mail apps send): the first and the last are linked through the
+   * middle one alone. Their INTERNALDATEs come in each of the six orders (a reply's may be older
+   * than its parent's: clocks differ), then all three in the same second (placed by GUID).
+   */
+  function conversations(name: string): Array<{ mails: Array<Sent & { inReplyTo?: string }>; dates: Date[] }> {
+    const orders = [
+      [0, 1, 2],
+      [0, 2, 1],
+      [1, 0, 2],
+      [1, 2, 0],
+      [2, 0, 1],
+      [2, 1, 0],
+      [0, 0, 0],
+      [0, 0, 0],
+    ];
+    return orders.map((order, n) => {
+      const subject = `${name} ${n}`;
+      const a = { messageId: `<a.${tag()}>`, subject };
+      const b = { messageId: `<b.${tag()}>`, subject: `Re: ${subject}`, inReplyTo: a.messageId, references: a.messageId };
+      const c = { messageId: `<c.${tag()}>`, subject: `RE: ${subject}`, inReplyTo: b.messageId, references: b.messageId };
+      const at = (clock += 10 * 60_000);
+      return { mails: [a, b, c], dates: order.map((rank) => new Date(at + rank * 60_000)) };
+    });
+  }
+
+  /** Appends the conversations back to back, each in its order (parent first), waiting for nothing. */
+  async function appendBackToBack(box: TestInbox, talks: Array<{ mails: Array<Sent & { inReplyTo?: string }>; dates: Date[] }>) {
+    const app = await mailApp(box);
+    try {
+      for (const { mails, dates } of talks) {
+        for (const [i, m] of mails.entries()) await app.append('INBOX', withHeaders(corpus[next++ % corpus.length]!.raw, m), [], dates[i]);
+      }
+    } finally {
+      await app.logout();
+    }
+  }
+
+  /** Each conversation's three messages in one thread of its own. */
+  async function expectOneThreadEach(list: (query?: string) => Promise<MessageList>, talks: Array<{ mails: Sent[] }>) {
+    const listed = await until(
+      'every message indexed',
+      async () => {
+        const page = await list('limit=100');
+        return page.messages.length === talks.length * 3 && page.messages;
+      },
+      60_000,
+    );
+    const threadOf = new Map(listed.map((m) => [m.subject!, m.threadId]));
+    const threads = new Set<string | undefined>();
+    for (const { mails } of talks) {
+      const ids = mails.map((m) => threadOf.get(m.subject));
+      expect(ids, mails[0]!.subject).to.deep.equal([ids[0], ids[0], ids[0]]);
+      expect(ids[0]).to.match(/^thr_/);
+      threads.add(ids[0]);
+    }
+    expect(threads.size).to.equal(talks.length);
+  }
+
+  it('a conversation in a mailbox added to Postern is one thread, whatever the order its messages are placed in', async () => {
+    // The mailbox has the mail before it becomes an inbox: its first fill indexes it in one write.
+    const imapUser = `${unique('box')}@${mailEnv().domain}`;
+    const imapPassword = 'threads-pw';
+    await addUser(mailEnv(), imapUser, imapPassword);
+    const talks = conversations('Kitchen plans');
+    await appendBackToBack({ id: '', address: imapUser, imapUser, imapPassword }, talks);
+    const { id } = await s.postern.admin.addInbox({ projectId: p.projectId, imapUser, addresses: [imapUser] });
+    await s.postern.admin.grant(p.memberId, id, 'owner');
+    const { list } = await setUp('compatible', { id, address: imapUser, imapUser, imapPassword });
+    await expectOneThreadEach(list, talks);
+  });
+
+  it('a conversation a mail app appends back to back is one thread, however many of it each sync pass finds', async () => {
+    const { inbox, list } = await setUp();
+    // Watched, so each pass finds what was appended since the last: one message, or several.
+    expect((await list()).messages).to.deep.equal([]);
+    const talks = conversations('Garage door');
+    await appendBackToBack(inbox, talks);
+    await expectOneThreadEach(list, talks);
   });
 
   it('collapses a label and a search to one row per thread, newest first, with counts, in pages', async () => {

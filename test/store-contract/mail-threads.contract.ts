@@ -103,6 +103,63 @@ export function mailThreadsContract(engineName: string, open: () => Promise<Mail
       expect(await threadOf(inbox, a)).to.equal(c.guid);
     });
 
+    it('one write places a conversation together whatever the order of its messages, and whatever it names', async () => {
+      const inbox = newId('ibx');
+      const lbl = guid();
+      // Each reply names only its parent (References cut short, as some mail apps send): the
+      // first and the last are linked through the middle one alone. The order they are placed
+      // in is their INTERNALDATE's (a reply's may be older than its parent's: clocks differ), or,
+      // appended in the same second, their GUID's: each of the six orders, both ways.
+      const orders = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+      ];
+      const conversations: Array<{ messages: MessageRecord[]; first: MessageRecord }> = [];
+      for (const order of orders) {
+        for (const sameSecond of [false, true]) {
+          const at = (clock += 60_000);
+          const a = message({ subject: `talk ${conversations.length}` });
+          const b = message({ subject: `Re: ${a.subject}`, inReplyTo: a.messageId, references: [a.messageId!] });
+          const c = message({ subject: `Re: ${a.subject}`, inReplyTo: b.messageId, references: [b.messageId!] });
+          const messages = [a, b, c];
+          for (const [rank, i] of order.entries()) {
+            messages[i] = { ...messages[i]!, guid: `${rank}${guid().slice(1)}`, receivedAt: sameSecond ? at : at + rank * 1000 };
+          }
+          conversations.push({ messages, first: messages[order[0]!]! });
+        }
+      }
+      // All of them in one write, each conversation's messages in their UIDs' order (a, b, c).
+      let uid = 0;
+      await index.apply(
+        inbox,
+        conversations.flatMap((t) => t.messages.map((m) => put(m, loc(lbl, ++uid, m.guid)))),
+      );
+      const threads = new Set<string | undefined>();
+      for (const [n, t] of conversations.entries()) {
+        const ids = await Promise.all(t.messages.map((m) => threadOf(inbox, m)));
+        // The thread's id: its founder's GUID, the first of them placed (the oldest).
+        expect(ids, `conversation ${n}`).to.deep.equal([t.first.guid, t.first.guid, t.first.guid]);
+        threads.add(ids[0]);
+      }
+      expect(threads.size).to.equal(conversations.length);
+
+      // A write whose messages link to a thread already indexed and to one another: the reply
+      // placed before its parent (older) joins the parent's thread through it.
+      const [root] = conversations[0]!.messages;
+      const middle = message({ subject: `Re: ${root!.subject}`, inReplyTo: root!.messageId, references: [root!.messageId!] });
+      const last = message({ subject: `Re: ${root!.subject}`, inReplyTo: middle.messageId, references: [middle.messageId!] });
+      await index.apply(inbox, [
+        put(middle, loc(lbl, ++uid, middle.guid)),
+        put({ ...last, receivedAt: middle.receivedAt - 5000 }, loc(lbl, ++uid, last.guid)),
+      ]);
+      expect(await threadOf(inbox, middle)).to.equal(conversations[0]!.first.guid);
+      expect(await threadOf(inbox, last)).to.equal(conversations[0]!.first.guid);
+    });
+
     it('broken References: junk between ids, ids of mail not here, a chain with a hole all still link', async () => {
       const inbox = newId('ibx');
       const lbl = guid();

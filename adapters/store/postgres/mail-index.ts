@@ -551,6 +551,8 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
       await this.begin(c, inboxId);
       const orphans = new Set<string>();
       const unapplied: number[] = [];
+      // The messages put, placed in threads together once all are in (lib/mail/threads.ts).
+      const placed = new Set<string>();
       for (const run of runsOf(ops)) {
         if (run.kind === 'put' || run.kind === 'stage') {
           const puts = run.ops.map(([, op]) => op as Extract<IndexOp, { op: 'put' | 'stage' }>);
@@ -564,11 +566,7 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
           );
           const links = puts.flatMap((p) => linksOf(p.message.references, p.message.inReplyTo).map((l) => [l, p.message.guid] as const));
           if (links.length > 0) await c.query(S.putLinks([inboxId, links.map((l) => l[0]), links.map((l) => l[1])]));
-          await this.placeThreads(
-            c,
-            inboxId,
-            await rowsOf<ThreadPendingRow>(c, S.pendingIn([inboxId, [...new Set(puts.map((p) => p.message.guid))]])),
-          );
+          for (const p of puts) placed.add(p.message.guid);
           const locations = puts.map((p) => p.location);
           if (run.kind === 'stage') {
             await c.query(S.putStaged(locationArrays(inboxId, locations)));
@@ -610,6 +608,7 @@ export class PgMailIndex implements MailIndexStore, WatchLeases, WatchReports {
             if (!removed.has(locationKey(r.labelGuid, r.uid))) unapplied.push(i);
         }
       }
+      if (placed.size > 0) await this.placeThreads(c, inboxId, await rowsOf<ThreadPendingRow>(c, S.pendingIn([inboxId, [...placed]])));
       await this.gc(c, inboxId, orphans);
       if (label) await c.query(S.putLabel(labelParams(inboxId, label)));
       return unapplied.sort((a, b) => a - b);
