@@ -9,6 +9,8 @@
 //      previews, against the same messages without links or previews. Thread placement runs in
 //      both (its lookups find nothing in the second), so the ratio is what the links and previews
 //      add to a write; Dovecot's side (making the preview) is not in it. Target: at most 1.2x.
+//      On SQLite the work is this process's, so its CPU time is given too: the other jobs of a
+//      shared machine stretch the wall clock far more than they do the CPU time.
 // The store only: no mail server, no HTTP (the route adds the same work to both pages).
 //
 //   npm run bench:threads                 # SQLite, prints Markdown
@@ -69,8 +71,10 @@ function messages(threaded: boolean): MessageRecord[] {
   return out;
 }
 
-async function index(store: MailIndexStore, inbox: string, label: string, ms: MessageRecord[]): Promise<number> {
+/** Wall-clock ms, and this process's CPU ms (user and system). */
+async function index(store: MailIndexStore, inbox: string, label: string, ms: MessageRecord[]): Promise<{ wall: number; cpu: number }> {
   const t = performance.now();
+  const cpu = process.cpuUsage();
   for (let from = 0; from < ms.length; from += WRITE) {
     const ops: IndexOp[] = ms.slice(from, from + WRITE).map((m, j) => ({
       op: 'put',
@@ -79,7 +83,8 @@ async function index(store: MailIndexStore, inbox: string, label: string, ms: Me
     }));
     await store.apply(inbox, ops);
   }
-  return performance.now() - t;
+  const used = process.cpuUsage(cpu);
+  return { wall: performance.now() - t, cpu: (used.user + used.system) / 1000 };
 }
 
 async function main(): Promise<void> {
@@ -107,14 +112,20 @@ async function main(): Promise<void> {
     // Alternated halves, so load from elsewhere falls on both.
     const plainMs = messages(false);
     const threadedMs = messages(true);
-    let plainIndexMs = 0;
-    let threadedIndexMs = 0;
+    const plainIndex = { wall: 0, cpu: 0 };
+    const threadedIndex = { wall: 0, cpu: 0 };
+    const add = (into: { wall: number; cpu: number }, took: { wall: number; cpu: number }) => {
+      into.wall += took.wall;
+      into.cpu += took.cpu;
+    };
     const half = MESSAGES / 2;
     log(`indexing ${MESSAGES} messages twice (${POSTGRES ? 'PostgreSQL' : 'SQLite'})`);
-    plainIndexMs += await index(store, plainInbox, plainLabel, plainMs.slice(0, half));
-    threadedIndexMs += await index(store, threadedInbox, threadedLabel, threadedMs.slice(0, half));
-    threadedIndexMs += await index(store, threadedInbox, threadedLabel, threadedMs.slice(half));
-    plainIndexMs += await index(store, plainInbox, plainLabel, plainMs.slice(half));
+    add(plainIndex, await index(store, plainInbox, plainLabel, plainMs.slice(0, half)));
+    add(threadedIndex, await index(store, threadedInbox, threadedLabel, threadedMs.slice(0, half)));
+    add(threadedIndex, await index(store, threadedInbox, threadedLabel, threadedMs.slice(half)));
+    add(plainIndex, await index(store, plainInbox, plainLabel, plainMs.slice(half)));
+    const plainIndexMs = plainIndex.wall;
+    const threadedIndexMs = threadedIndex.wall;
 
     log('pages: plain against collapsed, alternating');
     const plain: number[] = [];
@@ -138,6 +149,7 @@ async function main(): Promise<void> {
     const ratio = pct(collapsed, 0.99) / pct(plain, 0.99);
     const ratio50 = pct(collapsed, 0.5) / pct(plain, 0.5);
     const indexRatio = threadedIndexMs / plainIndexMs;
+    const cpuRatio = threadedIndex.cpu / plainIndex.cpu;
     const md = [
       `## Threads and previews (issue 30 items 7-8), ${POSTGRES ? 'PostgreSQL' : 'SQLite'}`,
       '',
@@ -149,6 +161,11 @@ async function main(): Promise<void> {
       '|---|---|---|---|---|',
       `| A page of ${PAGE} (p50 / p99 ms), collapsed: ${rows - 1} threads | ${f1(pct(plain, 0.5))} / ${f1(pct(plain, 0.99))} | ${f1(pct(collapsed, 0.5))} / ${f1(pct(collapsed, 0.99))} | p99 ${ratio.toFixed(2)}x (p50 ${ratio50.toFixed(2)}x) | p99 ≤ 1.5x ${ratio <= 1.5 ? 'met' : 'not met'} |`,
       `| Indexing ${MESSAGES.toLocaleString('en-US')} messages, writes of ${WRITE} (s) | ${f1(plainIndexMs / 1000)} | ${f1(threadedIndexMs / 1000)} | ${indexRatio.toFixed(2)}x | ≤ 1.2x ${indexRatio <= 1.2 ? 'met' : 'not met'} |`,
+      ...(POSTGRES
+        ? []
+        : [
+            `| The same, this process's CPU time (s) | ${f1(plainIndex.cpu / 1000)} | ${f1(threadedIndex.cpu / 1000)} | ${cpuRatio.toFixed(2)}x | ≤ 1.2x ${cpuRatio <= 1.2 ? 'met' : 'not met'} |`,
+          ]),
       '',
     ].join('\n');
     process.stdout.write(`${md}\n`);

@@ -91,15 +91,22 @@ export function assignThreads(pending: readonly ThreadInput[], known: readonly T
   const order = [...pending].sort((a, b) => a.receivedAt - b.receivedAt || (a.guid < b.guid ? -1 : a.guid > b.guid ? 1 : 0));
   const rank = new Map(order.map((p, i) => [p.guid, i]));
   const out = new Map<string, string>();
+  // Subjects normalized once each (a thread's messages mostly share one).
+  const normalized = new Map<string | null, string>();
+  const norm = (subject: string | null) => {
+    let n = normalized.get(subject);
+    if (n === undefined) normalized.set(subject, (n = normalizeSubject(subject)));
+    return n;
+  };
 
   /** The thread a pending message joins among the placed ones it links to; null when none. */
   const threadFor = (p: ThreadInput): string | null => {
-    const subject = normalizeSubject(p.subject);
+    const subject = norm(p.subject);
     const parent = p.links.at(-1);
     let best: Candidate | null = null;
     const consider = (k: ThreadKnown, direct: boolean) => {
       if (k.guid === p.guid) return;
-      const c = { k, same: normalizeSubject(k.subject) === subject, direct };
+      const c = { k, same: norm(k.subject) === subject, direct };
       if (best === null || before(c, best)) best = c;
     };
     for (const l of p.links) {
@@ -123,7 +130,7 @@ export function assignThreads(pending: readonly ThreadInput[], known: readonly T
     for (const id of m.messageId ? [m.messageId, ...m.links] : m.links) {
       if (looked.has(id)) continue;
       looked.add(id);
-      for (const q of [...(waitingById.get(id) ?? []), ...(waitingByLink.get(id) ?? [])]) if (!out.has(q.guid)) into.add(q);
+      for (const list of [waitingById.get(id), waitingByLink.get(id)]) for (const q of list ?? []) if (!out.has(q.guid)) into.add(q);
     }
   };
 
