@@ -3,7 +3,7 @@
 // node_modules), shared code in common chunks so a process still holds one copy of each module.
 // A test process then loads plain JavaScript instead of compiling TypeScript through tsx's
 // loader hooks: about 2 s less CPU per file, and the suite runs over 300 files on two cores
-// (docs/testing.md, "Side by side, in lanes"). A lone `npx mocha` still runs the sources as they are.
+// (docs/testing.md). A lone `npx mocha` still runs the sources as they are.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
