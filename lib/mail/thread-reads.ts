@@ -65,19 +65,29 @@ export class ThreadReads {
     await this.running.get(inboxId);
   }
 
-  /** GET …/threads/{thread}: its messages, oldest first, each as the detail shows it (uid 0). */
-  async thread(inbox: MailInbox, threadId: string): Promise<Thread> {
+  /**
+   * GET …/threads/{thread}: its messages, oldest first, each as the detail shows it (uid 0); with
+   * `inLabel`, only those in that label, each as the label lists it (its UID and flags there).
+   */
+  async thread(inbox: MailInbox, threadId: string, inLabel?: string): Promise<Thread> {
     const guid = guidFromId('thr', threadId);
     if (!guid) throw notFound('thread not found');
     await this.mirror.refresh(inbox);
     this.backfill(inbox);
+    const labels = await this.index.labels(inbox.id);
+    const labelGuid = inLabel === undefined ? undefined : guidFromId('lbl', inLabel);
+    if (inLabel !== undefined && (!labelGuid || !labels.some((l) => l.guid === labelGuid))) throw notFound('label not found');
     const rows = await this.index.thread(inbox.id, guid, THREAD_MAX + 1);
     if (rows.length === 0) throw notFound('thread not found');
-    const labels = await this.index.labels(inbox.id);
     const sent = new Set(labels.filter((l) => l.specialUse === '\\Sent').map((l) => l.guid));
-    const messages = rows.slice(0, THREAD_MAX).map(({ message, locations }) => {
-      const [first, ...rest] = locations;
-      return summarize(message, primaryLocation([first!, ...rest], labels), 0, directionOf(inbox, message, locations, sent));
+    const messages = rows.slice(0, THREAD_MAX).flatMap(({ message, locations }) => {
+      const direction = directionOf(inbox, message, locations, sent);
+      if (labelGuid === undefined) {
+        const [first, ...rest] = locations;
+        return [summarize(message, primaryLocation([first!, ...rest], labels), 0, direction)];
+      }
+      const there = locations.find((l) => l.labelGuid === labelGuid);
+      return there ? [summarize(message, there, there.uid, direction)] : [];
     });
     return { id: idFromGuid('thr', guid), messages, ...(rows.length > THREAD_MAX ? { more: true } : {}) };
   }

@@ -132,7 +132,7 @@ describeWithCorpus('threads and previews', function () {
 
   for (const mode of ['compatible', 'zero-access'] as const) {
     it(`${mode}: replies share their thread, forwards and strangers do not, and GET …/threads lists it oldest first`, async () => {
-      const { inbox, token, bySubject } = await setUp(mode);
+      const { inbox, token, inboxLabel, bySubject } = await setUp(mode);
       const [a, b, c] = chain('Quarterly numbers', 3);
       const forward = { messageId: `<f.${tag()}>`, subject: 'Fwd: Quarterly numbers' };
       // A forward that keeps the chain (some mail apps add References to a forward).
@@ -167,6 +167,24 @@ describeWithCorpus('threads and previews', function () {
       );
       await expectError(await call(`${s.base}/inboxes/${inbox.id}/threads/nope`, { token }), 404);
       await expectError(await call(`${s.base}/inboxes/${inbox.id}/threads/${threadOfA}?preview=maybe`, { token }), 400);
+
+      // ?inLabel=: the thread's messages in that label, each with its UID there (a list acting on a
+      // conversation row); none in a label that holds none of them; a label not of this inbox: 404.
+      const labels = (
+        await json<{ labels: Array<{ id: string; specialUse?: string }> }>(await call(`${s.base}/inboxes/${inbox.id}/labels`, { token }))
+      ).labels;
+      const inInbox = await json<Thread>(await call(`${s.base}/inboxes/${inbox.id}/threads/${threadOfA}?inLabel=${inboxLabel}`, { token }));
+      expect(inInbox.messages.map((x) => x.subject)).to.deep.equal(thread.messages.map((x) => x.subject));
+      expect(inInbox.messages.map((x) => x.uid)).to.deep.equal(inInbox.messages.map((x) => m.get(x.subject!)!.uid));
+      const trash = labels.find((l) => l.specialUse === '\\Trash')!.id;
+      const inTrash = await json<Thread>(await call(`${s.base}/inboxes/${inbox.id}/threads/${threadOfA}?inLabel=${trash}`, { token }));
+      expect(inTrash).to.deep.equal({ id: threadOfA, messages: [] });
+      await expectError(
+        await call(`${s.base}/inboxes/${inbox.id}/threads/${threadOfA}?inLabel=lbl_00000000000000000000000000`, { token }),
+        404,
+        /label not found/,
+      );
+      await expectError(await call(`${s.base}/inboxes/${inbox.id}/threads/${threadOfA}?inLabel=nope`, { token }), 400);
     });
   }
 
