@@ -55,3 +55,41 @@ export function report(err: unknown): void {
   }
   box.textContent = message;
 }
+
+/**
+ * Asks before something that cannot be undone: a modal dialog (Escape or Cancel: no), focus on
+ * Cancel first, and back where it was when it closes. Resolves true when `yes` was chosen.
+ */
+export function confirmDialog(title: string, text: string, yes: string): Promise<boolean> {
+  const from = document.activeElement instanceof HTMLElement ? document.activeElement : null;
+  const confirm = h('button', { type: 'button', id: 'confirm-yes', class: 'danger' }, yes);
+  const cancel = h('button', { type: 'button', id: 'confirm-no', class: 'secondary' }, 'Cancel');
+  const d = h(
+    'dialog',
+    { id: 'confirm', 'aria-labelledby': 'confirm-title', 'aria-describedby': 'confirm-text' },
+    h('h2', { id: 'confirm-title' }, title),
+    h('p', { id: 'confirm-text' }, text),
+    h('div', { class: 'actions' }, cancel, confirm),
+  );
+  document.getElementById('confirm')?.remove();
+  document.body.append(d);
+  return new Promise((resolve) => {
+    let answer = false;
+    confirm.addEventListener('click', () => {
+      answer = true;
+      d.close();
+    });
+    cancel.addEventListener('click', () => d.close());
+    d.addEventListener(
+      'close',
+      () => {
+        d.remove();
+        if (from?.isConnected) from.focus();
+        resolve(answer);
+      },
+      { once: true },
+    );
+    d.showModal();
+    cancel.focus();
+  });
+}

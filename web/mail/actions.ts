@@ -2,9 +2,12 @@
 // not junk, read and unread, flag and unflag, on one message or a selection, through one call of
 // POST /inboxes/{inbox}/messages/bulk (docs/organize.md, "Bulk"). Each answers at once (the list
 // changes before the server does, and changes back if it refuses); each that takes mail out of
-// the label offers Undo for a few seconds (undo.ts), which is the opposite change.
-import type { BulkChange, BulkResult, Flag, Label } from '../../schemas/wire.ts';
-import { api } from '../api.ts';
+// the label offers Undo for a few seconds (undo.ts), which is the opposite change. A conversation's
+// row (the list grouped by thread) stands for every message of its thread in the label listed.
+// Deleting forever (from Trash or Junk) is not a bulk change: one DELETE per message, confirmed
+// first and not undoable.
+import type { BulkChange, BulkResult, Flag, Label, MessageSummary, Thread } from '../../schemas/wire.ts';
+import { api, ApiError } from '../api.ts';
 import { labelName } from './labels.ts';
 
 export const ACTIONS = ['archive', 'trash', 'junk', 'not-junk', 'move', 'read', 'unread', 'flag', 'unflag'] as const;
@@ -110,4 +113,64 @@ export async function applyChange(inboxId: string, ids: string[], change: Change
   const refused = answers.flatMap((a) => a.results).filter((r) => r.status === 'refused');
   if (refused.length > 0) throw new Error(`${count(refused.length)} could not be changed: ${refused[0]!.error ?? 'refused'}`);
   return answers;
+}
+
+/**
+ * The messages rows stand for: a message's row is itself; a conversation's row (the list grouped
+ * by thread, docs/threads.md "One row per thread") is every message of its thread in `labelId`
+ * (GET …/threads/{thread}?inLabel=), so an action on it acts on the whole conversation there and
+ * leaves the thread's messages in other labels (Sent, say) alone.
+ */
+export async function messagesOf(
+  inboxId: string,
+  labelId: string,
+  rows: Array<Pick<MessageSummary, 'id' | 'threadId' | 'thread'>>,
+): Promise<string[]> {
+  const threads = await Promise.all(
+    rows.map((r) =>
+      r.threadId && r.thread && r.thread.messages > 1
+        ? api<Thread>('GET', `/inboxes/${inboxId}/threads/${r.threadId}?inLabel=${labelId}`).then((t) => t.messages.map((m) => m.id))
+        : Promise.resolve([]),
+    ),
+  );
+  return [...new Set(rows.flatMap((r, i) => [r.id, ...threads[i]!]))];
+}
+
+/** Where "Delete forever" is offered: where the server allows it unconfirmed (docs/organize.md, "Delete forever"). */
+export const deletesForever = (label: Label) => label.specialUse === '\\Trash' || label.specialUse === '\\Junk';
+
+/**
+ * Deletes each message forever (DELETE …/messages/{msg}, a few at a time), never confirming past
+ * the server's rule: a message also in another label (a 409) is kept and said. One already gone
+ * counts as deleted. Any other refusal is thrown once the rest are done.
+ */
+export async function deleteForever(inboxId: string, ids: string[]): Promise<{ deleted: string[]; kept: string[] }> {
+  const deleted: string[] = [];
+  const kept: string[] = [];
+  let failure: Error | undefined;
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < ids.length; i = next++) {
+      const id = ids[i]!;
+      try {
+        await api('DELETE', `/inboxes/${inboxId}/messages/${id}`);
+        deleted.push(id);
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 404) deleted.push(id);
+        else if (err instanceof ApiError && err.status === 409) kept.push(id);
+        else failure ??= err instanceof Error ? err : new Error(String(err));
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(4, ids.length) }, worker));
+  if (failure) throw failure;
+  return { deleted, kept };
+}
+
+/** "Deleted 3 messages forever." and what was kept. */
+export function deletedWords(result: { deleted: string[]; kept: string[] }): string {
+  const kept = result.kept.length
+    ? ` Kept ${count(result.kept.length)} that ${result.kept.length === 1 ? 'is' : 'are'} also in another label: remove ${result.kept.length === 1 ? 'it' : 'them'} there first.`
+    : '';
+  return `Deleted ${count(result.deleted.length)} forever.${kept}`;
 }

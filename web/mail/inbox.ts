@@ -1,14 +1,24 @@
 // The inbox screen, `#/inbox/<ibx>` (INBOX) or `#/inbox/<ibx>/label/<lbl>`, in three panes
 // (panes.ts): its labels with unread counts; the label's messages newest first a page at a time
 // (docs/api.md, "Messages": `limit`, `before`), live changes from the inbox stream (docs/api.md,
-// "Inbox change stream") applied in place, multi-select and the actions (actions.ts) with Undo;
-// and the reading pane, where message.ts opens a message without taking the list down. Rows,
+// "Inbox change stream") applied in place, multi-select and the actions (actions.ts) with Undo,
+// rows dragged onto a label to move them, Delete forever in Trash and Junk; and the reading pane, where message.ts opens a message without taking the list down. Rows,
 // addresses and the arrow keys are list.ts's, shared with search.
 import type { Flag, InboxList, Label, LabelList, LiveChange, MessageList, MessageSummary } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
 import { addRoute } from '../routes.ts';
-import { button, h, main, report, show } from '../ui.ts';
-import { ActionRefused, applyChange, isAction, plan, type Plan } from './actions.ts';
+import { button, confirmDialog, h, main, report, show } from '../ui.ts';
+import {
+  ActionRefused,
+  applyChange,
+  deletedWords,
+  deleteForever,
+  deletesForever,
+  isAction,
+  messagesOf,
+  plan,
+  type Plan,
+} from './actions.ts';
 import { labelDepth, labelIcon, labelName, modeWords } from './labels.ts';
 import { inboxHash, listKeys, moveTabStop, PAGE_SIZE, row, rowLinks, rowOf, shownSummary, startListing, tabStop } from './list.ts';
 import { subscribe } from './live.ts';
@@ -24,7 +34,7 @@ export const LAST_INBOX = 'postern.lastInbox';
 function labelNav(inboxId: string, labels: Label[], current: string): HTMLElement {
   return h(
     'nav',
-    { 'aria-label': 'Labels' },
+    { 'aria-label': 'Labels', 'aria-describedby': 'labels-hint' },
     h(
       'ul',
       { class: 'labels', id: 'labels' },
@@ -146,6 +156,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     selectedCount,
     button('Archive', () => act('archive', [...selected]), { class: 'secondary', id: 'bulk-archive' }),
     button('Delete', () => act('trash', [...selected]), { class: 'secondary', id: 'bulk-trash' }),
+    deletesForever(label) ? button('Delete forever', () => destroy([...selected]), { class: 'secondary', id: 'bulk-destroy' }) : null,
     button(junkAction === 'junk' ? 'Junk' : 'Not junk', () => act(junkAction, [...selected]), { class: 'secondary', id: 'bulk-junk' }),
     button('Read', () => act('read', [...selected]), { class: 'secondary', id: 'bulk-read' }),
     button('Unread', () => act('unread', [...selected]), { class: 'secondary', id: 'bulk-unread' }),
@@ -235,9 +246,10 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     const rows = taken.map(rowEl).filter((li): li is HTMLLIElement => li !== null);
     for (const li of rows) li.remove();
     empty();
-    return () => {
+    /** Puts the rows back (only those `only` names, when given). */
+    return (only?: string[]) => {
       for (const li of rows) {
-        if (rowEl(li.dataset.msg!)) continue;
+        if (rowEl(li.dataset.msg!) || (only && !only.includes(li.dataset.msg!))) continue;
         const summary = shownSummary(li.dataset.msg!);
         insertByUid(summary ? draw(summary) : li);
       }
@@ -257,30 +269,24 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     if (link && (focused || tab)) moveTabStop(list, link, focused);
   };
 
-  /** An action on `targets`, at once on screen; reconciled by the server's answer and the stream. */
-  const act = async (action: string, targets: string[], target?: string): Promise<void> => {
-    if (!isAction(action) || targets.length === 0) return;
-    let p: Plan;
-    try {
-      p = plan(action, label, labels, target);
-    } catch (err) {
-      if (err instanceof ActionRefused) return offer(err.message);
-      throw err;
-    }
-    if (!p.removes) {
-      const was = targets.map((id) => [id, shownSummary(id)?.flags] as const);
-      for (const [id, flags] of was) if (flags) redraw(id, p.flags!(flags));
-      offer(p.done(targets.length));
-      try {
-        await applyChange(inboxId, targets, p.change);
-      } catch (err) {
-        for (const [id, flags] of was) if (flags) redraw(id, flags);
-        throw err;
-      }
-      refreshCounts();
-      return;
-    }
-    // Focus follows the list: to the row after the one it was on (or the last acted on), else before.
+  /**
+   * The messages the rows `targets` stand for: themselves, or with the list grouped by
+   * conversation, every message of each row's conversation in this label (actions.ts).
+   */
+  const messagesIn = (targets: string[]) =>
+    grouped
+      ? messagesOf(
+          inboxId,
+          label.id,
+          targets.map((id) => shownSummary(id) ?? { id }),
+        )
+      : Promise.resolve(targets);
+
+  /**
+   * Takes the rows of `targets` out of the list at once. Focus follows the list: to the row after
+   * the one it was on (or the last acted on), else before. Returns how to put them back, and that row.
+   */
+  const takeRows = (targets: string[]) => {
     const all = ids();
     const gone = new Set(targets);
     const from = rowOf(document.activeElement)?.dataset.msg ?? targets[targets.length - 1]!;
@@ -296,17 +302,52 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     for (const id of targets) selected.delete(id);
     drawSelection();
     if (focusWasHere || document.activeElement === document.body) focusRow(next);
-    const done = applyChange(inboxId, targets, p.change);
+    return { restore, next };
+  };
+
+  /** An action on `targets`, at once on screen; reconciled by the server's answer and the stream. */
+  const act = async (action: string, targets: string[], target?: string): Promise<void> => {
+    if (!isAction(action) || targets.length === 0) return;
+    let p: Plan;
+    try {
+      p = plan(action, label, labels, target);
+    } catch (err) {
+      if (err instanceof ActionRefused) return offer(err.message);
+      throw err;
+    }
+    if (!p.removes) {
+      const was = targets.map((id) => [id, shownSummary(id)?.flags] as const);
+      for (const [id, flags] of was) if (flags) redraw(id, p.flags!(flags));
+      try {
+        const messages = await messagesIn(targets);
+        offer(p.done(messages.length));
+        await applyChange(inboxId, messages, p.change);
+      } catch (err) {
+        for (const [id, flags] of was) if (flags) redraw(id, flags);
+        throw err;
+      }
+      refreshCounts();
+      return;
+    }
+    const { restore, next } = takeRows(targets);
+    let messages: string[];
+    try {
+      messages = await messagesIn(targets);
+    } catch (err) {
+      restore();
+      throw err;
+    }
+    const done = applyChange(inboxId, messages, p.change);
     const undo = p.undo!;
     offer(
-      p.done(targets.length),
+      p.done(messages.length),
       async () => {
         // The first change must be in before its opposite goes.
         await done.catch(() => undefined);
-        for (const id of targets) shield.set(id, Date.now() + SHIELD_MS);
+        for (const id of messages) shield.set(id, Date.now() + SHIELD_MS);
         restore();
         focusRow(targets[0]);
-        await applyChange(inboxId, targets, undo);
+        await applyChange(inboxId, messages, undo);
         refreshCounts();
       },
       () => focusRow(next),
@@ -314,6 +355,41 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     try {
       await done;
     } catch (err) {
+      restore();
+      report(err);
+    }
+    refreshCounts();
+  };
+
+  /**
+   * Delete forever (Trash and Junk only, docs/organize.md, "Delete forever"): asked first, then
+   * the rows leave at once and each message is deleted; not undoable. Rows of messages the server
+   * kept (also in another label) come back. `confirmed` runs once the member said yes.
+   */
+  const destroy = async (targets: string[], confirmed: () => void = () => undefined): Promise<void> => {
+    if (targets.length === 0) return;
+    if (!deletesForever(label)) return offer('Delete forever is for messages in Trash or Junk: delete them to Trash first.');
+    const conversations = grouped && targets.some((id) => (shownSummary(id)?.thread?.messages ?? 1) > 1);
+    const n = targets.length;
+    const what = conversations
+      ? `${n} conversation${n === 1 ? '' : 's'} (every message of ${n === 1 ? 'it' : 'them'} in ${labelName(label)})`
+      : n === 1
+        ? 'This message'
+        : `These ${n} messages`;
+    const sure = await confirmDialog(
+      'Delete forever?',
+      `${what} will be deleted for good, from this inbox and from every mail app that reads it. This cannot be undone.`,
+      'Delete forever',
+    );
+    if (!sure) return;
+    const { restore } = takeRows(targets);
+    confirmed();
+    try {
+      const result = await deleteForever(inboxId, await messagesIn(targets));
+      if (result.kept.length > 0) restore(result.kept);
+      offer(deletedWords(result));
+    } catch (err) {
+      // Those deleted leave again with their removal from the stream.
       restore();
       report(err);
     }
@@ -515,6 +591,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
 
   const control: ListControl = {
     act,
+    deleteForever: destroy,
     neighbour,
     focusRow,
     moveTargets: () => labels.filter((l) => l.id !== label.id).map((l) => ({ id: l.id, name: labelName(l) })),
@@ -539,6 +616,61 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     labels: () => labels,
   };
 
+  // Drag to a label (docs/app.md, "Actions"): the rows dragged (the selection when the row is in
+  // it, else that row) move to the label they are dropped on, as Move does, with Undo. Keyboard
+  // users have Move (v); the labels say so (#labels-hint), and where a drop would go is said as
+  // the drag reaches it. Dragging moves no focus and leaves the list's tab stop as it was.
+  let dragged: string[] = [];
+  const dropStatus = h('p', { class: 'sr-only', id: 'drop-status', role: 'status' });
+  list.addEventListener('dragstart', (e) => {
+    const id = e.target instanceof Element ? rowOf(e.target)?.dataset.msg : undefined;
+    if (!id || !e.dataTransfer) return;
+    dragged = selected.has(id) ? [...selected] : [id];
+    e.dataTransfer.effectAllowed = 'move';
+    e.dataTransfer.setData(
+      'text/plain',
+      dragged.length === 1 ? (shownSummary(id)?.subject ?? '(no subject)') : `${dragged.length} messages`,
+    );
+  });
+  const clearTarget = () => {
+    for (const a of document.querySelectorAll('.labels a.drop-target')) a.classList.remove('drop-target');
+  };
+  list.addEventListener('dragend', () => {
+    dragged = [];
+    clearTarget();
+  });
+  const dragToLabels = (pane: HTMLElement) => {
+    const targetOf = (e: DragEvent) => {
+      const a = e.target instanceof Element ? e.target.closest<HTMLAnchorElement>('a[data-label]') : null;
+      return a && dragged.length > 0 && a.dataset.label !== label.id ? a : null;
+    };
+    pane.addEventListener('dragover', (e) => {
+      const a = targetOf(e);
+      if (!a) return;
+      e.preventDefault();
+      if (e.dataTransfer) e.dataTransfer.dropEffect = 'move';
+      if (a.classList.contains('drop-target')) return;
+      clearTarget();
+      a.classList.add('drop-target');
+      const to = labels.find((l) => l.id === a.dataset.label);
+      dropStatus.textContent = `Drop to move ${dragged.length === 1 ? 'it' : `${dragged.length} messages`} to ${to ? labelName(to) : 'this label'}.`;
+    });
+    pane.addEventListener('dragleave', (e) => {
+      const a = targetOf(e);
+      if (a && !(e.relatedTarget instanceof Node && a.contains(e.relatedTarget))) a.classList.remove('drop-target');
+    });
+    pane.addEventListener('drop', (e) => {
+      const a = targetOf(e);
+      if (!a) return;
+      e.preventDefault();
+      const moving = dragged;
+      dragged = [];
+      clearTarget();
+      dropStatus.textContent = '';
+      act('move', moving, a.dataset.label).catch(report);
+    });
+  };
+
   // The member may have moved on while the labels loaded.
   if (location.hash !== hash) return;
   const { root, panes } = mountPanes(
@@ -553,10 +685,17 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
         { class: 'actions' },
         h('a', { class: 'button', href: `#/compose/${inboxId}`, id: 'compose' }, 'Compose'),
         h('a', { class: 'button secondary', href: `#/compose/${inboxId}/drafts`, id: 'drafts' }, 'Drafts'),
+        h('a', { class: 'button secondary', href: `#/inbox/${inboxId}/outbox`, id: 'outbox' }, 'Outbox'),
         h('a', { class: 'button secondary', href: '#/events', id: 'activity' }, 'Activity'),
         helpButton(),
       ),
       nav,
+      h(
+        'p',
+        { id: 'labels-hint', class: 'sr-only' },
+        'Messages dragged onto a label move there. From the keyboard: select them, then Move to (v).',
+      ),
+      dropStatus,
     ],
     [
       searchForm(inboxId, labels, ''),
@@ -583,6 +722,7 @@ async function inboxScreen(inboxId: string, wantedLabel: string | undefined): Pr
     control,
   );
   show(root);
+  dragToLabels(root.querySelector<HTMLElement>('.pane-labels')!);
   // Rows keep what the list gave (their summary) so a flag change can redraw them.
   startListing(inboxId, label.id, { hash, name: labelName(label) }, true);
   await loadPage(true);

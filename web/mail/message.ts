@@ -11,7 +11,7 @@ import { api, ApiError, SIGNED_OUT } from '../api.ts';
 import { timeElement } from '../dates.ts';
 import { addRoute, navigate } from '../routes.ts';
 import { button, h, report, show, type Child } from '../ui.ts';
-import { ActionRefused, applyChange, plan, type Action, type Plan } from './actions.ts';
+import { ActionRefused, applyChange, deletesForever, plan, type Action, type Plan } from './actions.ts';
 import { labelName } from './labels.ts';
 import { backFromMessage, listedMessage } from './list.ts';
 import { panesFor, showInReader, type Panes } from './panes.ts';
@@ -80,7 +80,8 @@ function removedNotice(): HTMLElement {
 }
 
 /**
- * Archive, delete, junk, unread and move for the message shown (actions.ts). In the reading pane
+ * Archive, delete, junk, unread and move for the message shown (actions.ts), and in the reading
+ * pane of Trash or Junk, delete forever (asked first). In the reading pane
  * the list does them (at once, with Undo) and the pane closes onto the next row; shown on its own,
  * the change is made here and the screen goes back to the list, with Undo offered there too.
  */
@@ -121,6 +122,19 @@ function messageActions(inboxId: string, msgId: string, panes: Panes | null, bac
     { class: 'actions', id: 'message-actions', role: 'group', 'aria-label': 'This message' },
     button('Archive', () => run('archive'), { class: 'secondary', id: 'msg-archive' }),
     button('Delete', () => run('trash'), { class: 'secondary', id: 'msg-trash' }),
+    panes && deletesForever(panes.control.label())
+      ? button(
+          'Delete forever',
+          () => {
+            const next = panes.control.neighbour(msgId, 1);
+            return panes.control.deleteForever([msgId], () => {
+              panes.returnTo = next;
+              navigate(panes.listHash);
+            });
+          },
+          { class: 'secondary', id: 'msg-destroy' },
+        )
+      : null,
     button(junk === 'junk' ? 'Junk' : 'Not junk', () => run(junk), { class: 'secondary', id: 'msg-junk' }),
     button('Mark unread', () => run('unread'), { class: 'secondary', id: 'msg-unread' }),
     labels.length > 0

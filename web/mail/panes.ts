@@ -10,6 +10,8 @@ import { h, main } from '../ui.ts';
 export interface ListControl {
   /** Runs an action (actions.ts) on messages of the list, optimistically, with Undo when destructive. */
   act(action: string, ids: string[], target?: string): Promise<void>;
+  /** Deletes forever (Trash and Junk), once the member confirms; `confirmed` runs when they have. */
+  deleteForever(ids: string[], confirmed?: () => void): Promise<void>;
   /** The message after (or, at the end, before) `msgId` in the list, for j/k and after an action. */
   neighbour(msgId: string, step: 1 | -1): string | undefined;
   /** Focuses the row of `msgId` (or the list's tab stop when it is gone). */
