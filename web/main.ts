@@ -12,6 +12,7 @@ import { matchRoute, navigate } from './routes.ts';
 import { modeWords } from './mail/labels.ts';
 import { inboxHash } from './mail/list.ts';
 import './compose/compose.ts';
+import './compose/outbox-screen.ts';
 import './activity.ts';
 import { button, h, report, show } from './ui.ts';
 // Screens that register their own routes.

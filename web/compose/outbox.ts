@@ -17,15 +17,25 @@ export interface QueuedSend {
   holdUntil?: string;
 }
 
-/** One outbox row (GET …/outbox/{id}), as far as the app reads it. */
+/** One outbox row (GET …/outbox/{id}, send.json OutboxEntry), as far as the app reads it. */
 export interface OutboxSend {
   id: string;
   state: 'held' | 'scheduled' | 'sending' | 'sent' | 'unknown' | 'failed' | 'cancelled';
+  from: string;
+  recipients: number;
+  createdAt: string;
   sendAt: string | null;
   holdUntil: string | null;
   draftId: string | null;
   reason: string | null;
 }
+
+/** What waits (held, scheduled, sending), newest first: GET …/outbox. */
+export const waitingSends = async (inboxId: string) => (await api<{ sends: OutboxSend[] }>('GET', `/inboxes/${inboxId}/outbox`)).sends;
+
+/** A scheduled send's new time (PATCH …/outbox/{id}); a send no longer scheduled is a 409. */
+export const reschedule = (inboxId: string, outboxId: string, sendAt: Date) =>
+  api<OutboxSend>('PATCH', `/inboxes/${inboxId}/outbox/${outboxId}`, { sendAt: sendAt.toISOString() });
 
 /** Sends a sealed message with a hold or a send time: the 200 of a send that went, or the 202 of one that waits. */
 export function sendSealed(
