@@ -110,6 +110,8 @@ function reply(inboxId: string, msgId: string, how: 'reply' | 'reply-all' | 'for
 function onKey(e: KeyboardEvent): void {
   if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey || e.isComposing) return;
   if (typing(e.target) || (dialog?.open && e.key !== '?')) return;
+  // Another modal dialog (Delete forever's question) is answered before any shortcut acts.
+  if (document.querySelector('dialog[open]:not(#shortcuts-help)')) return;
   if (e.key.length !== 1 || !shortcutsOn()) return;
   const key = e.key;
   const p = shownPanes();
