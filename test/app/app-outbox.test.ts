@@ -1,7 +1,8 @@
-// The web app's outbox screen in real Chromium (docs/app.md, "Outbox"): the inbox's held and
-// scheduled sends (docs/sending.md, "The outbox"), each with its state and time; a held one leaves
-// the screen when its hold ends, without a reload; a scheduled one rescheduled goes at its new
-// time; one cancelled comes back as a draft the screen links to. axe on the screen.
+// The web app's outbox screen in real Chromium (docs/app.md, "Compose, reply, forward, drafts"):
+// the inbox's held and scheduled sends (docs/sending.md, "The outbox"), each with its state and
+// time; a held one leaves the screen when its hold ends, without a reload; a scheduled one
+// rescheduled goes at its new time; one cancelled comes back as a draft the screen links to. axe
+// on the screen.
 import { expect } from 'chai';
 import type { Browser } from 'playwright-core';
 import { call, json, newProject, unique, type TestInbox, type TestProject, type TestServer } from '../helpers/harness.ts';

@@ -1,9 +1,10 @@
-// The outbox, `#/inbox/<ibx>/outbox` (docs/app.md, "Outbox"): the inbox's sends that wait on the
-// server (GET …/outbox, docs/sending.md, "The outbox"), held inside their undo hold, scheduled for
-// later or being sent, each with its state and time. A held or scheduled send can be cancelled (it
-// comes back as a draft, which the screen links to); a scheduled one can be given another time.
-// The inbox stream carries no outbox change, so the screen reads the outbox when it opens, after
-// each change it makes, and again when a send's time (or hold) comes or one is being sent.
+// The outbox, `#/inbox/<ibx>/outbox` (docs/app.md, "Compose, reply, forward, drafts"): the
+// inbox's sends that wait on the server (GET …/outbox, docs/sending.md, "The outbox"), held inside
+// their undo hold, scheduled for later or being sent, each with its state and time. A held or
+// scheduled send can be cancelled (it comes back as a draft, which the screen links to); a
+// scheduled one can be given another time. The inbox stream carries no outbox change, so the
+// screen reads the outbox when it opens, after each change it makes, and again when a send's time
+// (or hold) comes or one is being sent.
 import { ApiError } from '../api.ts';
 import { dateTexts } from '../dates.ts';
 import { addRoute } from '../routes.ts';
