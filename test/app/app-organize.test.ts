@@ -119,14 +119,16 @@ describe('web app: conversation actions, delete forever, drag to a label (Chromi
     await page.keyboard.press('e');
     await page.locator('#undo-status', { hasText: 'Archived 2 messages.' }).waitFor();
     expect(await page.locator('#messages li.message').count()).to.equal(1);
+    // The index hears of the Archive and of INBOX each in its own time: both are waited for.
     await until('both in the Archive', async () => (await subjects(inbox.id, 'Archive')).length === 2, 30_000);
+    await until('out of INBOX', async () => (await subjects(inbox.id, 'INBOX')).length === 1, 30_000);
     expect(await subjects(inbox.id, 'INBOX')).to.deep.equal([`${tag} alone`]);
     expect(await subjects(inbox.id, 'Sent')).to.deep.equal([`Re: ${tag}`]);
     // Undo puts both back (and only them).
     await page.click('#undo');
     await page.locator('#undo-status', { hasText: 'Undone.' }).waitFor({ timeout: 30_000 });
     await until('both back in INBOX', async () => (await subjects(inbox.id, 'INBOX')).length === 3, 30_000);
-    expect(await subjects(inbox.id, 'Archive')).to.deep.equal([]);
+    await until('out of the Archive', async () => (await subjects(inbox.id, 'Archive')).length === 0, 30_000);
     expect(await subjects(inbox.id, 'Sent')).to.deep.equal([`Re: ${tag}`]);
     await until('one row for the conversation again', async () => (await page.locator('#messages li.message').count()) === 2);
     expect(await conversation.count()).to.equal(1);
@@ -167,7 +169,8 @@ describe('web app: conversation actions, delete forever, drag to a label (Chromi
     // A shortcut typed while the question is up does nothing (the Escape after it is handled in order).
     await page.keyboard.press('e');
     await page.keyboard.press('Escape');
-    await dialog.waitFor({ state: 'detached' });
+    // Gone from the page once its close was handled (focus given back first).
+    await page.locator('dialog#confirm').waitFor({ state: 'detached' });
     expect(await inPage(page, 'document.activeElement?.id')).to.equal('bulk-destroy');
     expect(await page.locator('#messages li.message').count()).to.equal(3);
     expect(await subjects(inbox.id, 'Trash')).to.have.length(3);

@@ -65,7 +65,7 @@ describe('web app: the outbox (Chromium)', function () {
     const moved = await waiting(toMove, `Rescheduled ${unique('r')}`, { sendAt: inAnHour });
     const cancelledSubject = `Cancelled ${unique('c')}`;
     const cancelled = await waiting(rcpt('cancelled'), cancelledSubject, { sendAt: inAnHour });
-    const held = await waiting(rcpt('held'), `Held ${unique('h')}`, { holdSeconds: 6 });
+    const held = await waiting(rcpt('held'), `Held ${unique('h')}`, { holdSeconds: 12 });
 
     // From the inbox screen's Outbox link.
     await go(page, `#/inbox/${a.id}`);
