@@ -2,8 +2,9 @@
 // (panes.ts): its labels with unread counts; the label's messages newest first a page at a time
 // (docs/api.md, "Messages": `limit`, `before`), live changes from the inbox stream (docs/api.md,
 // "Inbox change stream") applied in place, multi-select and the actions (actions.ts) with Undo,
-// rows dragged onto a label to move them, Delete forever in Trash and Junk; and the reading pane, where message.ts opens a message without taking the list down. Rows,
-// addresses and the arrow keys are list.ts's, shared with search.
+// rows dragged onto a label to move them, Delete forever in Trash and Junk; and the reading pane,
+// where message.ts opens a message without taking the list down. Rows, addresses and the arrow
+// keys are list.ts's, shared with search.
 import type { Flag, InboxList, Label, LabelList, LiveChange, MessageList, MessageSummary } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
 import { addRoute } from '../routes.ts';
