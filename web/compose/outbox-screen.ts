@@ -3,8 +3,8 @@
 // their undo hold, scheduled for later or being sent, each with its state and time. A held or
 // scheduled send can be cancelled (it comes back as a draft, which the screen links to); a
 // scheduled one can be given another time. The inbox stream carries no outbox change, so the
-// screen reads the outbox when it opens, after each change it makes, and again when a send's time
-// (or hold) comes or one is being sent.
+// screen reads the outbox when it opens, after each change it makes, when the tab is shown again,
+// and when a send's time (or hold) comes or one is being sent.
 import { ApiError } from '../api.ts';
 import { dateTexts } from '../dates.ts';
 import { addRoute } from '../routes.ts';
@@ -40,6 +40,8 @@ async function outboxPage(inboxId: string): Promise<void> {
   const status = h('p', { class: 'muted', id: 'outbox-status', role: 'status' });
   const empty = h('p', { id: 'outbox-empty', hidden: '' }, 'Nothing waits to be sent.');
   let timer: number | undefined;
+  /** This screen is the one up (a later visit to the outbox is another screen, with its own timer). */
+  const shown = () => location.hash === hash && list.isConnected;
 
   const item = (s: OutboxSend): HTMLLIElement => {
     const heading = `To ${s.recipients} recipient${s.recipients === 1 ? '' : 's'}, from ${s.from}`;
@@ -103,9 +105,9 @@ async function outboxPage(inboxId: string): Promise<void> {
   /** Reads the outbox again; focus on a control of a send still listed stays on it. */
   const refresh = async (): Promise<void> => {
     clearTimeout(timer);
-    if (location.hash !== hash) return;
+    if (!shown()) return;
     const sends = await waitingSends(inboxId);
-    if (location.hash !== hash) return;
+    if (!shown()) return;
     const focused = document.activeElement instanceof HTMLElement && list.contains(document.activeElement) ? document.activeElement.id : '';
     list.replaceChildren(...sends.map(item));
     empty.hidden = sends.length > 0;
@@ -130,6 +132,12 @@ async function outboxPage(inboxId: string): Promise<void> {
     list,
     empty,
   );
+  // Back to this tab (its timers slowed while hidden): read again. Left with the screen.
+  const onVisible = () => {
+    if (!shown()) return document.removeEventListener('visibilitychange', onVisible);
+    if (document.visibilityState === 'visible') void refresh().catch(report);
+  };
+  document.addEventListener('visibilitychange', onVisible);
   await refresh();
 }
 
