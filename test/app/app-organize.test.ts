@@ -53,7 +53,7 @@ describe('web app: conversation actions, delete forever, drag to a label (Chromi
   const rowOf = (page: Page, text: string) => page.locator('#messages li.message', { hasText: text });
   const audit = (page: Page, screen: string) => axeViolations(page, screen, { widths: [1280, 360], restoreWidth: 1280 });
 
-  it('conversations: archive, flag and read on a conversation row act on all its messages in the label; Undo puts them all back', async () => {
+  it('conversations: archive, flag, read and move on a conversation (row or pane) act on all its messages in the label; Undo puts them all back', async () => {
     const { page } = device;
     const tag = `Conv ${randomBytes(3).toString('hex')}`;
     const inbox = await p.inbox();
@@ -132,6 +132,18 @@ describe('web app: conversation actions, delete forever, drag to a label (Chromi
     expect(await subjects(inbox.id, 'Sent')).to.deep.equal([`Re: ${tag}`]);
     await until('one row for the conversation again', async () => (await page.locator('#messages li.message').count()) === 2);
     expect(await conversation.count()).to.equal(1);
+
+    // Opened in the reading pane, the conversation has the same actions: Move to Junk moves both.
+    await conversation.locator('a').click();
+    await page.locator('#thread-subject', { hasText: tag }).waitFor({ timeout: 60_000 });
+    expect(await page.locator('#message-actions').getAttribute('aria-label')).to.equal('This conversation');
+    await page.selectOption('#msg-move-to', { label: 'Junk' });
+    await page.click('#msg-move');
+    await page.locator('#panes[data-pane="list"]').waitFor();
+    await page.locator('#undo-status', { hasText: 'Moved to Junk: 2 messages.' }).waitFor();
+    await until('both in Junk', async () => (await subjects(inbox.id, 'Junk')).length === 2, 30_000);
+    await until('out of INBOX again', async () => (await subjects(inbox.id, 'INBOX')).length === 1, 30_000);
+    expect(await subjects(inbox.id, 'Sent')).to.deep.equal([`Re: ${tag}`]);
   });
 
   it('Delete forever from Trash: asked first (Cancel changes nothing), a selection deleted, one also in INBOX kept; axe', async () => {

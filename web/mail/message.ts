@@ -83,9 +83,10 @@ function removedNotice(): HTMLElement {
  * Archive, delete, junk, unread and move for the message shown (actions.ts), and in the reading
  * pane of Trash or Junk, delete forever (asked first). In the reading pane
  * the list does them (at once, with Undo) and the pane closes onto the next row; shown on its own,
- * the change is made here and the screen goes back to the list, with Undo offered there too.
+ * the change is made here and the screen goes back to the list, with Undo offered there too. A
+ * conversation open in the reading pane has them too (`msgId` its row): the list acts on all of it.
  */
-function messageActions(inboxId: string, msgId: string, panes: Panes | null, backHash: string): HTMLElement {
+export function messageActions(inboxId: string, msgId: string, panes: Panes | null, backHash: string, what = 'This message'): HTMLElement {
   const run = async (action: Action, target?: string) => {
     if (panes) {
       const next = action === 'unread' ? msgId : panes.control.neighbour(msgId, 1);
@@ -119,7 +120,7 @@ function messageActions(inboxId: string, msgId: string, panes: Panes | null, bac
   );
   return h(
     'div',
-    { class: 'actions', id: 'message-actions', role: 'group', 'aria-label': 'This message' },
+    { class: 'actions', id: 'message-actions', role: 'group', 'aria-label': what },
     button('Archive', () => run('archive'), { class: 'secondary', id: 'msg-archive' }),
     button('Delete', () => run('trash'), { class: 'secondary', id: 'msg-trash' }),
     panes && deletesForever(panes.control.label())

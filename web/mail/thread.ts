@@ -3,7 +3,8 @@
 // reading pane when the list is up. GET …/threads/{thread} gives its messages oldest first; read
 // ones are collapsed to their sender and date, the newest unread (else the newest) is expanded:
 // opened in this browser (open.ts) and marked read, as opening a message does. Each expands on
-// demand and opens on its own (HTML, images, attachments, actions) from "Open this message".
+// demand and opens on its own (HTML, images, attachments, actions) from "Open this message". In
+// the list's reading pane the conversation has the list's actions: on all of it in that label.
 import PostalMime from 'postal-mime';
 import type { MessageSummary, Thread } from '../../schemas/wire.ts';
 import { api } from '../api.ts';
@@ -12,6 +13,7 @@ import { addRoute } from '../routes.ts';
 import { h, report, show, type Child } from '../ui.ts';
 import { labelName } from './labels.ts';
 import { backFromMessage, messageHash } from './list.ts';
+import { messageActions } from './message.ts';
 import { openMessage } from './open.ts';
 import { panesFor, showInReader } from './panes.ts';
 
@@ -64,7 +66,8 @@ async function threadScreen(inboxId: string, threadId: string): Promise<void> {
   const hash = location.hash;
   const panes = panesFor(inboxId);
   // The row that opened it carries the thread's id; it is marked as the one open.
-  const rowId = panes?.root.querySelector<HTMLElement>(`li.message[data-thread="${threadId}"]`)?.dataset.msg ?? threadId;
+  const listed = panes?.root.querySelector<HTMLElement>(`li.message[data-thread="${threadId}"]`)?.dataset.msg;
+  const rowId = listed ?? threadId;
   const display = panes ? (...children: Child[]) => showInReader(panes, rowId, ...children) : show;
   const from = panes ? { hash: panes.listHash, name: labelName(panes.control.label()) } : backFromMessage(inboxId);
   const back = h('p', {}, h('a', { href: from.hash, id: 'back' }, `← Back to ${from.name}`));
@@ -81,6 +84,8 @@ async function threadScreen(inboxId: string, threadId: string): Promise<void> {
     back,
     h('h1', { id: 'thread-subject' }, messages[0]?.subject ?? '(no subject)'),
     h('p', { class: 'muted', id: 'thread-count' }, `${messages.length} message${messages.length === 1 ? '' : 's'} in this conversation.`),
+    // In the list's reading pane, the list's actions on the conversation's row: all of it in the label.
+    panes && listed ? messageActions(inboxId, listed, panes, panes.listHash, 'This conversation') : null,
     h('ol', { class: 'thread', id: 'thread' }, ...messages.map((m) => item(inboxId, m, m.id === expanded))),
   );
 }
