@@ -227,11 +227,16 @@ const BUILTINS: BuiltinSpec[] = [
       {
         name: 'change',
         type: 'string',
-        enum: ['labels', 'flags', 'keywords', 'move'],
+        enum: ['labels', 'flags', 'keywords', 'move', 'destroy'],
         required: true,
-        description: 'What kind of change.',
+        description: 'What kind of change (destroy: deleted forever, an extension of version 1).',
       },
       { name: 'to', type: 'string', description: 'For change = move: where to (inbox, archive, trash, junk or a label id).' },
+      {
+        name: 'confirm',
+        type: 'boolean',
+        description: 'For change = destroy: messages outside Trash and Junk were allowed too.',
+      },
       { name: 'add', type: 'string[]', description: 'The labels, flags or keywords added.' },
       { name: 'remove', type: 'string[]', description: 'The labels, flags or keywords removed.' },
       { name: 'changed', type: 'string[]', required: true, description: 'The messages changed.' },

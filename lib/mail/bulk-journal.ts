@@ -26,7 +26,11 @@ export class EventBulkJournal implements BulkJournal {
     const of = (s: BulkResult['status']) => answer.results.filter((r) => r.status === s);
     const data: EventData = {
       change: change.kind,
-      ...(change.kind === 'move' ? { to: change.to } : { add: [...change.add], remove: [...change.remove] }),
+      ...(change.kind === 'move'
+        ? { to: change.to }
+        : change.kind === 'destroy'
+          ? { confirm: change.confirm }
+          : { add: [...change.add], remove: [...change.remove] }),
       changed: of('changed').map((r) => r.id),
       unchanged: of('unchanged').map((r) => r.id),
       notFound: of('not_found').map((r) => r.id),

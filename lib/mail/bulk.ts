@@ -15,16 +15,16 @@ import type { MailIndexStore } from './ports.ts';
 export const MAX_BULK = 1000;
 
 /**
- * The change a bulk call applies, one per call. Delete forever (issue 30, item 2) is another
- * kind, `{ kind: 'delete' }`: its plan expunges every place of the message (`remove` = all its
- * labels, no `add`, allowed only from Trash or Junk or with confirmation); it plugs in at
- * planOf() below and reuses the expunge step as it is.
+ * The change a bulk call applies, one per call. `destroy` deletes forever (docs/organize.md,
+ * "Delete forever"): every place of the message is expunged, allowed per message only when each
+ * is in Trash or Junk, unless `confirm`.
  */
 export type BulkChange =
   | { kind: 'labels'; add: readonly string[]; remove: readonly string[] }
   | { kind: 'flags'; add: readonly Flag[]; remove: readonly Flag[] }
   | { kind: 'keywords'; add: readonly string[]; remove: readonly string[] }
-  | { kind: 'move'; to: string };
+  | { kind: 'move'; to: string }
+  | { kind: 'destroy'; confirm: boolean };
 
 export type BulkStatus = 'changed' | 'unchanged' | 'not_found' | 'refused';
 
@@ -150,7 +150,7 @@ export class MailBulk {
 
   /** What is wrong with the change itself: a 400 before anything is done. */
   private check(change: BulkChange): void {
-    if (change.kind === 'move') return;
+    if (change.kind === 'move' || change.kind === 'destroy') return;
     const both = change.add.filter((a) => (change.remove as readonly string[]).some((r) => r.toLowerCase() === a.toLowerCase()));
     if (both.length > 0) throw invalid(`cannot be added and removed at once: ${both.join(', ')}`);
     if (change.add.length === 0 && change.remove.length === 0) throw invalid('the change must add or remove something');
@@ -215,6 +215,20 @@ export class MailBulk {
         const add = guidsOf(change.add);
         const remove = guidsOf(change.remove);
         return (t) => relabel(t, add, remove);
+      }
+      case 'destroy': {
+        const bin = new Set(labels.filter((l) => l.specialUse === '\\Trash' || l.specialUse === '\\Junk').map((l) => l.guid));
+        return (t) => {
+          const outside = labels.filter((l) => t.locations.some((at) => at.labelGuid === l.guid) && !bin.has(l.guid));
+          if (!change.confirm && outside.length > 0)
+            return {
+              stores: [],
+              add: [],
+              remove: [],
+              refused: `the message is in ${outside.map((l) => l.path).join(', ')}: deleting forever cannot be undone, so it is allowed from trash or junk only; move it to trash first, or confirm`,
+            };
+          return { stores: [], add: [], remove: [...t.locations] };
+        };
       }
       case 'move': {
         const target = moveTarget(labels, change.to);

@@ -207,6 +207,31 @@ describeWithCorpus('bulk organizing: one change to many messages', function () {
     expect(recorded.map((e) => e.subject)).to.deep.equal(['retry-me-1', 'retry-me-2', undefined]);
   });
 
+  it('deletes forever in bulk: from Trash and Junk at once, elsewhere only confirmed (per id), and only with messages:destroy', async () => {
+    const { inbox, token, ids } = await setUp(5);
+    const [a, b, c, d, e] = ids as [string, string, string, string, string];
+    await ok(await bulk(inbox.id, token, { ids: [a, b], move: { to: 'trash' } }));
+    await ok(await bulk(inbox.id, token, { ids: [c], move: { to: 'junk' } }));
+    // Without messages:destroy: 403, nothing deleted.
+    await expectError(await bulk(inbox.id, token, { ids: [a], destroy: {} }), 403);
+    const destroyer = await p.token(['messages:read', 'messages:write', 'messages:destroy', 'events:read']);
+    const first = await ok(await bulk(inbox.id, destroyer, { ids: [a, b, c, d, missing(7)], destroy: {} }));
+    expect(statusOf(first)).to.deep.equal({ [a]: 'changed', [b]: 'changed', [c]: 'changed', [d]: 'refused', [missing(7)]: 'not_found' });
+    expect(first.results.find((r) => r.id === d)!.error).to.match(/INBOX.*trash or junk only/);
+    expect(await folder(inbox, 'Trash')).to.have.length(0);
+    expect(await folder(inbox, 'Junk')).to.have.length(0);
+    expect(await folder(inbox, 'INBOX')).to.have.length(2);
+    // Confirmed: from INBOX too.
+    const confirmed = await ok(await bulk(inbox.id, destroyer, { ids: [d, e], destroy: { confirm: true } }));
+    expect(confirmed).to.include({ changed: 2, refused: 0 });
+    expect(await folder(inbox, 'INBOX')).to.have.length(0);
+    for (const id of ids) await expectError(await call(`${s.base}/inboxes/${inbox.id}/messages/${id}`, { token: destroyer }), 404);
+    // A bad confirm is a 400 for the whole call.
+    await expectError(await bulk(inbox.id, destroyer, { ids: [a], destroy: { confirm: 'yes' } }), 400);
+    const recorded = (await events(inbox.id, destroyer, ['message.bulk'], 4)).filter((ev) => ev.data?.change === 'destroy');
+    expect(recorded.map((ev) => ev.data?.confirm)).to.deep.equal([false, true]);
+  });
+
   it('refuses over 1,000 ids, a malformed body, and a bad Idempotency-Key with a clear 400, doing nothing', async () => {
     const { inbox, token, ids } = await setUp(1);
     const many = [...ids, ...Array.from({ length: 1000 }, (_, i) => missing(i + 10))];
