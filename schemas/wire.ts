@@ -156,6 +156,12 @@ export interface BulkChange {
   flags?: BulkFlagChange;
   keywords?: KeywordChange;
   move?: MessageMove;
+  destroy?: BulkDestroy;
+}
+
+/** A bulk call's delete forever (docs/organize.md, "Delete forever"); needs messages:destroy. */
+export interface BulkDestroy {
+  confirm?: boolean;
 }
 
 /** A bulk call's flags to add and remove, as POST …/flags takes them. */

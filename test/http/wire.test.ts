@@ -39,6 +39,7 @@ const MIRRORS: Record<string, string> = {
   BulkChange: 'mail.json#/$defs/BulkChange',
   BulkResult: 'mail.json#/$defs/BulkResult',
   BulkFlagChange: 'mail.json#/$defs/BulkChange/properties/flags',
+  BulkDestroy: 'mail.json#/$defs/BulkDestroy',
   BulkOutcome: 'mail.json#/$defs/BulkResult/properties/results/items',
   LiveChange: 'mail.json#/$defs/LiveChange',
   EpochKey: 'crypto.json#/$defs/EpochKeyList/properties/epochs/items',

@@ -4,10 +4,10 @@
 // changes before the server does, and changes back if it refuses); each that takes mail out of
 // the label offers Undo for a few seconds (undo.ts), which is the opposite change. A conversation's
 // row (the list grouped by thread) stands for every message of its thread in the label listed.
-// Deleting forever (from Trash or Junk) is not a bulk change: one DELETE per message, confirmed
-// first and not undoable.
+// Deleting forever (from Trash or Junk) is the bulk call's destroy, never confirmed past the
+// server's rule: asked first in the app and not undoable.
 import type { BulkChange, BulkResult, Flag, Label, MessageSummary, Thread } from '../../schemas/wire.ts';
-import { api, ApiError } from '../api.ts';
+import { api } from '../api.ts';
 import { labelName } from './labels.ts';
 
 export const ACTIONS = ['archive', 'trash', 'junk', 'not-junk', 'move', 'read', 'unread', 'flag', 'unflag'] as const;
@@ -140,30 +140,17 @@ export async function messagesOf(
 export const deletesForever = (label: Label) => label.specialUse === '\\Trash' || label.specialUse === '\\Junk';
 
 /**
- * Deletes each message forever (DELETE …/messages/{msg}, a few at a time), never confirming past
- * the server's rule: a message also in another label (a 409) is kept and said. One already gone
- * counts as deleted. Any other refusal is thrown once the rest are done.
+ * Deletes the messages forever (the bulk call's destroy, 1,000 at a time), never confirming past
+ * the server's rule: a message also in another label (refused) is kept and said. One already gone
+ * counts as deleted.
  */
 export async function deleteForever(inboxId: string, ids: string[]): Promise<{ deleted: string[]; kept: string[] }> {
   const deleted: string[] = [];
   const kept: string[] = [];
-  let failure: Error | undefined;
-  let next = 0;
-  const worker = async () => {
-    for (let i = next++; i < ids.length; i = next++) {
-      const id = ids[i]!;
-      try {
-        await api('DELETE', `/inboxes/${inboxId}/messages/${id}`);
-        deleted.push(id);
-      } catch (err) {
-        if (err instanceof ApiError && err.status === 404) deleted.push(id);
-        else if (err instanceof ApiError && err.status === 409) kept.push(id);
-        else failure ??= err instanceof Error ? err : new Error(String(err));
-      }
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(4, ids.length) }, worker));
-  if (failure) throw failure;
+  for (let i = 0; i < ids.length; i += 1000) {
+    const answer = await api<BulkResult>('POST', `/inboxes/${inboxId}/messages/bulk`, { ids: ids.slice(i, i + 1000), destroy: {} });
+    for (const r of answer.results) (r.status === 'refused' ? kept : deleted).push(r.id);
+  }
   return { deleted, kept };
 }
 

@@ -2,7 +2,7 @@
 // change to up to 1,000 messages, answered per id; a repeated Idempotency-Key applies nothing twice.
 import type { Access } from '../../auth/access.ts';
 import { invalid } from '../../errors.ts';
-import type { Flag, KeywordChange, LabelChange, MessageMove } from '../../../schemas/wire.ts';
+import type { BulkDestroy, Flag, KeywordChange, LabelChange, MessageMove } from '../../../schemas/wire.ts';
 import { MAX_BULK, type BulkChange, type MailBulk } from '../../mail/bulk.ts';
 import { allow } from '../authenticate.ts';
 import { readJson } from '../body.ts';
@@ -24,7 +24,7 @@ interface BulkBody {
   flags?: { add?: Flag[]; remove?: Flag[] };
   keywords?: KeywordChange;
   move?: MessageMove;
-  destroy?: { confirm?: boolean };
+  destroy?: BulkDestroy;
 }
 
 /** The one change a bulk body names (the schema lets through exactly one). */
