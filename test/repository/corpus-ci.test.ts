@@ -46,6 +46,9 @@ function mochaOnAll(env: Record<string, string>): Promise<{ report: Report; outp
     join(ROOT, 'node_modules/mocha/bin/mocha.js'),
     '--no-config',
     '--import=tsx',
+    // What the suites leave open once their stand-ins ran (a server a hook started) is not this
+    // check's subject, and would keep the child alive after its report is written.
+    '--exit',
     '--reporter=json',
     `--reporter-option=output=${out}`,
     '--grep',
