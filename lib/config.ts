@@ -115,6 +115,8 @@ export interface Config {
     /** Attempts under way at once in a process: all projects' (POSTERN_WEBHOOK_MAX_IN_FLIGHT), one project's (POSTERN_WEBHOOK_PROJECT_CONCURRENCY). */
     maxInFlight: number;
     projectConcurrency: number;
+    /** Attempts a second to one project's failing endpoints, per process (POSTERN_WEBHOOK_FAILING_PER_SECOND; 0: no limit). */
+    failingPerSecond: number;
     /** POST /webhooks/{id}/test calls per endpoint a minute, per process. */
     testsPerMinute: number;
     /** How webhook hosts are resolved (adapters/webhooks/dns.ts). */
@@ -431,6 +433,12 @@ export const SETTINGS: readonly Setting[] = [
     description: 'webhook attempts under way at once in a process, over every project (at least POSTERN_WEBHOOK_PROJECT_CONCURRENCY)',
   },
   {
+    name: 'POSTERN_WEBHOOK_FAILING_PER_SECOND',
+    default: '20',
+    description:
+      "webhook attempts started per second to one project's failing endpoints (the last attempt failed), per process; the rest wait their turn, a 2xx makes an endpoint healthy again; 0 = no limit",
+  },
+  {
     name: 'POSTERN_WEBHOOK_TESTS_PER_MINUTE',
     default: '5',
     description:
@@ -658,6 +666,7 @@ export function loadConfig(env: Env = process.env, options: { serve?: boolean } 
       keepMs: duration('POSTERN_WEBHOOK_KEEP'),
       maxInFlight,
       projectConcurrency,
+      failingPerSecond: int('POSTERN_WEBHOOK_FAILING_PER_SECOND', 0, 100000),
       testsPerMinute: int('POSTERN_WEBHOOK_TESTS_PER_MINUTE', 0, 10000),
       dns: {
         servers: dnsServers.length === 0 ? null : dnsServers,

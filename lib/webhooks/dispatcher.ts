@@ -10,7 +10,9 @@
 //   enqueued and again before each attempt. A revoked or expired token disables the endpoint.
 // - At most `concurrency` attempts per endpoint, `projectConcurrency` per project and
 //   `maxInFlight` in all are under way in a process, so a slow or dead receiver holds only its own
-//   deliveries back, and a project's many slow receivers only that project's.
+//   deliveries back, and a project's many slow receivers only that project's. No more
+//   deliveries are made than there is room to send (the rest wait in the log), and a project's
+//   failing endpoints start `failingPerSecond` attempts a second (lib/webhooks/failing.ts).
 // - A deleted endpoint (forget) has its attempts under way abandoned and none of its leased ones started.
 // - Failures are retried on the schedule (lib/webhooks/retry.ts); 410 Gone disables the endpoint,
 //   and so does failing without a break for `disableAfterMs`. Both record webhook.endpoint.disabled.
@@ -19,7 +21,7 @@
 // endpoint-cache.ts (the enabled endpoints, woken by new events), enqueue.ts (reading the log
 // into deliveries), claim-plan.ts and pace.ts (what to lease, how much at a time), in-flight.ts
 // (the caps, starting attempts), attempt.ts (one attempt), outcomes.ts (writing outcomes behind
-// the attempts), disabling.ts, token-standing.ts, signing-secrets.ts, delivery-body.ts; and
+// the attempts), failing.ts (the failing endpoints' budget), disabling.ts, token-standing.ts, signing-secrets.ts, delivery-body.ts; and
 // coalesce.ts, how a thing asked for often runs once.
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
@@ -33,6 +35,7 @@ import { Attempts } from './attempt.ts';
 import { planClaim } from './claim-plan.ts';
 import { OneAtATime, Soon, nextTurn } from './coalesce.ts';
 import { type DisableReason, EndpointDisabling } from './disabling.ts';
+import { FailingBudget } from './failing.ts';
 import { EndpointCache } from './endpoint-cache.ts';
 import type { WebhookEndpoints } from './endpoints.ts';
 import { Enqueuing } from './enqueue.ts';
@@ -71,6 +74,8 @@ export class WebhookDispatcher {
   private readonly endpoints: EndpointCache;
   private readonly standings: TokenStandings;
   private readonly paces: Paces;
+  /** Attempts to failing endpoints, a budget per project (lib/webhooks/failing.ts). */
+  private readonly failing: FailingBudget;
   private readonly inFlight: InFlight;
   private readonly attempts: Attempts;
   private readonly outcomes: OutcomeWriter;
@@ -93,6 +98,14 @@ export class WebhookDispatcher {
    * claims found nothing: a third of the claims in a run of the throughput benchmark.
    */
   private readonly drained = new Set<string>();
+  /**
+   * Endpoints whose catch-up stopped for want of room (lib/webhooks/enqueue.ts): read again once
+   * an attempt ends, not on every event of their project (a hundred endpoints whose receivers
+   * hang, woken by each event, each found no room).
+   */
+  private readonly waitingForRoom = new Set<string>();
+  /** Catch-ups waiting for room asked again after this turn, once for every attempt ending in it. */
+  private readonly roomSoon: Soon;
   /** Events read lately: a claimed delivery's body, without reading the log again. */
   private readonly recent = new RecentEvents();
   private timer: NodeJS.Timeout | null = null;
@@ -109,7 +122,7 @@ export class WebhookDispatcher {
       store: o.store,
       live: o.events.live,
       woken: (projects) => {
-        for (const e of this.endpoints.values()) if (projects.has(e.projectId)) void this.fill(e.id);
+        for (const e of this.endpoints.values()) if (projects.has(e.projectId) && !this.waitingForRoom.has(e.id)) void this.fill(e.id);
       },
       held: () => this.inFlight.endpointIds(),
       deleted: (id) => this.forget(id),
@@ -117,10 +130,12 @@ export class WebhookDispatcher {
     });
     this.standings = new TokenStandings(o.access, now);
     this.paces = new Paces(o.settings.concurrency, now);
+    this.failing = new FailingBudget(o.settings.failingPerSecond, now, (id) => this.endpoints.get(id)?.failingSince ?? null);
     this.inFlight = new InFlight({
       caps: o.settings,
       now,
       start: (h, signal) => void this.run(h, signal),
+      mayStart: (h) => this.failing.wait(h.d.endpointId, h.d.projectId),
       // Written by the next flush: claims no longer write the outcomes waiting first.
       handBack: (d) => {
         this.outcomes.push(handedBack(d, this.owner, this.now()));
@@ -162,6 +177,8 @@ export class WebhookDispatcher {
         this.recent.add(read);
         return this.hold(leased, until);
       },
+      ahead: (e) => this.paces.batchOf(e.id),
+      waitingForRoom: (id) => this.waitingForRoom.add(id),
       leftUnleased: (id) => {
         this.drained.delete(id);
         void this.pump();
@@ -182,6 +199,7 @@ export class WebhookDispatcher {
       closed,
     );
     this.claimSoon = new Soon(nextTurn, () => void this.pump());
+    this.roomSoon = new Soon(nextTurn, () => this.roomLeft());
   }
 
   async start(): Promise<void> {
@@ -208,7 +226,9 @@ export class WebhookDispatcher {
   forget(endpointId: string): void {
     this.endpoints.forget(endpointId);
     this.drained.delete(endpointId);
+    this.waitingForRoom.delete(endpointId);
     this.paces.forget(endpointId);
+    this.failing.forget(endpointId);
     this.inFlight.forget(endpointId);
   }
 
@@ -230,8 +250,15 @@ export class WebhookDispatcher {
   private async tick(only?: string): Promise<void> {
     if (this.closed) return;
     try {
-      if (await this.endpoints.refresh()) this.paces.keepOnly(this.endpoints);
-      for (const e of this.endpoints.values()) if (!only || e.id === only) void this.fill(e.id);
+      if (await this.endpoints.refresh()) {
+        this.paces.keepOnly(this.endpoints);
+        this.failing.keepOnly(this.endpoints);
+      }
+      for (const e of this.endpoints.values()) {
+        if (only && e.id !== only) continue;
+        this.waitingForRoom.delete(e.id);
+        void this.fill(e.id);
+      }
       // Retries come due and leases lapse with time, and other processes enqueue: each poll asks again.
       this.drained.clear();
       void this.pump();
@@ -307,7 +334,9 @@ export class WebhookDispatcher {
   private async run(h: Held, signal: AbortSignal): Promise<void> {
     const d = h.d;
     try {
-      this.outcomes.push(await this.attempts.attempt(d, h.event, signal));
+      const outcome = await this.attempts.attempt(d, h.event, signal);
+      this.failing.outcome(d.endpointId, outcome.receiver);
+      this.outcomes.push(outcome);
     } catch (err) {
       // The lease lapses and the delivery is tried again, by this process or another.
       this.o.log.warn({ err, webhook: d.endpointId, event: d.eventId }, 'webhook attempt failed unexpectedly');
@@ -323,8 +352,31 @@ export class WebhookDispatcher {
    */
   private settled(endpointId: string): void {
     this.outcomes.soon();
+    // Room left: the catch-ups that stopped for want of it go on (the claim below may take it first).
+    if (this.waitingForRoom.size > 0) this.roomSoon.ask();
     // Claimed in batches: only once what the endpoint holds is down to half a batch.
     if (this.projectFull || this.inFlight.held(endpointId) <= this.paces.batchOf(endpointId) / 2) this.claimSoon.ask();
+  }
+
+  /**
+   * The catch-ups waiting for room that have some now go on; the rest wait for the next attempt's
+   * end. The rooms are counted once for the pass (counting one walks every queue).
+   */
+  private roomLeft(): void {
+    const left = this.o.settings.maxInFlight - this.inFlight.heldTotal();
+    if (left <= 0) return;
+    const rooms = this.inFlight.projectRooms();
+    const empty = this.inFlight.emptyProjectRoom();
+    for (const id of this.waitingForRoom) {
+      const e = this.endpoints.get(id);
+      if (!e) {
+        this.waitingForRoom.delete(id);
+        continue;
+      }
+      if ((rooms.get(e.projectId) ?? empty) <= 0 || this.paces.batchOf(id) - this.inFlight.held(id) <= 0) continue;
+      this.waitingForRoom.delete(id);
+      void this.fill(id);
+    }
   }
 
   /** After outcomes are written: endpoints failing without a break for disableAfterMs are disabled. */

@@ -1,7 +1,8 @@
 // An endpoint's reading of the event log (docs/webhooks.md): past its position, what its token
 // may receive, a durable delivery per matching event, the position moved in the same transaction
 // (compare-and-set, so no event is enqueued twice or skipped, across processes). What this process
-// has room for is leased to it as it is made and sent without a claim.
+// has room for is leased to it as it is made and sent without a claim, and without room nothing is
+// made: an endpoint whose receiver does not keep up waits in the log, not as rows (docs/webhooks.md, "Bounds").
 import type { EventLog } from '../events/log.ts';
 import type { StoredEvent } from '../events/types.ts';
 import type { EventFilter } from '../events/query.ts';
@@ -25,6 +26,14 @@ export interface EnqueuingOptions {
   disable: (e: WebhookEndpointRecord, reason: DisableReason, detail: string) => Promise<void>;
   /** How many new deliveries of the endpoint this process has room to lease now. */
   room: (e: WebhookEndpointRecord) => number;
+  /**
+   * How many deliveries a step with room may make (the endpoint's batch, lib/webhooks/pace.ts):
+   * those past its room are left for a claim. A fast endpoint catching up on a backlog makes them
+   * a read at a time, not a few rows per read and commit.
+   */
+  ahead: (e: WebhookEndpointRecord) => number;
+  /** The endpoint's catch-up stopped for want of room: to be asked again when its project's attempts end. */
+  waitingForRoom: (id: string) => void;
   /** Leased as they were made: to be sent (their events are those just read). */
   leased: (leased: DeliveryRecord[], until: number, read: readonly StoredEvent[]) => Promise<void>;
   /** More were made than leased: the rest are for a claim. */
@@ -44,6 +53,11 @@ export class Enqueuing {
    */
   private readonly reads = new Map<string, ReturnType<EventLog['backfill']>>();
   private readonly turns = new Turns(CATCH_UP_PER_PROJECT);
+  /**
+   * Per project, deliveries being made now and not yet held (their enqueue under way): the room
+   * they take is not counted by `room` until then, and a project's steps run several at once.
+   */
+  private readonly making = new Map<string, number>();
 
   constructor(private readonly o: EnqueuingOptions) {}
 
@@ -58,15 +72,26 @@ export class Enqueuing {
   }
 
   /**
-   * One step of an endpoint's catch-up (a read of at most READ_BATCH events, and their enqueue);
-   * false once it is caught up or gone. A project's steps take turns, CATCH_UP_PER_PROJECT at
-   * once: each is synchronous SQLite work, and a hundred endpoints woken by a burst of events
-   * would otherwise enqueue their every delivery in one long commit while nothing else ran.
+   * One step of an endpoint's catch-up (a read of at most READ_BATCH events, and the enqueue of
+   * up to a batch of them while this process has room to send, as many as that room leased to
+   * it); false once it is caught up, gone, or out of room. A project's steps take turns, CATCH_UP_PER_PROJECT at once: each is
+   * synchronous SQLite work, and a hundred endpoints woken by a burst of events would otherwise
+   * enqueue their every delivery in one long commit while nothing else ran.
+   *
+   * Without room (the endpoint, its project or the process holds all it may: its receivers are
+   * slow, hang or fail), nothing is read or written: the events wait in the log, where they are
+   * anyway, and the step is asked again when an attempt ends (or at the next poll). Making rows
+   * that cannot be sent cost a project whose hundred endpoints never answer most of the main
+   * thread (a read and a row per endpoint per event; bench/RESULTS.md, "Session 18").
    */
   private async step(id: string): Promise<boolean> {
     const o = this.o;
     const e = o.endpoints.get(id);
     if (!e || o.closed()) return false;
+    if (this.roomOf(e) <= 0) {
+      o.waitingForRoom(id);
+      return false;
+    }
     const standing = await o.standings.of(e);
     if (!standing.principal) {
       await o.disable(e, 'token', 'the token that created it was revoked or expired');
@@ -76,23 +101,35 @@ export class Enqueuing {
     const read = await this.read(filter, e.position);
     if (read.scannedTo <= e.position) return false;
     const at = o.now();
-    const deliveries = read.events.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
-    // What there is room for is leased to this process as it is made, and sent without a claim.
-    const room = Math.min(o.room(e), deliveries.length);
+    // Room again: the read awaited, and other steps may have leased meanwhile.
+    const room = Math.max(0, this.roomOf(e));
+    if (room === 0 && read.events.length > 0) {
+      o.waitingForRoom(id);
+      return false;
+    }
+    // While there is room: up to a batch (or the room, if more), the room's worth leased, the rest
+    // for a claim. The position moves to the last one made (the events before it that the filter
+    // left out are passed over with it), else past all that was read.
+    const take = Math.max(room, o.ahead(e));
+    const made = read.events.length > take ? read.events.slice(0, take) : read.events;
+    const to = made.length < read.events.length ? made[made.length - 1]!.position : read.scannedTo;
+    const deliveries = made.map((ev) => ({ eventId: ev.eventId, position: ev.position, type: ev.type }));
+    const lease = Math.min(room, deliveries.length);
     const until = at + o.settings.leaseMs;
-    const leased = await o.store.enqueue(
-      e.id,
-      e.position,
-      read.scannedTo,
-      deliveries,
-      at,
-      room > 0 ? { owner: o.owner, until, count: room } : undefined,
-    );
+    this.make(e.projectId, lease);
+    let leased: DeliveryRecord[] | null;
+    try {
+      leased = await o.store.enqueue(e.id, e.position, to, deliveries, at, lease > 0 ? { owner: o.owner, until, count: lease } : undefined);
+      if (leased) {
+        // Not put back when a refresh dropped it meanwhile (disabled, deleted): the attempt then
+        // finds it gone and hands its deliveries back, instead of sending to a disabled endpoint.
+        if (o.endpoints.has(id)) o.endpoints.set({ ...e, position: to });
+        await o.leased(leased, until, made);
+      }
+    } finally {
+      this.make(e.projectId, -lease);
+    }
     if (leased) {
-      // Not put back when a refresh dropped it meanwhile (disabled, deleted): the attempt then
-      // finds it gone and hands its deliveries back, instead of sending to a disabled endpoint.
-      if (o.endpoints.has(id)) o.endpoints.set({ ...e, position: read.scannedTo });
-      await o.leased(leased, until, read.events);
       if (deliveries.length > leased.length) o.leftUnleased(id);
     } else {
       // Another process moved it on, or a replay rewound it: read where it stands now.
@@ -103,7 +140,19 @@ export class Enqueuing {
       }
       o.endpoints.set(fresh);
     }
-    return !(read.complete && read.scannedTo === o.endpoints.get(id)?.position);
+    return !(read.complete && to === read.scannedTo && to === o.endpoints.get(id)?.position);
+  }
+
+  /** The endpoint's room (EnqueuingOptions.room) less what its project's steps are making now. */
+  private roomOf(e: WebhookEndpointRecord): number {
+    return this.o.room(e) - (this.making.get(e.projectId) ?? 0);
+  }
+
+  private make(projectId: string, n: number): void {
+    if (n === 0) return;
+    const left = (this.making.get(projectId) ?? 0) + n;
+    if (left === 0) this.making.delete(projectId);
+    else this.making.set(projectId, left);
   }
 
   /** The log past `position` as `filter` sees it, read once per turn for every endpoint asking the same. */

@@ -18,6 +18,11 @@ export interface InFlightOptions {
   now: () => number;
   /** Starts an attempt; it calls ended() when it is over. `signal`: abandon it (endpoint deleted, or stopping). */
   start: (h: Held, signal: AbortSignal) => void;
+  /**
+   * Whether the delivery may start now, besides the caps: 0 (counted as started), else the ms
+   * to wait (lib/webhooks/failing.ts: a failing endpoint's project budget). Absent: always.
+   */
+  mayStart?: (h: Held) => number;
   /** A delivery not started (its lease too short, or the process stopping): to be handed back. */
   handBack: (d: DeliveryRecord) => void;
   /** True once the process stops taking work: waiting deliveries are handed back, not started. */
@@ -36,6 +41,8 @@ export class InFlight {
   private readonly waitingForRoom = new Set<string>();
   /** Per endpoint with attempts under way: what abandons them (deleted, or the process stopping). */
   private readonly aborts = new Map<string, { controller: AbortController; signal: AbortSignal }>();
+  /** Endpoints waiting for mayStart, and the timer that drains each again. */
+  private readonly waitingForBudget = new Map<string, NodeJS.Timeout>();
   /** Wakes close once no attempt is under way. */
   private allEnded: (() => void) | null = null;
 
@@ -99,6 +106,8 @@ export class InFlight {
   forget(id: string): void {
     this.queued.delete(id);
     this.waitingForRoom.delete(id);
+    clearTimeout(this.waitingForBudget.get(id));
+    this.waitingForBudget.delete(id);
     this.aborts.get(id)?.controller.abort();
   }
 
@@ -139,6 +148,8 @@ export class InFlight {
     const out: DeliveryRecord[] = [];
     for (const q of this.queued.values()) for (const h of q) out.push(h.d);
     this.queued.clear();
+    for (const timer of this.waitingForBudget.values()) clearTimeout(timer);
+    this.waitingForBudget.clear();
     return out;
   }
 
@@ -158,6 +169,18 @@ export class InFlight {
       if ((this.runningByProject.get(h.d.projectId) ?? 0) >= caps.projectConcurrency || this.runningTotal >= caps.maxInFlight) {
         // Started when an attempt of its project (or any, for the process's cap) ends.
         this.waitingForRoom.add(id);
+        break;
+      }
+      if (this.waitingForBudget.has(id)) break;
+      const wait = this.o.mayStart?.(h) ?? 0;
+      if (wait > 0) {
+        // Drained again when the budget has room (its lease is checked again then).
+        const timer = setTimeout(() => {
+          this.waitingForBudget.delete(id);
+          this.drain(id);
+        }, wait);
+        timer.unref();
+        this.waitingForBudget.set(id, timer);
         break;
       }
       q.shift();

@@ -7,6 +7,7 @@ import type { Principal } from '../../lib/auth/access.ts';
 import type { Scope } from '../../lib/auth/scopes.ts';
 import { STANDING_TTL_MS, type StandingAccess, TokenStandings, type Standing } from '../../lib/webhooks/token-standing.ts';
 import { clock, endpointRecord, deliveryRecord, silent } from '../helpers/webhook-fixtures.ts';
+import { until } from '../helpers/mail-fixtures.ts';
 import { SigningSecrets } from '../../lib/webhooks/signing-secrets.ts';
 import type {
   WebhookEndpointRecord,
@@ -28,6 +29,7 @@ import type { StoredEvent } from '../../lib/events/types.ts';
 import { Attempts } from '../../lib/webhooks/attempt.ts';
 import { EndpointCache, type EndpointCacheOptions } from '../../lib/webhooks/endpoint-cache.ts';
 import { Enqueuing } from '../../lib/webhooks/enqueue.ts';
+import { FailingBudget } from '../../lib/webhooks/failing.ts';
 
 describe('lib/webhooks/coalesce.ts', () => {
   // OneAtATime and Soon (lib/webhooks/coalesce.ts): how the dispatcher runs a thing once however often it is asked.
@@ -308,7 +310,7 @@ describe('lib/webhooks/in-flight.ts', () => {
   // InFlight (lib/webhooks/in-flight.ts): the deliveries a process holds, started under the endpoint's, the project's and the process's caps.
   const caps = { concurrency: 2, projectConcurrency: 3, maxInFlight: 4, timeoutMs: 1000 };
 
-  function harness(over: Partial<typeof caps> = {}) {
+  function harness(over: Partial<typeof caps> = {}, mayStart?: (h: Held) => number) {
     const c = clock();
     const started: Array<{ h: Held; signal: AbortSignal }> = [];
     const handedBack: DeliveryRecord[] = [];
@@ -318,6 +320,7 @@ describe('lib/webhooks/in-flight.ts', () => {
       caps: { ...caps, ...over },
       now: c.now,
       start: (h, signal) => started.push({ h, signal }),
+      mayStart,
       handBack: (d) => handedBack.push(d),
       closed: () => closed,
       stopping: stopping.signal,
@@ -397,11 +400,61 @@ describe('lib/webhooks/in-flight.ts', () => {
       expect(t.f.takeWaiting()).to.deep.equal([]);
     });
 
+    it('mayStart holds an endpoint back until its timer, then starts it; others go on meanwhile', async () => {
+      let wait = 5;
+      const t = harness({}, (h) => (h.d.endpointId === 'whk_1' ? wait : 0));
+      t.f.add([t.held('whk_1'), t.held('whk_2')]);
+      expect(t.ids()).to.deep.equal(['evt_2']);
+      // An attempt ending asks again: the timer is kept, not doubled.
+      t.f.ended(t.started[0]!.h.d);
+      expect(t.ids()).to.deep.equal(['evt_2']);
+      wait = 0;
+      await until('whk_1 started after its wait', async () => t.ids().includes('evt_1'));
+      expect(t.f.held('whk_1')).to.equal(1);
+      // What waits for its budget is given back when closing.
+      wait = 1000;
+      t.f.add([t.held('whk_1')]);
+      expect(t.f.takeWaiting().map((d) => d.eventId)).to.deep.equal(['evt_3']);
+    });
+
     it('takeWaiting gives back what never started', () => {
       const t = harness({ concurrency: 1 });
       t.f.add([t.held('whk_1'), t.held('whk_1')]);
       expect(t.f.takeWaiting().map((d) => d.eventId)).to.deep.equal(['evt_2']);
       expect(t.f.held('whk_1')).to.equal(1);
+    });
+  });
+});
+
+describe('lib/webhooks/failing.ts', () => {
+  describe('webhooks: FailingBudget', () => {
+    it("starts a failing endpoint's attempts at its project's rate; healthy endpoints and other projects are not counted", () => {
+      const c = clock();
+      const storeSays = new Map<string, number | null>([['whk_old', 1]]);
+      const b = new FailingBudget(4, c.now, (id) => storeSays.get(id) ?? null);
+      // Never tried here: healthy unless the store says it is failing.
+      for (let i = 0; i < 100; i++) expect(b.wait('whk_new', 'prj_a')).to.equal(0);
+      expect(b.failing('whk_old')).to.equal(true);
+      b.outcome('whk_1', 'down');
+      b.outcome('whk_2', 'down');
+      // 4 at once (the old one's and whk_1's and whk_2's together), then one every 250 ms.
+      expect([b.wait('whk_old', 'prj_a'), b.wait('whk_1', 'prj_a'), b.wait('whk_2', 'prj_a'), b.wait('whk_1', 'prj_a')]).to.deep.equal([
+        0, 0, 0, 0,
+      ]);
+      expect(b.wait('whk_2', 'prj_a')).to.equal(250);
+      // Another project's failing endpoint has its own budget; a healthy one of prj_a is not held.
+      b.outcome('whk_b', 'down');
+      expect(b.wait('whk_b', 'prj_b')).to.equal(0);
+      expect(b.wait('whk_new', 'prj_a')).to.equal(0);
+      c.add(250);
+      expect(b.wait('whk_2', 'prj_a')).to.equal(0);
+      expect(b.wait('whk_2', 'prj_a')).to.equal(250);
+      // A 2xx: healthy again at once; not tried (null) changes nothing.
+      b.outcome('whk_2', 'up');
+      b.outcome('whk_1', null);
+      expect(b.wait('whk_2', 'prj_a')).to.equal(0);
+      expect(b.failing('whk_1')).to.equal(true);
+      expect(new FailingBudget(0, c.now, () => 1).wait('whk_x', 'prj_a'), '0: no limit').to.equal(0);
     });
   });
 });
@@ -756,8 +809,19 @@ describe('lib/webhooks/enqueue.ts', () => {
     lease?: EnqueueLease;
   }
 
-  function harness(o: { log: number; room: number; standing?: Partial<Standing>; moved?: WebhookEndpointRecord | null }) {
+  function harness(o: {
+    log: number;
+    room: number | (() => number);
+    standing?: Partial<Standing>;
+    moved?: WebhookEndpointRecord | null;
+    /** Events a read returns (2 unless told). */
+    perRead?: number;
+    /** EnqueuingOptions.ahead (0 unless told). */
+    ahead?: number;
+  }) {
     const c = clock();
+    const reads: number[] = [];
+    const waiting: string[] = [];
     const known = new Map([['whk_a', endpointRecord()]]);
     const enqueued: Enqueued[] = [];
     const leased: Array<{ leased: DeliveryRecord[]; read: number }> = [];
@@ -782,7 +846,10 @@ describe('lib/webhooks/enqueue.ts', () => {
       // Two events a read, up to the log's head.
       events: {
         backfill: async (_filter, after) => {
-          const events = [after + 1, after + 2].filter((p) => p <= o.log).map(stored);
+          reads.push(after);
+          const events = Array.from({ length: o.perRead ?? 2 }, (_, i) => after + 1 + i)
+            .filter((p) => p <= o.log)
+            .map(stored);
           const scannedTo = events.at(-1)?.position ?? after;
           return { events, scannedTo, complete: scannedTo >= o.log };
         },
@@ -799,7 +866,9 @@ describe('lib/webhooks/enqueue.ts', () => {
         }),
       },
       disable: async (_e, reason) => void disabled.push(reason),
-      room: () => o.room,
+      room: () => (typeof o.room === 'number' ? o.room : o.room()),
+      ahead: () => o.ahead ?? 0,
+      waitingForRoom: (id) => void waiting.push(id),
       leased: async (l, _until, read) => void leased.push({ leased: l, read: read.length }),
       leftUnleased: (id) => unleased.push(id),
       settings: { leaseMs: 30_000 },
@@ -807,28 +876,67 @@ describe('lib/webhooks/enqueue.ts', () => {
       now: c.now,
       closed: () => false,
     });
-    return { q, known, enqueued, leased, unleased, disabled, c };
+    return { q, known, enqueued, leased, unleased, disabled, c, reads, waiting };
   }
 
   describe('webhooks: Enqueuing', () => {
-    it('reads until caught up, moving the position read by read and leasing what there is room for', async () => {
-      const t = harness({ log: 3, room: 1 });
+    it('reads until caught up, moving the position read by read, making and leasing what there is room for', async () => {
+      const t = harness({ log: 3, room: 2 });
       await t.q.catchUp('whk_a');
       expect(t.enqueued.map((e) => [e.from, e.to, e.deliveries.map((d) => d.position)])).to.deep.equal([
         [0, 2, [1, 2]],
         [2, 3, [3]],
       ]);
-      expect(t.enqueued[0]!.lease).to.deep.equal({ owner: 'me', until: t.c.now() + 30_000, count: 1 });
-      expect(t.leased.map((l) => l.leased.map((d) => d.position))).to.deep.equal([[1], [3]]);
-      expect(t.unleased).to.deep.equal(['whk_a']);
+      expect(t.enqueued[0]!.lease).to.deep.equal({ owner: 'me', until: t.c.now() + 30_000, count: 2 });
+      expect(t.leased.map((l) => l.leased.map((d) => d.position))).to.deep.equal([[1, 2], [3]]);
+      expect(t.unleased).to.deep.equal([]);
+      expect(t.waiting).to.deep.equal([]);
       expect(t.known.get('whk_a')!.position).to.equal(3);
     });
 
-    it('without room, leases nothing: every delivery is for a claim', async () => {
-      const t = harness({ log: 2, room: 0 });
+    it('makes no more deliveries than there is room to send: the position moves to the last one made', async () => {
+      // 10 events a read, room for 3: what is leased takes it.
+      let room = 3;
+      const held = () => t.leased.reduce((n, l) => n + l.leased.length, 0);
+      const t: ReturnType<typeof harness> = harness({ log: 10, perRead: 10, room: () => room - held() });
       await t.q.catchUp('whk_a');
-      expect(t.enqueued[0]!.lease).to.equal(undefined);
+      expect(t.enqueued.map((e) => [e.from, e.to, e.deliveries.map((d) => d.position), e.lease?.count])).to.deep.equal([
+        [0, 3, [1, 2, 3], 3],
+      ]);
+      expect(t.leased.map((l) => l.leased.length)).to.deep.equal([3]);
+      expect(t.known.get('whk_a')!.position).to.equal(3);
+      // Out of room: waiting, the next step read nothing.
+      expect(t.waiting).to.deep.equal(['whk_a']);
+      expect(t.reads).to.deep.equal([0]);
+      // Room again: it goes on from there.
+      room = 103;
+      await t.q.catchUp('whk_a');
+      expect(t.enqueued.map((e) => [e.from, e.to])).to.deep.equal([
+        [0, 3],
+        [3, 10],
+      ]);
+      expect(t.known.get('whk_a')!.position).to.equal(10);
+    });
+
+    it('with room, makes up to a batch ahead: the room leased, the rest for a claim', async () => {
+      const room = 3;
+      const held = () => t.leased.reduce((n, l) => n + l.leased.length, 0);
+      const t: ReturnType<typeof harness> = harness({ log: 10, perRead: 10, room: () => room - held(), ahead: 6 });
+      await t.q.catchUp('whk_a');
+      expect(t.enqueued.map((e) => [e.from, e.to, e.deliveries.map((d) => d.position), e.lease?.count])).to.deep.equal([
+        [0, 6, [1, 2, 3, 4, 5, 6], 3],
+      ]);
       expect(t.unleased).to.deep.equal(['whk_a']);
+      expect(t.waiting).to.deep.equal(['whk_a']);
+    });
+
+    it('without room, reads and writes nothing: the events wait in the log, the endpoint waits for room', async () => {
+      const t = harness({ log: 200, room: 0 });
+      await t.q.catchUp('whk_a');
+      expect(t.reads).to.deep.equal([]);
+      expect(t.enqueued).to.deep.equal([]);
+      expect(t.waiting).to.deep.equal(['whk_a']);
+      expect(t.known.get('whk_a')!.position).to.equal(0);
     });
 
     it('reads where the endpoint stands when another process moved it, and drops it once disabled', async () => {
