@@ -5,9 +5,10 @@
 //
 // One pool of connections per inbox user, since SMTP AUTH is per connection; a pool nobody used
 // for a while is closed. The message is already built (the client's bytes, Bcc removed), so it
-// goes out as it is, in one pipelined write per message (submission-session.ts). Postfix's
-// replies are mapped here: 5xx is permanent, anything else (4xx, a timeout, no connection) is
-// temporary, except a reply lost after the whole message was written: its outcome is unknown.
+// goes out as it is, pipelined (submission-session.ts), its final dot only once the outbox recorded
+// it. Postfix's replies are mapped here: 5xx is permanent, anything else (4xx, a timeout, no
+// connection) is temporary, except a reply lost after the final dot was written: its outcome is
+// unknown.
 import type { Logger } from 'pino';
 import { unavailable } from '../../lib/errors.ts';
 import { SmtpFailure, SubmissionSession } from './submission-session.ts';

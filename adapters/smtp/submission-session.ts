@@ -1,9 +1,10 @@
 // One logged-in SMTP session with a submission service, speaking just the conversation the relay
 // needs: greeting, EHLO, STARTTLS when offered, AUTH, then transactions. Where the server offers
-// PIPELINING (RFC 2920) a transaction is two writes: the envelope with DATA, then on 354 the
-// message dot-stuffed and its final dot, in one corked write of slices of its pieces (never
-// joined, never copied). Under load it is one: the next message's envelope leaves with this
-// one's final dot (see send).
+// PIPELINING (RFC 2920) a transaction is the envelope with DATA in one write, then on 354 the
+// message dot-stuffed in one corked write of slices of its pieces (never joined, never copied),
+// and its final dot, written once the caller recorded that it may be taken (`writing`; in the
+// same write without one). Under load the next message's envelope leaves with this one's final
+// dot (see send).
 //
 // Not CHUNKING (RFC 3030), though Postfix offers it: MAIL, RCPT and `BDAT n LAST` with the bytes
 // in one write saves a round trip on paper, but Postfix flushes its first replies while it reads
@@ -42,7 +43,7 @@ export class SmtpFailure extends Error {
     readonly replyCode?: number,
     /** The server's reply, in its own words. */
     readonly reply?: string,
-    /** No byte of the message was written, so the server cannot have taken it: safe to send again (decided in `send`). */
+    /** The message's end (its final dot) was never written, so the server cannot have taken it: safe to send again (decided in `send`). */
     readonly unsent = false,
     /**
      * The whole message, its final dot included, was written and the server's reply to it never
@@ -139,8 +140,10 @@ export class SubmissionSession {
    * write too. A message's bytes go out only after every message before it on the session was
    * accepted, so one refused or lost does not take the next one's bytes with it.
    *
-   * `writing`, when given, is started with the envelope and awaited before the message's first
-   * byte: the caller records that the message may be taken from then on.
+   * `writing`, when given, is called once the message's body is written and awaited before its
+   * end (the final dot): the caller records that the message may be taken from then on. Until
+   * the final dot is written the server cannot have taken the message (RFC 5321 4.1.1.4: it
+   * takes responsibility only once it has the end of the data), so nothing before needs a record.
    */
   async send(env: Envelope, pieces: readonly Buffer[], written?: () => boolean, writing?: () => Promise<void>): Promise<Delivered> {
     const tx = { bodyWritten: false };
@@ -166,13 +169,6 @@ export class SubmissionSession {
     writing?: () => Promise<void>,
   ): Promise<Delivered> {
     if (this.dead) throw new SmtpFailure('the session has ended', 'connection');
-    // Settled into a value, so a failure is never unhandled when the envelope fails first.
-    const ready = writing
-      ? writing().then(
-          () => null,
-          (err: unknown) => err,
-        )
-      : null;
     const size = pieces.reduce((n, p) => n + p.length, 0);
     const commands = [this.mailFrom(env, size), ...env.to.map((to) => this.rcptTo(to, env))];
     const before = this.lastFinal;
@@ -180,7 +176,7 @@ export class SubmissionSession {
       const replies = commands.map(() => this.next());
       const data = this.next();
       this.socket.write(`${commands.join('\r\n')}\r\nDATA\r\n`);
-      const final = this.afterData(data, pieces, tx, before, written, ready);
+      const final = this.afterData(data, pieces, tx, before, written, writing);
       this.lastFinal = final;
       return this.outcome(env, replies, final);
     }
@@ -199,7 +195,7 @@ export class SubmissionSession {
     return this.outcome(
       env,
       replies.map((x) => Promise.resolve(x)),
-      this.afterData(this.command('DATA'), pieces, tx, null, undefined, ready),
+      this.afterData(this.command('DATA'), pieces, tx, null, undefined, writing),
     );
   }
 
@@ -207,8 +203,8 @@ export class SubmissionSession {
   private lastFinal: Promise<Reply> | null = null;
 
   /**
-   * After DATA's 354 (and the previous message's acceptance), the message dot-stuffed and its
-   * ending; the reply to that.
+   * After DATA's 354 (and the previous message's acceptance), the message dot-stuffed, then (once
+   * `writing` recorded it) its ending; the reply to that.
    */
   private async afterData(
     data: Promise<Reply>,
@@ -216,7 +212,7 @@ export class SubmissionSession {
     tx: { bodyWritten: boolean },
     before: Promise<Reply> | null,
     written?: () => boolean,
-    ready?: Promise<unknown> | null,
+    writing?: () => Promise<void>,
   ): Promise<Reply> {
     const r = await data;
     if (r.code !== 354) return r;
@@ -225,14 +221,6 @@ export class SubmissionSession {
     if (before && (previous === null || previous.code >= 400)) {
       throw new SmtpFailure('the message before this one on the session failed', 'connection');
     }
-    // Not a byte before the caller's record that the message may be taken. Without that record
-    // the message cannot go (the session, left in DATA, is closed by the caller).
-    const unrecorded = ready ? await ready : null;
-    if (unrecorded)
-      throw new SmtpFailure(
-        `could not record the send before writing it: ${unrecorded instanceof Error ? unrecorded.message : String(unrecorded)}`,
-        'connection',
-      );
     if (this.ended) throw this.ended;
     const final = this.next();
     this.socket.cork();
@@ -251,6 +239,25 @@ export class SubmissionSession {
       last = piece[piece.length - 1]!;
     }
     if (last !== 0x0a) this.socket.write(CRLF);
+    if (writing) {
+      // Not the final dot before the caller's record that the message may be taken: the body
+      // leaves meanwhile. Without that record the message cannot go (the session, left in DATA,
+      // is closed by the caller; the server drops a message whose end never came).
+      this.socket.uncork();
+      const unrecorded = await writing().then(
+        () => null,
+        (err: unknown) => err ?? new Error('failed'),
+      );
+      if (unrecorded)
+        throw new SmtpFailure(
+          `could not record the send before ending it: ${unrecorded instanceof Error ? unrecorded.message : String(unrecorded)}`,
+          'connection',
+        );
+      // The session may have ended while the record was made (read again: not the value checked above).
+      const ended = this.ended as SmtpFailure | null;
+      if (ended) throw ended;
+      this.socket.cork();
+    }
     this.socket.write(END);
     tx.bodyWritten = true;
     // A next message coming at once writes its envelope before the uncork (its path is promise

@@ -292,7 +292,14 @@ const BUILTINS: BuiltinSpec[] = [
       ['mail.outbox.rescheduled', "A waiting send's time was moved."],
       ['mail.outbox.cancelled', 'A waiting send was taken back before it went; its message is back in Drafts.'],
       ['mail.outbox.sending', 'A waiting send came due and is being relayed.'],
-      ['mail.outbox.unknown', "A waiting send was relayed whole but the relay's answer was lost: most likely sent, never sent again."],
+      [
+        'mail.outbox.unknown',
+        "A send's whole message was written to the relay (the end of its data included) but the relay's reply was lost, or the process died before recording it: it may or may not have been queued, is never sent again, and gets no Sent copy unless evidence settles it.",
+      ],
+      [
+        'mail.outbox.settled',
+        'A send whose outcome was unknown was settled by evidence that the relay took it (a delivery report naming its ENVID): its Sent copy is filed and its retries answer that it was sent.',
+      ],
     ] as const
   ).map(
     ([name, description]): BuiltinSpec => ({
@@ -321,7 +328,23 @@ const BUILTINS: BuiltinSpec[] = [
           ? [{ name: 'draftId', type: 'string', pattern: DRAFT, required: true, description: 'The draft it became.' } as const]
           : []),
         ...(name === 'mail.outbox.unknown'
-          ? [{ name: 'reason', type: 'string', required: true, description: 'What happened to the connection.' } as const]
+          ? [{ name: 'reason', type: 'string', required: true, description: 'What happened to the connection or the process.' } as const]
+          : []),
+        ...(name === 'mail.outbox.settled'
+          ? [
+              {
+                name: 'evidence',
+                type: 'string',
+                enum: ['dsn'],
+                required: true,
+                description: 'What settled it: dsn, a delivery status notification naming the send as its Original-Envelope-Id.',
+              } satisfies BuiltinField,
+              {
+                name: 'actions',
+                type: 'string[]',
+                description: "The report's actions for its recipients (delivered, relayed, expanded, delayed, failed), each once.",
+              } satisfies BuiltinField,
+            ]
           : []),
       ],
     }),

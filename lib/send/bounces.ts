@@ -9,6 +9,11 @@
 // A zero-access inbox's mail is sealed by the ingress before it is stored, so the index's path
 // finds nothing to read there: its reports are matched by the ingress, from the bytes as they
 // came, before they are sealed (ingressReport), and recorded once per report's content.
+//
+// A report naming a send whose outcome is unknown (its reply to the end of its data was lost) is
+// evidence that the relay took it: only a server that accepted the message reports on it. The
+// send is settled (OutboxStore.settle): its Sent copy is filed, its retries answer that it was
+// sent, and mail.outbox.settled is recorded (docs/sending.md, "Exactly once").
 import { createHash } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { DirectoryStore } from '../directory/ports.ts';
@@ -20,7 +25,7 @@ import { isMessageChange, type LiveChange, type MessageChange } from '../mail/ty
 import { type MailIndexStore } from '../mail/ports.ts';
 import type { WarnLog } from '../warn-log.ts';
 import { parseDsn, type Dsn } from './dsn.ts';
-import { draftIdOf, type OutboxStore } from './ports.ts';
+import { draftIdOf, type CopyQueue, type OutboxEntry, type OutboxStore } from './ports.ts';
 import { fromAddress, splitHeader } from './rfc5322.ts';
 
 /** A report is small; anything much larger is not one worth reading whole. */
@@ -49,6 +54,8 @@ export interface BounceMatcherOptions {
   directory: DirectoryStore;
   events: EventLog;
   log: WarnLog;
+  /** Told when a settled send's Sent copy is due. */
+  copies?: Pick<CopyQueue, 'kick'>;
 }
 
 export class BounceMatcher {
@@ -61,8 +68,10 @@ export class BounceMatcher {
   private readonly directory: DirectoryStore;
   private readonly events: EventLog;
   private readonly log: WarnLog;
+  private readonly copies: Pick<CopyQueue, 'kick'> | null;
 
   constructor(o: BounceMatcherOptions) {
+    this.copies = o.copies ?? null;
     this.index = o.index;
     this.bodies = o.bodies;
     this.outbox = o.outbox;
@@ -122,12 +131,34 @@ export class BounceMatcher {
     await this.record(inboxId, parseDsn(raw), `bounce:${inboxId}:${change.at.labelGuid}:${change.at.uidValidity}:${change.at.uid}`);
   }
 
-  /** mail.delivery.failed for a report naming one of the inbox's own sends, once per `dedupeKey`. */
+  /** An outcome-unknown send the report shows the relay took: settled, its copy due, the event recorded. */
+  private async settle(entry: OutboxEntry, report: Dsn): Promise<void> {
+    const settled = await this.outbox.settle(entry.id, 'dsn', Date.now());
+    if (!settled) return;
+    this.copies?.kick();
+    const actions = [...new Set(report.recipients.map((r) => r.action).filter((a) => a !== ''))];
+    this.log.warn({ outbox: entry.id, messageId: entry.messageId, actions }, 'a delivery report settled a send whose outcome was unknown');
+    await this.events.record({
+      type: 'mail.outbox.settled',
+      projectId: entry.projectId,
+      inboxId: entry.inboxId,
+      actor: SYSTEM_ACTOR,
+      ...(entry.messageId.length <= 256 ? { subject: entry.messageId } : {}),
+      data: { outboxId: entry.id, messageId: entry.messageId, evidence: 'dsn', actions },
+      dedupeKey: `outbox:settled:${entry.id}`,
+    });
+  }
+
+  /**
+   * mail.delivery.failed for a report naming one of the inbox's own sends, once per `dedupeKey`;
+   * first, a send whose outcome was unknown is settled by it.
+   */
   private async record(inboxId: string, report: Dsn | null, dedupeKey: string): Promise<void> {
     if (!report?.envid) return;
     const entry = await this.outbox.get(report.envid);
     // Only the inbox's own sends: an id from elsewhere matches nothing.
     if (!entry || entry.inboxId !== inboxId) return;
+    if (entry.state === 'unknown' && report.recipients.length > 0) await this.settle(entry, report);
     const failed = report.recipients.filter((r) => r.action === 'failed' || r.action === 'delayed');
     if (failed.length === 0) return;
     const permanent = failed.every((r) => r.action === 'failed' && r.status.startsWith('5'));

@@ -7,9 +7,10 @@
 // cannot meet an earlier one, so it costs Dovecot no search of the Sent folder.
 //
 // What a process that died left behind is settled at start-up and every `recoverMs` after
-// (OutboxStore.recover): its sends that never left go (their drafts may be sent again), those
-// Postfix may have taken are kept with their outcome unknown and their copies filed, and the
-// copies it had claimed are due at once rather than when its claims run out.
+// (OutboxStore.recover): its sends whose end of data was never written go (their drafts may be
+// sent again), those Postfix may have taken are kept with their outcome unknown (their copies
+// unfiled until a delivery report shows Postfix took them), and the copies it had claimed are
+// due at once rather than when its claims run out.
 //
 // Cheap filing (bench/RESULTS.md, "Sending"): an inbox's first attempts are filed in batches,
 // one MULTIAPPEND each (one Dovecot transaction and push hint, one commit in the store, one
@@ -99,6 +100,8 @@ export class SentCopies implements CopyQueue {
   private readonly yieldMs: number;
   private readonly recoverMs: number;
   private lastRecover = 0;
+  /** Told of the sends each recovery made `unknown` (their mail.outbox.unknown events); set by the wiring. */
+  onUnknown: (ids: readonly string[]) => Promise<void> = async () => {};
   /** Sends under way in this process, when one last began or ended, and the passes waiting for them. */
   private sends = 0;
   private lastSendAt = 0;
@@ -129,13 +132,14 @@ export class SentCopies implements CopyQueue {
    */
   async recover(): Promise<void> {
     this.lastRecover = Date.now();
-    const settled = await this.outbox.recover(this.lastRecover);
+    const { unknownIds, ...settled } = await this.outbox.recover(this.lastRecover);
     if (settled.dropped + settled.unknown + settled.reclaimed > 0) {
       this.log.warn(
-        settled,
+        { ...settled, unknownOutboxIds: unknownIds },
         'settled the sends and Sent copies of a process that stopped: dropped never sent, unknown outcome, claims taken back',
       );
     }
+    if (unknownIds.length > 0) await this.onUnknown(unknownIds);
   }
 
   start(): void {

@@ -17,8 +17,10 @@ export interface RelayRequest {
   /** DSN ENVID: bounces carry it back as Original-Envelope-Id. */
   envid: string;
   /**
-   * Called before any byte of the message is written, which waits for it to resolve: from then
-   * on the relay may take the message whatever it answers, so the outbox records that first.
+   * Called once the message's body is written and before its end (the final dot of DATA), which
+   * waits for it to resolve: from then on the relay may take the message whatever it answers, so
+   * the outbox records that first. Before it, the relay cannot have taken the message (it takes
+   * one only with the end of its data): a process that dies then may send it again.
    */
   writing?: () => Promise<void>;
 }
@@ -66,13 +68,21 @@ export interface Relay {
 }
 
 /**
- * `relaying`: reserved, no byte of the message written yet; `sending`: its bytes may have been
- * written, the relay's answer not yet known; `filing`: accepted (or its outcome unknown), the Sent
- * copy waiting; `filed`. A send with a send time or an undo hold (docs/sending.md, "Send later")
- * is `scheduled` until it is due, then claimed into `relaying`; taken back it is `cancelled`, and
- * refused by the relay (or never relayable) it is `failed` with the reason.
+ * How far a send's SMTP conversation got (docs/sending.md, "Exactly once"). `relaying`: reserved;
+ * its envelope and body may be written, never the end of its data (the final dot), so the relay
+ * cannot have taken it; `sending`: the end of its data is being or was written, the relay's reply
+ * not yet recorded; `filing`: the relay's acceptance is known, the Sent copy waiting; `filed`;
+ * `unknown`: the end of its data was written and the reply never recorded (lost, or the process
+ * died): never relayed again, its Sent copy kept unfiled until evidence (a delivery report naming
+ * its ENVID) says the relay took it, which makes it `filing`. A send with a send time or an undo
+ * hold (docs/sending.md, "Send later") is `scheduled` until it is due, then claimed into
+ * `relaying`; taken back it is `cancelled`, and refused by the relay (or never relayable) it is
+ * `failed` with the reason.
  */
-export type OutboxState = 'scheduled' | 'relaying' | 'sending' | 'filing' | 'filed' | 'cancelled' | 'failed';
+export type OutboxState = 'scheduled' | 'relaying' | 'sending' | 'filing' | 'filed' | 'unknown' | 'cancelled' | 'failed';
+
+/** How an outcome-unknown send was settled: a delivery report naming its ENVID came back. */
+export type OutcomeEvidence = 'dsn';
 
 /** One send: reserved before relaying, its Sent copy kept until Dovecot took it. */
 export interface OutboxEntry {
@@ -87,10 +97,13 @@ export interface OutboxEntry {
   fingerprint: string | null;
   state: OutboxState;
   /**
-   * The relay's answer to the whole message was lost (or the process died waiting for it): never
-   * relayed again, its Sent copy filed, its retries answered that the outcome is unknown.
+   * The relay's answer to the whole message was lost (or the process died waiting for it), and
+   * no evidence settled it: never relayed again, no Sent copy filed, its retries answered that
+   * the outcome is unknown. (Rows from before state `unknown` are `filing`/`filed` with it.)
    */
   outcomeUnknown: boolean;
+  /** An outcome once unknown, settled since: by what (the relay took it). */
+  settledBy: OutcomeEvidence | null;
   mailFrom: string;
   recipients: number;
   messageId: string;
@@ -143,6 +156,15 @@ export type Reservation =
   | { ok: false; reason: 'rate'; sent: number }
   | { ok: false; reason: 'draft'; existing: OutboxEntry };
 
+/** What OutboxStore.recover settled. */
+export interface Recovered {
+  dropped: number;
+  unknown: number;
+  reclaimed: number;
+  /** The entries it made `unknown`. */
+  unknownIds: string[];
+}
+
 export interface OutboxStore {
   /**
    * In one transaction: refuses when the inbox has `rate.max` entries since `rate.since`, or
@@ -168,19 +190,28 @@ export interface OutboxStore {
   byDraft(inboxId: string, draftId: string): Promise<OutboxEntry | null>;
   /** The relay refused: the entry goes, so the draft may be sent again and it counts for nothing. */
   drop(id: string): Promise<void>;
-  /** The message's bytes are about to be written (`relaying` → `sending`); resolves once that is durable. */
+  /** The end of the message's data is about to be written (`relaying` → `sending`); resolves once that is durable. */
   sending(id: string): Promise<void>;
   /** The relay accepted: the Sent copy is due now. */
   relayed(id: string, now: number): Promise<void>;
-  /** The relay's answer to the whole message was lost: kept as sent, outcome unknown, its Sent copy due now. */
+  /**
+   * The relay's answer to the whole message was lost: `unknown`, kept (it counts toward the rate,
+   * holds its draft, matches bounces) with its Sent copy, which is not filed.
+   */
   outcomeUnknown(id: string, now: number): Promise<void>;
   /**
-   * Says this process is alive, and settles what processes that died left behind (their
-   * liveness is the store's to judge): an entry still `relaying` goes (nothing of it was written;
-   * its draft may be sent again), one `sending` becomes `filing` with its outcome unknown, and a
-   * claimed copy is due at once. Returns how many of each it settled.
+   * Evidence that the relay took an `unknown` send: it becomes `filing` (its Sent copy due now),
+   * settled by `evidence`. The entry when this call settled it; null when it was not `unknown`.
    */
-  recover(now: number): Promise<{ dropped: number; unknown: number; reclaimed: number }>;
+  settle(id: string, evidence: OutcomeEvidence, now: number): Promise<OutboxEntry | null>;
+  /**
+   * Says this process is alive, and settles what processes that died left behind (their
+   * liveness is the store's to judge): an entry still `relaying` goes (the end of its data was
+   * never written; its draft may be sent again; a claimed scheduled one waits again), one
+   * `sending` becomes `unknown`, and a claimed copy is due at once. Returns how many of each it
+   * settled, and the ids it made `unknown`.
+   */
+  recover(now: number): Promise<Recovered>;
   /** Entries in state `filing` whose next attempt is due, oldest first. */
   due(now: number, limit: number): Promise<OutboxEntry[]>;
   /**
@@ -228,7 +259,7 @@ export interface OutboxStore {
   forget(id: string): Promise<void>;
   /**
    * The inbox's entries, newest first, at most `limit`: only those not settled yet (scheduled,
-   * relaying, sending) when `pending`, otherwise every one.
+   * relaying, sending, unknown) when `pending`, otherwise every one.
    */
   list(inboxId: string, pending: boolean, limit: number): Promise<OutboxEntry[]>;
 }

@@ -14,7 +14,7 @@ import type { EventLog } from '../events/log.ts';
 import type { WarnLog } from '../warn-log.ts';
 import type { DraftOpener } from './draft-opening.ts';
 import type { DraftContent, DraftService } from './drafts.ts';
-import { draftIdOf, RelayRefused, type OutboxEntry, type OutboxStore } from './ports.ts';
+import { draftIdOf, RelayRefused, type OutboxEntry, type OutboxStore, type OutcomeEvidence } from './ports.ts';
 import type { SendRequest, SendService } from './service.ts';
 
 /** The longest undo hold (the web app's undo window). */
@@ -39,6 +39,8 @@ export interface OutboxView {
   draftId: string | null;
   /** `failed`: why. */
   reason: string | null;
+  /** An extension: a send whose outcome was unknown, settled since by evidence (docs/sending.md, "Exactly once"). */
+  settledBy: OutcomeEvidence | null;
 }
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
@@ -52,6 +54,9 @@ export function outboxView(e: OutboxEntry, now = Date.now()): OutboxView {
     case 'relaying':
     case 'sending':
       state = 'sending';
+      break;
+    case 'unknown':
+      state = 'unknown';
       break;
     case 'filing':
     case 'filed':
@@ -72,6 +77,7 @@ export function outboxView(e: OutboxEntry, now = Date.now()): OutboxView {
     holdUntil: iso(e.holdUntil),
     draftId: draftIdOf(e),
     reason: e.failure,
+    settledBy: e.settledBy,
   };
 }
 

@@ -168,13 +168,17 @@ export function outgoing(
 const inFlight = (e: OutboxEntry) => e.state === 'relaying' || e.state === 'sending';
 
 /**
- * A send whose relay answer was lost after the whole message was written, and every retry of its
- * draft: a 422, final (docs/sending.md, "Exactly once").
+ * A send whose relay answer was lost after the end of its data was written, and every retry of its
+ * draft until evidence settles it: a 422, final (docs/sending.md, "Exactly once").
  */
 const outcomeUnknown = () =>
   unprocessable(
-    'the mail server received the whole message but its reply was lost: it has most likely queued it, so the message will not be sent again (its copy is filed in Sent)',
+    "outcome unknown: the whole message was written to the mail server but its reply was lost, so it may or may not have been queued; it will not be sent again, and its Sent copy is filed only once a delivery report shows the mail server took it (the outbox lists it as 'unknown')",
   );
+
+/** Why a send recovered from a process that died is `unknown` (mail.outbox.unknown). */
+export const DIED_AFTER_DATA_END =
+  "the process stopped after the end of the message's data was written, before the mail server's reply was recorded";
 
 export interface SendServiceOptions {
   relay: Relay;
@@ -248,12 +252,13 @@ export class SendService {
 
   /**
    * The answer for a draft whose first send is settled, however often it is asked again: sent,
-   * or (its relay's answer lost) a 422 saying the outcome is unknown and it will not go again.
+   * or (its relay's answer lost, and no evidence since) a 422 saying the outcome is unknown and
+   * it will not go again.
    */
   private answerOf(first: OutboxEntry, fingerprint: string | null): SendResult {
     this.sameContent(first, fingerprint);
     if (first.state === 'scheduled') return scheduledAnswer(first);
-    if (first.outcomeUnknown) throw outcomeUnknown();
+    if (first.state === 'unknown' || first.outcomeUnknown) throw outcomeUnknown();
     return { sent: true, messageId: first.messageId };
   }
 
@@ -332,6 +337,7 @@ export class SendService {
       fingerprint: req.draft?.fingerprint ?? req.idempotency?.fingerprint ?? null,
       state: req.schedule ? 'scheduled' : 'relaying',
       outcomeUnknown: false,
+      settledBy: null,
       mailFrom: from,
       recipients: to.length,
       messageId,
@@ -372,8 +378,9 @@ export class SendService {
     let accepted: RelayAccepted;
     const relayStarted = performance.now();
     try {
-      // Recorded before the message's first byte: a process that dies from then on leaves a send
-      // Postfix may have taken, never one relayed again (lib/send/outbox.ts recovers it).
+      // Recorded before the end of the message's data (its final dot): a process that dies from
+      // then on leaves a send Postfix may have taken, never one relayed again; one that dies
+      // before leaves one Postfix cannot have taken, which may go again (OutboxStore.recover).
       accepted = await this.relay.send({
         user: inbox.imapUser,
         from,
@@ -389,14 +396,10 @@ export class SendService {
         relayStarted,
       );
       if (err instanceof RelayOutcomeUnknown) {
-        // Postfix has most likely queued it: kept as sent (the rate, the draft, bounces), its Sent
-        // copy filed, and never relayed again; this answer and every retry's say so.
-        await this.outbox.outcomeUnknown(entry.id, Date.now());
-        this.copies.kick();
-        this.log.warn(
-          { outbox: entry.id, messageId: entry.messageId, reason: err.reason },
-          "the relay's answer to a whole message was lost; its outcome is unknown",
-        );
+        // Postfix may have queued it: kept (the rate, the draft, bounces) and never relayed
+        // again, its Sent copy kept unfiled until a delivery report settles it; this answer and
+        // every retry's say so.
+        await this.unknown(entry, err.reason);
         throw outcomeUnknown();
       }
       await this.outbox.drop(entry.id);
@@ -442,23 +445,44 @@ export class SendService {
         relayStarted,
       );
       if (!(err instanceof RelayOutcomeUnknown)) throw err;
-      await this.outbox.outcomeUnknown(entry.id, Date.now());
-      this.copies.kick();
-      this.log.warn(
-        { outbox: entry.id, messageId: entry.messageId, reason: err.reason },
-        "the relay's answer to a scheduled message was lost",
-      );
-      await this.recordOutbox(entry, 'mail.outbox.unknown', { reason: err.reason });
+      await this.unknown(entry, err.reason);
       return 'unknown';
     } finally {
       done();
     }
   }
 
+  /** A send whose reply to the end of its data was lost: `unknown`, logged and in the events. */
+  private async unknown(entry: OutboxEntry, reason: string): Promise<void> {
+    await this.outbox.outcomeUnknown(entry.id, Date.now());
+    this.log.warn(
+      { outbox: entry.id, messageId: entry.messageId, reason },
+      "the relay's reply to the end of a message's data was lost; its outcome is unknown",
+    );
+    await this.recordOutbox(entry, 'mail.outbox.unknown', { reason });
+  }
+
+  /**
+   * The sends a recovery made `unknown` (a process died between writing the end of their data
+   * and recording the reply): in the events, as a lost reply is (docs/sending.md, "Exactly once").
+   */
+  async recovered(unknownIds: readonly string[]): Promise<void> {
+    for (const id of unknownIds) {
+      const entry = await this.outbox.get(id).catch(() => null);
+      if (entry) await this.recordOutbox(entry, 'mail.outbox.unknown', { reason: DIED_AFTER_DATA_END });
+    }
+  }
+
   /** An outbox state change in the project's events (docs/sending.md, "The outbox"); a lost one is only logged. */
   async recordOutbox(
     entry: OutboxEntry,
-    type: 'mail.outbox.scheduled' | 'mail.outbox.rescheduled' | 'mail.outbox.cancelled' | 'mail.outbox.sending' | 'mail.outbox.unknown',
+    type:
+      | 'mail.outbox.scheduled'
+      | 'mail.outbox.rescheduled'
+      | 'mail.outbox.cancelled'
+      | 'mail.outbox.sending'
+      | 'mail.outbox.unknown'
+      | 'mail.outbox.settled',
     more: Record<string, string>,
   ): Promise<void> {
     const subject = entry.messageId.length <= 256 ? entry.messageId : undefined;

@@ -79,6 +79,7 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
     directory,
     events,
     log: log.child({ part: 'bounces' }),
+    copies: sentCopies,
   });
   mail.onChanges(bounces.onChanges);
   const send = new SendService({
@@ -113,6 +114,7 @@ export function sendContext(core: Core, events: EventLog, mail: MailContext): Se
   });
   send.onScheduled = scheduled.wake;
   const identities = new Identities(store.identities);
+  sentCopies.onUnknown = (ids) => send.recovered(ids);
   return {
     send,
     drafts,

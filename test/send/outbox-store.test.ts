@@ -23,6 +23,7 @@ function entry(n: number, now = Date.now()): OutboxEntry {
     fingerprint: null,
     state: 'relaying',
     outcomeUnknown: false,
+    settledBy: null,
     mailFrom: 'a@x.test',
     recipients: 1,
     messageId: `<${n}@x.test>`,
@@ -169,43 +170,44 @@ describe('outbox store: what a process that died left behind', () => {
       | { state: string; outcome: string | null; next: number }
       | undefined;
 
-  it('drops its sends that wrote nothing, keeps those that may have as outcome unknown, and takes back its claims at once', async () => {
+  it('drops its sends whose end of data was never written, keeps those that may have as outcome unknown, and takes back its claims at once', async () => {
     const now = Date.now();
     for (const n of [1, 2, 3, 4]) await dead.reserve(entry(n, now), [Buffer.from(`copy ${n}`)], RATE);
-    // 1 never written; 2 written, reply pending; 3 accepted, its copy claimed for 2 minutes; 4 accepted, due.
+    // 1 its end of data never written; 2 its end of data written, reply pending; 3 accepted, its copy claimed for 2 minutes; 4 accepted, due.
     await dead.sending(entry(2).id);
     await dead.relayed(entry(3).id, now);
     await dead.relayed(entry(4).id, now);
     expect(await dead.claim(entry(3).id, now, now + 120_000)).to.equal(true);
 
     // While it runs, nothing of it is touched.
-    expect(await live.recover(now + 1)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0 });
+    expect(await live.recover(now + 1)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0, unknownIds: [] });
     expect(row(entry(1).id)?.state).to.equal('relaying');
 
     kill(entry(1).id);
-    expect(await live.recover(now + 2)).to.deep.equal({ dropped: 1, unknown: 1, reclaimed: 1 });
+    expect(await live.recover(now + 2)).to.deep.equal({ dropped: 1, unknown: 1, reclaimed: 1, unknownIds: [entry(2).id] });
     expect(row(entry(1).id)).to.equal(undefined);
     expect(await live.copy(entry(1).id)).to.equal(null);
-    expect(row(entry(2).id)).to.deep.equal({ state: 'filing', outcome: 'unknown', next: now + 2 });
+    // Unknown: its copy kept, not filed until evidence settles it.
+    expect(row(entry(2).id)).to.deep.equal({ state: 'unknown', outcome: 'unknown', next: now + 2 });
     expect((await live.get(entry(2).id))?.outcomeUnknown).to.equal(true);
     expect(row(entry(3).id)).to.deep.equal({ state: 'filing', outcome: null, next: now + 2 });
     expect(row(entry(4).id)?.next).to.equal(now);
     // Due now, claimed before (so filed as a retry: looked for in Sent first).
     const due = await live.due(now + 2, 10);
+    expect(due.map((e) => e.id)).to.not.include(entry(2).id);
     expect(due.map((e) => [e.id, e.claims])).to.deep.include.members([
-      [entry(2).id, 0],
       [entry(3).id, 1],
       [entry(4).id, 0],
     ]);
     // The dropped draft-free send no longer counts toward the rate; once settled, nothing more to do.
-    expect(await live.recover(now + 3)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0 });
+    expect(await live.recover(now + 3)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0, unknownIds: [] });
   });
 
   it('takes rows from before owners were recorded for outcome unknown', async () => {
     await live.reserve(entry(1), [Buffer.from('copy')], RATE);
     db.prepare('UPDATE mail_outbox SET owner = NULL').run();
     expect(await live.recover(Date.now())).to.deep.include({ unknown: 1 });
-    expect(row(entry(1).id)).to.deep.include({ state: 'filing', outcome: 'unknown' });
+    expect(row(entry(1).id)).to.deep.include({ state: 'unknown', outcome: 'unknown' });
   });
 
   it('answers a lost reply as outcome unknown, and a refusal after the bytes by dropping the send', async () => {
@@ -215,7 +217,7 @@ describe('outbox store: what a process that died left behind', () => {
     await live.sending(entry(2).id);
     await live.outcomeUnknown(entry(1).id, 5);
     await live.drop(entry(2).id);
-    expect(row(entry(1).id)).to.deep.equal({ state: 'filing', outcome: 'unknown', next: 5 });
+    expect(row(entry(1).id)).to.deep.equal({ state: 'unknown', outcome: 'unknown', next: 5 });
     expect(row(entry(2).id)).to.equal(undefined);
   });
 });

@@ -17,11 +17,13 @@ interface Stand {
   messages: Buffer[];
   /** Chunks in which a message's final dot and the next MAIL FROM arrived together. */
   pipelined: number;
+  /** Everything the clients wrote, in order of arrival. */
+  wire: string;
   close(): Promise<void>;
 }
 
 async function stand(): Promise<Stand> {
-  const s: Stand = { port: 0, logins: [], connections: new Set(), peak: 0, messages: [], pipelined: 0, close: async () => {} };
+  const s: Stand = { port: 0, logins: [], connections: new Set(), peak: 0, messages: [], pipelined: 0, wire: '', close: async () => {} };
   const server = new SMTPServer({
     authOptional: false,
     allowInsecureAuth: true,
@@ -63,6 +65,7 @@ async function stand(): Promise<Stand> {
     s.peak = Math.max(s.peak, s.connections.size);
     socket.on('data', (chunk: Buffer) => {
       if (chunk.includes('\r\n.\r\nMAIL FROM:')) s.pipelined++;
+      s.wire += chunk.toString('latin1');
     });
     socket.on('close', () => s.connections.delete(socket));
   });
@@ -192,7 +195,27 @@ describe('relay: its connection pool', () => {
     expect(s.messages).to.have.length(3);
   });
 
-  it('writes nothing of a message whose writing could not be recorded: a temporary RelayRefused', async () => {
+  it('records the send once its body reached the server and before the end of its data: the final dot waits for the record', async () => {
+    const seen: string[] = [];
+    const delivered = await relay.send({
+      user: 'u@x.test',
+      from: 'a@x.test',
+      to: ['b@y.test'],
+      raw: [raw('recorded at the end')],
+      envid: 'envr',
+      writing: async () => {
+        // The body goes ahead of the record; its end does not.
+        for (let i = 0; i < 200 && !s.wire.includes('body recorded at the end\r\n'); i++) await new Promise((r) => setTimeout(r, 10));
+        seen.push(s.wire.includes('body recorded at the end\r\n') ? 'body arrived' : 'no body');
+        seen.push(s.wire.includes('body recorded at the end\r\n.\r\n') ? 'final dot arrived' : 'no final dot');
+      },
+    });
+    expect(seen).to.deep.equal(['body arrived', 'no final dot']);
+    expect(delivered.reply).to.include('Ok: queued');
+    expect(s.messages.filter((m) => m.includes('Subject: recorded at the end'))).to.have.length(1);
+  });
+
+  it('takes no message whose end could not be recorded: a temporary RelayRefused', async () => {
     const err = await relay
       .send({
         user: 'u@x.test',

@@ -81,14 +81,15 @@ describe('send later: postern serve killed with 1,000 sends waiting', function (
     child = await spawnPostern(env);
     const all = await until(
       'nothing waiting in the outbox',
-      async () => ((await server.postern.store.outbox.list(inbox.id, true, 1)).length === 0 ? true : null),
+      // Pending: waiting, in flight, or outcome unknown (which stays, listed, until evidence settles it).
+      async () => ((await server.postern.store.outbox.list(inbox.id, true, SENDS)).every((e) => e.state === 'unknown') ? true : null),
       240_000,
     );
     expect(all).to.equal(true);
     const entries = await server.postern.store.outbox.list(inbox.id, false, SENDS + 10);
     const unknown = entries.filter((e) => e.outcomeUnknown).length;
     expect(entries.filter((e) => e.state === 'failed' || e.state === 'cancelled')).to.deep.equal([]);
-    // Outcome unknown only for sends cut off between their last byte and the relay's answer.
+    // Outcome unknown only for sends cut off between the end of their data and the relay's answer.
     expect(unknown).to.be.below(SENDERS * 2 + 32);
 
     // Every send at the sink: at least all but the unknown ones, each once, none before its time.

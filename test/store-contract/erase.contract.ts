@@ -81,6 +81,7 @@ async function populate(s: Store, now = Date.now()) {
         fingerprint: null,
         state: 'relaying',
         outcomeUnknown: false,
+        settledBy: null,
         mailFrom: `${t}@example.test`,
         recipients: 1,
         messageId: `<${hex(6)}@x>`,

@@ -29,6 +29,7 @@ function entry(inboxId: string, at = Date.now(), more: Partial<OutboxEntry> = {}
     fingerprint: null,
     state: 'relaying',
     outcomeUnknown: false,
+    settledBy: null,
     mailFrom: 'a@x.test',
     recipients: 1,
     messageId: `<${randomBytes(6).toString('hex')}@x.test>`,
@@ -225,7 +226,7 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       expect(await store.backlog(newId('ibx'), 100)).to.deep.equal([]);
     });
 
-    it('answers a lost reply as outcome unknown (kept, filed, not droppable), and a refusal after the bytes by dropping the send', async () => {
+    it('answers a lost reply as outcome unknown (kept with its copy, never filed, not droppable), and a refusal after the bytes by dropping the send', async () => {
       const inbox = newId('ibx');
       const [a, b] = [entry(inbox, Date.now(), { draftId: 'drf_a' }), entry(inbox)];
       for (const e of [a, b]) {
@@ -234,11 +235,33 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       }
       await store.outcomeUnknown(a.id, 5);
       await store.drop(b.id);
-      expect(await store.get(a.id)).to.deep.include({ state: 'filing', outcomeUnknown: true, nextAttemptAt: 5 });
+      expect(await store.get(a.id)).to.deep.include({ state: 'unknown', outcomeUnknown: true, settledBy: null });
       expect(await store.get(b.id)).to.equal(null);
       await store.drop(a.id);
       expect(await store.byDraft(inbox, 'drf_a')).to.deep.include({ id: a.id, outcomeUnknown: true });
-      expect((await store.due(5, 100_000)).map((d) => d.id)).to.include(a.id);
+      expect((await store.due(Date.now() + 60_000, 100_000)).map((d) => d.id)).to.not.include(a.id);
+      expect((await store.list(inbox, true, 10)).map((d) => d.id)).to.include(a.id);
+      expect(await store.copy(a.id)).to.deep.equal(Buffer.concat(copyOf(a)));
+    });
+
+    it('settles an outcome-unknown send on evidence: filing, its copy due now, once; nothing else is settled', async () => {
+      const inbox = newId('ibx');
+      const [a, b] = [entry(inbox, Date.now(), { draftId: 'drf_s' }), entry(inbox)];
+      for (const e of [a, b]) await store.reserve(e, copyOf(e), RATE);
+      await store.sending(a.id);
+      await store.outcomeUnknown(a.id, 5);
+      const now = Date.now();
+      expect(await store.settle(b.id, 'dsn', now), 'a send whose outcome is known').to.equal(null);
+      expect(await store.settle(a.id, 'dsn', now)).to.deep.include({ id: a.id, state: 'filing', outcomeUnknown: false, settledBy: 'dsn' });
+      expect(await store.settle(a.id, 'dsn', now + 1), 'settled already').to.equal(null);
+      expect(await store.byDraft(inbox, 'drf_s')).to.deep.include({
+        state: 'filing',
+        outcomeUnknown: false,
+        settledBy: 'dsn',
+        nextAttemptAt: now,
+      });
+      expect((await store.due(now, 100_000)).map((d) => d.id)).to.include(a.id);
+      expect(await store.copy(a.id)).to.deep.equal(Buffer.concat(copyOf(a)));
     });
 
     it('settles what a dead process left: drops its unsent reservations, keeps the sent as outcome unknown, takes back its claims at once', async () => {
@@ -258,7 +281,7 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
         OutboxEntry,
       ];
       for (const e of [e1, e2, e3, e4]) await dead.reserve(e, copyOf(e), { since: now - HOUR, max: 100 });
-      // 1 never written; 2 written, reply pending; 3 accepted, its copy claimed for 2 minutes; 4 accepted, due.
+      // 1 its end of data never written; 2 its end of data written, reply pending; 3 accepted, its copy claimed for 2 minutes; 4 accepted, due.
       await dead.sending(e2.id);
       await dead.relayed(e3.id, now);
       await dead.relayed(e4.id, now);
@@ -266,24 +289,27 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
 
       // While it runs, nothing of it is touched.
       const before = await live.recover(now + 1);
-      expect(before).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0 });
+      expect(before).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0, unknownIds: [] });
       expect((await live.get(e1.id))?.state).to.equal('relaying');
 
       await engine.killOwnerOf(e1.id);
-      expect(await live.recover(now + 2)).to.deep.equal({ dropped: 1, unknown: 1, reclaimed: 1 });
+      expect(await live.recover(now + 2)).to.deep.equal({ dropped: 1, unknown: 1, reclaimed: 1, unknownIds: [e2.id] });
       expect(await live.get(e1.id)).to.equal(null);
       expect(await live.copy(e1.id)).to.equal(null);
       // Its draft may be sent again, and it no longer counts.
       expect(await live.byDraft(inbox, e1.draftId!)).to.equal(null);
       expect(await live.sentSince(inbox, now - HOUR, 100)).to.equal(4);
-      expect(await live.get(e2.id)).to.deep.include({ state: 'filing', outcomeUnknown: true, nextAttemptAt: now + 2 });
+      // The end of its data may have been written: unknown, its copy kept and not filed.
+      expect(await live.get(e2.id)).to.deep.include({ state: 'unknown', outcomeUnknown: true });
+      expect(await live.copy(e2.id)).to.deep.equal(Buffer.concat(copyOf(e2)));
       expect(await live.get(e3.id)).to.deep.include({ state: 'filing', outcomeUnknown: false, nextAttemptAt: now + 2, claims: 1 });
       expect(await live.get(e4.id)).to.deep.include({ nextAttemptAt: now });
       expect(await live.get(kept.id)).to.deep.include({ state: 'relaying' });
       const due = await live.due(now + 2, 100_000);
-      expect(due.map((e) => e.id)).to.include.members([e2.id, e3.id, e4.id]);
+      expect(due.map((e) => e.id)).to.include.members([e3.id, e4.id]);
+      expect(due.map((e) => e.id)).to.not.include(e2.id);
       // Settled once: nothing more to do.
-      expect(await live.recover(now + 3)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0 });
+      expect(await live.recover(now + 3)).to.deep.equal({ dropped: 0, unknown: 0, reclaimed: 0, unknownIds: [] });
     });
 
     describe('scheduled sends (docs/sending.md, "Send later")', () => {
@@ -383,7 +409,7 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
       await s.reserve(e, [], RATE);
       await engine.unown(e.id);
       expect(await s.recover(Date.now())).to.deep.include({ unknown: 1 });
-      expect(await s.get(e.id)).to.deep.include({ state: 'filing', outcomeUnknown: true });
+      expect(await s.get(e.id)).to.deep.include({ state: 'unknown', outcomeUnknown: true });
     });
   });
 }

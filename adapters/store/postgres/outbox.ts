@@ -7,7 +7,7 @@
 // constraint is the backstop: a draft is never stored twice whatever the locks.
 import { randomBytes } from 'node:crypto';
 import type { Pool, PoolClient } from 'pg';
-import type { OutboxEntry, OutboxStore, Reservation, ScheduledParts } from '../../../lib/send/ports.ts';
+import type { OutboxEntry, OutboxStore, OutcomeEvidence, Recovered, Reservation, ScheduledParts } from '../../../lib/send/ports.ts';
 // Which process runs is the host's to say, not the engine's: one module for both engines.
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
 import {
@@ -90,7 +90,7 @@ const S = {
   stateOf: stmt('stateOf', 'SELECT state FROM mail_outbox WHERE id = $1'),
   listPending: stmt(
     'listPending',
-    `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = $1 AND state IN ('scheduled', 'relaying', 'sending') ORDER BY created_at DESC, id LIMIT $2`,
+    `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = $1 AND state IN ('scheduled', 'relaying', 'sending', 'unknown') ORDER BY created_at DESC, id LIMIT $2`,
   ),
   listAll: stmt('listAll', `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = $1 ORDER BY created_at DESC, id LIMIT $2`),
   // A dead process's claimed scheduled send that never left waits again, due at once.
@@ -109,7 +109,12 @@ const S = {
   ),
   unknown: stmt(
     'unknown',
-    "UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = $1 WHERE id = $2 AND state IN ('relaying', 'sending')",
+    "UPDATE mail_outbox SET state = 'unknown', outcome = 'unknown', next_attempt_at = $1 WHERE id = $2 AND state IN ('relaying', 'sending')",
+  ),
+  // Evidence that the relay took an `unknown` send: its copy is due now.
+  settle: stmt(
+    'settle',
+    `UPDATE mail_outbox SET state = 'filing', outcome = $1, next_attempt_at = $2 WHERE id = $3 AND state = 'unknown' RETURNING ${COLUMNS}`,
   ),
   due: stmt(
     'due',
@@ -130,7 +135,7 @@ const S = {
   // Cancelled and failed rows are settled too; scheduled ones have nothing of a process's to settle.
   owners: stmt(
     'owners',
-    "SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed' AND state NOT IN ('cancelled', 'failed', 'scheduled')",
+    "SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed' AND state NOT IN ('cancelled', 'failed', 'scheduled', 'unknown')",
   ),
   ownerOf: stmt('ownerOf', 'SELECT host, pid, pid_start, seen_at FROM mail_outbox_owners WHERE id = $1'),
   forgetOwner: stmt('forgetOwner', 'DELETE FROM mail_outbox_owners WHERE id = $1'),
@@ -139,7 +144,7 @@ const S = {
   // `IS NOT DISTINCT FROM` matches NULL too: rows from before owners were recorded.
   mayBeSent: stmt(
     'mayBeSent',
-    "UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = $1 WHERE owner IS NOT DISTINCT FROM $2 AND state = $3",
+    "UPDATE mail_outbox SET state = 'unknown', outcome = 'unknown', next_attempt_at = $1 WHERE owner IS NOT DISTINCT FROM $2 AND state = $3 RETURNING id",
   ),
   reclaim: stmt(
     'reclaim',
@@ -284,16 +289,24 @@ export class PgOutboxStore implements OutboxStore {
     return runs === null ? o.seen_at < now - OTHER_HOST_STALE_MS : !runs;
   }
 
-  async recover(now: number): Promise<{ dropped: number; unknown: number; reclaimed: number }> {
+  async settle(id: string, evidence: OutcomeEvidence, now: number): Promise<OutboxEntry | null> {
+    const [row] = await rowsOf<OutboxRow>(this.pool, S.settle([evidence, now, id]));
+    return row ? entryOf(row) : null;
+  }
+
+  async recover(now: number): Promise<Recovered> {
     const settled = await inTransaction(this.pool, async (c) => {
-      const settled = { dropped: 0, unknown: 0, reclaimed: 0 };
+      const settled: Recovered = { dropped: 0, unknown: 0, reclaimed: 0, unknownIds: [] };
+      const mayBeSent = async (owner: string | null, state: 'relaying' | 'sending') => {
+        for (const { id } of await rowsOf<{ id: string }>(c, S.mayBeSent([now, owner, state]))) settled.unknownIds.push(id);
+      };
       await c.query(S.recoverLock([RECOVER_LOCK]));
       await c.query(S.seen([this.owner, this.self.host, this.self.pid, this.self.pidStart, now]));
       for (const { owner } of await rowsOf<{ owner: string | null }>(c, S.owners([]))) {
         if (owner === this.owner || !(await this.dead(c, owner, now))) continue;
         if (owner === null) {
           // Before owners and `sending` were recorded, a `relaying` row may have been written.
-          settled.unknown += await changed(c, S.mayBeSent([now, null, 'relaying']));
+          await mayBeSent(null, 'relaying');
         } else {
           // A scheduled send it had claimed waits again; any other `relaying` row had nothing
           // written: it goes, as a refused send does.
@@ -301,11 +314,12 @@ export class PgOutboxStore implements OutboxStore {
           for (const { id } of await rowsOf<{ id: string }>(c, S.unsent([owner]))) settled.dropped += await this.dropOne(c, id);
           await c.query(S.forgetOwner([owner]));
         }
-        settled.unknown += await changed(c, S.mayBeSent([now, owner, 'sending']));
+        await mayBeSent(owner, 'sending');
         // A copy its dead claimer held is due now, not when the claim runs out.
         settled.reclaimed += await changed(c, S.reclaim([now, owner, now]));
       }
       await c.query(S.forgetOwners([now - FORGET_OWNER_MS]));
+      settled.unknown = settled.unknownIds.length;
       return settled;
     });
     this.registered = Promise.resolve();

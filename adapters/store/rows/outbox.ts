@@ -11,7 +11,8 @@ export interface OutboxRow {
   draft_id: string | null;
   fingerprint: string | null;
   state: OutboxState;
-  outcome: 'unknown' | null;
+  /** 'unknown': the final reply was lost; 'dsn': it was, and a delivery report settled it. */
+  outcome: 'unknown' | 'dsn' | null;
   mail_from: string;
   recipients: number;
   message_id: string;
@@ -52,6 +53,8 @@ export function scheduledPartsOf(row: ScheduledRow, ciphertext: Buffer): Schedul
 
 /** Entries a scheduled send may be cancelled or rescheduled in, and those listed as pending. */
 export const PENDING_STATES = ['scheduled', 'relaying', 'sending'] as const;
+/** What the outbox lists as pending: the above, and sends whose outcome is unknown (docs/sending.md, "The outbox"). */
+export const LISTED_PENDING = [...PENDING_STATES, 'unknown'] as const;
 
 export const MINUTE_MS = 60_000;
 /**
@@ -73,6 +76,7 @@ export const entryOf = (r: OutboxRow): OutboxEntry => ({
   fingerprint: r.fingerprint,
   state: r.state,
   outcomeUnknown: r.outcome === 'unknown',
+  settledBy: r.outcome === 'dsn' ? 'dsn' : null,
   mailFrom: r.mail_from,
   recipients: r.recipients,
   messageId: r.message_id,

@@ -2,7 +2,7 @@
 // the sending rate's per-minute counts in mail_send_minutes, 21; outcomes, owners and the
 // processes they name, 23; scheduled sends and their sealed bodies, 33).
 import { randomBytes } from 'node:crypto';
-import type { OutboxEntry, OutboxStore, Reservation, ScheduledParts } from '../../../lib/send/ports.ts';
+import type { OutboxEntry, OutboxStore, OutcomeEvidence, Recovered, Reservation, ScheduledParts } from '../../../lib/send/ports.ts';
 import type { Db } from './db.ts';
 import { groupCommitOf, type GroupCommit } from './group-commit.ts';
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
@@ -117,7 +117,7 @@ export class SqliteOutboxStore implements OutboxStore {
       ),
       forgetEnvelope: db.prepare<[string]>('UPDATE mail_outbox SET envelope = NULL, sealed = NULL WHERE id = ?'),
       listPending: db.prepare<[string, number], OutboxRow>(
-        `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND state IN ('scheduled', 'relaying', 'sending') ORDER BY created_at DESC, id LIMIT ?`,
+        `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? AND state IN ('scheduled', 'relaying', 'sending', 'unknown') ORDER BY created_at DESC, id LIMIT ?`,
       ),
       listAll: db.prepare<[string, number], OutboxRow>(
         `SELECT ${COLUMNS} FROM mail_outbox WHERE inbox_id = ? ORDER BY created_at DESC, id LIMIT ?`,
@@ -140,8 +140,12 @@ export class SqliteOutboxStore implements OutboxStore {
       relayed: db.prepare<[number, string]>(
         "UPDATE mail_outbox SET state = 'filing', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')",
       ),
+      // Its copy stays, unfiled, until evidence settles it.
       unknown: db.prepare<[number, string]>(
-        "UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')",
+        "UPDATE mail_outbox SET state = 'unknown', outcome = 'unknown', next_attempt_at = ? WHERE id = ? AND state IN ('relaying', 'sending')",
+      ),
+      settle: db.prepare<[string, number, string], OutboxRow>(
+        `UPDATE mail_outbox SET state = 'filing', outcome = ?, next_attempt_at = ? WHERE id = ? AND state = 'unknown' RETURNING ${COLUMNS}`,
       ),
       due: db.prepare<[number, number], OutboxRow>(
         `SELECT ${COLUMNS} FROM mail_outbox WHERE state = 'filing' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?`,
@@ -160,7 +164,7 @@ export class SqliteOutboxStore implements OutboxStore {
       // Cancelled and failed rows are settled too (by mail_outbox_unsettled, whose condition this repeats).
       owners: db
         .prepare<[], string | null>(
-          "SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed' AND state NOT IN ('cancelled', 'failed', 'scheduled')",
+          "SELECT DISTINCT owner FROM mail_outbox WHERE state <> 'filed' AND state NOT IN ('cancelled', 'failed', 'scheduled', 'unknown')",
         )
         .pluck(),
       ownerOf: db.prepare<[string], { host: string; pid: number; pid_start: string; seen_at: number }>(
@@ -170,9 +174,11 @@ export class SqliteOutboxStore implements OutboxStore {
       forgetOwners: db.prepare<[number]>('DELETE FROM mail_outbox_owners WHERE seen_at < ?'),
       // `owner IS ?` matches NULL too: rows from before owners were recorded.
       unsent: db.prepare<[string | null], string>("SELECT id FROM mail_outbox WHERE owner IS ? AND state = 'relaying'").pluck(),
-      mayBeSent: db.prepare<[number, string | null, string]>(
-        "UPDATE mail_outbox SET state = 'filing', outcome = 'unknown', next_attempt_at = ? WHERE owner IS ? AND state = ?",
-      ),
+      mayBeSent: db
+        .prepare<[number, string | null, string], string>(
+          "UPDATE mail_outbox SET state = 'unknown', outcome = 'unknown', next_attempt_at = ? WHERE owner IS ? AND state = ? RETURNING id",
+        )
+        .pluck(),
       reclaim: db.prepare<[number, string | null, number]>(
         "UPDATE mail_outbox SET next_attempt_at = ? WHERE owner IS ? AND state = 'filing' AND next_attempt_at > ?",
       ),
@@ -189,13 +195,13 @@ export class SqliteOutboxStore implements OutboxStore {
       return out;
     });
     this.recoverTx = db.transaction((now: number) => {
-      const settled = { dropped: 0, unknown: 0, reclaimed: 0 };
+      const settled: Recovered = { dropped: 0, unknown: 0, reclaimed: 0, unknownIds: [] };
       this.q.seen.run(this.owner, this.self.host, this.self.pid, this.self.pidStart, now);
       for (const owner of this.q.owners.all()) {
         if (owner === this.owner || !this.dead(owner, now)) continue;
         if (owner === null) {
           // Before owners and `sending` were recorded, a `relaying` row may have been written.
-          settled.unknown += this.q.mayBeSent.run(now, null, 'relaying').changes;
+          settled.unknownIds.push(...this.q.mayBeSent.all(now, null, 'relaying'));
         } else {
           // A scheduled send it had claimed waits again; any other `relaying` row had nothing
           // written: it goes, as a refused send does.
@@ -203,11 +209,12 @@ export class SqliteOutboxStore implements OutboxStore {
           for (const id of this.q.unsent.all(owner)) settled.dropped += this.dropOne(id);
           this.q.forgetOwner.run(owner);
         }
-        settled.unknown += this.q.mayBeSent.run(now, owner, 'sending').changes;
+        settled.unknownIds.push(...this.q.mayBeSent.all(now, owner, 'sending'));
         // A copy its dead claimer held is due now, not when the claim runs out.
         settled.reclaimed += this.q.reclaim.run(now, owner, now).changes;
       }
       this.q.forgetOwners.run(now - FORGET_OWNER_MS);
+      settled.unknown = settled.unknownIds.length;
       return settled;
     });
     this.readScheduled = db.transaction((id: string): ScheduledParts | null => {
@@ -360,7 +367,14 @@ export class SqliteOutboxStore implements OutboxStore {
     });
   }
 
-  async recover(now: number): Promise<{ dropped: number; unknown: number; reclaimed: number }> {
+  settle(id: string, evidence: OutcomeEvidence, now: number): Promise<OutboxEntry | null> {
+    return this.commits.run(() => {
+      const row = this.q.settle.get(evidence, now, id);
+      return row ? entryOf(row) : null;
+    });
+  }
+
+  async recover(now: number): Promise<Recovered> {
     const settled = this.recoverTx.immediate(now);
     this.registered = true;
     return settled;
