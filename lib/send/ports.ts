@@ -239,6 +239,12 @@ export interface OutboxStore {
    * so a process that dies holding it is recovered). True when this caller got it.
    */
   claimScheduled(id: string, now: number): Promise<boolean>;
+  /**
+   * Takes up to `limit` due `scheduled` entries for sending in one write (each as claimScheduled
+   * takes one; entries another process claims meanwhile are skipped): the entries this caller
+   * got, earliest due first.
+   */
+  claimDue(now: number, limit: number): Promise<OutboxEntry[]>;
   /** A scheduled entry's envelope and sealed body (null once it is relayed or gone). */
   scheduledParts(id: string): Promise<ScheduledParts | null>;
   /** A claimed scheduled send the relay could not take now: `scheduled` again, due at `at`, its attempt counted. */

@@ -22,8 +22,6 @@ export const MAX_HOLD_SECONDS = 30;
 /** A send the relay could not take now is tried again this often, doubling, before it fails. */
 const RETRY_MS = 30_000;
 const TRIES = 6;
-/** Due sends read per step of a pass. */
-const SCAN = 200;
 
 /** How the outbox lists a send (schemas/send.json, OutboxEntry). */
 export interface OutboxView {
@@ -200,22 +198,25 @@ export class ScheduledSends {
     return (await this.o.outbox.nextScheduled()) ?? Infinity;
   }
 
-  /** Claims and sends every send due now, `concurrency` at a time (tests use it too). */
+  /**
+   * Claims and sends every send due now, `concurrency` at a time (tests use it too). Claims are
+   * made in batches of up to `concurrency`, one write each (OutboxStore.claimDue), when the last
+   * batch has all been started and a slot is free: a claimed send waits here at most as long as
+   * it would have waited in the store, and this process never holds more than one batch that
+   * another process could have sent. A stop sends what it had claimed, and claims no more.
+   */
   async pass(): Promise<void> {
     for (;;) {
-      const due = await this.o.outbox.dueScheduled(Date.now(), SCAN);
-      if (due.length === 0 || this.stopped) break;
-      let claimed = 0;
-      for (const entry of due) {
-        if (this.stopped) break;
+      while (this.inFlight.size >= this.concurrency) await Promise.race(this.inFlight);
+      if (this.stopped) break;
+      const claimed = await this.o.outbox.claimDue(Date.now(), this.concurrency);
+      // None due, or all taken by other processes: they send them.
+      if (claimed.length === 0) break;
+      for (const entry of claimed) {
         while (this.inFlight.size >= this.concurrency) await Promise.race(this.inFlight);
-        if (!(await this.o.outbox.claimScheduled(entry.id, Date.now()))) continue;
-        claimed++;
         const run: Promise<void> = this.sendOne(entry).finally(() => this.inFlight.delete(run));
         this.inFlight.add(run);
       }
-      // All taken by other processes: they send them.
-      if (claimed === 0) break;
     }
     await Promise.all([...this.inFlight]);
   }

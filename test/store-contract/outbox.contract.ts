@@ -352,6 +352,33 @@ export function outboxContract(engineName: string, open: () => Promise<OutboxEng
         expect((await store.list(inbox, false, 10)).map((x) => x.state)).to.deep.equal(['filing']);
       });
 
+      it('claims due sends in batches, earliest first, each by one of several processes at once; not one due later', async () => {
+        const inbox = newId('ibx');
+        // Due long ago (times no other test uses), so the batches hold these and nothing else.
+        const due = Array.from({ length: 30 }, (_, i) => later(inbox, 1000 + i));
+        const notYet = later(inbox, 5000);
+        for (const e of [...due, notYet]) await store.reserve(e, copyOf(e), RATE, { envelope: ['a@x.test'], sealed: null });
+        const first = await store.claimDue(1100, 5);
+        expect(first.map((e) => e.id)).to.deep.equal(due.slice(0, 5).map((e) => e.id));
+        expect(first.every((e) => e.state === 'relaying')).to.equal(true);
+        // The rest, by four processes at once: each taken by exactly one.
+        const stores = Array.from({ length: 4 }, () => engine.newStore());
+        const batches = await Promise.all(stores.map((s) => s.claimDue(1100, 10)));
+        const ids = batches.flat().map((e) => e.id);
+        expect(new Set(ids).size, 'claimed twice').to.equal(ids.length);
+        expect(ids.sort()).to.deep.equal(
+          due
+            .slice(5)
+            .map((e) => e.id)
+            .sort(),
+        );
+        for (const b of batches)
+          expect(b.map((e) => e.nextAttemptAt)).to.deep.equal([...b.map((e) => e.nextAttemptAt)].sort((x, y) => x - y));
+        expect(await store.claimDue(1100, 10)).to.deep.equal([]);
+        expect((await store.get(notYet.id))?.state).to.equal('scheduled');
+        expect((await store.claimDue(5000, 10)).map((e) => e.id)).to.deep.equal([notYet.id]);
+      });
+
       it('cancels and reschedules only while it waits; a cancel or failure frees its draft and its rate count', async () => {
         const inbox = newId('ibx');
         const now = Date.now();

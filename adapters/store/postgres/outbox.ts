@@ -11,6 +11,7 @@ import type { OutboxEntry, OutboxStore, OutcomeEvidence, Recovered, Reservation,
 // Which process runs is the host's to say, not the engine's: one module for both engines.
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
 import {
+  byDue,
   entryOf,
   FORGET_OWNER_MS,
   MINUTE_MS,
@@ -71,6 +72,14 @@ const S = {
   claimScheduled: stmt(
     'claimScheduled',
     "UPDATE mail_outbox SET state = 'relaying', owner = $1 WHERE id = $2 AND state = 'scheduled' AND next_attempt_at <= $3",
+  ),
+  // The earliest due, by mail_outbox_due, claimed in the same statement; rows another claimer
+  // holds are skipped rather than waited for. Picked in a CTE, which runs once: as an IN
+  // subquery the planner may rescan it, and each rescan skips the rows just updated and locks
+  // the next ones, claiming far more than the limit.
+  claimDue: stmt(
+    'claimDue',
+    `WITH picked AS (SELECT id AS picked_id FROM mail_outbox WHERE state = 'scheduled' AND next_attempt_at <= $2 ORDER BY next_attempt_at, created_at LIMIT $3 FOR UPDATE SKIP LOCKED) UPDATE mail_outbox SET state = 'relaying', owner = $1 FROM picked WHERE id = picked.picked_id RETURNING ${COLUMNS}`,
   ),
   scheduledRow: stmt('scheduledRow', 'SELECT envelope, sealed FROM mail_outbox WHERE id = $1 AND envelope IS NOT NULL'),
   retryScheduled: stmt(
@@ -366,6 +375,11 @@ export class PgOutboxStore implements OutboxStore {
   async claimScheduled(id: string, now: number): Promise<boolean> {
     await this.register();
     return (await changed(this.pool, S.claimScheduled([this.owner, id, now]))) === 1;
+  }
+
+  async claimDue(now: number, limit: number): Promise<OutboxEntry[]> {
+    await this.register();
+    return byDue((await rowsOf<OutboxRow>(this.pool, S.claimDue([this.owner, now, limit]))).map(entryOf));
   }
 
   async scheduledParts(id: string): Promise<ScheduledParts | null> {

@@ -89,3 +89,7 @@ export const entryOf = (r: OutboxRow): OutboxEntry => ({
   holdUntil: r.hold_until,
   failure: r.failure,
 });
+
+/** Entries in the order they come due (RETURNING gives no order): next attempt, then creation, then id. */
+export const byDue = (entries: OutboxEntry[]): OutboxEntry[] =>
+  entries.sort((a, b) => a.nextAttemptAt - b.nextAttemptAt || a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));

@@ -7,6 +7,7 @@ import type { Db } from './db.ts';
 import { groupCommitOf, type GroupCommit } from './group-commit.ts';
 import { stillRuns, thisProcess, type ProcessIdentity } from '../process-liveness.ts';
 import {
+  byDue,
   entryOf,
   FORGET_OWNER_MS,
   MINUTE_MS,
@@ -103,6 +104,10 @@ export class SqliteOutboxStore implements OutboxStore {
       ),
       claimScheduled: db.prepare<[string, string, number]>(
         "UPDATE mail_outbox SET state = 'relaying', owner = ? WHERE id = ? AND state = 'scheduled' AND next_attempt_at <= ?",
+      ),
+      // The earliest due, by mail_outbox_due, claimed in the same statement.
+      claimDue: db.prepare<[string, number, number], OutboxRow>(
+        `UPDATE mail_outbox SET state = 'relaying', owner = ? WHERE id IN (SELECT id FROM mail_outbox WHERE state = 'scheduled' AND next_attempt_at <= ? ORDER BY next_attempt_at, created_at LIMIT ?) RETURNING ${COLUMNS}`,
       ),
       scheduledRow: db.prepare<[string], ScheduledRow>('SELECT envelope, sealed FROM mail_outbox WHERE id = ? AND envelope IS NOT NULL'),
       retryScheduled: db.prepare<[number, string]>(
@@ -413,6 +418,11 @@ export class SqliteOutboxStore implements OutboxStore {
   claimScheduled(id: string, now: number): Promise<boolean> {
     this.register();
     return this.commits.run(() => this.q.claimScheduled.run(this.owner, id, now).changes === 1);
+  }
+
+  claimDue(now: number, limit: number): Promise<OutboxEntry[]> {
+    this.register();
+    return this.commits.run(() => byDue(this.q.claimDue.all(this.owner, now, limit).map(entryOf)));
   }
 
   async scheduledParts(id: string): Promise<ScheduledParts | null> {
