@@ -456,6 +456,11 @@ async function composePage(inboxId: string, mode: Mode, id?: string): Promise<vo
         if (row.state === 'failed') {
           status.textContent = `Not sent: ${row.reason ?? 'the mail server refused it'}.`;
           status.dataset.state = 'failed';
+        } else if (row.state === 'unknown') {
+          // docs/sending.md, "Exactly once": never sent again; the outbox lists it until settled.
+          status.textContent =
+            "Outcome unknown: the mail server's answer was lost, so it may or may not have the message. It will not be sent again; the Outbox shows it.";
+          status.dataset.state = 'unknown';
         } else if (row.state !== 'cancelled') await done(draftId, recipients);
       } catch (err) {
         // The send is on the server either way; only its outcome is unknown here.

@@ -31,6 +31,12 @@ function stateLine(s: OutboxSend): HTMLElement {
     return h('p', { class: 'state' }, 'Waiting to send (Undo is still possible) until ', when(new Date(at).toISOString()), '.');
   if (s.state === 'scheduled') return h('p', { class: 'state' }, 'Scheduled for ', when(new Date(at).toISOString()), '.');
   if (s.state === 'sending') return h('p', { class: 'state' }, 'Sending now: too late to cancel.');
+  if (s.state === 'unknown')
+    return h(
+      'p',
+      { class: 'state' },
+      "Outcome unknown: the mail server's answer was lost, so it may or may not have it. It will not be sent again, and it is filed in Sent once a delivery report shows it went.",
+    );
   return h('p', { class: 'state' }, s.state === 'failed' ? `Not sent: ${s.reason ?? 'it failed'}.` : `State: ${s.state}.`);
 }
 
