@@ -258,7 +258,7 @@ describe('sealing what a zero-access inbox already holds', function () {
       const status = await cli(env, 'admin', 'inbox', 'status', '--inbox', inboxId);
       expect((status.out.sealing as { unsealed: number }).unsealed).to.be.greaterThan(0);
 
-      // Restarted: the rest is sealed. How long that takes (docs/encryption.md, "The bound") is a
+      // Restarted: the rest is sealed. How long that takes (docs/encryption.md, "Sealing what is already there") is a
       // figure of the host, not of the code: a loaded two-core run took 242 s where a quiet one
       // takes under a minute, so it is not asserted here (a liveness wait of 10 minutes).
       server = await spawnPostern(env);
