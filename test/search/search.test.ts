@@ -359,7 +359,7 @@ describe('message search', function () {
     }
   });
 
-  it('a first body search longer than POSTERN_BODY_SEARCH_TIMEOUT_MS is a 503 while Dovecot goes on indexing', async function () {
+  it('a first body search longer than POSTERN_BODY_SEARCH_TIMEOUT_MS is a 503; the server goes on serving, and the search answers once indexed', async function () {
     this.timeout(360_000);
     const bodies: Record<string, string> = {};
     for (let i = 0; i < 400; i++)
@@ -370,8 +370,9 @@ describe('message search', function () {
       const res = await call(url({ body: 'kumquats' }, hasty.base, box.id), { token: boxReader });
       expect(res.headers.get('retry-after')).to.match(/^\d+$/);
       await expectError(res, 503, /indexing/);
-      // Dovecot's indexer works on after the connection went; on a loaded host, for minutes.
-      await until('the index Dovecot went on building', async () => xapianDbs(box.imapUser).length === 1, 240_000);
+      // Whether Dovecot's indexer goes on after the connection went depends on how far it got in
+      // 20 ms (on a loaded host, sometimes not to the index at all): not Postern's to assert. The
+      // search below finds the messages either way.
       // The connection was closed, not handed back mid-command: the same server answers the next request.
       const next = await call(url({ subject: 'bulk', limit: '1' }, hasty.base, box.id), { token: boxReader });
       expect(next.status, await next.clone().text()).to.equal(200);
