@@ -10,8 +10,8 @@ import type { SinkMessage } from '../../scripts/mailenv.ts';
 import type { CloudEvent } from '../../lib/events/types.ts';
 import * as openpgp from 'openpgp';
 import { splitPkesk } from '../../lib/crypto/mail-opening.ts';
-import { call, mailEnv, type TestServer } from './harness.ts';
-import { until } from './mail-fixtures.ts';
+import { call, mailEnv, type TestInbox, type TestServer } from './harness.ts';
+import { mailApp, until } from './mail-fixtures.ts';
 import { postfixLog } from './ingress-helpers.ts';
 
 const run = promisify(execFile);
@@ -252,4 +252,22 @@ export async function startDovecot(): Promise<void> {
   }
   await until('Dovecot to answer', () => portAnswers(mailEnv().imap.port), 20_000);
   await reloadPostfix();
+}
+
+/** Each subject in the inbox's Sent mailbox (read over IMAP, not through Postern), with how many copies. */
+export async function sentCopies(inbox: TestInbox): Promise<Map<string, number>> {
+  const app = await mailApp(inbox);
+  const counts = new Map<string, number>();
+  try {
+    const box = await app.mailboxOpen('Sent');
+    if (box.exists > 0) {
+      for await (const m of app.fetch('1:*', { envelope: true })) {
+        const subject = m.envelope?.subject ?? '';
+        counts.set(subject, (counts.get(subject) ?? 0) + 1);
+      }
+    }
+    return counts;
+  } finally {
+    await app.logout().catch(() => undefined);
+  }
 }

@@ -19,9 +19,9 @@ import {
   type TestInbox,
   type TestServer,
 } from '../helpers/harness.ts';
-import { mailApp, until } from '../helpers/mail-fixtures.ts';
+import { until } from '../helpers/mail-fixtures.ts';
 import { freePort, spawnPostern, stopProcess, type Listening } from '../helpers/processes.ts';
-import { atSink, draft, eventsOf, labelIds, listLabel, rcpt, sealDraft } from '../helpers/send-fixtures.ts';
+import { atSink, draft, eventsOf, labelIds, listLabel, rcpt, sealDraft, sentCopies } from '../helpers/send-fixtures.ts';
 import { TcpTap, type TapConnection } from '../helpers/tcp-tap.ts';
 
 /** The answer to a send whose outcome is unknown, on every retry until evidence settles it. */
@@ -66,24 +66,6 @@ const post = (base: string, token: string, inboxId: string, body: SendBody) =>
     body: JSON.stringify(body),
     signal: AbortSignal.timeout(30_000),
   });
-
-/** Each subject in the inbox's Sent mailbox (read over IMAP, not through Postern), with how many copies. */
-async function sentCopies(inbox: TestInbox): Promise<Map<string, number>> {
-  const app = await mailApp(inbox);
-  const counts = new Map<string, number>();
-  try {
-    const box = await app.mailboxOpen('Sent');
-    if (box.exists > 0) {
-      for await (const m of app.fetch('1:*', { envelope: true })) {
-        const subject = m.envelope?.subject ?? '';
-        counts.set(subject, (counts.get(subject) ?? 0) + 1);
-      }
-    }
-    return counts;
-  } finally {
-    await app.logout().catch(() => undefined);
-  }
-}
 
 /** The sink's messages with this subject. */
 async function atSinkWith(to: string, subject: string, atLeast: number) {

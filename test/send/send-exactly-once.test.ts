@@ -19,9 +19,9 @@ import {
   type TestProject,
   type TestServer,
 } from '../helpers/harness.ts';
-import { mailApp, until } from '../helpers/mail-fixtures.ts';
+import { until } from '../helpers/mail-fixtures.ts';
 import { childPids, freePort, spawnPostern, stopProcess, type Listening } from '../helpers/processes.ts';
-import { atSink, draft, eventsOf, postRaw, rcpt, sealDraft } from '../helpers/send-fixtures.ts';
+import { atSink, draft, eventsOf, postRaw, rcpt, sealDraft, sentCopies } from '../helpers/send-fixtures.ts';
 import { TcpTap, type TapConnection } from '../helpers/tcp-tap.ts';
 
 /** The answer to a send whose final reply was lost, the first time and on every retry. */
@@ -38,24 +38,6 @@ function message(from: string, to: string, subject: string): string {
     'Exactly once.',
     '',
   ].join('\r\n');
-}
-
-/** Each subject in the inbox's Sent mailbox, with how many copies it has there. */
-async function sentCopies(inbox: TestInbox): Promise<Map<string, number>> {
-  const app = await mailApp(inbox);
-  const counts = new Map<string, number>();
-  try {
-    const box = await app.mailboxOpen('Sent');
-    if (box.exists > 0) {
-      for await (const m of app.fetch('1:*', { envelope: true })) {
-        const subject = m.envelope?.subject ?? '';
-        counts.set(subject, (counts.get(subject) ?? 0) + 1);
-      }
-    }
-    return counts;
-  } finally {
-    await app.logout().catch(() => undefined);
-  }
 }
 
 /** Each subject the sink got for `to`, with how many copies. */
